@@ -1,0 +1,136 @@
+//! Criterion benchmarks of the grant path and of a rebuild.
+//!
+//! `cargo bench -p locktable --bench table`
+#![allow(missing_docs)] // criterion_group! makes an undocumented pub fn.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use locktable::{Acquired, Fence, LeaseRule, Lock, LockId, MonoTime, RebuildFrom, Request, Table};
+
+fn now() -> MonoTime {
+    MonoTime::from_nanos(1 << 60)
+}
+
+fn request(name: String, id: u128) -> Request {
+    Request {
+        name,
+        id: LockId::from_u128(id),
+        node: 1,
+        holder: "worker-7".into(),
+        lease: Some(Duration::from_secs(30)),
+        wait: Duration::ZERO,
+        data: None,
+    }
+}
+
+fn rebuilt(locks: Vec<Lock>) -> Table {
+    let mut table = Table::new(LeaseRule {
+        default: Duration::from_secs(30),
+        max: Duration::from_secs(3600),
+    });
+    table.drop_table(now());
+    let generation = table.generation();
+    table
+        .rebuild(
+            RebuildFrom {
+                generation,
+                epoch: 1,
+                locks,
+                hold_new_grants_until: None,
+            },
+            now(),
+        )
+        .unwrap();
+    table
+}
+
+fn lock(i: u64, node: u64) -> Lock {
+    Lock {
+        name: format!("jobs/{i}"),
+        id: LockId::from_u128(u128::from(i)),
+        node,
+        holder: "worker-7".into(),
+        fence: Fence(i),
+        lease: Duration::from_secs(30),
+        acquired: now(),
+        expires: now() + Duration::from_secs(3600),
+        data: None,
+    }
+}
+
+fn acquire_release(c: &mut Criterion) {
+    // A table already holding 100k other locks, as a busy speaker's would.
+    let mut table = rebuilt((0..100_000).map(|i| lock(i, 1)).collect());
+    let name = "jobs/free".to_string();
+    let mut id = 1u128 << 100;
+    // The clock moves 20 µs a cycle (50k cycles/s, a busy speaker), so the
+    // released ids kept from rebuilds reach their steady state of one
+    // 30 s lease's worth (1.5M) and are pruned as they would be.
+    let mut clock = now();
+    c.bench_function("acquire+release a free lock (100k held)", |b| {
+        b.iter(|| {
+            id += 1;
+            clock = clock + Duration::from_micros(20);
+            let Ok(Acquired::Granted(lock)) = table.acquire(request(name.clone(), id), clock)
+            else {
+                panic!("free lock not granted")
+            };
+            black_box(table.release(&name, lock.id, clock).unwrap());
+        })
+    });
+}
+
+/// The reference in the same run: a std `HashMap` insert and remove of the
+/// same name, the least a keyed table can do per cycle.
+fn reference_hashmap(c: &mut Criterion) {
+    let mut map: std::collections::HashMap<String, (u128, u64)> = (0..100_000u64)
+        .map(|i| (format!("jobs/{i}"), (u128::from(i), i)))
+        .collect();
+    let name = "jobs/free".to_string();
+    let mut id = 0u128;
+    c.bench_function("reference: HashMap insert+remove (100k held)", |b| {
+        b.iter(|| {
+            id += 1;
+            map.insert(name.clone(), (id, 1));
+            black_box(map.remove(&name));
+        })
+    });
+}
+
+fn rebuild(c: &mut Criterion) {
+    // One million locks held through 5 nodes: each node reports its
+    // clients' 200k, and the old speaker reports all it granted.
+    let mut reports: Vec<Lock> = (0..1_000_000).map(|i| lock(i, 1 + i % 5)).collect();
+    reports.extend((0..1_000_000).map(|i| lock(i, 1 + i % 5)));
+    let mut group = c.benchmark_group("rebuild");
+    group.sample_size(10);
+    group.bench_function("1M locks from 5 nodes + old speaker (2M reports)", |b| {
+        b.iter_batched(
+            || (Table::new(LeaseRule::default()), reports.clone()),
+            |(mut table, locks)| {
+                table.drop_table(now());
+                let generation = table.generation();
+                let out = table
+                    .rebuild(
+                        RebuildFrom {
+                            generation,
+                            epoch: 2,
+                            locks,
+                            hold_new_grants_until: None,
+                        },
+                        now(),
+                    )
+                    .unwrap();
+                assert_eq!(out.locks, 1_000_000);
+                table
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, acquire_release, reference_hashmap, rebuild);
+criterion_main!(benches);

@@ -1,0 +1,325 @@
+//! A lock granted, the request for one, and the form in which it travels.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::time::MonoTime;
+
+/// A node of the cluster, as Raft numbers it.
+pub type NodeId = u64;
+
+/// The identity of one grant: what a holder renews and releases by.
+///
+/// A 128-bit value shown as a 26-character ULID (Crockford base32). The node
+/// granting a lock makes it from the wall time and random bits, so ids are
+/// unique without coordination and sort roughly by creation.
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct LockId(u128);
+
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+impl LockId {
+    /// The id of these 128 bits.
+    pub const fn from_u128(bits: u128) -> Self {
+        LockId(bits)
+    }
+
+    /// A ULID: 48 bits of wall time in milliseconds, then 80 random bits.
+    pub fn from_parts(wall_ms: u64, random: u128) -> Self {
+        let time = u128::from(wall_ms & 0xFFFF_FFFF_FFFF) << 80;
+        LockId(time | (random & ((1u128 << 80) - 1)))
+    }
+
+    /// The 128 bits of the id.
+    pub const fn as_u128(self) -> u128 {
+        self.0
+    }
+}
+
+impl fmt::Display for LockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = [0u8; 26];
+        for (i, c) in out.iter_mut().enumerate() {
+            let shift = 125 - 5 * i as i32;
+            let bits = if shift >= 0 {
+                (self.0 >> shift) & 0x1F
+            } else {
+                (self.0 << -shift) & 0x1F
+            };
+            *c = CROCKFORD[bits as usize];
+        }
+        f.write_str(std::str::from_utf8(&out).expect("ascii"))
+    }
+}
+
+impl fmt::Debug for LockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockId({self})")
+    }
+}
+
+/// A string that is not a lock id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a lock id (26 characters of Crockford base32 expected)")]
+pub struct BadLockId;
+
+impl FromStr for LockId {
+    type Err = BadLockId;
+
+    fn from_str(s: &str) -> Result<Self, BadLockId> {
+        let bytes = s.as_bytes();
+        if bytes.len() != 26 || bytes[0] > b'7' {
+            return Err(BadLockId);
+        }
+        let mut value: u128 = 0;
+        for &b in bytes {
+            let digit = match b.to_ascii_uppercase() {
+                c @ b'0'..=b'9' => c - b'0',
+                b'O' => 0,
+                b'I' | b'L' => 1,
+                c => CROCKFORD[10..]
+                    .iter()
+                    .position(|&d| d == c)
+                    .map(|p| p as u8 + 10)
+                    .ok_or(BadLockId)?,
+            };
+            value = (value << 5) | u128::from(digit);
+        }
+        Ok(LockId(value))
+    }
+}
+
+/// A fencing token: strictly greater than every fence granted before it
+/// anywhere in the cluster.
+///
+/// The Raft term of the speaker that granted it is in the high
+/// [`Fence::EPOCH_BITS`] bits and a counter of that speaker's grants in the
+/// low [`Fence::COUNTER_BITS`]. A term names at most one leader and terms
+/// only grow, so a later speaker's fences exceed an earlier one's, and within
+/// a term the one speaker counts up.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fence(pub u64);
+
+impl Fence {
+    /// Bits given to the counter of grants within one term.
+    pub const COUNTER_BITS: u32 = 40;
+    /// Bits given to the term.
+    pub const EPOCH_BITS: u32 = 64 - Self::COUNTER_BITS;
+    /// The largest term a fence can carry.
+    pub const MAX_EPOCH: u64 = (1 << Self::EPOCH_BITS) - 1;
+
+    /// The fence of the `counter`-th grant in `epoch`.
+    pub const fn new(epoch: u64, counter: u64) -> Self {
+        Fence((epoch << Self::COUNTER_BITS) | (counter & ((1 << Self::COUNTER_BITS) - 1)))
+    }
+
+    /// The term the fence was granted in.
+    pub const fn epoch(self) -> u64 {
+        self.0 >> Self::COUNTER_BITS
+    }
+
+    /// The grant's number within its term.
+    pub const fn counter(self) -> u64 {
+        self.0 & ((1 << Self::COUNTER_BITS) - 1)
+    }
+}
+
+/// A cluster lock granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lock {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id, which its holder renews and releases by.
+    pub id: LockId,
+    /// The node whose client holds the lock.
+    pub node: NodeId,
+    /// Who holds it, for the reader of a listing.
+    pub holder: String,
+    /// The grant's fencing token.
+    pub fence: Fence,
+    /// The lease last granted or renewed.
+    pub lease: Duration,
+    /// When it was granted, on the clock of the node keeping this record.
+    pub acquired: MonoTime,
+    /// When the lease ends, on the clock of the node keeping this record.
+    pub expires: MonoTime,
+    /// Data kept with the lock.
+    pub data: Option<String>,
+}
+
+impl Lock {
+    /// Time left on the lease at `now`.
+    pub fn ttl(&self, now: MonoTime) -> Duration {
+        self.expires.saturating_duration_since(now)
+    }
+
+    /// How long the lock has been held at `now`.
+    pub fn held_for(&self, now: MonoTime) -> Duration {
+        now.saturating_duration_since(self.acquired)
+    }
+
+    /// Whether the lease still runs at `now`.
+    pub fn is_live(&self, now: MonoTime) -> bool {
+        now < self.expires
+    }
+
+    /// The lock as it travels to another node: its times as durations.
+    pub fn in_transit(&self, now: MonoTime) -> LockInTransit {
+        LockInTransit {
+            name: self.name.clone(),
+            id: self.id,
+            node: self.node,
+            holder: self.holder.clone(),
+            fence: self.fence,
+            lease: self.lease,
+            ttl: self.ttl(now),
+            held_for: self.held_for(now),
+            data: self.data.clone(),
+        }
+    }
+}
+
+/// A lock on its way between nodes: the lease as time left, the age as time
+/// held, never an instant of the sender's clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockInTransit {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id.
+    pub id: LockId,
+    /// The node whose client holds the lock.
+    pub node: NodeId,
+    /// Who holds it.
+    pub holder: String,
+    /// The grant's fencing token.
+    pub fence: Fence,
+    /// The lease last granted or renewed.
+    pub lease: Duration,
+    /// Time left on the lease, as the sender counted it when it sent.
+    pub ttl: Duration,
+    /// How long the lock had been held, as the sender counted it.
+    pub held_for: Duration,
+    /// Data kept with the lock.
+    pub data: Option<String>,
+}
+
+impl LockInTransit {
+    /// The lock on the receiver's clock, counting the time left from
+    /// `counted_from`.
+    ///
+    /// A node reading another's lock passes the instant it *sent* its
+    /// request: the sender measured `ttl` later than that, so the lease ends
+    /// no later on the receiver's clock than on the sender's.
+    pub fn arrive(self, counted_from: MonoTime) -> Lock {
+        Lock {
+            name: self.name,
+            id: self.id,
+            node: self.node,
+            holder: self.holder,
+            fence: self.fence,
+            lease: self.lease,
+            acquired: counted_from - self.held_for,
+            expires: counted_from + self.ttl,
+            data: self.data,
+        }
+    }
+}
+
+/// A lock asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The name to lock.
+    pub name: String,
+    /// The id the grant will carry; the caller makes it unique.
+    pub id: LockId,
+    /// The node whose client asks.
+    pub node: NodeId,
+    /// Who asks, for the reader of a listing.
+    pub holder: String,
+    /// How long the lock is held once granted, unless released before; none
+    /// means the default lease.
+    pub lease: Option<Duration>,
+    /// How long the request waits for a lock held by another; zero fails at
+    /// once.
+    pub wait: Duration,
+    /// Data to keep with the lock.
+    pub data: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_ids_print_as_ulids_and_parse_back() {
+        for bits in [
+            0u128,
+            1,
+            u128::MAX,
+            0x0123_4567_89AB_CDEF_FEDC_BA98_7654_3210,
+        ] {
+            let id = LockId::from_u128(bits);
+            let text = id.to_string();
+            assert_eq!(text.len(), 26);
+            assert_eq!(text.parse::<LockId>(), Ok(id));
+            assert_eq!(text.to_lowercase().parse::<LockId>(), Ok(id));
+        }
+        assert_eq!(
+            LockId::from_u128(u128::MAX).to_string(),
+            "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"
+        );
+    }
+
+    #[test]
+    fn bad_lock_ids_are_refused() {
+        for text in [
+            "",
+            "short",
+            "8ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+            "0000000000000000000000000U",
+            "00000000000000000000000000X",
+        ] {
+            assert_eq!(text.parse::<LockId>(), Err(BadLockId), "{text}");
+        }
+    }
+
+    #[test]
+    fn ulid_time_is_in_the_high_bits() {
+        let a = LockId::from_parts(1_000, u128::MAX);
+        let b = LockId::from_parts(1_001, 0);
+        assert!(a < b);
+    }
+
+    #[test]
+    fn fences_order_by_term_then_counter() {
+        assert!(Fence::new(2, 0) > Fence::new(1, (1 << Fence::COUNTER_BITS) - 1));
+        assert!(Fence::new(1, 2) > Fence::new(1, 1));
+        let f = Fence::new(3, 7);
+        assert_eq!((f.epoch(), f.counter()), (3, 7));
+    }
+
+    #[test]
+    fn a_lock_in_transit_arrives_counted_from_the_send() {
+        let at = MonoTime::from_nanos(10_000_000_000);
+        let lock = Lock {
+            name: "a".into(),
+            id: LockId::from_u128(1),
+            node: 1,
+            holder: String::new(),
+            fence: Fence::new(1, 1),
+            lease: Duration::from_secs(5),
+            acquired: at - Duration::from_secs(2),
+            expires: at + Duration::from_secs(3),
+            data: None,
+        };
+        let moved = lock.in_transit(at);
+        assert_eq!(moved.ttl, Duration::from_secs(3));
+        assert_eq!(moved.held_for, Duration::from_secs(2));
+        // The receiver's clock reads differently; only durations matter.
+        let there = MonoTime::from_nanos(50_000_000_000);
+        let arrived = moved.arrive(there);
+        assert_eq!(arrived.ttl(there), Duration::from_secs(3));
+        assert_eq!(arrived.held_for(there), Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,266 @@
+//! Compact storage of the table's locks, indexed by name.
+//!
+//! A million held locks must fit in a couple of hundred megabytes, so a lock
+//! is kept as one 80-byte slot whose strings (name, holder, data) share one
+//! allocation, in a vector indexed by a hash table of slot numbers.
+
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+use crate::lock::{Fence, Lock, LockId, NodeId};
+use crate::time::MonoTime;
+
+/// One lock as the table keeps it.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// The name, then the holder, then the data, end to end.
+    text: Box<str>,
+    name_len: u16,
+    holder_len: u16,
+    has_data: bool,
+    pub(crate) id: LockId,
+    pub(crate) node: NodeId,
+    pub(crate) fence: Fence,
+    /// The lease in nanoseconds (a `Duration` would take twice the room).
+    lease_nanos: u64,
+    pub(crate) acquired: MonoTime,
+    pub(crate) expires: MonoTime,
+}
+
+/// Longest name, holder or data a slot can keep (the API allows less).
+pub(crate) const MAX_FIELD: usize = u16::MAX as usize;
+
+impl Slot {
+    /// The slot of `lock`. Fields longer than [`MAX_FIELD`] are cut at a
+    /// character boundary; callers validate lengths before.
+    pub(crate) fn new(lock: &Lock) -> Slot {
+        let name = clip(&lock.name);
+        let holder = clip(&lock.holder);
+        let data = lock.data.as_deref().map(clip);
+        let mut text = String::with_capacity(name.len() + holder.len() + data.map_or(0, str::len));
+        text.push_str(name);
+        text.push_str(holder);
+        text.push_str(data.unwrap_or(""));
+        Slot {
+            text: text.into_boxed_str(),
+            name_len: name.len() as u16,
+            holder_len: holder.len() as u16,
+            has_data: data.is_some(),
+            id: lock.id,
+            node: lock.node,
+            fence: lock.fence,
+            lease_nanos: nanos(lock.lease),
+            acquired: lock.acquired,
+            expires: lock.expires,
+        }
+    }
+
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_nanos(self.lease_nanos)
+    }
+
+    /// Restarts the lease: `lease` long from `now`.
+    pub(crate) fn restart(&mut self, lease: Duration, now: MonoTime) {
+        self.lease_nanos = nanos(lease);
+        self.expires = now + lease;
+    }
+
+    /// Takes in another report of the same grant: the earliest start, and
+    /// the latest lease end through the node that reported it.
+    pub(crate) fn merge(&mut self, other: &Lock) {
+        debug_assert_eq!(self.id, other.id);
+        self.acquired = self.acquired.min(other.acquired);
+        if other.expires > self.expires {
+            self.lease_nanos = nanos(other.lease);
+            self.expires = other.expires;
+            self.node = other.node;
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.text[..self.name_len as usize]
+    }
+
+    pub(crate) fn holder(&self) -> &str {
+        let start = self.name_len as usize;
+        &self.text[start..start + self.holder_len as usize]
+    }
+
+    pub(crate) fn data(&self) -> Option<&str> {
+        let start = self.name_len as usize + self.holder_len as usize;
+        self.has_data.then(|| &self.text[start..])
+    }
+
+    pub(crate) fn is_live(&self, now: MonoTime) -> bool {
+        now < self.expires
+    }
+
+    pub(crate) fn to_lock(&self) -> Lock {
+        Lock {
+            name: self.name().to_owned(),
+            id: self.id,
+            node: self.node,
+            holder: self.holder().to_owned(),
+            fence: self.fence,
+            lease: self.lease(),
+            acquired: self.acquired,
+            expires: self.expires,
+            data: self.data().map(str::to_owned),
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn clip(s: &str) -> &str {
+    if s.len() <= MAX_FIELD {
+        return s;
+    }
+    let mut end = MAX_FIELD;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The locks of a table, found by name.
+#[derive(Default)]
+pub(crate) struct Slots {
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    index: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+}
+
+impl Slots {
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn hash(&self, name: &str) -> u64 {
+        self.hasher.hash_one(name)
+    }
+
+    /// The slot number of the lock named `name`.
+    pub(crate) fn find(&self, name: &str) -> Option<u32> {
+        let slots = &self.slots;
+        self.index
+            .find(self.hash(name), |&i| slot_name(slots, i) == name)
+            .copied()
+    }
+
+    pub(crate) fn get(&self, at: u32) -> Option<&Slot> {
+        self.slots.get(at as usize).and_then(Option::as_ref)
+    }
+
+    pub(crate) fn get_mut(&mut self, at: u32) -> Option<&mut Slot> {
+        self.slots.get_mut(at as usize).and_then(Option::as_mut)
+    }
+
+    /// Keeps `slot`, whose name no slot holds yet, and says where.
+    pub(crate) fn insert(&mut self, slot: Slot) -> u32 {
+        debug_assert!(self.find(slot.name()).is_none());
+        let hash = self.hash(slot.name());
+        let at = match self.free.pop() {
+            Some(at) => {
+                self.slots[at as usize] = Some(slot);
+                at
+            }
+            None => {
+                self.slots.push(Some(slot));
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 locks")
+            }
+        };
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.index
+            .insert_unique(hash, at, |&i| hasher.hash_one(slot_name(slots, i)));
+        at
+    }
+
+    /// Takes the slot at `at` out.
+    pub(crate) fn remove(&mut self, at: u32) -> Option<Slot> {
+        let name_hash = self.hash(self.get(at)?.name());
+        let entry = self
+            .index
+            .find_entry(name_hash, |&i| i == at)
+            .expect("an occupied slot is indexed");
+        entry.remove();
+        self.free.push(at);
+        self.slots[at as usize].take()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Slot> {
+        self.slots.iter().flatten()
+    }
+
+    /// The occupied slots with their numbers.
+    pub(crate) fn numbered(&self) -> impl Iterator<Item = (u32, &Slot)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(at, s)| s.as_ref().map(|s| (at as u32, s)))
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.slots.clear();
+        self.free.clear();
+        self.index.clear();
+    }
+}
+
+fn slot_name(slots: &[Option<Slot>], at: u32) -> &str {
+    slots[at as usize].as_ref().map_or("", Slot::name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(name: &str, holder: &str, data: Option<&str>) -> Lock {
+        Lock {
+            name: name.into(),
+            id: LockId::from_u128(7),
+            node: 2,
+            holder: holder.into(),
+            fence: Fence::new(1, 1),
+            lease: Duration::from_secs(1),
+            acquired: MonoTime::from_nanos(1),
+            expires: MonoTime::from_nanos(2),
+            data: data.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn a_slot_gives_back_the_lock_it_was_made_of() {
+        for l in [
+            lock("jobs/42", "worker-7", Some("x")),
+            lock("é", "", None),
+            lock("n", "", Some("")),
+        ] {
+            assert_eq!(Slot::new(&l).to_lock(), l);
+        }
+        assert_eq!(std::mem::size_of::<Slot>(), 80);
+    }
+
+    #[test]
+    fn slots_are_found_by_name_and_reused() {
+        let mut slots = Slots::default();
+        let a = slots.insert(Slot::new(&lock("a", "", None)));
+        let b = slots.insert(Slot::new(&lock("b", "", None)));
+        assert_eq!(slots.find("a"), Some(a));
+        assert_eq!(slots.find("b"), Some(b));
+        assert_eq!(slots.remove(a).unwrap().name(), "a");
+        assert_eq!(slots.find("a"), None);
+        assert_eq!(slots.len(), 1);
+        let c = slots.insert(Slot::new(&lock("c", "", None)));
+        assert_eq!(c, a, "the freed slot is reused");
+        assert_eq!(slots.find("c"), Some(c));
+        assert_eq!(slots.find("b"), Some(b));
+        assert!(slots.remove(a).is_some());
+        assert!(slots.remove(a).is_none());
+    }
+}

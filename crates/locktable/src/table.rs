@@ -1,0 +1,628 @@
+//! The speaker's table: the locks the node speaking for the cluster grants.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use hashbrown::HashMap;
+
+use crate::error::{AcquireError, LockError, NotRebuilt, StaleGeneration};
+use crate::lock::{Fence, Lock, LockId, NodeId, Request};
+use crate::settle::settle_into;
+use crate::slots::{Slot, Slots};
+use crate::time::{LeaseRule, MonoTime};
+
+/// A request waiting for a lock held by another, as the table numbers it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WaiterId(pub u64);
+
+/// What [`Table::acquire`] did with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquired {
+    /// The lock is granted.
+    Granted(Lock),
+    /// The lock is held by another and the request waits; its answer comes
+    /// later as an [`Answer`] from [`Table::take_answers`].
+    Waiting(WaiterId),
+}
+
+/// The answer to a waiting request, given when the lock is granted to it,
+/// when its wait ends with the lock still held, or when the table is dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The waiting request answered.
+    pub waiter: WaiterId,
+    /// The lock granted, or why not.
+    pub result: Result<Lock, AcquireError>,
+}
+
+/// What a rebuild did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Locks in the table after the rebuild.
+    pub locks: usize,
+    /// Locks still held by their clients that lost to another grant of the
+    /// same name held longer; each is to be reported back to its node.
+    pub lost: Vec<Lock>,
+}
+
+/// Why a rebuild changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RebuildError {
+    /// The table was dropped since the generation the nodes were read for.
+    #[error(transparent)]
+    Stale(#[from] StaleGeneration),
+    /// The term is too large to be carried in a fence.
+    #[error("term {0} does not fit in a fence")]
+    EpochTooLarge(u64),
+}
+
+/// The inputs of a rebuild.
+#[derive(Debug, Clone)]
+pub struct RebuildFrom {
+    /// The generation the nodes were read for ([`Table::generation`] when
+    /// the reading began).
+    pub generation: u64,
+    /// The speaker's Raft term: the high bits of the fences it grants.
+    pub epoch: u64,
+    /// What the nodes said: their clients' locks and their own grants, on
+    /// this node's clock.
+    pub locks: Vec<Lock>,
+    /// In strict mode after a rebuild that missed members, no new grant is
+    /// made before this instant; renewals and reclaims go on.
+    pub hold_new_grants_until: Option<MonoTime>,
+}
+
+struct Waiter {
+    id: WaiterId,
+    request: Request,
+    until: MonoTime,
+}
+
+/// Hands out fences: the term in the high bits, a counter in the low.
+#[derive(Debug, Default)]
+struct FenceCounter {
+    next: u64,
+    end: u64,
+}
+
+impl FenceCounter {
+    fn take(&mut self) -> Result<Fence, AcquireError> {
+        if self.next >= self.end {
+            return Err(AcquireError::FencesExhausted);
+        }
+        self.next += 1;
+        Ok(Fence(self.next - 1))
+    }
+}
+
+/// The locks the node speaking for the cluster granted.
+///
+/// It reads no clock and starts no task: every call is given the time, and
+/// answers to waiting requests are collected with [`Table::take_answers`].
+/// The caller calls [`Table::poll`] at [`Table::next_deadline`] so leases
+/// end and waits time out on time.
+pub struct Table {
+    rule: LeaseRule,
+    generation: u64,
+    rebuilt: bool,
+    fences: FenceCounter,
+    hold_new_grants_until: Option<MonoTime>,
+    slots: Slots,
+    /// (lease end, fence, slot): one entry per grant; a renewal leaves its
+    /// entry in place to be pushed back when it comes up.
+    expiries: BinaryHeap<Reverse<(MonoTime, Fence, u32)>>,
+    waiters: HashMap<Box<str>, VecDeque<Waiter>>,
+    wait_ends: BinaryHeap<Reverse<(MonoTime, WaiterId, Box<str>)>>,
+    next_waiter: u64,
+    answers: Vec<Answer>,
+    /// What this node granted and held when it was last dropped.
+    retained: HashMap<LockId, Lock>,
+    /// Released ids, each kept until no report of it can still be live.
+    forgotten: Forgotten,
+}
+
+/// Released ids and until when each is kept from rebuilds: until the
+/// released lease would have ended, after which no node's record of it is
+/// live. Pruned oldest first, so the cost of a release stays constant.
+#[derive(Default)]
+struct Forgotten {
+    until: HashMap<LockId, MonoTime>,
+    order: VecDeque<(MonoTime, LockId)>,
+}
+
+impl Forgotten {
+    fn insert(&mut self, id: LockId, until: MonoTime, now: MonoTime) {
+        self.prune(now);
+        if until > now {
+            self.until.insert(id, until);
+            self.order.push_back((until, id));
+        }
+    }
+
+    fn contains(&self, id: LockId) -> bool {
+        self.until.contains_key(&id)
+    }
+
+    /// Drops the ids whose time is up, from the oldest while they are.
+    fn prune(&mut self, now: MonoTime) {
+        while let Some(&(until, id)) = self.order.front() {
+            if until > now {
+                break;
+            }
+            self.order.pop_front();
+            if self.until.get(&id) == Some(&until) {
+                self.until.remove(&id);
+            }
+        }
+    }
+}
+
+impl Table {
+    /// An empty table, not rebuilt, at generation 0.
+    pub fn new(rule: LeaseRule) -> Self {
+        Table {
+            rule,
+            generation: 0,
+            rebuilt: false,
+            fences: FenceCounter::default(),
+            hold_new_grants_until: None,
+            slots: Slots::default(),
+            expiries: BinaryHeap::new(),
+            waiters: HashMap::new(),
+            wait_ends: BinaryHeap::new(),
+            next_waiter: 0,
+            answers: Vec::new(),
+            retained: HashMap::new(),
+            forgotten: Forgotten::default(),
+        }
+    }
+
+    /// The lease rule the table grants by.
+    pub fn lease_rule(&self) -> LeaseRule {
+        self.rule
+    }
+
+    /// The generation a rebuild is for: the nodes are read after it is, and
+    /// the table is rebuilt from them only if it was not dropped meanwhile.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether the table was rebuilt since it was last dropped.
+    pub fn is_rebuilt(&self) -> bool {
+        self.rebuilt
+    }
+
+    /// How many locks the table holds (some may have expired unnoticed
+    /// until the next [`Table::poll`]).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the table holds no lock.
+    pub fn is_empty(&self) -> bool {
+        self.slots.len() == 0
+    }
+
+    /// How many requests are waiting.
+    pub fn waiting(&self) -> usize {
+        self.waiters.values().map(VecDeque::len).sum()
+    }
+
+    /// When new grants resume after a strict rebuild that missed members.
+    pub fn new_grants_held_until(&self, now: MonoTime) -> Option<MonoTime> {
+        self.hold_new_grants_until.filter(|&t| now < t)
+    }
+
+    /// Grants the lock `request` names, or queues the request when another
+    /// holds it and the request may wait, or says who holds it.
+    pub fn acquire(&mut self, request: Request, now: MonoTime) -> Result<Acquired, AcquireError> {
+        if !self.rebuilt {
+            return Err(NotRebuilt.into());
+        }
+        if let Some(until) = self.new_grants_held_until(now) {
+            return Err(AcquireError::HeldBack { until });
+        }
+        self.expire_name(&request.name, now);
+        let Some(at) = self.slots.find(&request.name) else {
+            return self.grant(request, now).map(Acquired::Granted);
+        };
+        if request.wait.is_zero() {
+            let held = self.slots.get(at).expect("found").to_lock();
+            return Err(AcquireError::Held(Box::new(held)));
+        }
+        let id = WaiterId(self.next_waiter);
+        self.next_waiter += 1;
+        let until = now + request.wait;
+        let name: Box<str> = request.name.as_str().into();
+        self.wait_ends.push(Reverse((until, id, name.clone())));
+        self.waiters
+            .entry(name)
+            .or_default()
+            .push_back(Waiter { id, request, until });
+        Ok(Acquired::Waiting(id))
+    }
+
+    /// Stops waiting for `waiter` (its client went away). Says whether it
+    /// was still waiting.
+    pub fn cancel(&mut self, name: &str, waiter: WaiterId) -> bool {
+        let Some(queue) = self.waiters.get_mut(name) else {
+            return false;
+        };
+        let Some(pos) = queue.iter().position(|w| w.id == waiter) else {
+            return false;
+        };
+        queue.remove(pos);
+        if queue.is_empty() {
+            self.waiters.remove(name);
+        }
+        true
+    }
+
+    /// Releases the lock `name` held under `id`, hands it to the first
+    /// request waiting, and forgets the id.
+    pub fn release(&mut self, name: &str, id: LockId, now: MonoTime) -> Result<Lock, LockError> {
+        if !self.rebuilt {
+            return Err(NotRebuilt.into());
+        }
+        self.expire_name(name, now);
+        let at = self.find_held(name, id)?;
+        let lock = self.remove(at);
+        self.forgotten
+            .insert(id, lock.expires + Self::FORGET_MARGIN, now);
+        self.hand_over(name, &lock, now);
+        Ok(lock)
+    }
+
+    /// Restarts the lease of the lock `name` held under `id`, for `lease`
+    /// or, with none, for the lease it had. `node` is the node the renewal
+    /// came through, which keeps the lock's record from now on.
+    pub fn renew(
+        &mut self,
+        name: &str,
+        id: LockId,
+        lease: Option<Duration>,
+        node: NodeId,
+        now: MonoTime,
+    ) -> Result<Lock, LockError> {
+        if !self.rebuilt {
+            return Err(NotRebuilt.into());
+        }
+        self.expire_name(name, now);
+        let at = self.find_held(name, id)?;
+        let rule = self.rule;
+        let slot = self.slots.get_mut(at).expect("found");
+        let before = slot.expires;
+        slot.restart(rule.lease(Some(lease.unwrap_or(slot.lease()))), now);
+        slot.node = node;
+        let lock = slot.to_lock();
+        if lock.expires < before {
+            // The entry already queued comes up too late for a shorter lease.
+            self.expiries.push(Reverse((lock.expires, lock.fence, at)));
+        }
+        Ok(lock)
+    }
+
+    /// Takes back into the table a lock its holder's node still has but
+    /// this table lacks (the node was missing at the rebuild). The lock is
+    /// kept with its id, fence and lease if the name is free, the id was
+    /// not released and the lease still runs; if another lock holds the
+    /// name, the reclaimed lock is lost.
+    pub fn reclaim(&mut self, lock: Lock, now: MonoTime) -> Result<Lock, LockError> {
+        if !self.rebuilt {
+            return Err(NotRebuilt.into());
+        }
+        self.expire_name(&lock.name, now);
+        if self.forgotten.contains(lock.id) || !lock.is_live(now) {
+            return Err(LockError::NotHeld);
+        }
+        if let Some(at) = self.slots.find(&lock.name) {
+            let slot = self.slots.get(at).expect("found");
+            return if slot.id == lock.id {
+                Ok(slot.to_lock())
+            } else {
+                Err(LockError::NotHeld)
+            };
+        }
+        let mut lock = lock;
+        lock.expires = lock.expires.min(now + self.rule.max);
+        self.insert(&lock);
+        Ok(lock)
+    }
+
+    /// The lock `name`, if held.
+    pub fn get(&self, name: &str, now: MonoTime) -> Result<Option<Lock>, NotRebuilt> {
+        if !self.rebuilt {
+            return Err(NotRebuilt);
+        }
+        Ok(self
+            .slots
+            .find(name)
+            .and_then(|at| self.slots.get(at))
+            .filter(|s| s.is_live(now))
+            .map(Slot::to_lock))
+    }
+
+    /// The locks held whose names start with `prefix`, in name order, at
+    /// most `limit` of them.
+    pub fn list(&self, prefix: &str, limit: usize, now: MonoTime) -> Result<Vec<Lock>, NotRebuilt> {
+        if !self.rebuilt {
+            return Err(NotRebuilt);
+        }
+        let mut found: Vec<&Slot> = self
+            .slots
+            .iter()
+            .filter(|s| s.is_live(now) && s.name().starts_with(prefix))
+            .collect();
+        if found.len() > limit {
+            found.select_nth_unstable_by(limit, |a, b| a.name().cmp(b.name()));
+            found.truncate(limit);
+        }
+        found.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        Ok(found.into_iter().map(Slot::to_lock).collect())
+    }
+
+    /// Ends the leases run out by `now`, handing each lock to its first
+    /// waiting request, and ends the waits run out.
+    pub fn poll(&mut self, now: MonoTime) {
+        while let Some(&Reverse((at, fence, slot))) = self.expiries.peek() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop();
+            let Some(s) = self.slots.get(slot).filter(|s| s.fence == fence) else {
+                continue;
+            };
+            if s.is_live(now) {
+                self.expiries.push(Reverse((s.expires, fence, slot)));
+                continue;
+            }
+            let lock = self.remove(slot);
+            self.hand_over(&lock.name, &lock, now);
+        }
+        while let Some(Reverse((until, _, _))) = self.wait_ends.peek() {
+            if *until > now {
+                break;
+            }
+            let Reverse((_, waiter, name)) = self.wait_ends.pop().expect("peeked");
+            if !self.cancel(&name, waiter) {
+                continue;
+            }
+            let result = match self.slots.find(&name).and_then(|at| self.slots.get(at)) {
+                Some(held) => Err(AcquireError::Held(Box::new(held.to_lock()))),
+                None => Err(NotRebuilt.into()),
+            };
+            self.answers.push(Answer { waiter, result });
+        }
+        self.retained.retain(|_, l| l.is_live(now));
+        self.forgotten.prune(now);
+    }
+
+    /// The next instant [`Table::poll`] has work: a lease or a wait ends.
+    pub fn next_deadline(&self) -> Option<MonoTime> {
+        let lease = self.expiries.peek().map(|Reverse((t, _, _))| *t);
+        let wait = self.wait_ends.peek().map(|Reverse((t, _, _))| *t);
+        match (lease, wait) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The answers to waiting requests given since the last call.
+    pub fn take_answers(&mut self) -> Vec<Answer> {
+        std::mem::take(&mut self.answers)
+    }
+
+    /// Forgets the table, which is no longer this node's to keep, or is
+    /// about to be again: the generation moves on, the requests waiting are
+    /// answered [`NotRebuilt`], and the locks granted are kept aside, to be
+    /// read by the next speaker through [`Table::granted`] until their
+    /// leases end.
+    pub fn drop_table(&mut self, now: MonoTime) {
+        self.generation += 1;
+        self.rebuilt = false;
+        self.hold_new_grants_until = None;
+        for slot in self.slots.iter().filter(|s| s.is_live(now)) {
+            self.retained.insert(slot.id, slot.to_lock());
+        }
+        self.retained.retain(|_, l| l.is_live(now));
+        self.slots.clear();
+        self.expiries.clear();
+        self.wait_ends.clear();
+        for (_, queue) in self.waiters.drain() {
+            self.answers.extend(queue.into_iter().map(|w| Answer {
+                waiter: w.id,
+                result: Err(NotRebuilt.into()),
+            }));
+        }
+    }
+
+    /// The locks this node granted whose lease has not ended: the ones of
+    /// its table, and the ones it held when it was last dropped. It is what
+    /// a node rebuilding its table reads of this one, besides the locks its
+    /// clients hold.
+    pub fn granted(&self, now: MonoTime) -> Vec<Lock> {
+        let mut out: Vec<Lock> = self
+            .slots
+            .iter()
+            .filter(|s| s.is_live(now))
+            .map(Slot::to_lock)
+            .collect();
+        out.extend(
+            self.retained
+                .values()
+                .filter(|l| l.is_live(now) && !self.forgotten.contains(l.id))
+                .filter(|l| {
+                    self.slots
+                        .find(&l.name)
+                        .and_then(|at| self.slots.get(at))
+                        .is_none_or(|s| s.id != l.id)
+                })
+                .cloned(),
+        );
+        out
+    }
+
+    /// Says a lock was released: it is dropped from the locks this node
+    /// granted before its table was dropped, from its table, where a rebuild
+    /// may have brought it back from a node that had not heard of the
+    /// release yet, and its id is kept from the rebuilds to come.
+    pub fn forget(&mut self, name: &str, id: LockId, now: MonoTime) {
+        // How long another node may still report it is unknown here: keep
+        // the id for the longest lease.
+        self.retained.remove(&id);
+        self.forgotten.insert(id, now + self.rule.max, now);
+        if let Ok(at) = self.find_held(name, id) {
+            let lock = self.remove(at);
+            self.hand_over(name, &lock, now);
+        }
+    }
+
+    /// Replaces the locks of the table with the ones the nodes say their
+    /// clients hold and the ones they granted, and marks it rebuilt. Changes
+    /// nothing when the table was dropped since `from.generation`.
+    ///
+    /// Two nodes saying they hold the same lock is a lock two speakers
+    /// granted apart, which only the end of one of the leases settles: the
+    /// one held the longest is kept, and the other is still held by its
+    /// client, which is returned.
+    pub fn rebuild(&mut self, from: RebuildFrom, now: MonoTime) -> Result<Rebuilt, RebuildError> {
+        if from.generation != self.generation {
+            return Err(StaleGeneration {
+                asked: from.generation,
+                current: self.generation,
+            }
+            .into());
+        }
+        if from.epoch > Fence::MAX_EPOCH {
+            return Err(RebuildError::EpochTooLarge(from.epoch));
+        }
+        let highest = from.locks.iter().map(|l| l.fence).max().unwrap_or_default();
+        self.slots.clear();
+        let forgotten = &self.forgotten;
+        let lost = settle_into(&mut self.slots, from.locks, now, self.rule.max, |id| {
+            forgotten.contains(id)
+        });
+        self.reindex_expiries();
+        let slots = &self.slots;
+        self.retained.retain(|id, l| {
+            slots
+                .find(&l.name)
+                .and_then(|at| slots.get(at))
+                .is_none_or(|s| s.id != *id)
+        });
+        let base = Fence::new(from.epoch, 1).0.max(highest.0.saturating_add(1));
+        self.fences = FenceCounter {
+            next: base,
+            end: Fence::new(from.epoch + 1, 0)
+                .0
+                .max(base.saturating_add(1 << Fence::COUNTER_BITS)),
+        };
+        self.hold_new_grants_until = from.hold_new_grants_until;
+        self.rebuilt = true;
+        Ok(Rebuilt {
+            locks: self.slots.len(),
+            lost,
+        })
+    }
+
+    /// How long past a released lease its id is still kept from rebuilds:
+    /// every other record of the lease ends no later than the speaker's
+    /// (holders count from the send, old speakers granted it earlier), give
+    /// or take the difference in clock rates over one lease.
+    const FORGET_MARGIN: Duration = Duration::from_secs(1);
+
+    fn find_held(&self, name: &str, id: LockId) -> Result<u32, LockError> {
+        self.slots
+            .find(name)
+            .filter(|&at| self.slots.get(at).is_some_and(|s| s.id == id))
+            .ok_or(LockError::NotHeld)
+    }
+
+    /// Takes the lock at `at` out of the table.
+    fn remove(&mut self, at: u32) -> Lock {
+        let lock = self.slots.remove(at).expect("occupied").to_lock();
+        // A released lock leaves its expiry entry behind; rebuild the heap
+        // before the stale entries outnumber the live ones.
+        if self.expiries.len() > 2 * self.slots.len() + 1024 {
+            self.reindex_expiries();
+        }
+        lock
+    }
+
+    fn reindex_expiries(&mut self) {
+        let entries: Vec<_> = self
+            .slots
+            .numbered()
+            .map(|(at, s)| Reverse((s.expires, s.fence, at)))
+            .collect();
+        self.expiries = BinaryHeap::from(entries);
+    }
+
+    /// Frees `name` if its lease ended by `now`, handing it on.
+    fn expire_name(&mut self, name: &str, now: MonoTime) {
+        let Some(at) = self.slots.find(name) else {
+            return;
+        };
+        if self.slots.get(at).is_some_and(|s| !s.is_live(now)) {
+            let lock = self.remove(at);
+            self.hand_over(name, &lock, now);
+        }
+    }
+
+    fn insert(&mut self, lock: &Lock) {
+        let at = self.slots.insert(Slot::new(lock));
+        self.expiries.push(Reverse((lock.expires, lock.fence, at)));
+    }
+
+    fn grant(&mut self, request: Request, now: MonoTime) -> Result<Lock, AcquireError> {
+        let fence = self.fences.take()?;
+        let lease = self.rule.lease(request.lease);
+        let lock = Lock {
+            name: request.name,
+            id: request.id,
+            node: request.node,
+            holder: request.holder,
+            fence,
+            lease,
+            acquired: now,
+            expires: now + lease,
+            data: request.data,
+        };
+        self.insert(&lock);
+        Ok(lock)
+    }
+
+    /// `name` was freed (by `freed`'s release or expiry): the first request
+    /// still waiting gets it; those whose wait ended are told it was held.
+    fn hand_over(&mut self, name: &str, freed: &Lock, now: MonoTime) {
+        if self.waiters.is_empty() {
+            return;
+        }
+        let Some(mut queue) = self.waiters.remove(name) else {
+            return;
+        };
+        while let Some(waiter) = queue.pop_front() {
+            if waiter.until < now {
+                self.answers.push(Answer {
+                    waiter: waiter.id,
+                    result: Err(AcquireError::Held(Box::new(freed.clone()))),
+                });
+                continue;
+            }
+            let result = self.grant(waiter.request, now);
+            let granted = result.is_ok();
+            self.answers.push(Answer {
+                waiter: waiter.id,
+                result,
+            });
+            if granted {
+                break;
+            }
+        }
+        if !queue.is_empty() {
+            self.waiters.insert(name.into(), queue);
+        }
+    }
+}

@@ -1,0 +1,722 @@
+//! The seed's package documentation, sentence by sentence: each test names
+//! the sentence it shows.
+
+use std::time::Duration;
+
+use locktable::{
+    AcquireError, Acquired, Answer, Fence, Held, LeaseRule, Lock, LockError, LockId, LockInTransit,
+    MonoTime, NotRebuilt, RebuildError, RebuildFrom, Request, Table,
+};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn t(secs: u64) -> MonoTime {
+    MonoTime::from_nanos(1_000_000_000_000) + Duration::from_secs(secs)
+}
+
+fn req(name: &str, id: u128, node: u64) -> Request {
+    Request {
+        name: name.into(),
+        id: LockId::from_u128(id),
+        node,
+        holder: format!("client-{id}"),
+        lease: Some(10 * SEC),
+        wait: Duration::ZERO,
+        data: None,
+    }
+}
+
+fn waiting(mut r: Request, wait: Duration) -> Request {
+    r.wait = wait;
+    r
+}
+
+fn rebuilt_table(epoch: u64, locks: Vec<Lock>, now: MonoTime) -> Table {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(now);
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch,
+                locks,
+                hold_new_grants_until: None,
+            },
+            now,
+        )
+        .unwrap();
+    table
+}
+
+fn granted(result: Result<Acquired, AcquireError>) -> Lock {
+    match result {
+        Ok(Acquired::Granted(lock)) => lock,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+fn held_lock(
+    name: &str,
+    id: u128,
+    node: u64,
+    acquired: MonoTime,
+    expires: MonoTime,
+    fence: u64,
+) -> Lock {
+    Lock {
+        name: name.into(),
+        id: LockId::from_u128(id),
+        node,
+        holder: String::new(),
+        fence: Fence(fence),
+        lease: expires.saturating_duration_since(acquired),
+        acquired,
+        expires,
+        data: None,
+    }
+}
+
+// "A lock is granted for a lease, and lapses when the lease ends whatever
+// its holder became: a process that died holding one does not hold it
+// forever."
+#[test]
+fn a_lock_lapses_when_its_lease_ends() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let lock = granted(table.acquire(req("a", 1, 1), t(0)));
+    assert_eq!(lock.expires, t(10));
+    assert!(
+        matches!(table.acquire(req("a", 2, 1), t(9)), Err(AcquireError::Held(h)) if h.id == lock.id)
+    );
+    // Nobody released it; at the lease end it is free.
+    table.poll(t(10));
+    assert!(table.is_empty());
+    assert_eq!(table.get("a", t(10)).unwrap(), None);
+    granted(table.acquire(req("a", 2, 1), t(10)));
+}
+
+#[test]
+fn an_expired_lock_is_free_even_before_poll() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    granted(table.acquire(req("a", 1, 1), t(0)));
+    assert_eq!(table.get("a", t(10)).unwrap(), None);
+    assert!(table.list("", 10, t(10)).unwrap().is_empty());
+    granted(table.acquire(req("a", 2, 1), t(11)));
+    assert_eq!(
+        table.release("a", LockId::from_u128(1), t(11)),
+        Err(LockError::NotHeld)
+    );
+}
+
+// "DefaultLease is the lease of a request naming none." / "MaxLease is the
+// longest lease granted."
+#[test]
+fn the_lease_rule_applies_to_grants_and_renewals() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let mut r = req("a", 1, 1);
+    r.lease = None;
+    assert_eq!(
+        granted(table.acquire(r, t(0))).lease,
+        LeaseRule::DEFAULT_LEASE
+    );
+    let mut r = req("b", 2, 1);
+    r.lease = Some(Duration::from_secs(86_400));
+    assert_eq!(granted(table.acquire(r, t(0))).lease, LeaseRule::MAX_LEASE);
+    let renewed = table
+        .renew(
+            "a",
+            LockId::from_u128(1),
+            Some(Duration::from_secs(7200)),
+            1,
+            t(1),
+        )
+        .unwrap();
+    assert_eq!(renewed.lease, LeaseRule::MAX_LEASE);
+    assert_eq!(renewed.expires, t(601));
+}
+
+// "A lease is counted on the clock of the node keeping the lock ... The
+// nodes pass a lease to one another as the time left, which each adds to
+// its own clock, so their clocks need not agree on the time."
+#[test]
+fn a_lease_travels_as_time_left() {
+    let speaker_now = t(100);
+    let mut table = rebuilt_table(1, vec![], speaker_now);
+    let lock = granted(table.acquire(req("a", 1, 2), speaker_now));
+    // Node 2's clock reads something else entirely.
+    let sent_at_node2 = MonoTime::from_nanos(5_000_000_000_000);
+    let on_wire = lock.in_transit(speaker_now);
+    assert_eq!(on_wire.ttl, 10 * SEC);
+    let at_node2 = on_wire.arrive(sent_at_node2);
+    assert_eq!(at_node2.expires, sent_at_node2 + 10 * SEC);
+}
+
+// "The holder is to be done before the lease ends, which it counts on its
+// own clock the same way." Counting from the send, the holder's view ends
+// first.
+#[test]
+fn the_holders_view_ends_before_the_speakers() {
+    let sent = t(0);
+    let mut table = rebuilt_table(1, vec![], t(0));
+    // The request takes 2 s to reach the speaker.
+    let lock = granted(table.acquire(req("a", 1, 2), t(2)));
+    let mut held = Held::new();
+    held.record(lock.in_transit(t(2)).arrive(sent));
+    let mine = held.get(lock.id).unwrap();
+    assert!(mine.expires < lock.expires);
+    assert_eq!(mine.expires, t(10));
+    assert!(held.renewed(lock.id, 10 * SEC, t(5)));
+    assert_eq!(held.get(lock.id).unwrap().expires, t(15));
+    assert_eq!(held.expire(t(15)).len(), 1);
+    assert!(held.is_empty());
+}
+
+// "Acquire grants the lock req names, waiting for as long as req says when
+// another holds it, and answers ErrHeld when the wait ends with the lock
+// still held."
+#[test]
+fn acquire_waits_and_answers_held_when_the_wait_ends() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let first = granted(table.acquire(req("a", 1, 1), t(0)));
+    let Ok(Acquired::Waiting(w)) = table.acquire(waiting(req("a", 2, 1), 3 * SEC), t(1)) else {
+        panic!("should wait")
+    };
+    assert_eq!(table.next_deadline(), Some(t(4)));
+    table.poll(t(3));
+    assert!(table.take_answers().is_empty());
+    table.poll(t(4));
+    let answers = table.take_answers();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].waiter, w);
+    assert!(matches!(&answers[0].result, Err(AcquireError::Held(h)) if h.id == first.id));
+    assert_eq!(table.waiting(), 0);
+}
+
+#[test]
+fn wait_zero_fails_at_once_with_the_current_lock() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let first = granted(table.acquire(req("a", 1, 1), t(0)));
+    match table.acquire(req("a", 2, 1), t(0)) {
+        Err(AcquireError::Held(current)) => assert_eq!(*current, first),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_release_hands_the_lock_to_the_waiters_first_come_first_served() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let first = granted(table.acquire(req("a", 1, 1), t(0)));
+    let mut waiters = vec![];
+    for id in 2..6 {
+        match table.acquire(waiting(req("a", id, 1), 60 * SEC), t(id as u64)) {
+            Ok(Acquired::Waiting(w)) => waiters.push((w, id)),
+            other => panic!("{other:?}"),
+        }
+    }
+    let mut current = first;
+    for (now, (w, id)) in (6..).zip(waiters) {
+        let released = table.release("a", current.id, t(now)).unwrap();
+        assert_eq!(released.id, current.id);
+        let answers = table.take_answers();
+        assert_eq!(answers.len(), 1, "exactly the next waiter is answered");
+        let Answer { waiter, result } = answers.into_iter().next().unwrap();
+        assert_eq!(waiter, w);
+        let lock = result.unwrap();
+        assert_eq!(lock.id, LockId::from_u128(id));
+        assert_eq!(lock.acquired, t(now), "the lease starts at the hand-over");
+        assert!(lock.fence > current.fence);
+        current = lock;
+    }
+}
+
+#[test]
+fn an_expiry_hands_the_lock_to_the_first_waiter_at_the_lease_end() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    granted(table.acquire(req("a", 1, 1), t(0)));
+    let Ok(Acquired::Waiting(w)) = table.acquire(waiting(req("a", 2, 1), 60 * SEC), t(1)) else {
+        panic!()
+    };
+    assert_eq!(table.next_deadline(), Some(t(10)));
+    table.poll(t(10));
+    let answers = table.take_answers();
+    assert_eq!(answers[0].waiter, w);
+    assert_eq!(answers[0].result.as_ref().unwrap().acquired, t(10));
+}
+
+#[test]
+fn a_renewal_postpones_the_expiry() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let lock = granted(table.acquire(req("a", 1, 1), t(0)));
+    let renewed = table.renew("a", lock.id, None, 3, t(8)).unwrap();
+    assert_eq!(renewed.expires, t(18));
+    assert_eq!(
+        renewed.node, 3,
+        "a renewal through another node moves the record there"
+    );
+    assert_eq!(
+        renewed.fence, lock.fence,
+        "a renewal keeps the grant's fence"
+    );
+    table.poll(t(10));
+    assert_eq!(table.get("a", t(10)).unwrap().unwrap().id, lock.id);
+    assert_eq!(table.next_deadline(), Some(t(18)));
+    table.poll(t(18));
+    assert!(table.is_empty());
+}
+
+#[test]
+fn release_and_renew_need_the_right_id() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let lock = granted(table.acquire(req("a", 1, 1), t(0)));
+    let wrong = LockId::from_u128(99);
+    assert_eq!(table.release("a", wrong, t(1)), Err(LockError::NotHeld));
+    assert_eq!(
+        table.renew("a", wrong, None, 1, t(1)),
+        Err(LockError::NotHeld)
+    );
+    assert_eq!(table.release("b", lock.id, t(1)), Err(LockError::NotHeld));
+    table.release("a", lock.id, t(1)).unwrap();
+    // A retried release of the same id does not touch a newer holder.
+    let newer = granted(table.acquire(req("a", 2, 1), t(2)));
+    assert_eq!(table.release("a", lock.id, t(3)), Err(LockError::NotHeld));
+    assert_eq!(table.get("a", t(3)).unwrap().unwrap().id, newer.id);
+}
+
+#[test]
+fn list_filters_by_prefix_sorts_and_limits() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    for (i, name) in ["jobs/3", "jobs/1", "other", "jobs/2"].iter().enumerate() {
+        granted(table.acquire(req(name, i as u128, 1), t(0)));
+    }
+    let names = |v: Vec<Lock>| v.into_iter().map(|l| l.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(table.list("jobs/", 10, t(1)).unwrap()),
+        ["jobs/1", "jobs/2", "jobs/3"]
+    );
+    assert_eq!(
+        names(table.list("jobs/", 2, t(1)).unwrap()),
+        ["jobs/1", "jobs/2"]
+    );
+    assert_eq!(table.list("", 100, t(1)).unwrap().len(), 4);
+    assert!(table.list("x", 100, t(1)).unwrap().is_empty());
+}
+
+// "ErrNotRebuilt is the error of a request to a table not rebuilt yet."
+#[test]
+fn a_table_not_rebuilt_refuses_everything() {
+    let mut table = Table::new(LeaseRule::default());
+    assert!(!table.is_rebuilt());
+    assert_eq!(
+        table.acquire(req("a", 1, 1), t(0)),
+        Err(AcquireError::NotRebuilt(NotRebuilt))
+    );
+    assert_eq!(
+        table.release("a", LockId::from_u128(1), t(0)),
+        Err(LockError::NotRebuilt(NotRebuilt))
+    );
+    assert_eq!(
+        table.renew("a", LockId::from_u128(1), None, 1, t(0)),
+        Err(LockError::NotRebuilt(NotRebuilt))
+    );
+    assert_eq!(table.get("a", t(0)), Err(NotRebuilt));
+    assert_eq!(table.list("", 1, t(0)), Err(NotRebuilt));
+}
+
+// "Drop forgets the table, which is no longer this node's to keep, or is
+// about to be again. The requests waiting are answered ErrNotRebuilt."
+#[test]
+fn drop_forgets_the_table_and_answers_the_waiters_not_rebuilt() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    granted(table.acquire(req("a", 1, 1), t(0)));
+    let Ok(Acquired::Waiting(w)) = table.acquire(waiting(req("a", 2, 1), 60 * SEC), t(0)) else {
+        panic!()
+    };
+    let generation = table.generation();
+    table.drop_table(t(1));
+    assert_eq!(table.generation(), generation + 1);
+    assert!(!table.is_rebuilt());
+    assert!(table.is_empty());
+    assert_eq!(
+        table.take_answers(),
+        vec![Answer {
+            waiter: w,
+            result: Err(AcquireError::NotRebuilt(NotRebuilt))
+        }]
+    );
+    assert_eq!(
+        table.acquire(req("b", 3, 1), t(1)),
+        Err(AcquireError::NotRebuilt(NotRebuilt))
+    );
+}
+
+// "Granted returns the locks this node granted and whose lease has not
+// ended: the ones of its table, and the ones it held when it was last
+// dropped."
+#[test]
+fn granted_is_the_table_and_what_it_held_when_dropped() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let a = granted(table.acquire(req("a", 1, 1), t(0)));
+    let mut short = req("b", 2, 1);
+    short.lease = Some(2 * SEC);
+    granted(table.acquire(short, t(0)));
+    let ids = |v: Vec<Lock>| {
+        let mut v: Vec<_> = v.into_iter().map(|l| l.id.as_u128()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(table.granted(t(1))), [1, 2]);
+    table.drop_table(t(1));
+    assert_eq!(ids(table.granted(t(1))), [1, 2], "kept after the drop");
+    assert_eq!(ids(table.granted(t(3))), [1], "until the leases end");
+    // A second drop before any rebuild keeps them still.
+    table.drop_table(t(3));
+    assert_eq!(ids(table.granted(t(3))), [1]);
+    assert!(table.granted(t(10)).is_empty());
+    // Rebuilt as this speaker again, each lock is listed once.
+    let g = table.generation();
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: g,
+                epoch: 2,
+                locks: vec![a.clone()],
+                hold_new_grants_until: None,
+            },
+            t(4),
+        )
+        .unwrap();
+    assert_eq!(ids(table.granted(t(4))), [1]);
+}
+
+// "Forget says a lock was released: it is dropped from the locks this node
+// granted before its table was dropped, from its table, where a rebuild may
+// have brought it back from a node that had not heard of the release yet,
+// and its id is kept from the rebuilds to come."
+#[test]
+fn forget_drops_a_released_lock_everywhere_and_for_good() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let a = granted(table.acquire(req("a", 1, 1), t(0)));
+    let b = granted(table.acquire(req("b", 2, 1), t(0)));
+    table.drop_table(t(1));
+    // Released through the next speaker: this node hears of it.
+    table.forget("a", a.id, t(1));
+    assert_eq!(table.granted(t(1)).len(), 1);
+    // A node that had not heard of the release reports it at a rebuild.
+    let g = table.generation();
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: g,
+                epoch: 2,
+                locks: vec![a.clone(), b.clone()],
+                hold_new_grants_until: None,
+            },
+            t(2),
+        )
+        .unwrap();
+    assert_eq!(
+        table.get("a", t(2)).unwrap(),
+        None,
+        "a released id never comes back"
+    );
+    assert!(table.get("b", t(2)).unwrap().is_some());
+    // Forget also takes it out of the table when a rebuild brought it back.
+    let mut table2 = rebuilt_table(3, vec![b.clone()], t(2));
+    table2.forget("b", b.id, t(2));
+    assert_eq!(table2.get("b", t(2)).unwrap(), None);
+    let g = table2.generation();
+    table2.drop_table(t(2));
+    table2
+        .rebuild(
+            RebuildFrom {
+                generation: g + 1,
+                epoch: 4,
+                locks: vec![b],
+                hold_new_grants_until: None,
+            },
+            t(3),
+        )
+        .unwrap();
+    assert!(table2.is_empty());
+}
+
+#[test]
+fn a_release_forgets_the_id_for_later_rebuilds() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let a = granted(table.acquire(req("a", 1, 1), t(0)));
+    table.release("a", a.id, t(1)).unwrap();
+    table.drop_table(t(1));
+    let g = table.generation();
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: g,
+                epoch: 2,
+                locks: vec![a],
+                hold_new_grants_until: None,
+            },
+            t(2),
+        )
+        .unwrap();
+    assert!(table.is_empty());
+}
+
+// "Generation returns the generation a rebuild is for: the nodes are read
+// after it is, and the table is rebuilt from them only if it was not
+// dropped meanwhile." / "It says false, and changes nothing, when the table
+// was dropped since generation."
+#[test]
+fn a_rebuild_for_a_generation_that_moved_on_changes_nothing() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let read_for = table.generation();
+    // While the nodes are read, the node stops and starts speaking again.
+    table.drop_table(t(1));
+    let lock = held_lock("a", 1, 2, t(0), t(30), Fence::new(1, 1).0);
+    let err = table
+        .rebuild(
+            RebuildFrom {
+                generation: read_for,
+                epoch: 3,
+                locks: vec![lock],
+                hold_new_grants_until: None,
+            },
+            t(1),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, RebuildError::Stale(s) if s.asked == read_for && s.current == read_for + 1)
+    );
+    assert!(!table.is_rebuilt());
+    assert!(table.is_empty());
+}
+
+// "Rebuild replaces the locks of the table with the ones the nodes say
+// their clients hold, and marks it rebuilt."
+#[test]
+fn rebuild_replaces_the_table_with_the_reports() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    granted(table.acquire(req("old", 1, 1), t(0)));
+    table.drop_table(t(0));
+    let g = table.generation();
+    let reported = held_lock("a", 5, 2, t(0), t(20), Fence::new(1, 9).0);
+    let out = table
+        .rebuild(
+            RebuildFrom {
+                generation: g,
+                epoch: 2,
+                locks: vec![reported.clone()],
+                hold_new_grants_until: None,
+            },
+            t(1),
+        )
+        .unwrap();
+    assert!(table.is_rebuilt());
+    assert_eq!(out.locks, 1);
+    assert!(out.lost.is_empty());
+    assert_eq!(table.get("a", t(1)).unwrap(), Some(reported));
+    assert_eq!(
+        table.get("old", t(1)).unwrap(),
+        None,
+        "what was not reported is not in the table"
+    );
+}
+
+#[test]
+fn rebuild_leaves_out_ended_leases_and_cuts_overlong_ones() {
+    let ended = held_lock("a", 1, 2, t(0), t(5), 1);
+    let overlong = held_lock("b", 2, 2, t(0), t(100_000), 2);
+    let table = rebuilt_table(1, vec![ended, overlong], t(6));
+    assert_eq!(table.get("a", t(6)).unwrap(), None);
+    assert_eq!(
+        table.get("b", t(6)).unwrap().unwrap().expires,
+        t(6) + LeaseRule::MAX_LEASE
+    );
+}
+
+// "Two nodes saying they hold the same lock is a lock two speakers granted
+// apart, which only the end of one of the leases settles: the one held the
+// longest is kept, and the other is still held by its client, which is
+// returned."
+#[test]
+fn a_conflict_keeps_the_lock_held_longest_and_returns_the_other() {
+    let older = held_lock("a", 1, 2, t(0), t(30), Fence::new(1, 5).0);
+    let newer = held_lock("a", 2, 3, t(4), t(30), Fence::new(2, 1).0);
+    for reports in [
+        vec![older.clone(), newer.clone()],
+        vec![newer.clone(), older.clone()],
+    ] {
+        let mut table = Table::new(LeaseRule::default());
+        table.drop_table(t(5));
+        let out = table
+            .rebuild(
+                RebuildFrom {
+                    generation: 1,
+                    epoch: 3,
+                    locks: reports,
+                    hold_new_grants_until: None,
+                },
+                t(5),
+            )
+            .unwrap();
+        assert_eq!(table.get("a", t(5)).unwrap().unwrap().id, older.id);
+        assert_eq!(
+            out.lost,
+            vec![newer.clone()],
+            "returned so its node can tell its client"
+        );
+    }
+}
+
+#[test]
+fn two_reports_of_one_grant_are_one_lock_with_the_latest_lease() {
+    // The speaker's grant record and the holder's node, which renewed
+    // through another node since: one lock, recorded where it was renewed.
+    let granted_view = held_lock("a", 1, 2, t(0), t(10), 7);
+    let mut renewed_view = granted_view.clone();
+    renewed_view.node = 3;
+    renewed_view.expires = t(25);
+    let table = rebuilt_table(2, vec![granted_view, renewed_view], t(5));
+    let lock = table.get("a", t(5)).unwrap().unwrap();
+    assert_eq!((lock.node, lock.expires), (3, t(25)));
+}
+
+// "The grants are read too because a lock granted to a request a node
+// handed over is held before that node hears of it."
+#[test]
+fn a_grant_the_holders_node_has_not_heard_of_survives_through_granted() {
+    let mut old = rebuilt_table(1, vec![], t(0));
+    let lock = granted(old.acquire(req("a", 1, 2), t(0)));
+    old.drop_table(t(1));
+    // Node 2 never got the answer; the next speaker reads node 2's Held
+    // (empty) and the old speaker's Granted.
+    let next = rebuilt_table(2, old.granted(t(1)), t(1));
+    assert_eq!(next.get("a", t(1)).unwrap().unwrap().id, lock.id);
+}
+
+#[test]
+fn fences_increase_across_speakers() {
+    let mut first = rebuilt_table(1, vec![], t(0));
+    let mut fences = vec![];
+    for i in 0..3 {
+        fences.push(granted(first.acquire(req(&format!("n{i}"), i, 1), t(0))).fence);
+    }
+    first.drop_table(t(0));
+    let mut second = rebuilt_table(2, first.granted(t(0)), t(0));
+    for i in 3..6 {
+        fences.push(granted(second.acquire(req(&format!("n{i}"), i, 1), t(0))).fence);
+    }
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    assert_eq!(fences[3].epoch(), 2);
+}
+
+#[test]
+fn fences_stay_above_every_reported_fence() {
+    // A report carrying a fence from a term at or above this one (which a
+    // correct cluster never produces) still cannot make fences go backwards.
+    let odd = held_lock("a", 1, 2, t(0), t(30), Fence::new(5, 10).0);
+    let mut table = rebuilt_table(4, vec![odd.clone()], t(0));
+    let next = granted(table.acquire(req("b", 2, 1), t(0)));
+    assert!(next.fence > odd.fence);
+}
+
+#[test]
+fn a_term_too_large_for_a_fence_is_refused() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let err = table
+        .rebuild(
+            RebuildFrom {
+                generation: 1,
+                epoch: Fence::MAX_EPOCH + 1,
+                locks: vec![],
+                hold_new_grants_until: None,
+            },
+            t(0),
+        )
+        .unwrap_err();
+    assert_eq!(err, RebuildError::EpochTooLarge(Fence::MAX_EPOCH + 1));
+}
+
+#[test]
+fn strict_mode_holds_new_grants_back_but_takes_reclaims_and_renewals() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let present = held_lock("a", 1, 2, t(0), t(30), 1);
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: 1,
+                epoch: 2,
+                locks: vec![present.clone()],
+                hold_new_grants_until: Some(t(60)),
+            },
+            t(0),
+        )
+        .unwrap();
+    assert_eq!(
+        table.acquire(req("x", 5, 1), t(1)),
+        Err(AcquireError::HeldBack { until: t(60) })
+    );
+    assert!(table.renew("a", present.id, None, 2, t(1)).is_ok());
+    // A lock held through a member that was missing comes back on renewal.
+    let missing = held_lock("b", 2, 3, t(0), t(20), 2);
+    assert_eq!(table.reclaim(missing.clone(), t(2)).unwrap().id, missing.id);
+    assert!(table.renew("b", missing.id, None, 3, t(2)).is_ok());
+    // A second lock of a held name is lost, not reclaimed.
+    let rival = held_lock("b", 3, 4, t(1), t(20), 3);
+    assert_eq!(table.reclaim(rival, t(2)), Err(LockError::NotHeld));
+    granted(table.acquire(req("x", 5, 1), t(60)));
+}
+
+#[test]
+fn released_or_ended_locks_are_not_reclaimed() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let a = granted(table.acquire(req("a", 1, 1), t(0)));
+    table.release("a", a.id, t(1)).unwrap();
+    assert_eq!(table.reclaim(a.clone(), t(2)), Err(LockError::NotHeld));
+    let ended = held_lock("b", 2, 1, t(0), t(3), 1);
+    assert_eq!(table.reclaim(ended, t(3)), Err(LockError::NotHeld));
+}
+
+#[test]
+fn a_cancelled_waiter_is_never_answered() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let first = granted(table.acquire(req("a", 1, 1), t(0)));
+    let Ok(Acquired::Waiting(w1)) = table.acquire(waiting(req("a", 2, 1), 60 * SEC), t(0)) else {
+        panic!()
+    };
+    let Ok(Acquired::Waiting(w2)) = table.acquire(waiting(req("a", 3, 1), 60 * SEC), t(0)) else {
+        panic!()
+    };
+    assert!(table.cancel("a", w1));
+    assert!(!table.cancel("a", w1));
+    table.release("a", first.id, t(1)).unwrap();
+    let answers = table.take_answers();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].waiter, w2);
+}
+
+#[test]
+fn lock_in_transit_round_trips() {
+    let lock = held_lock("a", 1, 2, t(3), t(13), 4);
+    let moved: LockInTransit = lock.in_transit(t(5));
+    assert_eq!(moved.clone().arrive(t(5)), lock);
+}
+
+// Found by the model test: a renewal for a shorter lease must still end the
+// lease, and hand the lock on, at the new end.
+#[test]
+fn a_renewal_for_a_shorter_lease_ends_it_sooner() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let lock = granted(table.acquire(req("a", 1, 1), t(0)));
+    let Ok(Acquired::Waiting(w)) = table.acquire(waiting(req("a", 2, 1), 60 * SEC), t(0)) else {
+        panic!()
+    };
+    table.renew("a", lock.id, Some(2 * SEC), 1, t(1)).unwrap();
+    assert_eq!(table.next_deadline(), Some(t(3)));
+    table.poll(t(3));
+    let answers = table.take_answers();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].waiter, w);
+    assert_eq!(answers[0].result.as_ref().unwrap().acquired, t(3));
+}
