@@ -1,0 +1,69 @@
+//! This node's leadership, read from openraft in plain std types.
+//!
+//! For the speaker's guard: grant only while [`leader_state`] names the
+//! generation (term) the table was rebuilt in and
+//! `Instant::now() < LeaderState::lease_deadline(..)`.
+
+use std::time::Duration;
+
+use openraft::vote::RaftLeaderId;
+use openraft::Instant as _;
+
+use crate::types::LeaderId;
+use crate::types::Raft;
+
+/// What `Raft::as_leader()` reports while this node is the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderState {
+    /// The leader id: this node, elected in `leader_id.term`.
+    pub leader_id: LeaderId,
+    /// When a quorum last acknowledged this leader (the *send* time of the
+    /// acknowledged heartbeat), or `None` if no quorum has acknowledged it yet.
+    pub quorum_acked_at: Option<std::time::Instant>,
+}
+
+impl LeaderState {
+    /// The term this node leads in.
+    pub fn term(&self) -> u64 {
+        self.leader_id.term()
+    }
+
+    /// Until when no other leader can exist: `quorum_acked_at + lease - margin`.
+    ///
+    /// `lease` is `election_timeout_max` ([`crate::RaftTimings::leader_lease`]).
+    /// `None` (not yet acknowledged) means: not a valid leader.
+    pub fn lease_deadline(&self, lease: Duration, margin: Duration) -> Option<std::time::Instant> {
+        let acked = self.quorum_acked_at?;
+        (acked + lease).checked_sub(margin)
+    }
+}
+
+/// This node's leadership, or `None` if it is not the (committed) leader.
+///
+/// Reads the metrics channel (no round trip to the Raft core), which the
+/// core refreshes on every loop iteration; the acknowledgement time it shows
+/// can only be older than the core's, which errs on the safe side.
+///
+/// A sole voter is its own quorum at every instant (openraft keeps its
+/// acknowledgement time at the election and never refreshes it), so for a
+/// one-voter cluster `quorum_acked_at` is now.
+pub fn leader_state(raft: &Raft) -> Option<LeaderState> {
+    let leader = raft.as_leader().ok()?;
+    let mut voters = raft.voter_ids();
+    let sole_voter = voters.next() == Some(*raft.node_id()) && voters.next().is_none();
+    if sole_voter {
+        return Some(LeaderState {
+            leader_id: *leader.leader_id(),
+            quorum_acked_at: Some(std::time::Instant::now()),
+        });
+    }
+    let quorum_acked_at = leader.last_quorum_acked().and_then(|acked| {
+        // openraft's instant is tokio's; carry it over as an age.
+        let age = acked.elapsed();
+        std::time::Instant::now().checked_sub(age)
+    });
+    Some(LeaderState {
+        leader_id: *leader.leader_id(),
+        quorum_acked_at,
+    })
+}

@@ -1,0 +1,93 @@
+//! leasehold's Raft layer: every piece of openraft glue, so no other crate
+//! needs to name openraft types beyond what this crate re-exports.
+//!
+//! Raft here elects the speaker and orders terms and membership; nothing
+//! about locks is logged. The pieces:
+//!
+//! - [`types`]: the [`TypeConfig`] and aliases ([`Raft`], [`Vote`], ...).
+//! - [`LogStore`]: the durable vote and log (redb), which also pins a data
+//!   directory to one node id.
+//! - [`StateMachine`]: in memory; last applied id and membership only.
+//! - [`NetworkFactory`] / [`raft_router`]: the HTTP peer network, both sides.
+//! - [`RaftTimings`] / [`raft_config`]: the openraft config leasehold runs with.
+//! - [`leader_state`]: this node's leadership and lease, for the speaker's guard.
+//!
+//! # Running a node
+//!
+//! ```text
+//! let raft = leasehold_raft::build(id, &data_dir, &RaftTimings::default(), &token).await?;
+//! // Serve the peer routes (wrap /internal/ with the token check) ...
+//! let app = axum::Router::new().merge(leasehold_raft::raft_router(raft.clone()));
+//! // ... start the speaker task, then let the node campaign:
+//! raft.run();
+//! if !raft.is_initialized().await? && id == lowest_peer_id {
+//!     raft.initialize(peers /* BTreeMap<u64, BasicNode> */).await.ok();
+//! }
+//! ```
+
+pub mod auth;
+pub mod codec;
+pub mod config;
+pub mod lease;
+pub mod log_store;
+pub mod network;
+pub mod routes;
+pub mod server;
+pub mod state_machine;
+pub mod types;
+
+use std::path::Path;
+
+pub use auth::token_matches;
+pub use auth::TOKEN_HEADER;
+pub use config::raft_config;
+pub use config::RaftTimings;
+pub use lease::leader_state;
+pub use lease::LeaderState;
+pub use log_store::LogStore;
+pub use log_store::StoreError;
+pub use network::NetworkFactory;
+pub use network::NetworkInitError;
+pub use server::raft_router;
+pub use state_machine::StateMachine;
+pub use types::*;
+
+/// Why [`build`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data directory could not be opened, or belongs to another node.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The timings are not a valid openraft config.
+    #[error("raft config: {0}")]
+    Config(#[from] openraft::ConfigError),
+    /// The network could not be set up.
+    #[error(transparent)]
+    Network(#[from] NetworkInitError),
+    /// openraft failed to recover its state from the store.
+    #[error("raft: {0}")]
+    Fatal(#[from] errors::Fatal),
+}
+
+/// Builds (but does not start) node `node_id` with its store in `data_dir`.
+///
+/// Nothing runs until [`Raft::run`] is called, so the HTTP server and the
+/// speaker task can hold the handle before the node can campaign. Peer
+/// addresses come from the membership (`BasicNode.addr`, `host:port`).
+pub async fn build(
+    node_id: NodeId,
+    data_dir: &Path,
+    timings: &RaftTimings,
+    cluster_token: &str,
+) -> Result<Raft, StartError> {
+    let config = timings.config()?;
+    let network = NetworkFactory::new(node_id, cluster_token)?;
+    let dir = data_dir.to_path_buf();
+    let store = tokio::task::spawn_blocking(move || LogStore::open(&dir, node_id))
+        .await
+        .map_err(|e| StoreError::Io {
+            path: data_dir.to_path_buf(),
+            source: std::io::Error::other(e),
+        })??;
+    Ok(Raft::build(node_id, config, network, store, StateMachine::new()).await?)
+}

@@ -1,0 +1,15 @@
+//! The peer routes the Raft network uses (all `POST`, bodies in [`crate::codec`]).
+
+/// `AppendEntriesRequest` → `Result<AppendEntriesResponse, RaftError>`.
+pub const APPEND: &str = "/internal/raft/append";
+/// `VoteRequest` → `Result<VoteResponse, RaftError>`.
+pub const VOTE: &str = "/internal/raft/vote";
+/// `VoteRequest` (pre-vote) → `Result<VoteResponse, RaftError>`.
+pub const PRE_VOTE: &str = "/internal/raft/pre-vote";
+/// `(Vote, SnapshotMeta, Vec<u8>)` → `Result<SnapshotResponse, Fatal>`.
+pub const SNAPSHOT: &str = "/internal/raft/snapshot";
+/// `TransferLeaderRequest` → `Result<TransferLeaderResponse, Fatal>`.
+pub const TRANSFER_LEADER: &str = "/internal/raft/transfer-leader";
+
+/// The content type of every peer RPC body.
+pub const CONTENT_TYPE: &str = "application/octet-stream";
