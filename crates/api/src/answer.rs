@@ -1,0 +1,123 @@
+//! Every success: a lock, a listing, the state of the cluster.
+
+use locktable::NodeId;
+use serde::{Deserialize, Serialize};
+
+use crate::lock::LockView;
+
+/// `200 {"lock": Lock}`: acquire, release, renew and get.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockAnswer {
+    /// The lock.
+    pub lock: LockView,
+}
+
+/// `200 {"locks": [Lock...]}`: list.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocksAnswer {
+    /// The locks, in name order.
+    pub locks: Vec<LockView>,
+}
+
+/// `GET /v1/cluster`: who speaks, and how the last rebuild went.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterAnswer {
+    /// The answering node.
+    pub node: NodeId,
+    /// The node the answering one takes to speak (the Raft leader), if any.
+    pub leader: Option<NodeId>,
+    /// The answering node's current Raft term.
+    pub term: u64,
+    /// Whether the answering node speaks and has rebuilt its table.
+    pub rebuilt: bool,
+    /// The answering node's table generation.
+    pub generation: u64,
+    /// The members of the cluster.
+    pub members: Vec<Member>,
+    /// The answering node's latest rebuild; null before its first.
+    pub last_rebuild: Option<RebuildReport>,
+}
+
+/// A member of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Its Raft node id.
+    pub id: NodeId,
+    /// Its address, as in `--peers`.
+    pub addr: String,
+    /// Its state as the answering node sees it, e.g. `"leader"`,
+    /// `"follower"`, `"candidate"`, `"learner"`, `"unreachable"`: a string,
+    /// so new states need no new client.
+    pub state: String,
+}
+
+/// The failover report of a rebuild.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildReport {
+    /// The term the rebuild was for.
+    pub term: u64,
+    /// The members whose `Held` and `Granted` were read.
+    pub members_read: Vec<NodeId>,
+    /// The members that did not answer in time, or restarted too recently.
+    pub members_missing: Vec<NodeId>,
+    /// Locks in the rebuilt table.
+    pub locks: u64,
+    /// Locks reported by two nodes, settled to one.
+    pub conflicts: u64,
+    /// How long the rebuild took, in milliseconds.
+    pub took_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_shape_matches_the_spec() {
+        let mut answer = ClusterAnswer {
+            node: 1,
+            leader: None,
+            term: 0,
+            rebuilt: false,
+            generation: 0,
+            members: vec![Member {
+                id: 1,
+                addr: "127.0.0.1:7701".into(),
+                state: "follower".into(),
+            }],
+            last_rebuild: None,
+        };
+        let json = serde_json::to_value(&answer).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"node": 1, "leader": null, "term": 0, "rebuilt": false,
+                "generation": 0, "members": [{"id": 1, "addr": "127.0.0.1:7701", "state": "follower"}],
+                "last_rebuild": null})
+        );
+        answer.leader = Some(2);
+        answer.last_rebuild = Some(RebuildReport {
+            term: 3,
+            members_read: vec![1, 2],
+            members_missing: vec![3],
+            locks: 10,
+            conflicts: 1,
+            took_ms: 12,
+        });
+        let json = serde_json::to_value(&answer).unwrap();
+        assert_eq!(
+            json["last_rebuild"],
+            serde_json::json!({"term": 3, "members_read": [1, 2], "members_missing": [3],
+                "locks": 10, "conflicts": 1, "took_ms": 12})
+        );
+        assert_eq!(
+            serde_json::from_value::<ClusterAnswer>(json).unwrap(),
+            answer
+        );
+    }
+
+    #[test]
+    fn lock_answers() {
+        let locks = LocksAnswer::default();
+        assert_eq!(serde_json::to_string(&locks).unwrap(), r#"{"locks":[]}"#);
+    }
+}

@@ -1,0 +1,207 @@
+//! Every failure: `{"error": CODE, "message": "...", "lock"?: Lock}`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::lock::LockView;
+use crate::request::BadRequest;
+
+/// Seconds a server puts in the `Retry-After` header of every `503`.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// The `error` of a failure.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request is malformed or invalid: `400`.
+    BadRequest,
+    /// The lock is held by another: `409`, with the current lock.
+    Held,
+    /// No such lock is held (never was, released, expired, or lost): `404`.
+    NotHeld,
+    /// The speaker has not finished rebuilding its table, or stopped
+    /// speaking: `503`, retryable.
+    NotRebuilt,
+    /// No node speaks for the cluster (or none can be reached): `503`,
+    /// retryable.
+    NoLeader,
+    /// A peer route without the cluster token: `401`.
+    Unauthorized,
+    /// The body is larger than [`crate::MAX_BODY_BYTES`]: `413`.
+    TooLarge,
+    /// The node failed: `500`.
+    Internal,
+}
+
+impl ErrorCode {
+    /// Every code.
+    pub const ALL: [ErrorCode; 8] = [
+        ErrorCode::BadRequest,
+        ErrorCode::Held,
+        ErrorCode::NotHeld,
+        ErrorCode::NotRebuilt,
+        ErrorCode::NoLeader,
+        ErrorCode::Unauthorized,
+        ErrorCode::TooLarge,
+        ErrorCode::Internal,
+    ];
+
+    /// The HTTP status answered with this code.
+    pub const fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::BadRequest => 400,
+            ErrorCode::Held => 409,
+            ErrorCode::NotHeld => 404,
+            ErrorCode::NotRebuilt | ErrorCode::NoLeader => 503,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::TooLarge => 413,
+            ErrorCode::Internal => 500,
+        }
+    }
+
+    /// Whether the same request may succeed if simply sent again later, to
+    /// this node or another: true for the `503`s (`not_rebuilt`,
+    /// `no_leader`), which carry `Retry-After`. `held` is not: an acquire
+    /// that should wait says so with `wait_ms`.
+    pub const fn retryable(self) -> bool {
+        matches!(self, ErrorCode::NotRebuilt | ErrorCode::NoLeader)
+    }
+
+    /// The code as it appears in JSON, e.g. `"not_held"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::Held => "held",
+            ErrorCode::NotHeld => "not_held",
+            ErrorCode::NotRebuilt => "not_rebuilt",
+            ErrorCode::NoLeader => "no_leader",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The body of every failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{error}: {message}")]
+pub struct ErrorBody {
+    /// What failed.
+    pub error: ErrorCode,
+    /// For people.
+    pub message: String,
+    /// The lock as it is held, with `409 held`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockView>,
+}
+
+impl ErrorBody {
+    /// A failure with no lock.
+    pub fn new(error: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorBody {
+            error,
+            message: message.into(),
+            lock: None,
+        }
+    }
+
+    /// `409 held`, showing the lock as it is held.
+    pub fn held(lock: LockView) -> Self {
+        ErrorBody {
+            error: ErrorCode::Held,
+            message: format!("{:?} is held", lock.name),
+            lock: Some(lock),
+        }
+    }
+
+    /// `413 too_large` for a body over [`crate::MAX_BODY_BYTES`].
+    pub fn too_large() -> Self {
+        ErrorBody::new(
+            ErrorCode::TooLarge,
+            format!("the body is larger than {} bytes", crate::MAX_BODY_BYTES),
+        )
+    }
+
+    /// The HTTP status to answer with.
+    pub fn http_status(&self) -> u16 {
+        self.error.http_status()
+    }
+}
+
+impl From<BadRequest> for ErrorBody {
+    fn from(e: BadRequest) -> Self {
+        ErrorBody::new(ErrorCode::BadRequest, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_serialize_snake_case_with_their_statuses() {
+        let expect = [
+            ("bad_request", 400, false),
+            ("held", 409, false),
+            ("not_held", 404, false),
+            ("not_rebuilt", 503, true),
+            ("no_leader", 503, true),
+            ("unauthorized", 401, false),
+            ("too_large", 413, false),
+            ("internal", 500, false),
+        ];
+        for (code, (text, status, retry)) in ErrorCode::ALL.into_iter().zip(expect) {
+            assert_eq!(serde_json::to_value(code).unwrap(), text);
+            assert_eq!(code.as_str(), text);
+            assert_eq!(code.to_string(), text);
+            assert_eq!(
+                serde_json::from_value::<ErrorCode>(text.into()).unwrap(),
+                code
+            );
+            assert_eq!(code.http_status(), status);
+            assert_eq!(code.retryable(), retry);
+            // Every 503 is retryable and only those.
+            assert_eq!(code.retryable(), status == 503);
+        }
+    }
+
+    #[test]
+    fn bodies() {
+        let body = ErrorBody::from(BadRequest::EmptyName);
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"error":"bad_request","message":"field `name` must not be empty"}"#
+        );
+        assert_eq!(body.http_status(), 400);
+        assert_eq!(ErrorBody::too_large().http_status(), 413);
+        let lock = crate::LockView {
+            name: "a".into(),
+            id: "00000000000000000000000001".into(),
+            node: 1,
+            holder: String::new(),
+            fence: 1,
+            lease_ms: 1,
+            ttl_ms: 1,
+            acquired_at: "1970-01-01T00:00:00.000Z".into(),
+            expires_at: "1970-01-01T00:00:00.001Z".into(),
+            data: None,
+        };
+        let held = ErrorBody::held(lock.clone());
+        let json = serde_json::to_value(&held).unwrap();
+        assert_eq!(json["error"], "held");
+        assert_eq!(json["lock"]["name"], "a");
+        let back: ErrorBody = serde_json::from_value(json).unwrap();
+        assert_eq!(back.lock, Some(lock));
+        // A body with no lock reads back with none.
+        let plain: ErrorBody =
+            serde_json::from_str(r#"{"error":"no_leader","message":"m"}"#).unwrap();
+        assert_eq!(plain, ErrorBody::new(ErrorCode::NoLeader, "m"));
+    }
+}

@@ -1,0 +1,168 @@
+//! The bodies of the peer routes under `/internal/`: reading a node's
+//! `Held` and `Granted` at a rebuild, forwarding to the speaker, and telling
+//! a node what it forgot or lost.
+//!
+//! Peer bodies are read with `serde_json` directly (the sender is a node, not
+//! a user); a forwarded client request is validated again with its
+//! `validate` method by the speaker.
+
+use locktable::NodeId;
+use serde::{Deserialize, Serialize};
+
+use crate::peer::PeerLock;
+use crate::request::{validate_id, validate_name, AcquireBody, BadRequest, Body};
+
+/// What a node reports at a rebuild: its clients' locks and its own grants.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldReport {
+    /// The reporting node.
+    pub node: NodeId,
+    /// How long the reporting process has been up, in milliseconds; a node
+    /// up for less than the longest lease may have forgotten locks, and
+    /// counts as missing.
+    pub started_ms_ago: u64,
+    /// The locks its clients hold (`Held`).
+    pub held: Vec<PeerLock>,
+    /// The locks it granted while it spoke, leases not yet over (`Granted`).
+    pub granted: Vec<PeerLock>,
+}
+
+/// An acquire a follower hands to the speaker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardAcquire {
+    /// The client's request.
+    pub body: AcquireBody,
+    /// The forwarding node, whose client will hold the lock.
+    pub node: NodeId,
+}
+
+impl ForwardAcquire {
+    /// Checks the client's request again.
+    pub fn validate(&self) -> Result<(), BadRequest> {
+        self.body.validate()
+    }
+}
+
+/// A renew a follower hands to the speaker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardRenew {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id.
+    pub id: String,
+    /// The new lease, in milliseconds; absent means the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// The forwarding node, to which the lock's record moves.
+    pub node: NodeId,
+    /// The forwarding node's own record of the lock, if it has one, so a
+    /// speaker that lost the lock (missed at a rebuild) can take it back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<PeerLock>,
+}
+
+impl ForwardRenew {
+    /// Checks the name and id.
+    pub fn validate(&self) -> Result<(), BadRequest> {
+        validate_name(&self.name)?;
+        validate_id(&self.id).map(drop)
+    }
+}
+
+/// A release a follower hands to the speaker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardRelease {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id.
+    pub id: String,
+    /// The forwarding node.
+    pub node: NodeId,
+}
+
+impl ForwardRelease {
+    /// Checks the name and id.
+    pub fn validate(&self) -> Result<(), BadRequest> {
+        validate_name(&self.name)?;
+        validate_id(&self.id).map(drop)
+    }
+}
+
+/// Tells a node to forget a released lock (from its `Held` and `Granted`),
+/// so no rebuild brings it back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forget {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id.
+    pub id: String,
+}
+
+/// Tells a node its clients lost these locks: a rebuild kept another
+/// holder's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lost {
+    /// The locks lost.
+    pub locks: Vec<PeerLock>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use locktable::LockId;
+
+    #[test]
+    fn round_trips() {
+        let id = LockId::from_u128(99).to_string();
+        let fwd = ForwardAcquire {
+            body: AcquireBody {
+                name: "a".into(),
+                lease_ms: Some(10),
+                ..AcquireBody::default()
+            },
+            node: 2,
+        };
+        let json = serde_json::to_string(&fwd).unwrap();
+        assert_eq!(json, r#"{"body":{"name":"a","lease_ms":10},"node":2}"#);
+        assert_eq!(serde_json::from_str::<ForwardAcquire>(&json).unwrap(), fwd);
+        assert!(fwd.validate().is_ok());
+
+        let renew = ForwardRenew {
+            name: "a".into(),
+            id: id.clone(),
+            lease_ms: None,
+            node: 3,
+            record: None,
+        };
+        let json = serde_json::to_string(&renew).unwrap();
+        assert_eq!(serde_json::from_str::<ForwardRenew>(&json).unwrap(), renew);
+        assert!(renew.validate().is_ok());
+        let bad = ForwardRelease {
+            name: "a".into(),
+            id: "zz".into(),
+            node: 1,
+        };
+        assert_eq!(bad.validate(), Err(BadRequest::BadId));
+
+        let report = HeldReport {
+            node: 1,
+            started_ms_ago: 5,
+            ..HeldReport::default()
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"node": 1, "started_ms_ago": 5, "held": [], "granted": []})
+        );
+        let forget = Forget {
+            name: "a".into(),
+            id,
+        };
+        let text = serde_json::to_string(&forget).unwrap();
+        assert_eq!(serde_json::from_str::<Forget>(&text).unwrap(), forget);
+        assert_eq!(
+            serde_json::to_string(&Lost::default()).unwrap(),
+            r#"{"locks":[]}"#
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! The wire format of leasehold's HTTP API (SPEC §2): the JSON lock, request
+//! bodies and their validation, answers, errors, and the bodies of the peer
+//! routes under `/internal/`.
+//!
+//! This crate does no I/O and pulls in no HTTP or async runtime, so the node
+//! and the client share it.
+//!
+//! * [`LockView`]: a lock as every answer shows it.
+//! * [`AcquireBody`], [`ReleaseBody`], [`RenewBody`], [`ListQuery`]: what
+//!   clients send; [`parse_body`] turns request bytes into one, validated,
+//!   or a [`BadRequest`] naming the problem.
+//! * [`ErrorCode`], [`ErrorBody`]: every failure.
+//! * [`LockAnswer`], [`LocksAnswer`], [`ClusterAnswer`]: every success.
+//! * [`PeerLock`] and the [`internal`] bodies: peer traffic.
+//!
+//! Unknown fields in any body are ignored, for forward compatibility: an
+//! older node accepts a newer client's request, minus what it does not know.
+
+pub mod answer;
+pub mod error;
+pub mod internal;
+pub mod lock;
+pub mod peer;
+pub mod request;
+pub mod time;
+
+pub use answer::{ClusterAnswer, LockAnswer, LocksAnswer, Member, RebuildReport};
+pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
+pub use internal::{Forget, ForwardAcquire, ForwardRelease, ForwardRenew, HeldReport, Lost};
+pub use lock::LockView;
+pub use peer::PeerLock;
+pub use request::{
+    parse_body, validate_data, validate_holder, validate_id, validate_name, AcquireBody,
+    BadRequest, Body, Field, FieldKind, ListQuery, ReleaseBody, RenewBody, DEFAULT_LIST_LIMIT,
+    MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_WAIT_MS,
+};
+pub use time::format_rfc3339_ms;
+
+/// Whole milliseconds in `d`, rounded down, saturating at `u64::MAX`.
+pub fn millis_floor(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Milliseconds in `d`, rounded up to the next whole one, saturating at
+/// `u64::MAX`.
+pub fn millis_ceil(d: std::time::Duration) -> u64 {
+    let whole = millis_floor(d);
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn millis_round_as_named() {
+        assert_eq!(millis_floor(Duration::from_micros(1_999)), 1);
+        assert_eq!(millis_ceil(Duration::from_micros(1_001)), 2);
+        assert_eq!(millis_ceil(Duration::from_millis(7)), 7);
+        assert_eq!(millis_ceil(Duration::from_nanos(1)), 1);
+        assert_eq!(millis_floor(Duration::MAX), u64::MAX);
+        assert_eq!(millis_ceil(Duration::MAX), u64::MAX);
+    }
+}

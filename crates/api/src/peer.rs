@@ -1,0 +1,139 @@
+//! A lock as it travels between nodes: [`locktable::LockInTransit`] in JSON.
+
+use std::time::Duration;
+
+use locktable::{BadLockId, Fence, LockInTransit, NodeId};
+use serde::{Deserialize, Serialize};
+
+use crate::{millis_ceil, millis_floor};
+
+/// The serde form of [`LockInTransit`] for peer traffic: times as integer
+/// milliseconds of duration, never an instant of the sender's clock.
+///
+/// Converting from a [`LockInTransit`] rounds conservatively: `ttl_ms` and
+/// `lease_ms` **down**, `held_ms` **up**, so a receiver never thinks a lease
+/// longer, or a lock younger, than the sender did. (A lock held longest wins
+/// a conflict at a rebuild, so rounding the age up can only make a tie, never
+/// turn a younger lock into the older.)
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerLock {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id, a 26-character ULID.
+    pub id: String,
+    /// The node whose client holds the lock.
+    pub node: NodeId,
+    /// Who holds it; may be empty.
+    #[serde(default)]
+    pub holder: String,
+    /// The grant's fencing token.
+    pub fence: u64,
+    /// The lease last granted or renewed, in milliseconds (rounded down).
+    pub lease_ms: u64,
+    /// Time left on the lease when sent, in milliseconds (rounded down).
+    pub ttl_ms: u64,
+    /// How long the lock had been held when sent, in milliseconds (rounded
+    /// up).
+    pub held_ms: u64,
+    /// Data kept with the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
+impl From<LockInTransit> for PeerLock {
+    fn from(lock: LockInTransit) -> Self {
+        PeerLock {
+            name: lock.name,
+            id: lock.id.to_string(),
+            node: lock.node,
+            holder: lock.holder,
+            fence: lock.fence.0,
+            lease_ms: millis_floor(lock.lease),
+            ttl_ms: millis_floor(lock.ttl),
+            held_ms: millis_ceil(lock.held_for),
+            data: lock.data,
+        }
+    }
+}
+
+impl TryFrom<PeerLock> for LockInTransit {
+    type Error = BadLockId;
+
+    /// Fails only when `id` is not a lock id.
+    fn try_from(lock: PeerLock) -> Result<Self, BadLockId> {
+        Ok(LockInTransit {
+            id: lock.id.parse()?,
+            name: lock.name,
+            node: lock.node,
+            holder: lock.holder,
+            fence: Fence(lock.fence),
+            lease: Duration::from_millis(lock.lease_ms),
+            ttl: Duration::from_millis(lock.ttl_ms),
+            held_for: Duration::from_millis(lock.held_ms),
+            data: lock.data,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use locktable::LockId;
+
+    fn transit(ttl: Duration, held: Duration) -> LockInTransit {
+        LockInTransit {
+            name: "a/b".into(),
+            id: LockId::from_parts(1_700_000_000_000, 0xABCDEF),
+            node: 3,
+            holder: "h".into(),
+            fence: Fence::new(7, 9),
+            lease: Duration::from_secs(30),
+            ttl,
+            held_for: held,
+            data: Some("x".into()),
+        }
+    }
+
+    #[test]
+    fn whole_milliseconds_round_trip_exactly() {
+        let t = transit(Duration::from_millis(12_345), Duration::from_millis(678));
+        let peer = PeerLock::from(t.clone());
+        let json = serde_json::to_string(&peer).unwrap();
+        let back: PeerLock = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, peer);
+        assert_eq!(LockInTransit::try_from(back), Ok(t));
+    }
+
+    #[test]
+    fn rounding_is_conservative() {
+        let t = transit(
+            Duration::from_micros(12_345_999),
+            Duration::from_micros(678_001),
+        );
+        let peer = PeerLock::from(t.clone());
+        assert_eq!(peer.ttl_ms, 12_345);
+        assert_eq!(peer.held_ms, 679);
+        let back = LockInTransit::try_from(peer).unwrap();
+        assert!(back.ttl <= t.ttl);
+        assert!(back.held_for >= t.held_for);
+    }
+
+    #[test]
+    fn bad_id_is_refused() {
+        let mut peer = PeerLock::from(transit(Duration::ZERO, Duration::ZERO));
+        peer.id = "not-an-id".into();
+        assert_eq!(LockInTransit::try_from(peer), Err(BadLockId));
+    }
+
+    #[test]
+    fn shape() {
+        let peer = PeerLock::from(transit(Duration::from_millis(1), Duration::from_millis(2)));
+        let json = serde_json::to_value(&peer).unwrap();
+        let mut keys: Vec<_> = json.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            ["data", "fence", "held_ms", "holder", "id", "lease_ms", "name", "node", "ttl_ms"]
+        );
+    }
+}

@@ -1,0 +1,696 @@
+//! What clients send, and its validation: the one place a request is judged.
+//!
+//! A body is read by [`parse_body`], which refuses, with a [`BadRequest`]
+//! naming the field and the fault: malformed JSON, a body that is not an
+//! object, a missing or mistyped field, a negative, fractional or oversize
+//! duration, an empty or oversize name, an oversize holder or data, an id
+//! that is not a ULID. Unknown fields are ignored (forward compatibility);
+//! `null` for an optional field means it is absent. When a key appears twice
+//! the last one counts.
+
+use std::time::Duration;
+
+use locktable::LockId;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Longest `name`, in bytes of UTF-8.
+pub const MAX_NAME_BYTES: usize = 512;
+/// Longest `holder`, in bytes of UTF-8.
+pub const MAX_HOLDER_BYTES: usize = 256;
+/// Longest `data`, in bytes of UTF-8.
+pub const MAX_DATA_BYTES: usize = 4096;
+/// Largest request body the server reads; a larger one is answered `413
+/// too_large`.
+///
+/// 64 KiB: JSON escaping can make a field up to six times its bytes
+/// (`\u0000`), so a body whose name, holder and data are all at their limits
+/// and fully escaped (about 29 KiB) still fits, with room for whitespace.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Longest wait an acquire is given, in milliseconds: 10 minutes, the seed's
+/// longest lease. A longer `wait_ms` is clamped to it, not refused.
+pub const MAX_WAIT_MS: u64 = 600_000;
+/// Locks listed when the query names no `limit`.
+pub const DEFAULT_LIST_LIMIT: usize = 1000;
+/// Most locks one listing returns; a larger `limit` is clamped to it.
+pub const MAX_LIST_LIMIT: usize = 10_000;
+
+/// A request refused: the `400 bad_request` message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadRequest {
+    /// The body is not JSON.
+    #[error("malformed JSON: {0}")]
+    Malformed(String),
+    /// The body is JSON but not an object.
+    #[error("the body must be a JSON object")]
+    NotAnObject,
+    /// A required field is absent (or null).
+    #[error("missing field `{0}`")]
+    Missing(&'static str),
+    /// A field has the wrong JSON type.
+    #[error("field `{field}` must be {expected}")]
+    WrongType {
+        /// The field.
+        field: &'static str,
+        /// What it must be, e.g. "a string".
+        expected: &'static str,
+    },
+    /// A duration is negative.
+    #[error("field `{0}` must not be negative")]
+    Negative(&'static str),
+    /// A duration is not a JSON integer (a fraction, an exponent, `1.0`).
+    #[error("field `{0}` must be an integer number of milliseconds")]
+    NotInteger(&'static str),
+    /// A duration or count does not fit in 64 bits.
+    #[error("field `{0}` does not fit in 64 bits")]
+    TooBig(&'static str),
+    /// The name is empty.
+    #[error("field `name` must not be empty")]
+    EmptyName,
+    /// A string is over its limit.
+    #[error("field `{field}` is {len} bytes, more than the {max} allowed")]
+    TooLong {
+        /// The field.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// The id is not a ULID.
+    #[error("field `id` is not a lock id (26 characters of Crockford base32 expected)")]
+    BadId,
+    /// A query string parameter is malformed.
+    #[error("query parameter `{field}`: {problem}")]
+    BadQuery {
+        /// The parameter, or "query" for the string as a whole.
+        field: &'static str,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// Anything else serde refused (a backstop; the checks above come first).
+    #[error("invalid body: {0}")]
+    Invalid(String),
+}
+
+/// The JSON type a field must have.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum FieldKind {
+    /// A string.
+    Str,
+    /// Integer milliseconds: a JSON integer from 0 to `u64::MAX`.
+    Millis,
+}
+
+/// One field of a body, as [`parse_body`] checks it before serde reads it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// The JSON key.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: FieldKind,
+    /// Whether it must be present and not null.
+    pub required: bool,
+}
+
+const fn field(name: &'static str, kind: FieldKind, required: bool) -> Field {
+    Field {
+        name,
+        kind,
+        required,
+    }
+}
+
+/// A request body [`parse_body`] can read: its fields, and the checks of
+/// their values.
+pub trait Body: DeserializeOwned {
+    /// The fields, checked for presence and type in this order.
+    const FIELDS: &'static [Field];
+    /// The checks of the values, once the types are right.
+    fn validate(&self) -> Result<(), BadRequest>;
+}
+
+/// Reads a request body: JSON, of the right shape, with valid values.
+///
+/// The server checks the size ([`MAX_BODY_BYTES`]) before calling this.
+pub fn parse_body<T: Body>(bytes: &[u8]) -> Result<T, BadRequest> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| BadRequest::Malformed(e.to_string()))?;
+    let Value::Object(map) = value else {
+        return Err(BadRequest::NotAnObject);
+    };
+    check_fields(&map, T::FIELDS)?;
+    let body: T = serde_json::from_value(Value::Object(map))
+        .map_err(|e| BadRequest::Invalid(e.to_string()))?;
+    body.validate()?;
+    Ok(body)
+}
+
+fn check_fields(map: &Map<String, Value>, fields: &[Field]) -> Result<(), BadRequest> {
+    for f in fields {
+        match map.get(f.name) {
+            None | Some(Value::Null) if f.required => return Err(BadRequest::Missing(f.name)),
+            None | Some(Value::Null) => {}
+            Some(v) => check_kind(f, v)?,
+        }
+    }
+    Ok(())
+}
+
+fn check_kind(f: &Field, v: &Value) -> Result<(), BadRequest> {
+    match f.kind {
+        FieldKind::Str if v.is_string() => Ok(()),
+        FieldKind::Str => Err(BadRequest::WrongType {
+            field: f.name,
+            expected: "a string",
+        }),
+        FieldKind::Millis => {
+            let Value::Number(n) = v else {
+                return Err(BadRequest::WrongType {
+                    field: f.name,
+                    expected: "an integer number of milliseconds",
+                });
+            };
+            if n.is_u64() {
+                Ok(())
+            } else if n.is_i64() {
+                Err(BadRequest::Negative(f.name))
+            } else {
+                // A float, or an integer too large for i64/u64 (serde_json
+                // reads those as floats).
+                let x = n.as_f64().unwrap_or(f64::NAN);
+                let integral = x.is_finite() && x.fract() == 0.0;
+                let text = n.to_string();
+                let written_as_integer = !text.contains(['.', 'e', 'E']);
+                // serde_json reads `-0` as -0.0: negative too.
+                if x.is_sign_negative() {
+                    Err(BadRequest::Negative(f.name))
+                } else if written_as_integer || (integral && x >= 18_446_744_073_709_551_616.0) {
+                    Err(BadRequest::TooBig(f.name))
+                } else {
+                    Err(BadRequest::NotInteger(f.name))
+                }
+            }
+        }
+    }
+}
+
+/// Checks a lock name: 1 to [`MAX_NAME_BYTES`] bytes.
+pub fn validate_name(name: &str) -> Result<(), BadRequest> {
+    if name.is_empty() {
+        return Err(BadRequest::EmptyName);
+    }
+    max_len("name", name, MAX_NAME_BYTES)
+}
+
+/// Checks a holder: at most [`MAX_HOLDER_BYTES`] bytes.
+pub fn validate_holder(holder: &str) -> Result<(), BadRequest> {
+    max_len("holder", holder, MAX_HOLDER_BYTES)
+}
+
+/// Checks lock data: at most [`MAX_DATA_BYTES`] bytes.
+pub fn validate_data(data: &str) -> Result<(), BadRequest> {
+    max_len("data", data, MAX_DATA_BYTES)
+}
+
+/// Parses a lock id.
+pub fn validate_id(id: &str) -> Result<LockId, BadRequest> {
+    id.parse().map_err(|_| BadRequest::BadId)
+}
+
+fn max_len(field: &'static str, s: &str, max: usize) -> Result<(), BadRequest> {
+    if s.len() > max {
+        Err(BadRequest::TooLong {
+            field,
+            len: s.len(),
+            max,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn ms(v: Option<u64>) -> Option<Duration> {
+    v.map(Duration::from_millis)
+}
+
+/// `POST /v1/locks/acquire`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireBody {
+    /// The name to lock.
+    pub name: String,
+    /// Who asks, for the reader of a listing; absent means "".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// The lease asked for, in milliseconds; absent or 0 means the node's
+    /// default, longer than its maximum is clamped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// How long to wait for a lock held by another, in milliseconds; absent
+    /// or 0 fails at once, longer than [`MAX_WAIT_MS`] is clamped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Data to keep with the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
+impl AcquireBody {
+    /// The holder, "" when absent.
+    pub fn holder(&self) -> &str {
+        self.holder.as_deref().unwrap_or("")
+    }
+
+    /// The lease asked for, for [`locktable::LeaseRule::lease`] to default and clamp.
+    pub fn lease(&self) -> Option<Duration> {
+        ms(self.lease_ms)
+    }
+
+    /// The wait, clamped to [`MAX_WAIT_MS`]; zero when absent.
+    pub fn wait(&self) -> Duration {
+        Duration::from_millis(self.wait_ms.unwrap_or(0).min(MAX_WAIT_MS))
+    }
+}
+
+impl Body for AcquireBody {
+    const FIELDS: &'static [Field] = &[
+        field("name", FieldKind::Str, true),
+        field("holder", FieldKind::Str, false),
+        field("lease_ms", FieldKind::Millis, false),
+        field("wait_ms", FieldKind::Millis, false),
+        field("data", FieldKind::Str, false),
+    ];
+
+    fn validate(&self) -> Result<(), BadRequest> {
+        validate_name(&self.name)?;
+        validate_holder(self.holder())?;
+        if let Some(data) = &self.data {
+            validate_data(data)?;
+        }
+        Ok(())
+    }
+}
+
+/// `POST /v1/locks/release`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseBody {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id.
+    pub id: String,
+}
+
+impl ReleaseBody {
+    /// The id, parsed.
+    pub fn lock_id(&self) -> Result<LockId, BadRequest> {
+        validate_id(&self.id)
+    }
+}
+
+impl Body for ReleaseBody {
+    const FIELDS: &'static [Field] = &[
+        field("name", FieldKind::Str, true),
+        field("id", FieldKind::Str, true),
+    ];
+
+    fn validate(&self) -> Result<(), BadRequest> {
+        validate_name(&self.name)?;
+        validate_id(&self.id).map(drop)
+    }
+}
+
+/// `POST /v1/locks/renew`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewBody {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id.
+    pub id: String,
+    /// The new lease, in milliseconds; absent or 0 means the node's default,
+    /// longer than its maximum is clamped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+}
+
+impl RenewBody {
+    /// The id, parsed.
+    pub fn lock_id(&self) -> Result<LockId, BadRequest> {
+        validate_id(&self.id)
+    }
+
+    /// The lease asked for, for [`locktable::LeaseRule::lease`] to default and clamp.
+    pub fn lease(&self) -> Option<Duration> {
+        ms(self.lease_ms)
+    }
+}
+
+impl Body for RenewBody {
+    const FIELDS: &'static [Field] = &[
+        field("name", FieldKind::Str, true),
+        field("id", FieldKind::Str, true),
+        field("lease_ms", FieldKind::Millis, false),
+    ];
+
+    fn validate(&self) -> Result<(), BadRequest> {
+        validate_name(&self.name)?;
+        validate_id(&self.id).map(drop)
+    }
+}
+
+/// The query of `GET /v1/locks`: `?prefix=&limit=`.
+///
+/// `limit` absent means [`DEFAULT_LIST_LIMIT`]; larger than
+/// [`MAX_LIST_LIMIT`] is clamped; 0 is refused. `prefix` absent or empty
+/// lists every name; it is at most [`MAX_NAME_BYTES`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListQuery {
+    /// Only names starting with this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// At most this many locks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+impl ListQuery {
+    /// Parses and validates a raw query string (without the `?`): `&`-separated
+    /// `key=value` pairs, percent-encoded, `+` for space. Unknown keys are
+    /// ignored; a repeated key's last value counts.
+    pub fn parse(query: Option<&str>) -> Result<ListQuery, BadRequest> {
+        let mut out = ListQuery::default();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = percent_decode(key, "query")?;
+            match key.as_str() {
+                "prefix" => out.prefix = Some(percent_decode(value, "prefix")?),
+                "limit" => {
+                    let text = percent_decode(value, "limit")?;
+                    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+                        return Err(BadRequest::BadQuery {
+                            field: "limit",
+                            problem: "must be a non-negative integer",
+                        });
+                    }
+                    let n = text.parse().map_err(|_| BadRequest::TooBig("limit"))?;
+                    out.limit = Some(n);
+                }
+                _ => {}
+            }
+        }
+        out.validate()?;
+        Ok(out)
+    }
+
+    /// Checks the values.
+    pub fn validate(&self) -> Result<(), BadRequest> {
+        if self.limit == Some(0) {
+            return Err(BadRequest::BadQuery {
+                field: "limit",
+                problem: "must be at least 1",
+            });
+        }
+        max_len("prefix", self.prefix(), MAX_NAME_BYTES)
+    }
+
+    /// The prefix, "" when absent.
+    pub fn prefix(&self) -> &str {
+        self.prefix.as_deref().unwrap_or("")
+    }
+
+    /// The number of locks to list: the default when absent, clamped to
+    /// [`MAX_LIST_LIMIT`].
+    pub fn limit(&self) -> usize {
+        match self.limit {
+            None => DEFAULT_LIST_LIMIT,
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX).min(MAX_LIST_LIMIT),
+        }
+    }
+}
+
+fn percent_decode(s: &str, field: &'static str) -> Result<String, BadRequest> {
+    let bad = |problem| BadRequest::BadQuery { field, problem };
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| bad("malformed percent escape"))?;
+                out.push(hex);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| bad("not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acquire(json: &str) -> Result<AcquireBody, BadRequest> {
+        parse_body(json.as_bytes())
+    }
+
+    fn refused(json: &str) -> (BadRequest, String) {
+        let e = acquire(json).expect_err(json);
+        let msg = e.to_string();
+        (e, msg)
+    }
+
+    #[test]
+    fn a_good_acquire() {
+        let b = acquire(
+            r#"{"name":"jobs/42","holder":"w","lease_ms":5000,"wait_ms":0,"data":"d","future":1}"#,
+        )
+        .unwrap();
+        assert_eq!(b.name, "jobs/42");
+        assert_eq!(b.holder(), "w");
+        assert_eq!(b.lease(), Some(Duration::from_secs(5)));
+        assert_eq!(b.wait(), Duration::ZERO);
+        let min = acquire(r#"{"name":"a","holder":null,"lease_ms":null}"#).unwrap();
+        assert_eq!(
+            (min.holder(), min.lease(), min.wait()),
+            ("", None, Duration::ZERO)
+        );
+        let long = acquire(r#"{"name":"a","wait_ms":18446744073709551615}"#).unwrap();
+        assert_eq!(long.wait(), Duration::from_millis(MAX_WAIT_MS));
+        // The serialized form leaves absent fields out and reads back.
+        let text = serde_json::to_string(&min).unwrap();
+        assert_eq!(text, r#"{"name":"a"}"#);
+    }
+
+    #[test]
+    fn malformed_and_not_objects() {
+        for bad in ["", "{", "{\"name\":", "nope", "{\"name\":\"a\",}", "\u{1}"] {
+            assert!(
+                matches!(refused(bad).0, BadRequest::Malformed(_)),
+                "{bad:?}"
+            );
+            assert!(refused(bad).1.starts_with("malformed JSON"));
+        }
+        for bad in ["[]", "\"a\"", "1", "null"] {
+            assert_eq!(refused(bad).0, BadRequest::NotAnObject);
+        }
+        // Lone surrogates are not UTF-8.
+        assert!(matches!(
+            refused(r#"{"name":"\ud800"}"#).0,
+            BadRequest::Malformed(_)
+        ));
+    }
+
+    #[test]
+    fn missing_and_wrong_types_name_the_field() {
+        assert_eq!(refused("{}").0, BadRequest::Missing("name"));
+        assert_eq!(refused(r#"{"name":null}"#).1, "missing field `name`");
+        for (json, field) in [
+            (r#"{"name":1}"#, "name"),
+            (r#"{"name":["a"]}"#, "name"),
+            (r#"{"name":"a","holder":7}"#, "holder"),
+            (r#"{"name":"a","data":{}}"#, "data"),
+            (r#"{"name":"a","lease_ms":"5"}"#, "lease_ms"),
+            (r#"{"name":"a","wait_ms":true}"#, "wait_ms"),
+        ] {
+            let (e, msg) = refused(json);
+            assert!(matches!(e, BadRequest::WrongType { .. }), "{json}");
+            assert!(msg.contains(&format!("`{field}`")), "{msg}");
+        }
+    }
+
+    #[test]
+    fn bad_durations_name_the_field_and_fault() {
+        for (json, want) in [
+            (
+                r#"{"name":"a","lease_ms":-1}"#,
+                BadRequest::Negative("lease_ms"),
+            ),
+            (
+                r#"{"name":"a","wait_ms":-1.5}"#,
+                BadRequest::Negative("wait_ms"),
+            ),
+            (
+                r#"{"name":"a","lease_ms":-99999999999999999999}"#,
+                BadRequest::Negative("lease_ms"),
+            ),
+            (
+                r#"{"name":"a","lease_ms":1.5}"#,
+                BadRequest::NotInteger("lease_ms"),
+            ),
+            (
+                r#"{"name":"a","lease_ms":1.0}"#,
+                BadRequest::NotInteger("lease_ms"),
+            ),
+            (
+                r#"{"name":"a","wait_ms":1e3}"#,
+                BadRequest::NotInteger("wait_ms"),
+            ),
+            (
+                r#"{"name":"a","lease_ms":18446744073709551616}"#,
+                BadRequest::TooBig("lease_ms"),
+            ),
+            (
+                r#"{"name":"a","wait_ms":99999999999999999999999999999}"#,
+                BadRequest::TooBig("wait_ms"),
+            ),
+            (
+                r#"{"name":"a","wait_ms":1e300}"#,
+                BadRequest::TooBig("wait_ms"),
+            ),
+        ] {
+            assert_eq!(refused(json).0, want, "{json}");
+        }
+        assert_eq!(
+            refused(r#"{"name":"a","lease_ms":-1}"#).1,
+            "field `lease_ms` must not be negative"
+        );
+        assert_eq!(
+            refused(r#"{"name":"a","lease_ms":18446744073709551616}"#).1,
+            "field `lease_ms` does not fit in 64 bits"
+        );
+        assert_eq!(
+            refused(r#"{"name":"a","lease_ms":1.5}"#).1,
+            "field `lease_ms` must be an integer number of milliseconds"
+        );
+        // The edge that fits.
+        let b = acquire(r#"{"name":"a","lease_ms":18446744073709551615}"#).unwrap();
+        assert_eq!(b.lease_ms, Some(u64::MAX));
+        // serde_json cannot tell `-0` from -0.0; both are refused.
+        assert_eq!(
+            refused(r#"{"name":"a","lease_ms":-0}"#).0,
+            BadRequest::Negative("lease_ms")
+        );
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(refused(r#"{"name":""}"#).0, BadRequest::EmptyName);
+        let ok = format!(r#"{{"name":"{}"}}"#, "n".repeat(MAX_NAME_BYTES));
+        assert!(acquire(&ok).is_ok());
+        // 171 three-byte characters: 513 bytes.
+        let multi = format!(r#"{{"name":"{}"}}"#, "€".repeat(171));
+        assert_eq!(
+            refused(&multi).0,
+            BadRequest::TooLong {
+                field: "name",
+                len: 513,
+                max: MAX_NAME_BYTES
+            }
+        );
+        let holder = format!(r#"{{"name":"a","holder":"{}"}}"#, "h".repeat(257));
+        assert_eq!(
+            refused(&holder).1,
+            "field `holder` is 257 bytes, more than the 256 allowed"
+        );
+        let holder_ok = format!(r#"{{"name":"a","holder":"{}"}}"#, "h".repeat(256));
+        assert!(acquire(&holder_ok).is_ok());
+        let data = format!(r#"{{"name":"a","data":"{}"}}"#, "d".repeat(4097));
+        assert!(refused(&data).1.contains("`data`"));
+        let data_ok = format!(r#"{{"name":"a","data":"{}"}}"#, "d".repeat(4096));
+        assert!(acquire(&data_ok).is_ok());
+    }
+
+    #[test]
+    fn worst_case_escaped_body_fits_the_body_limit() {
+        let esc = |n| "\\u0000".repeat(n);
+        let body = format!(
+            r#"{{"name":"{}","holder":"{}","lease_ms":18446744073709551615,"wait_ms":18446744073709551615,"data":"{}"}}"#,
+            esc(MAX_NAME_BYTES),
+            esc(MAX_HOLDER_BYTES),
+            esc(MAX_DATA_BYTES)
+        );
+        assert!(body.len() <= MAX_BODY_BYTES);
+        assert!(acquire(&body).is_ok());
+    }
+
+    #[test]
+    fn release_and_renew() {
+        let id = LockId::from_u128(12345).to_string();
+        let r: ReleaseBody =
+            parse_body(format!(r#"{{"name":"a","id":"{id}"}}"#).as_bytes()).unwrap();
+        assert_eq!(r.lock_id(), Ok(LockId::from_u128(12345)));
+        let e = parse_body::<ReleaseBody>(br#"{"name":"a","id":"nope"}"#).unwrap_err();
+        assert_eq!(e, BadRequest::BadId);
+        assert!(e.to_string().contains("`id`"));
+        assert_eq!(
+            parse_body::<ReleaseBody>(br#"{"name":"a"}"#).unwrap_err(),
+            BadRequest::Missing("id")
+        );
+        assert!(matches!(
+            parse_body::<ReleaseBody>(br#"{"name":"a","id":5}"#).unwrap_err(),
+            BadRequest::WrongType { field: "id", .. }
+        ));
+        let n: RenewBody =
+            parse_body(format!(r#"{{"name":"a","id":"{id}","lease_ms":100}}"#).as_bytes()).unwrap();
+        assert_eq!(n.lease(), Some(Duration::from_millis(100)));
+        assert_eq!(
+            parse_body::<RenewBody>(
+                format!(r#"{{"name":"a","id":"{id}","lease_ms":-5}}"#).as_bytes()
+            )
+            .unwrap_err(),
+            BadRequest::Negative("lease_ms")
+        );
+        assert_eq!(
+            parse_body::<RenewBody>(format!(r#"{{"name":"","id":"{id}"}}"#).as_bytes())
+                .unwrap_err(),
+            BadRequest::EmptyName
+        );
+    }
+
+    #[test]
+    fn list_query() {
+        let q = ListQuery::parse(None).unwrap();
+        assert_eq!((q.prefix(), q.limit()), ("", DEFAULT_LIST_LIMIT));
+        let q = ListQuery::parse(Some("prefix=jobs%2F4+2&limit=5&x=y")).unwrap();
+        assert_eq!((q.prefix(), q.limit()), ("jobs/4 2", 5));
+        let q = ListQuery::parse(Some("limit=99999999")).unwrap();
+        assert_eq!(q.limit(), MAX_LIST_LIMIT);
+        assert_eq!(
+            ListQuery::parse(Some("limit=99999999999999999999999")).unwrap_err(),
+            BadRequest::TooBig("limit")
+        );
+        for bad in ["limit=-1", "limit=1.5", "limit=", "limit=abc", "limit=0"] {
+            let e = ListQuery::parse(Some(bad)).unwrap_err();
+            assert!(e.to_string().contains("`limit`"), "{bad}: {e}");
+        }
+        assert!(ListQuery::parse(Some("prefix=%zz")).is_err());
+        assert!(ListQuery::parse(Some("prefix=%ff")).is_err());
+        let long = format!("prefix={}", "p".repeat(513));
+        assert!(ListQuery::parse(Some(&long)).is_err());
+    }
+
+    #[test]
+    fn name_checks_for_paths() {
+        assert!(validate_name("jobs/42").is_ok());
+        assert_eq!(validate_name(""), Err(BadRequest::EmptyName));
+        assert!(validate_name(&"x".repeat(513)).is_err());
+        assert_eq!(validate_id("x"), Err(BadRequest::BadId));
+    }
+}

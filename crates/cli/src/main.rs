@@ -1,0 +1,209 @@
+//! `leasehold`: run one node (`serve`) or a local cluster (`up`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use leasehold_node::{NodeConfig, RebuildMode, RunningNode};
+use leasehold_raft::{RaftTimings, WatchReceiver};
+use locktable::LeaseRule;
+
+/// A cluster lock service.
+#[derive(Parser)]
+#[command(name = "leasehold", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a local cluster of N nodes on 127.0.0.1 and run until Ctrl-C.
+    Up {
+        /// How many nodes.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
+        nodes: u64,
+        /// The first node's port; the others follow.
+        #[arg(long, default_value_t = 7701)]
+        base_port: u16,
+        /// Where the nodes keep their Raft state (default: a new temporary directory).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Run one node.
+    Serve(ServeArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    Proceed,
+    Strict,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// This node's id.
+    #[arg(long)]
+    id: u64,
+    /// The address to listen on, host:port.
+    #[arg(long)]
+    listen: String,
+    /// Every member, this one included: 1=host:port,2=host:port,...
+    #[arg(long, value_parser = parse_peer, value_delimiter = ',', required = true)]
+    peers: Vec<(u64, String)>,
+    /// Where the Raft vote and log are kept.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The secret every peer request carries.
+    #[arg(long, env = "LEASEHOLD_CLUSTER_TOKEN", hide_env_values = true)]
+    cluster_token: String,
+    /// The lease of a request naming none, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    default_lease: u64,
+    /// The longest lease granted, in ms.
+    #[arg(long, default_value_t = 600_000)]
+    max_lease: u64,
+    /// How long a new speaker waits for every member, in ms.
+    #[arg(long, default_value_t = 2_000)]
+    rebuild_timeout: u64,
+    /// What a rebuild that missed members does.
+    #[arg(long, value_enum, default_value = "proceed")]
+    rebuild_mode: Mode,
+}
+
+fn parse_peer(s: &str) -> Result<(u64, String), String> {
+    let (id, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected ID=HOST:PORT"))?;
+    let id = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: {id:?} is not a node id"))?;
+    if !addr.contains(':') {
+        return Err(format!("{s:?}: {addr:?} is not host:port"));
+    }
+    Ok((id, addr.trim().to_string()))
+}
+
+impl ServeArgs {
+    fn config(&self) -> NodeConfig {
+        NodeConfig {
+            id: self.id,
+            peers: self.peers.iter().cloned().collect(),
+            data_dir: self.data_dir.clone(),
+            cluster_token: self.cluster_token.clone(),
+            lease: LeaseRule {
+                default: Duration::from_millis(self.default_lease),
+                max: Duration::from_millis(self.max_lease),
+            },
+            rebuild_timeout: Duration::from_millis(self.rebuild_timeout),
+            rebuild_mode: match self.rebuild_mode {
+                Mode::Proceed => RebuildMode::Proceed,
+                Mode::Strict => RebuildMode::Strict,
+            },
+            timings: RaftTimings::default(),
+        }
+    }
+}
+
+async fn start(config: NodeConfig, listen: &str) -> Result<RunningNode, String> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    leasehold_node::start(config, listener)
+        .await
+        .map_err(|e| format!("node did not start: {e}"))
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = args.config();
+    config.validate().map_err(|e| e.to_string())?;
+    let node = start(config, &args.listen).await?;
+    tracing::info!(addr = %node.addr(), id = args.id, "serving");
+    let _ = tokio::signal::ctrl_c().await;
+    node.shutdown().await;
+    Ok(())
+}
+
+async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result<(), String> {
+    let root = match data_dir {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join(format!("leasehold-up-{}", std::process::id())),
+    };
+    let token = format!("{:032x}", rand::random::<u128>());
+    let peers: BTreeMap<u64, String> = (1..=nodes)
+        .map(|i| (i, format!("127.0.0.1:{}", u64::from(base_port) + i - 1)))
+        .collect();
+    let mut running = Vec::new();
+    for (id, addr) in &peers {
+        let config = NodeConfig {
+            id: *id,
+            peers: peers.clone(),
+            data_dir: root.join(format!("node-{id}")),
+            cluster_token: token.clone(),
+            lease: LeaseRule::default(),
+            rebuild_timeout: Duration::from_secs(2),
+            rebuild_mode: RebuildMode::Proceed,
+            timings: RaftTimings::default(),
+        };
+        running.push(start(config, addr).await?);
+        println!("node {id}: http://{addr}");
+    }
+    println!("data: {}", root.display());
+    let watcher = running[0].node().clone();
+    let report = tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let leader = watcher.raft().metrics().borrow_watched().current_leader;
+            if leader != last && leader.is_some() {
+                println!("speaker: node {}", leader.unwrap_or_default());
+                last = leader;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    println!("Ctrl-C to stop");
+    let _ = tokio::signal::ctrl_c().await;
+    report.abort();
+    for node in running {
+        node.shutdown().await;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Up {
+                nodes,
+                base_port,
+                data_dir,
+            } => up(nodes, base_port, data_dir).await,
+            Command::Serve(args) => serve(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leasehold: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! A node's configuration, validated in one place before anything binds.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold_raft::RaftTimings;
+use locktable::{LeaseRule, NodeId};
+
+/// What a rebuild that could not read every member does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RebuildMode {
+    /// Serve with what was read (the seed's behaviour): a lock held through
+    /// a member that did not answer may be granted again until the next
+    /// rebuild settles it.
+    #[default]
+    Proceed,
+    /// Also refuse new grants for the longest lease while holders reclaim,
+    /// so no two holders ever overlap.
+    Strict,
+}
+
+/// One node's settings.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's id.
+    pub id: NodeId,
+    /// Every member's id and `host:port`, this node's included.
+    pub peers: BTreeMap<NodeId, String>,
+    /// Where the Raft vote and log are kept.
+    pub data_dir: PathBuf,
+    /// The secret every `/internal/` request must carry.
+    pub cluster_token: String,
+    /// The default and longest leases.
+    pub lease: LeaseRule,
+    /// How long a new speaker waits for every member's report.
+    pub rebuild_timeout: Duration,
+    /// What a rebuild that missed members does.
+    pub rebuild_mode: RebuildMode,
+    /// Raft's heartbeat and election timeouts.
+    pub timings: RaftTimings,
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// This node's id is not among the peers.
+    #[error("--id {0} is not in --peers")]
+    NotAPeer(NodeId),
+    /// The default lease is longer than the maximum.
+    #[error("--default-lease must not exceed --max-lease")]
+    DefaultAboveMax,
+    /// A lease of zero.
+    #[error("leases must be longer than zero")]
+    ZeroLease,
+    /// No cluster token.
+    #[error("a cluster token is required (--cluster-token or LEASEHOLD_CLUSTER_TOKEN)")]
+    NoToken,
+}
+
+impl NodeConfig {
+    /// Checks the settings hang together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.peers.contains_key(&self.id) {
+            return Err(ConfigError::NotAPeer(self.id));
+        }
+        if self.lease.default.is_zero() || self.lease.max.is_zero() {
+            return Err(ConfigError::ZeroLease);
+        }
+        if self.lease.default > self.lease.max {
+            return Err(ConfigError::DefaultAboveMax);
+        }
+        if self.cluster_token.is_empty() {
+            return Err(ConfigError::NoToken);
+        }
+        Ok(())
+    }
+}

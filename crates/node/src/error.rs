@@ -1,0 +1,71 @@
+//! Errors as the HTTP API answers them.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use leasehold_api::{ErrorBody, ErrorCode, LockView, RETRY_AFTER_SECS};
+
+/// A failed request: a code from SPEC §2, a message, and for `held` the
+/// lock that holds the name.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// The error body sent (boxed: a `Result` carrying it stays small).
+    pub body: Box<ErrorBody>,
+}
+
+impl ApiError {
+    /// An error of `code` with `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            body: Box::new(ErrorBody {
+                error: code,
+                message: message.into(),
+                lock: None,
+            }),
+        }
+    }
+
+    /// `409 held`, with the lock holding the name.
+    pub fn held(lock: LockView) -> Self {
+        let mut e = Self::new(ErrorCode::Held, format!("{} is held by another", lock.name));
+        e.body.lock = Some(lock);
+        e
+    }
+
+    /// `503 not_rebuilt`.
+    pub fn not_rebuilt() -> Self {
+        Self::new(
+            ErrorCode::NotRebuilt,
+            "the cluster lock table is not rebuilt from the nodes yet; retry",
+        )
+    }
+
+    /// `404 not_held`.
+    pub fn not_held() -> Self {
+        Self::new(ErrorCode::NotHeld, "the lock is not held under that id")
+    }
+
+    /// `503 no_leader`.
+    pub fn no_leader() -> Self {
+        Self::new(ErrorCode::NoLeader, "no speaker is known; retry")
+    }
+
+    /// `500 internal`.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.body.error.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, Json(*self.body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        response
+    }
+}

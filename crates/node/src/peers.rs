@@ -1,0 +1,119 @@
+//! Talking to the other members under `/internal/`: reports for a rebuild,
+//! forwarded requests, and releases and losses to pass on.
+
+use std::time::Duration;
+
+use leasehold_api::{ErrorBody, Forget, HeldReport, Lost, PeerLock};
+use leasehold_raft::TOKEN_HEADER;
+use locktable::{LockId, NodeId};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// A peer that did not give an answer (unreachable, timed out, or spoke
+/// nonsense): the outcome of a forwarded request is unknown.
+#[derive(Debug, thiserror::Error)]
+#[error("peer {addr}: {reason}")]
+pub struct PeerError {
+    addr: String,
+    reason: String,
+}
+
+/// The HTTP client for peer traffic.
+#[derive(Clone)]
+pub struct Peers {
+    http: reqwest::Client,
+    token: String,
+}
+
+impl Peers {
+    /// A client carrying `token`.
+    pub fn new(token: &str) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(Peers {
+            http,
+            token: token.to_string(),
+        })
+    }
+
+    /// Posts `body` to `path` on `addr` and decodes the answer: `Ok(Ok)` on
+    /// success, `Ok(Err)` for an error the peer answered with.
+    pub async fn call<B: Serialize, R: DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<Result<R, ErrorBody>, PeerError> {
+        let fail = |reason: String| PeerError {
+            addr: addr.to_string(),
+            reason,
+        };
+        let response = self
+            .http
+            .post(format!("http://{addr}{path}"))
+            .header(TOKEN_HEADER, &self.token)
+            .timeout(timeout)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let ok = response.status().is_success();
+        let bytes = response.bytes().await.map_err(|e| fail(e.to_string()))?;
+        if ok {
+            serde_json::from_slice(&bytes)
+                .map(Ok)
+                .map_err(|e| fail(e.to_string()))
+        } else {
+            serde_json::from_slice(&bytes)
+                .map(Err)
+                .map_err(|e| fail(e.to_string()))
+        }
+    }
+
+    /// A member's `Held` and `Granted`.
+    pub async fn report(&self, addr: &str, timeout: Duration) -> Result<HeldReport, PeerError> {
+        match self.call(addr, "/internal/held", &(), timeout).await? {
+            Ok(report) => Ok(report),
+            Err(e) => Err(PeerError {
+                addr: addr.to_string(),
+                reason: e.message,
+            }),
+        }
+    }
+
+    /// Tells every member in `members` that `id` was released.
+    pub async fn forget(&self, members: &[(NodeId, String)], name: &str, id: LockId) {
+        let body = Forget {
+            name: name.to_string(),
+            id: id.to_string(),
+        };
+        let calls = members.iter().map(|(_, addr)| {
+            self.call::<_, serde_json::Value>(
+                addr,
+                "/internal/forget",
+                &body,
+                Duration::from_secs(2),
+            )
+        });
+        for result in futures::future::join_all(calls).await {
+            if let Err(e) = result {
+                tracing::debug!(%e, "could not pass a release on");
+            }
+        }
+    }
+
+    /// Tells a member its clients lost these locks.
+    pub async fn lost(&self, addr: &str, locks: Vec<PeerLock>) {
+        let body = Lost { locks };
+        if let Err(e) = self
+            .call::<_, serde_json::Value>(addr, "/internal/lost", &body, Duration::from_secs(2))
+            .await
+        {
+            tracing::debug!(%e, "could not report lost locks");
+        }
+    }
+}

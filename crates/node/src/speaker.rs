@@ -1,0 +1,231 @@
+//! Becoming and stopping being the speaker: drop on every change of leader
+//! or term, rebuild from every member before granting.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_api::{HeldReport, PeerLock, RebuildReport};
+use leasehold_raft::{leader_state, ReadPolicy};
+use locktable::{Lock, LockInTransit, NodeId, RebuildFrom};
+
+use crate::config::RebuildMode;
+use crate::node::Node;
+
+/// How often the speaker task looks at Raft's view of the leader.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
+
+/// Watches leadership until `stop` fires: drops the table whenever the
+/// leader or term changes, and rebuilds it when this node leads.
+pub(crate) async fn watch_leadership(
+    node: Arc<Node>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut speaking: Option<u64> = None;
+    loop {
+        let term = leader_state(&node.raft).map(|l| l.term());
+        if term != speaking {
+            speaking = term;
+            let generation = node.drop_table(term);
+            match term {
+                Some(term) => {
+                    tracing::info!(
+                        node = node.id(),
+                        term,
+                        "became leader: rebuilding the lock table"
+                    );
+                    tokio::spawn(rebuild(Arc::clone(&node), term, generation));
+                }
+                None => tracing::info!(node = node.id(), "not the speaker"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(WATCH_EVERY) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Reads every member and rebuilds the table for `term`, unless the table
+/// moved on meanwhile.
+async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
+    let started = Instant::now();
+    // The blank entry of this term committed: a quorum knows this leader.
+    let linearized = tokio::time::timeout(
+        node.config.rebuild_timeout.max(Duration::from_secs(1)),
+        node.raft.ensure_linearizable(ReadPolicy::ReadIndex),
+    )
+    .await;
+    if !matches!(linearized, Ok(Ok(_))) {
+        tracing::warn!(
+            term,
+            "could not confirm leadership before the rebuild; waiting for the next term"
+        );
+        return;
+    }
+    let (reports, missing) = read_members(&node).await;
+    let now = node.clock.now();
+    let mut locks: Vec<Lock> = Vec::new();
+    let mut members_read = Vec::new();
+    for (member, sent, report) in reports {
+        members_read.push(member);
+        for peer in report.held.into_iter().chain(report.granted) {
+            match LockInTransit::try_from(peer) {
+                Ok(lock) => locks.push(lock.arrive(node.clock.at(sent))),
+                Err(e) => tracing::warn!(member, %e, "skipping a malformed lock in a report"),
+            }
+        }
+    }
+    let mut missing = missing;
+    let hold_until = match node.config.rebuild_mode {
+        RebuildMode::Strict if !missing.is_empty() => Some(now + node.config.lease.max),
+        _ => None,
+    };
+    let outcome = {
+        let mut state = node.state();
+        let still_leader = leader_state(&node.raft).is_some_and(|l| l.term() == term);
+        if !still_leader || state.speaking != Some(term) {
+            tracing::info!(term, "rebuild discarded: leadership moved on");
+            return;
+        }
+        let result = state.table.rebuild(
+            RebuildFrom {
+                generation,
+                epoch: term,
+                locks,
+                hold_new_grants_until: hold_until,
+            },
+            now,
+        );
+        match result {
+            Ok(rebuilt) => {
+                missing.sort_unstable();
+                members_read.sort_unstable();
+                let report = RebuildReport {
+                    term,
+                    members_read,
+                    members_missing: missing,
+                    locks: rebuilt.locks as u64,
+                    conflicts: rebuilt.lost.len() as u64,
+                    took_ms: started.elapsed().as_millis() as u64,
+                };
+                tracing::info!(?report, "failover report: lock table rebuilt");
+                state.last_rebuild = Some(report);
+                node.table_changed.notify_one();
+                rebuilt.lost
+            }
+            Err(e) => {
+                tracing::info!(term, %e, "rebuild discarded");
+                return;
+            }
+        }
+    };
+    tell_losers(&node, outcome).await;
+}
+
+type Reports = Vec<(NodeId, Instant, HeldReport)>;
+
+/// Reads every member's report in parallel, up to the rebuild timeout. A
+/// member that does not answer, or restarted less than the longest lease
+/// ago (its memory of its clients' locks is incomplete), is missing.
+async fn read_members(node: &Arc<Node>) -> (Reports, Vec<NodeId>) {
+    let timeout = node.config.rebuild_timeout;
+    let max_lease = node.config.lease.max;
+    let mut reads = Vec::new();
+    for (id, addr) in node.config.peers.clone() {
+        let node = Arc::clone(node);
+        reads.push(async move {
+            let sent = Instant::now();
+            let report = if id == node.id() {
+                Ok(node.own_report())
+            } else {
+                node.peers.report(&addr, timeout).await
+            };
+            (id, sent, report)
+        });
+    }
+    let mut read = Vec::new();
+    let mut missing = Vec::new();
+    for (id, sent, report) in futures::future::join_all(reads).await {
+        match report {
+            Ok(report) => {
+                if Duration::from_millis(report.started_ms_ago) < max_lease {
+                    missing.push(id);
+                }
+                read.push((id, sent, report));
+            }
+            Err(e) => {
+                tracing::warn!(member = id, %e, "member missing at the rebuild");
+                missing.push(id);
+            }
+        }
+    }
+    (read, missing)
+}
+
+async fn tell_losers(node: &Arc<Node>, lost: Vec<Lock>) {
+    let now = node.clock.now();
+    let mut by_node: BTreeMap<NodeId, Vec<Lock>> = BTreeMap::new();
+    for lock in lost {
+        by_node.entry(lock.node).or_default().push(lock);
+    }
+    for (member, locks) in by_node {
+        if member == node.id() {
+            node.lost(locks.iter().map(|l| l.id));
+        } else if let Some(addr) = node.config.peers.get(&member) {
+            node.peers
+                .lost(
+                    addr,
+                    locks
+                        .iter()
+                        .map(|l| PeerLock::from(l.in_transit(now)))
+                        .collect(),
+                )
+                .await;
+        }
+    }
+}
+
+impl Node {
+    /// What this node tells a rebuilding speaker: its clients' locks, what
+    /// it granted, and how long it has been up.
+    pub(crate) fn own_report(&self) -> HeldReport {
+        let now = self.clock.now();
+        let state = self.state();
+        HeldReport {
+            node: self.id(),
+            started_ms_ago: self.clock.uptime().as_millis() as u64,
+            held: state
+                .held
+                .live(now)
+                .iter()
+                .map(|l| PeerLock::from(l.in_transit(now)))
+                .collect(),
+            granted: state
+                .table
+                .granted(now)
+                .iter()
+                .map(|l| PeerLock::from(l.in_transit(now)))
+                .collect(),
+        }
+    }
+}
+
+/// Ends leases and waits on time: sleeps until the table's next deadline or
+/// until the table changes.
+pub(crate) async fn run_expiry(node: Arc<Node>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let next = node.poll();
+        let sleep = match next {
+            Some(at) => at
+                .saturating_duration_since(node.clock.now())
+                .min(Duration::from_millis(500)),
+            None => Duration::from_millis(500),
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = node.table_changed.notified() => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
