@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -47,9 +48,9 @@ pub fn router(node: Shared) -> Router {
         .route("/v1/cluster", get(cluster))
         .with_state(Arc::clone(&node))
         .merge(internal)
+        .fallback(|| async { ApiError::new(ErrorCode::NotHeld, "no such route") })
         .layer(axum::middleware::from_fn_with_state(node, guard_internal))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .fallback(|| async { ApiError::new(ErrorCode::NotHeld, "no such route") })
 }
 
 /// Every request under `/internal/`, whatever its path or method, needs the
@@ -72,16 +73,34 @@ async fn guard_internal(State(node): State<Shared>, request: Request, next: Next
     next.run(request).await
 }
 
-fn body<T: leasehold_api::Body>(bytes: &Bytes) -> Result<T, ApiError> {
-    if bytes.len() > MAX_BODY_BYTES {
-        return Err(ApiError::new(ErrorCode::TooLarge, "the body is too large"));
+/// The body's bytes, or a JSON error: `413 too_large` past
+/// `MAX_BODY_BYTES`, `400` when it could not be read.
+fn raw(bytes: &Result<Bytes, BytesRejection>) -> Result<&Bytes, ApiError> {
+    match bytes {
+        Ok(bytes) if bytes.len() <= MAX_BODY_BYTES => Ok(bytes),
+        Ok(_) => Err(too_large()),
+        Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => Err(too_large()),
+        Err(e) => Err(ApiError::new(ErrorCode::BadRequest, e.body_text())),
     }
-    parse_body(bytes).map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        ErrorCode::TooLarge,
+        format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+    )
+}
+
+fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    parse_body(raw(bytes)?).map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
 }
 
 /// A peer's body: peers are trusted to send well-formed JSON.
-fn peer_body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
+fn peer_body<T: serde::de::DeserializeOwned>(
+    bytes: &Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    serde_json::from_slice(raw(bytes)?)
+        .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
 }
 
 fn bad(e: impl std::fmt::Display) -> ApiError {
@@ -109,7 +128,10 @@ fn forward_timeout(wait: Duration) -> Duration {
     wait + Duration::from_secs(5)
 }
 
-async fn acquire(State(node): State<Shared>, bytes: Bytes) -> Result<Json<LockAnswer>, ApiError> {
+async fn acquire(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<LockAnswer>, ApiError> {
     let request: AcquireBody = body(&bytes)?;
     let wanted = to_request(&request);
     if node.is_leader() {
@@ -155,7 +177,10 @@ fn to_request(body: &AcquireBody) -> AcquireRequest {
     }
 }
 
-async fn release(State(node): State<Shared>, bytes: Bytes) -> Result<Json<LockAnswer>, ApiError> {
+async fn release(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<LockAnswer>, ApiError> {
     let request: ReleaseBody = body(&bytes)?;
     let id: LockId = request.id.parse().map_err(bad)?;
     if node.is_leader() {
@@ -191,7 +216,10 @@ async fn release(State(node): State<Shared>, bytes: Bytes) -> Result<Json<LockAn
     Ok(answer(&node, &lock))
 }
 
-async fn renew(State(node): State<Shared>, bytes: Bytes) -> Result<Json<LockAnswer>, ApiError> {
+async fn renew(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<LockAnswer>, ApiError> {
     let request: RenewBody = body(&bytes)?;
     let id: LockId = request.id.parse().map_err(bad)?;
     let lease = request.lease_ms.map(Duration::from_millis);
@@ -356,7 +384,7 @@ async fn internal_held(State(node): State<Shared>) -> impl IntoResponse {
 
 async fn forward_acquire(
     State(node): State<Shared>,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<PeerLock>, ApiError> {
     let forwarded: ForwardAcquire = peer_body(&bytes)?;
     forwarded.body.validate().map_err(bad)?;
@@ -368,7 +396,7 @@ async fn forward_acquire(
 
 async fn forward_release(
     State(node): State<Shared>,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<PeerLock>, ApiError> {
     let forwarded: ForwardRelease = peer_body(&bytes)?;
     let id: LockId = forwarded.id.parse().map_err(bad)?;
@@ -378,7 +406,7 @@ async fn forward_release(
 
 async fn forward_renew(
     State(node): State<Shared>,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<PeerLock>, ApiError> {
     let forwarded: ForwardRenew = peer_body(&bytes)?;
     let id: LockId = forwarded.id.parse().map_err(bad)?;
@@ -396,7 +424,7 @@ async fn forward_renew(
 
 async fn forward_get(
     State(node): State<Shared>,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Option<PeerLock>>, ApiError> {
     let name: String = peer_body(&bytes)?;
     let lock = node.speak_get(&name)?;
@@ -407,7 +435,7 @@ async fn forward_get(
 
 async fn forward_list(
     State(node): State<Shared>,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Vec<PeerLock>>, ApiError> {
     let (prefix, limit): (String, usize) = peer_body(&bytes)?;
     let now = node.clock.now();
@@ -422,7 +450,7 @@ async fn forward_list(
 
 async fn internal_forget(
     State(node): State<Shared>,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let forget: leasehold_api::Forget = peer_body(&bytes)?;
     let id: LockId = forget.id.parse().map_err(bad)?;
@@ -432,7 +460,7 @@ async fn internal_forget(
 
 async fn internal_lost(
     State(node): State<Shared>,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let lost: leasehold_api::Lost = peer_body(&bytes)?;
     let ids = lost

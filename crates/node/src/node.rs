@@ -117,7 +117,9 @@ impl Node {
         Ok(state)
     }
 
-    /// Hands the table's answers to the requests waiting for them.
+    /// Hands the table's answers to the requests waiting for them. It does
+    /// not ring `table_changed`: the expiry task calls it, and ringing
+    /// itself would keep it from ever yielding.
     fn dispatch(&self, state: &mut State) {
         for answer in state.table.take_answers() {
             if let Ok(lock) = &answer.result {
@@ -129,7 +131,6 @@ impl Node {
                 let _ = tx.send(answer.result);
             }
         }
-        self.table_changed.notify_one();
     }
 
     /// Ends the leases and waits due by now, if this node may speak.
@@ -151,6 +152,7 @@ impl Node {
         state.table.drop_table(self.clock.now());
         state.speaking = speaking;
         self.dispatch(&mut state);
+        self.table_changed.notify_one();
         state.table.generation()
     }
 
@@ -232,6 +234,7 @@ impl Node {
                 .map_err(lock_error)?;
             state.held.remove(id);
             self.dispatch(&mut state);
+            self.table_changed.notify_one();
             lock
         };
         let node = Arc::clone(self);
@@ -294,6 +297,7 @@ impl Node {
         state.held.remove(id);
         state.table.forget(name, id, self.clock.now());
         self.dispatch(&mut state);
+        self.table_changed.notify_one();
     }
 
     /// Locks a rebuild found another grant held longer: their clients lost them.

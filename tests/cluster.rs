@@ -1,0 +1,456 @@
+//! A real cluster of `leasehold serve` processes: forming, granting,
+//! forwarding, waiting, failover, pauses, restarts, auth and bad input.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::{fence, fence_term, Cluster};
+
+fn followers(cluster: &Cluster, speaker: u64) -> Vec<u64> {
+    cluster
+        .live()
+        .into_iter()
+        .filter(|&id| id != speaker)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_forms_grants_and_forwards() {
+    let cluster = Cluster::start(3).await;
+    let (speaker, term) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+
+    let (status, info) = cluster.get(f[0], "/v1/cluster").await;
+    assert_eq!(status, 200);
+    assert_eq!(info["leader"], json!(speaker));
+    assert_eq!(info["members"].as_array().unwrap().len(), 3);
+
+    // A lock taken through a follower names that follower.
+    let lock = cluster
+        .must_acquire(
+            f[0],
+            "jobs/42",
+            json!({"holder": "worker-7", "lease_ms": 20000, "data": "d"}),
+        )
+        .await;
+    assert_eq!(lock["node"], json!(f[0]));
+    assert_eq!(lock["holder"], json!("worker-7"));
+    assert_eq!(lock["data"], json!("d"));
+    assert_eq!(fence_term(&lock), term);
+    assert!(lock["ttl_ms"].as_u64().unwrap() <= 20000);
+
+    // Held: 409 with the current holder, through any node.
+    for via in [speaker, f[1]] {
+        let (status, body) = cluster.acquire(via, "jobs/42", json!({})).await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["error"], json!("held"));
+        assert_eq!(body["lock"]["id"], lock["id"]);
+    }
+
+    // Get through every node, the name percent-encoded as one segment.
+    for via in cluster.live() {
+        let (status, body) = cluster.get(via, "/v1/locks/jobs%2F42").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["lock"]["id"], lock["id"]);
+    }
+    let (status, body) = cluster.get(f[1], "/v1/locks?prefix=jobs/&limit=10").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["locks"].as_array().unwrap().len(), 1);
+
+    // Release by id through another node; a stale id is 404.
+    let (status, _) = cluster
+        .post(
+            f[1],
+            "/v1/locks/release",
+            json!({"name": "jobs/42", "id": lock["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = cluster
+        .post(
+            speaker,
+            "/v1/locks/release",
+            json!({"name": "jobs/42", "id": lock["id"]}),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"], json!("not_held"));
+    let (status, _) = cluster.get(speaker, "/v1/locks/jobs%2F42").await;
+    assert_eq!(status, 404);
+
+    // Fences strictly increase.
+    let mut last = fence(&lock);
+    for i in 0..5 {
+        let via = cluster.live()[i % 3];
+        let next = cluster
+            .must_acquire(via, &format!("n/{i}"), json!({}))
+            .await;
+        assert!(fence(&next) > last);
+        last = fence(&next);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_first_come_first_served() {
+    let cluster = std::sync::Arc::new(Cluster::start(3).await);
+    let first = cluster
+        .must_acquire(1, "fifo", json!({"lease_ms": 60000}))
+        .await;
+    let mut waiters = Vec::new();
+    for (i, via) in [2u64, 3, 1, 2].into_iter().enumerate() {
+        let c = std::sync::Arc::clone(&cluster);
+        waiters.push(tokio::spawn(async move {
+            let (status, body) = c
+                .acquire(
+                    via,
+                    "fifo",
+                    json!({"wait_ms": 30000, "holder": format!("w{i}")}),
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+            let lock = body["lock"].clone();
+            // Hold briefly, then pass it on.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let (status, _) = c
+                .post(
+                    via,
+                    "/v1/locks/release",
+                    json!({"name": "fifo", "id": lock["id"]}),
+                )
+                .await;
+            assert_eq!(status, 200);
+            (i, fence(&lock))
+        }));
+        // Arrive in order.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (status, _) = cluster
+        .post(
+            1,
+            "/v1/locks/release",
+            json!({"name": "fifo", "id": first["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let mut served = Vec::new();
+    for w in waiters {
+        served.push(w.await.unwrap());
+    }
+    served.sort_by_key(|(_, f)| *f);
+    let order: Vec<usize> = served.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, vec![0, 1, 2, 3], "granted in arrival order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_restarts_the_lease_and_an_unrenewed_lock_expires() {
+    let cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let lock = cluster
+        .must_acquire(f[0], "lease", json!({"lease_ms": 1500}))
+        .await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        // Renewed through another node, which then keeps the record.
+        let (status, body) = cluster
+            .post_settled(
+                f[1],
+                "/v1/locks/renew",
+                json!({"name": "lease", "id": lock["id"]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["lock"]["node"], json!(f[1]));
+        assert_eq!(body["lock"]["fence"], lock["fence"]);
+    }
+    let (status, _) = cluster.acquire(speaker, "lease", json!({})).await;
+    assert_eq!(
+        status, 409,
+        "still held after more than a lease, through renewals"
+    );
+    let (status, body) = cluster
+        .post(
+            f[1],
+            "/v1/locks/renew",
+            json!({"name": "lease", "id": "01ARZ3NDEKTSV4RRFFQ69G5FAV"}),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+    // Stop renewing: it lapses on the speaker's clock.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let next = cluster.must_acquire(speaker, "lease", json!({})).await;
+    assert!(fence(&next) > fence(&lock));
+    let (status, _) = cluster
+        .post(
+            f[0],
+            "/v1/locks/renew",
+            json!({"name": "lease", "id": lock["id"]}),
+        )
+        .await;
+    assert_eq!(status, 404, "the lapsed lock is not held");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_an_expired_lock_at_its_lease_end() {
+    let cluster = Cluster::start(3).await;
+    let lock = cluster
+        .must_acquire(2, "expiring", json!({"lease_ms": 1000}))
+        .await;
+    let start = std::time::Instant::now();
+    let (status, body) = cluster
+        .acquire(3, "expiring", json!({"wait_ms": 20000}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(fence(&body["lock"]) > fence(&lock));
+    // A wait that ends with the lock held answers 409.
+    let (status, body) = cluster
+        .acquire(1, "expiring", json!({"wait_ms": 300}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_speaker_keeps_locks_held_through_survivors() {
+    let mut cluster = Cluster::start(3).await;
+    let (old, old_term) = cluster.speaker().await;
+    let f = followers(&cluster, old);
+    let a = cluster
+        .must_acquire(f[0], "keep/a", json!({"lease_ms": 60000}))
+        .await;
+    let b = cluster
+        .must_acquire(f[1], "keep/b", json!({"lease_ms": 60000}))
+        .await;
+    let before = fence(&a).max(fence(&b));
+
+    cluster.kill(old);
+    let (new, new_term) = cluster.speaker_other_than(Some(old)).await;
+    assert_ne!(new, old);
+    assert!(new_term > old_term);
+
+    for (lock, name) in [(&a, "keep/a"), (&b, "keep/b")] {
+        let (status, body) = cluster
+            .get(new, &format!("/v1/locks/{}", name.replace('/', "%2F")))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["lock"]["id"], lock["id"], "same grant, same id");
+        let (status, _) = cluster.acquire(new, name, json!({})).await;
+        assert_eq!(status, 409, "still refused to others");
+    }
+    let fresh = cluster.must_acquire(new, "keep/c", json!({})).await;
+    assert!(fence(&fresh) > before, "fences after exceed fences before");
+    assert_eq!(fence_term(&fresh), new_term);
+
+    let (_, info) = cluster.get(new, "/v1/cluster").await;
+    let report = &info["last_rebuild"];
+    assert_eq!(report["term"], json!(new_term));
+    assert!(
+        report["members_missing"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(old)),
+        "{report}"
+    );
+    assert!(report["locks"].as_u64().unwrap() >= 2);
+
+    // The holder renews through its own node as before.
+    let (status, body) = cluster
+        .post_settled(
+            f[0],
+            "/v1/locks/renew",
+            json!({"name": "keep/a", "id": a["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_speaker_grants_nothing_when_it_wakes() {
+    let cluster = Cluster::start(3).await;
+    let (old, old_term) = cluster.speaker().await;
+    cluster
+        .must_acquire(old, "pause/held", json!({"lease_ms": 60000}))
+        .await;
+
+    cluster.pause(old);
+    let (new, new_term) = cluster.speaker_other_than(Some(old)).await;
+    assert!(new_term > old_term);
+    let taken = cluster
+        .must_acquire(new, "pause/new", json!({"lease_ms": 60000}))
+        .await;
+
+    // Thaw and at once ask the old speaker for locks: whatever it answers,
+    // it never grants from its own (old) term.
+    cluster.resume(old);
+    let mut answers = Vec::new();
+    for i in 0..20 {
+        let (status, body) = cluster
+            .post(
+                old,
+                "/v1/locks/acquire",
+                json!({"name": format!("pause/x{i}")}),
+            )
+            .await;
+        answers.push((status, body));
+    }
+    let (status, body) = cluster
+        .post(old, "/v1/locks/acquire", json!({"name": "pause/new"}))
+        .await;
+    assert_ne!(
+        status, 200,
+        "a lock held through the new speaker is not granted again: {body}"
+    );
+    for (status, body) in answers {
+        if status == 200 {
+            assert!(
+                fence_term(&body["lock"]) > old_term,
+                "granted in the old term after a pause: {body}"
+            );
+        } else {
+            assert!(status == 503 || status == 0, "{status} {body}");
+        }
+    }
+    let (status, body) = cluster.get(new, "/v1/locks/pause%2Fnew").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["lock"]["id"], taken["id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_restart_from_their_data_dirs() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let follower = followers(&cluster, speaker)[0];
+    cluster.kill(follower);
+    cluster.spawn(follower);
+    let lock = cluster.must_acquire(follower, "restart/a", json!({})).await;
+    assert_eq!(lock["node"], json!(follower));
+
+    let (_, term_before) = cluster.speaker().await;
+    for id in cluster.live() {
+        cluster.kill(id);
+    }
+    for id in 1..=3 {
+        cluster.spawn(id);
+    }
+    let (_, term_after) = cluster.speaker().await;
+    assert!(
+        term_after > term_before,
+        "a restarted cluster elects in a new term"
+    );
+    let next = cluster.must_acquire(1, "restart/b", json!({})).await;
+    assert!(fence(&next) > fence(&lock));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_routes_need_the_cluster_token() {
+    let cluster = Cluster::start(3).await;
+    let http = &cluster.http;
+    for (method, path) in [
+        ("GET", "/internal/held"),
+        ("POST", "/internal/held"),
+        ("POST", "/internal/forward/acquire"),
+        ("POST", "/internal/raft/vote"),
+        ("PUT", "/internal/no/such/route"),
+        ("DELETE", "/internal"),
+    ] {
+        for token in [None, Some("wrong-token")] {
+            let mut request = http.request(method.parse().unwrap(), cluster.url(1, path));
+            if let Some(t) = token {
+                request = request.header("x-leasehold-token", t);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status().as_u16(), 401, "{method} {path} {token:?}");
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["error"], json!("unauthorized"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_4xx_json_error_and_held_locks_survive() {
+    let cluster = Cluster::start(3).await;
+    let held = cluster
+        .must_acquire(2, "precious", json!({"lease_ms": 60000}))
+        .await;
+    let long = "x".repeat(513);
+    let bodies: Vec<String> = vec![
+        "not json".into(),
+        "{".into(),
+        "[]".into(),
+        "{}".into(),
+        r#"{"name": ""}"#.into(),
+        json!({"name": long}).to_string(),
+        json!({"name": "a", "holder": "h".repeat(257)}).to_string(),
+        json!({"name": "a", "data": "d".repeat(4097)}).to_string(),
+        r#"{"name": 5}"#.into(),
+        r#"{"name": "a", "lease_ms": -1}"#.into(),
+        r#"{"name": "a", "lease_ms": 1.5}"#.into(),
+        r#"{"name": "a", "lease_ms": "10"}"#.into(),
+        r#"{"name": "a", "lease_ms": 18446744073709551616}"#.into(),
+        r#"{"name": "a", "wait_ms": -5}"#.into(),
+    ];
+    for via in cluster.live() {
+        for body in &bodies {
+            let (status, answer) = cluster
+                .post_raw(via, "/v1/locks/acquire", body.clone())
+                .await;
+            assert!(
+                (400..500).contains(&status),
+                "{body} via {via}: {status} {answer}"
+            );
+            assert_eq!(answer["error"], json!("bad_request"), "{body}");
+            assert!(answer["message"].as_str().is_some_and(|m| !m.is_empty()));
+        }
+        for (path, body) in [
+            (
+                "/v1/locks/release",
+                json!({"name": "precious", "id": "not-an-id"}),
+            ),
+            ("/v1/locks/release", json!({"name": "precious"})),
+            ("/v1/locks/renew", json!({"name": "precious", "id": 7})),
+        ] {
+            let (status, answer) = cluster.post(via, path, body.clone()).await;
+            assert_eq!(status, 400, "{path} {body}: {answer}");
+        }
+        let (status, answer) = cluster
+            .post_raw(via, "/v1/locks/acquire", "x".repeat(1 << 20))
+            .await;
+        assert_eq!(status, 413, "{answer}");
+        assert_eq!(answer["error"], json!("too_large"));
+        let (status, _) = cluster.get(via, "/v1/locks?limit=-1").await;
+        assert_eq!(status, 400);
+    }
+    let (status, body) = cluster.get(1, "/v1/locks/precious").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["lock"]["id"], held["id"],
+        "nothing already held is lost"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_five_node_cluster_survives_its_speaker() {
+    let mut cluster = Cluster::start(5).await;
+    let (old, _) = cluster.speaker().await;
+    let f = followers(&cluster, old);
+    let mut locks = Vec::new();
+    for (i, via) in f.iter().enumerate() {
+        locks.push((
+            format!("five/{i}"),
+            cluster
+                .must_acquire(*via, &format!("five/{i}"), json!({"lease_ms": 60000}))
+                .await,
+        ));
+    }
+    cluster.kill(old);
+    let (new, _) = cluster.speaker_other_than(Some(old)).await;
+    for (name, lock) in &locks {
+        let (status, body) = cluster
+            .get(new, &format!("/v1/locks/{}", name.replace('/', "%2F")))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["lock"]["id"], lock["id"]);
+    }
+}

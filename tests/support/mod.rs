@@ -1,0 +1,256 @@
+//! A cluster of real `leasehold serve` processes on loopback, for tests:
+//! ports probed at run time, a temporary directory, every process killed
+//! when the cluster is dropped.
+
+#![allow(dead_code)] // each test file uses a part
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const TOKEN: &str = "test-token-0123456789";
+
+/// Generous: correctness is asserted, not speed.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub addrs: BTreeMap<u64, String>,
+    procs: BTreeMap<u64, Child>,
+    extra_args: Vec<String>,
+    pub http: reqwest::Client,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Cluster {
+    /// Starts `n` nodes and waits until one speaks.
+    pub async fn start(n: u64) -> Cluster {
+        Self::start_with(n, &[]).await
+    }
+
+    /// Starts `n` nodes with extra `serve` flags.
+    pub async fn start_with(n: u64, extra: &[&str]) -> Cluster {
+        let addrs: BTreeMap<u64, String> = (1..=n)
+            .map(|id| (id, format!("127.0.0.1:{}", free_port())))
+            .collect();
+        let mut cluster = Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            addrs,
+            procs: BTreeMap::new(),
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+        };
+        for id in 1..=n {
+            cluster.spawn(id);
+        }
+        cluster.speaker().await;
+        cluster
+    }
+
+    fn data_dir(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}"))
+    }
+
+    /// Starts (or restarts) node `id` from its data directory.
+    pub fn spawn(&mut self, id: u64) {
+        let peers: Vec<String> = self.addrs.iter().map(|(i, a)| format!("{i}={a}")).collect();
+        let log = std::fs::File::create(self.dir.path().join(format!("node-{id}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg("serve")
+            .args(["--id", &id.to_string()])
+            .args(["--listen", &self.addrs[&id]])
+            .args(["--peers", &peers.join(",")])
+            .arg("--data-dir")
+            .arg(self.data_dir(id))
+            .args(["--cluster-token", TOKEN])
+            .args(&self.extra_args)
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start leasehold serve");
+        self.procs.insert(id, child);
+    }
+
+    pub fn pid(&self, id: u64) -> u32 {
+        self.procs[&id].id()
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut child) = self.procs.remove(&id) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn signal(&self, id: u64, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.pid(id).to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// SIGSTOP: a long pause, as a GC or a frozen VM.
+    pub fn pause(&self, id: u64) {
+        self.signal(id, "-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self, id: u64) {
+        self.signal(id, "-CONT");
+    }
+
+    pub fn url(&self, id: u64, path: &str) -> String {
+        format!("http://{}{}", self.addrs[&id], path)
+    }
+
+    pub fn log(&self, id: u64) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("node-{id}.log"))).unwrap_or_default()
+    }
+
+    /// GET, returning (status, JSON body).
+    pub async fn get(&self, id: u64, path: &str) -> (u16, Value) {
+        match self
+            .http
+            .get(self.url(id, path))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+        {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                (status, r.json().await.unwrap_or(Value::Null))
+            }
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    /// POST a raw body, returning (status, JSON body).
+    pub async fn post_raw(
+        &self,
+        id: u64,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, Value) {
+        match self
+            .http
+            .post(self.url(id, path))
+            .header("content-type", "application/json")
+            .body(body)
+            .timeout(Duration::from_secs(40))
+            .send()
+            .await
+        {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                (status, r.json().await.unwrap_or(Value::Null))
+            }
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    pub async fn post(&self, id: u64, path: &str, body: Value) -> (u16, Value) {
+        self.post_raw(id, path, body.to_string()).await
+    }
+
+    /// POST, retrying while the cluster answers 503 or not at all (a
+    /// speaker change), until `PATIENCE` runs out.
+    pub async fn post_settled(&self, id: u64, path: &str, body: Value) -> (u16, Value) {
+        let start = Instant::now();
+        loop {
+            let (status, value) = self.post(id, path, body.clone()).await;
+            if (status != 503 && status != 0) || start.elapsed() > PATIENCE {
+                return (status, value);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn acquire(&self, via: u64, name: &str, extra: Value) -> (u16, Value) {
+        let mut body = json!({ "name": name });
+        if let Value::Object(map) = extra {
+            body.as_object_mut().unwrap().extend(map);
+        }
+        self.post_settled(via, "/v1/locks/acquire", body).await
+    }
+
+    /// Acquires, expecting a grant; returns the lock.
+    pub async fn must_acquire(&self, via: u64, name: &str, extra: Value) -> Value {
+        let (status, body) = self.acquire(via, name, extra).await;
+        assert_eq!(status, 200, "acquire {name} via node {via}: {body}");
+        body["lock"].clone()
+    }
+
+    /// Waits until some node reports itself the rebuilt speaker, and
+    /// returns its id and the term.
+    pub async fn speaker(&self) -> (u64, u64) {
+        self.speaker_other_than(None).await
+    }
+
+    pub async fn speaker_other_than(&self, not: Option<u64>) -> (u64, u64) {
+        let start = Instant::now();
+        loop {
+            for &id in self.procs.keys() {
+                if Some(id) == not {
+                    continue;
+                }
+                let (status, c) = self.get(id, "/v1/cluster").await;
+                if status == 200 && c["leader"] == json!(id) && c["rebuilt"] == json!(true) {
+                    return (id, c["term"].as_u64().unwrap());
+                }
+            }
+            assert!(start.elapsed() < PATIENCE, "no speaker within {PATIENCE:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The running nodes.
+    pub fn live(&self) -> Vec<u64> {
+        self.procs.keys().copied().collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (id, child) in self.procs.iter_mut() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+            if std::thread::panicking() {
+                let log = std::fs::read_to_string(self.dir.path().join(format!("node-{id}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                eprintln!("--- node {id} log (last lines) ---");
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
+/// The fence of a lock as JSON.
+pub fn fence(lock: &Value) -> u64 {
+    lock["fence"].as_u64().expect("fence")
+}
+
+/// The term a fence was granted in.
+pub fn fence_term(lock: &Value) -> u64 {
+    fence(lock) >> 40
+}
