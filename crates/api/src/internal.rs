@@ -18,9 +18,13 @@ pub struct HeldReport {
     /// The reporting node.
     pub node: NodeId,
     /// How long the reporting process has been up, in milliseconds; a node
-    /// up for less than the longest lease may have forgotten locks, and
-    /// counts as missing.
+    /// that *restarted* less than the longest lease ago may have forgotten
+    /// locks, and counts as missing.
     pub started_ms_ago: u64,
+    /// Whether this process is the node's first (its data directory was
+    /// new): a node that never ran before has forgotten nothing.
+    #[serde(default)]
+    pub first_start: bool,
     /// The locks its clients hold (`Held`).
     pub held: Vec<PeerLock>,
     /// The locks it granted while it spoke, leases not yet over (`Granted`).
@@ -152,8 +156,13 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"node": 1, "started_ms_ago": 5, "held": [], "granted": []})
+            serde_json::json!({"node": 1, "started_ms_ago": 5, "first_start": false, "held": [], "granted": []})
         );
+        // An older node's report, without first_start, reads as a restart.
+        let old: HeldReport =
+            serde_json::from_str(r#"{"node": 1, "started_ms_ago": 5, "held": [], "granted": []}"#)
+                .unwrap();
+        assert!(!old.first_start);
         let forget = Forget {
             name: "a".into(),
             id,

@@ -429,6 +429,13 @@ impl Table {
         self.retained.retain(|_, l| l.is_live(now));
         self.slots.clear();
         self.expiries.clear();
+        self.turn_away_waiters();
+    }
+
+    /// Answers every waiting request [`NotRebuilt`] and keeps the table: for
+    /// a speaker that cannot show its leadership for now (its leader lease
+    /// lapsed) but may again in the same term.
+    pub fn turn_away_waiters(&mut self) {
         self.wait_ends.clear();
         for (_, queue) in self.waiters.drain() {
             self.answers.extend(queue.into_iter().map(|w| Answer {

@@ -720,3 +720,27 @@ fn a_renewal_for_a_shorter_lease_ends_it_sooner() {
     assert_eq!(answers[0].waiter, w);
     assert_eq!(answers[0].result.as_ref().unwrap().acquired, t(3));
 }
+
+// SPEC: a speaker that cannot show a recent quorum grants nothing, and its
+// waiting requests are answered not rebuilt; its table stays.
+#[test]
+fn turning_away_waiters_keeps_the_table() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let lock = granted(table.acquire(req("a", 1, 1), t(0)));
+    let Ok(Acquired::Waiting(w)) = table.acquire(waiting(req("a", 2, 1), 60 * SEC), t(0)) else {
+        panic!()
+    };
+    table.turn_away_waiters();
+    assert_eq!(
+        table.take_answers(),
+        vec![Answer {
+            waiter: w,
+            result: Err(AcquireError::NotRebuilt(NotRebuilt))
+        }]
+    );
+    assert_eq!(table.waiting(), 0);
+    assert!(table.is_rebuilt());
+    assert_eq!(table.get("a", t(1)).unwrap().unwrap().id, lock.id);
+    table.release("a", lock.id, t(1)).unwrap();
+    assert!(table.take_answers().is_empty(), "nobody waits any more");
+}

@@ -86,6 +86,10 @@ impl RunningNode {
 pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningNode, StartError> {
     config.validate()?;
     let addr = listener.local_addr()?;
+    let first_start = matches!(
+        leasehold_raft::LogStore::read_node_id(&config.data_dir),
+        Ok(None)
+    );
     let raft = leasehold_raft::build(
         config.id,
         &config.data_dir,
@@ -94,7 +98,7 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
     )
     .await?;
     let peers = peers::Peers::new(&config.cluster_token)?;
-    let node = Node::new(config, raft.clone(), peers);
+    let node = Node::new(config, raft.clone(), peers, first_start);
     let (stop, stopped) = watch::channel(false);
     let app = http::router(Arc::clone(&node));
     let mut server_stop = stopped.clone();

@@ -36,6 +36,8 @@ pub struct Node {
     pub(crate) raft: Raft,
     pub(crate) clock: Clock,
     pub(crate) peers: Peers,
+    /// Whether this process is the node's first (a new data directory).
+    pub(crate) first_start: bool,
     state: Mutex<State>,
     /// Rung when the table changes, so the expiry task re-arms its timer.
     pub(crate) table_changed: Notify,
@@ -57,7 +59,12 @@ pub struct AcquireRequest {
 }
 
 impl Node {
-    pub(crate) fn new(config: NodeConfig, raft: Raft, peers: Peers) -> Arc<Self> {
+    pub(crate) fn new(
+        config: NodeConfig,
+        raft: Raft,
+        peers: Peers,
+        first_start: bool,
+    ) -> Arc<Self> {
         Arc::new(Node {
             state: Mutex::new(State {
                 table: Table::new(config.lease),
@@ -70,6 +77,7 @@ impl Node {
             raft,
             clock: Clock::new(),
             peers,
+            first_start,
             table_changed: Notify::new(),
         })
     }
@@ -136,8 +144,14 @@ impl Node {
     /// Ends the leases and waits due by now, if this node may speak.
     pub(crate) fn poll(&self) -> Option<locktable::MonoTime> {
         let mut state = self.state();
-        if state.table.is_rebuilt() && self.may_speak(&state) {
-            state.table.poll(self.clock.now());
+        if state.table.is_rebuilt() {
+            if self.may_speak(&state) {
+                state.table.poll(self.clock.now());
+            } else if state.table.waiting() > 0 {
+                // Deposed, or its lease lapsed: grant nothing, and tell the
+                // waiters to retry.
+                state.table.turn_away_waiters();
+            }
             self.dispatch(&mut state);
         }
         let now = self.clock.now();

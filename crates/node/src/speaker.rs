@@ -149,7 +149,7 @@ async fn read_members(node: &Arc<Node>) -> (Reports, Vec<NodeId>) {
     for (id, sent, report) in futures::future::join_all(reads).await {
         match report {
             Ok(report) => {
-                if Duration::from_millis(report.started_ms_ago) < max_lease {
+                if !report.first_start && Duration::from_millis(report.started_ms_ago) < max_lease {
                     missing.push(id);
                 }
                 read.push((id, sent, report));
@@ -195,6 +195,7 @@ impl Node {
         HeldReport {
             node: self.id(),
             started_ms_ago: self.clock.uptime().as_millis() as u64,
+            first_start: self.first_start,
             held: state
                 .held
                 .live(now)

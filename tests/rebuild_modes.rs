@@ -1,0 +1,172 @@
+//! What a rebuild that misses a member does, in each `--rebuild-mode`: five
+//! nodes, so the cluster keeps a quorum with the old speaker dead and the
+//! holder's node paused.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::{fence, Cluster};
+
+/// Kills the speaker while the holder's node is paused, and returns the new
+/// speaker.
+async fn failover_without(cluster: &mut Cluster, speaker: u64, paused: u64) -> u64 {
+    cluster.pause(paused);
+    cluster.kill(speaker);
+    let start = std::time::Instant::now();
+    loop {
+        for id in cluster.live() {
+            if id == paused {
+                continue;
+            }
+            let (status, info) = cluster.get(id, "/v1/cluster").await;
+            let missing = &info["last_rebuild"]["members_missing"];
+            if status == 200
+                && info["leader"] == json!(id)
+                && info["rebuilt"] == json!(true)
+                && missing
+                    .as_array()
+                    .is_some_and(|m| m.contains(&json!(paused)))
+            {
+                return id;
+            }
+        }
+        assert!(
+            start.elapsed() < support::PATIENCE,
+            "no rebuild without node {paused}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proceed_mode_may_grant_twice_and_the_next_rebuild_keeps_the_older() {
+    let mut cluster = Cluster::start(5).await;
+    let (speaker, _) = cluster.speaker().await;
+    let others: Vec<u64> = cluster
+        .live()
+        .into_iter()
+        .filter(|&id| id != speaker)
+        .collect();
+    let (holder_node, other_node) = (others[0], others[1]);
+    let first = cluster
+        .must_acquire(holder_node, "contested", json!({"lease_ms": 60000}))
+        .await;
+
+    let new_speaker = failover_without(&mut cluster, speaker, holder_node).await;
+    // The seed's behaviour: what the missing member's client holds is
+    // unknown, and the name is granted again.
+    let second = cluster
+        .must_acquire(other_node, "contested", json!({"lease_ms": 60000}))
+        .await;
+    assert_ne!(second["id"], first["id"]);
+    assert!(fence(&second) > fence(&first));
+
+    // The next rebuild hears from both holders' nodes and settles it.
+    cluster.resume(holder_node);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.kill(new_speaker);
+    let (settled_by, _) = cluster.speaker_other_than(Some(new_speaker)).await;
+    let (_, info) = cluster.get(settled_by, "/v1/cluster").await;
+    assert_eq!(info["last_rebuild"]["conflicts"], json!(1), "{info}");
+    let (status, body) = cluster.get(settled_by, "/v1/locks/contested").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["lock"]["id"], first["id"],
+        "the lock held longest is kept"
+    );
+    // The other is reported back lost: its renewal fails.
+    let (status, body) = cluster
+        .post_settled(
+            other_node,
+            "/v1/locks/renew",
+            json!({"name": "contested", "id": second["id"]}),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = cluster
+        .post_settled(
+            holder_node,
+            "/v1/locks/renew",
+            json!({"name": "contested", "id": first["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_mode_holds_new_grants_back_while_holders_reclaim() {
+    let mut cluster = Cluster::start_with(
+        5,
+        &[
+            "--rebuild-mode",
+            "strict",
+            "--max-lease",
+            "5000",
+            "--default-lease",
+            "4000",
+        ],
+    )
+    .await;
+    let (speaker, _) = cluster.speaker().await;
+    let others: Vec<u64> = cluster
+        .live()
+        .into_iter()
+        .filter(|&id| id != speaker)
+        .collect();
+    let (holder_node, other_node) = (others[0], others[1]);
+    let held = cluster
+        .must_acquire(holder_node, "strict/held", json!({"lease_ms": 5000}))
+        .await;
+
+    let new_speaker = failover_without(&mut cluster, speaker, holder_node).await;
+    let (status, body) = cluster
+        .post(
+            other_node,
+            "/v1/locks/acquire",
+            json!({"name": "strict/held"}),
+        )
+        .await;
+    assert_eq!(
+        status, 503,
+        "no new grant while a member is missing: {body}"
+    );
+    assert_eq!(body["error"], json!("not_rebuilt"));
+    let (status, _) = cluster
+        .post(
+            new_speaker,
+            "/v1/locks/acquire",
+            json!({"name": "strict/free"}),
+        )
+        .await;
+    assert_eq!(status, 503, "not even of a free name");
+
+    // The holder comes back and renews: its lock is reclaimed, not lost.
+    cluster.resume(holder_node);
+    let (status, body) = cluster
+        .post_settled(
+            holder_node,
+            "/v1/locks/renew",
+            json!({"name": "strict/held", "id": held["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["lock"]["fence"], held["fence"]);
+
+    // After the longest lease, new grants resume; the reclaimed lock stays
+    // its holder's.
+    let free = cluster
+        .must_acquire(other_node, "strict/free", json!({}))
+        .await;
+    assert!(fence(&free) > fence(&held));
+    let (status, body) = cluster
+        .post(
+            other_node,
+            "/v1/locks/acquire",
+            json!({"name": "strict/held"}),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["lock"]["id"], held["id"]);
+}
