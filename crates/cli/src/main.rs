@@ -28,7 +28,8 @@ enum Command {
         /// The first node's port; the others follow.
         #[arg(long, default_value_t = 7701)]
         base_port: u16,
-        /// Where the nodes keep their Raft state (default: a new temporary directory).
+        /// Where the nodes keep their Raft state (default: a temporary
+        /// directory, removed on exit).
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
@@ -128,6 +129,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 }
 
 async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result<(), String> {
+    let temporary = data_dir.is_none();
     let root = match data_dir {
         Some(dir) => dir,
         None => std::env::temp_dir().join(format!("leasehold-up-{}", std::process::id())),
@@ -169,6 +171,9 @@ async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result<(),
     report.abort();
     for node in running {
         node.shutdown().await;
+    }
+    if temporary {
+        let _ = std::fs::remove_dir_all(&root);
     }
     Ok(())
 }

@@ -170,9 +170,9 @@ async fn acquire(
 fn to_request(body: &AcquireBody) -> AcquireRequest {
     AcquireRequest {
         name: body.name.clone(),
-        holder: body.holder.clone().unwrap_or_default(),
-        lease: body.lease_ms.map(Duration::from_millis),
-        wait: body.wait_ms.map(Duration::from_millis).unwrap_or_default(),
+        holder: body.holder().to_string(),
+        lease: body.lease(),
+        wait: body.wait(),
         data: body.data.clone(),
     }
 }
