@@ -24,6 +24,12 @@ use crate::node::{AcquireRequest, Node};
 
 type Shared = Arc<Node>;
 
+/// How much of a body is read before answering: bodies over
+/// `MAX_BODY_BYTES` but under this are read whole and answered `413` as
+/// JSON on a connection that stays usable; a client still sending a larger
+/// body when the answer goes may see the connection close instead.
+const READ_LIMIT_BYTES: usize = 4 << 20;
+
 /// The node's router: the public API, and the peer routes behind the
 /// cluster token.
 pub fn router(node: Shared) -> Router {
@@ -50,7 +56,7 @@ pub fn router(node: Shared) -> Router {
         .merge(internal)
         .fallback(|| async { ApiError::new(ErrorCode::NotHeld, "no such route") })
         .layer(axum::middleware::from_fn_with_state(node, guard_internal))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::extract::DefaultBodyLimit::max(READ_LIMIT_BYTES))
 }
 
 /// Every request under `/internal/`, whatever its path or method, needs the
