@@ -454,3 +454,51 @@ async fn a_five_node_cluster_survives_its_speaker() {
         assert_eq!(body["lock"]["id"], lock["id"]);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_can_wait_for_the_lock_to_change() {
+    let cluster = std::sync::Arc::new(Cluster::start(3).await);
+    let lock = cluster
+        .must_acquire(2, "watched", json!({"lease_ms": 60000}))
+        .await;
+    let f = fence(&lock);
+
+    // Unchanged: the watch answers with the lock as it is when the wait ends.
+    let start = std::time::Instant::now();
+    let (status, body) = cluster
+        .get(3, &format!("/v1/locks/watched?wait_ms=500&after_fence={f}"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["lock"]["id"], lock["id"]);
+    assert!(start.elapsed() >= Duration::from_millis(400));
+
+    // A change (release, then another's grant) ends the wait at once.
+    for via in [1u64, 3] {
+        let c = std::sync::Arc::clone(&cluster);
+        // First the held lock's fence; then, with no lock, fence 0.
+        let after = if via == 1 { f } else { 0 };
+        let path = format!("/v1/locks/watched?wait_ms=20000&after_fence={after}");
+        let watcher = tokio::spawn(async move { c.get(via, &path).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!watcher.is_finished());
+        if via == 1 {
+            let (status, _) = cluster
+                .post(
+                    2,
+                    "/v1/locks/release",
+                    json!({"name": "watched", "id": lock["id"]}),
+                )
+                .await;
+            assert_eq!(status, 200);
+            let (status, body) = watcher.await.unwrap();
+            assert_eq!(status, 404, "released: no lock now: {body}");
+        } else {
+            let next = cluster.must_acquire(1, "watched", json!({})).await;
+            let (status, body) = watcher.await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["lock"]["id"], next["id"]);
+        }
+    }
+    let (status, _) = cluster.get(1, "/v1/locks/watched?wait_ms=-1").await;
+    assert_eq!(status, 400);
+}

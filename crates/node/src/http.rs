@@ -12,15 +12,16 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use leasehold_api::Body as _;
 use leasehold_api::{
-    parse_body, AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, ForwardAcquire, ForwardRelease,
-    ForwardRenew, ListQuery, LockAnswer, LocksAnswer, Member, PeerLock, ReleaseBody, RenewBody,
+    parse_body, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardRelease,
+    ForwardRenew, ListQuery, LockAnswer, LocksAnswer, PeerLock, ReleaseBody, RenewBody,
     MAX_BODY_BYTES,
 };
-use leasehold_raft::{raft_router, token_matches, WatchReceiver, TOKEN_HEADER};
+use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
 use locktable::{Lock, LockId, LockInTransit};
 
 use crate::error::ApiError;
 use crate::node::{AcquireRequest, Node};
+use crate::service::{ForwardGet, Watch};
 
 type Shared = Arc<Node>;
 
@@ -119,68 +120,13 @@ fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
     })
 }
 
-fn passed_on(e: ErrorBody) -> ApiError {
-    ApiError { body: Box::new(e) }
-}
-
-/// Where to send a request this node cannot serve itself.
-fn speaker_addr(node: &Node) -> Result<String, ApiError> {
-    node.leader()
-        .map(|(_, addr)| addr)
-        .ok_or_else(ApiError::no_leader)
-}
-
-fn forward_timeout(wait: Duration) -> Duration {
-    wait + Duration::from_secs(5)
-}
-
 async fn acquire(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let request: AcquireBody = body(&bytes)?;
-    let wanted = to_request(&request);
-    if node.is_leader() {
-        let lock = node.speak_acquire(wanted, node.id()).await?;
-        return Ok(answer(&node, &lock));
-    }
-    let addr = speaker_addr(&node)?;
-    let sent = node.clock.now();
-    let forwarded = ForwardAcquire {
-        body: request,
-        node: node.id(),
-    };
-    let granted: PeerLock = node
-        .peers
-        .call(
-            &addr,
-            "/internal/forward/acquire",
-            &forwarded,
-            forward_timeout(wanted.wait),
-        )
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                ErrorCode::NotRebuilt,
-                format!("the speaker did not answer: {e}"),
-            )
-        })?
-        .map_err(passed_on)?;
-    let lock = LockInTransit::try_from(granted)
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .arrive(sent);
-    node.record_held(lock.clone());
+    let lock = node.acquire(request).await?;
     Ok(answer(&node, &lock))
-}
-
-fn to_request(body: &AcquireBody) -> AcquireRequest {
-    AcquireRequest {
-        name: body.name.clone(),
-        holder: body.holder().to_string(),
-        lease: body.lease(),
-        wait: body.wait(),
-        data: body.data.clone(),
-    }
 }
 
 async fn release(
@@ -188,37 +134,7 @@ async fn release(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let request: ReleaseBody = body(&bytes)?;
-    let id: LockId = request.id.parse().map_err(bad)?;
-    if node.is_leader() {
-        let lock = node.speak_release(&request.name, id)?;
-        return Ok(answer(&node, &lock));
-    }
-    let addr = speaker_addr(&node)?;
-    let forwarded = ForwardRelease {
-        name: request.name.clone(),
-        id: request.id.clone(),
-        node: node.id(),
-    };
-    let released: PeerLock = node
-        .peers
-        .call(
-            &addr,
-            "/internal/forward/release",
-            &forwarded,
-            forward_timeout(Duration::ZERO),
-        )
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                ErrorCode::NotRebuilt,
-                format!("the speaker did not answer: {e}"),
-            )
-        })?
-        .map_err(passed_on)?;
-    node.drop_held(id);
-    let lock = LockInTransit::try_from(released)
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .arrive(node.clock.now());
+    let lock = node.release(request).await?;
     Ok(answer(&node, &lock))
 }
 
@@ -227,86 +143,40 @@ async fn renew(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let request: RenewBody = body(&bytes)?;
-    let id: LockId = request.id.parse().map_err(bad)?;
-    let lease = request.lease_ms.map(Duration::from_millis);
-    let record = node.held_record(id);
-    if node.is_leader() {
-        let lock = node.speak_renew(&request.name, id, lease, node.id(), record)?;
-        return Ok(answer(&node, &lock));
-    }
-    let addr = speaker_addr(&node)?;
-    let sent = node.clock.now();
-    let forwarded = ForwardRenew {
-        name: request.name.clone(),
-        id: request.id.clone(),
-        lease_ms: request.lease_ms,
-        node: node.id(),
-        record: record.map(|l| PeerLock::from(l.in_transit(sent))),
-    };
-    let outcome = node
-        .peers
-        .call::<_, PeerLock>(
-            &addr,
-            "/internal/forward/renew",
-            &forwarded,
-            forward_timeout(Duration::ZERO),
-        )
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                ErrorCode::NotRebuilt,
-                format!("the speaker did not answer: {e}"),
-            )
-        })?;
-    match outcome {
-        Ok(renewed) => {
-            let lock = LockInTransit::try_from(renewed)
-                .map_err(|e| ApiError::internal(e.to_string()))?
-                .arrive(sent);
-            node.record_held(lock.clone());
-            Ok(answer(&node, &lock))
-        }
-        Err(e) => {
-            if e.error == ErrorCode::NotHeld {
-                node.drop_held(id);
-            }
-            Err(passed_on(e))
+    let lock = node.renew(request).await?;
+    Ok(answer(&node, &lock))
+}
+
+/// `?wait_ms=&after_fence=`: wait for the lock to change (long poll).
+fn watch_query(raw: Option<&str>) -> Result<Option<Watch>, ApiError> {
+    let mut wait = None;
+    let mut after_fence = 0;
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let number = |field: &str| {
+            value.parse::<u64>().map_err(|_| {
+                bad(format!(
+                    "`{field}` must be a non-negative integer that fits in 64 bits"
+                ))
+            })
+        };
+        match key {
+            "wait_ms" => wait = Some(Duration::from_millis(number("wait_ms")?)),
+            "after_fence" => after_fence = number("after_fence")?,
+            _ => {}
         }
     }
+    Ok(wait.map(|wait| Watch { wait, after_fence }))
 }
 
 async fn get_lock(
     State(node): State<Shared>,
     Path(name): Path<String>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Json<LockAnswer>, ApiError> {
     leasehold_api::validate_name(&name).map_err(bad)?;
-    let lock = if node.is_leader() {
-        node.speak_get(&name)?
-    } else {
-        let addr = speaker_addr(&node)?;
-        let sent = node.clock.now();
-        let found: Option<PeerLock> = node
-            .peers
-            .call(
-                &addr,
-                "/internal/forward/get",
-                &name,
-                forward_timeout(Duration::ZERO),
-            )
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    ErrorCode::NotRebuilt,
-                    format!("the speaker did not answer: {e}"),
-                )
-            })?
-            .map_err(passed_on)?;
-        found
-            .map(LockInTransit::try_from)
-            .transpose()
-            .map_err(|e| ApiError::internal(e.to_string()))?
-            .map(|l| l.arrive(sent))
-    };
+    let watch = watch_query(raw.as_deref())?;
+    let lock = node.get(&name, watch).await?;
     lock.map(|l| answer(&node, &l))
         .ok_or_else(ApiError::not_held)
 }
@@ -317,65 +187,14 @@ async fn list(
 ) -> Result<Json<LocksAnswer>, ApiError> {
     let query = ListQuery::parse(raw.as_deref()).map_err(bad)?;
     query.validate().map_err(bad)?;
-    let (prefix, limit) = (query.prefix().to_string(), query.limit());
-    let locks = if node.is_leader() {
-        node.speak_list(&prefix, limit)?
-    } else {
-        let addr = speaker_addr(&node)?;
-        let sent = node.clock.now();
-        let found: Vec<PeerLock> = node
-            .peers
-            .call(
-                &addr,
-                "/internal/forward/list",
-                &(prefix, limit),
-                forward_timeout(Duration::ZERO),
-            )
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    ErrorCode::NotRebuilt,
-                    format!("the speaker did not answer: {e}"),
-                )
-            })?
-            .map_err(passed_on)?;
-        found
-            .into_iter()
-            .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ApiError::internal(e.to_string()))?
-    };
+    let locks = node.list(query.prefix(), query.limit()).await?;
     Ok(Json(LocksAnswer {
         locks: locks.iter().map(|l| node.view(l)).collect(),
     }))
 }
 
 async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
-    let metrics = node.raft.metrics().borrow_watched().clone();
-    let state = node.state();
-    let members = node
-        .config
-        .peers
-        .iter()
-        .map(|(id, addr)| Member {
-            id: *id,
-            addr: addr.clone(),
-            state: if Some(*id) == metrics.current_leader {
-                "leader".into()
-            } else {
-                "follower".into()
-            },
-        })
-        .collect();
-    Json(ClusterAnswer {
-        node: node.id(),
-        leader: metrics.current_leader,
-        term: metrics.current_term,
-        rebuilt: state.table.is_rebuilt(),
-        generation: state.table.generation(),
-        members,
-        last_rebuild: state.last_rebuild.clone(),
-    })
+    Json(node.cluster())
 }
 
 // ---- peer routes ----
@@ -395,7 +214,7 @@ async fn forward_acquire(
     let forwarded: ForwardAcquire = peer_body(&bytes)?;
     forwarded.body.validate().map_err(bad)?;
     let lock = node
-        .speak_acquire(to_request(&forwarded.body), forwarded.node)
+        .speak_acquire(AcquireRequest::from(&forwarded.body), forwarded.node)
         .await?;
     Ok(transit(&node, &lock))
 }
@@ -432,8 +251,8 @@ async fn forward_get(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Option<PeerLock>>, ApiError> {
-    let name: String = peer_body(&bytes)?;
-    let lock = node.speak_get(&name)?;
+    let forwarded: ForwardGet = peer_body(&bytes)?;
+    let lock = node.speak_watch(&forwarded.name, forwarded.watch).await?;
     Ok(Json(
         lock.map(|l| PeerLock::from(l.in_transit(node.clock.now()))),
     ))

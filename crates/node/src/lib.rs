@@ -10,6 +10,7 @@ mod error;
 mod http;
 mod node;
 mod peers;
+mod service;
 mod speaker;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ pub use clock::Clock;
 pub use config::{ConfigError, NodeConfig, RebuildMode};
 pub use error::ApiError;
 pub use node::Node;
+pub use service::{Watch, MAX_WATCH};
 
 /// Why a node did not start.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use leasehold_raft::{leader_state, Raft, WatchReceiver};
 use locktable::{
     AcquireError, Acquired, Held, Lock, LockError, LockId, NodeId, Request, Table, WaiterId,
 };
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
 use crate::clock::Clock;
 use crate::config::NodeConfig;
@@ -41,6 +41,8 @@ pub struct Node {
     state: Mutex<State>,
     /// Rung when the table changes, so the expiry task re-arms its timer.
     pub(crate) table_changed: Notify,
+    /// Counts changes of the table's locks, for gets that watch a lock.
+    changes: watch::Sender<u64>,
 }
 
 /// A lock request as the node receives it, validated.
@@ -79,6 +81,7 @@ impl Node {
             peers,
             first_start,
             table_changed: Notify::new(),
+            changes: watch::Sender::new(0),
         })
     }
 
@@ -125,6 +128,17 @@ impl Node {
         Ok(state)
     }
 
+    /// Says the table changed: the expiry task re-arms, watchers look again.
+    pub(crate) fn changed(&self) {
+        self.table_changed.notify_one();
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// A receiver that wakes when the table's locks change.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// Hands the table's answers to the requests waiting for them. It does
     /// not ring `table_changed`: the expiry task calls it, and ringing
     /// itself would keep it from ever yielding.
@@ -146,7 +160,12 @@ impl Node {
         let mut state = self.state();
         if state.table.is_rebuilt() {
             if self.may_speak(&state) {
+                let before = (state.table.len(), state.table.waiting());
                 state.table.poll(self.clock.now());
+                if (state.table.len(), state.table.waiting()) != before {
+                    // Not `changed()`: the expiry task must not wake itself.
+                    self.changes.send_modify(|v| *v = v.wrapping_add(1));
+                }
             } else if state.table.waiting() > 0 {
                 // Deposed, or its lease lapsed: grant nothing, and tell the
                 // waiters to retry.
@@ -166,7 +185,7 @@ impl Node {
         state.table.drop_table(self.clock.now());
         state.speaking = speaking;
         self.dispatch(&mut state);
-        self.table_changed.notify_one();
+        self.changed();
         state.table.generation()
     }
 
@@ -198,7 +217,7 @@ impl Node {
                     if node == self.config.id {
                         state.held.record(lock.clone());
                     }
-                    self.table_changed.notify_one();
+                    self.changed();
                     return Ok(lock);
                 }
                 Ok(Acquired::Waiting(waiter)) => waiter,
@@ -206,7 +225,7 @@ impl Node {
             };
             let (tx, rx) = oneshot::channel();
             state.waiters.insert(waiter, tx);
-            self.table_changed.notify_one();
+            self.changed();
             (rx, waiter)
         };
         // If the client goes away, stop waiting for it.
@@ -248,7 +267,7 @@ impl Node {
                 .map_err(lock_error)?;
             state.held.remove(id);
             self.dispatch(&mut state);
-            self.table_changed.notify_one();
+            self.changed();
             lock
         };
         let node = Arc::clone(self);
@@ -283,7 +302,7 @@ impl Node {
         } else {
             state.held.remove(id);
         }
-        self.table_changed.notify_one();
+        self.changed();
         Ok(renewed)
     }
 
@@ -311,7 +330,7 @@ impl Node {
         state.held.remove(id);
         state.table.forget(name, id, self.clock.now());
         self.dispatch(&mut state);
-        self.table_changed.notify_one();
+        self.changed();
     }
 
     /// Locks a rebuild found another grant held longer: their clients lost them.

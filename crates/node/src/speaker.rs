@@ -111,7 +111,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
                 };
                 tracing::info!(?report, "failover report: lock table rebuilt");
                 state.last_rebuild = Some(report);
-                node.table_changed.notify_one();
+                node.changed();
                 rebuilt.lost
             }
             Err(e) => {

@@ -1,0 +1,266 @@
+//! What a client can ask of any node: served here when this node speaks,
+//! forwarded to the speaker otherwise. The HTTP API and an embedded client
+//! both call these.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_api::{
+    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, ForwardAcquire, ForwardRelease, ForwardRenew,
+    Member, PeerLock, ReleaseBody, RenewBody,
+};
+use leasehold_raft::WatchReceiver;
+use locktable::{Lock, LockId, LockInTransit};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::node::{AcquireRequest, Node};
+
+/// The longest a watching get waits for a change.
+pub const MAX_WATCH: Duration = Duration::from_secs(60);
+
+/// A get that waits for the lock to change: it answers once the lock's
+/// fence differs from `after_fence` (no lock counts as fence 0), or when
+/// `wait` runs out, with the lock as it then is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watch {
+    /// How long to wait for a change.
+    pub wait: Duration,
+    /// The fence the caller last saw.
+    pub after_fence: u64,
+}
+
+/// A forwarded get: the name, and the watch if any.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ForwardGet {
+    pub(crate) name: String,
+    pub(crate) watch: Option<Watch>,
+}
+
+fn passed_on(e: ErrorBody) -> ApiError {
+    ApiError { body: Box::new(e) }
+}
+
+fn unanswered(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        ErrorCode::NotRebuilt,
+        format!("the speaker did not answer: {e}"),
+    )
+}
+
+fn malformed(e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(format!("the speaker sent a malformed lock: {e}"))
+}
+
+/// Slack over a request's own wait for a forwarded call.
+const FORWARD_SLACK: Duration = Duration::from_secs(5);
+
+impl Node {
+    /// Forwards `body` to the speaker's `path`, for requests this node
+    /// cannot serve itself.
+    async fn forward<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        wait: Duration,
+    ) -> Result<R, ApiError> {
+        let (_, addr) = self.leader().ok_or_else(ApiError::no_leader)?;
+        self.peers
+            .call(&addr, path, body, wait + FORWARD_SLACK)
+            .await
+            .map_err(unanswered)?
+            .map_err(passed_on)
+    }
+
+    /// Takes a lock for a client of this node.
+    pub async fn acquire(self: &Arc<Self>, body: AcquireBody) -> Result<Lock, ApiError> {
+        let request = AcquireRequest::from(&body);
+        if self.is_leader() {
+            return self.speak_acquire(request, self.id()).await;
+        }
+        let sent = self.clock.now();
+        let forwarded = ForwardAcquire {
+            body,
+            node: self.id(),
+        };
+        let granted: PeerLock = self
+            .forward("/internal/forward/acquire", &forwarded, request.wait)
+            .await?;
+        let lock = LockInTransit::try_from(granted)
+            .map_err(malformed)?
+            .arrive(sent);
+        self.record_held(lock.clone());
+        Ok(lock)
+    }
+
+    /// Releases a lock by name and id.
+    pub async fn release(self: &Arc<Self>, body: ReleaseBody) -> Result<Lock, ApiError> {
+        let id: LockId = body
+            .lock_id()
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        if self.is_leader() {
+            return self.speak_release(&body.name, id);
+        }
+        let forwarded = ForwardRelease {
+            name: body.name.clone(),
+            id: body.id.clone(),
+            node: self.id(),
+        };
+        let released: PeerLock = self
+            .forward("/internal/forward/release", &forwarded, Duration::ZERO)
+            .await?;
+        self.drop_held(id);
+        Ok(LockInTransit::try_from(released)
+            .map_err(malformed)?
+            .arrive(self.clock.now()))
+    }
+
+    /// Renews a lock by name and id; this node keeps its record from now on.
+    pub async fn renew(self: &Arc<Self>, body: RenewBody) -> Result<Lock, ApiError> {
+        let id: LockId = body
+            .lock_id()
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let record = self.held_record(id);
+        if self.is_leader() {
+            return self.speak_renew(&body.name, id, body.lease(), self.id(), record);
+        }
+        let sent = self.clock.now();
+        let forwarded = ForwardRenew {
+            name: body.name.clone(),
+            id: body.id.clone(),
+            lease_ms: body.lease_ms,
+            node: self.id(),
+            record: record.map(|l| PeerLock::from(l.in_transit(sent))),
+        };
+        match self
+            .forward::<_, PeerLock>("/internal/forward/renew", &forwarded, Duration::ZERO)
+            .await
+        {
+            Ok(renewed) => {
+                let lock = LockInTransit::try_from(renewed)
+                    .map_err(malformed)?
+                    .arrive(sent);
+                self.record_held(lock.clone());
+                Ok(lock)
+            }
+            Err(e) => {
+                if e.body.error == ErrorCode::NotHeld {
+                    self.drop_held(id);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The lock `name`, if held; with a watch, once it changes.
+    pub async fn get(
+        self: &Arc<Self>,
+        name: &str,
+        watch: Option<Watch>,
+    ) -> Result<Option<Lock>, ApiError> {
+        if self.is_leader() {
+            return self.speak_watch(name, watch).await;
+        }
+        let sent = self.clock.now();
+        let forwarded = ForwardGet {
+            name: name.to_string(),
+            watch,
+        };
+        let wait = watch.map(|w| w.wait).unwrap_or_default();
+        let found: Option<PeerLock> = self
+            .forward("/internal/forward/get", &forwarded, wait)
+            .await?;
+        found
+            .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
+            .transpose()
+            .map_err(malformed)
+    }
+
+    /// As the speaker: the lock `name`, waiting for a change if asked.
+    pub(crate) async fn speak_watch(
+        &self,
+        name: &str,
+        watch: Option<Watch>,
+    ) -> Result<Option<Lock>, ApiError> {
+        let Some(watch) = watch else {
+            return self.speak_get(name);
+        };
+        let deadline = Instant::now() + watch.wait.min(MAX_WATCH);
+        let mut changes = self.subscribe();
+        loop {
+            let lock = self.speak_get(name)?;
+            let fence = lock.as_ref().map_or(0, |l| l.fence.0);
+            if fence != watch.after_fence {
+                return Ok(lock);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(lock);
+            }
+            let _ = tokio::time::timeout(left, changes.changed()).await;
+        }
+    }
+
+    /// The locks whose names start with `prefix`, at most `limit`.
+    pub async fn list(self: &Arc<Self>, prefix: &str, limit: usize) -> Result<Vec<Lock>, ApiError> {
+        if self.is_leader() {
+            return self.speak_list(prefix, limit);
+        }
+        let sent = self.clock.now();
+        let found: Vec<PeerLock> = self
+            .forward(
+                "/internal/forward/list",
+                &(prefix.to_string(), limit),
+                Duration::ZERO,
+            )
+            .await?;
+        found
+            .into_iter()
+            .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(malformed)
+    }
+
+    /// Who speaks, and this node's view of the cluster.
+    pub fn cluster(&self) -> ClusterAnswer {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let state = self.state();
+        let members = self
+            .config
+            .peers
+            .iter()
+            .map(|(id, addr)| Member {
+                id: *id,
+                addr: addr.clone(),
+                state: if Some(*id) == metrics.current_leader {
+                    "leader"
+                } else {
+                    "follower"
+                }
+                .into(),
+            })
+            .collect();
+        ClusterAnswer {
+            node: self.id(),
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            rebuilt: state.table.is_rebuilt(),
+            generation: state.table.generation(),
+            members,
+            last_rebuild: state.last_rebuild.clone(),
+        }
+    }
+}
+
+impl From<&AcquireBody> for AcquireRequest {
+    fn from(body: &AcquireBody) -> Self {
+        AcquireRequest {
+            name: body.name.clone(),
+            holder: body.holder().to_string(),
+            lease: body.lease(),
+            wait: body.wait(),
+            data: body.data.clone(),
+        }
+    }
+}
