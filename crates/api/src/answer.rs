@@ -10,6 +10,12 @@ use crate::lock::LockView;
 pub struct LockAnswer {
     /// The lock.
     pub lock: LockView,
+    /// How long the answering node held the request before answering (a
+    /// wait, forwarding), in milliseconds, rounded down. A client counts the
+    /// lease as ending `served_ms + ttl_ms` after it sent the request: the
+    /// node received it no earlier than it was sent.
+    #[serde(default)]
+    pub served_ms: u64,
 }
 
 /// `200 {"locks": [Lock...]}`: list.

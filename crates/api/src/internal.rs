@@ -31,6 +31,16 @@ pub struct HeldReport {
     pub granted: Vec<PeerLock>,
 }
 
+/// The speaker's answer to a forwarded acquire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Granted {
+    /// The lock granted.
+    pub lock: PeerLock,
+    /// How long the speaker held the request (its wait), in milliseconds,
+    /// rounded down.
+    pub served_ms: u64,
+}
+
 /// An acquire a follower hands to the speaker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwardAcquire {

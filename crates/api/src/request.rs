@@ -327,8 +327,8 @@ pub struct RenewBody {
     pub name: String,
     /// The grant's id.
     pub id: String,
-    /// The new lease, in milliseconds; absent or 0 means the node's default,
-    /// longer than its maximum is clamped.
+    /// The new lease, in milliseconds; absent means the lease the lock had,
+    /// 0 the node's default; longer than its maximum is clamped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
 }

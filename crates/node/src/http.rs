@@ -1,7 +1,7 @@
 //! The HTTP API of SPEC §2 and the peer routes under `/internal/`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -12,9 +12,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use leasehold_api::Body as _;
 use leasehold_api::{
-    parse_body, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardRelease,
-    ForwardRenew, ListQuery, LockAnswer, LocksAnswer, PeerLock, ReleaseBody, RenewBody,
-    MAX_BODY_BYTES,
+    millis_floor, parse_body, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire,
+    ForwardRelease, ForwardRenew, Granted, ListQuery, LockAnswer, LocksAnswer, PeerLock,
+    ReleaseBody, RenewBody, MAX_BODY_BYTES,
 };
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
 use locktable::{Lock, LockId, LockInTransit};
@@ -117,6 +117,7 @@ fn bad(e: impl std::fmt::Display) -> ApiError {
 fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
     Json(LockAnswer {
         lock: node.view(lock),
+        served_ms: 0,
     })
 }
 
@@ -124,9 +125,13 @@ async fn acquire(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
+    let received = Instant::now();
     let request: AcquireBody = body(&bytes)?;
     let lock = node.acquire(request).await?;
-    Ok(answer(&node, &lock))
+    Ok(Json(LockAnswer {
+        lock: node.view(&lock),
+        served_ms: millis_floor(received.elapsed()),
+    }))
 }
 
 async fn release(
@@ -210,13 +215,17 @@ async fn internal_held(State(node): State<Shared>) -> impl IntoResponse {
 async fn forward_acquire(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<PeerLock>, ApiError> {
+) -> Result<Json<Granted>, ApiError> {
+    let received = Instant::now();
     let forwarded: ForwardAcquire = peer_body(&bytes)?;
     forwarded.body.validate().map_err(bad)?;
     let lock = node
         .speak_acquire(AcquireRequest::from(&forwarded.body), forwarded.node)
         .await?;
-    Ok(transit(&node, &lock))
+    Ok(Json(Granted {
+        lock: PeerLock::from(lock.in_transit(node.clock.now())),
+        served_ms: millis_floor(received.elapsed()),
+    }))
 }
 
 async fn forward_release(

@@ -6,6 +6,7 @@
 
 mod clock;
 mod config;
+mod embedded;
 mod error;
 mod http;
 mod node;
@@ -24,6 +25,7 @@ use tokio::task::JoinHandle;
 
 pub use clock::Clock;
 pub use config::{ConfigError, NodeConfig, RebuildMode};
+pub use embedded::Embedded;
 pub use error::ApiError;
 pub use node::Node;
 pub use service::{Watch, MAX_WATCH};

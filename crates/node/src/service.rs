@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_api::{
     AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, ForwardAcquire, ForwardRelease, ForwardRenew,
-    Member, PeerLock, ReleaseBody, RenewBody,
+    Granted, Member, PeerLock, ReleaseBody, RenewBody,
 };
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockId, LockInTransit};
@@ -74,6 +74,10 @@ impl Node {
     }
 
     /// Takes a lock for a client of this node.
+    ///
+    /// Through a follower, the lease is counted from the follower's send
+    /// plus the time the speaker says it held the request (a wait): the
+    /// speaker received it no earlier than it was sent.
     pub async fn acquire(self: &Arc<Self>, body: AcquireBody) -> Result<Lock, ApiError> {
         let request = AcquireRequest::from(&body);
         if self.is_leader() {
@@ -84,12 +88,13 @@ impl Node {
             body,
             node: self.id(),
         };
-        let granted: PeerLock = self
+        let granted: Granted = self
             .forward("/internal/forward/acquire", &forwarded, request.wait)
             .await?;
-        let lock = LockInTransit::try_from(granted)
+        let served = Duration::from_millis(granted.served_ms);
+        let lock = LockInTransit::try_from(granted.lock)
             .map_err(malformed)?
-            .arrive(sent);
+            .arrive(sent + served);
         self.record_held(lock.clone());
         Ok(lock)
     }

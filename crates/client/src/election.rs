@@ -1,0 +1,131 @@
+//! Leader election on a lock: the candidate holding it leads; its data is
+//! the leader's value.
+
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use leasehold_api::LockView;
+use tokio_util::sync::CancellationToken;
+
+use crate::{AcquireOptions, Client, Error, LockGuard};
+
+/// How a candidate campaigns.
+#[derive(Debug, Clone, Default)]
+pub struct CampaignOptions {
+    /// The leadership lease: how soon another takes over after this leader
+    /// dies without resigning. None means the cluster's default.
+    pub lease: Option<Duration>,
+    /// Give up after this long without winning; none means never.
+    pub give_up_after: Option<Duration>,
+}
+
+/// This candidate leads while this lives and is not lost.
+pub struct Leadership {
+    guard: LockGuard,
+}
+
+impl Leadership {
+    /// The leadership's lock (its data is this leader's value).
+    pub fn lock(&self) -> LockView {
+        self.guard.lock()
+    }
+
+    /// The fence of this term of leadership.
+    pub fn fence(&self) -> u64 {
+        self.guard.fence()
+    }
+
+    /// A token cancelled the moment leadership is lost or about to lapse.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.guard.lost_token()
+    }
+
+    /// Waits until leadership is lost.
+    pub async fn lost(&self) {
+        self.guard.lost().await
+    }
+
+    /// Gives leadership up at once, so another candidate can take over.
+    pub async fn resign(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+}
+
+/// The longest single wait of a campaign; it waits again after.
+const CAMPAIGN_WAIT: Duration = Duration::from_secs(60);
+
+/// How long an observer's watch waits before asking again.
+const OBSERVE_WAIT: Duration = Duration::from_secs(30);
+
+impl Client {
+    /// Waits until this candidate leads election `name`, announcing
+    /// `value`, and returns its leadership.
+    pub async fn campaign(
+        &self,
+        name: &str,
+        value: &str,
+        options: CampaignOptions,
+    ) -> Result<Leadership, Error> {
+        let give_up = options.give_up_after.map(|d| Instant::now() + d);
+        loop {
+            let wait = match give_up {
+                Some(at) => at
+                    .saturating_duration_since(Instant::now())
+                    .min(CAMPAIGN_WAIT),
+                None => CAMPAIGN_WAIT,
+            };
+            let acquire = AcquireOptions {
+                lease: options.lease,
+                wait,
+                holder: Some(value.to_string()),
+                data: Some(value.to_string()),
+                ..AcquireOptions::default()
+            };
+            match self.acquire(name, acquire).await {
+                Ok(guard) => return Ok(Leadership { guard }),
+                Err(Error::Held(_) | Error::ArrivedLate)
+                    if give_up.is_none_or(|at| Instant::now() < at) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Who leads election `name` now, if anyone: the leader's lock, whose
+    /// `data` is its value.
+    pub async fn leader(&self, name: &str) -> Result<Option<LockView>, Error> {
+        self.get(name).await
+    }
+
+    /// Who leads election `name`, as it changes: first the leader now (or
+    /// none), then each change, in fence order, without polling. A leader
+    /// that held for less than one round trip may be missed; leaders are
+    /// never reported out of order.
+    pub fn observe(
+        &self,
+        name: &str,
+    ) -> impl Stream<Item = Result<Option<LockView>, Error>> + Send + 'static {
+        let client = self.clone();
+        let name = name.to_string();
+        futures::stream::unfold(None::<u64>, move |seen| {
+            let client = client.clone();
+            let name = name.clone();
+            async move {
+                loop {
+                    let result = match seen {
+                        None => client.get(&name).await,
+                        Some(fence) => client.watch(&name, fence, OBSERVE_WAIT).await,
+                    };
+                    match result {
+                        Ok(current) => {
+                            let fence = current.as_ref().map_or(0, |l| l.fence);
+                            if seen != Some(fence) {
+                                return Some((Ok(current), Some(fence)));
+                            }
+                        }
+                        Err(e) => return Some((Err(e), seen)),
+                    }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,303 @@
+//! A held lock: renewed in the background, released when dropped.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leasehold_api::{ErrorCode, LockView, ReleaseBody, RenewBody};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::transport::{CallError, Transport};
+use crate::{AcquireOptions, Error};
+
+/// The longest margin before a lease's end at which an unrenewed lock
+/// counts as lost.
+const MAX_LAPSE_MARGIN: Duration = Duration::from_secs(2);
+
+/// The longest one renewal attempt may take before another node is tried.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the renewal task is asked to do when the guard goes.
+enum Stop {
+    /// Release, and say how it went.
+    Release(Option<oneshot::Sender<Result<(), Error>>>),
+}
+
+/// A lock this client holds. It is renewed in the background until it is
+/// released ([`LockGuard::release`]) or dropped (which releases it in the
+/// background). [`LockGuard::lost_token`] is cancelled the moment the lock
+/// is lost, or its lease is about to lapse unrenewed on this client's clock.
+pub struct LockGuard {
+    view: Arc<Mutex<LockView>>,
+    ends: Arc<Mutex<Instant>>,
+    lost: CancellationToken,
+    stop: Option<oneshot::Sender<Stop>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// The renewal task's view of the lock.
+struct Renewal {
+    transport: Arc<dyn Transport>,
+    view: Arc<Mutex<LockView>>,
+    lost: CancellationToken,
+    name: String,
+    id: String,
+    lease: Duration,
+    every: Duration,
+    margin: Duration,
+    /// When the lease ends on this client's clock.
+    ends: Instant,
+    /// The same, for the guard to read.
+    shared_ends: Arc<Mutex<Instant>>,
+}
+
+impl LockGuard {
+    /// Starts guarding `granted`, whose request was sent at `sent`.
+    pub(crate) fn start(
+        transport: Arc<dyn Transport>,
+        granted: LockView,
+        sent: Instant,
+        options: &AcquireOptions,
+    ) -> Result<LockGuard, Error> {
+        let lease = Duration::from_millis(granted.lease_ms.max(1));
+        let ttl = Duration::from_millis(granted.ttl_ms);
+        let ends = sent + ttl;
+        let margin = options
+            .lapse_margin
+            .unwrap_or((lease / 10).min(MAX_LAPSE_MARGIN));
+        let every = options
+            .renew_every
+            .unwrap_or(lease / 3)
+            .min(lease / 2)
+            .max(Duration::from_millis(1));
+        if Instant::now() + margin >= ends {
+            // The grant came too late to be used: give it back.
+            let body = ReleaseBody {
+                name: granted.name.clone(),
+                id: granted.id.clone(),
+            };
+            let t = transport.clone();
+            tokio::spawn(async move {
+                let _ = t.release(body, ATTEMPT_TIMEOUT).await;
+            });
+            return Err(Error::ArrivedLate);
+        }
+        let view = Arc::new(Mutex::new(granted.clone()));
+        let shared_ends = Arc::new(Mutex::new(ends));
+        let lost = CancellationToken::new();
+        let (stop, stopped) = oneshot::channel();
+        let renewal = Renewal {
+            transport,
+            view: view.clone(),
+            lost: lost.clone(),
+            name: granted.name.clone(),
+            id: granted.id.clone(),
+            lease,
+            every,
+            margin,
+            ends,
+            shared_ends: shared_ends.clone(),
+        };
+        // A grant that waited has used part of its lease on our count:
+        // renew at once so the lease is counted from a fresh send.
+        let renew_now = ends.saturating_duration_since(Instant::now()) < lease / 2;
+        let task = tokio::spawn(renewal.run(stopped, renew_now));
+        Ok(LockGuard {
+            view,
+            ends: shared_ends,
+            lost,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// The lock as last granted or renewed.
+    pub fn lock(&self) -> LockView {
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> String {
+        self.lock().name
+    }
+
+    /// The grant's id.
+    pub fn id(&self) -> String {
+        self.lock().id
+    }
+
+    /// The grant's fencing token: pass it to the resource the lock guards,
+    /// which refuses any request carrying a lower one.
+    pub fn fence(&self) -> u64 {
+        self.lock().fence
+    }
+
+    /// When the lease ends on this client's clock, as of the last renewal.
+    pub fn lease_ends(&self) -> Instant {
+        *self.ends.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A token cancelled when the lock is lost or about to lapse.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Whether the lock is lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Waits until the lock is lost.
+    pub async fn lost(&self) {
+        self.lost.cancelled().await
+    }
+
+    /// Stops renewing and releases the lock.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        if let Some(stop) = self.stop.take() {
+            if stop.send(Stop::Release(Some(tx))).is_err() {
+                return Err(Error::Lost);
+            }
+        }
+        let result = rx.await.unwrap_or(Err(Error::Lost));
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        result
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            // The task releases in the background.
+            let _ = stop.send(Stop::Release(None));
+        }
+    }
+}
+
+impl Renewal {
+    async fn run(mut self, mut stopped: oneshot::Receiver<Stop>, renew_now: bool) {
+        let mut next = if renew_now {
+            Instant::now()
+        } else {
+            Instant::now() + self.every
+        };
+        loop {
+            let lapse = self.ends.checked_sub(self.margin).unwrap_or(self.ends);
+            tokio::select! {
+                _ = tokio::time::sleep_until(next.min(lapse).into()) => {}
+                stop = &mut stopped => {
+                    let reply = match stop {
+                        Ok(Stop::Release(reply)) => reply,
+                        Err(_) => None, // the guard was forgotten: release anyway
+                    };
+                    let result = self.release().await;
+                    if let Some(reply) = reply {
+                        let _ = reply.send(result);
+                    }
+                    self.lost.cancel();
+                    return;
+                }
+            }
+            if Instant::now() >= lapse {
+                tracing::warn!(name = %self.name, "lock lapsed: no renewal got through in time");
+                self.lost.cancel();
+                // Nothing to release; a later release() answers Lost.
+                let _ = self.release_when_stopped(stopped).await;
+                return;
+            }
+            match self.renew(lapse).await {
+                Ok(()) => next = Instant::now() + self.every,
+                Err(()) => {
+                    self.lost.cancel();
+                    let _ = self.release_when_stopped(stopped).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Renews, trying node after node, until it gets through or `lapse`.
+    async fn renew(&mut self, lapse: Instant) -> Result<(), ()> {
+        let mut attempt = 0u32;
+        loop {
+            let sent = Instant::now();
+            if sent >= lapse {
+                return Err(());
+            }
+            let body = RenewBody {
+                name: self.name.clone(),
+                id: self.id.clone(),
+                lease_ms: Some(self.lease.as_millis() as u64),
+            };
+            let timeout = lapse.saturating_duration_since(sent).min(ATTEMPT_TIMEOUT);
+            match self.transport.renew(body, timeout).await {
+                Ok(view) => {
+                    self.ends = sent + Duration::from_millis(view.ttl_ms);
+                    *self.shared_ends.lock().unwrap_or_else(|p| p.into_inner()) = self.ends;
+                    *self.view.lock().unwrap_or_else(|p| p.into_inner()) = view;
+                    return Ok(());
+                }
+                Err(CallError::Api(e)) if !e.error.retryable() => {
+                    tracing::warn!(name = %self.name, error = %e.error, "renewal refused: the lock is lost");
+                    return Err(());
+                }
+                Err(e) => {
+                    // Unknown outcome or no speaker: not lost until the
+                    // lease really runs out; try another node.
+                    tracing::debug!(name = %self.name, %e, "renewal did not get through; retrying");
+                    self.transport.move_on();
+                    let pause = Duration::from_millis((25u64 << attempt.min(3)).min(200));
+                    tokio::time::sleep(pause.min(lapse.saturating_duration_since(Instant::now())))
+                        .await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// Releases, trying node after node while the lease runs.
+    async fn release(&self) -> Result<(), Error> {
+        let body = ReleaseBody {
+            name: self.name.clone(),
+            id: self.id.clone(),
+        };
+        loop {
+            let now = Instant::now();
+            if now >= self.ends {
+                // The lease is over anyway.
+                return Ok(());
+            }
+            let timeout = self
+                .ends
+                .saturating_duration_since(now)
+                .min(ATTEMPT_TIMEOUT);
+            match self.transport.release(body.clone(), timeout).await {
+                Ok(_) => return Ok(()),
+                Err(CallError::Api(e)) if e.error == ErrorCode::NotHeld => return Err(Error::Lost),
+                Err(CallError::Api(e)) if !e.error.retryable() => {
+                    return Err(Error::BadRequest(e.message))
+                }
+                Err(_) => {
+                    self.transport.move_on();
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    async fn release_when_stopped(&self, stopped: oneshot::Receiver<Stop>) -> Result<(), Error> {
+        match stopped.await {
+            Ok(Stop::Release(reply)) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(Error::Lost));
+                }
+                Ok(())
+            }
+            Err(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The leasehold client: locks held by a guard that renews them in the
+//! background and releases them when dropped, work run under a lock and
+//! cancelled when the lock is lost, and leader election.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leasehold_client::Error> {
+//! use leasehold_client::{AcquireOptions, Client};
+//! let client = Client::http(["127.0.0.1:7701", "127.0.0.1:7702", "127.0.0.1:7703"])?;
+//! let guard = client.acquire("jobs/42", AcquireOptions::default()).await?;
+//! println!("fence {}", guard.fence());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every lease is counted on the client's own monotonic clock from the
+//! moment it *sent* the request that won or renewed it, so the client's view
+//! of a lease always ends before the speaker's.
+
+mod election;
+mod error;
+mod guard;
+mod transport;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_api::{AcquireBody, ClusterAnswer, ErrorCode, LockView, ReleaseBody};
+use tokio_util::sync::CancellationToken;
+
+pub use election::{CampaignOptions, Leadership};
+pub use error::Error;
+pub use guard::LockGuard;
+pub use leasehold_api::LockView as Lock;
+pub use transport::{BoxFuture, CallError, EndpointError, HttpTransport, Transport};
+
+/// How a lock is asked for.
+#[derive(Debug, Clone, Default)]
+pub struct AcquireOptions {
+    /// The lease; none means the cluster's default.
+    pub lease: Option<Duration>,
+    /// How long to wait while another holds it; zero fails at once.
+    pub wait: Duration,
+    /// Who holds it, for people reading a listing.
+    pub holder: Option<String>,
+    /// Data kept with the lock.
+    pub data: Option<String>,
+    /// How often to renew; none means a third of the lease. At most half
+    /// the lease (a slower renewal could let the lease lapse between two).
+    pub renew_every: Option<Duration>,
+    /// How long before its lease ends (on the client's clock) an unrenewed
+    /// lock counts as lost; none means a tenth of the lease, at most 2 s.
+    pub lapse_margin: Option<Duration>,
+}
+
+impl AcquireOptions {
+    /// Options with this lease.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Options with this wait.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Options with this holder.
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    /// Options with this data.
+    pub fn data(mut self, data: impl Into<String>) -> Self {
+        self.data = Some(data.into());
+        self
+    }
+}
+
+/// The lease assumed before the cluster says which it granted.
+const ASSUMED_DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a one-shot call keeps retrying through other nodes while none
+/// can serve (a speaker change takes well under a second).
+const RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// The time allowed one request beyond any wait it asks for.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A client of a leasehold cluster.
+#[derive(Clone)]
+pub struct Client {
+    transport: Arc<dyn Transport>,
+}
+
+fn retryable(e: &CallError) -> bool {
+    match e {
+        CallError::NoAnswer(_) => true,
+        CallError::Api(body) => body.error.retryable(),
+    }
+}
+
+fn refused(e: CallError) -> Error {
+    match e {
+        CallError::Api(body) => match body.error {
+            ErrorCode::Held => match body.lock {
+                Some(lock) => Error::Held(Box::new(lock)),
+                None => Error::Unavailable(body.message),
+            },
+            ErrorCode::NotHeld => Error::NotHeld,
+            ErrorCode::BadRequest | ErrorCode::TooLarge => Error::BadRequest(body.message),
+            _ => Error::Unavailable(body.message),
+        },
+        CallError::NoAnswer(e) => Error::Unavailable(e),
+    }
+}
+
+/// A short pause before trying again.
+async fn backoff(attempt: u32) {
+    let ms = (50u64 << attempt.min(4)).min(500);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+impl Client {
+    /// A client over HTTP to `endpoints`, moving to another when one fails.
+    pub fn http(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Result<Self, Error> {
+        let transport =
+            HttpTransport::new(endpoints).map_err(|e| Error::BadRequest(e.to_string()))?;
+        Ok(Self::with_transport(Arc::new(transport)))
+    }
+
+    /// A client over any transport (an embedded node's, for one).
+    pub fn with_transport(transport: Arc<dyn Transport>) -> Self {
+        Client { transport }
+    }
+
+    /// Runs `call` until it succeeds, is refused for good, or `until`
+    /// passes; moves to another node after each failure.
+    async fn retrying<T, F, Fut>(&self, until: Instant, mut call: F) -> Result<T, CallError>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: std::future::Future<Output = Result<T, CallError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let result = call(left.max(Duration::from_millis(100))).await;
+            match result {
+                Err(e) if retryable(&e) && Instant::now() < until => {
+                    self.transport.move_on();
+                    backoff(attempt).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Acquires `name`, waiting as `options` say, and returns a guard that
+    /// renews it until it is released or dropped.
+    pub async fn acquire(&self, name: &str, options: AcquireOptions) -> Result<LockGuard, Error> {
+        let expected_lease = options.lease.unwrap_or(ASSUMED_DEFAULT_LEASE);
+        if let Some(every) = options.renew_every {
+            if every.is_zero() || every > expected_lease / 2 {
+                return Err(Error::BadRequest(format!(
+                    "a renewal every {every:?} is too slow for a {expected_lease:?} lease: renew at least twice a lease"
+                )));
+            }
+        }
+        let body = AcquireBody {
+            name: name.to_string(),
+            holder: options.holder.clone(),
+            lease_ms: options.lease.map(|d| d.as_millis() as u64),
+            wait_ms: None,
+            data: options.data.clone(),
+        };
+        let until = Instant::now() + options.wait + RETRY_FOR;
+        let wait_until = Instant::now() + options.wait;
+        let mut sent = Instant::now();
+        let granted = self
+            .retrying(until, |_| {
+                sent = Instant::now();
+                let mut body = body.clone();
+                let wait = wait_until.saturating_duration_since(sent);
+                body.wait_ms = (!wait.is_zero()).then_some(wait.as_millis() as u64);
+                self.transport.acquire(body, wait + REQUEST_TIMEOUT)
+            })
+            .await
+            .map_err(refused)?;
+        let (granted, served) = granted;
+        // The node got the request no earlier than it was sent and held it
+        // `served`: the lease is counted from there.
+        LockGuard::start(self.transport.clone(), granted, sent + served, &options)
+    }
+
+    /// Acquires `name` if it is free now; otherwise fails at once with
+    /// [`Error::Held`] and the holder's lock.
+    pub async fn try_acquire(
+        &self,
+        name: &str,
+        options: AcquireOptions,
+    ) -> Result<LockGuard, Error> {
+        self.acquire(
+            name,
+            AcquireOptions {
+                wait: Duration::ZERO,
+                ..options
+            },
+        )
+        .await
+    }
+
+    /// Runs `work` while holding `name`, then releases it. The work is
+    /// given a token cancelled the moment the lock is lost or its lease is
+    /// about to lapse unrenewed (on this client's clock, even with no node
+    /// answering). Work that does not finish by the time the lease itself
+    /// ends is stopped (dropped); either way the call answers
+    /// [`Error::Lost`].
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        name: &str,
+        options: AcquireOptions,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.acquire(name, options).await?;
+        let lost = guard.lost_token();
+        let work = work(lost.clone());
+        tokio::pin!(work);
+        let outcome = tokio::select! {
+            out = &mut work => Ok(out),
+            _ = lost.cancelled() => {
+                // Let the work see the token and stop, until the lease ends.
+                let _ = tokio::time::timeout_at(guard.lease_ends().into(), &mut work).await;
+                Err(Error::Lost)
+            }
+        };
+        match outcome {
+            // Work that returned because it saw the token still ran on a
+            // lost lock: say so.
+            Ok(_) if lost.is_cancelled() => Err(Error::Lost),
+            Ok(out) => {
+                // The work is done; a failed release only leaves the lease
+                // to run out.
+                let _ = guard.release().await;
+                Ok(out)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The lock `name`, if held.
+    pub async fn get(&self, name: &str) -> Result<Option<LockView>, Error> {
+        let until = Instant::now() + RETRY_FOR;
+        self.retrying(until, |_| {
+            self.transport.get(name.to_string(), None, REQUEST_TIMEOUT)
+        })
+        .await
+        .map_err(refused)
+    }
+
+    /// The lock `name` once its fence differs from `after_fence`, or after
+    /// `wait` (at most 60 s), as it then is.
+    pub async fn watch(
+        &self,
+        name: &str,
+        after_fence: u64,
+        wait: Duration,
+    ) -> Result<Option<LockView>, Error> {
+        let until = Instant::now() + wait + RETRY_FOR;
+        self.retrying(until, |_| {
+            self.transport.get(
+                name.to_string(),
+                Some((wait, after_fence)),
+                wait + REQUEST_TIMEOUT,
+            )
+        })
+        .await
+        .map_err(refused)
+    }
+
+    /// The locks whose names start with `prefix`, at most `limit`.
+    pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, Error> {
+        let until = Instant::now() + RETRY_FOR;
+        self.retrying(until, |_| {
+            self.transport
+                .list(prefix.to_string(), limit, REQUEST_TIMEOUT)
+        })
+        .await
+        .map_err(refused)
+    }
+
+    /// The cluster as the node reached sees it.
+    pub async fn cluster(&self) -> Result<ClusterAnswer, Error> {
+        let until = Instant::now() + RETRY_FOR;
+        self.retrying(until, |_| self.transport.cluster(REQUEST_TIMEOUT))
+            .await
+            .map_err(refused)
+    }
+
+    /// Releases a lock by name and id (for a lock held without a guard).
+    pub async fn release(&self, name: &str, id: &str) -> Result<LockView, Error> {
+        let until = Instant::now() + RETRY_FOR;
+        let body = ReleaseBody {
+            name: name.to_string(),
+            id: id.to_string(),
+        };
+        self.retrying(until, |_| {
+            self.transport.release(body.clone(), REQUEST_TIMEOUT)
+        })
+        .await
+        .map_err(refused)
+    }
+}

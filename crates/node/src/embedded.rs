@@ -1,0 +1,128 @@
+//! The client's transport to a node in this process: the same calls as over
+//! HTTP, without HTTP to itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_api::{
+    AcquireBody, Body, ClusterAnswer, ErrorCode, LockView, ReleaseBody, RenewBody,
+};
+use leasehold_client::{BoxFuture, CallError, Client, Transport};
+use locktable::Lock;
+
+use crate::error::ApiError;
+use crate::node::Node;
+use crate::service::Watch;
+
+/// A [`Transport`] to a node running in this process.
+pub struct Embedded {
+    node: Arc<Node>,
+}
+
+impl Embedded {
+    /// The transport to `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Embedded { node }
+    }
+}
+
+impl Node {
+    /// A client that talks to this node in-process.
+    pub fn client(self: &Arc<Self>) -> Client {
+        Client::with_transport(Arc::new(Embedded::new(Arc::clone(self))))
+    }
+}
+
+fn refused(e: ApiError) -> CallError {
+    CallError::Api(*e.body)
+}
+
+fn invalid(e: impl std::fmt::Display) -> CallError {
+    refused(ApiError::new(ErrorCode::BadRequest, e.to_string()))
+}
+
+async fn within<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, CallError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result.map_err(refused),
+        Err(_) => Err(CallError::NoAnswer("timed out".into())),
+    }
+}
+
+impl Embedded {
+    fn view(&self, lock: &Lock) -> LockView {
+        self.node.view(lock)
+    }
+}
+
+impl Transport for Embedded {
+    fn acquire(
+        &self,
+        body: AcquireBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            body.validate().map_err(invalid)?;
+            let lock = within(timeout, self.node.acquire(body)).await?;
+            Ok((self.view(&lock), started.elapsed()))
+        })
+    }
+
+    fn release(
+        &self,
+        body: ReleaseBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        Box::pin(async move {
+            body.validate().map_err(invalid)?;
+            let lock = within(timeout, self.node.release(body)).await?;
+            Ok(self.view(&lock))
+        })
+    }
+
+    fn renew(
+        &self,
+        body: RenewBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        Box::pin(async move {
+            body.validate().map_err(invalid)?;
+            let lock = within(timeout, self.node.renew(body)).await?;
+            Ok(self.view(&lock))
+        })
+    }
+
+    fn get(
+        &self,
+        name: String,
+        watch: Option<(Duration, u64)>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
+        Box::pin(async move {
+            leasehold_api::validate_name(&name).map_err(invalid)?;
+            let watch = watch.map(|(wait, after_fence)| Watch { wait, after_fence });
+            let lock = within(timeout, self.node.get(&name, watch)).await?;
+            Ok(lock.map(|l| self.view(&l)))
+        })
+    }
+
+    fn list(
+        &self,
+        prefix: String,
+        limit: usize,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
+        Box::pin(async move {
+            let limit = limit.clamp(1, leasehold_api::MAX_LIST_LIMIT);
+            let locks = within(timeout, self.node.list(&prefix, limit)).await?;
+            Ok(locks.iter().map(|l| self.view(l)).collect())
+        })
+    }
+
+    fn cluster(&self, _timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
+        Box::pin(async move { Ok(self.node.cluster()) })
+    }
+}

@@ -1,0 +1,268 @@
+//! The Rust client against a real 3-node cluster: guards, try_acquire,
+//! with_lock, moving to another node, and leader election.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use leasehold_client::{AcquireOptions, CampaignOptions, Client, Error};
+use support::Cluster;
+
+fn client(cluster: &Cluster, nodes: &[u64]) -> Client {
+    Client::http(nodes.iter().map(|id| cluster.addrs[id].clone())).unwrap()
+}
+
+fn all(cluster: &Cluster) -> Client {
+    client(cluster, &cluster.live())
+}
+
+const SEC: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_keeps_its_lock_past_several_leases_and_releases_on_drop() {
+    let cluster = Cluster::start(3).await;
+    let mine = all(&cluster);
+    let theirs = client(&cluster, &[3]);
+    let guard = mine
+        .acquire("g/1", AcquireOptions::default().lease(SEC).holder("me"))
+        .await
+        .unwrap();
+    let fence = guard.fence();
+    tokio::time::sleep(3 * SEC + SEC / 2).await;
+    assert!(!guard.is_lost());
+    match theirs.try_acquire("g/1", AcquireOptions::default()).await {
+        Err(Error::Held(holder)) => {
+            assert_eq!(holder.holder, "me", "try_acquire reports the holder");
+            assert_eq!(holder.fence, fence);
+        }
+        other => panic!("expected held, got {:?}", other.map(|g| g.lock())),
+    }
+    drop(guard);
+    // Released in the background: free long before its lease would end.
+    let start = Instant::now();
+    let next = theirs
+        .acquire("g/1", AcquireOptions::default().wait(10 * SEC))
+        .await
+        .unwrap();
+    assert!(start.elapsed() < 10 * SEC);
+    assert!(next.fence() > fence);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_a_guard_cannot_make_are_refused_up_front() {
+    let cluster = Cluster::start(3).await;
+    let c = all(&cluster);
+    let options = AcquireOptions {
+        lease: Some(SEC),
+        renew_every: Some(SEC),
+        ..AcquireOptions::default()
+    };
+    assert!(matches!(
+        c.acquire("slow", options).await,
+        Err(Error::BadRequest(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_moves_to_a_surviving_node_when_its_node_dies() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f: Vec<u64> = cluster
+        .live()
+        .into_iter()
+        .filter(|&i| i != speaker)
+        .collect();
+    let c = client(&cluster, &[f[0], f[1]]);
+    let guard = c
+        .acquire("move", AcquireOptions::default().lease(2 * SEC))
+        .await
+        .unwrap();
+    assert_eq!(guard.lock().node, f[0]);
+    cluster.kill(f[0]);
+    tokio::time::sleep(5 * SEC).await;
+    assert!(!guard.is_lost(), "renewed through the other node");
+    assert_eq!(
+        guard.lock().node,
+        f[1],
+        "the surviving node took the lock over"
+    );
+    let (status, body) = cluster.get(speaker, "/v1/locks/move").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["lock"]["node"], serde_json::json!(f[1]));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_is_cancelled_when_the_lock_is_lost_before_another_gets_it() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f: Vec<u64> = cluster
+        .live()
+        .into_iter()
+        .filter(|&i| i != speaker)
+        .collect();
+    // This client can reach only one node, which then dies: no renewal gets
+    // through, and the client must stop on its own clock.
+    let lonely = client(&cluster, &[f[0]]);
+    let other = client(&cluster, &[speaker, f[1]]);
+    let cancelled_at = Arc::new(Mutex::new(None));
+    let seen = cancelled_at.clone();
+    let work = tokio::spawn(async move {
+        lonely
+            .with_lock(
+                "work",
+                AcquireOptions::default().lease(2 * SEC),
+                |cancel| async move {
+                    cancel.cancelled().await;
+                    *seen.lock().unwrap() = Some(Instant::now());
+                    "stopped"
+                },
+            )
+            .await
+    });
+    tokio::time::sleep(SEC / 2).await;
+    cluster.kill(f[0]);
+    let taken = other
+        .acquire("work", AcquireOptions::default().wait(20 * SEC))
+        .await
+        .unwrap();
+    let taken_at = Instant::now();
+    let outcome = work.await.unwrap();
+    assert!(matches!(outcome, Err(Error::Lost)), "{outcome:?}");
+    let cancelled = cancelled_at
+        .lock()
+        .unwrap()
+        .expect("the work saw the cancellation");
+    assert!(
+        cancelled < taken_at,
+        "the holder stopped before another got the lock"
+    );
+    taken.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_runs_the_work_and_releases() {
+    let cluster = Cluster::start(3).await;
+    let c = all(&cluster);
+    let out = c
+        .with_lock("done", AcquireOptions::default(), |_cancel| async { 42 })
+        .await
+        .unwrap();
+    assert_eq!(out, 42);
+    assert!(
+        c.get("done").await.unwrap().is_none(),
+        "released after the work"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_at_a_time_among_five_and_observers_see_every_change_in_order() {
+    let cluster = Cluster::start(3).await;
+    let nodes = cluster.live();
+    let observer = all(&cluster);
+    let observed = Arc::new(Mutex::new(Vec::<(String, u64)>::new()));
+    let log = observed.clone();
+    let watcher = tokio::spawn(async move {
+        let mut stream = Box::pin(observer.observe("leader"));
+        while let Some(item) = stream.next().await {
+            if let Ok(Some(lock)) = item {
+                log.lock()
+                    .unwrap()
+                    .push((lock.data.unwrap_or_default(), lock.fence));
+            }
+        }
+    });
+
+    // Five candidates, each leading a little while then resigning.
+    let terms = Arc::new(Mutex::new(Vec::<(Instant, Instant, String, u64)>::new()));
+    let mut candidates = Vec::new();
+    for i in 0..5u64 {
+        let c = client(
+            &cluster,
+            &[nodes[(i as usize) % 3], nodes[(i as usize + 1) % 3]],
+        );
+        let terms = terms.clone();
+        candidates.push(tokio::spawn(async move {
+            for _round in 0..2 {
+                let name = format!("candidate-{i}");
+                let leadership = c
+                    .campaign(
+                        "leader",
+                        &name,
+                        CampaignOptions {
+                            lease: Some(2 * SEC),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .unwrap();
+                let start = Instant::now();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                assert!(!leadership.lost_token().is_cancelled());
+                let fence = leadership.fence();
+                let end = Instant::now();
+                leadership.resign().await.unwrap();
+                terms.lock().unwrap().push((start, end, name, fence));
+            }
+        }));
+    }
+    for c in candidates {
+        c.await.unwrap();
+    }
+    tokio::time::sleep(SEC).await;
+    watcher.abort();
+
+    let mut terms = terms.lock().unwrap().clone();
+    assert_eq!(terms.len(), 10);
+    terms.sort_by_key(|t| t.0);
+    for pair in terms.windows(2) {
+        assert!(
+            pair[0].1 <= pair[1].0,
+            "two leaders at once: {:?} and {:?}",
+            pair[0].2,
+            pair[1].2
+        );
+        assert!(pair[0].3 < pair[1].3, "fences grow with each leadership");
+    }
+    let observed = observed.lock().unwrap().clone();
+    let expected: Vec<(String, u64)> = terms.iter().map(|t| (t.2.clone(), t.3)).collect();
+    assert_eq!(
+        observed, expected,
+        "the observer saw every leader, in order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_gives_up_when_its_own_deadline_passes() {
+    let cluster = Cluster::start(3).await;
+    let a = all(&cluster);
+    let leader = a
+        .campaign("busy", "a", CampaignOptions::default())
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let lost = a
+        .campaign(
+            "busy",
+            "b",
+            CampaignOptions {
+                give_up_after: Some(SEC),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(lost, Err(Error::Held(_))),
+        "{:?}",
+        lost.map(|l| l.lock())
+    );
+    assert!(start.elapsed() < 5 * SEC);
+    assert_eq!(
+        a.leader("busy").await.unwrap().unwrap().data.as_deref(),
+        Some("a")
+    );
+    leader.resign().await.unwrap();
+}
