@@ -1,14 +1,16 @@
-//! `leasehold`: run one node (`serve`) or a local cluster (`up`).
+//! `leasehold`: run nodes (`up`, `serve`), hold locks from the shell
+//! (`lock`, `elect`), and look at the cluster (`locks`, `status`).
 
-use std::collections::BTreeMap;
+mod hold;
+mod local;
+mod show;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use leasehold_node::{NodeConfig, RebuildMode, RunningNode};
-use leasehold_raft::{RaftTimings, WatchReceiver};
-use locktable::LeaseRule;
+use clap::{Parser, Subcommand};
+use leasehold_client::{AcquireOptions, CampaignOptions, Client};
 
 /// A cluster lock service.
 #[derive(Parser)]
@@ -16,6 +18,29 @@ use locktable::LeaseRule;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// The cluster to talk to.
+#[derive(clap::Args)]
+struct Endpoints {
+    /// Nodes to talk to, comma-separated host:port or URLs; the client moves
+    /// to the next when one fails.
+    #[arg(
+        long,
+        env = "LEASEHOLD_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7701,127.0.0.1:7702,127.0.0.1:7703"
+    )]
+    endpoints: Vec<String>,
+}
+
+impl Endpoints {
+    fn client(&self) -> Result<Client, ExitCode> {
+        Client::http(self.endpoints.iter().cloned()).map_err(|e| {
+            eprintln!("leasehold: {e}");
+            ExitCode::from(hold::exit::USAGE)
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -34,148 +59,133 @@ enum Command {
         data_dir: Option<PathBuf>,
     },
     /// Run one node.
-    Serve(ServeArgs),
+    Serve(local::ServeArgs),
+    /// Run a command while holding a lock; stop it if the lock is lost.
+    Lock {
+        /// The lock's name.
+        name: String,
+        /// The lease in ms (renewed in the background).
+        #[arg(long, default_value_t = 10_000)]
+        lease: u64,
+        /// How long to wait for the lock, in ms (0: fail at once if held).
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
+        /// Who holds it, for listings (default: host and pid).
+        #[arg(long)]
+        holder: Option<String>,
+        #[command(flatten)]
+        endpoints: Endpoints,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Run a command while this process leads an election.
+    Elect {
+        /// The election's name.
+        name: String,
+        /// The leadership lease in ms.
+        #[arg(long, default_value_t = 10_000)]
+        lease: u64,
+        /// This candidate's value, shown to observers (default: host and pid).
+        #[arg(long)]
+        value: Option<String>,
+        #[command(flatten)]
+        endpoints: Endpoints,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// List the locks held.
+    Locks {
+        /// Only names starting with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Show the members, the speaker, the term and the last rebuild.
+    Status {
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Mode {
-    Proceed,
-    Strict,
+fn whoami() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}:{}", host.trim(), std::process::id())
 }
 
-#[derive(clap::Args)]
-struct ServeArgs {
-    /// This node's id.
-    #[arg(long)]
-    id: u64,
-    /// The address to listen on, host:port.
-    #[arg(long)]
-    listen: String,
-    /// Every member, this one included: 1=host:port,2=host:port,...
-    #[arg(long, value_parser = parse_peer, value_delimiter = ',', required = true)]
-    peers: Vec<(u64, String)>,
-    /// Where the Raft vote and log are kept.
-    #[arg(long)]
-    data_dir: PathBuf,
-    /// The secret every peer request carries.
-    #[arg(long, env = "LEASEHOLD_CLUSTER_TOKEN", hide_env_values = true)]
-    cluster_token: String,
-    /// The lease of a request naming none, in ms.
-    #[arg(long, default_value_t = 30_000)]
-    default_lease: u64,
-    /// The longest lease granted, in ms.
-    #[arg(long, default_value_t = 600_000)]
-    max_lease: u64,
-    /// How long a new speaker waits for every member, in ms.
-    #[arg(long, default_value_t = 2_000)]
-    rebuild_timeout: u64,
-    /// What a rebuild that missed members does.
-    #[arg(long, value_enum, default_value = "proceed")]
-    rebuild_mode: Mode,
-}
-
-fn parse_peer(s: &str) -> Result<(u64, String), String> {
-    let (id, addr) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?}: expected ID=HOST:PORT"))?;
-    let id = id
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?}: {id:?} is not a node id"))?;
-    if !addr.contains(':') {
-        return Err(format!("{s:?}: {addr:?} is not host:port"));
-    }
-    Ok((id, addr.trim().to_string()))
-}
-
-impl ServeArgs {
-    fn config(&self) -> NodeConfig {
-        NodeConfig {
-            id: self.id,
-            peers: self.peers.iter().cloned().collect(),
-            data_dir: self.data_dir.clone(),
-            cluster_token: self.cluster_token.clone(),
-            lease: LeaseRule {
-                default: Duration::from_millis(self.default_lease),
-                max: Duration::from_millis(self.max_lease),
-            },
-            rebuild_timeout: Duration::from_millis(self.rebuild_timeout),
-            rebuild_mode: match self.rebuild_mode {
-                Mode::Proceed => RebuildMode::Proceed,
-                Mode::Strict => RebuildMode::Strict,
-            },
-            timings: RaftTimings::default(),
+async fn dispatch(command: Command) -> ExitCode {
+    let result = match command {
+        Command::Up {
+            nodes,
+            base_port,
+            data_dir,
+        } => local::up(nodes, base_port, data_dir).await,
+        Command::Serve(args) => local::serve(args).await,
+        Command::Lock {
+            name,
+            lease,
+            wait,
+            holder,
+            endpoints,
+            command,
+        } => {
+            let client = match endpoints.client() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let options = AcquireOptions::default()
+                .lease(Duration::from_millis(lease))
+                .wait(Duration::from_millis(wait))
+                .holder(holder.unwrap_or_else(whoami));
+            return hold::lock(client, &name, options, &command).await;
         }
-    }
-}
-
-async fn start(config: NodeConfig, listen: &str) -> Result<RunningNode, String> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    leasehold_node::start(config, listener)
-        .await
-        .map_err(|e| format!("node did not start: {e}"))
-}
-
-async fn serve(args: ServeArgs) -> Result<(), String> {
-    let config = args.config();
-    config.validate().map_err(|e| e.to_string())?;
-    let node = start(config, &args.listen).await?;
-    tracing::info!(addr = %node.addr(), id = args.id, "serving");
-    let _ = tokio::signal::ctrl_c().await;
-    node.shutdown().await;
-    Ok(())
-}
-
-async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result<(), String> {
-    let temporary = data_dir.is_none();
-    let root = match data_dir {
-        Some(dir) => dir,
-        None => std::env::temp_dir().join(format!("leasehold-up-{}", std::process::id())),
+        Command::Elect {
+            name,
+            lease,
+            value,
+            endpoints,
+            command,
+        } => {
+            let client = match endpoints.client() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let options = CampaignOptions {
+                lease: Some(Duration::from_millis(lease)),
+                ..Default::default()
+            };
+            let value = value.unwrap_or_else(whoami);
+            return hold::elect(client, &name, &value, options, &command).await;
+        }
+        Command::Locks {
+            prefix,
+            limit,
+            endpoints,
+        } => {
+            return match endpoints.client() {
+                Ok(c) => show::locks(c, &prefix, limit).await,
+                Err(code) => code,
+            };
+        }
+        Command::Status { endpoints } => {
+            return match endpoints.client() {
+                Ok(c) => show::status(c).await,
+                Err(code) => code,
+            };
+        }
     };
-    let token = format!("{:032x}", rand::random::<u128>());
-    let peers: BTreeMap<u64, String> = (1..=nodes)
-        .map(|i| (i, format!("127.0.0.1:{}", u64::from(base_port) + i - 1)))
-        .collect();
-    let mut running = Vec::new();
-    for (id, addr) in &peers {
-        let config = NodeConfig {
-            id: *id,
-            peers: peers.clone(),
-            data_dir: root.join(format!("node-{id}")),
-            cluster_token: token.clone(),
-            lease: LeaseRule::default(),
-            rebuild_timeout: Duration::from_secs(2),
-            rebuild_mode: RebuildMode::Proceed,
-            timings: RaftTimings::default(),
-        };
-        running.push(start(config, addr).await?);
-        println!("node {id}: http://{addr}");
-    }
-    println!("data: {}", root.display());
-    let watcher = running[0].node().clone();
-    let report = tokio::spawn(async move {
-        let mut last = None;
-        loop {
-            let leader = watcher.raft().metrics().borrow_watched().current_leader;
-            if leader != last && leader.is_some() {
-                println!("speaker: node {}", leader.unwrap_or_default());
-                last = leader;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leasehold: {e}");
+            ExitCode::FAILURE
         }
-    });
-    println!("Ctrl-C to stop");
-    let _ = tokio::signal::ctrl_c().await;
-    report.abort();
-    for node in running {
-        node.shutdown().await;
     }
-    if temporary {
-        let _ = std::fs::remove_dir_all(&root);
-    }
-    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -186,7 +196,18 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Help and version are not errors; bad usage is sysexits' 64.
+            return if e.use_stderr() {
+                ExitCode::from(hold::exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -194,21 +215,5 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Up {
-                nodes,
-                base_port,
-                data_dir,
-            } => up(nodes, base_port, data_dir).await,
-            Command::Serve(args) => serve(args).await,
-        }
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("leasehold: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    runtime.block_on(dispatch(cli.command))
 }

@@ -35,6 +35,11 @@ impl Leadership {
         self.guard.fence()
     }
 
+    /// When the leadership's lease ends on this client's clock.
+    pub fn lease_ends(&self) -> std::time::Instant {
+        self.guard.lease_ends()
+    }
+
     /// A token cancelled the moment leadership is lost or about to lapse.
     pub fn lost_token(&self) -> CancellationToken {
         self.guard.lost_token()

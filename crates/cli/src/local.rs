@@ -1,0 +1,155 @@
+//! `leasehold up` and `leasehold serve`: run nodes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use leasehold_node::{NodeConfig, RebuildMode, RunningNode};
+use leasehold_raft::{RaftTimings, WatchReceiver};
+use locktable::LeaseRule;
+
+/// What a rebuild that missed members does.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Mode {
+    /// Serve with what was read.
+    Proceed,
+    /// Also hold new grants back for the longest lease.
+    Strict,
+}
+
+/// The flags of `serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// This node's id.
+    #[arg(long)]
+    pub id: u64,
+    /// The address to listen on, host:port.
+    #[arg(long)]
+    pub listen: String,
+    /// Every member, this one included: 1=host:port,2=host:port,...
+    #[arg(long, value_parser = parse_peer, value_delimiter = ',', required = true)]
+    peers: Vec<(u64, String)>,
+    /// Where the Raft vote and log are kept.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The secret every peer request carries.
+    #[arg(long, env = "LEASEHOLD_CLUSTER_TOKEN", hide_env_values = true)]
+    cluster_token: String,
+    /// The lease of a request naming none, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    default_lease: u64,
+    /// The longest lease granted, in ms.
+    #[arg(long, default_value_t = 600_000)]
+    max_lease: u64,
+    /// How long a new speaker waits for every member, in ms.
+    #[arg(long, default_value_t = 2_000)]
+    rebuild_timeout: u64,
+    /// What a rebuild that missed members does.
+    #[arg(long, value_enum, default_value = "proceed")]
+    rebuild_mode: Mode,
+}
+
+fn parse_peer(s: &str) -> Result<(u64, String), String> {
+    let (id, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected ID=HOST:PORT"))?;
+    let id = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: {id:?} is not a node id"))?;
+    if !addr.contains(':') {
+        return Err(format!("{s:?}: {addr:?} is not host:port"));
+    }
+    Ok((id, addr.trim().to_string()))
+}
+
+impl ServeArgs {
+    fn config(&self) -> NodeConfig {
+        NodeConfig {
+            id: self.id,
+            peers: self.peers.iter().cloned().collect(),
+            data_dir: self.data_dir.clone(),
+            cluster_token: self.cluster_token.clone(),
+            lease: LeaseRule {
+                default: Duration::from_millis(self.default_lease),
+                max: Duration::from_millis(self.max_lease),
+            },
+            rebuild_timeout: Duration::from_millis(self.rebuild_timeout),
+            rebuild_mode: match self.rebuild_mode {
+                Mode::Proceed => RebuildMode::Proceed,
+                Mode::Strict => RebuildMode::Strict,
+            },
+            timings: RaftTimings::default(),
+        }
+    }
+}
+
+async fn start(config: NodeConfig, listen: &str) -> Result<RunningNode, String> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    leasehold_node::start(config, listener)
+        .await
+        .map_err(|e| format!("node did not start: {e}"))
+}
+
+pub async fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = args.config();
+    config.validate().map_err(|e| e.to_string())?;
+    let node = start(config, &args.listen).await?;
+    tracing::info!(addr = %node.addr(), id = args.id, "serving");
+    let _ = tokio::signal::ctrl_c().await;
+    node.shutdown().await;
+    Ok(())
+}
+
+pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result<(), String> {
+    let temporary = data_dir.is_none();
+    let root = match data_dir {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join(format!("leasehold-up-{}", std::process::id())),
+    };
+    let token = format!("{:032x}", rand::random::<u128>());
+    let peers: BTreeMap<u64, String> = (1..=nodes)
+        .map(|i| (i, format!("127.0.0.1:{}", u64::from(base_port) + i - 1)))
+        .collect();
+    let mut running = Vec::new();
+    for (id, addr) in &peers {
+        let config = NodeConfig {
+            id: *id,
+            peers: peers.clone(),
+            data_dir: root.join(format!("node-{id}")),
+            cluster_token: token.clone(),
+            lease: LeaseRule::default(),
+            rebuild_timeout: Duration::from_secs(2),
+            rebuild_mode: RebuildMode::Proceed,
+            timings: RaftTimings::default(),
+        };
+        running.push(start(config, addr).await?);
+        println!("node {id}: http://{addr}");
+    }
+    println!("data: {}", root.display());
+    let watcher = running[0].node().clone();
+    let report = tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let leader = watcher.raft().metrics().borrow_watched().current_leader;
+            if leader != last && leader.is_some() {
+                println!("speaker: node {}", leader.unwrap_or_default());
+                last = leader;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    println!("Ctrl-C to stop");
+    let _ = tokio::signal::ctrl_c().await;
+    report.abort();
+    for node in running {
+        node.shutdown().await;
+    }
+    if temporary {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    Ok(())
+}

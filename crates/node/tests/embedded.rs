@@ -1,0 +1,110 @@
+//! Nodes embedded in this process, used through the same client types as
+//! over HTTP, without HTTP to themselves.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use leasehold_client::{AcquireOptions, CampaignOptions, Error};
+use leasehold_node::{NodeConfig, RebuildMode, RunningNode};
+use leasehold_raft::RaftTimings;
+use locktable::LeaseRule;
+use tokio::net::TcpListener;
+
+async fn three_nodes(dir: &std::path::Path) -> Vec<RunningNode> {
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let peers: BTreeMap<u64, String> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string()))
+        .collect();
+    let mut nodes = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let id = i as u64 + 1;
+        let config = NodeConfig {
+            id,
+            peers: peers.clone(),
+            data_dir: dir.join(format!("node-{id}")),
+            cluster_token: "embedded-test".into(),
+            lease: LeaseRule::default(),
+            rebuild_timeout: Duration::from_secs(2),
+            rebuild_mode: RebuildMode::Proceed,
+            timings: RaftTimings::default(),
+        };
+        nodes.push(leasehold_node::start(config, listener).await.unwrap());
+    }
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_nodes_lock_and_elect_through_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three_nodes(dir.path()).await;
+    let clients: Vec<_> = nodes.iter().map(|n| n.node().client()).collect();
+
+    let guard = clients[0]
+        .acquire(
+            "embedded/a",
+            AcquireOptions::default()
+                .holder("app-1")
+                .wait(Duration::from_secs(20)),
+        )
+        .await
+        .unwrap();
+    match clients[1]
+        .try_acquire("embedded/a", AcquireOptions::default())
+        .await
+    {
+        Err(Error::Held(holder)) => assert_eq!(holder.holder, "app-1"),
+        other => panic!("{:?}", other.map(|g| g.lock())),
+    }
+    assert_eq!(
+        clients[2].get("embedded/a").await.unwrap().unwrap().id,
+        guard.id()
+    );
+    guard.release().await.unwrap();
+    assert!(clients[2].get("embedded/a").await.unwrap().is_none());
+
+    let long_name = "x".repeat(600);
+    assert!(matches!(
+        clients[0]
+            .try_acquire(&long_name, AcquireOptions::default())
+            .await,
+        Err(Error::BadRequest(_))
+    ));
+
+    let leader = clients[1]
+        .campaign("embedded/leader", "app-2", CampaignOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        clients[0]
+            .leader("embedded/leader")
+            .await
+            .unwrap()
+            .unwrap()
+            .data
+            .as_deref(),
+        Some("app-2")
+    );
+    leader.resign().await.unwrap();
+    let next = clients[2]
+        .campaign(
+            "embedded/leader",
+            "app-3",
+            CampaignOptions {
+                give_up_after: Some(Duration::from_secs(20)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(next.lock().data.as_deref(), Some("app-3"));
+    next.resign().await.unwrap();
+
+    for node in nodes {
+        node.shutdown().await;
+    }
+}

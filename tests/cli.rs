@@ -1,0 +1,207 @@
+//! The command line against a real cluster: `lock` passes exit codes on,
+//! refuses when held, signals its command when the lock is lost; `elect`
+//! runs one leader at a time; `locks` and `status` show the cluster.
+
+mod support;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::Cluster;
+
+fn leasehold(cluster: &Cluster, nodes: &[u64], args: &[&str]) -> Command {
+    let endpoints: Vec<String> = nodes.iter().map(|id| cluster.addrs[id].clone()).collect();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.args(args)
+        .env("LEASEHOLD_ENDPOINTS", endpoints.join(","))
+        .env("RUST_LOG", "warn");
+    cmd
+}
+
+fn run(mut cmd: Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("run leasehold")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_runs_the_command_and_passes_its_exit_status_on() {
+    let cluster = Cluster::start(3).await;
+    let out = run(leasehold(
+        &cluster,
+        &[1, 2, 3],
+        &["lock", "cli/a", "--", "sh", "-c", "exit 7"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(leasehold(&cluster, &[2], &["lock", "cli/a", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0));
+    // Released when the command ended: nothing left.
+    let (status, _) = cluster.get(1, "/v1/locks/cli%2Fa").await;
+    assert_eq!(status, 404);
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "cli/a", "--", "/no/such/program"],
+    ));
+    assert_eq!(out.status.code(), Some(127));
+    let out = run(leasehold(&cluster, &[1], &["lock", "cli/a"]));
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a usage error without a command"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_refuses_when_held_and_locks_lists_the_holder() {
+    let cluster = Cluster::start(3).await;
+    let mut holder = leasehold(
+        &cluster,
+        &[1],
+        &["lock", "cli/held", "--holder", "first", "--", "sleep", "30"],
+    )
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let (status, _) = cluster.get(1, "/v1/locks/cli%2Fheld").await;
+        if status == 200 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = run(leasehold(
+        &cluster,
+        &[2],
+        &["lock", "cli/held", "--", "true"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(73),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("first"));
+
+    let out = run(leasehold(&cluster, &[3], &["locks"]));
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("cli/held") && table.contains("first"),
+        "{table}"
+    );
+
+    let out = run(leasehold(&cluster, &[3], &["status"]));
+    assert!(out.status.success());
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.contains("speaker: node") && status.contains("rebuilt: true"),
+        "{status}"
+    );
+
+    holder.kill().unwrap();
+    let _ = holder.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_signals_its_command_and_exits_non_zero_when_the_lock_is_lost() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let follower = cluster.live().into_iter().find(|&i| i != speaker).unwrap();
+    let marker = cluster.dir.path().join("got-term");
+    let script = format!(
+        "trap 'echo term > {}; exit 0' TERM; while true; do sleep 0.1; done",
+        marker.display()
+    );
+    // This holder can reach only one node, which then dies.
+    let mut holder = leasehold(
+        &cluster,
+        &[follower],
+        &[
+            "lock", "cli/lost", "--lease", "2000", "--", "sh", "-c", &script,
+        ],
+    )
+    .stdin(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let (status, _) = cluster.get(speaker, "/v1/locks/cli%2Flost").await;
+        if status == 200 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.kill(follower);
+    let status = tokio::task::spawn_blocking(move || holder.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(75));
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap().trim(),
+        "term",
+        "the command got SIGTERM"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_runs_one_leader_at_a_time() {
+    let cluster = Cluster::start(3).await;
+    let log = cluster.dir.path().join("leaders.log");
+    let script = format!(
+        "echo start $0 >> {log}; sleep 0.5; echo end $0 >> {log}",
+        log = log.display()
+    );
+    let mut candidates = Vec::new();
+    for i in 0..3u64 {
+        candidates.push(
+            leasehold(
+                &cluster,
+                &[1 + i % 3],
+                &[
+                    "elect",
+                    "cli/leader",
+                    "--value",
+                    &format!("c{i}"),
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                    &format!("c{i}"),
+                ],
+            )
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+        );
+    }
+    for mut c in candidates {
+        let status = tokio::task::spawn_blocking(move || c.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success());
+    }
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    for pair in lines.chunks(2) {
+        let who = pair[0].strip_prefix("start ").unwrap();
+        assert_eq!(
+            pair[1],
+            format!("end {who}"),
+            "leaders never overlap: {lines:?}"
+        );
+    }
+}
