@@ -205,3 +205,83 @@ async fn elect_runs_one_leader_at_a_time() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_leaders_process_dies_its_command_dies_and_another_leads_within_a_lease() {
+    let cluster = Cluster::start(3).await;
+    let pid_file = cluster.dir.path().join("first.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
+    let mut first = leasehold(
+        &cluster,
+        &[1, 2, 3],
+        &[
+            "elect", "cli/dies", "--lease", "2000", "--value", "first", "--", "sh", "-c", &script,
+        ],
+    )
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    while !pid_file.exists()
+        || std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the first candidate never led"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let command_pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let second_log = cluster.dir.path().join("second.log");
+    let second_script = format!("echo led > {}", second_log.display());
+    let second = leasehold(
+        &cluster,
+        &[2, 3],
+        &[
+            "elect",
+            "cli/dies",
+            "--lease",
+            "2000",
+            "--value",
+            "second",
+            "--",
+            "sh",
+            "-c",
+            &second_script,
+        ],
+    )
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The leader's process dies without a word.
+    first.kill().unwrap();
+    let killed_at = Instant::now();
+    let _ = first.wait();
+    let mut second = second;
+    let status = tokio::task::spawn_blocking(move || second.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(&second_log).unwrap().trim(), "led");
+    // Within a lease of the death (generously: 3 leases on a loaded machine).
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        killed_at.elapsed()
+    );
+    // And the dead leader's command did not outlive it.
+    let alive = std::path::Path::new("/proc").join(&command_pid).exists()
+        && !std::fs::read_to_string(format!("/proc/{command_pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
+    assert!(!alive, "the command of a dead leader must not run on");
+}

@@ -84,7 +84,10 @@ async fn run(
         eprintln!("leasehold: no command given (put it after --)");
         return ExitCode::from(exit::USAGE);
     };
-    let mut child = match Command::new(program).args(args).kill_on_drop(true).spawn() {
+    let mut command = Command::new(program);
+    command.args(args).kill_on_drop(true);
+    die_with_parent(&mut command);
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
             eprintln!("leasehold: cannot run {program}: {e}");
@@ -116,6 +119,20 @@ async fn run(
         let _ = child.wait().await;
     }
     ExitCode::from(exit::LOST)
+}
+
+/// Has the kernel kill the command if this process dies without stopping
+/// it (SIGKILL, a crash): the command must never outlive the lock's keeper.
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec; it only
+    // makes the prctl(2) system call, which is async-signal-safe, and
+    // allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
 }
 
 fn status_code(status: std::io::Result<std::process::ExitStatus>) -> ExitCode {
