@@ -88,6 +88,7 @@ fn member(args: &[String]) -> ExitCode {
         rebuild_timeout: Duration::from_secs(2),
         rebuild_mode: RebuildMode::Proceed,
         timings: RaftTimings::default(),
+        chaos: false,
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async move {

@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// What a rebuild that missed members does.
     #[arg(long, value_enum, default_value = "proceed")]
     rebuild_mode: Mode,
+    /// Accept fault injection on /internal/chaos (chaos tests only).
+    #[arg(long, hide = true)]
+    chaos: bool,
 }
 
 fn parse_peer(s: &str) -> Result<(u64, String), String> {
@@ -81,6 +84,7 @@ impl ServeArgs {
                 Mode::Strict => RebuildMode::Strict,
             },
             timings: RaftTimings::default(),
+            chaos: self.chaos,
         }
     }
 }
@@ -125,6 +129,7 @@ pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result
             rebuild_timeout: Duration::from_secs(2),
             rebuild_mode: RebuildMode::Proceed,
             timings: RaftTimings::default(),
+            chaos: false,
         };
         running.push(start(config, addr).await?);
         println!("node {id}: http://{addr}");

@@ -39,6 +39,9 @@ pub struct NodeConfig {
     pub rebuild_mode: RebuildMode,
     /// Raft's heartbeat and election timeouts.
     pub timings: RaftTimings,
+    /// Lets `/internal/chaos` inject faults (partitions, slow links, wall
+    /// clock steps): for chaos tests only.
+    pub chaos: bool,
 }
 
 /// A configuration that cannot run.

@@ -43,6 +43,7 @@ pub fn router(node: Shared) -> Router {
         .route("/internal/forward/list", post(forward_list))
         .route("/internal/forget", post(internal_forget))
         .route("/internal/lost", post(internal_lost))
+        .route("/internal/chaos", post(internal_chaos))
         .with_state(Arc::clone(&node))
         .merge(raft_router(node.raft.clone()));
     Router::new()
@@ -304,5 +305,22 @@ async fn internal_lost(
         .collect::<Result<Vec<_>, _>>()
         .map_err(bad)?;
     node.lost(ids);
+    Ok(Json(serde_json::json!({})))
+}
+
+/// Sets this node's fault plan; only a node started with `--chaos` accepts.
+async fn internal_chaos(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if !node.config.chaos {
+        return Err(ApiError::new(
+            ErrorCode::NotHeld,
+            "fault injection is off (start the node with --chaos)",
+        ));
+    }
+    let plan: leasehold_raft::FaultPlan = peer_body(&bytes)?;
+    tracing::warn!(?plan, "chaos: fault plan set");
+    node.peers.faults().set(plan);
     Ok(Json(serde_json::json!({})))
 }

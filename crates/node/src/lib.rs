@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use leasehold_raft::BasicNode;
+use leasehold_raft::{BasicNode, Faults};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -94,14 +94,16 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         leasehold_raft::LogStore::read_node_id(&config.data_dir),
         Ok(None)
     );
+    let faults = Faults::default();
     let raft = leasehold_raft::build(
         config.id,
         &config.data_dir,
         &config.timings,
         &config.cluster_token,
+        faults.clone(),
     )
     .await?;
-    let peers = peers::Peers::new(&config.cluster_token)?;
+    let peers = peers::Peers::new(&config.cluster_token, &config.peers, faults)?;
     let node = Node::new(config, raft.clone(), peers, first_start);
     let (stop, stopped) = watch::channel(false);
     let app = http::router(Arc::clone(&node));

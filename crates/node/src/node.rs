@@ -102,7 +102,9 @@ impl Node {
 
     /// A lock as this node shows it to a client.
     pub(crate) fn view(&self, lock: &Lock) -> LockView {
-        LockView::from_lock(lock, self.clock.now(), Clock::wall_ms())
+        let step = self.peers.faults().plan().wall_step_ms;
+        let wall = Clock::wall_ms().saturating_add_signed(step);
+        LockView::from_lock(lock, self.clock.now(), wall)
     }
 
     /// Whether this node is the leader of `term` and a quorum acknowledged

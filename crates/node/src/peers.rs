@@ -1,10 +1,11 @@
 //! Talking to the other members under `/internal/`: reports for a rebuild,
 //! forwarded requests, and releases and losses to pass on.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_api::{ErrorBody, Forget, HeldReport, Lost, PeerLock};
-use leasehold_raft::TOKEN_HEADER;
+use leasehold_raft::{Faults, TOKEN_HEADER};
 use locktable::{LockId, NodeId};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -23,11 +24,19 @@ pub struct PeerError {
 pub struct Peers {
     http: reqwest::Client,
     token: String,
+    /// Each member's id by address, to apply the fault plan.
+    ids: BTreeMap<String, NodeId>,
+    faults: Faults,
 }
 
 impl Peers {
-    /// A client carrying `token`.
-    pub fn new(token: &str) -> Result<Self, reqwest::Error> {
+    /// A client carrying `token` to the members `peers` (id to address),
+    /// sending through the fault plan `faults`.
+    pub fn new(
+        token: &str,
+        peers: &BTreeMap<NodeId, String>,
+        faults: Faults,
+    ) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .no_proxy()
             .tcp_nodelay(true)
@@ -36,7 +45,14 @@ impl Peers {
         Ok(Peers {
             http,
             token: token.to_string(),
+            ids: peers.iter().map(|(id, addr)| (addr.clone(), *id)).collect(),
+            faults,
         })
+    }
+
+    /// The fault plan this node's peer traffic goes through.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
     }
 
     /// Posts `body` to `path` on `addr` and decodes the answer: `Ok(Ok)` on
@@ -52,6 +68,12 @@ impl Peers {
             addr: addr.to_string(),
             reason,
         };
+        if let Some(id) = self.ids.get(addr) {
+            self.faults
+                .before_send(*id)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+        }
         let response = self
             .http
             .post(format!("http://{addr}{path}"))

@@ -32,6 +32,7 @@ async fn three_nodes(dir: &std::path::Path) -> Vec<RunningNode> {
             rebuild_timeout: Duration::from_secs(2),
             rebuild_mode: RebuildMode::Proceed,
             timings: RaftTimings::default(),
+            chaos: false,
         };
         nodes.push(leasehold_node::start(config, listener).await.unwrap());
     }

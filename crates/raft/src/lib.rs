@@ -15,7 +15,7 @@
 //! # Running a node
 //!
 //! ```text
-//! let raft = leasehold_raft::build(id, &data_dir, &RaftTimings::default(), &token).await?;
+//! let raft = leasehold_raft::build(id, &data_dir, &RaftTimings::default(), &token, Faults::default()).await?;
 //! // Serve the peer routes (wrap /internal/ with the token check) ...
 //! let app = axum::Router::new().merge(leasehold_raft::raft_router(raft.clone()));
 //! // ... start the speaker task, then let the node campaign:
@@ -28,6 +28,7 @@
 pub mod auth;
 pub mod codec;
 pub mod config;
+pub mod faults;
 pub mod lease;
 pub mod log_store;
 pub mod network;
@@ -42,6 +43,7 @@ pub use auth::token_matches;
 pub use auth::TOKEN_HEADER;
 pub use config::raft_config;
 pub use config::RaftTimings;
+pub use faults::{FaultPlan, Faults};
 pub use lease::leader_state;
 pub use lease::LeaderState;
 pub use log_store::LogStore;
@@ -79,9 +81,10 @@ pub async fn build(
     data_dir: &Path,
     timings: &RaftTimings,
     cluster_token: &str,
+    faults: Faults,
 ) -> Result<Raft, StartError> {
     let config = timings.config()?;
-    let network = NetworkFactory::new(node_id, cluster_token)?;
+    let network = NetworkFactory::new(node_id, cluster_token, faults)?;
     let dir = data_dir.to_path_buf();
     let store = tokio::task::spawn_blocking(move || LogStore::open(&dir, node_id))
         .await

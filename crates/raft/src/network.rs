@@ -21,6 +21,8 @@ use openraft::error::ReplicationClosed;
 use openraft::error::StreamingError;
 use openraft::error::Timeout;
 use openraft::error::Unreachable;
+
+use crate::faults::Faults;
 use openraft::network::RPCOption;
 use openraft::raft::AppendEntriesRequest;
 use openraft::raft::AppendEntriesResponse;
@@ -65,11 +67,16 @@ pub struct NetworkFactory {
     client: reqwest::Client,
     token: HeaderValue,
     self_id: NodeId,
+    faults: Faults,
 }
 
 impl NetworkFactory {
     /// A factory for node `self_id` sending `cluster_token` with every request.
-    pub fn new(self_id: NodeId, cluster_token: &str) -> Result<Self, NetworkInitError> {
+    pub fn new(
+        self_id: NodeId,
+        cluster_token: &str,
+        faults: Faults,
+    ) -> Result<Self, NetworkInitError> {
         let mut token =
             HeaderValue::from_str(cluster_token).map_err(|_| NetworkInitError::BadToken)?;
         token.set_sensitive(true);
@@ -82,6 +89,7 @@ impl NetworkFactory {
             client,
             token,
             self_id,
+            faults,
         })
     }
 }
@@ -96,6 +104,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             base_url: format!("http://{}", node.addr),
             self_id: self.self_id,
             target,
+            faults: self.faults.clone(),
         }
     }
 }
@@ -108,6 +117,7 @@ pub struct PeerClient {
     base_url: String,
     self_id: NodeId,
     target: NodeId,
+    faults: Faults,
 }
 
 impl PeerClient {
@@ -123,6 +133,10 @@ impl PeerClient {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned,
     {
+        self.faults
+            .before_send(self.target)
+            .await
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
         let body = codec::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let url = format!("{}{}", self.base_url, path);
         let classify = |e: reqwest::Error| -> RPCError<TypeConfig> {

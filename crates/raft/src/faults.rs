@@ -1,0 +1,66 @@
+//! Faults injected into a node's outgoing peer traffic, for chaos tests:
+//! messages to chosen peers are dropped (a partition, one way or, set on
+//! both sides, both ways) or delayed (a slow link). Only a node started with
+//! `--chaos` lets anyone change them.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::NodeId;
+
+/// What to do to this node's outgoing peer traffic.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultPlan {
+    /// Peers whose messages from this node are dropped (seen as unreachable).
+    #[serde(default)]
+    pub drop_to: BTreeSet<NodeId>,
+    /// Delay added to every message to a peer, in milliseconds.
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// A step of this node's wall clock, in milliseconds (display only:
+    /// no lease reads the wall clock).
+    #[serde(default)]
+    pub wall_step_ms: i64,
+}
+
+/// A message the plan drops.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("chaos: messages to node {0} are dropped")]
+pub struct Dropped(pub NodeId);
+
+/// The fault plan in force, shared by everything that sends to peers.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    plan: Arc<RwLock<FaultPlan>>,
+}
+
+impl Faults {
+    /// Replaces the plan.
+    pub fn set(&self, plan: FaultPlan) {
+        *self.plan.write().unwrap_or_else(|p| p.into_inner()) = plan;
+    }
+
+    /// The plan in force.
+    pub fn plan(&self) -> FaultPlan {
+        self.plan.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Applies the plan to a message for `target`: waits out the delay, or
+    /// drops it.
+    pub async fn before_send(&self, target: NodeId) -> Result<(), Dropped> {
+        let (dropped, delay) = {
+            let plan = self.plan.read().unwrap_or_else(|p| p.into_inner());
+            (plan.drop_to.contains(&target), plan.delay_ms)
+        };
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if dropped {
+            return Err(Dropped(target));
+        }
+        Ok(())
+    }
+}
