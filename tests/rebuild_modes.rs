@@ -49,12 +49,18 @@ async fn proceed_mode_may_grant_twice_and_the_next_rebuild_keeps_the_older() {
         .into_iter()
         .filter(|&id| id != speaker)
         .collect();
-    let (holder_node, other_node) = (others[0], others[1]);
+    let holder_node = others[0];
     let first = cluster
         .must_acquire(holder_node, "contested", json!({"lease_ms": 60000}))
         .await;
 
     let new_speaker = failover_without(&mut cluster, speaker, holder_node).await;
+    // The second holder's node must outlive the next failover too.
+    let other_node = cluster
+        .live()
+        .into_iter()
+        .find(|&n| n != holder_node && n != new_speaker)
+        .unwrap();
     // The seed's behaviour: what the missing member's client holds is
     // unknown, and the name is granted again.
     let second = cluster
