@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -177,9 +177,10 @@ fn watch_query(raw: Option<&str>) -> Result<Option<Watch>, ApiError> {
 
 async fn get_lock(
     State(node): State<Shared>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<LockAnswer>, ApiError> {
+    let Path(name) = name.map_err(|e| bad(format!("the name in the path: {}", e.body_text())))?;
     leasehold_api::validate_name(&name).map_err(bad)?;
     let watch = watch_query(raw.as_deref())?;
     let lock = node.get(&name, watch).await?;
