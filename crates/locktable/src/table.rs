@@ -475,14 +475,23 @@ impl Table {
     /// granted before its table was dropped, from its table, where a rebuild
     /// may have brought it back from a node that had not heard of the
     /// release yet, and its id is kept from the rebuilds to come.
+    ///
+    /// A release heard of from elsewhere means another node speaks: the
+    /// name is freed but not handed to a waiting request, which is answered
+    /// [`NotRebuilt`] (to retry at the speaker).
     pub fn forget(&mut self, name: &str, id: LockId, now: MonoTime) {
         // How long another node may still report it is unknown here: keep
         // the id for the longest lease.
         self.retained.remove(&id);
         self.forgotten.insert(id, now + self.rule.max, now);
         if let Ok(at) = self.find_held(name, id) {
-            let lock = self.remove(at);
-            self.hand_over(name, &lock, now);
+            self.remove(at);
+            if let Some(queue) = self.waiters.remove(name) {
+                self.answers.extend(queue.into_iter().map(|w| Answer {
+                    waiter: w.id,
+                    result: Err(NotRebuilt.into()),
+                }));
+            }
         }
     }
 

@@ -744,3 +744,26 @@ fn turning_away_waiters_keeps_the_table() {
     table.release("a", lock.id, t(1)).unwrap();
     assert!(table.take_answers().is_empty(), "nobody waits any more");
 }
+
+// Found by the simulation: a deposed speaker that had not heard yet of the
+// new term handed a name to its waiter when the new speaker's Forget of the
+// lock arrived. A release heard of from elsewhere means another node speaks:
+// Forget frees the name without granting it, and turns its waiters away.
+#[test]
+fn forget_never_grants_to_a_waiter() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let lock = granted(table.acquire(req("a", 1, 1), t(0)));
+    let Ok(Acquired::Waiting(w)) = table.acquire(waiting(req("a", 2, 1), 60 * SEC), t(0)) else {
+        panic!()
+    };
+    table.forget("a", lock.id, t(1));
+    assert_eq!(
+        table.take_answers(),
+        vec![Answer {
+            waiter: w,
+            result: Err(AcquireError::NotRebuilt(NotRebuilt))
+        }]
+    );
+    assert_eq!(table.get("a", t(1)).unwrap(), None);
+    assert_eq!(table.waiting(), 0);
+}

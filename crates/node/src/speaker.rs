@@ -67,11 +67,13 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
     let now = node.clock.now();
     let mut locks: Vec<Lock> = Vec::new();
     let mut members_read = Vec::new();
-    for (member, sent, report) in reports {
+    for (member, received, report) in reports {
         members_read.push(member);
         for peer in report.held.into_iter().chain(report.granted) {
+            // Counted from the report's arrival: the speaker's table must
+            // not end a lease before its holder's own count does.
             match LockInTransit::try_from(peer) {
-                Ok(lock) => locks.push(lock.arrive(node.clock.at(sent))),
+                Ok(lock) => locks.push(lock.arrive(node.clock.at(received))),
                 Err(e) => tracing::warn!(member, %e, "skipping a malformed lock in a report"),
             }
         }
@@ -135,24 +137,23 @@ async fn read_members(node: &Arc<Node>) -> (Reports, Vec<NodeId>) {
     for (id, addr) in node.config.peers.clone() {
         let node = Arc::clone(node);
         reads.push(async move {
-            let sent = Instant::now();
             let report = if id == node.id() {
                 Ok(node.own_report())
             } else {
                 node.peers.report(&addr, timeout).await
             };
-            (id, sent, report)
+            (id, Instant::now(), report)
         });
     }
     let mut read = Vec::new();
     let mut missing = Vec::new();
-    for (id, sent, report) in futures::future::join_all(reads).await {
+    for (id, received, report) in futures::future::join_all(reads).await {
         match report {
             Ok(report) => {
                 if !report.first_start && Duration::from_millis(report.started_ms_ago) < max_lease {
                     missing.push(id);
                 }
-                read.push((id, sent, report));
+                read.push((id, received, report));
             }
             Err(e) => {
                 tracing::warn!(member = id, %e, "member missing at the rebuild");

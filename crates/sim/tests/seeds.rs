@@ -59,3 +59,24 @@ fn a_broken_protocol_is_caught() {
         assert!(failing > 0, "{sabotage:?} went unnoticed in 300 seeds");
     }
 }
+
+/// Seeds that once broke a promise, kept as regressions. 181787: a deposed
+/// speaker that had not heard of the new term granted to a waiter when the
+/// new speaker's Forget arrived (Forget no longer hands a name over). 87554
+/// showed, in
+/// proceed mode, an older grant surfacing after a newer one (a documented
+/// consequence of a missing member, which the fence turns away); the others
+/// failed because a rebuild counted reported leases from when it sent its
+/// reads: the new speaker's table then ended a lease before its holder's
+/// own count did, and granted the name again. A speaker must count a
+/// reported lease from when the report *arrived* (its table errs long), a
+/// holder from when it *sent* (its view errs short).
+#[test]
+fn seeds_that_once_failed() {
+    for seed in [
+        13351, 20422, 35361, 38867, 49445, 66302, 87554, 95884, 97028, 181787,
+    ] {
+        let report = run(seed, &Config::from_seed(seed));
+        assert!(report.ok(), "seed {seed}: {report:#?}");
+    }
+}
