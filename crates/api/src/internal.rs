@@ -112,6 +112,14 @@ pub struct Forget {
     pub id: String,
 }
 
+/// A batch of releases to forget: the speaker passes releases on in
+/// batches, one request per member for however many came in meanwhile.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forgets {
+    /// The releases.
+    pub forgets: Vec<Forget>,
+}
+
 /// Tells a node its clients lost these locks: a rebuild kept another
 /// holder's.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

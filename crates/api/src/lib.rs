@@ -27,7 +27,7 @@ pub mod time;
 pub use answer::{ClusterAnswer, LockAnswer, LocksAnswer, Member, RebuildReport};
 pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
-    Forget, ForwardAcquire, ForwardRelease, ForwardRenew, Granted, HeldReport, Lost,
+    Forget, Forgets, ForwardAcquire, ForwardRelease, ForwardRenew, Granted, HeldReport, Lost,
 };
 pub use lock::LockView;
 pub use peer::PeerLock;

@@ -288,9 +288,11 @@ async fn internal_forget(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let forget: leasehold_api::Forget = peer_body(&bytes)?;
-    let id: LockId = forget.id.parse().map_err(bad)?;
-    node.forget(&forget.name, id);
+    let batch: leasehold_api::Forgets = peer_body(&bytes)?;
+    for forget in batch.forgets {
+        let id: LockId = forget.id.parse().map_err(bad)?;
+        node.forget(&forget.name, id);
+    }
     Ok(Json(serde_json::json!({})))
 }
 

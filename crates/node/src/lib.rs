@@ -120,7 +120,8 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         Arc::clone(&node),
         stopped.clone(),
     ));
-    let expiry = tokio::spawn(speaker::run_expiry(Arc::clone(&node), stopped));
+    let expiry = tokio::spawn(speaker::run_expiry(Arc::clone(&node), stopped.clone()));
+    let releases = tokio::spawn(Arc::clone(&node).pass_on_releases(stopped));
     raft.run();
     let lowest = node.config.peers.keys().next().copied();
     if lowest == Some(node.id()) && !raft.is_initialized().await.unwrap_or(true) {
@@ -138,6 +139,6 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         node,
         addr,
         stop,
-        tasks: vec![server, leadership, expiry],
+        tasks: vec![server, leadership, expiry, releases],
     })
 }

@@ -1,15 +1,17 @@
 //! The node: its lock table and held record, and the speaker's operations.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use leasehold_api::{LockView, RebuildReport};
+use leasehold_api::{Forget, LockView, RebuildReport};
 use leasehold_raft::{leader_state, Raft, WatchReceiver};
 use locktable::{
-    AcquireError, Acquired, Held, Lock, LockError, LockId, NodeId, Request, Table, WaiterId,
+    AcquireError, Acquired, Held, Lock, LockError, LockId, MonoTime, NodeId, Request, Table,
+    WaiterId,
 };
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::clock::Clock;
 use crate::config::NodeConfig;
@@ -43,6 +45,12 @@ pub struct Node {
     pub(crate) table_changed: Notify,
     /// Counts changes of the table's locks, for gets that watch a lock.
     changes: watch::Sender<u64>,
+    /// When the expiry task next wakes (table clock, ns); 0 while it works.
+    pub(crate) expiry_armed: AtomicU64,
+    /// Releases to pass on to the other members.
+    releases: mpsc::UnboundedSender<Forget>,
+    /// The other end, taken by the task that passes them on.
+    releases_rx: Mutex<Option<mpsc::UnboundedReceiver<Forget>>>,
 }
 
 /// A lock request as the node receives it, validated.
@@ -67,6 +75,7 @@ impl Node {
         peers: Peers,
         first_start: bool,
     ) -> Arc<Self> {
+        let (releases, releases_rx) = mpsc::unbounded_channel();
         Arc::new(Node {
             state: Mutex::new(State {
                 table: Table::new(config.lease),
@@ -82,6 +91,9 @@ impl Node {
             first_start,
             table_changed: Notify::new(),
             changes: watch::Sender::new(0),
+            expiry_armed: AtomicU64::new(0),
+            releases,
+            releases_rx: Mutex::new(Some(releases_rx)),
         })
     }
 
@@ -131,9 +143,21 @@ impl Node {
     }
 
     /// Says the table changed: the expiry task re-arms, watchers look again.
-    pub(crate) fn changed(&self) {
-        self.table_changed.notify_one();
-        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    ///
+    /// The expiry task is woken only when the table's next deadline is now
+    /// earlier than the one it sleeps until: a grant on the hot path with a
+    /// lease longer than that wakes nobody.
+    pub(crate) fn changed(&self, state: &State) {
+        if self.changes.receiver_count() > 0 {
+            self.changes.send_modify(|v| *v = v.wrapping_add(1));
+        }
+        let next = state
+            .table
+            .next_deadline()
+            .map_or(u64::MAX, MonoTime::as_nanos);
+        if next < self.expiry_armed.load(Ordering::Acquire) {
+            self.table_changed.notify_one();
+        }
     }
 
     /// A receiver that wakes when the table's locks change.
@@ -160,8 +184,10 @@ impl Node {
     /// Ends the leases and waits due by now, if this node may speak.
     pub(crate) fn poll(&self) -> Option<locktable::MonoTime> {
         let mut state = self.state();
+        let mut speaking = false;
         if state.table.is_rebuilt() {
             if self.may_speak(&state) {
+                speaking = true;
                 let before = (state.table.len(), state.table.waiting());
                 state.table.poll(self.clock.now());
                 if (state.table.len(), state.table.waiting()) != before {
@@ -177,7 +203,13 @@ impl Node {
         }
         let now = self.clock.now();
         state.held.expire(now);
-        state.table.next_deadline()
+        // A table that cannot grant has no deadline to keep (its due
+        // entries would wake the task at once, again and again).
+        if speaking {
+            state.table.next_deadline()
+        } else {
+            None
+        }
     }
 
     /// Drops the table (this node stopped speaking, or starts again):
@@ -187,7 +219,7 @@ impl Node {
         state.table.drop_table(self.clock.now());
         state.speaking = speaking;
         self.dispatch(&mut state);
-        self.changed();
+        self.changed(&state);
         state.table.generation()
     }
 
@@ -219,7 +251,7 @@ impl Node {
                     if node == self.config.id {
                         state.held.record(lock.clone());
                     }
-                    self.changed();
+                    self.changed(&state);
                     return Ok(lock);
                 }
                 Ok(Acquired::Waiting(waiter)) => waiter,
@@ -227,7 +259,7 @@ impl Node {
             };
             let (tx, rx) = oneshot::channel();
             state.waiters.insert(waiter, tx);
-            self.changed();
+            self.changed(&state);
             (rx, waiter)
         };
         // If the client goes away, stop waiting for it.
@@ -269,12 +301,14 @@ impl Node {
                 .map_err(lock_error)?;
             state.held.remove(id);
             self.dispatch(&mut state);
-            self.changed();
+            self.changed(&state);
             lock
         };
-        let node = Arc::clone(self);
-        let (name, members) = (name.to_string(), self.other_members());
-        tokio::spawn(async move { node.peers.forget(&members, &name, id).await });
+        // Passed on in batches by the forget task (`pass_on_releases`).
+        let _ = self.releases.send(Forget {
+            name: name.to_string(),
+            id: id.to_string(),
+        });
         Ok(lock)
     }
 
@@ -304,7 +338,7 @@ impl Node {
         } else {
             state.held.remove(id);
         }
-        self.changed();
+        self.changed(&state);
         Ok(renewed)
     }
 
@@ -332,7 +366,7 @@ impl Node {
         state.held.remove(id);
         state.table.forget(name, id, self.clock.now());
         self.dispatch(&mut state);
-        self.changed();
+        self.changed(&state);
     }
 
     /// Locks a rebuild found another grant held longer: their clients lost them.
@@ -342,6 +376,38 @@ impl Node {
             if let Some(lock) = state.held.remove(id) {
                 tracing::warn!(name = %lock.name, id = %lock.id, "lock lost to an older grant at a rebuild");
             }
+        }
+    }
+
+    /// Passes releases on to the other members, batching those that come
+    /// in while a batch is on its way: a busy speaker sends one request per
+    /// member per batch, not per release.
+    pub(crate) async fn pass_on_releases(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let Some(mut rx) = self
+            .releases_rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let members = self.other_members();
+        loop {
+            let first = tokio::select! {
+                next = rx.recv() => match next {
+                    Some(first) => first,
+                    None => return,
+                },
+                _ = stop.changed() => return,
+            };
+            let mut batch = vec![first];
+            while batch.len() < 1024 {
+                match rx.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            self.peers.forget(&members, batch).await;
         }
     }
 
@@ -357,14 +423,20 @@ impl Node {
 
     /// The current leader and its address, as Raft knows it.
     pub(crate) fn leader(&self) -> Option<(NodeId, String)> {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        let leader = metrics.current_leader?;
-        let addr = metrics
-            .membership_config
-            .membership()
-            .get_node(&leader)
-            .map(|n| n.addr.clone())
-            .or_else(|| self.config.peers.get(&leader).cloned())?;
+        // Read in place (cloning the metrics costs more than a forward's
+        // own work), and keep the borrow short: it blocks the Raft core.
+        let (leader, addr) = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            let leader = metrics.current_leader?;
+            let addr = metrics
+                .membership_config
+                .membership()
+                .get_node(&leader)
+                .map(|n| n.addr.clone());
+            (leader, addr)
+        };
+        let addr = addr.or_else(|| self.config.peers.get(&leader).cloned())?;
         Some((leader, addr))
     }
 

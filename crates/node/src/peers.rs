@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_api::{ErrorBody, Forget, HeldReport, Lost, PeerLock};
+use leasehold_api::{ErrorBody, Forget, Forgets, HeldReport, Lost, PeerLock};
 use leasehold_raft::{Faults, TOKEN_HEADER};
-use locktable::{LockId, NodeId};
+use locktable::NodeId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -108,11 +108,8 @@ impl Peers {
     }
 
     /// Tells every member in `members` that `id` was released.
-    pub async fn forget(&self, members: &[(NodeId, String)], name: &str, id: LockId) {
-        let body = Forget {
-            name: name.to_string(),
-            id: id.to_string(),
-        };
+    pub async fn forget(&self, members: &[(NodeId, String)], forgets: Vec<Forget>) {
+        let body = Forgets { forgets };
         let calls = members.iter().map(|(_, addr)| {
             self.call::<_, serde_json::Value>(
                 addr,

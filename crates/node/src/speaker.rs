@@ -113,7 +113,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
                 };
                 tracing::info!(?report, "failover report: lock table rebuilt");
                 state.last_rebuild = Some(report);
-                node.changed();
+                node.changed(&state);
                 rebuilt.lost
             }
             Err(e) => {
@@ -217,6 +217,8 @@ impl Node {
 /// until the table changes.
 pub(crate) async fn run_expiry(node: Arc<Node>, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
+        node.expiry_armed
+            .store(0, std::sync::atomic::Ordering::Release);
         let next = node.poll();
         let sleep = match next {
             Some(at) => at
@@ -224,6 +226,9 @@ pub(crate) async fn run_expiry(node: Arc<Node>, mut stop: tokio::sync::watch::Re
                 .min(Duration::from_millis(500)),
             None => Duration::from_millis(500),
         };
+        let wake_at = node.clock.now() + sleep;
+        node.expiry_armed
+            .store(wake_at.as_nanos(), std::sync::atomic::Ordering::Release);
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
             _ = node.table_changed.notified() => {}

@@ -11,6 +11,7 @@ use openraft::Instant as _;
 
 use crate::types::LeaderId;
 use crate::types::Raft;
+use crate::types::WatchReceiver;
 
 /// What `Raft::as_leader()` reports while this node is the leader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +50,14 @@ impl LeaderState {
 /// one-voter cluster `quorum_acked_at` is now.
 pub fn leader_state(raft: &Raft) -> Option<LeaderState> {
     let leader = raft.as_leader().ok()?;
-    let mut voters = raft.voter_ids();
-    let sole_voter = voters.next() == Some(*raft.node_id()) && voters.next().is_none();
+    // Counted in place: `voter_ids()` would clone the membership on every
+    // grant. The borrow blocks the Raft core, so it is kept this short.
+    let sole_voter = {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let mut voters = metrics.membership_config.membership().voter_ids();
+        voters.next() == Some(*raft.node_id()) && voters.next().is_none()
+    };
     if sole_voter {
         return Some(LeaderState {
             leader_id: *leader.leader_id(),

@@ -1,0 +1,211 @@
+//! `leasehold-bench`: the same lock workloads against leasehold, etcd,
+//! Redis, PostgreSQL and a bare HTTP handler, one JSON line per run.
+//! `scripts/bench` starts the systems and prints the table.
+
+mod systems;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::json;
+use systems::System;
+
+#[derive(Parser)]
+#[command(name = "leasehold-bench", about = "Lock workloads side by side")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Kind {
+    Leasehold,
+    Bare,
+    Redis,
+    PgAdvisory,
+    Pglock,
+    EtcdLeasePerLock,
+    EtcdLeasePerClient,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum Workload {
+    /// Acquire+release cycles on names no one else uses.
+    Uncontended,
+    /// All clients on one name, with blocking waits.
+    Contended,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the bare handler: POST /acquire and /release answer a small
+    /// JSON lock at once (the floor of any HTTP lock API).
+    BareServer {
+        /// Where to listen.
+        #[arg(long)]
+        listen: String,
+    },
+    /// Run a workload and print one JSON line.
+    Run {
+        /// The system.
+        #[arg(long, value_enum)]
+        system: Kind,
+        /// Its address: http://host:port, or a redis:// or postgres URL.
+        #[arg(long)]
+        target: String,
+        /// The workload.
+        #[arg(long, value_enum, default_value = "uncontended")]
+        workload: Workload,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// How long to measure.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// A label for the row.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+async fn bare_server(listen: &str) {
+    use axum::routing::post;
+    use axum::Json;
+    let app = axum::Router::new()
+        .route(
+            "/acquire",
+            post(|Json(body): Json<serde_json::Value>| async move {
+                Json(json!({"lock": {"name": body["name"], "id": "01J0000000000000000000000", "fence": 1, "ttl_ms": 30000}}))
+            }),
+        )
+        .route("/release", post(|Json(body): Json<serde_json::Value>| async move { Json(json!({"lock": {"name": body["name"]}})) }));
+    let listener = tokio::net::TcpListener::bind(listen).await.expect("listen");
+    axum::serve(listener, app).await.expect("serve");
+}
+
+async fn run(system: System, workload: Workload, clients: usize, seconds: u64, label: String) {
+    system.prepare().await.expect("prepare");
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let system = system.clone();
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut session = system.connect().await.expect("connect");
+            let mut latencies = Vec::new();
+            let mut cycles = 0u64;
+            let mut errors = 0u64;
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let name = match workload {
+                    Workload::Uncontended => format!("bench/{c}/{}", i % 64),
+                    Workload::Contended => "bench/contended".to_string(),
+                };
+                i += 1;
+                let t0 = Instant::now();
+                match session
+                    .acquire(
+                        &name,
+                        Duration::from_secs(if workload == Workload::Contended {
+                            10
+                        } else {
+                            0
+                        }),
+                    )
+                    .await
+                {
+                    Ok(Some(token)) => {
+                        latencies.push(t0.elapsed().as_micros() as u64);
+                        if session.release(&name, &token).await.is_ok() {
+                            cycles += 1;
+                        } else {
+                            errors += 1;
+                        }
+                    }
+                    Ok(None) => {
+                        // Held (only when the system cannot wait): try again.
+                        tokio::task::yield_now().await;
+                    }
+                    Err(_) => errors += 1,
+                }
+            }
+            (cycles, errors, latencies)
+        }));
+    }
+    // Warm up, then measure a window.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let warm = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    let mut cycles = 0;
+    let mut errors = 0;
+    let mut latencies = Vec::new();
+    for t in tasks {
+        let (c, e, l) = t.await.expect("client");
+        cycles += c;
+        errors += e;
+        latencies.extend(l);
+    }
+    latencies.sort_unstable();
+    // Cycles over the whole run, with the warm-up in the denominator too:
+    // a fair, slightly pessimistic rate.
+    let rate = cycles as f64 / elapsed.as_secs_f64();
+    let _ = warm;
+    println!(
+        "{}",
+        json!({
+            "label": label,
+            "workload": match workload { Workload::Uncontended => "uncontended", Workload::Contended => "contended" },
+            "clients": clients,
+            "cycles_per_s": (rate * 10.0).round() / 10.0,
+            "errors": errors,
+            "p50_us": percentile(&latencies, 0.50),
+            "p99_us": percentile(&latencies, 0.99),
+            "max_us": latencies.last().copied().unwrap_or(0),
+        })
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    match Cli::parse().command {
+        Command::BareServer { listen } => bare_server(&listen).await,
+        Command::Run {
+            system,
+            target,
+            workload,
+            clients,
+            seconds,
+            label,
+        } => {
+            let system = match system {
+                Kind::Leasehold => System::Leasehold { endpoint: target },
+                Kind::Bare => System::Bare { endpoint: target },
+                Kind::Redis => System::Redis { url: target },
+                Kind::PgAdvisory => System::PgAdvisory { url: target },
+                Kind::Pglock => System::Pglock { url: target },
+                Kind::EtcdLeasePerLock => System::Etcd {
+                    endpoint: target,
+                    per_lock: true,
+                },
+                Kind::EtcdLeasePerClient => System::Etcd {
+                    endpoint: target,
+                    per_lock: false,
+                },
+            };
+            run(system, workload, clients, seconds, label).await
+        }
+    }
+}
