@@ -47,6 +47,23 @@ enum Command {
         #[arg(long)]
         listen: String,
     },
+    /// Loop acquire+release through any of several endpoints (moving on
+    /// when one fails) and print the longest gap without a grant: run it
+    /// while the leader is killed.
+    Gap {
+        /// The system (leasehold, or etcd with a lease per client).
+        #[arg(long, value_enum)]
+        system: Kind,
+        /// The endpoints, comma-separated http://host:port.
+        #[arg(long, value_delimiter = ',')]
+        targets: Vec<String>,
+        /// How long to loop.
+        #[arg(long, default_value_t = 8)]
+        seconds: u64,
+        /// A label for the row.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
     /// Run a workload and print one JSON line.
     Run {
         /// The system.
@@ -178,6 +195,80 @@ async fn run(system: System, workload: Workload, clients: usize, seconds: u64, l
     );
 }
 
+fn system_of(kind: Kind, target: String) -> System {
+    match kind {
+        Kind::Leasehold => System::Leasehold { endpoint: target },
+        Kind::Bare => System::Bare { endpoint: target },
+        Kind::Redis => System::Redis { url: target },
+        Kind::PgAdvisory => System::PgAdvisory { url: target },
+        Kind::Pglock => System::Pglock { url: target },
+        Kind::EtcdLeasePerLock => System::Etcd {
+            endpoint: target,
+            per_lock: true,
+        },
+        Kind::EtcdLeasePerClient => System::Etcd {
+            endpoint: target,
+            per_lock: false,
+        },
+    }
+}
+
+/// The longest time without a grant while looping through `targets`.
+async fn gap(kind: Kind, targets: Vec<String>, seconds: u64, label: String) {
+    let stop = Instant::now() + Duration::from_secs(seconds);
+    let mut at = 0usize;
+    let mut session: Option<systems::Session> = None;
+    let mut last = Instant::now();
+    let mut longest = Duration::ZERO;
+    let mut grants = 0u64;
+    while Instant::now() < stop {
+        if session.is_none() {
+            let system = system_of(kind, targets[at % targets.len()].clone());
+            session = tokio::time::timeout(Duration::from_millis(500), system.connect())
+                .await
+                .ok()
+                .and_then(Result::ok);
+            if session.is_none() {
+                at += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        }
+        let s = session.as_mut().expect("connected");
+        let outcome = tokio::time::timeout(
+            Duration::from_millis(500),
+            s.acquire("bench/failover", Duration::ZERO),
+        )
+        .await;
+        match outcome {
+            Ok(Ok(Some(token))) => {
+                let now = Instant::now();
+                longest = longest.max(now - last);
+                last = now;
+                grants += 1;
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(500),
+                    s.release("bench/failover", &token),
+                )
+                .await;
+            }
+            _ => {
+                // Unavailable, or held by a grant whose release was lost:
+                // move to another node and try again.
+                session = None;
+                at += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    // A system that never came back is a gap to the end.
+    longest = longest.max(last.elapsed());
+    println!(
+        "{}",
+        json!({"label": label, "longest_gap_ms": longest.as_millis() as u64, "grants": grants})
+    );
+}
+
 #[tokio::main]
 async fn main() {
     match Cli::parse().command {
@@ -189,23 +280,12 @@ async fn main() {
             clients,
             seconds,
             label,
-        } => {
-            let system = match system {
-                Kind::Leasehold => System::Leasehold { endpoint: target },
-                Kind::Bare => System::Bare { endpoint: target },
-                Kind::Redis => System::Redis { url: target },
-                Kind::PgAdvisory => System::PgAdvisory { url: target },
-                Kind::Pglock => System::Pglock { url: target },
-                Kind::EtcdLeasePerLock => System::Etcd {
-                    endpoint: target,
-                    per_lock: true,
-                },
-                Kind::EtcdLeasePerClient => System::Etcd {
-                    endpoint: target,
-                    per_lock: false,
-                },
-            };
-            run(system, workload, clients, seconds, label).await
-        }
+        } => run(system_of(system, target), workload, clients, seconds, label).await,
+        Command::Gap {
+            system,
+            targets,
+            seconds,
+            label,
+        } => gap(system, targets, seconds, label).await,
     }
 }
