@@ -64,6 +64,16 @@ enum Command {
         #[arg(long, default_value = "")]
         label: String,
     },
+    /// Take `count` locks with a long lease (64 clients) and keep them:
+    /// for the memory and rebuild figures of a loaded speaker.
+    Fill {
+        /// A leasehold endpoint.
+        #[arg(long)]
+        target: String,
+        /// How many locks.
+        #[arg(long, default_value_t = 1_000_000)]
+        count: u64,
+    },
     /// Run a workload and print one JSON line.
     Run {
         /// The system.
@@ -269,6 +279,40 @@ async fn gap(kind: Kind, targets: Vec<String>, seconds: u64, label: String) {
     );
 }
 
+/// Takes `count` distinct locks with a 10-minute lease.
+async fn fill(target: String, count: u64) {
+    let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let next = next.clone();
+        let target = target.clone();
+        tasks.push(tokio::spawn(async move {
+            let http = reqwest::Client::builder().no_proxy().build().expect("client");
+            let mut failed = 0u64;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    return failed;
+                }
+                let body = json!({"name": format!("fill/{i:08}"), "holder": "bench", "lease_ms": 600_000});
+                let ok = http
+                    .post(format!("{target}/v1/locks/acquire"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                failed += u64::from(!ok);
+            }
+        }));
+    }
+    let mut failed = 0;
+    for t in tasks {
+        failed += t.await.expect("filler");
+    }
+    println!("{}", json!({"label": "fill", "locks": count, "failed": failed, "seconds": started.elapsed().as_secs()}));
+}
+
 #[tokio::main]
 async fn main() {
     match Cli::parse().command {
@@ -287,5 +331,6 @@ async fn main() {
             seconds,
             label,
         } => gap(system, targets, seconds, label).await,
+        Command::Fill { target, count } => fill(target, count).await,
     }
 }
