@@ -124,19 +124,12 @@ impl Cluster {
 
     /// GET, returning (status, JSON body).
     pub async fn get(&self, id: u64, path: &str) -> (u16, Value) {
-        match self
-            .http
-            .get(self.url(id, path))
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-        {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                (status, r.json().await.unwrap_or(Value::Null))
-            }
-            Err(_) => (0, Value::Null),
-        }
+        answer(
+            self.http
+                .get(self.url(id, path))
+                .timeout(Duration::from_secs(10)),
+        )
+        .await
     }
 
     /// POST a raw body, returning (status, JSON body).
@@ -146,21 +139,13 @@ impl Cluster {
         path: &str,
         body: impl Into<reqwest::Body>,
     ) -> (u16, Value) {
-        match self
+        let request = self
             .http
             .post(self.url(id, path))
             .header("content-type", "application/json")
             .body(body)
-            .timeout(Duration::from_secs(40))
-            .send()
-            .await
-        {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                (status, r.json().await.unwrap_or(Value::Null))
-            }
-            Err(_) => (0, Value::Null),
-        }
+            .timeout(Duration::from_secs(40));
+        answer(request).await
     }
 
     pub async fn post(&self, id: u64, path: &str, body: Value) -> (u16, Value) {
@@ -242,6 +227,17 @@ impl Drop for Cluster {
                 }
             }
         }
+    }
+}
+
+/// Sends `request`: (status, JSON body), or (0, null) with no answer.
+async fn answer(request: reqwest::RequestBuilder) -> (u16, Value) {
+    match request.send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.json().await.unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
     }
 }
 

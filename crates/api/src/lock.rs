@@ -1,6 +1,6 @@
 //! A lock as every answer shows it (SPEC §2).
 
-use locktable::{BadLockId, Fence, Lock, LockId, LockInTransit, MonoTime, NodeId};
+use locktable::{BadLockId, Fence, Lock, LockId, MonoTime, NodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::time::format_rfc3339_ms;
@@ -62,23 +62,6 @@ impl LockView {
             millis_floor(lock.lease),
             millis_floor(lock.ttl(now)),
             millis_ceil(lock.held_for(now)),
-            lock.data.as_deref(),
-            wall_now_ms,
-        )
-    }
-
-    /// A lock received from another node, shown against the wall clock
-    /// `wall_now_ms` of the node answering.
-    pub fn from_in_transit(lock: &LockInTransit, wall_now_ms: u64) -> LockView {
-        Self::build(
-            &lock.name,
-            lock.id,
-            lock.node,
-            &lock.holder,
-            lock.fence,
-            millis_floor(lock.lease),
-            millis_floor(lock.ttl),
-            millis_ceil(lock.held_for),
             lock.data.as_deref(),
             wall_now_ms,
         )
@@ -185,15 +168,11 @@ mod tests {
     }
 
     #[test]
-    fn empty_holder_is_present_and_transit_agrees() {
+    fn empty_holder_is_present() {
         let (mut lock, now) = sample(Some("d"));
         lock.holder.clear();
         let view = LockView::from_lock(&lock, now, 5_000);
         assert_eq!(serde_json::to_value(&view).unwrap()["holder"], "");
-        assert_eq!(
-            LockView::from_in_transit(&lock.in_transit(now), 5_000),
-            view
-        );
         // Held longer than the wall clock has run: acquired_at saturates.
         assert_eq!(view.acquired_at, "1970-01-01T00:00:04.987Z");
         assert_eq!(

@@ -288,14 +288,18 @@ async fn fill(target: String, count: u64) {
         let next = next.clone();
         let target = target.clone();
         tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::builder().no_proxy().build().expect("client");
+            let http = reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("client");
             let mut failed = 0u64;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= count {
                     return failed;
                 }
-                let body = json!({"name": format!("fill/{i:08}"), "holder": "bench", "lease_ms": 600_000});
+                let body =
+                    json!({"name": format!("fill/{i:08}"), "holder": "bench", "lease_ms": 600_000});
                 let ok = http
                     .post(format!("{target}/v1/locks/acquire"))
                     .json(&body)
@@ -310,7 +314,10 @@ async fn fill(target: String, count: u64) {
     for t in tasks {
         failed += t.await.expect("filler");
     }
-    println!("{}", json!({"label": "fill", "locks": count, "failed": failed, "seconds": started.elapsed().as_secs()}));
+    println!(
+        "{}",
+        json!({"label": "fill", "locks": count, "failed": failed, "seconds": started.elapsed().as_secs()})
+    );
 }
 
 #[tokio::main]
