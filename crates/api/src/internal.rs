@@ -12,25 +12,6 @@ use serde::{Deserialize, Serialize};
 use crate::peer::PeerLock;
 use crate::request::{validate_id, validate_name, AcquireBody, BadRequest, Body};
 
-/// What a node reports at a rebuild: its clients' locks and its own grants.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HeldReport {
-    /// The reporting node.
-    pub node: NodeId,
-    /// How long the reporting process has been up, in milliseconds; a node
-    /// that *restarted* less than the longest lease ago may have forgotten
-    /// locks, and counts as missing.
-    pub started_ms_ago: u64,
-    /// Whether this process is the node's first (its data directory was
-    /// new): a node that never ran before has forgotten nothing.
-    #[serde(default)]
-    pub first_start: bool,
-    /// The locks its clients hold (`Held`).
-    pub held: Vec<PeerLock>,
-    /// The locks it granted while it spoke, leases not yet over (`Granted`).
-    pub granted: Vec<PeerLock>,
-}
-
 /// The speaker's answer to a forwarded acquire.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Granted {
@@ -166,21 +147,6 @@ mod tests {
         };
         assert_eq!(bad.validate(), Err(BadRequest::BadId));
 
-        let report = HeldReport {
-            node: 1,
-            started_ms_ago: 5,
-            ..HeldReport::default()
-        };
-        let json = serde_json::to_value(&report).unwrap();
-        assert_eq!(
-            json,
-            serde_json::json!({"node": 1, "started_ms_ago": 5, "first_start": false, "held": [], "granted": []})
-        );
-        // An older node's report, without first_start, reads as a restart.
-        let old: HeldReport =
-            serde_json::from_str(r#"{"node": 1, "started_ms_ago": 5, "held": [], "granted": []}"#)
-                .unwrap();
-        assert!(!old.first_start);
         let forget = Forget {
             name: "a".into(),
             id,

@@ -73,6 +73,9 @@ enum Command {
         /// How many locks.
         #[arg(long, default_value_t = 1_000_000)]
         count: u64,
+        /// Names start with this.
+        #[arg(long, default_value = "fill/")]
+        prefix: String,
     },
     /// Run a workload and print one JSON line.
     Run {
@@ -280,13 +283,14 @@ async fn gap(kind: Kind, targets: Vec<String>, seconds: u64, label: String) {
 }
 
 /// Takes `count` distinct locks with a 10-minute lease.
-async fn fill(target: String, count: u64) {
+async fn fill(target: String, count: u64, prefix: String) {
     let started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..64 {
         let next = next.clone();
         let target = target.clone();
+        let prefix = prefix.clone();
         tasks.push(tokio::spawn(async move {
             let http = reqwest::Client::builder()
                 .no_proxy()
@@ -299,7 +303,7 @@ async fn fill(target: String, count: u64) {
                     return failed;
                 }
                 let body =
-                    json!({"name": format!("fill/{i:08}"), "holder": "bench", "lease_ms": 600_000});
+                    json!({"name": format!("{prefix}{i:08}"), "holder": "bench", "lease_ms": 600_000});
                 let ok = http
                     .post(format!("{target}/v1/locks/acquire"))
                     .json(&body)
@@ -338,6 +342,10 @@ async fn main() {
             seconds,
             label,
         } => gap(system, targets, seconds, label).await,
-        Command::Fill { target, count } => fill(target, count).await,
+        Command::Fill {
+            target,
+            count,
+            prefix,
+        } => fill(target, count, prefix).await,
     }
 }

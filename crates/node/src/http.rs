@@ -210,8 +210,14 @@ fn transit(node: &Node, lock: &Lock) -> Json<PeerLock> {
     Json(PeerLock::from(lock.in_transit(node.clock.now())))
 }
 
-async fn internal_held(State(node): State<Shared>) -> impl IntoResponse {
-    Json(node.own_report())
+/// This node's report to a rebuilding speaker, in bincode.
+async fn internal_held(State(node): State<Shared>) -> Result<Response, ApiError> {
+    let report = node.own_report();
+    let bytes = tokio::task::spawn_blocking(move || leasehold_raft::codec::encode(&report))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(([("content-type", "application/octet-stream")], bytes).into_response())
 }
 
 async fn forward_acquire(

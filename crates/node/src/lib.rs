@@ -11,6 +11,7 @@ mod error;
 mod http;
 mod node;
 mod peers;
+mod report;
 mod service;
 mod speaker;
 

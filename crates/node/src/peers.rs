@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_api::{ErrorBody, Forget, Forgets, HeldReport, Lost, PeerLock};
+use leasehold_api::{ErrorBody, Forget, Forgets, Lost, PeerLock};
+
+use crate::report::Report;
 use leasehold_raft::{Faults, TOKEN_HEADER};
 use locktable::NodeId;
 use serde::de::DeserializeOwned;
@@ -97,14 +99,33 @@ impl Peers {
     }
 
     /// A member's `Held` and `Granted`.
-    pub async fn report(&self, addr: &str, timeout: Duration) -> Result<HeldReport, PeerError> {
-        match self.call(addr, "/internal/held", &(), timeout).await? {
-            Ok(report) => Ok(report),
-            Err(e) => Err(PeerError {
-                addr: addr.to_string(),
-                reason: e.message,
-            }),
+    pub(crate) async fn report(&self, addr: &str, timeout: Duration) -> Result<Report, PeerError> {
+        let fail = |reason: String| PeerError {
+            addr: addr.to_string(),
+            reason,
+        };
+        if let Some(id) = self.ids.get(addr) {
+            self.faults
+                .before_send(*id)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
         }
+        let response = self
+            .http
+            .post(format!("http://{addr}/internal/held"))
+            .header(TOKEN_HEADER, &self.token)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        if !response.status().is_success() {
+            return Err(fail(format!("HTTP {}", response.status())));
+        }
+        let bytes = response.bytes().await.map_err(|e| fail(e.to_string()))?;
+        tokio::task::spawn_blocking(move || leasehold_raft::codec::decode::<Report>(&bytes))
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .map_err(|e| fail(e.to_string()))
     }
 
     /// Tells every member in `members` that `id` was released.

@@ -5,12 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_api::{HeldReport, PeerLock, RebuildReport};
+use leasehold_api::{PeerLock, RebuildReport};
 use leasehold_raft::{leader_state, ReadPolicy};
 use locktable::{Lock, LockInTransit, NodeId, RebuildFrom};
 
 use crate::config::RebuildMode;
 use crate::node::Node;
+use crate::report::{Report, ReportLock};
 
 /// How often the speaker task looks at Raft's view of the leader.
 const WATCH_EVERY: Duration = Duration::from_millis(10);
@@ -69,14 +70,15 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
     let mut members_read = Vec::new();
     for (member, received, report) in reports {
         members_read.push(member);
-        for peer in report.held.into_iter().chain(report.granted) {
-            // Counted from the report's arrival: the speaker's table must
-            // not end a lease before its holder's own count does.
-            match LockInTransit::try_from(peer) {
-                Ok(lock) => locks.push(lock.arrive(node.clock.at(received))),
-                Err(e) => tracing::warn!(member, %e, "skipping a malformed lock in a report"),
-            }
-        }
+        // Counted from the report's arrival: the speaker's table must not
+        // end a lease before its holder's own count does.
+        let arrived = node.clock.at(received);
+        locks.extend(
+            report
+                .locks
+                .into_iter()
+                .map(|l| LockInTransit::from(l).arrive(arrived)),
+        );
     }
     let mut missing = missing;
     let hold_until = match node.config.rebuild_mode {
@@ -125,7 +127,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
     tell_losers(&node, outcome).await;
 }
 
-type Reports = Vec<(NodeId, Instant, HeldReport)>;
+type Reports = Vec<(NodeId, Instant, Report)>;
 
 /// Reads every member's report in parallel, up to the rebuild timeout. A
 /// member that does not answer, or restarted less than the longest lease
@@ -150,7 +152,7 @@ async fn read_members(node: &Arc<Node>) -> (Reports, Vec<NodeId>) {
     for (id, received, report) in futures::future::join_all(reads).await {
         match report {
             Ok(report) => {
-                if !report.first_start && Duration::from_millis(report.started_ms_ago) < max_lease {
+                if !report.first_start && Duration::from_millis(report.uptime_ms) < max_lease {
                     missing.push(id);
                 }
                 read.push((id, received, report));
@@ -190,24 +192,20 @@ async fn tell_losers(node: &Arc<Node>, lost: Vec<Lock>) {
 impl Node {
     /// What this node tells a rebuilding speaker: its clients' locks, what
     /// it granted, and how long it has been up.
-    pub(crate) fn own_report(&self) -> HeldReport {
+    pub(crate) fn own_report(&self) -> Report {
         let now = self.clock.now();
         let state = self.state();
-        HeldReport {
+        let held = state.held.live(now);
+        let granted = state.table.granted(now);
+        drop(state);
+        Report {
             node: self.id(),
-            started_ms_ago: self.clock.uptime().as_millis() as u64,
+            uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
-            held: state
-                .held
-                .live(now)
-                .iter()
-                .map(|l| PeerLock::from(l.in_transit(now)))
-                .collect(),
-            granted: state
-                .table
-                .granted(now)
-                .iter()
-                .map(|l| PeerLock::from(l.in_transit(now)))
+            locks: held
+                .into_iter()
+                .chain(granted)
+                .map(|l| ReportLock::from(l.in_transit(now)))
                 .collect(),
         }
     }
