@@ -57,6 +57,41 @@ impl Peers {
         &self.faults
     }
 
+    /// Sends a POST to `path` on `addr` through the fault plan, with the
+    /// cluster token; answers whether it succeeded, and the body.
+    async fn post(
+        &self,
+        addr: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<(bool, axum::body::Bytes), PeerError> {
+        let fail = |reason: String| PeerError {
+            addr: addr.to_string(),
+            reason,
+        };
+        if let Some(id) = self.ids.get(addr) {
+            self.faults
+                .before_send(*id)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+        }
+        let mut request = self
+            .http
+            .post(format!("http://{addr}{path}"))
+            .header(TOKEN_HEADER, &self.token)
+            .timeout(timeout);
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = request.send().await.map_err(|e| fail(e.to_string()))?;
+        let ok = response.status().is_success();
+        let bytes = response.bytes().await.map_err(|e| fail(e.to_string()))?;
+        Ok((ok, bytes))
+    }
+
     /// Posts `body` to `path` on `addr` and decodes the answer: `Ok(Ok)` on
     /// success, `Ok(Err)` for an error the peer answered with.
     pub async fn call<B: Serialize, R: DeserializeOwned>(
@@ -70,23 +105,8 @@ impl Peers {
             addr: addr.to_string(),
             reason,
         };
-        if let Some(id) = self.ids.get(addr) {
-            self.faults
-                .before_send(*id)
-                .await
-                .map_err(|e| fail(e.to_string()))?;
-        }
-        let response = self
-            .http
-            .post(format!("http://{addr}{path}"))
-            .header(TOKEN_HEADER, &self.token)
-            .timeout(timeout)
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        let ok = response.status().is_success();
-        let bytes = response.bytes().await.map_err(|e| fail(e.to_string()))?;
+        let json = serde_json::to_vec(body).map_err(|e| fail(e.to_string()))?;
+        let (ok, bytes) = self.post(addr, path, Some(json), timeout).await?;
         if ok {
             serde_json::from_slice(&bytes)
                 .map(Ok)
@@ -104,24 +124,10 @@ impl Peers {
             addr: addr.to_string(),
             reason,
         };
-        if let Some(id) = self.ids.get(addr) {
-            self.faults
-                .before_send(*id)
-                .await
-                .map_err(|e| fail(e.to_string()))?;
+        let (ok, bytes) = self.post(addr, "/internal/held", None, timeout).await?;
+        if !ok {
+            return Err(fail("the member refused to report".into()));
         }
-        let response = self
-            .http
-            .post(format!("http://{addr}/internal/held"))
-            .header(TOKEN_HEADER, &self.token)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        if !response.status().is_success() {
-            return Err(fail(format!("HTTP {}", response.status())));
-        }
-        let bytes = response.bytes().await.map_err(|e| fail(e.to_string()))?;
         tokio::task::spawn_blocking(move || leasehold_raft::codec::decode::<Report>(&bytes))
             .await
             .map_err(|e| fail(e.to_string()))?

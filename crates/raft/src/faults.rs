@@ -4,6 +4,7 @@
 //! `--chaos` lets anyone change them.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -35,12 +36,21 @@ pub struct Dropped(pub NodeId);
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     plan: Arc<RwLock<FaultPlan>>,
+    /// The plan's wall-clock step, read on every answer without a lock.
+    wall_step_ms: Arc<AtomicI64>,
 }
 
 impl Faults {
     /// Replaces the plan.
     pub fn set(&self, plan: FaultPlan) {
+        self.wall_step_ms
+            .store(plan.wall_step_ms, Ordering::Relaxed);
         *self.plan.write().unwrap_or_else(|p| p.into_inner()) = plan;
+    }
+
+    /// The wall-clock step in force, in milliseconds.
+    pub fn wall_step_ms(&self) -> i64 {
+        self.wall_step_ms.load(Ordering::Relaxed)
     }
 
     /// The plan in force.
