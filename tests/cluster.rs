@@ -502,3 +502,45 @@ async fn a_get_can_wait_for_the_lock_to_change() {
     let (status, _) = cluster.get(1, "/v1/locks/watched?wait_ms=-1").await;
     assert_eq!(status, 400);
 }
+
+/// Released locks stay released when the speaker dies: no member may report
+/// one to the next speaker, whichever nodes its holder went through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_locks_stay_released_after_the_speaker_dies() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let lease = json!({"lease_ms": 60000});
+    let release = |lock: &Value| json!({"name": lock["name"], "id": lock["id"]});
+    let renew = release;
+
+    // Taken and released through the speaker.
+    let home = cluster
+        .must_acquire(speaker, "gone/home", lease.clone())
+        .await;
+    // Taken through the speaker, renewed through a follower (which now
+    // keeps a record of it), renewed through the speaker again, released
+    // through the speaker.
+    let moved = cluster
+        .must_acquire(speaker, "gone/moved", lease.clone())
+        .await;
+    // Taken and released through a follower.
+    let away = cluster.must_acquire(f[0], "gone/away", lease.clone()).await;
+    for (via, body) in [(f[0], renew(&moved)), (speaker, renew(&moved))] {
+        let (status, answer) = cluster.post(via, "/v1/locks/renew", body).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    for (via, lock) in [(speaker, &home), (speaker, &moved), (f[0], &away)] {
+        let (status, answer) = cluster.post(via, "/v1/locks/release", release(lock)).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    // Releases reach the other members in the background.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    cluster.kill(speaker);
+    let (new, _) = cluster.speaker_other_than(Some(speaker)).await;
+    for name in ["gone/home", "gone/moved", "gone/away"] {
+        let (status, body) = cluster.acquire(new, name, json!({})).await;
+        assert_eq!(status, 200, "{name} came back after its release: {body}");
+    }
+}

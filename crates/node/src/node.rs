@@ -1,6 +1,6 @@
 //! The node: its lock table and held record, and the speaker's operations.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -29,6 +29,9 @@ pub(crate) struct State {
     waiters: HashMap<WaiterId, oneshot::Sender<Result<Lock, AcquireError>>>,
     /// The term whose speaker this table is (or is being rebuilt for).
     pub(crate) speaking: Option<u64>,
+    /// Locks granted this term to this node's clients and renewed since
+    /// through another node, which may still keep a record of them.
+    renewed_elsewhere: HashSet<LockId>,
     pub(crate) last_rebuild: Option<RebuildReport>,
 }
 
@@ -82,6 +85,7 @@ impl Node {
                 held: Held::new(),
                 waiters: HashMap::new(),
                 speaking: None,
+                renewed_elsewhere: HashSet::new(),
                 last_rebuild: None,
             }),
             config,
@@ -218,6 +222,7 @@ impl Node {
         let mut state = self.state();
         state.table.drop_table(self.clock.now());
         state.speaking = speaking;
+        state.renewed_elsewhere.clear();
         self.dispatch(&mut state);
         self.changed(&state);
         state.table.generation()
@@ -287,29 +292,47 @@ impl Node {
         }
     }
 
-    /// Releases a lock as the speaker, and tells every member to forget it.
+    /// Releases a lock as the speaker, and tells the other members to
+    /// forget it unless none of them can know of it.
     pub(crate) fn speak_release(
         self: &Arc<Self>,
         name: &str,
         id: LockId,
     ) -> Result<Lock, ApiError> {
-        let lock = {
+        let (lock, known_elsewhere) = {
             let mut state = self.speaker()?;
             let lock = state
                 .table
                 .release(name, id, self.clock.now())
                 .map_err(lock_error)?;
             state.held.remove(id);
+            let known_elsewhere = self.known_elsewhere(&mut state, &lock);
             self.dispatch(&mut state);
             self.changed(&state);
-            lock
+            (lock, known_elsewhere)
         };
-        // Passed on in batches by the forget task (`pass_on_releases`).
-        let _ = self.releases.send(Forget {
-            name: name.to_string(),
-            id: id.to_string(),
-        });
+        if known_elsewhere {
+            // Passed on in batches by the forget task (`pass_on_releases`).
+            let _ = self.releases.send(Forget {
+                name: name.to_string(),
+                id: id.to_string(),
+            });
+        }
         Ok(lock)
+    }
+
+    /// Whether another member may keep a record of `lock`, released now.
+    ///
+    /// Members keep their own clients' locks and what they granted while
+    /// they spoke. A lock this speaker granted in its term to its own
+    /// client, and never renewed through another node, is in no other
+    /// member's record: its release need not be passed on (on a busy
+    /// speaker, that is most releases).
+    fn known_elsewhere(&self, state: &mut State, lock: &Lock) -> bool {
+        let renewed_elsewhere = state.renewed_elsewhere.remove(&lock.id);
+        renewed_elsewhere
+            || lock.node != self.config.id
+            || Some(lock.fence.epoch()) != state.speaking
     }
 
     /// Renews a lock as the speaker; a lock this table lacks is reclaimed
@@ -334,6 +357,9 @@ impl Node {
         }
         .map_err(lock_error)?;
         if node == self.config.id {
+            if state.held.get(id).is_none() {
+                note_renewed_elsewhere(&mut state, id);
+            }
             state.held.record(renewed.clone());
         } else {
             state.held.remove(id);
@@ -442,7 +468,7 @@ impl Node {
 
     /// Whether this node is the Raft leader (rebuilt or not).
     pub(crate) fn is_leader(&self) -> bool {
-        leader_state(&self.raft).is_some()
+        self.raft.as_leader().is_ok()
     }
 
     /// Records in this node's `Held` a lock its client was granted through
@@ -484,4 +510,21 @@ impl Drop for CancelOnDrop<'_> {
             state.waiters.remove(&waiter);
         }
     }
+}
+
+/// Notes that `id`, now renewed through this node, was held through another
+/// node (this node keeps no record of it). The set is pruned of locks this
+/// node no longer holds when it grows, so locks that end without a release
+/// do not pile up.
+fn note_renewed_elsewhere(state: &mut State, id: LockId) {
+    const PRUNE_AT: usize = 4096;
+    if state.renewed_elsewhere.len() >= PRUNE_AT {
+        let State {
+            renewed_elsewhere,
+            held,
+            ..
+        } = state;
+        renewed_elsewhere.retain(|id| held.get(*id).is_some());
+    }
+    state.renewed_elsewhere.insert(id);
 }

@@ -720,8 +720,15 @@ impl World {
             return;
         }
         let now = node.mono(t);
-        if node.table.release(name, id, now).is_ok() {
+        if let Ok(lock) = node.table.release(name, id, now) {
             node.held.remove(id);
+            // As the node does: a lock granted this term to this node's
+            // own client is in no other member's record (the sim has no
+            // renewals through other nodes).
+            if lock.node == n && Some(lock.fence.epoch()) == node.speaking {
+                self.dispatch(n);
+                return;
+            }
             for other in 1..=self.config.nodes {
                 if other != n {
                     self.send(
