@@ -30,9 +30,10 @@ pub use internal::{Forget, Forgets, ForwardAcquire, ForwardRelease, ForwardRenew
 pub use lock::LockView;
 pub use peer::PeerLock;
 pub use request::{
-    parse_body, validate_data, validate_holder, validate_id, validate_name, AcquireBody,
-    BadRequest, Body, Field, FieldKind, ListQuery, ReleaseBody, RenewBody, DEFAULT_LIST_LIMIT,
-    MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_WAIT_MS,
+    parse_body, parse_body_checked, validate_data, validate_holder, validate_id, validate_name,
+    AcquireBody, BadRequest, Body, Field, FieldKind, ListQuery, ReleaseBody, RenewBody,
+    DEFAULT_LIST_LIMIT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT,
+    MAX_NAME_BYTES, MAX_WAIT_MS,
 };
 pub use time::format_rfc3339_ms;
 

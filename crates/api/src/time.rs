@@ -18,7 +18,38 @@ pub fn format_rfc3339_ms(unix_ms: u64) -> String {
         in_day / 1000 % 60,
         in_day % 1000,
     );
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z")
+    let mut text = [0u8; 24];
+    for (at, value, width) in [
+        (0, y, 4),
+        (5, m, 2),
+        (8, d, 2),
+        (11, h, 2),
+        (14, min, 2),
+        (17, s, 2),
+        (20, milli, 3),
+    ] {
+        write_digits(&mut text[at..at + width], value);
+    }
+    for (at, sep) in [
+        (4, b'-'),
+        (7, b'-'),
+        (10, b'T'),
+        (13, b':'),
+        (16, b':'),
+        (19, b'.'),
+        (23, b'Z'),
+    ] {
+        text[at] = sep;
+    }
+    text.iter().map(|&b| char::from(b)).collect()
+}
+
+/// `value` in decimal, zero-padded to fill `out` (its high digits cut).
+fn write_digits(out: &mut [u8], mut value: u64) {
+    for digit in out.iter_mut().rev() {
+        *digit = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 /// The proleptic Gregorian date `days` days after 1970-01-01 (Howard

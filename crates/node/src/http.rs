@@ -45,7 +45,11 @@ pub fn router(node: Shared) -> Router {
         .route("/internal/lost", post(internal_lost))
         .route("/internal/chaos", post(internal_chaos))
         .with_state(Arc::clone(&node))
-        .merge(raft_router(node.raft.clone()));
+        .merge(raft_router(node.raft.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&node),
+            guard_internal,
+        ));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/locks/acquire", post(acquire))
@@ -54,31 +58,47 @@ pub fn router(node: Shared) -> Router {
         .route("/v1/locks", get(list))
         .route("/v1/locks/{name}", get(get_lock))
         .route("/v1/cluster", get(cluster))
-        .with_state(Arc::clone(&node))
+        .fallback(no_such_route)
+        .with_state(node)
         .merge(internal)
-        .fallback(|| async { ApiError::new(ErrorCode::NotHeld, "no such route") })
-        .layer(axum::middleware::from_fn_with_state(node, guard_internal))
         .layer(axum::extract::DefaultBodyLimit::max(READ_LIMIT_BYTES))
 }
 
 /// Every request under `/internal/`, whatever its path or method, needs the
-/// cluster token; nothing else about the peer routes shows without it.
+/// cluster token; nothing else about the peer routes shows without it. The
+/// public routes do not pass through this check.
 async fn guard_internal(State(node): State<Shared>, request: Request, next: Next) -> Response {
+    match refuse_without_token(&node, &request) {
+        Some(refused) => refused.into_response(),
+        None => next.run(request).await,
+    }
+}
+
+/// `401` for a request without the cluster token (the caller has checked
+/// that the request is for the peer routes).
+fn refuse_without_token(node: &Node, request: &Request) -> Option<ApiError> {
+    let given = request
+        .headers()
+        .get(TOKEN_HEADER)
+        .map(|v| v.as_bytes())
+        .unwrap_or(b"");
+    (!token_matches(&node.config.cluster_token, given)).then(|| {
+        ApiError::new(
+            ErrorCode::Unauthorized,
+            "the cluster token is missing or wrong",
+        )
+    })
+}
+
+/// No route matched: `404`, or `401` under `/internal` without the token
+/// (so the peer routes' names do not show).
+async fn no_such_route(State(node): State<Shared>, request: Request) -> ApiError {
     if request.uri().path().starts_with("/internal") {
-        let given = request
-            .headers()
-            .get(TOKEN_HEADER)
-            .map(|v| v.as_bytes())
-            .unwrap_or(b"");
-        if !token_matches(&node.config.cluster_token, given) {
-            return ApiError::new(
-                ErrorCode::Unauthorized,
-                "the cluster token is missing or wrong",
-            )
-            .into_response();
+        if let Some(refused) = refuse_without_token(&node, &request) {
+            return refused;
         }
     }
-    next.run(request).await
+    ApiError::new(ErrorCode::NotHeld, "no such route")
 }
 
 /// The body's bytes, or a JSON error: `413 too_large` past
