@@ -544,3 +544,56 @@ async fn released_locks_stay_released_after_the_speaker_dies() {
         assert_eq!(status, 200, "{name} came back after its release: {body}");
     }
 }
+
+/// Many clients of one follower at once: their calls reach the speaker in
+/// batches, and each gets its own answer (a grant, `409 held`, a release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_through_a_follower_each_get_their_answer() {
+    let cluster = std::sync::Arc::new(Cluster::start(3).await);
+    let (speaker, _) = cluster.speaker().await;
+    let via = followers(&cluster, speaker)[0];
+    let names: Vec<String> = (0..20).map(|i| format!("batch/{i}")).collect();
+
+    let mut calls = tokio::task::JoinSet::new();
+    for name in names.clone().into_iter().chain(names.clone()) {
+        let cluster = std::sync::Arc::clone(&cluster);
+        calls.spawn(async move { cluster.acquire(via, &name, json!({})).await });
+    }
+    let mut granted = Vec::new();
+    let mut held = 0;
+    while let Some(answer) = calls.join_next().await {
+        let (status, body) = answer.unwrap();
+        match status {
+            200 => granted.push(body["lock"].clone()),
+            409 => held += 1,
+            _ => panic!("unexpected answer {status}: {body}"),
+        }
+    }
+    assert_eq!(granted.len(), 20, "one grant per name");
+    assert_eq!(held, 20, "the second asker of each name is refused");
+    let mut granted_names: Vec<String> = granted
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect();
+    granted_names.sort();
+    granted_names.dedup();
+    assert_eq!(granted_names.len(), 20);
+
+    for lock in granted {
+        let cluster = std::sync::Arc::clone(&cluster);
+        calls.spawn(async move {
+            let body = json!({"name": lock["name"], "id": lock["id"]});
+            cluster.post(via, "/v1/locks/release", body).await
+        });
+    }
+    while let Some(answer) = calls.join_next().await {
+        let (status, body) = answer.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    for name in &names {
+        let (status, body) = cluster
+            .get(speaker, &format!("/v1/locks/{}", name.replace('/', "%2F")))
+            .await;
+        assert_eq!(status, 404, "{name} still held: {body}");
+    }
+}

@@ -161,7 +161,23 @@ async fn strict_mode_holds_new_grants_back_while_holders_reclaim() {
     assert_eq!(body["lock"]["fence"], held["fence"]);
 
     // After the longest lease, new grants resume; the reclaimed lock stays
-    // its holder's.
+    // its holder's, who keeps renewing it as a client does (its lease is no
+    // longer than the wait, so without renewals it could run out first).
+    let renew_url = cluster.url(holder_node, "/v1/locks/renew");
+    let renew_body = json!({"name": "strict/held", "id": held["id"]});
+    let http = cluster.http.clone();
+    let renewer = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            let status = http
+                .post(&renew_url)
+                .json(&renew_body)
+                .send()
+                .await
+                .map(|r| r.status().as_u16());
+            assert!(matches!(status, Ok(200)), "renewal failed: {status:?}");
+        }
+    });
     let free = cluster
         .must_acquire(other_node, "strict/free", json!({}))
         .await;
@@ -175,4 +191,6 @@ async fn strict_mode_holds_new_grants_back_while_holders_reclaim() {
         .await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["lock"]["id"], held["id"]);
+    assert!(!renewer.is_finished(), "every renewal succeeded");
+    renewer.abort();
 }

@@ -9,6 +9,7 @@
 use locktable::NodeId;
 use serde::{Deserialize, Serialize};
 
+use crate::error::ErrorBody;
 use crate::peer::PeerLock;
 use crate::request::{validate_id, validate_name, AcquireBody, BadRequest, Body};
 
@@ -81,6 +82,46 @@ impl ForwardRelease {
         validate_name(&self.name)?;
         validate_id(&self.id).map(drop)
     }
+}
+
+/// A forwarded request the speaker answers at once: an acquire that does
+/// not wait, a release, a renew. Followers send these in batches, one HTTP
+/// request for however many of their clients asked meanwhile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForwardCall {
+    /// An acquire; its `wait_ms` is not honoured (a batch does not wait).
+    Acquire(ForwardAcquire),
+    /// A release.
+    Release(ForwardRelease),
+    /// A renew.
+    Renew(ForwardRenew),
+}
+
+/// The speaker's answer to one call of a batch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForwardAnswer {
+    /// An acquire granted.
+    Granted(Granted),
+    /// The lock released or renewed.
+    Lock(PeerLock),
+    /// The call refused, as the speaker would answer it over HTTP.
+    Refused(ErrorBody),
+}
+
+/// Calls forwarded together; answered by [`ForwardAnswers`] in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardBatch {
+    /// The calls, in the order they came.
+    pub calls: Vec<ForwardCall>,
+}
+
+/// The answers to a [`ForwardBatch`], one per call, in its order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardAnswers {
+    /// The answers.
+    pub answers: Vec<ForwardAnswer>,
 }
 
 /// Tells a node to forget a released lock (from its `Held` and `Granted`),
@@ -156,6 +197,40 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&Lost::default()).unwrap(),
             r#"{"locks":[]}"#
+        );
+    }
+
+    #[test]
+    fn batches_round_trip() {
+        let batch = ForwardBatch {
+            calls: vec![
+                ForwardCall::Acquire(ForwardAcquire {
+                    body: AcquireBody {
+                        name: "a".into(),
+                        ..AcquireBody::default()
+                    },
+                    node: 2,
+                }),
+                ForwardCall::Release(ForwardRelease {
+                    name: "a".into(),
+                    id: LockId::from_u128(7).to_string(),
+                    node: 2,
+                }),
+            ],
+        };
+        let json = serde_json::to_string(&batch).unwrap();
+        assert!(json.starts_with(r#"{"calls":[{"acquire":{"body":{"name":"a"},"node":2}}"#));
+        assert_eq!(serde_json::from_str::<ForwardBatch>(&json).unwrap(), batch);
+        let answers = ForwardAnswers {
+            answers: vec![ForwardAnswer::Refused(ErrorBody::new(
+                crate::ErrorCode::NotHeld,
+                "gone",
+            ))],
+        };
+        let json = serde_json::to_string(&answers).unwrap();
+        assert_eq!(
+            serde_json::from_str::<ForwardAnswers>(&json).unwrap(),
+            answers
         );
     }
 }

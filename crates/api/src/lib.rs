@@ -26,7 +26,10 @@ pub mod time;
 
 pub use answer::{ClusterAnswer, LockAnswer, LocksAnswer, Member, RebuildReport};
 pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
-pub use internal::{Forget, Forgets, ForwardAcquire, ForwardRelease, ForwardRenew, Granted, Lost};
+pub use internal::{
+    Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
+    ForwardRelease, ForwardRenew, Granted, Lost,
+};
 pub use lock::LockView;
 pub use peer::PeerLock;
 pub use request::{

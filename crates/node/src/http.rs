@@ -10,17 +10,16 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use leasehold_api::Body as _;
 use leasehold_api::{
-    millis_floor, parse_body, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire,
-    ForwardRelease, ForwardRenew, Granted, ListQuery, LockAnswer, LocksAnswer, PeerLock,
-    ReleaseBody, RenewBody, MAX_BODY_BYTES,
+    millis_floor, parse_body, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer,
+    ForwardAnswers, ForwardBatch, ForwardCall, Granted, ListQuery, LockAnswer, LocksAnswer,
+    PeerLock, ReleaseBody, RenewBody, MAX_BODY_BYTES,
 };
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
-use locktable::{Lock, LockId, LockInTransit};
+use locktable::{Lock, LockId};
 
 use crate::error::ApiError;
-use crate::node::{AcquireRequest, Node};
+use crate::node::Node;
 use crate::service::{ForwardGet, Watch};
 
 type Shared = Arc<Node>;
@@ -37,8 +36,7 @@ pub fn router(node: Shared) -> Router {
     let internal = Router::new()
         .route("/internal/held", post(internal_held))
         .route("/internal/forward/acquire", post(forward_acquire))
-        .route("/internal/forward/release", post(forward_release))
-        .route("/internal/forward/renew", post(forward_renew))
+        .route("/internal/forward/batch", post(forward_batch))
         .route("/internal/forward/get", post(forward_get))
         .route("/internal/forward/list", post(forward_list))
         .route("/internal/forget", post(internal_forget))
@@ -226,10 +224,6 @@ async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
 
 // ---- peer routes ----
 
-fn transit(node: &Node, lock: &Lock) -> Json<PeerLock> {
-    Json(PeerLock::from(lock.in_transit(node.clock.now())))
-}
-
 /// This node's report to a rebuilding speaker, in bincode.
 async fn internal_held(State(node): State<Shared>) -> Result<Response, ApiError> {
     let report = node.own_report();
@@ -240,48 +234,35 @@ async fn internal_held(State(node): State<Shared>) -> Result<Response, ApiError>
     Ok(([("content-type", "application/octet-stream")], bytes).into_response())
 }
 
+/// A forwarded acquire that may wait (those that do not come in batches).
 async fn forward_acquire(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Granted>, ApiError> {
     let received = Instant::now();
     let forwarded: ForwardAcquire = peer_body(&bytes)?;
-    forwarded.body.validate().map_err(bad)?;
-    let lock = node
-        .speak_acquire(AcquireRequest::from(&forwarded.body), forwarded.node)
-        .await?;
-    Ok(Json(Granted {
-        lock: PeerLock::from(lock.in_transit(node.clock.now())),
-        served_ms: millis_floor(received.elapsed()),
-    }))
+    match node
+        .serve_forwarded(ForwardCall::Acquire(forwarded), received, true)
+        .await
+    {
+        ForwardAnswer::Granted(granted) => Ok(Json(granted)),
+        ForwardAnswer::Refused(e) => Err(ApiError { body: Box::new(e) }),
+        ForwardAnswer::Lock(_) => Err(ApiError::internal("an acquire answered with no grant")),
+    }
 }
 
-async fn forward_release(
+/// Forwarded calls that answer at once, answered in order.
+async fn forward_batch(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<PeerLock>, ApiError> {
-    let forwarded: ForwardRelease = peer_body(&bytes)?;
-    let id: LockId = forwarded.id.parse().map_err(bad)?;
-    let lock = node.speak_release(&forwarded.name, id)?;
-    Ok(transit(&node, &lock))
-}
-
-async fn forward_renew(
-    State(node): State<Shared>,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<PeerLock>, ApiError> {
-    let forwarded: ForwardRenew = peer_body(&bytes)?;
-    let id: LockId = forwarded.id.parse().map_err(bad)?;
-    let now = node.clock.now();
-    let record = forwarded
-        .record
-        .map(LockInTransit::try_from)
-        .transpose()
-        .map_err(bad)?
-        .map(|l| l.arrive(now));
-    let lease = forwarded.lease_ms.map(Duration::from_millis);
-    let lock = node.speak_renew(&forwarded.name, id, lease, forwarded.node, record)?;
-    Ok(transit(&node, &lock))
+) -> Result<Json<ForwardAnswers>, ApiError> {
+    let received = Instant::now();
+    let batch: ForwardBatch = peer_body(&bytes)?;
+    let mut answers = Vec::with_capacity(batch.calls.len());
+    for call in batch.calls {
+        answers.push(node.serve_forwarded(call, received, false).await);
+    }
+    Ok(Json(ForwardAnswers { answers }))
 }
 
 async fn forward_get(
@@ -290,9 +271,7 @@ async fn forward_get(
 ) -> Result<Json<Option<PeerLock>>, ApiError> {
     let forwarded: ForwardGet = peer_body(&bytes)?;
     let lock = node.speak_watch(&forwarded.name, forwarded.watch).await?;
-    Ok(Json(
-        lock.map(|l| PeerLock::from(l.in_transit(node.clock.now()))),
-    ))
+    Ok(Json(lock.map(|l| node.transit(&l))))
 }
 
 async fn forward_list(

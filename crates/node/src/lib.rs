@@ -4,6 +4,7 @@
 //! [`start`] runs one node on a bound listener; an application can embed a
 //! node this way and talk to it like any other.
 
+mod batch;
 mod clock;
 mod config;
 mod embedded;
@@ -122,7 +123,8 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         stopped.clone(),
     ));
     let expiry = tokio::spawn(speaker::run_expiry(Arc::clone(&node), stopped.clone()));
-    let releases = tokio::spawn(Arc::clone(&node).pass_on_releases(stopped));
+    let releases = tokio::spawn(Arc::clone(&node).pass_on_releases(stopped.clone()));
+    let batches = tokio::spawn(Arc::clone(&node).send_batches(stopped));
     raft.run();
     let lowest = node.config.peers.keys().next().copied();
     if lowest == Some(node.id()) && !raft.is_initialized().await.unwrap_or(true) {
@@ -140,6 +142,6 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         node,
         addr,
         stop,
-        tasks: vec![server, leadership, expiry, releases],
+        tasks: vec![server, leadership, expiry, releases, batches],
     })
 }

@@ -13,6 +13,7 @@ use locktable::{
 };
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
+use crate::batch::Batches;
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::error::ApiError;
@@ -54,6 +55,8 @@ pub struct Node {
     releases: mpsc::UnboundedSender<Forget>,
     /// The other end, taken by the task that passes them on.
     releases_rx: Mutex<Option<mpsc::UnboundedReceiver<Forget>>>,
+    /// Calls to forward to the speaker in the next batch.
+    pub(crate) batches: Batches,
 }
 
 /// A lock request as the node receives it, validated.
@@ -98,6 +101,7 @@ impl Node {
             expiry_armed: AtomicU64::new(0),
             releases,
             releases_rx: Mutex::new(Some(releases_rx)),
+            batches: Batches::new(),
         })
     }
 

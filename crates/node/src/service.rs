@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, ForwardAcquire, ForwardRelease, ForwardRenew,
-    Granted, Member, PeerLock, ReleaseBody, RenewBody,
+    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardCall,
+    ForwardRelease, ForwardRenew, Granted, Member, PeerLock, ReleaseBody, RenewBody,
 };
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockId, LockInTransit};
@@ -49,6 +49,22 @@ fn unanswered(e: impl std::fmt::Display) -> ApiError {
     )
 }
 
+/// The lock a released or renewed call answers with.
+fn forwarded_lock(answer: ForwardAnswer) -> Result<PeerLock, ApiError> {
+    match answer {
+        ForwardAnswer::Lock(lock) => Ok(lock),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// An answer of the wrong kind: the speaker refused, or spoke nonsense.
+fn unexpected(answer: ForwardAnswer) -> ApiError {
+    match answer {
+        ForwardAnswer::Refused(e) => passed_on(e),
+        other => ApiError::internal(format!("the speaker answered out of turn: {other:?}")),
+    }
+}
+
 fn malformed(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("the speaker sent a malformed lock: {e}"))
 }
@@ -59,7 +75,7 @@ const FORWARD_SLACK: Duration = Duration::from_secs(5);
 impl Node {
     /// Forwards `body` to the speaker's `path`, for requests this node
     /// cannot serve itself.
-    async fn forward<B: Serialize, R: DeserializeOwned>(
+    pub(crate) async fn forward<B: Serialize, R: DeserializeOwned>(
         &self,
         path: &str,
         body: &B,
@@ -88,9 +104,15 @@ impl Node {
             body,
             node: self.id(),
         };
-        let granted: Granted = self
-            .forward("/internal/forward/acquire", &forwarded, request.wait)
-            .await?;
+        let granted: Granted = if request.wait.is_zero() {
+            match self.forward_call(ForwardCall::Acquire(forwarded)).await? {
+                ForwardAnswer::Granted(granted) => granted,
+                other => return Err(unexpected(other)),
+            }
+        } else {
+            self.forward("/internal/forward/acquire", &forwarded, request.wait)
+                .await?
+        };
         let served = Duration::from_millis(granted.served_ms);
         let lock = LockInTransit::try_from(granted.lock)
             .map_err(malformed)?
@@ -112,9 +134,7 @@ impl Node {
             id: body.id.clone(),
             node: self.id(),
         };
-        let released: PeerLock = self
-            .forward("/internal/forward/release", &forwarded, Duration::ZERO)
-            .await?;
+        let released = forwarded_lock(self.forward_call(ForwardCall::Release(forwarded)).await?)?;
         self.drop_held(id);
         Ok(LockInTransit::try_from(released)
             .map_err(malformed)?
@@ -138,10 +158,11 @@ impl Node {
             node: self.id(),
             record: record.map(|l| PeerLock::from(l.in_transit(sent))),
         };
-        match self
-            .forward::<_, PeerLock>("/internal/forward/renew", &forwarded, Duration::ZERO)
+        let renewed = self
+            .forward_call(ForwardCall::Renew(forwarded))
             .await
-        {
+            .and_then(forwarded_lock);
+        match renewed {
             Ok(renewed) => {
                 let lock = LockInTransit::try_from(renewed)
                     .map_err(malformed)?

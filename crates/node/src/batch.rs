@@ -1,0 +1,197 @@
+//! Forwarded calls that answer at once (acquires that do not wait,
+//! releases, renews), sent to the speaker in batches: a busy follower makes
+//! one request for however many of its clients asked while its earlier
+//! batches were on their way, and the speaker answers them in one pass.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leasehold_api::{
+    millis_floor, ErrorCode, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall, Granted,
+    PeerLock,
+};
+use locktable::{LockId, LockInTransit};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+
+use crate::error::ApiError;
+use crate::node::{AcquireRequest, Node};
+
+/// Most calls in one batch.
+const MAX_BATCH: usize = 256;
+/// Batches on their way at once; calls that come meanwhile wait for the
+/// next.
+const IN_FLIGHT: usize = 4;
+
+type Reply = oneshot::Sender<Result<ForwardAnswer, ApiError>>;
+
+/// The queue of calls waiting for a batch.
+pub(crate) struct Batches {
+    tx: mpsc::UnboundedSender<(ForwardCall, Reply)>,
+    /// The other end, taken by the task that sends the batches.
+    rx: Mutex<Option<mpsc::UnboundedReceiver<(ForwardCall, Reply)>>>,
+}
+
+impl Batches {
+    pub(crate) fn new() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Batches {
+            tx,
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+}
+
+impl Node {
+    /// Sends `call` to the speaker in the next batch, and waits for its
+    /// answer.
+    pub(crate) async fn forward_call(&self, call: ForwardCall) -> Result<ForwardAnswer, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        let stopping = || ApiError::new(ErrorCode::NotRebuilt, "the node is stopping");
+        self.batches.tx.send((call, tx)).map_err(|_| stopping())?;
+        rx.await.map_err(|_| stopping())?
+    }
+
+    /// Sends the queued calls in batches until `stop`.
+    pub(crate) async fn send_batches(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let taken = self
+            .batches
+            .rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some(mut rx) = taken else {
+            return;
+        };
+        let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+        loop {
+            let permit = tokio::select! {
+                permit = Arc::clone(&in_flight).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+                _ = stop.changed() => return,
+            };
+            let first = tokio::select! {
+                next = rx.recv() => match next {
+                    Some(first) => first,
+                    None => return,
+                },
+                _ = stop.changed() => return,
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            let node = Arc::clone(&self);
+            tokio::spawn(async move {
+                node.send_batch(batch).await;
+                drop(permit);
+            });
+        }
+    }
+
+    async fn send_batch(&self, batch: Vec<(ForwardCall, Reply)>) {
+        let (calls, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        let count = calls.len();
+        let answered = self
+            .forward::<_, ForwardAnswers>(
+                "/internal/forward/batch",
+                &ForwardBatch { calls },
+                Duration::ZERO,
+            )
+            .await
+            .and_then(|a| {
+                if a.answers.len() == count {
+                    Ok(a.answers)
+                } else {
+                    Err(ApiError::internal(format!(
+                        "the speaker answered {} of {count} calls",
+                        a.answers.len()
+                    )))
+                }
+            });
+        match answered {
+            Ok(answers) => {
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answer));
+                }
+            }
+            Err(e) => {
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Serves a forwarded call as the speaker. In a batch (`may_wait`
+    /// false) an acquire does not wait; `received` is when the request
+    /// came, for the time an acquire was held.
+    pub(crate) async fn serve_forwarded(
+        self: &Arc<Self>,
+        call: ForwardCall,
+        received: Instant,
+        may_wait: bool,
+    ) -> ForwardAnswer {
+        let answer = match call {
+            ForwardCall::Acquire(forwarded) => {
+                self.serve_acquire(forwarded, received, may_wait).await
+            }
+            ForwardCall::Release(forwarded) => parse_id(&forwarded.id)
+                .and_then(|id| self.speak_release(&forwarded.name, id))
+                .map(|lock| ForwardAnswer::Lock(self.transit(&lock))),
+            ForwardCall::Renew(forwarded) => self.serve_renew(forwarded),
+        };
+        answer.unwrap_or_else(|e| ForwardAnswer::Refused(*e.body))
+    }
+
+    async fn serve_acquire(
+        &self,
+        forwarded: leasehold_api::ForwardAcquire,
+        received: Instant,
+        may_wait: bool,
+    ) -> Result<ForwardAnswer, ApiError> {
+        forwarded
+            .validate()
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let mut request = AcquireRequest::from(&forwarded.body);
+        if !may_wait {
+            request.wait = Duration::ZERO;
+        }
+        let lock = self.speak_acquire(request, forwarded.node).await?;
+        Ok(ForwardAnswer::Granted(Granted {
+            lock: self.transit(&lock),
+            served_ms: millis_floor(received.elapsed()),
+        }))
+    }
+
+    fn serve_renew(
+        &self,
+        forwarded: leasehold_api::ForwardRenew,
+    ) -> Result<ForwardAnswer, ApiError> {
+        let id = parse_id(&forwarded.id)?;
+        let now = self.clock.now();
+        let record = forwarded
+            .record
+            .map(LockInTransit::try_from)
+            .transpose()
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?
+            .map(|l| l.arrive(now));
+        let lease = forwarded.lease_ms.map(Duration::from_millis);
+        let lock = self.speak_renew(&forwarded.name, id, lease, forwarded.node, record)?;
+        Ok(ForwardAnswer::Lock(self.transit(&lock)))
+    }
+
+    /// A lock as it travels to a peer, as of now.
+    pub(crate) fn transit(&self, lock: &locktable::Lock) -> PeerLock {
+        PeerLock::from(lock.in_transit(self.clock.now()))
+    }
+}
+
+fn parse_id(id: &str) -> Result<LockId, ApiError> {
+    id.parse()
+        .map_err(|e: locktable::BadLockId| ApiError::new(ErrorCode::BadRequest, e.to_string()))
+}
