@@ -71,20 +71,9 @@ impl Node {
                 },
                 _ = stop.changed() => return,
             };
-            let first = tokio::select! {
-                next = rx.recv() => match next {
-                    Some(first) => first,
-                    None => return,
-                },
-                _ = stop.changed() => return,
+            let Some(batch) = next_batch(&mut rx, MAX_BATCH, &mut stop).await else {
+                return;
             };
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
-                }
-            }
             let node = Arc::clone(&self);
             tokio::spawn(async move {
                 node.send_batch(batch).await;
@@ -189,6 +178,27 @@ impl Node {
     pub(crate) fn transit(&self, lock: &locktable::Lock) -> PeerLock {
         PeerLock::from(lock.in_transit(self.clock.now()))
     }
+}
+
+/// Waits for the next item on `rx`, then takes whatever else is already
+/// queued, up to `max` in all; `None` once `rx` closes or `stop` changes.
+pub(crate) async fn next_batch<T>(
+    rx: &mut mpsc::UnboundedReceiver<T>,
+    max: usize,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Vec<T>> {
+    let first = tokio::select! {
+        next = rx.recv() => next?,
+        _ = stop.changed() => return None,
+    };
+    let mut batch = vec![first];
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
 }
 
 fn parse_id(id: &str) -> Result<LockId, ApiError> {

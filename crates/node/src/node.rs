@@ -13,7 +13,7 @@ use locktable::{
 };
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
-use crate::batch::Batches;
+use crate::batch::{next_batch, Batches};
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::error::ApiError;
@@ -422,21 +422,7 @@ impl Node {
             return;
         };
         let members = self.other_members();
-        loop {
-            let first = tokio::select! {
-                next = rx.recv() => match next {
-                    Some(first) => first,
-                    None => return,
-                },
-                _ = stop.changed() => return,
-            };
-            let mut batch = vec![first];
-            while batch.len() < 1024 {
-                match rx.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
-                }
-            }
+        while let Some(batch) = next_batch(&mut rx, 1024, &mut stop).await {
             self.peers.forget(&members, batch).await;
         }
     }
