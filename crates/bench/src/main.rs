@@ -228,14 +228,17 @@ fn system_of(kind: Kind, target: String) -> System {
 
 /// The longest time without a grant while looping through `targets`.
 async fn gap(kind: Kind, targets: Vec<String>, seconds: u64, label: String) {
+    const NAME: &str = "bench/failover";
     let stop = Instant::now() + Duration::from_secs(seconds);
     let mut at = 0usize;
     let mut session: Option<systems::Session> = None;
     let mut last = Instant::now();
     let mut longest = Duration::ZERO;
     let mut grants = 0u64;
+    // A grant not yet released, and when its lease ends anyway.
+    let mut unreleased: Option<(systems::Token, Instant)> = None;
     while Instant::now() < stop {
-        if session.is_none() {
+        let Some(s) = session.as_mut() else {
             let system = system_of(kind, targets[at % targets.len()].clone());
             session = tokio::time::timeout(Duration::from_millis(500), system.connect())
                 .await
@@ -244,34 +247,40 @@ async fn gap(kind: Kind, targets: Vec<String>, seconds: u64, label: String) {
             if session.is_none() {
                 at += 1;
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
             }
-        }
-        let s = session.as_mut().expect("connected");
-        let outcome = tokio::time::timeout(
-            Duration::from_millis(500),
-            s.acquire("bench/failover", Duration::ZERO),
-        )
-        .await;
-        match outcome {
-            Ok(Ok(Some(token))) => {
-                let now = Instant::now();
-                longest = longest.max(now - last);
-                last = now;
-                grants += 1;
-                let _ = tokio::time::timeout(
-                    Duration::from_millis(500),
-                    s.release("bench/failover", &token),
-                )
-                .await;
+            continue;
+        };
+        let ok = if let Some((token, lease_end)) = &unreleased {
+            // Release as a careful client does: through another endpoint
+            // if this one fails, until it is answered or the lease has run
+            // out anyway.
+            let released = tokio::time::timeout(Duration::from_millis(500), s.release(NAME, token))
+                .await
+                .is_ok_and(|r| r.is_ok());
+            if released || Instant::now() >= *lease_end {
+                unreleased = None;
             }
-            _ => {
-                // Unavailable, or held by a grant whose release was lost:
-                // move to another node and try again.
-                session = None;
-                at += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
+            released
+        } else {
+            match tokio::time::timeout(Duration::from_millis(500), s.acquire(NAME, Duration::ZERO))
+                .await
+            {
+                Ok(Ok(Some(token))) => {
+                    let now = Instant::now();
+                    longest = longest.max(now - last);
+                    last = now;
+                    grants += 1;
+                    unreleased = Some((token, now + systems::LEASE));
+                    true
+                }
+                // Unavailable, or held by a grant whose release was lost.
+                _ => false,
             }
+        };
+        if !ok {
+            session = None;
+            at += 1;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
     // A system that never came back is a gap to the end.

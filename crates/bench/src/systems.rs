@@ -51,6 +51,8 @@ pub enum Session {
 /// The lease asked for: 1 s, as the failover workload asks (a lost
 /// release then blocks the name for a second, not thirty).
 const LEASE_MS: u64 = 1000;
+/// [`LEASE_MS`] as a duration.
+pub const LEASE: Duration = Duration::from_millis(LEASE_MS);
 
 /// What a grant returned, to release it by.
 pub type Token = String;
@@ -263,7 +265,9 @@ impl Session {
                         &json!({"name": name, "id": token}),
                     )
                     .await?;
-                    if status == 200 {
+                    // 404: the grant is gone already (released, or its
+                    // lease ended); nothing is left to release.
+                    if status == 200 || status == 404 {
                         Ok(())
                     } else {
                         Err(format!("release: {status} {v}"))
