@@ -56,6 +56,15 @@ impl ApiError {
     }
 }
 
+/// An error another node answered with, passed on as it is.
+impl From<ErrorBody> for ApiError {
+    fn from(body: ErrorBody) -> Self {
+        ApiError {
+            body: Box::new(body),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.body.error.http_status())

@@ -246,7 +246,7 @@ async fn forward_acquire(
         .await
     {
         ForwardAnswer::Granted(granted) => Ok(Json(granted)),
-        ForwardAnswer::Refused(e) => Err(ApiError { body: Box::new(e) }),
+        ForwardAnswer::Refused(e) => Err(ApiError::from(e)),
         ForwardAnswer::Lock(_) => Err(ApiError::internal("an acquire answered with no grant")),
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardCall,
+    AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardCall,
     ForwardRelease, ForwardRenew, Granted, Member, PeerLock, ReleaseBody, RenewBody,
 };
 use leasehold_raft::WatchReceiver;
@@ -38,10 +38,6 @@ pub(crate) struct ForwardGet {
     pub(crate) watch: Option<Watch>,
 }
 
-fn passed_on(e: ErrorBody) -> ApiError {
-    ApiError { body: Box::new(e) }
-}
-
 fn unanswered(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(
         ErrorCode::NotRebuilt,
@@ -60,7 +56,7 @@ fn forwarded_lock(answer: ForwardAnswer) -> Result<PeerLock, ApiError> {
 /// An answer of the wrong kind: the speaker refused, or spoke nonsense.
 fn unexpected(answer: ForwardAnswer) -> ApiError {
     match answer {
-        ForwardAnswer::Refused(e) => passed_on(e),
+        ForwardAnswer::Refused(e) => ApiError::from(e),
         other => ApiError::internal(format!("the speaker answered out of turn: {other:?}")),
     }
 }
@@ -86,7 +82,7 @@ impl Node {
             .call(&addr, path, body, wait + FORWARD_SLACK)
             .await
             .map_err(unanswered)?
-            .map_err(passed_on)
+            .map_err(ApiError::from)
     }
 
     /// Takes a lock for a client of this node.
