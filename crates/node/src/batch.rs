@@ -24,20 +24,34 @@ const IN_FLIGHT: usize = 4;
 
 type Reply = oneshot::Sender<Result<ForwardAnswer, ApiError>>;
 
-/// The queue of calls waiting for a batch.
-pub(crate) struct Batches {
-    tx: mpsc::UnboundedSender<(ForwardCall, Reply)>,
-    /// The other end, taken by the task that sends the batches.
-    rx: Mutex<Option<mpsc::UnboundedReceiver<(ForwardCall, Reply)>>>,
+/// A forwarded call waiting for a batch, and where its answer goes.
+pub(crate) type Pending = (ForwardCall, Reply);
+
+/// Items waiting for the one task that sends them on in batches.
+pub(crate) struct Queue<T> {
+    tx: mpsc::UnboundedSender<T>,
+    /// The other end, taken by that task.
+    rx: Mutex<Option<mpsc::UnboundedReceiver<T>>>,
 }
 
-impl Batches {
+impl<T> Queue<T> {
     pub(crate) fn new() -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        Batches {
+        Queue {
             tx,
             rx: Mutex::new(Some(rx)),
         }
+    }
+
+    /// Queues `item`; false once the task is gone.
+    pub(crate) fn push(&self, item: T) -> bool {
+        self.tx.send(item).is_ok()
+    }
+
+    /// The receiving end, for the task that sends the batches; `None` once
+    /// taken.
+    pub(crate) fn take_receiver(&self) -> Option<mpsc::UnboundedReceiver<T>> {
+        self.rx.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
 
@@ -47,19 +61,15 @@ impl Node {
     pub(crate) async fn forward_call(&self, call: ForwardCall) -> Result<ForwardAnswer, ApiError> {
         let (tx, rx) = oneshot::channel();
         let stopping = || ApiError::new(ErrorCode::NotRebuilt, "the node is stopping");
-        self.batches.tx.send((call, tx)).map_err(|_| stopping())?;
+        if !self.batches.push((call, tx)) {
+            return Err(stopping());
+        }
         rx.await.map_err(|_| stopping())?
     }
 
     /// Sends the queued calls in batches until `stop`.
     pub(crate) async fn send_batches(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let taken = self
-            .batches
-            .rx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let Some(mut rx) = taken else {
+        let Some(mut rx) = self.batches.take_receiver() else {
             return;
         };
         let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
@@ -82,7 +92,7 @@ impl Node {
         }
     }
 
-    async fn send_batch(&self, batch: Vec<(ForwardCall, Reply)>) {
+    async fn send_batch(&self, batch: Vec<Pending>) {
         let (calls, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
         let count = calls.len();
         let answered = self

@@ -11,9 +11,9 @@ use locktable::{
     AcquireError, Acquired, Held, Lock, LockError, LockId, MonoTime, NodeId, Request, Table,
     WaiterId,
 };
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
-use crate::batch::{next_batch, Batches};
+use crate::batch::{next_batch, Pending, Queue};
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::error::ApiError;
@@ -52,11 +52,9 @@ pub struct Node {
     /// When the expiry task next wakes (table clock, ns); 0 while it works.
     pub(crate) expiry_armed: AtomicU64,
     /// Releases to pass on to the other members.
-    releases: mpsc::UnboundedSender<Forget>,
-    /// The other end, taken by the task that passes them on.
-    releases_rx: Mutex<Option<mpsc::UnboundedReceiver<Forget>>>,
+    releases: Queue<Forget>,
     /// Calls to forward to the speaker in the next batch.
-    pub(crate) batches: Batches,
+    pub(crate) batches: Queue<Pending>,
 }
 
 /// A lock request as the node receives it, validated.
@@ -81,7 +79,6 @@ impl Node {
         peers: Peers,
         first_start: bool,
     ) -> Arc<Self> {
-        let (releases, releases_rx) = mpsc::unbounded_channel();
         Arc::new(Node {
             state: Mutex::new(State {
                 table: Table::new(config.lease),
@@ -99,9 +96,8 @@ impl Node {
             table_changed: Notify::new(),
             changes: watch::Sender::new(0),
             expiry_armed: AtomicU64::new(0),
-            releases,
-            releases_rx: Mutex::new(Some(releases_rx)),
-            batches: Batches::new(),
+            releases: Queue::new(),
+            batches: Queue::new(),
         })
     }
 
@@ -317,7 +313,7 @@ impl Node {
         };
         if known_elsewhere {
             // Passed on in batches by the forget task (`pass_on_releases`).
-            let _ = self.releases.send(Forget {
+            self.releases.push(Forget {
                 name: name.to_string(),
                 id: id.to_string(),
             });
@@ -333,7 +329,8 @@ impl Node {
     /// member's record: its release need not be passed on (on a busy
     /// speaker, that is most releases).
     fn known_elsewhere(&self, state: &mut State, lock: &Lock) -> bool {
-        let renewed_elsewhere = state.renewed_elsewhere.remove(&lock.id);
+        let renewed_elsewhere =
+            !state.renewed_elsewhere.is_empty() && state.renewed_elsewhere.remove(&lock.id);
         renewed_elsewhere
             || lock.node != self.config.id
             || Some(lock.fence.epoch()) != state.speaking
@@ -413,12 +410,7 @@ impl Node {
     /// in while a batch is on its way: a busy speaker sends one request per
     /// member per batch, not per release.
     pub(crate) async fn pass_on_releases(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let Some(mut rx) = self
-            .releases_rx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        else {
+        let Some(mut rx) = self.releases.take_receiver() else {
             return;
         };
         let members = self.other_members();
