@@ -96,6 +96,25 @@ impl Cluster {
         }
     }
 
+    /// Waits up to `patience` for node `id` to exit by itself; answers its
+    /// exit code (`None` if it did not exit, or died by a signal). The node
+    /// is no longer counted live either way.
+    pub fn wait_exit(&mut self, id: u64, patience: Duration) -> Option<i32> {
+        let start = Instant::now();
+        let mut child = self.procs.remove(&id)?;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            if start.elapsed() > patience {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn signal(&self, id: u64, sig: &str) {
         let status = Command::new("kill")
             .args([sig, &self.pid(id).to_string()])

@@ -124,6 +124,15 @@ pub struct ForwardAnswers {
     pub answers: Vec<ForwardAnswer>,
 }
 
+/// A rebuilding speaker's read of a member's report (`/internal/held`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportRequest {
+    /// The term the reader leads, its blank entry committed. A member still
+    /// speaking for an older term drops its table before it answers, so it
+    /// grants nothing after the report it gives.
+    pub term: u64,
+}
+
 /// Tells a node to forget a released lock (from its `Held` and `Granted`),
 /// so no rebuild brings it back.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -103,7 +103,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
     config.validate().map_err(|e| e.to_string())?;
     let node = start(config, &args.listen).await?;
     tracing::info!(addr = %node.addr(), id = args.id, "serving");
-    let _ = tokio::signal::ctrl_c().await;
+    let signal = stop_signal().await;
+    tracing::info!(signal, "stopping");
     node.shutdown().await;
     Ok(())
 }
@@ -148,7 +149,7 @@ pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result
         }
     });
     println!("Ctrl-C to stop");
-    let _ = tokio::signal::ctrl_c().await;
+    stop_signal().await;
     report.abort();
     for node in running {
         node.shutdown().await;
@@ -157,4 +158,20 @@ pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result
         let _ = std::fs::remove_dir_all(&root);
     }
     Ok(())
+}
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM, the signal systemd and container
+/// runtimes stop a service with; answers which came.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
 }

@@ -225,7 +225,12 @@ async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
 // ---- peer routes ----
 
 /// This node's report to a rebuilding speaker, in bincode.
-async fn internal_held(State(node): State<Shared>) -> Result<Response, ApiError> {
+async fn internal_held(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let read: leasehold_api::ReportRequest = peer_body(&bytes)?;
+    node.deposed_by(read.term);
     let report = node.own_report();
     let bytes = tokio::task::spawn_blocking(move || leasehold_raft::codec::encode(&report))
         .await

@@ -19,6 +19,7 @@ mod speaker;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use leasehold_raft::{BasicNode, Faults};
 use tokio::net::TcpListener;
@@ -55,6 +56,7 @@ pub struct RunningNode {
     addr: SocketAddr,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    store_closed: leasehold_raft::StoreClosed,
 }
 
 impl RunningNode {
@@ -68,23 +70,42 @@ impl RunningNode {
         self.addr
     }
 
-    /// Stops the node: hands leadership on if it leads, stops Raft, the
-    /// speaker tasks and the HTTP server.
+    /// Stops the node: stops granting (drops the table), hands leadership
+    /// on if it leads and waits until another member leads (or says the
+    /// hand-over was not confirmed), then stops Raft, the speaker tasks and
+    /// the HTTP server. When it returns, the data directory is closed and
+    /// may be opened again.
     pub async fn shutdown(self) {
-        let raft = self.node.raft.clone();
+        self.node.stop_speaking();
         if self.node.is_leader() {
-            if let Some(next) = self.node.other_members().first() {
-                let _ = raft.trigger().transfer_leader(next.0).await;
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            match self.node.transfer_leadership().await {
+                Some(to) => match self.node.wait_for_other_leader(HANDOVER_PATIENCE).await {
+                    Some(leader) => {
+                        tracing::info!(to, leader, "shutdown: leadership handed over")
+                    }
+                    None => tracing::warn!(
+                        to,
+                        "shutdown: no other leader within {HANDOVER_PATIENCE:?}; \
+                         the cluster elects one when this node's heartbeats stop"
+                    ),
+                },
+                None => tracing::warn!("shutdown: leadership could not be handed over"),
             }
         }
+        let raft = self.node.raft.clone();
         let _ = raft.shutdown().await;
         let _ = self.stop.send(true);
         for task in self.tasks {
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        if !self.store_closed.wait(Duration::from_secs(5)).await {
+            tracing::warn!("shutdown: the Raft store is still open");
         }
     }
 }
+
+/// How long a stopping leader waits for the member it handed leadership to.
+const HANDOVER_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Starts a node serving on `listener`. The cluster forms from
 /// `config.peers` on first start (the lowest id initializes it); a restarted
@@ -97,7 +118,7 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         Ok(None)
     );
     let faults = Faults::default();
-    let raft = leasehold_raft::build(
+    let (raft, store_closed) = leasehold_raft::build(
         config.id,
         &config.data_dir,
         &config.timings,
@@ -124,7 +145,40 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
     ));
     let expiry = tokio::spawn(speaker::run_expiry(Arc::clone(&node), stopped.clone()));
     let releases = tokio::spawn(Arc::clone(&node).pass_on_releases(stopped.clone()));
-    let batches = tokio::spawn(Arc::clone(&node).send_batches(stopped));
+    let batches = tokio::spawn(Arc::clone(&node).send_batches(stopped.clone()));
+    let raft_start = tokio::spawn(run_raft(Arc::clone(&node), stopped));
+    Ok(RunningNode {
+        node,
+        addr,
+        stop,
+        tasks: vec![server, leadership, expiry, releases, batches, raft_start],
+        store_closed,
+    })
+}
+
+/// Lets Raft run once the longest leader lease this node may have backed
+/// before it (re)started has passed, then forms the cluster if this node
+/// is the lowest id and nothing is initialized yet.
+///
+/// A leader's guard counts on every member that acknowledged its heartbeat
+/// refusing to vote for `election_timeout_max` after that heartbeat.
+/// openraft reloads a vote with a zero lease on restart, so a restarted
+/// member would grant (pre-)votes at once; not running Raft at all until
+/// that long after the process started (it cannot have acknowledged
+/// anything since) keeps the premise. Raft messages that arrive meanwhile
+/// wait in openraft's queue. A first start waits too: a wiped data
+/// directory looks the same.
+async fn run_raft(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
+    let wait = node.config.timings.leader_lease();
+    tracing::info!(
+        ?wait,
+        "waiting out any leader lease this node may have backed before Raft runs"
+    );
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => {}
+        _ = stop.changed() => return,
+    }
+    let raft = node.raft.clone();
     raft.run();
     let lowest = node.config.peers.keys().next().copied();
     if lowest == Some(node.id()) && !raft.is_initialized().await.unwrap_or(true) {
@@ -138,10 +192,4 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
             tracing::info!(%e, "cluster already initialized");
         }
     }
-    Ok(RunningNode {
-        node,
-        addr,
-        stop,
-        tasks: vec![server, leadership, expiry, releases, batches],
-    })
 }

@@ -34,6 +34,9 @@ pub(crate) struct State {
     /// through another node, which may still keep a record of them.
     renewed_elsewhere: HashSet<LockId>,
     pub(crate) last_rebuild: Option<RebuildReport>,
+    /// Set when the node starts to shut down: it speaks no more, whatever
+    /// Raft's metrics still say.
+    stopping: bool,
 }
 
 /// A running node's shared parts.
@@ -87,6 +90,7 @@ impl Node {
                 speaking: None,
                 renewed_elsewhere: HashSet::new(),
                 last_rebuild: None,
+                stopping: false,
             }),
             config,
             raft,
@@ -126,6 +130,9 @@ impl Node {
     /// Whether this node is the leader of `term` and a quorum acknowledged
     /// it recently enough that no other leader can exist yet.
     fn may_speak(&self, state: &State) -> bool {
+        if state.stopping {
+            return false;
+        }
         let Some(leader) = leader_state(&self.raft) else {
             return false;
         };
@@ -226,6 +233,95 @@ impl Node {
         self.dispatch(&mut state);
         self.changed(&state);
         state.table.generation()
+    }
+
+    /// Whether the table is rebuilt (it may still be barred from granting
+    /// by the guard).
+    pub(crate) fn is_rebuilt(&self) -> bool {
+        self.state().table.is_rebuilt()
+    }
+
+    /// The table's generation: it moves on at every drop.
+    pub(crate) fn generation(&self) -> u64 {
+        self.state().table.generation()
+    }
+
+    /// Whether the node is shutting down.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.state().stopping
+    }
+
+    /// Stops speaking for good: the table is dropped and no rebuild starts
+    /// again. The first step of a shutdown, before leadership is handed on.
+    pub(crate) fn stop_speaking(&self) {
+        self.state().stopping = true;
+        self.drop_table(None);
+    }
+
+    /// A speaker of `term` read this node's report: if this node still
+    /// speaks for an older term, it has been deposed (the reader's blank
+    /// entry is committed) and must grant nothing more, even before Raft
+    /// tells it so. Its table is dropped; its grants stay in `Granted`.
+    pub(crate) fn deposed_by(&self, term: u64) {
+        let speaking = self.state().speaking;
+        if let Some(own) = speaking.filter(|own| *own < term) {
+            tracing::info!(own, term, "a newer speaker read this node: table dropped");
+            self.drop_table(Some(own));
+        }
+    }
+
+    /// Hands Raft leadership to another voter, if this node leads; the
+    /// table must already be dropped (the transfer lets the target win at
+    /// once). Answers the member it was handed to.
+    pub(crate) async fn transfer_leadership(&self) -> Option<NodeId> {
+        if !self.is_leader() {
+            return None;
+        }
+        let next = self.transfer_target()?;
+        match self.raft.trigger().transfer_leader(next).await {
+            Ok(()) => Some(next),
+            Err(e) => {
+                tracing::warn!(%e, to = next, "leadership transfer failed");
+                None
+            }
+        }
+    }
+
+    /// Waits until Raft names a leader other than this node; answers it,
+    /// or `None` after `patience`.
+    pub(crate) async fn wait_for_other_leader(&self, patience: Duration) -> Option<NodeId> {
+        let mut metrics = self.raft.metrics();
+        let other = |m: &leasehold_raft::RaftMetrics| {
+            m.current_leader.filter(|leader| *leader != self.config.id)
+        };
+        tokio::time::timeout(patience, async {
+            loop {
+                if let Some(leader) = other(&metrics.borrow_watched()) {
+                    return Some(leader);
+                }
+                if metrics.changed().await.is_err() {
+                    return None;
+                }
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// The voter most caught up with this leader's log, other than itself.
+    fn transfer_target(&self) -> Option<NodeId> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let voters: Vec<NodeId> = metrics
+            .membership_config
+            .membership()
+            .voter_ids()
+            .filter(|id| *id != self.config.id)
+            .collect();
+        let progress = metrics.replication.unwrap_or_default();
+        voters
+            .into_iter()
+            .max_by_key(|id| progress.get(id).cloned().flatten().map(|l| l.index()))
     }
 
     /// Grants a lock as the speaker, for a client of `node`.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_api::{ErrorBody, Forget, Forgets, Lost, PeerLock};
+use leasehold_api::{ErrorBody, Forget, Forgets, Lost, PeerLock, ReportRequest};
 
 use crate::report::Report;
 use leasehold_raft::{Faults, TOKEN_HEADER};
@@ -118,13 +118,21 @@ impl Peers {
         }
     }
 
-    /// A member's `Held` and `Granted`.
-    pub(crate) async fn report(&self, addr: &str, timeout: Duration) -> Result<Report, PeerError> {
+    /// A member's `Held` and `Granted`, read by the speaker of `term`.
+    pub(crate) async fn report(
+        &self,
+        addr: &str,
+        term: u64,
+        timeout: Duration,
+    ) -> Result<Report, PeerError> {
         let fail = |reason: String| PeerError {
             addr: addr.to_string(),
             reason,
         };
-        let (ok, bytes) = self.post(addr, "/internal/held", None, timeout).await?;
+        let body = serde_json::to_vec(&ReportRequest { term }).map_err(|e| fail(e.to_string()))?;
+        let (ok, bytes) = self
+            .post(addr, "/internal/held", Some(body), timeout)
+            .await?;
         if !ok {
             return Err(fail("the member refused to report".into()));
         }

@@ -17,6 +17,10 @@ pub(crate) struct Report {
     /// Whether this process is the node's first (its data directory was
     /// new): such a node has forgotten nothing.
     pub(crate) first_start: bool,
+    /// The reporting node's `--max-lease`, in milliseconds: a strict hold
+    /// and the restart rule use the longest lease any member may have
+    /// granted or counted.
+    pub(crate) max_lease_ms: u64,
     /// Its clients' locks (`Held`) and its own grants (`Granted`).
     pub(crate) locks: Vec<ReportLock>,
 }
@@ -92,6 +96,7 @@ mod tests {
             node: 2,
             uptime_ms: 5,
             first_start: true,
+            max_lease_ms: 600_000,
             locks: vec![lock.clone().into()],
         };
         let bytes = leasehold_raft::codec::encode(&report).unwrap();

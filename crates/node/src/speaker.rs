@@ -1,5 +1,6 @@
 //! Becoming and stopping being the speaker: drop on every change of leader
-//! or term, rebuild from every member before granting.
+//! or term, rebuild from every member before granting, and retry the
+//! rebuild for as long as this node leads that term without serving.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use leasehold_api::{PeerLock, RebuildReport};
 use leasehold_raft::{leader_state, ReadPolicy};
-use locktable::{Lock, LockInTransit, NodeId, RebuildFrom};
+use locktable::{Lock, LockInTransit, NodeId, RebuildError, RebuildFrom};
+use tokio::task::JoinHandle;
 
 use crate::config::RebuildMode;
 use crate::node::Node;
@@ -16,60 +18,187 @@ use crate::report::{Report, ReportLock};
 /// How often the speaker task looks at Raft's view of the leader.
 const WATCH_EVERY: Duration = Duration::from_millis(10);
 
+/// The first wait before a failed rebuild is tried again; it doubles on
+/// every failure up to [`RETRY_AT_MOST`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+
+/// The longest wait between two rebuild attempts of one term.
+const RETRY_AT_MOST: Duration = Duration::from_secs(1);
+
+/// How long a leader may fail to rebuild before it hands leadership to
+/// another member, so that the cluster is not left with a leader that
+/// cannot serve.
+const STEP_DOWN_AFTER: Duration = Duration::from_secs(10);
+
+/// How one rebuild attempt ended.
+#[derive(Debug)]
+enum Attempt {
+    /// The table serves.
+    Rebuilt,
+    /// Not rebuilt, for a reason that may pass (no quorum confirmed this
+    /// leader in time, or the table was dropped again meanwhile).
+    Failed(&'static str),
+    /// This node can never serve in this term (its term is beyond the
+    /// fences' range): it must hand leadership on.
+    CannotSpeak(RebuildError),
+}
+
+/// When the next rebuild attempt of this term may start.
+struct Retry {
+    failures: u32,
+    next: Instant,
+    failing_since: Option<Instant>,
+}
+
+impl Retry {
+    fn new() -> Self {
+        Retry {
+            failures: 0,
+            next: Instant::now(),
+            failing_since: None,
+        }
+    }
+
+    fn due(&self) -> bool {
+        Instant::now() >= self.next
+    }
+
+    fn failed(&mut self) {
+        let wait = RETRY_FIRST
+            .saturating_mul(1 << self.failures.min(16))
+            .min(RETRY_AT_MOST);
+        self.failures += 1;
+        self.next = Instant::now() + wait;
+        self.failing_since.get_or_insert_with(Instant::now);
+    }
+
+    /// Whether the rebuild has failed for so long that another member
+    /// should try to speak.
+    fn hopeless(&self) -> bool {
+        self.failing_since
+            .is_some_and(|since| since.elapsed() >= STEP_DOWN_AFTER)
+    }
+}
+
 /// Watches leadership until `stop` fires: drops the table whenever the
-/// leader or term changes, and rebuilds it when this node leads.
+/// leader or term changes, and rebuilds it while this node leads and the
+/// table is not rebuilt.
+///
+/// Every state has a way out: a rebuild that fails (openraft's ReadIndex
+/// gives up after one leader lease while a quorum is out of reach, and the
+/// leader keeps its term when the quorum comes back) is tried again with
+/// backoff for as long as this node leads the term; one that cannot succeed,
+/// or keeps failing for [`STEP_DOWN_AFTER`], makes this node drop its table
+/// and hand leadership on.
 pub(crate) async fn watch_leadership(
     node: Arc<Node>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut speaking: Option<u64> = None;
+    let mut attempt: Option<JoinHandle<Attempt>> = None;
+    let mut retry = Retry::new();
     loop {
-        let term = leader_state(&node.raft).map(|l| l.term());
+        let term = if node.is_stopping() {
+            None
+        } else {
+            leader_state(&node.raft).map(|l| l.term())
+        };
         if term != speaking {
             speaking = term;
-            let generation = node.drop_table(term);
+            node.drop_table(term);
+            if let Some(stale) = attempt.take() {
+                stale.abort();
+            }
+            retry = Retry::new();
             match term {
-                Some(term) => {
-                    tracing::info!(
-                        node = node.id(),
-                        term,
-                        "became leader: rebuilding the lock table"
-                    );
-                    tokio::spawn(rebuild(Arc::clone(&node), term, generation));
-                }
+                Some(term) => tracing::info!(
+                    node = node.id(),
+                    term,
+                    "became leader: rebuilding the lock table"
+                ),
                 None => tracing::info!(node = node.id(), "not the speaker"),
+            }
+        }
+        if let Some(term) = speaking {
+            if attempt.as_ref().is_some_and(JoinHandle::is_finished) {
+                let outcome = match attempt.take().expect("checked").await {
+                    Ok(outcome) => outcome,
+                    Err(e) => Attempt::Failed(if e.is_panic() { "panicked" } else { "aborted" }),
+                };
+                match outcome {
+                    Attempt::Rebuilt => retry = Retry::new(),
+                    Attempt::Failed(why) => {
+                        retry.failed();
+                        tracing::warn!(
+                            term,
+                            why,
+                            attempts = retry.failures,
+                            "rebuild failed; trying again while this node leads the term"
+                        );
+                        if retry.hopeless() {
+                            step_down(&node, term, "the rebuild keeps failing").await;
+                            retry = Retry::new();
+                        }
+                    }
+                    Attempt::CannotSpeak(e) => {
+                        step_down(&node, term, &e.to_string()).await;
+                        retry.failed();
+                    }
+                }
+            }
+            if attempt.is_none() && retry.due() && !node.is_rebuilt() {
+                let generation = node.generation();
+                attempt = Some(tokio::spawn(rebuild(Arc::clone(&node), term, generation)));
             }
         }
         tokio::select! {
             _ = tokio::time::sleep(WATCH_EVERY) => {}
-            _ = stop.changed() => return,
+            _ = stop.changed() => {
+                if let Some(attempt) = attempt.take() {
+                    attempt.abort();
+                }
+                return;
+            }
         }
+    }
+}
+
+/// Drops the table, then asks Raft to hand leadership to another member.
+///
+/// The order matters: openraft's transfer disables the followers' leader
+/// lease and transfer votes skip the lease check, so a new leader can exist
+/// as soon as the transfer is sent; this node must not grant past that.
+async fn step_down(node: &Arc<Node>, term: u64, why: &str) {
+    node.drop_table(Some(term));
+    match node.transfer_leadership().await {
+        Some(to) => tracing::warn!(term, why, to, "stepping down: leadership handed on"),
+        None => tracing::warn!(term, why, "stepping down: no member to hand leadership to"),
     }
 }
 
 /// Reads every member and rebuilds the table for `term`, unless the table
 /// moved on meanwhile.
-async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
+async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     let started = Instant::now();
     // The blank entry of this term committed: a quorum knows this leader.
+    // openraft's ReadIndex gives up after about one leader lease without a
+    // quorum; the caller tries again.
     let linearized = tokio::time::timeout(
         node.config.rebuild_timeout.max(Duration::from_secs(1)),
         node.raft.ensure_linearizable(ReadPolicy::ReadIndex),
     )
     .await;
     if !matches!(linearized, Ok(Ok(_))) {
-        tracing::warn!(
-            term,
-            "could not confirm leadership before the rebuild; waiting for the next term"
-        );
-        return;
+        return Attempt::Failed("no quorum confirmed this leader");
     }
-    let (reports, missing) = read_members(&node).await;
+    let (reports, missing) = read_members(&node, term).await;
     let now = node.clock.now();
     let mut locks: Vec<Lock> = Vec::new();
     let mut members_read = Vec::new();
+    let mut longest_lease = node.config.lease.max;
     for (member, received, report) in reports {
         members_read.push(member);
+        longest_lease = longest_lease.max(Duration::from_millis(report.max_lease_ms));
         // Counted from the report's arrival: the speaker's table must not
         // end a lease before its holder's own count does.
         let arrived = node.clock.at(received);
@@ -81,8 +210,13 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
         );
     }
     let mut missing = missing;
+    // A lease granted before this rebuild ends by `now + longest_lease`; an
+    // old speaker missing from the rebuild may have granted until its guard
+    // ran out, at most one leader lease before this term began.
     let hold_until = match node.config.rebuild_mode {
-        RebuildMode::Strict if !missing.is_empty() => Some(now + node.config.lease.max),
+        RebuildMode::Strict if !missing.is_empty() => {
+            Some(now + longest_lease + node.config.timings.leader_lease())
+        }
         _ => None,
     };
     let outcome = {
@@ -90,7 +224,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
         let still_leader = leader_state(&node.raft).is_some_and(|l| l.term() == term);
         if !still_leader || state.speaking != Some(term) {
             tracing::info!(term, "rebuild discarded: leadership moved on");
-            return;
+            return Attempt::Failed("leadership moved on during the rebuild");
         }
         let result = state.table.rebuild(
             RebuildFrom {
@@ -118,13 +252,14 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
                 node.changed(&state);
                 rebuilt.lost
             }
-            Err(e) => {
-                tracing::info!(term, %e, "rebuild discarded");
-                return;
+            Err(RebuildError::Stale(_)) => {
+                return Attempt::Failed("the table was dropped again during the rebuild")
             }
+            Err(e) => return Attempt::CannotSpeak(e),
         }
     };
     tell_losers(&node, outcome).await;
+    Attempt::Rebuilt
 }
 
 type Reports = Vec<(NodeId, Instant, Report)>;
@@ -132,7 +267,10 @@ type Reports = Vec<(NodeId, Instant, Report)>;
 /// Reads every member's report in parallel, up to the rebuild timeout. A
 /// member that does not answer, or restarted less than the longest lease
 /// ago (its memory of its clients' locks is incomplete), is missing.
-async fn read_members(node: &Arc<Node>) -> (Reports, Vec<NodeId>) {
+///
+/// The read carries `term`: a member still speaking for an older term drops
+/// its table before it answers, so it grants nothing after its report.
+async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
     let timeout = node.config.rebuild_timeout;
     let max_lease = node.config.lease.max;
     let mut reads = Vec::new();
@@ -142,7 +280,7 @@ async fn read_members(node: &Arc<Node>) -> (Reports, Vec<NodeId>) {
             let report = if id == node.id() {
                 Ok(node.own_report())
             } else {
-                node.peers.report(&addr, timeout).await
+                node.peers.report(&addr, term, timeout).await
             };
             (id, Instant::now(), report)
         });
@@ -152,7 +290,8 @@ async fn read_members(node: &Arc<Node>) -> (Reports, Vec<NodeId>) {
     for (id, received, report) in futures::future::join_all(reads).await {
         match report {
             Ok(report) => {
-                if !report.first_start && Duration::from_millis(report.uptime_ms) < max_lease {
+                let longest = max_lease.max(Duration::from_millis(report.max_lease_ms));
+                if !report.first_start && Duration::from_millis(report.uptime_ms) < longest {
                     missing.push(id);
                 }
                 read.push((id, received, report));
@@ -202,6 +341,7 @@ impl Node {
             node: self.id(),
             uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
+            max_lease_ms: u64::try_from(self.config.lease.max.as_millis()).unwrap_or(u64::MAX),
             locks: held
                 .into_iter()
                 .chain(granted)

@@ -15,7 +15,7 @@
 //! # Running a node
 //!
 //! ```text
-//! let raft = leasehold_raft::build(id, &data_dir, &RaftTimings::default(), &token, Faults::default()).await?;
+//! let (raft, store_closed) = leasehold_raft::build(id, &data_dir, &RaftTimings::default(), &token, Faults::default()).await?;
 //! // Serve the peer routes (wrap /internal/ with the token check) ...
 //! let app = axum::Router::new().merge(leasehold_raft::raft_router(raft.clone()));
 //! // ... start the speaker task, then let the node campaign:
@@ -47,6 +47,7 @@ pub use faults::{FaultPlan, Faults};
 pub use lease::leader_state;
 pub use lease::LeaderState;
 pub use log_store::LogStore;
+pub use log_store::StoreClosed;
 pub use log_store::StoreError;
 pub use network::NetworkFactory;
 pub use network::NetworkInitError;
@@ -71,7 +72,9 @@ pub enum StartError {
     Fatal(#[from] errors::Fatal),
 }
 
-/// Builds (but does not start) node `node_id` with its store in `data_dir`.
+/// Builds (but does not start) node `node_id` with its store in `data_dir`;
+/// answers the Raft handle and a handle that says when the store is closed
+/// after [`Raft::shutdown`].
 ///
 /// Nothing runs until [`Raft::run`] is called, so the HTTP server and the
 /// speaker task can hold the handle before the node can campaign. Peer
@@ -82,7 +85,7 @@ pub async fn build(
     timings: &RaftTimings,
     cluster_token: &str,
     faults: Faults,
-) -> Result<Raft, StartError> {
+) -> Result<(Raft, StoreClosed), StartError> {
     let config = timings.config()?;
     let network = NetworkFactory::new(node_id, cluster_token, faults)?;
     let dir = data_dir.to_path_buf();
@@ -92,5 +95,7 @@ pub async fn build(
             path: data_dir.to_path_buf(),
             source: std::io::Error::other(e),
         })??;
-    Ok(Raft::build(node_id, config, network, store, StateMachine::new()).await?)
+    let closed = store.closed();
+    let raft = Raft::build(node_id, config, network, store, StateMachine::new()).await?;
+    Ok((raft, closed))
 }

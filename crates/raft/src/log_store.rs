@@ -197,6 +197,7 @@ impl LogStore {
     /// different id fails with [`StoreError::NodeIdMismatch`], so a data
     /// directory keeps the identity it was created with.
     pub fn open(dir: &Path, node_id: NodeId) -> Result<Self, StoreError> {
+        let dir_is_new = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
             path: dir.to_path_buf(),
             source,
@@ -206,6 +207,7 @@ impl LogStore {
             path: path.clone(),
             source: e,
         };
+        let file_is_new = !path.exists();
         let db = Database::create(&path).map_err(|e| db_err(e.into()))?;
 
         let txn = db.begin_write().map_err(|e| db_err(e.into()))?;
@@ -229,6 +231,23 @@ impl LogStore {
             _ => {}
         }
         txn.commit().map_err(|e| db_err(e.into()))?;
+        // A new file (or directory) exists after a power loss only once the
+        // directory that names it is synced: without this, a node could come
+        // back as a first start, having forgotten its vote.
+        if file_is_new {
+            sync_dir(dir).map_err(|source| StoreError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        if dir_is_new {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent).map_err(|source| StoreError::Io {
+                    path: parent.to_path_buf(),
+                    source,
+                })?;
+            }
+        }
 
         let db = Arc::new(db);
         let writer = Writer::spawn(db.clone()).map_err(|source| StoreError::Io {
@@ -241,6 +260,14 @@ impl LogStore {
             node_id,
             path,
         })
+    }
+
+    /// A handle that tells when every user of this store has let it go.
+    pub fn closed(&self) -> StoreClosed {
+        StoreClosed {
+            db: Arc::downgrade(&self.db),
+            path: self.path.clone(),
+        }
     }
 
     /// The node id recorded in the store in `dir`, if there is a store there.
@@ -299,6 +326,50 @@ fn io_to_store(path: &Path, e: io::Error) -> StoreError {
             },
         },
     }
+}
+
+/// Says when a store's database is closed: every handle to it (the Raft
+/// core's, its replication tasks' readers and their read transactions)
+/// dropped, so the data directory can be opened again (by a restart in the
+/// same process).
+#[derive(Debug, Clone)]
+pub struct StoreClosed {
+    db: std::sync::Weak<Database>,
+    path: PathBuf,
+}
+
+impl StoreClosed {
+    /// Waits up to `patience` for the database to close; answers whether it did.
+    pub async fn wait(&self, patience: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            if self.db.strong_count() == 0 {
+                // A read transaction still under way keeps the file open a
+                // little after the last handle drops: try it.
+                let path = self.path.clone();
+                let free = tokio::task::spawn_blocking(move || {
+                    !matches!(
+                        Database::open(&path),
+                        Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                    )
+                })
+                .await
+                .unwrap_or(true);
+                if free {
+                    return true;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Makes a directory's entries durable.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// A read-only view of the store, shared by replication and the state machine worker.

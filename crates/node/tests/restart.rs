@@ -1,0 +1,101 @@
+//! A (re)started member takes part in no election until the longest leader
+//! lease it may have backed has passed: openraft reloads a vote with a zero
+//! lease on restart and would grant a vote at once, while an old speaker's
+//! guard still counts on this member's last acknowledgement.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use leasehold_node::{NodeConfig, RebuildMode};
+use leasehold_raft::{LogId, RaftTimings, Vote, WatchReceiver};
+use locktable::LeaseRule;
+use openraft::raft::VoteRequest;
+use tokio::net::TcpListener;
+
+fn config(id: u64, peers: &BTreeMap<u64, String>, dir: &std::path::Path) -> NodeConfig {
+    NodeConfig {
+        id,
+        peers: peers.clone(),
+        data_dir: dir.join(format!("node-{id}")),
+        cluster_token: "restart-test".into(),
+        lease: LeaseRule::default(),
+        rebuild_timeout: Duration::from_secs(2),
+        rebuild_mode: RebuildMode::Proceed,
+        timings: RaftTimings::default(),
+        chaos: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_member_answers_no_vote_before_a_leader_lease_has_passed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let peers: BTreeMap<u64, String> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string()))
+        .collect();
+    let mut nodes = BTreeMap::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let id = i as u64 + 1;
+        let node = leasehold_node::start(config(id, &peers, dir.path()), listener)
+            .await
+            .unwrap();
+        nodes.insert(id, node);
+    }
+    // Wait until every member follows one leader (each has a vote on disk).
+    let start = Instant::now();
+    let leader = loop {
+        let seen: Vec<Option<u64>> = nodes
+            .values()
+            .map(|n| n.node().raft().metrics().borrow_watched().current_leader)
+            .collect();
+        if let Some(Some(leader)) = seen.first() {
+            if seen.iter().all(|l| *l == Some(*leader)) {
+                break *leader;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let follower = *nodes.keys().find(|&&id| id != leader).unwrap();
+    let term = nodes[&follower]
+        .node()
+        .raft()
+        .metrics()
+        .borrow_watched()
+        .current_term;
+
+    let stopped = nodes.remove(&follower).unwrap();
+    let addr = stopped.addr();
+    stopped.shutdown().await;
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let restarted_at = Instant::now();
+    let restarted = leasehold_node::start(config(follower, &peers, dir.path()), listener)
+        .await
+        .expect("a stopped node's data directory can be opened again");
+    eprintln!("reopened after {:?}", restarted_at.elapsed());
+
+    // A candidate with a newer term and a longer log asks at once.
+    let candidate = *nodes.keys().find(|&&id| id != leader).unwrap();
+    let request = VoteRequest::new(
+        Vote::new(term + 10, candidate),
+        Some(LogId::new_term_index(term + 10, 1_000_000)),
+    );
+    let answer = restarted.node().raft().vote(request).await.unwrap();
+    let answered_after = restarted_at.elapsed();
+    let lease = RaftTimings::default().leader_lease();
+    assert!(
+        answered_after >= lease,
+        "a restarted member answered a vote {answered_after:?} after it started \
+         (granted: {}), before a leader lease of {lease:?}",
+        answer.is_granted_to(&Vote::new(term + 10, candidate))
+    );
+    restarted.shutdown().await;
+    for (_, node) in nodes {
+        node.shutdown().await;
+    }
+}

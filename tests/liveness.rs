@@ -1,0 +1,233 @@
+//! Every state has a way out: over real processes, the cluster serves again
+//! once the faults that stopped it heal, and a member that restarts or a
+//! speaker that hands over never lets two nodes grant at once.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{fence_term, Cluster, PATIENCE, TOKEN};
+
+/// How long after the last fault heals every live node must serve a grant
+/// (docs/reliability.md states the bound this is generous against).
+const SERVES_AGAIN_WITHIN: Duration = Duration::from_secs(20);
+
+/// Waits until a node among `among` says it leads (rebuilt or not).
+async fn any_leader(cluster: &Cluster, among: &[u64]) -> u64 {
+    let start = Instant::now();
+    loop {
+        for &id in among {
+            let (status, c) = cluster.get(id, "/v1/cluster").await;
+            if status == 200 && c["leader"] == json!(id) {
+                return id;
+            }
+        }
+        assert!(start.elapsed() < PATIENCE, "no leader among {among:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Asserts that every live node serves a grant (directly or by forwarding)
+/// within [`SERVES_AGAIN_WITHIN`]; answers how long it took.
+async fn serves_again(cluster: &Cluster, label: &str) -> Duration {
+    let start = Instant::now();
+    for id in cluster.live() {
+        loop {
+            let name = format!("liveness/{label}/{id}/{}", rand::random::<u32>());
+            let (status, body) = cluster
+                .post(id, "/v1/locks/acquire", json!({ "name": name }))
+                .await;
+            if status == 200 {
+                break;
+            }
+            assert!(
+                start.elapsed() < SERVES_AGAIN_WITHIN,
+                "node {id} did not serve within {SERVES_AGAIN_WITHIN:?} after the faults healed \
+                 (last answer {status} {body}); cluster: {:?}",
+                cluster.get(id, "/v1/cluster").await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    start.elapsed()
+}
+
+async fn set_plan(cluster: &Cluster, id: u64, plan: Value) {
+    let (status, body) = {
+        let r = cluster
+            .http
+            .post(cluster.url(id, "/internal/chaos"))
+            .header("x-leasehold-token", TOKEN)
+            .json(&plan)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .expect("chaos plan sent");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    };
+    assert_eq!(status, 200, "chaos plan on node {id}: {body}");
+}
+
+/// A rebuild that openraft's ReadIndex gave up on (no quorum for one leader
+/// lease) used to be abandoned until the next term, and the leader kept its
+/// term once the quorum came back: 503 from every node for as long as the
+/// term lasted. Reproduced by killing the other survivor the moment a new
+/// leader appears, and restarting it 0.8 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_rebuild_failed_serves_once_a_quorum_is_back() {
+    let mut cluster = Cluster::start(3).await;
+    let (old, _) = cluster.speaker().await;
+    cluster.kill(old);
+    let survivors = cluster.live();
+    let leader = any_leader(&cluster, &survivors).await;
+    let other = *survivors.iter().find(|&&id| id != leader).unwrap();
+    cluster.kill(other);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    cluster.spawn(other);
+    let took = serves_again(&cluster, "rebuild-retry").await;
+    eprintln!("served again {took:?} after the restart");
+    // The leader never changed: it kept its term and rebuilt in it.
+    let (_, c) = cluster.get(leader, "/v1/cluster").await;
+    assert_eq!(c["leader"], json!(leader), "{c}");
+    assert_eq!(c["rebuilt"], json!(true), "{c}");
+}
+
+/// An isolated speaker stops granting before anyone else can lead, and the
+/// cluster serves again once the partition heals. The speaker is first cut
+/// off from one follower (whose lease on it runs out: it campaigns, and the
+/// other follower refuses), then from the other, which restarts at that
+/// instant. No request sent to the old speaker after a new leader is seen
+/// may be granted in the old term. (That a restarted member answers no vote
+/// before a leader lease has passed, which this relies on, is pinned
+/// deterministically in crates/node/tests/restart.rs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_speaker_stops_before_a_new_leader_and_the_cluster_recovers() {
+    let mut cluster = Cluster::start_with(3, &["--chaos"]).await;
+    for round in 0..3 {
+        let (speaker, term) = cluster.speaker().await;
+        let followers: Vec<u64> = cluster
+            .live()
+            .into_iter()
+            .filter(|&id| id != speaker)
+            .collect();
+        let (campaigner, restarted) = (followers[0], followers[1]);
+        cluster
+            .must_acquire(speaker, &format!("premise/{round}/warm"), json!({}))
+            .await;
+        set_plan(&cluster, speaker, json!({ "drop_to": [campaigner] })).await;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let (_, still) = cluster.get(speaker, "/v1/cluster").await;
+        assert_eq!(
+            still["leader"],
+            json!(speaker),
+            "the speaker keeps its quorum: {still}"
+        );
+
+        // A prober asks the old speaker for fresh names as fast as it
+        // answers, noting when each request was sent.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let prober = {
+            let http = cluster.http.clone();
+            let url = cluster.url(speaker, "/v1/locks/acquire");
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut granted_at = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i += 1;
+                    let sent = Instant::now();
+                    let answer = http
+                        .post(&url)
+                        .json(&json!({ "name": format!("premise/{round}/{i}") }))
+                        .timeout(Duration::from_secs(2))
+                        .send()
+                        .await;
+                    if let Ok(r) = answer {
+                        if r.status().as_u16() == 200 {
+                            let body: Value = r.json().await.unwrap_or(Value::Null);
+                            if fence_term(&body["lock"]) == term {
+                                granted_at.push(sent);
+                            }
+                        }
+                    }
+                }
+                granted_at
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+
+        set_plan(&cluster, speaker, json!({ "drop_to": followers })).await;
+        cluster.kill(restarted);
+        cluster.spawn(restarted);
+        let new_leader = any_leader(&cluster, &[restarted, campaigner]).await;
+        let seen = Instant::now();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let granted_at = prober.await.unwrap();
+        let late: Vec<Duration> = granted_at
+            .iter()
+            .filter(|&&sent| sent > seen)
+            .map(|&sent| sent - seen)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "round {round}: node {new_leader} led while the old speaker {speaker} still granted \
+             (requests sent {late:?} after the new leader was seen)"
+        );
+        set_plan(&cluster, speaker, json!({})).await;
+        serves_again(&cluster, &format!("premise-{round}")).await;
+    }
+}
+
+/// A rebuild read carries the reader's term: a member still speaking for an
+/// older term drops its table before it answers, and grants nothing more
+/// until it rebuilds (here it does, as nobody else leads: a way out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speaker_read_by_a_newer_term_stops_granting() {
+    let cluster = Cluster::start(3).await;
+    let (speaker, term) = cluster.speaker().await;
+    cluster.must_acquire(speaker, "read/warm", json!({})).await;
+    let read = cluster
+        .http
+        .post(cluster.url(speaker, "/internal/held"))
+        .header("x-leasehold-token", TOKEN)
+        .json(&json!({ "term": term + 1 }))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .expect("report read");
+    assert_eq!(read.status().as_u16(), 200);
+    let (status, body) = cluster
+        .post(speaker, "/v1/locks/acquire", json!({"name": "read/after"}))
+        .await;
+    assert_eq!(
+        status, 503,
+        "a speaker read by a newer term granted: {body}"
+    );
+    serves_again(&cluster, "read-term").await;
+}
+
+/// SIGTERM (how systemd and containers stop a service) stops a speaker as
+/// Ctrl-C does: it stops granting, hands leadership over, says so, and
+/// exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_leadership_over_and_exits() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    cluster.must_acquire(speaker, "term/warm", json!({})).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &cluster.pid(speaker).to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = cluster.wait_exit(speaker, PATIENCE);
+    assert_eq!(exit, Some(0), "the speaker exits cleanly on SIGTERM");
+    let log = cluster.log(speaker);
+    assert!(log.contains("SIGTERM"), "{log}");
+    assert!(log.contains("leadership handed over"), "{log}");
+    let (new, _) = cluster.speaker_other_than(Some(speaker)).await;
+    assert_ne!(new, speaker);
+    serves_again(&cluster, "sigterm").await;
+}
