@@ -10,7 +10,10 @@
 //!   reported; any other overlap fails;
 //! - both: along each name's history, fences strictly increase (proceed:
 //!   but for an older grant surfacing after a newer one near a fault);
-//! - both: no lock held by a client whose nodes were never faulted is lost.
+//! - both: no lock held by a client whose nodes were never faulted is lost;
+//! - both (liveness): after every fault heals, every node serves a grant
+//!   within [`SERVES_AGAIN_WITHIN`]; the report gives the worst time per
+//!   fault kind.
 //!
 //! `CHAOS_SECONDS` (default 40 per mode), `CHAOS_SEED` (default: random,
 //! printed), `CHAOS_MODES` (default `strict,proceed`), `CHAOS_REPORT` (a
@@ -34,6 +37,13 @@ const CLIENTS: usize = 12;
 const LEASE: Duration = Duration::from_millis(2000);
 const MAX_LEASE_MS: u64 = 4000;
 
+/// The liveness bound after a fault heals, for this suite's settings:
+/// election (under 1 s) + `--rebuild-timeout` (0.5 s) + the longest rebuild
+/// retry backoff (1 s) + a strict hold (`--max-lease` + one leader lease,
+/// 4.3 s), with room for a second election and a loaded machine
+/// (docs/reliability.md states the general bound).
+const SERVES_AGAIN_WITHIN: Duration = Duration::from_secs(20);
+
 #[derive(Debug, Clone)]
 struct Interval {
     name: usize,
@@ -50,6 +60,35 @@ struct Fault {
     until: Instant,
     kind: &'static str,
     nodes: Vec<u64>,
+    /// How long after the fault healed every node served a grant (`None`:
+    /// not within [`SERVES_AGAIN_WITHIN`]).
+    served_again: Option<Duration>,
+}
+
+/// Asks every node for a fresh lock (no wait, short lease) until each has
+/// granted one; answers how long that took, or `None` past the bound.
+async fn serves_again(http: &reqwest::Client, addrs: &BTreeMap<u64, String>) -> Option<Duration> {
+    let start = Instant::now();
+    for (id, addr) in addrs {
+        let mut attempt = 0u64;
+        loop {
+            attempt += 1;
+            let answer = http
+                .post(format!("http://{addr}/v1/locks/acquire"))
+                .json(&json!({"name": format!("live/{id}/{attempt}"), "lease_ms": 300}))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await;
+            if answer.is_ok_and(|r| r.status().as_u16() == 200) {
+                break;
+            }
+            if start.elapsed() > SERVES_AGAIN_WITHIN {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Some(start.elapsed())
 }
 
 fn env_u64(key: &str, default: u64) -> u64 {
@@ -187,11 +226,14 @@ async fn inject(
                 "wall-clock-step"
             }
         };
+        let until = Instant::now();
+        let served_again = serves_again(&http, &addrs).await;
         faults.push(Fault {
             at,
-            until: Instant::now(),
+            until,
             kind,
             nodes: vec![node],
+            served_again,
         });
         tokio::time::sleep(Duration::from_millis(rng.gen_range(200..1500))).await;
     }
@@ -304,14 +346,25 @@ async fn run(mode: &str, seconds: u64, seed: u64) -> serde_json::Value {
         .filter(|i| i.lost && i.endpoints.iter().all(|n| !faulted.contains(n)))
         .count();
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut worst_serve_again_ms: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut never_served_again = Vec::new();
     for f in &faults {
         *kinds.entry(f.kind).or_default() += 1;
+        match f.served_again {
+            Some(took) => {
+                let worst = worst_serve_again_ms.entry(f.kind).or_default();
+                *worst = (*worst).max(took.as_millis() as u64);
+            }
+            None => never_served_again.push(format!("{} of {:?}", f.kind, f.nodes)),
+        }
     }
     let report = json!({
         "mode": mode,
         "seconds": seconds,
         "seed": seed,
         "faults": kinds,
+        "worst_serve_again_ms": worst_serve_again_ms,
+        "not_serving_again": never_served_again.len(),
         "grants": intervals.len(),
         "acquires_refused_or_failed": errors,
         "lost_while_held": intervals.iter().filter(|i| i.lost).count(),
@@ -343,6 +396,11 @@ async fn run(mode: &str, seconds: u64, seed: u64) -> serde_json::Value {
     assert!(
         inversions.is_empty(),
         "fences went backwards (seed {seed}): {inversions:#?}"
+    );
+    assert!(
+        never_served_again.is_empty(),
+        "nodes did not serve within {SERVES_AGAIN_WITHIN:?} after a fault healed \
+         ({mode}, seed {seed}): {never_served_again:?}"
     );
     assert_eq!(
         lost_unfaulted, 0,

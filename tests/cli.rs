@@ -285,3 +285,39 @@ async fn when_the_leaders_process_dies_its_command_dies_and_another_leads_within
             .contains(") Z ");
     assert!(!alive, "the command of a dead leader must not run on");
 }
+
+/// Every duration flag of `serve` is checked before anything starts: a
+/// value the node cannot run with is a usage error (64) naming the flag.
+#[test]
+fn serve_refuses_durations_it_cannot_run_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (&["--rebuild-timeout", "0"], "--rebuild-timeout"),
+        (&["--rebuild-timeout", "999999999"], "--rebuild-timeout"),
+        (&["--max-lease", "99999999999"], "--max-lease"),
+        (&["--max-lease", "0"], "longer than zero"),
+        (
+            &["--default-lease", "5000", "--max-lease", "4000"],
+            "--default-lease",
+        ),
+    ];
+    for (flags, says) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["serve", "--id", "1", "--listen", "127.0.0.1:0"])
+            .args(["--peers", "1=127.0.0.1:1"])
+            .arg("--data-dir")
+            .arg(dir.path().join("node"))
+            .args(["--cluster-token", "t"])
+            .args(flags)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+        assert!(
+            !dir.path().join("node").exists(),
+            "{flags:?} created the data directory"
+        );
+    }
+}

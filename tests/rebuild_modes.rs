@@ -194,3 +194,39 @@ async fn strict_mode_holds_new_grants_back_while_holders_reclaim() {
     assert!(!renewer.is_finished(), "every renewal succeeded");
     renewer.abort();
 }
+
+/// A strict hold lasts as long as the longest lease any member may have
+/// granted or counted (members may run with different `--max-lease`), plus
+/// one leader lease: an old speaker missing from the rebuild may have
+/// granted until its guard ran out, that long before the new term began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_hold_covers_the_longest_lease_of_any_member_and_the_guards_tail() {
+    let max_lease = |id: u64| 60_000 + 30_000 * id;
+    let mut cluster = Cluster::start_each(3, &["--rebuild-mode", "strict"], |id| {
+        vec!["--max-lease".into(), max_lease(id).to_string()]
+    })
+    .await;
+    let (speaker, _) = cluster.speaker().await;
+    cluster.kill(speaker);
+    let (new, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let (_, info) = cluster.get(new, "/v1/cluster").await;
+    let report = &info["last_rebuild"];
+    assert!(
+        report["members_missing"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(speaker)),
+        "{report}"
+    );
+    let longest = cluster.live().into_iter().map(max_lease).max().unwrap();
+    let leader_lease = 300;
+    assert_eq!(
+        report["held_back_ms"],
+        json!(longest + leader_lease),
+        "{report}"
+    );
+    let (status, body) = cluster
+        .post(new, "/v1/locks/acquire", json!({"name": "hold/new"}))
+        .await;
+    assert_eq!(status, 503, "new grants are held back: {body}");
+}

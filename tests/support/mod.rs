@@ -22,6 +22,8 @@ pub struct Cluster {
     pub addrs: BTreeMap<u64, String>,
     procs: BTreeMap<u64, Child>,
     extra_args: Vec<String>,
+    /// Flags given to one node only.
+    node_args: BTreeMap<u64, Vec<String>>,
     pub http: reqwest::Client,
 }
 
@@ -41,6 +43,15 @@ impl Cluster {
 
     /// Starts `n` nodes with extra `serve` flags.
     pub async fn start_with(n: u64, extra: &[&str]) -> Cluster {
+        Self::start_each(n, extra, |_| Vec::new()).await
+    }
+
+    /// Starts `n` nodes with extra `serve` flags, and flags for each node.
+    pub async fn start_each(
+        n: u64,
+        extra: &[&str],
+        per_node: impl Fn(u64) -> Vec<String>,
+    ) -> Cluster {
         let addrs: BTreeMap<u64, String> = (1..=n)
             .map(|id| (id, format!("127.0.0.1:{}", free_port())))
             .collect();
@@ -49,6 +60,7 @@ impl Cluster {
             addrs,
             procs: BTreeMap::new(),
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            node_args: (1..=n).map(|id| (id, per_node(id))).collect(),
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
         };
         for id in 1..=n {
@@ -75,6 +87,7 @@ impl Cluster {
             .arg(self.data_dir(id))
             .args(["--cluster-token", TOKEN])
             .args(&self.extra_args)
+            .args(self.node_args.get(&id).into_iter().flatten())
             .env("RUST_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

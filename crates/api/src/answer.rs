@@ -70,6 +70,10 @@ pub struct RebuildReport {
     pub locks: u64,
     /// Locks reported by two nodes, settled to one.
     pub conflicts: u64,
+    /// How long new grants are held back after the rebuild (strict mode,
+    /// members missing), in milliseconds; 0 when none are.
+    #[serde(default)]
+    pub held_back_ms: u64,
     /// How long the rebuild took, in milliseconds.
     pub took_ms: u64,
 }
@@ -107,13 +111,14 @@ mod tests {
             members_missing: vec![3],
             locks: 10,
             conflicts: 1,
+            held_back_ms: 4300,
             took_ms: 12,
         });
         let json = serde_json::to_value(&answer).unwrap();
         assert_eq!(
             json["last_rebuild"],
             serde_json::json!({"term": 3, "members_read": [1, 2], "members_missing": [3],
-                "locks": 10, "conflicts": 1, "took_ms": 12})
+                "locks": 10, "conflicts": 1, "held_back_ms": 4300, "took_ms": 12})
         );
         assert_eq!(
             serde_json::from_value::<ClusterAnswer>(json).unwrap(),

@@ -68,7 +68,8 @@ fn parse_peer(s: &str) -> Result<(u64, String), String> {
 }
 
 impl ServeArgs {
-    fn config(&self) -> NodeConfig {
+    /// The node configuration these flags ask for (not yet validated).
+    pub fn config(&self) -> NodeConfig {
         NodeConfig {
             id: self.id,
             peers: self.peers.iter().cloned().collect(),
@@ -99,9 +100,7 @@ async fn start(config: NodeConfig, listen: &str) -> Result<RunningNode, String> 
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
-    let config = args.config();
-    config.validate().map_err(|e| e.to_string())?;
-    let node = start(config, &args.listen).await?;
+    let node = start(args.config(), &args.listen).await?;
     tracing::info!(addr = %node.addr(), id = args.id, "serving");
     let signal = stop_signal().await;
     tracing::info!(signal, "stopping");

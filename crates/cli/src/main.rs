@@ -125,7 +125,14 @@ async fn dispatch(command: Command) -> ExitCode {
             base_port,
             data_dir,
         } => local::up(nodes, base_port, data_dir).await,
-        Command::Serve(args) => local::serve(args).await,
+        Command::Serve(args) => {
+            // A flag value the node cannot run with is bad usage.
+            if let Err(e) = args.config().validate() {
+                eprintln!("leasehold: {e}");
+                return ExitCode::from(hold::exit::USAGE);
+            }
+            local::serve(args).await
+        }
         Command::Lock {
             name,
             lease,

@@ -59,7 +59,28 @@ pub enum ConfigError {
     /// No cluster token.
     #[error("a cluster token is required (--cluster-token or LEASEHOLD_CLUSTER_TOKEN)")]
     NoToken,
+    /// A lease longer than leasehold counts.
+    #[error("--max-lease must be at most {} ms (got {} ms)", MAX_LEASE_CAP.as_millis(), .0.as_millis())]
+    LeaseTooLong(Duration),
+    /// A rebuild timeout outside its range.
+    #[error(
+        "--rebuild-timeout must be between {} ms and {} ms (got {} ms)",
+        REBUILD_TIMEOUT_RANGE.0.as_millis(),
+        REBUILD_TIMEOUT_RANGE.1.as_millis(),
+        .0.as_millis()
+    )]
+    RebuildTimeout(Duration),
 }
+
+/// The longest `--max-lease` a node accepts: a day. Leases are counted in
+/// nanoseconds on the monotonic clock; a day leaves every sum far from
+/// overflow, and a lock held longer is a lock that should be renewed.
+pub const MAX_LEASE_CAP: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The range of `--rebuild-timeout`: long enough for one round trip, short
+/// enough that a rebuild missing a member still ends.
+pub const REBUILD_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(600));
 
 impl NodeConfig {
     /// Checks the settings hang together.
@@ -72,6 +93,13 @@ impl NodeConfig {
         }
         if self.lease.default > self.lease.max {
             return Err(ConfigError::DefaultAboveMax);
+        }
+        if self.lease.max > MAX_LEASE_CAP {
+            return Err(ConfigError::LeaseTooLong(self.lease.max));
+        }
+        let (shortest, longest) = REBUILD_TIMEOUT_RANGE;
+        if self.rebuild_timeout < shortest || self.rebuild_timeout > longest {
+            return Err(ConfigError::RebuildTimeout(self.rebuild_timeout));
         }
         if self.cluster_token.is_empty() {
             return Err(ConfigError::NoToken);

@@ -14,7 +14,7 @@ use locktable::{
 use tokio::sync::{oneshot, watch, Notify};
 
 use crate::batch::{next_batch, Pending, Queue};
-use crate::clock::Clock;
+use crate::clock::{Clock, SuspendWatch};
 use crate::config::NodeConfig;
 use crate::error::ApiError;
 use crate::peers::Peers;
@@ -44,6 +44,8 @@ pub struct Node {
     pub(crate) config: NodeConfig,
     pub(crate) raft: Raft,
     pub(crate) clock: Clock,
+    /// Notices suspends, which Raft's acknowledgement times cannot show.
+    suspends: SuspendWatch,
     pub(crate) peers: Peers,
     /// Whether this process is the node's first (a new data directory).
     pub(crate) first_start: bool,
@@ -95,6 +97,7 @@ impl Node {
             config,
             raft,
             clock: Clock::new(),
+            suspends: SuspendWatch::new(),
             peers,
             first_start,
             table_changed: Notify::new(),
@@ -138,6 +141,13 @@ impl Node {
         };
         if state.speaking != Some(leader.term()) {
             return false;
+        }
+        // An acknowledgement from before a suspend says nothing about now:
+        // the monotonic clock it is stamped on stood still meanwhile.
+        if let Some(resumed) = self.suspends.last_resume() {
+            if leader.quorum_acked_at.is_none_or(|acked| acked <= resumed) {
+                return false;
+            }
         }
         leader
             .lease_deadline(self.config.timings.leader_lease(), LEASE_MARGIN)

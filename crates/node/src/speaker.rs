@@ -201,7 +201,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
         longest_lease = longest_lease.max(Duration::from_millis(report.max_lease_ms));
         // Counted from the report's arrival: the speaker's table must not
         // end a lease before its holder's own count does.
-        let arrived = node.clock.at(received);
+        let arrived = received;
         locks.extend(
             report
                 .locks
@@ -213,12 +213,13 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     // A lease granted before this rebuild ends by `now + longest_lease`; an
     // old speaker missing from the rebuild may have granted until its guard
     // ran out, at most one leader lease before this term began.
-    let hold_until = match node.config.rebuild_mode {
+    let held_back = match node.config.rebuild_mode {
         RebuildMode::Strict if !missing.is_empty() => {
-            Some(now + longest_lease + node.config.timings.leader_lease())
+            Some(longest_lease + node.config.timings.leader_lease())
         }
         _ => None,
     };
+    let hold_until = held_back.map(|hold| now + hold);
     let outcome = {
         let mut state = node.state();
         let still_leader = leader_state(&node.raft).is_some_and(|l| l.term() == term);
@@ -245,6 +246,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
                     members_missing: missing,
                     locks: rebuilt.locks as u64,
                     conflicts: rebuilt.lost.len() as u64,
+                    held_back_ms: held_back.map_or(0, |d| d.as_millis() as u64),
                     took_ms: started.elapsed().as_millis() as u64,
                 };
                 tracing::info!(?report, "failover report: lock table rebuilt");
@@ -262,7 +264,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     Attempt::Rebuilt
 }
 
-type Reports = Vec<(NodeId, Instant, Report)>;
+type Reports = Vec<(NodeId, locktable::MonoTime, Report)>;
 
 /// Reads every member's report in parallel, up to the rebuild timeout. A
 /// member that does not answer, or restarted less than the longest lease
@@ -282,7 +284,7 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
             } else {
                 node.peers.report(&addr, term, timeout).await
             };
-            (id, Instant::now(), report)
+            (id, node.clock.now(), report)
         });
     }
     let mut read = Vec::new();
