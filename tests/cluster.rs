@@ -545,6 +545,106 @@ async fn released_locks_stay_released_after_the_speaker_dies() {
     }
 }
 
+/// Sets node `id`'s fault plan (the node runs with `--chaos`).
+async fn set_plan(cluster: &Cluster, id: u64, plan: Value) {
+    let (status, answer) = support::answer(
+        cluster
+            .http
+            .post(cluster.url(id, "/internal/chaos"))
+            .header("x-leasehold-token", support::TOKEN)
+            .json(&plan)
+            .timeout(Duration::from_secs(5)),
+    )
+    .await;
+    assert_eq!(status, 200, "fault plan for node {id}: {answer}");
+}
+
+/// A release the lock's node missed while it was cut off from the speaker
+/// reaches it once it can be reached again: when that node then speaks, its
+/// rebuild does not bring the released lock back, and the name's next
+/// holder (through a third node) keeps it instead of being told it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_missed_by_the_locks_node_reaches_it_later() {
+    let mut cluster = Cluster::start_with(3, &["--chaos"]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let (holder_node, other) = (f[0], f[1]);
+    let lease = json!({"lease_ms": 60000});
+    let body = |lock: &Value| json!({"name": lock["name"], "id": lock["id"]});
+
+    // Taken through F: F keeps a record of it.
+    let first = cluster
+        .must_acquire(holder_node, "comeback", lease.clone())
+        .await;
+    // The speaker cannot reach F; the lock is released through G, and G's
+    // client takes the name next.
+    set_plan(&cluster, speaker, json!({"drop_to": [holder_node]})).await;
+    let (status, answer) = cluster.post(other, "/v1/locks/release", body(&first)).await;
+    assert_eq!(status, 200, "{answer}");
+    let second = cluster.must_acquire(other, "comeback", lease.clone()).await;
+    assert_ne!(second["id"], first["id"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The partition heals; the speaker stays up a few seconds more, then
+    // dies. G cannot reach F, so F (which missed the release when it was
+    // made) becomes the next speaker and rebuilds from its own record.
+    set_plan(&cluster, speaker, json!({})).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    set_plan(&cluster, other, json!({"drop_to": [holder_node]})).await;
+    cluster.kill(speaker);
+    let (new, _) = cluster.speaker_other_than(Some(speaker)).await;
+    assert_eq!(new, holder_node, "the test expects F to speak next");
+    set_plan(&cluster, other, json!({})).await;
+
+    let (status, now) = cluster.get(new, "/v1/locks/comeback").await;
+    assert_eq!(status, 200, "{now}");
+    assert_eq!(
+        now["lock"]["id"], second["id"],
+        "the released lock came back at the rebuild"
+    );
+    let (status, answer) = cluster.post(other, "/v1/locks/renew", body(&second)).await;
+    assert_eq!(
+        status, 200,
+        "the name's next holder was told it lost: {answer}"
+    );
+}
+
+/// A release is passed on only to the nodes that hold the lock; when the
+/// lock's node cannot be reached, the release goes to every other member
+/// too, so the next speaker knows of it even if the lock's node never does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_locks_node_never_hears_of_reaches_the_next_speaker() {
+    let mut cluster = Cluster::start_with(3, &["--chaos"]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let (holder_node, other) = (f[0], f[1]);
+    let lease = json!({"lease_ms": 60000});
+    let body = |lock: &Value| json!({"name": lock["name"], "id": lock["id"]});
+
+    let first = cluster
+        .must_acquire(holder_node, "unheard", lease.clone())
+        .await;
+    set_plan(&cluster, speaker, json!({"drop_to": [holder_node]})).await;
+    let (status, answer) = cluster.post(other, "/v1/locks/release", body(&first)).await;
+    assert_eq!(status, 200, "{answer}");
+    let second = cluster.must_acquire(other, "unheard", lease.clone()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // F never hears of the release and cannot win an election; the speaker
+    // dies, and G speaks next, reading F's record of the released lock.
+    set_plan(&cluster, holder_node, json!({"drop_to": [other]})).await;
+    cluster.kill(speaker);
+    let (new, _) = cluster.speaker_other_than(Some(speaker)).await;
+    assert_eq!(new, other, "the test expects G to speak next");
+
+    let (status, now) = cluster.get(new, "/v1/locks/unheard").await;
+    assert_eq!(status, 200, "{now}");
+    assert_eq!(
+        now["lock"]["id"], second["id"],
+        "the released lock came back at the rebuild"
+    );
+    let (status, answer) = cluster.post(other, "/v1/locks/renew", body(&second)).await;
+    assert_eq!(status, 200, "the name's next holder lost it: {answer}");
+}
+
 /// Many clients of one follower at once: their calls reach the speaker in
 /// batches, and each gets its own answer (a grant, `409 held`, a release).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -134,7 +134,9 @@ fuzz_target!(|ops: Vec<Op>| {
             }
             Op::Forget { name: n, pick: p } => {
                 if let Some(id) = pick(&ids, &name(n), p).filter(|id| granted.contains(id)) {
-                    table.forget(&name(n), id, now);
+                    // The time its lease has left is not known here: the
+                    // longest lease, as a node says for an old sender.
+                    table.forget(&name(n), id, rule.max, now);
                     released.insert(id);
                 }
             }

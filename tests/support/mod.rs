@@ -263,7 +263,7 @@ impl Drop for Cluster {
 }
 
 /// Sends `request`: (status, JSON body), or (0, null) with no answer.
-async fn answer(request: reqwest::RequestBuilder) -> (u16, Value) {
+pub async fn answer(request: reqwest::RequestBuilder) -> (u16, Value) {
     match request.send().await {
         Ok(r) => {
             let status = r.status().as_u16();

@@ -141,6 +141,12 @@ pub struct Forget {
     pub name: String,
     /// The grant's id.
     pub id: String,
+    /// The time the released lease had left when this was sent, in
+    /// milliseconds, rounded up. The receiver keeps the id from rebuilds
+    /// for this long (plus a second) from its receipt: no record of the
+    /// lease outlives that. Absent (an older sender): the longest lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
 }
 
 /// A batch of releases to forget: the speaker passes releases on in
@@ -199,10 +205,14 @@ mod tests {
 
         let forget = Forget {
             name: "a".into(),
-            id,
+            id: id.clone(),
+            ttl_ms: Some(1500),
         };
         let text = serde_json::to_string(&forget).unwrap();
+        assert_eq!(text, format!(r#"{{"name":"a","id":"{id}","ttl_ms":1500}}"#));
         assert_eq!(serde_json::from_str::<Forget>(&text).unwrap(), forget);
+        let old = format!(r#"{{"name":"a","id":"{id}"}}"#);
+        assert_eq!(serde_json::from_str::<Forget>(&old).unwrap().ttl_ms, None);
         assert_eq!(
             serde_json::to_string(&Lost::default()).unwrap(),
             r#"{"locks":[]}"#

@@ -97,6 +97,10 @@ enum Command {
         /// A label for the row.
         #[arg(long, default_value = "")]
         label: String,
+        /// Uncontended names start with this (two runs at once use two
+        /// prefixes, so their clients do not share names).
+        #[arg(long, default_value = "bench/")]
+        prefix: String,
     },
 }
 
@@ -123,7 +127,15 @@ async fn bare_server(listen: &str) {
     axum::serve(listener, app).await.expect("serve");
 }
 
-async fn run(system: System, workload: Workload, clients: usize, seconds: u64, label: String) {
+async fn run(
+    system: System,
+    workload: Workload,
+    clients: usize,
+    seconds: u64,
+    label: String,
+    prefix: String,
+) {
+    let prefix = Arc::new(prefix);
     system.prepare().await.expect("prepare");
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
@@ -131,6 +143,7 @@ async fn run(system: System, workload: Workload, clients: usize, seconds: u64, l
     for c in 0..clients {
         let system = system.clone();
         let stop = stop.clone();
+        let prefix = Arc::clone(&prefix);
         tasks.push(tokio::spawn(async move {
             let mut session = system.connect().await.expect("connect");
             let mut latencies = Vec::new();
@@ -139,7 +152,7 @@ async fn run(system: System, workload: Workload, clients: usize, seconds: u64, l
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let name = match workload {
-                    Workload::Uncontended => format!("bench/{c}/{}", i % 64),
+                    Workload::Uncontended => format!("{prefix}{c}/{}", i % 64),
                     Workload::Contended => "bench/contended".to_string(),
                 };
                 i += 1;
@@ -344,7 +357,11 @@ async fn main() {
             clients,
             seconds,
             label,
-        } => run(system_of(system, target), workload, clients, seconds, label).await,
+            prefix,
+        } => {
+            let system = system_of(system, target);
+            run(system, workload, clients, seconds, label, prefix).await
+        }
         Command::Gap {
             system,
             targets,

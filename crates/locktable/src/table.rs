@@ -55,6 +55,17 @@ pub enum RebuildError {
     /// The term is too large to be carried in a fence.
     #[error("term {0} does not fit in a fence")]
     EpochTooLarge(u64),
+    /// A report holds a lock granted in a later term than the rebuild's:
+    /// another node has spoken since, so this one no longer leads. (Taken
+    /// in, that lock would stay in this node's `Granted`, where a release
+    /// passed on only to the nodes that hold the lock would not reach it.)
+    #[error("a member reported a lock of term {reported}, later than term {term}")]
+    NewerTerm {
+        /// The rebuild's term.
+        term: u64,
+        /// The latest term of a reported lock.
+        reported: u64,
+    },
 }
 
 /// The inputs of a rebuild.
@@ -122,41 +133,116 @@ pub struct Table {
     forgotten: Forgotten,
 }
 
-/// Released ids and until when each is kept from rebuilds: until the
-/// released lease would have ended, after which no node's record of it is
-/// live. Pruned oldest first, so the cost of a release stays constant.
+/// Released ids and until when each is kept from rebuilds: until no node's
+/// record of the released lease can still be live.
+///
+/// Ids are filed by the second their time is up in (a wheel of one-second
+/// slots), so each is dropped within a second of its time whatever order
+/// the ids came in: an id kept for a short lease is not held up behind one
+/// kept for a long lease. Filing an id and pruning the ids due cost the same
+/// however many are kept: each insert prunes a few due ids, and a poll
+/// prunes what is left.
 #[derive(Default)]
 struct Forgotten {
     until: HashMap<LockId, MonoTime>,
-    order: VecDeque<(MonoTime, LockId)>,
+    /// `slots[i]` holds ids whose time is up by the end of second
+    /// `first + i` of the table's clock. An id kept longer since it was
+    /// filed, or due past the last slot, is filed again when its slot comes
+    /// up.
+    slots: VecDeque<Vec<LockId>>,
+    first: u64,
 }
 
 impl Forgotten {
+    /// How many due ids an insert prunes: more than one, so pruning keeps up
+    /// with inserts.
+    const PRUNE_PER_INSERT: usize = 4;
+    /// The most slots (seconds ahead) the wheel keeps: 68 minutes. An id
+    /// due later waits in the last slot and is filed again from there.
+    const MAX_SLOTS: u64 = 4096;
+
+    /// Keeps `id` from rebuilds until `until` (or longer, if it was kept
+    /// longer already).
     fn insert(&mut self, id: LockId, until: MonoTime, now: MonoTime) {
-        self.prune(now);
-        if until > now {
-            self.until.insert(id, until);
-            self.order.push_back((until, id));
+        self.prune(now, Self::PRUNE_PER_INSERT);
+        if until <= now {
+            return;
+        }
+        match self.until.entry(id) {
+            hashbrown::hash_map::Entry::Occupied(mut e) => {
+                // Filed already: its slot files it again when it comes up.
+                if *e.get() < until {
+                    e.insert(until);
+                }
+            }
+            hashbrown::hash_map::Entry::Vacant(e) => {
+                e.insert(until);
+                self.file(id, until, now);
+            }
         }
     }
 
-    fn contains(&self, id: LockId) -> bool {
-        self.until.contains_key(&id)
+    /// Files `id`, kept until `until` (later than `now`), in the slot of the
+    /// second it is due in.
+    fn file(&mut self, id: LockId, until: MonoTime, now: MonoTime) {
+        if self.slots.is_empty() {
+            self.first = now.as_nanos() / NANOS_PER_SEC + 1;
+        }
+        // `first` is at most the second after `now`'s, and `until` is later
+        // than `now`: the id is due in `first` or after.
+        let second = until.as_nanos().div_ceil(NANOS_PER_SEC).max(self.first);
+        let at = (second - self.first).min(Self::MAX_SLOTS - 1) as usize;
+        if at >= self.slots.len() {
+            self.slots.resize_with(at + 1, Vec::new);
+        }
+        self.slots[at].push(id);
     }
 
-    /// Drops the ids whose time is up, from the oldest while they are.
-    fn prune(&mut self, now: MonoTime) {
-        while let Some(&(until, id)) = self.order.front() {
-            if until > now {
+    /// Whether `id` is kept from rebuilds at `now`.
+    fn contains(&self, id: LockId, now: MonoTime) -> bool {
+        self.until.get(&id).is_some_and(|&until| until > now)
+    }
+
+    /// How many ids are kept (some may be due, until pruned).
+    fn len(&self) -> usize {
+        self.until.len()
+    }
+
+    /// Drops up to `budget` ids whose time is up by `now`, oldest second
+    /// first.
+    fn prune(&mut self, now: MonoTime, budget: usize) {
+        let due = now.as_nanos() / NANOS_PER_SEC;
+        let mut left = budget;
+        let mut later = Vec::new();
+        while left > 0 && self.first <= due {
+            let Some(slot) = self.slots.front_mut() else {
                 break;
+            };
+            while left > 0 {
+                let Some(id) = slot.pop() else {
+                    break;
+                };
+                left -= 1;
+                match self.until.get(&id) {
+                    Some(&until) if until <= now => {
+                        self.until.remove(&id);
+                    }
+                    Some(&until) => later.push((id, until)),
+                    None => {}
+                }
             }
-            self.order.pop_front();
-            if self.until.get(&id) == Some(&until) {
-                self.until.remove(&id);
+            if slot.is_empty() {
+                self.slots.pop_front();
+                self.first += 1;
             }
+        }
+        for (id, until) in later {
+            self.file(id, until, now);
         }
     }
 }
+
+const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 impl Table {
     /// An empty table, not rebuilt, at generation 0.
@@ -314,7 +400,7 @@ impl Table {
             return Err(NotRebuilt.into());
         }
         self.expire_name(&lock.name, now);
-        if self.forgotten.contains(lock.id) || !lock.is_live(now) {
+        if self.forgotten.contains(lock.id, now) || !lock.is_live(now) {
             return Err(LockError::NotHeld);
         }
         if let Some(at) = self.slots.find(&lock.name) {
@@ -329,6 +415,14 @@ impl Table {
         lock.expires = lock.expires.min(now + self.rule.max);
         self.insert(&lock);
         Ok(lock)
+    }
+
+    /// The node the lock `name` held under `id` is held through, and when
+    /// its lease ends (ended or not): what a renewal through another node
+    /// is about to move.
+    pub fn held_through(&self, name: &str, id: LockId) -> Option<(NodeId, MonoTime)> {
+        let at = self.find_held(name, id).ok()?;
+        self.slots.get(at).map(|s| (s.node, s.expires))
     }
 
     /// The lock `name`, if held.
@@ -396,7 +490,7 @@ impl Table {
             self.answers.push(Answer { waiter, result });
         }
         self.retained.retain(|_, l| l.is_live(now));
-        self.forgotten.prune(now);
+        self.forgotten.prune(now, usize::MAX);
     }
 
     /// The next instant [`Table::poll`] has work: a lease or a wait ends.
@@ -459,7 +553,7 @@ impl Table {
         out.extend(
             self.retained
                 .values()
-                .filter(|l| l.is_live(now) && !self.forgotten.contains(l.id))
+                .filter(|l| l.is_live(now) && !self.forgotten.contains(l.id, now))
                 .filter(|l| {
                     self.slots
                         .find(&l.name)
@@ -476,14 +570,19 @@ impl Table {
     /// may have brought it back from a node that had not heard of the
     /// release yet, and its id is kept from the rebuilds to come.
     ///
+    /// `left` is the time the released lease had left when the release was
+    /// sent, which the caller counts from its receipt (`now` or earlier):
+    /// every record of the lease ends no later than that, so the id is kept
+    /// that long (at most the longest lease), plus a second for the
+    /// difference in clock rates, and no longer.
+    ///
     /// A release heard of from elsewhere means another node speaks: the
     /// name is freed but not handed to a waiting request, which is answered
     /// [`NotRebuilt`] (to retry at the speaker).
-    pub fn forget(&mut self, name: &str, id: LockId, now: MonoTime) {
-        // How long another node may still report it is unknown here: keep
-        // the id for the longest lease.
+    pub fn forget(&mut self, name: &str, id: LockId, left: Duration, now: MonoTime) {
         self.retained.remove(&id);
-        self.forgotten.insert(id, now + self.rule.max, now);
+        let until = now + left.min(self.rule.max) + Self::FORGET_MARGIN;
+        self.forgotten.insert(id, until, now);
         if let Ok(at) = self.find_held(name, id) {
             self.remove(at);
             if let Some(queue) = self.waiters.remove(name) {
@@ -493,6 +592,13 @@ impl Table {
                 }));
             }
         }
+    }
+
+    /// How many released ids the table keeps from rebuilds: the ones whose
+    /// lease may still be on record somewhere (and, until the next
+    /// [`Table::poll`], some that just became due).
+    pub fn forgotten_ids(&self) -> usize {
+        self.forgotten.len()
     }
 
     /// Replaces the locks of the table with the ones the nodes say their
@@ -515,10 +621,16 @@ impl Table {
             return Err(RebuildError::EpochTooLarge(from.epoch));
         }
         let highest = from.locks.iter().map(|l| l.fence).max().unwrap_or_default();
+        if highest.epoch() > from.epoch {
+            return Err(RebuildError::NewerTerm {
+                term: from.epoch,
+                reported: highest.epoch(),
+            });
+        }
         self.slots.clear();
         let forgotten = &self.forgotten;
         let lost = settle_into(&mut self.slots, from.locks, now, self.rule.max, |id| {
-            forgotten.contains(id)
+            forgotten.contains(id, now)
         });
         self.reindex_expiries();
         let slots = &self.slots;
@@ -547,7 +659,7 @@ impl Table {
     /// every other record of the lease ends no later than the speaker's
     /// (holders count from the send, old speakers granted it earlier), give
     /// or take the difference in clock rates over one lease.
-    const FORGET_MARGIN: Duration = Duration::from_secs(1);
+    pub const FORGET_MARGIN: Duration = Duration::from_secs(1);
 
     fn find_held(&self, name: &str, id: LockId) -> Result<u32, LockError> {
         self.slots

@@ -23,6 +23,12 @@ enum Op {
         name: usize,
         pick: usize,
     },
+    /// A release heard of from elsewhere, carrying the time its lease had
+    /// left.
+    Forget {
+        name: usize,
+        pick: usize,
+    },
     Renew {
         name: usize,
         pick: usize,
@@ -48,6 +54,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0..3usize, 1_000..4_000u64, prop_oneof![Just(0u64), 500..5_000u64])
             .prop_map(|(name, lease_ms, wait_ms)| Op::Acquire { name, lease_ms, wait_ms }),
         2 => (0..3usize, 0..4usize).prop_map(|(name, pick)| Op::Release { name, pick }),
+        1 => (0..3usize, 0..4usize).prop_map(|(name, pick)| Op::Forget { name, pick }),
         2 => (0..3usize, 0..4usize, 1_000..4_000u64).prop_map(|(name, pick, lease_ms)| Op::Renew { name, pick, lease_ms }),
         3 => (0..3_000u64).prop_map(|ms| Op::Advance { ms }),
         1 => (any::<u8>(), proptest::option::of((0..3usize, -3_000..3_000i64)), any::<bool>())
@@ -238,6 +245,30 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     }
                 }
             }
+            Op::Forget { name, pick } => {
+                let name = NAMES[name];
+                let Some(id) = ids_by_name
+                    .get(name)
+                    .and_then(|ids| ids.iter().rev().nth(pick))
+                    .copied()
+                else {
+                    continue;
+                };
+                // Only a lock still live here: the table does not end a
+                // lease before forgetting it.
+                model.expire(name, now, &mut fence_probe);
+                let Some(held) = model.locks.get(name).filter(|l| l.id == id).cloned() else {
+                    continue;
+                };
+                let left = held.expires.saturating_duration_since(now);
+                table.forget(name, id, left, now);
+                model.locks.remove(name);
+                for w in model.queues.remove(name).unwrap_or_default() {
+                    model.answers.insert(w.waiter, None);
+                }
+                model.released.insert(id, held.clone());
+                released_locks.insert(id, held);
+            }
             Op::Renew {
                 name,
                 pick,
@@ -272,6 +303,23 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     model.expire(name, now, &mut fence_probe);
                 }
                 model.time_out(now);
+                // A released id is kept until its lease would have ended
+                // plus a second, and dropped within a second after that.
+                let kept = |margin: u64| {
+                    model
+                        .released
+                        .values()
+                        .filter(|l| l.expires + ms(margin) > now)
+                        .count()
+                };
+                prop_assert!(
+                    table.forgotten_ids() >= kept(1_000),
+                    "a released id is kept while a record of it may live"
+                );
+                prop_assert!(
+                    table.forgotten_ids() <= kept(2_000),
+                    "a released id is dropped within a second of its time"
+                );
             }
             Op::Failover {
                 keep_mask,

@@ -398,7 +398,7 @@ fn forget_drops_a_released_lock_everywhere_and_for_good() {
     let b = granted(table.acquire(req("b", 2, 1), t(0)));
     table.drop_table(t(1));
     // Released through the next speaker: this node hears of it.
-    table.forget("a", a.id, t(1));
+    table.forget("a", a.id, a.expires.saturating_duration_since(t(1)), t(1));
     assert_eq!(table.granted(t(1)).len(), 1);
     // A node that had not heard of the release reports it at a rebuild.
     let g = table.generation();
@@ -421,7 +421,7 @@ fn forget_drops_a_released_lock_everywhere_and_for_good() {
     assert!(table.get("b", t(2)).unwrap().is_some());
     // Forget also takes it out of the table when a rebuild brought it back.
     let mut table2 = rebuilt_table(3, vec![b.clone()], t(2));
-    table2.forget("b", b.id, t(2));
+    table2.forget("b", b.id, b.expires.saturating_duration_since(t(2)), t(2));
     assert_eq!(table2.get("b", t(2)).unwrap(), None);
     let g = table2.generation();
     table2.drop_table(t(2));
@@ -458,6 +458,99 @@ fn a_release_forgets_the_id_for_later_rebuilds() {
         )
         .unwrap();
     assert!(table.is_empty());
+}
+
+/// Drops `table` and rebuilds it at `now` from `reports`; says whether
+/// `name` is held afterwards.
+fn rebuilds_with(table: &mut Table, reports: Vec<Lock>, now: MonoTime) -> bool {
+    table.drop_table(now);
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch: 9,
+                locks: reports,
+                hold_new_grants_until: None,
+            },
+            now,
+        )
+        .unwrap();
+    table.get("a", now).unwrap().is_some()
+}
+
+// Beyond the seed: a release heard of from elsewhere carries the time its
+// lease had left, and the id is kept that long plus a second for clock
+// rates (every record of the lease ends by then), not for the longest
+// lease.
+#[test]
+fn a_forgotten_id_is_kept_as_long_as_the_lease_it_cancels() {
+    let mut table = Table::new(LeaseRule::default());
+    // Released elsewhere at t(2) with 8 s left: kept until t(11).
+    table.forget("a", LockId::from_u128(1), 8 * SEC, t(2));
+    assert_eq!(table.forgotten_ids(), 1);
+    // A report that (against the rules) outlives the lease shows when the
+    // id stops being kept.
+    let report = held_lock("a", 1, 2, t(0), t(2000), Fence::new(1, 1).0);
+    let just_before = t(11) - Duration::from_millis(1);
+    assert!(!rebuilds_with(
+        &mut table,
+        vec![report.clone()],
+        just_before
+    ));
+    assert!(rebuilds_with(&mut table, vec![report.clone()], t(11)));
+    table.poll(t(11));
+    assert_eq!(table.forgotten_ids(), 0, "pruned once its time is up");
+
+    // A lease said to be longer than the longest is kept for the longest.
+    let mut table = Table::new(LeaseRule::default());
+    table.forget("a", LockId::from_u128(1), 3600 * SEC, t(0));
+    let end = t(0) + LeaseRule::MAX_LEASE + SEC;
+    assert!(!rebuilds_with(
+        &mut table,
+        vec![report.clone()],
+        end - Duration::from_millis(1)
+    ));
+    assert!(rebuilds_with(&mut table, vec![report], end));
+}
+
+// Beyond the seed: the node a lock is held through, and its lease end, as a
+// renewal through another node is about to move it.
+#[test]
+fn held_through_names_the_node_a_renewal_would_move_the_lock_from() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let lock = granted(table.acquire(req("a", 1, 2), t(0)));
+    assert_eq!(table.held_through("a", lock.id), Some((2, t(10))));
+    table.renew("a", lock.id, None, 3, t(4)).unwrap();
+    assert_eq!(table.held_through("a", lock.id), Some((3, t(14))));
+    assert_eq!(table.held_through("a", LockId::from_u128(9)), None);
+    assert_eq!(table.held_through("b", lock.id), None);
+}
+
+// Beyond the seed: ids kept for different times are each dropped on time,
+// whatever the order they came in (one kept for the longest lease does not
+// hold up the others behind it), and forgetting an id again keeps it for
+// the longer of the two times.
+#[test]
+fn forgotten_ids_are_dropped_on_time_whatever_their_order() {
+    let mut table = Table::new(LeaseRule::default());
+    table.forget("x", LockId::from_u128(1), LeaseRule::MAX_LEASE, t(0));
+    for id in 2..1000 {
+        table.forget("x", LockId::from_u128(id), 5 * SEC, t(0));
+    }
+    // Forgotten again, for longer.
+    table.forget("x", LockId::from_u128(2), 20 * SEC, t(1));
+    assert_eq!(table.forgotten_ids(), 999);
+    table.poll(t(7));
+    assert_eq!(table.forgotten_ids(), 2, "the 5 s ids are gone at t(6)");
+    let report = |id| held_lock("a", id, 2, t(0), t(900), Fence::new(1, 1).0);
+    assert!(!rebuilds_with(&mut table, vec![report(2)], t(21)));
+    table.poll(t(22));
+    assert_eq!(table.forgotten_ids(), 1);
+    assert!(rebuilds_with(&mut table, vec![report(2)], t(22)));
+    assert!(!rebuilds_with(&mut table, vec![report(1)], t(600)));
+    // Inserts prune as they go, even with no poll.
+    table.forget("y", LockId::from_u128(5000), SEC, t(602));
+    assert_eq!(table.forgotten_ids(), 1, "the longest lease's id went too");
 }
 
 // "Generation returns the generation a rebuild is for: the nodes are read
@@ -611,12 +704,44 @@ fn fences_increase_across_speakers() {
 
 #[test]
 fn fences_stay_above_every_reported_fence() {
-    // A report carrying a fence from a term at or above this one (which a
-    // correct cluster never produces) still cannot make fences go backwards.
-    let odd = held_lock("a", 1, 2, t(0), t(30), Fence::new(5, 10).0);
+    // A report carrying a fence of this very term (which a correct cluster
+    // never produces) still cannot make fences go backwards.
+    let odd = held_lock("a", 1, 2, t(0), t(30), Fence::new(4, 10).0);
     let mut table = rebuilt_table(4, vec![odd.clone()], t(0));
     let next = granted(table.acquire(req("b", 2, 1), t(0)));
     assert!(next.fence > odd.fence);
+}
+
+// Beyond the seed: a report of a lock granted in a later term means another
+// node spoke since; the rebuild is refused (and the table stays as it was),
+// so a deposed node never keeps a later speaker's grant in its `Granted`.
+#[test]
+fn a_report_from_a_later_term_refuses_the_rebuild() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let later = held_lock("a", 1, 2, t(0), t(30), Fence::new(5, 1).0);
+    let older = held_lock("b", 2, 2, t(0), t(30), Fence::new(3, 1).0);
+    let err = table
+        .rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch: 4,
+                locks: vec![older, later],
+                hold_new_grants_until: None,
+            },
+            t(1),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RebuildError::NewerTerm {
+            term: 4,
+            reported: 5
+        }
+    );
+    assert!(!table.is_rebuilt());
+    assert!(table.is_empty());
+    assert!(table.granted(t(1)).is_empty());
 }
 
 #[test]
@@ -756,7 +881,7 @@ fn forget_never_grants_to_a_waiter() {
     let Ok(Acquired::Waiting(w)) = table.acquire(waiting(req("a", 2, 1), 60 * SEC), t(0)) else {
         panic!()
     };
-    table.forget("a", lock.id, t(1));
+    table.forget("a", lock.id, 9 * SEC, t(1));
     assert_eq!(
         table.take_answers(),
         vec![Answer {

@@ -9,6 +9,7 @@ mod clock;
 mod config;
 mod embedded;
 mod error;
+mod forgets;
 mod http;
 mod node;
 mod peers;

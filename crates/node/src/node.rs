@@ -1,11 +1,11 @@
 //! The node: its lock table and held record, and the speaker's operations.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use leasehold_api::{Forget, LockView, RebuildReport};
+use leasehold_api::{LockView, RebuildReport};
 use leasehold_raft::{leader_state, Raft, WatchReceiver};
 use locktable::{
     AcquireError, Acquired, Held, Lock, LockError, LockId, MonoTime, NodeId, Request, Table,
@@ -13,10 +13,11 @@ use locktable::{
 };
 use tokio::sync::{oneshot, watch, Notify};
 
-use crate::batch::{next_batch, Pending, Queue};
+use crate::batch::{Pending, Queue};
 use crate::clock::{Clock, SuspendWatch};
 use crate::config::NodeConfig;
 use crate::error::ApiError;
+use crate::forgets::{Members, Outbox};
 use crate::peers::Peers;
 
 /// How much of the leader lease the speaker leaves unused: it stops granting
@@ -30,14 +31,26 @@ pub(crate) struct State {
     waiters: HashMap<WaiterId, oneshot::Sender<Result<Lock, AcquireError>>>,
     /// The term whose speaker this table is (or is being rebuilt for).
     pub(crate) speaking: Option<u64>,
-    /// Locks granted this term to this node's clients and renewed since
-    /// through another node, which may still keep a record of them.
-    renewed_elsewhere: HashSet<LockId>,
+    /// Locks granted this term that a renewal moved from one node to
+    /// another: the nodes they moved from, which may still keep a record.
+    moved: HashMap<LockId, Moved>,
+    /// `moved` is pruned of ended records when it grows to this size.
+    moved_prune_at: usize,
     pub(crate) last_rebuild: Option<RebuildReport>,
     /// Set when the node starts to shut down: it speaks no more, whatever
     /// Raft's metrics still say.
     stopping: bool,
 }
+
+/// The nodes a lock moved from, whose records of it end by `until`.
+#[derive(Debug, Clone, Copy)]
+struct Moved {
+    from: Members,
+    until: MonoTime,
+}
+
+/// The size at which `State::moved` is first pruned.
+const MOVED_PRUNE_AT: usize = 4096;
 
 /// A running node's shared parts.
 pub struct Node {
@@ -56,8 +69,8 @@ pub struct Node {
     changes: watch::Sender<u64>,
     /// When the expiry task next wakes (table clock, ns); 0 while it works.
     pub(crate) expiry_armed: AtomicU64,
-    /// Releases to pass on to the other members.
-    releases: Queue<Forget>,
+    /// Releases to pass on to the members that may keep a record of them.
+    pub(crate) forgets: Outbox,
     /// Calls to forward to the speaker in the next batch.
     pub(crate) batches: Queue<Pending>,
 }
@@ -90,10 +103,12 @@ impl Node {
                 held: Held::new(),
                 waiters: HashMap::new(),
                 speaking: None,
-                renewed_elsewhere: HashSet::new(),
+                moved: HashMap::new(),
+                moved_prune_at: MOVED_PRUNE_AT,
                 last_rebuild: None,
                 stopping: false,
             }),
+            forgets: Outbox::new(&config.peers, config.id),
             config,
             raft,
             clock: Clock::new(),
@@ -103,7 +118,6 @@ impl Node {
             table_changed: Notify::new(),
             changes: watch::Sender::new(0),
             expiry_armed: AtomicU64::new(0),
-            releases: Queue::new(),
             batches: Queue::new(),
         })
     }
@@ -239,7 +253,8 @@ impl Node {
         let mut state = self.state();
         state.table.drop_table(self.clock.now());
         state.speaking = speaking;
-        state.renewed_elsewhere.clear();
+        state.moved.clear();
+        state.moved_prune_at = MOVED_PRUNE_AT;
         self.dispatch(&mut state);
         self.changed(&state);
         state.table.generation()
@@ -398,48 +413,52 @@ impl Node {
         }
     }
 
-    /// Releases a lock as the speaker, and tells the other members to
-    /// forget it unless none of them can know of it.
+    /// Releases a lock as the speaker, and tells the members that may keep
+    /// a record of it to forget it.
     pub(crate) fn speak_release(
         self: &Arc<Self>,
         name: &str,
         id: LockId,
     ) -> Result<Lock, ApiError> {
-        let (lock, known_elsewhere) = {
+        let (lock, to) = {
             let mut state = self.speaker()?;
-            let lock = state
-                .table
-                .release(name, id, self.clock.now())
-                .map_err(lock_error)?;
+            let now = self.clock.now();
+            let lock = state.table.release(name, id, now).map_err(lock_error)?;
             state.held.remove(id);
-            let known_elsewhere = self.known_elsewhere(&mut state, &lock);
+            let to = self.forget_to(&mut state, &lock, now);
             self.dispatch(&mut state);
             self.changed(&state);
-            (lock, known_elsewhere)
+            (lock, to)
         };
-        if known_elsewhere {
-            // Passed on in batches by the forget task (`pass_on_releases`).
-            self.releases.push(Forget {
-                name: name.to_string(),
-                id: id.to_string(),
-            });
-        }
+        // Passed on in batches by one sender per member (`pass_on_releases`).
+        self.forgets.push(to, name, id, lock.expires);
         Ok(lock)
     }
 
-    /// Whether another member may keep a record of `lock`, released now.
+    /// The members that may keep a record of `lock`, released now (this
+    /// node among them is left out when the release is passed on).
     ///
-    /// Members keep their own clients' locks and what they granted while
-    /// they spoke. A lock this speaker granted in its term to its own
-    /// client, and never renewed through another node, is in no other
-    /// member's record: its release need not be passed on (on a busy
-    /// speaker, that is most releases).
-    fn known_elsewhere(&self, state: &mut State, lock: &Lock) -> bool {
-        let renewed_elsewhere =
-            !state.renewed_elsewhere.is_empty() && state.renewed_elsewhere.remove(&lock.id);
-        renewed_elsewhere
-            || lock.node != self.config.id
-            || Some(lock.fence.epoch()) != state.speaking
+    /// A member keeps a record of a lock its client holds (`Held`: the
+    /// lock's node, and a node a renewal moved it from, until the lease it
+    /// knew ends) and of what it granted while it spoke (`Granted`). A
+    /// lock granted in this term was granted here: only the nodes it was
+    /// held through, all known here, have a record of it (a rebuild for an
+    /// earlier term that reads it is refused, see `Table::rebuild`). A lock
+    /// from an earlier term may be in any member's record: every member.
+    fn forget_to(&self, state: &mut State, lock: &Lock, now: MonoTime) -> Members {
+        let moved = if state.moved.is_empty() {
+            None
+        } else {
+            state.moved.remove(&lock.id)
+        };
+        if Some(lock.fence.epoch()) != state.speaking {
+            return Members::ALL;
+        }
+        let to = self.forgets.member(lock.node);
+        match moved {
+            Some(moved) if moved.until > now => to.with(moved.from),
+            _ => to,
+        }
     }
 
     /// Renews a lock as the speaker; a lock this table lacks is reclaimed
@@ -454,6 +473,7 @@ impl Node {
     ) -> Result<Lock, ApiError> {
         let mut state = self.speaker()?;
         let now = self.clock.now();
+        let before = state.table.held_through(name, id);
         let renewed = match state.table.renew(name, id, lease, node, now) {
             Err(LockError::NotHeld) if record.is_some() => {
                 let record = record.expect("checked");
@@ -463,10 +483,10 @@ impl Node {
             other => other,
         }
         .map_err(lock_error)?;
+        if let Some((from, until)) = before.filter(|(from, _)| *from != node) {
+            self.note_moved(&mut state, id, from, until, now);
+        }
         if node == self.config.id {
-            if state.held.get(id).is_none() {
-                note_renewed_elsewhere(&mut state, id);
-            }
             state.held.record(renewed.clone());
         } else {
             state.held.remove(id);
@@ -493,11 +513,34 @@ impl Node {
             .map_err(|_| ApiError::not_rebuilt())
     }
 
-    /// A release heard of from the speaker: the lock is gone everywhere.
-    pub(crate) fn forget(&self, name: &str, id: LockId) {
+    /// Notes that a renewal moved lock `id` away from node `from`, whose
+    /// record of it ends by `until`. Entries whose records have all ended
+    /// are pruned when the map has doubled since it was last pruned, so
+    /// locks that end without a release do not pile up.
+    fn note_moved(
+        &self,
+        state: &mut State,
+        id: LockId,
+        from: NodeId,
+        until: MonoTime,
+        now: MonoTime,
+    ) {
+        if state.moved.len() >= state.moved_prune_at {
+            state.moved.retain(|_, m| m.until > now);
+            state.moved_prune_at = (2 * state.moved.len()).max(MOVED_PRUNE_AT);
+        }
+        let from = self.forgets.member(from);
+        let entry = state.moved.entry(id).or_insert(Moved { from, until });
+        entry.from = entry.from.with(from);
+        entry.until = entry.until.max(until);
+    }
+
+    /// A release heard of from the speaker, with the time the released
+    /// lease had left when it was sent: the lock is gone everywhere.
+    pub(crate) fn forget(&self, name: &str, id: LockId, left: Duration) {
         let mut state = self.state();
         state.held.remove(id);
-        state.table.forget(name, id, self.clock.now());
+        state.table.forget(name, id, left, self.clock.now());
         self.dispatch(&mut state);
         self.changed(&state);
     }
@@ -510,29 +553,6 @@ impl Node {
                 tracing::warn!(name = %lock.name, id = %lock.id, "lock lost to an older grant at a rebuild");
             }
         }
-    }
-
-    /// Passes releases on to the other members, batching those that come
-    /// in while a batch is on its way: a busy speaker sends one request per
-    /// member per batch, not per release.
-    pub(crate) async fn pass_on_releases(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let Some(mut rx) = self.releases.take_receiver() else {
-            return;
-        };
-        let members = self.other_members();
-        while let Some(batch) = next_batch(&mut rx, 1024, &mut stop).await {
-            self.peers.forget(&members, batch).await;
-        }
-    }
-
-    /// Every member but this node, with its address.
-    pub(crate) fn other_members(&self) -> Vec<(NodeId, String)> {
-        self.config
-            .peers
-            .iter()
-            .filter(|(id, _)| **id != self.config.id)
-            .map(|(id, addr)| (*id, addr.clone()))
-            .collect()
     }
 
     /// The current leader and its address, as Raft knows it.
@@ -598,21 +618,4 @@ impl Drop for CancelOnDrop<'_> {
             state.waiters.remove(&waiter);
         }
     }
-}
-
-/// Notes that `id`, now renewed through this node, was held through another
-/// node (this node keeps no record of it). The set is pruned of locks this
-/// node no longer holds when it grows, so locks that end without a release
-/// do not pile up.
-fn note_renewed_elsewhere(state: &mut State, id: LockId) {
-    const PRUNE_AT: usize = 4096;
-    if state.renewed_elsewhere.len() >= PRUNE_AT {
-        let State {
-            renewed_elsewhere,
-            held,
-            ..
-        } = state;
-        renewed_elsewhere.retain(|id| held.get(*id).is_some());
-    }
-    state.renewed_elsewhere.insert(id);
 }

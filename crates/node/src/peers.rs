@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_api::{ErrorBody, Forget, Forgets, Lost, PeerLock, ReportRequest};
+use leasehold_api::{ErrorBody, Lost, PeerLock, ReportRequest};
 
 use crate::report::Report;
 use leasehold_raft::{Faults, TOKEN_HEADER};
@@ -142,22 +142,29 @@ impl Peers {
             .map_err(|e| fail(e.to_string()))
     }
 
-    /// Tells every member in `members` that `id` was released.
-    pub async fn forget(&self, members: &[(NodeId, String)], forgets: Vec<Forget>) {
-        let body = Forgets { forgets };
-        let calls = members.iter().map(|(_, addr)| {
-            self.call::<_, serde_json::Value>(
-                addr,
-                "/internal/forget",
-                &body,
-                Duration::from_secs(2),
-            )
-        });
-        for result in futures::future::join_all(calls).await {
-            if let Err(e) = result {
-                tracing::debug!(%e, "could not pass a release on");
-            }
+    /// Tells the member at `addr` of releases: `body` is a
+    /// [`leasehold_api::Forgets`] in JSON. `Ok` once the member says it
+    /// took them; an error answer is an error.
+    pub(crate) async fn forget(
+        &self,
+        addr: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(), PeerError> {
+        let (ok, answer) = self
+            .post(addr, "/internal/forget", Some(body), timeout)
+            .await?;
+        if ok {
+            return Ok(());
         }
+        let reason = serde_json::from_slice::<ErrorBody>(&answer).map_or_else(
+            |_| "the member refused the releases".to_string(),
+            |e| format!("the member refused the releases: {}", e.message),
+        );
+        Err(PeerError {
+            addr: addr.to_string(),
+            reason,
+        })
     }
 
     /// Tells a member its clients lost these locks.

@@ -257,6 +257,10 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
             Err(RebuildError::Stale(_)) => {
                 return Attempt::Failed("the table was dropped again during the rebuild")
             }
+            // Another node spoke in a later term: Raft will depose this one.
+            Err(RebuildError::NewerTerm { .. }) => {
+                return Attempt::Failed("a member reported a lock of a later term")
+            }
             Err(e) => return Attempt::CannotSpeak(e),
         }
     };

@@ -149,6 +149,8 @@ enum Msg {
     Forget {
         name: String,
         id: LockId,
+        /// The time the released lease had left at the send.
+        left: Duration,
     },
     ReadReport {
         leader: NodeId,
@@ -722,20 +724,19 @@ impl World {
         let now = node.mono(t);
         if let Ok(lock) = node.table.release(name, id, now) {
             node.held.remove(id);
-            // As the node does: a lock granted this term to this node's
-            // own client is in no other member's record (the sim has no
-            // renewals through other nodes).
-            if lock.node == n && Some(lock.fence.epoch()) == node.speaking {
-                self.dispatch(n);
-                return;
-            }
+            // As the node does: a lock granted this term is in the record
+            // of its node only (the sim has no renewals through other
+            // nodes); one from an earlier term may be in anyone's.
+            let this_term = Some(lock.fence.epoch()) == node.speaking;
+            let left = lock.expires.saturating_duration_since(now);
             for other in 1..=self.config.nodes {
-                if other != n {
+                if other != n && (!this_term || other == lock.node) {
                     self.send(
                         To::Node(other),
                         Msg::Forget {
                             name: name.to_string(),
                             id,
+                            left,
                         },
                     );
                 }
@@ -822,11 +823,11 @@ impl World {
                 }
             }
             Msg::ForwardRelease { name, id } => self.speak_release(n, &name, id),
-            Msg::Forget { name, id } => {
+            Msg::Forget { name, id, left } => {
                 let node = self.nodes.get_mut(&n).expect("member");
                 let now = node.mono(t);
                 node.held.remove(id);
-                node.table.forget(&name, id, now);
+                node.table.forget(&name, id, left, now);
                 self.dispatch(n);
             }
             Msg::ReadReport { leader, term } => {

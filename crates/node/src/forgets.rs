@@ -1,0 +1,368 @@
+//! Releases passed on to the members that may keep a record of the lock
+//! (`/internal/forget`): in batches, one queue and one sender per member,
+//! each release retried until the member acknowledges it or the lease it
+//! cancels has ended.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_api::{millis_ceil, Forget};
+use locktable::{LockId, MonoTime, NodeId, Table};
+use tokio::sync::{mpsc, watch};
+
+use crate::batch::Queue;
+use crate::node::Node;
+
+/// The first wait before a member that did not acknowledge is tried again;
+/// it doubles with every failure, up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest wait between tries to one member.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long a member has to acknowledge a batch.
+const SEND_TIMEOUT: Duration = Duration::from_secs(2);
+/// A batch a member has not acknowledged this soon is passed on to every
+/// other member too: well before a speaker that died or was cut off now
+/// could be followed by another (an election timeout, 150 ms at the least).
+const SPREAD_AFTER: Duration = Duration::from_millis(100);
+/// The most bytes of JSON in one batch: well under the 64 KiB a node reads
+/// of a peer's body.
+const BATCH_BYTES: usize = 48 * 1024;
+
+/// Members of the cluster as bits: bit `i` is the `i`-th member of
+/// `--peers` in id order. Copy, and no allocation: the release path builds
+/// one per release.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Members(u64);
+
+impl Members {
+    /// Every member.
+    pub(crate) const ALL: Members = Members(u64::MAX);
+
+    /// Both sets.
+    pub(crate) fn with(self, other: Members) -> Members {
+        Members(self.0 | other.0)
+    }
+
+    /// Whether the `index`-th member is in the set; a member past the
+    /// 64th always is (no narrower set is known for it).
+    fn contains(self, index: usize) -> bool {
+        index >= 64 || self.0 & (1 << index) != 0
+    }
+}
+
+/// A release on its way to one member.
+pub(crate) struct Release {
+    name: String,
+    id: LockId,
+    /// When the released lease would have ended, on this node's clock.
+    ends: MonoTime,
+    /// Whether the other members were given it too (after this member
+    /// failed to acknowledge it).
+    spread: bool,
+}
+
+impl Release {
+    /// Whether every record of the released lease has ended by `now`, so no
+    /// rebuild can bring it back: the forget is no longer needed.
+    fn ended(&self, now: MonoTime) -> bool {
+        now >= self.ends + Table::FORGET_MARGIN
+    }
+}
+
+/// One queue of releases per member, each emptied by its own sender.
+pub(crate) struct Outbox {
+    /// Every member in id order, with its address and queue (this node's
+    /// own queue is never used).
+    members: Vec<(NodeId, String, Queue<Release>)>,
+    me: NodeId,
+}
+
+impl Outbox {
+    /// The queues for `peers` (every member, id to address), as seen by
+    /// member `me`.
+    pub(crate) fn new(peers: &BTreeMap<NodeId, String>, me: NodeId) -> Self {
+        Outbox {
+            members: peers
+                .iter()
+                .map(|(id, addr)| (*id, addr.clone(), Queue::new()))
+                .collect(),
+            me,
+        }
+    }
+
+    /// The member `id` as a set; every member if `id` is not one of the
+    /// first 64 members (then nothing narrower is known).
+    pub(crate) fn member(&self, id: NodeId) -> Members {
+        match self.members.iter().position(|(m, _, _)| *m == id) {
+            Some(i) if i < 64 => Members(1 << i),
+            _ => Members::ALL,
+        }
+    }
+
+    /// Queues the release of `name` held under `id`, whose lease ends at
+    /// `ends`, for every member of `to` but this node.
+    pub(crate) fn push(&self, to: Members, name: &str, id: LockId, ends: MonoTime) {
+        self.queue(to, name, id, ends, false);
+    }
+
+    /// Queues a release that member `failed` did not acknowledge for every
+    /// other member (but this node), marked so it is not spread again.
+    fn spread(&self, failed: NodeId, release: &Release) {
+        let mut to = Members::ALL;
+        if let Some(i) = self.members.iter().position(|(m, _, _)| *m == failed) {
+            if i < 64 {
+                to = Members(!(1 << i));
+            }
+        }
+        self.queue(to, &release.name, release.id, release.ends, true);
+    }
+
+    fn queue(&self, to: Members, name: &str, id: LockId, ends: MonoTime, spread: bool) {
+        for (i, (member, _, queue)) in self.members.iter().enumerate() {
+            if to.contains(i) && *member != self.me {
+                queue.push(Release {
+                    name: name.to_string(),
+                    id,
+                    ends,
+                    spread,
+                });
+            }
+        }
+    }
+}
+
+/// The body of one batch: the releases at the front of `pending` that fit
+/// in [`BATCH_BYTES`], each with the time its lease has left at `now`
+/// (rounded up, so the receiver keeps the id no shorter than it must).
+/// Releases whose lease has ended are passed over. Says how many releases
+/// from the front the batch accounts for, and has no body if none is
+/// still needed.
+fn encode(pending: &VecDeque<Release>, now: MonoTime) -> (Option<Vec<u8>>, usize) {
+    const HEAD: &[u8] = b"{\"forgets\":[";
+    let mut body = HEAD.to_vec();
+    let mut taken = 0;
+    let mut sending = 0;
+    for release in pending {
+        if release.ended(now) {
+            taken += 1;
+            continue;
+        }
+        let mark = body.len();
+        if sending > 0 {
+            body.push(b',');
+        }
+        let forget = Forget {
+            name: release.name.clone(),
+            id: release.id.to_string(),
+            ttl_ms: Some(millis_ceil(release.ends.saturating_duration_since(now))),
+        };
+        // Writing plain data to a vector cannot fail.
+        serde_json::to_writer(&mut body, &forget).expect("a forget encodes");
+        if sending > 0 && body.len() + 2 > BATCH_BYTES {
+            body.truncate(mark);
+            break;
+        }
+        taken += 1;
+        sending += 1;
+    }
+    body.extend_from_slice(b"]}");
+    ((sending > 0).then_some(body), taken)
+}
+
+impl Node {
+    /// Gives `releases`, which member `failed` has not acknowledged, to
+    /// every other member, each release once.
+    fn spread<'a>(
+        &self,
+        failed: NodeId,
+        releases: impl Iterator<Item = &'a mut Release>,
+        now: MonoTime,
+    ) {
+        for release in releases {
+            if !release.spread && !release.ended(now) {
+                release.spread = true;
+                self.forgets.spread(failed, release);
+            }
+        }
+    }
+
+    /// Passes releases on to the other members, one sender per member, so
+    /// a member that cannot be reached holds up no other.
+    pub(crate) async fn pass_on_releases(self: Arc<Self>, stop: watch::Receiver<bool>) {
+        let senders: Vec<_> = self
+            .forgets
+            .members
+            .iter()
+            .filter(|(id, _, _)| *id != self.id())
+            .filter_map(|(id, addr, queue)| {
+                let rx = queue.take_receiver()?;
+                let node = Arc::clone(&self);
+                Some(node.pass_on_to(*id, addr.clone(), rx, stop.clone()))
+            })
+            .collect();
+        futures::future::join_all(senders).await;
+    }
+
+    /// Sends member `member` (at `addr`) the releases queued for it, in
+    /// batches of those that came while the last was on its way. A batch
+    /// not acknowledged (no answer, or an error) is sent again, after a
+    /// wait that doubles up to [`RETRY_MAX`], until it is acknowledged or
+    /// the leases it cancels have ended. A release the member has not
+    /// acknowledged within [`SPREAD_AFTER`] is also given to every other
+    /// member, so the next speaker, whichever it is, knows of it.
+    async fn pass_on_to(
+        self: Arc<Self>,
+        member: NodeId,
+        addr: String,
+        mut rx: mpsc::UnboundedReceiver<Release>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut pending: VecDeque<Release> = VecDeque::new();
+        let mut wait = RETRY_FIRST;
+        loop {
+            if pending.is_empty() {
+                tokio::select! {
+                    next = rx.recv() => match next {
+                        Some(release) => pending.push_back(release),
+                        None => return,
+                    },
+                    _ = stop.changed() => return,
+                }
+            }
+            while let Ok(release) = rx.try_recv() {
+                pending.push_back(release);
+            }
+            let now = self.clock.now();
+            let (body, taken) = encode(&pending, now);
+            let Some(body) = body else {
+                pending.drain(..taken);
+                continue;
+            };
+            let send = self.peers.forget(&addr, body, SEND_TIMEOUT);
+            tokio::pin!(send);
+            let sent = tokio::select! {
+                sent = &mut send => sent,
+                _ = tokio::time::sleep(SPREAD_AFTER) => {
+                    self.spread(member, pending.iter_mut().take(taken), now);
+                    send.await
+                }
+            };
+            match sent {
+                Ok(()) => {
+                    pending.drain(..taken);
+                    wait = RETRY_FIRST;
+                }
+                Err(e) => {
+                    tracing::debug!(member, %e, queued = pending.len(), "a member did not take releases; retrying");
+                    self.spread(member, pending.iter_mut().take(taken), now);
+                    // Releases whose lease has ended meanwhile need no
+                    // more tries: the queue keeps only live ones.
+                    let now = self.clock.now();
+                    pending.retain(|r| !r.ended(now));
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = stop.changed() => return,
+                    }
+                    wait = (wait * 2).min(RETRY_MAX);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_api::Forgets;
+
+    fn release(name: &str, id: u128, ends_ms: u64) -> Release {
+        Release {
+            name: name.into(),
+            id: LockId::from_u128(id),
+            ends: MonoTime::from_nanos(ends_ms * 1_000_000),
+            spread: false,
+        }
+    }
+
+    fn ms(n: u64) -> MonoTime {
+        MonoTime::from_nanos(n * 1_000_000)
+    }
+
+    #[test]
+    fn a_batch_is_a_forgets_body_with_the_time_each_lease_has_left() {
+        let pending: VecDeque<Release> = [
+            release("a", 1, 10_000),
+            // Ended more than the clock-rate second ago: passed over.
+            release("b", 2, 500),
+            release("c", 3, 2_500),
+        ]
+        .into();
+        let (body, taken) = encode(&pending, MonoTime::from_nanos(2_000_000_000 - 1));
+        assert_eq!(taken, 3);
+        let batch: Forgets = serde_json::from_slice(&body.unwrap()).unwrap();
+        let got: Vec<(String, Option<u64>)> = batch
+            .forgets
+            .iter()
+            .map(|f| (f.name.clone(), f.ttl_ms))
+            .collect();
+        // Rounded up: the receiver never keeps an id shorter than it must.
+        assert_eq!(
+            got,
+            [("a".to_string(), Some(8_001)), ("c".to_string(), Some(501))]
+        );
+        assert_eq!(batch.forgets[0].id, LockId::from_u128(1).to_string());
+
+        let (body, taken) = encode(&[release("b", 2, 500)].into(), ms(1_500));
+        assert_eq!((body, taken), (None, 1), "nothing left to send");
+    }
+
+    #[test]
+    fn a_batch_stays_under_the_peer_body_limit() {
+        let name = "n".repeat(500);
+        let pending: VecDeque<Release> = (0..1000).map(|i| release(&name, i, 60_000)).collect();
+        let (body, taken) = encode(&pending, ms(0));
+        let body = body.unwrap();
+        assert!(body.len() <= BATCH_BYTES, "{} bytes", body.len());
+        let batch: Forgets = serde_json::from_slice(&body).unwrap();
+        assert_eq!(batch.forgets.len(), taken);
+        assert!(taken > 50 && taken < 1000, "{taken}");
+    }
+
+    #[test]
+    fn members_are_bits_in_id_order() {
+        let peers: BTreeMap<NodeId, String> =
+            [(7, "a".into()), (3, "b".into()), (9, "c".into())].into();
+        let outbox = Outbox::new(&peers, 3);
+        assert_eq!(outbox.member(3), Members(0b001));
+        assert_eq!(outbox.member(7), Members(0b010));
+        assert_eq!(outbox.member(9).with(outbox.member(7)), Members(0b110));
+        assert_eq!(outbox.member(4), Members::ALL, "not a member: everyone");
+        assert!(Members(0b010).contains(1) && !Members(0b010).contains(0));
+        assert!(Members(0).contains(64), "past the 64th: always");
+    }
+
+    #[tokio::test]
+    async fn a_release_goes_to_its_members_and_is_spread_to_the_others_once() {
+        let peers: BTreeMap<NodeId, String> =
+            [(1, "a".into()), (2, "b".into()), (3, "c".into())].into();
+        let outbox = Outbox::new(&peers, 1);
+        let mut rx: Vec<_> = outbox
+            .members
+            .iter()
+            .map(|(_, _, q)| q.take_receiver().unwrap())
+            .collect();
+        let id = LockId::from_u128(5);
+        outbox.push(outbox.member(2).with(outbox.member(1)), "x", id, ms(9));
+        assert!(rx[0].try_recv().is_err(), "never to this node");
+        let to_two = rx[1].try_recv().unwrap();
+        assert!(!to_two.spread && to_two.id == id && to_two.ends == ms(9));
+        assert!(rx[2].try_recv().is_err());
+        // Node 2 did not take it: everyone else but this node gets it.
+        outbox.spread(2, &to_two);
+        assert!(rx[0].try_recv().is_err());
+        assert!(rx[1].try_recv().is_err());
+        let to_three = rx[2].try_recv().unwrap();
+        assert!(to_three.spread && to_three.name == "x");
+    }
+}
