@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{PeerLock, RebuildReport};
+use leasehold_raft::codec::CodecError;
 use leasehold_raft::{leader_state, ReadPolicy};
-use locktable::{Lock, LockInTransit, NodeId, RebuildFrom};
+use locktable::{Lock, NodeId, RebuildFrom};
 
 use crate::config::RebuildMode;
 use crate::node::Node;
-use crate::report::{Report, ReportLock};
+use crate::report::{self, MemberReport, ReportHeader, ReportLock};
 
 /// How often the speaker task looks at Raft's view of the leader.
 const WATCH_EVERY: Duration = Duration::from_millis(10);
@@ -66,19 +67,13 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
     }
     let (reports, missing) = read_members(&node).await;
     let now = node.clock.now();
-    let mut locks: Vec<Lock> = Vec::new();
+    let mut locks: Vec<Lock> = Vec::with_capacity(reports.iter().map(|(_, r)| r.locks.len()).sum());
     let mut members_read = Vec::new();
-    for (member, received, report) in reports {
+    for (member, report) in reports {
         members_read.push(member);
-        // Counted from the report's arrival: the speaker's table must not
-        // end a lease before its holder's own count does.
-        let arrived = node.clock.at(received);
-        locks.extend(
-            report
-                .locks
-                .into_iter()
-                .map(|l| LockInTransit::from(l).arrive(arrived)),
-        );
+        // Already on this clock: each frame's leases were counted from its
+        // arrival as it was read (`ReportReader::push`).
+        locks.extend(report.locks);
     }
     let mut missing = missing;
     let hold_until = match node.config.rebuild_mode {
@@ -127,7 +122,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) {
     tell_losers(&node, outcome).await;
 }
 
-type Reports = Vec<(NodeId, Instant, Report)>;
+type Reports = Vec<(NodeId, MemberReport)>;
 
 /// Reads every member's report in parallel, up to the rebuild timeout. A
 /// member that does not answer, or restarted less than the longest lease
@@ -139,23 +134,34 @@ async fn read_members(node: &Arc<Node>) -> (Reports, Vec<NodeId>) {
     for (id, addr) in node.config.peers.clone() {
         let node = Arc::clone(node);
         reads.push(async move {
+            let started = Instant::now();
             let report = if id == node.id() {
                 Ok(node.own_report())
             } else {
-                node.peers.report(&addr, timeout).await
+                node.peers
+                    .report(&addr, timeout, node.config.report_frame_bytes, node.clock)
+                    .await
             };
-            (id, Instant::now(), report)
+            (id, started.elapsed(), report)
         });
     }
     let mut read = Vec::new();
     let mut missing = Vec::new();
-    for (id, received, report) in futures::future::join_all(reads).await {
+    for (id, took, report) in futures::future::join_all(reads).await {
         match report {
             Ok(report) => {
-                if !report.first_start && Duration::from_millis(report.uptime_ms) < max_lease {
+                tracing::info!(
+                    member = id,
+                    locks = report.locks.len(),
+                    frames = report.frames,
+                    took_ms = took.as_millis() as u64,
+                    "member read"
+                );
+                let header = &report.header;
+                if !header.first_start && Duration::from_millis(header.uptime_ms) < max_lease {
                     missing.push(id);
                 }
-                read.push((id, received, report));
+                read.push((id, report));
             }
             Err(e) => {
                 tracing::warn!(member = id, %e, "member missing at the rebuild");
@@ -190,24 +196,45 @@ async fn tell_losers(node: &Arc<Node>, lost: Vec<Lock>) {
 }
 
 impl Node {
-    /// What this node tells a rebuilding speaker: its clients' locks, what
-    /// it granted, and how long it has been up.
-    pub(crate) fn own_report(&self) -> Report {
-        let now = self.clock.now();
-        let state = self.state();
-        let held = state.held.live(now);
-        let granted = state.table.granted(now);
-        drop(state);
-        Report {
+    /// What this node tells a rebuilding speaker of itself: how long it has
+    /// been up, and whether this is its first start.
+    fn report_header(&self) -> ReportHeader {
+        ReportHeader {
             node: self.id(),
             uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
-            locks: held
-                .into_iter()
-                .chain(granted)
-                .map(|l| ReportLock::from(l.in_transit(now)))
-                .collect(),
         }
+    }
+
+    /// This node's report read by itself as the rebuilding speaker: its
+    /// clients' locks and what it granted, on its own clock as they are.
+    pub(crate) fn own_report(&self) -> MemberReport {
+        let now = self.clock.now();
+        let state = self.state();
+        let mut locks = state.held.live(now);
+        locks.extend(state.table.granted(now));
+        drop(state);
+        MemberReport {
+            header: self.report_header(),
+            locks,
+            frames: 0,
+        }
+    }
+
+    /// This node's report to another, rebuilding, node: the header, then
+    /// its clients' locks and what it granted, in frames of at most
+    /// `--report-frame-bytes`.
+    pub(crate) fn report_frames(&self) -> Result<Vec<Vec<u8>>, CodecError> {
+        let now = self.clock.now();
+        let state = self.state();
+        let mut locks = state.held.live(now);
+        locks.extend(state.table.granted(now));
+        drop(state);
+        report::encode(
+            &self.report_header(),
+            locks.iter().map(|l| ReportLock::of(l, now)),
+            self.config.report_frame_bytes,
+        )
     }
 }
 
