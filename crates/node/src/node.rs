@@ -358,7 +358,7 @@ impl Node {
         }
         .map_err(lock_error)?;
         if node == self.config.id {
-            if state.held.get(id).is_none() {
+            if !state.held.contains(id) {
                 note_renewed_elsewhere(&mut state, id);
             }
             state.held.record(renewed.clone());
@@ -461,7 +461,7 @@ impl Node {
 
     /// This node's record of `id`.
     pub(crate) fn held_record(&self, id: LockId) -> Option<Lock> {
-        self.state().held.get(id).cloned()
+        self.state().held.get(id)
     }
 
     /// Drops this node's record of `id`.
@@ -506,7 +506,7 @@ fn note_renewed_elsewhere(state: &mut State, id: LockId) {
             held,
             ..
         } = state;
-        renewed_elsewhere.retain(|id| held.get(*id).is_some());
+        renewed_elsewhere.retain(|id| held.contains(*id));
     }
     state.renewed_elsewhere.insert(id);
 }

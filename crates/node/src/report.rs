@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold_raft::codec::{Chunk, ChunkReader, ChunkWriter, CodecError};
-use locktable::{Fence, Lock, LockId, LockInTransit, MonoTime, NodeId};
+use locktable::{Fence, HeldLock, Lock, LockId, LockInTransit, MonoTime, NodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
@@ -62,6 +62,24 @@ impl<'a> ReportLock<&'a str> {
             ttl_ns: nanos(lock.ttl(now)),
             held_ns: nanos(lock.held_for(now)),
             data: lock.data.as_deref(),
+        }
+    }
+}
+
+impl<'a> ReportLock<&'a str> {
+    /// A lock of this node's `Held` as it leaves at `now`, read where it is
+    /// kept.
+    pub(crate) fn held(lock: HeldLock<'a>, now: MonoTime) -> Self {
+        ReportLock {
+            name: lock.name(),
+            id: lock.id().as_u128(),
+            node: lock.node(),
+            holder: lock.holder(),
+            fence: lock.fence().0,
+            lease_ns: nanos(lock.lease()),
+            ttl_ns: nanos(lock.ttl(now)),
+            held_ns: nanos(lock.held_for(now)),
+            data: lock.data(),
         }
     }
 }
@@ -310,5 +328,23 @@ mod tests {
         let limit = crate::NodeConfig::MIN_REPORT_FRAME_BYTES;
         let frames = encode(&header(), [ReportLock::of(&big, now)], limit).unwrap();
         assert!(frames.iter().all(|f| f.len() <= limit + 4));
+    }
+
+    #[test]
+    fn a_held_lock_leaves_as_the_same_lock_would() {
+        let now = MonoTime::from_nanos(1 << 62);
+        let mut held = locktable::Held::new();
+        for i in 0..4 {
+            held.record(lock(i, now));
+        }
+        let from_held: Vec<ReportLock<&str>> = held
+            .iter_live(now)
+            .map(|l| ReportLock::held(l, now))
+            .collect();
+        let locks = held.live(now);
+        let from_locks: Vec<ReportLock<&str>> =
+            locks.iter().map(|l| ReportLock::of(l, now)).collect();
+        assert_eq!(from_held.len(), 4);
+        assert_eq!(from_held, from_locks);
     }
 }

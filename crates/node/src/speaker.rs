@@ -224,17 +224,17 @@ impl Node {
     /// This node's report to another, rebuilding, node: the header, then
     /// its clients' locks and what it granted, in frames of at most
     /// `--report-frame-bytes`.
+    ///
+    /// The clients' locks are encoded where they are kept, under the node's
+    /// lock: the frames are the only copy made of them.
     pub(crate) fn report_frames(&self) -> Result<Vec<Vec<u8>>, CodecError> {
+        let header = self.report_header();
         let now = self.clock.now();
         let state = self.state();
-        let mut locks = state.held.live(now);
-        locks.extend(state.table.granted(now));
-        drop(state);
-        report::encode(
-            &self.report_header(),
-            locks.iter().map(|l| ReportLock::of(l, now)),
-            self.config.report_frame_bytes,
-        )
+        let granted = state.table.granted(now);
+        let held = state.held.iter_live(now).map(|l| ReportLock::held(l, now));
+        let granted = granted.iter().map(|l| ReportLock::of(l, now));
+        report::encode(&header, held.chain(granted), self.config.report_frame_bytes)
     }
 }
 
