@@ -89,6 +89,7 @@ fn member(args: &[String]) -> ExitCode {
         rebuild_mode: RebuildMode::Proceed,
         timings: RaftTimings::default(),
         chaos: false,
+        report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async move {

@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// Accept fault injection on /internal/chaos (chaos tests only).
     #[arg(long, hide = true)]
     chaos: bool,
+    /// The largest frame of a rebuild report, in bytes; the same on every
+    /// member (tests set it low to read a report in many frames).
+    #[arg(long, hide = true, default_value_t = NodeConfig::DEFAULT_REPORT_FRAME_BYTES)]
+    report_frame_bytes: usize,
 }
 
 fn parse_peer(s: &str) -> Result<(u64, String), String> {
@@ -86,6 +90,7 @@ impl ServeArgs {
             },
             timings: RaftTimings::default(),
             chaos: self.chaos,
+            report_frame_bytes: self.report_frame_bytes,
         }
     }
 }
@@ -130,6 +135,7 @@ pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result
             rebuild_mode: RebuildMode::Proceed,
             timings: RaftTimings::default(),
             chaos: false,
+            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
         };
         running.push(start(config, addr).await?);
         println!("node {id}: http://{addr}");

@@ -34,7 +34,7 @@ mod table;
 mod time;
 
 pub use error::{AcquireError, LockError, NotRebuilt, StaleGeneration};
-pub use held::Held;
+pub use held::{Held, HeldLock};
 pub use lock::{BadLockId, Fence, Lock, LockId, LockInTransit, NodeId, Request};
 pub use table::{Acquired, Answer, RebuildError, RebuildFrom, Rebuilt, Table, WaiterId};
 pub use time::{LeaseRule, MonoTime};

@@ -1,10 +1,13 @@
-//! Compact storage of the table's locks, indexed by name.
+//! Compact storage of locks: the table's, indexed by name, and a node's
+//! `Held`, indexed by id.
 //!
 //! A million held locks must fit in a couple of hundred megabytes, so a lock
 //! is kept as one 80-byte slot whose strings (name, holder, data) share one
 //! allocation, in a vector indexed by a hash table of slot numbers.
 
-use std::hash::BuildHasher;
+use std::fmt::Debug;
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -12,8 +15,8 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 use crate::lock::{Fence, Lock, LockId, NodeId};
 use crate::time::MonoTime;
 
-/// One lock as the table keeps it.
-#[derive(Debug)]
+/// One lock as the table (or a `Held`) keeps it.
+#[derive(Debug, Clone)]
 pub(crate) struct Slot {
     /// The name, then the holder, then the data, end to end.
     text: Box<str>,
@@ -127,29 +130,61 @@ fn clip(s: &str) -> &str {
     &s[..end]
 }
 
-/// The locks of a table, found by name.
-#[derive(Default)]
-pub(crate) struct Slots {
+/// What a set of slots is found by: at most one slot per key.
+pub(crate) trait SlotKey: Debug + Clone + Default {
+    /// The key, as borrowed from a slot.
+    type Key: ?Sized + Hash + Eq;
+    /// The key of `slot`.
+    fn key(slot: &Slot) -> &Self::Key;
+}
+
+/// Slots found by name: the table's (one lock per name).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ByName;
+
+impl SlotKey for ByName {
+    type Key = str;
+    fn key(slot: &Slot) -> &str {
+        slot.name()
+    }
+}
+
+/// Slots found by lock id: a node's `Held` (which may briefly keep two
+/// grants of one name).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ById;
+
+impl SlotKey for ById {
+    type Key = LockId;
+    fn key(slot: &Slot) -> &LockId {
+        &slot.id
+    }
+}
+
+/// Locks kept in slots, found by their key `K` (by name unless said).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Slots<K: SlotKey = ByName> {
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
     index: HashTable<u32>,
     hasher: DefaultHashBuilder,
+    by: PhantomData<K>,
 }
 
-impl Slots {
+impl<K: SlotKey> Slots<K> {
     pub(crate) fn len(&self) -> usize {
         self.index.len()
     }
 
-    fn hash(&self, name: &str) -> u64 {
-        self.hasher.hash_one(name)
+    fn hash(&self, key: &K::Key) -> u64 {
+        self.hasher.hash_one(key)
     }
 
-    /// The slot number of the lock named `name`.
-    pub(crate) fn find(&self, name: &str) -> Option<u32> {
+    /// The slot number of the lock whose key is `key`.
+    pub(crate) fn find(&self, key: &K::Key) -> Option<u32> {
         let slots = &self.slots;
         self.index
-            .find(self.hash(name), |&i| slot_name(slots, i) == name)
+            .find(self.hash(key), |&i| slot_key::<K>(slots, i) == Some(key))
             .copied()
     }
 
@@ -161,10 +196,10 @@ impl Slots {
         self.slots.get_mut(at as usize).and_then(Option::as_mut)
     }
 
-    /// Keeps `slot`, whose name no slot holds yet, and says where.
+    /// Keeps `slot`, whose key no slot holds yet, and says where.
     pub(crate) fn insert(&mut self, slot: Slot) -> u32 {
-        debug_assert!(self.find(slot.name()).is_none());
-        let hash = self.hash(slot.name());
+        debug_assert!(self.find(K::key(&slot)).is_none());
+        let hash = self.hash(K::key(&slot));
         let at = match self.free.pop() {
             Some(at) => {
                 self.slots[at as usize] = Some(slot);
@@ -177,16 +212,16 @@ impl Slots {
         };
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.index
-            .insert_unique(hash, at, |&i| hasher.hash_one(slot_name(slots, i)));
+            .insert_unique(hash, at, |&i| hasher.hash_one(indexed_key::<K>(slots, i)));
         at
     }
 
     /// Takes the slot at `at` out.
     pub(crate) fn remove(&mut self, at: u32) -> Option<Slot> {
-        let name_hash = self.hash(self.get(at)?.name());
+        let key_hash = self.hash(K::key(self.get(at)?));
         let entry = self
             .index
-            .find_entry(name_hash, |&i| i == at)
+            .find_entry(key_hash, |&i| i == at)
             .expect("an occupied slot is indexed");
         entry.remove();
         self.free.push(at);
@@ -212,8 +247,15 @@ impl Slots {
     }
 }
 
-fn slot_name(slots: &[Option<Slot>], at: u32) -> &str {
-    slots[at as usize].as_ref().map_or("", Slot::name)
+/// The key of the slot at `at`, if occupied.
+fn slot_key<K: SlotKey>(slots: &[Option<Slot>], at: u32) -> Option<&K::Key> {
+    slots[at as usize].as_ref().map(K::key)
+}
+
+/// The key of the slot at `at`, which the index names (so it is occupied:
+/// a slot leaves the index before it is emptied).
+fn indexed_key<K: SlotKey>(slots: &[Option<Slot>], at: u32) -> &K::Key {
+    slot_key::<K>(slots, at).expect("an indexed slot is occupied")
 }
 
 #[cfg(test)]
@@ -248,7 +290,7 @@ mod tests {
 
     #[test]
     fn slots_are_found_by_name_and_reused() {
-        let mut slots = Slots::default();
+        let mut slots: Slots = Slots::default();
         let a = slots.insert(Slot::new(&lock("a", "", None)));
         let b = slots.insert(Slot::new(&lock("b", "", None)));
         assert_eq!(slots.find("a"), Some(a));

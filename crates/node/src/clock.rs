@@ -47,10 +47,15 @@ impl Clock {
         )
     }
 
-    /// `instant` (a `CLOCK_MONOTONIC` reading) on the lease clock, by its
-    /// age now.
+    /// `instant` (a `CLOCK_MONOTONIC` reading, past or future) on the lease
+    /// clock, by its distance from now.
     pub fn at(&self, instant: Instant) -> MonoTime {
-        self.now() - instant.elapsed()
+        let mono_now = Instant::now();
+        let now = self.now();
+        match instant.checked_duration_since(mono_now) {
+            Some(ahead) => now + ahead,
+            None => now - mono_now.duration_since(instant),
+        }
     }
 
     /// How long the process has been running (suspends included).

@@ -42,6 +42,11 @@ pub struct NodeConfig {
     /// Lets `/internal/chaos` inject faults (partitions, slow links, wall
     /// clock steps): for chaos tests only.
     pub chaos: bool,
+    /// The largest frame of a report: a member cuts its report into frames
+    /// no larger, and a rebuilding speaker refuses a larger one. The same
+    /// on every member ([`NodeConfig::DEFAULT_REPORT_FRAME_BYTES`] unless a
+    /// test wants many frames from few locks).
+    pub report_frame_bytes: usize,
 }
 
 /// A configuration that cannot run.
@@ -70,6 +75,9 @@ pub enum ConfigError {
         .0.as_millis()
     )]
     RebuildTimeout(Duration),
+    /// A report frame too small to carry the largest lock.
+    #[error("--report-frame-bytes must be at least {min}", min = NodeConfig::MIN_REPORT_FRAME_BYTES)]
+    ReportFrameTooSmall,
 }
 
 /// The longest `--max-lease` a node accepts: a day. Leases are counted in
@@ -83,6 +91,13 @@ pub const REBUILD_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(10), Duration::from_secs(600));
 
 impl NodeConfig {
+    /// The report frame size nodes run with: about 14 000 locks of short
+    /// names a frame.
+    pub const DEFAULT_REPORT_FRAME_BYTES: usize = 1 << 20;
+    /// The smallest report frame allowed: room for the largest lock the API
+    /// admits (a name, holder and data at their limits take under 5 KiB).
+    pub const MIN_REPORT_FRAME_BYTES: usize = 64 << 10;
+
     /// Checks the settings hang together.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.peers.contains_key(&self.id) {
@@ -104,6 +119,35 @@ impl NodeConfig {
         if self.cluster_token.is_empty() {
             return Err(ConfigError::NoToken);
         }
+        if self.report_frame_bytes < Self::MIN_REPORT_FRAME_BYTES {
+            return Err(ConfigError::ReportFrameTooSmall);
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_frame_must_hold_the_largest_lock() {
+        let mut config = NodeConfig {
+            id: 1,
+            peers: BTreeMap::from([(1, "127.0.0.1:1".to_string())]),
+            data_dir: PathBuf::from("unused"),
+            cluster_token: "t".into(),
+            lease: LeaseRule::default(),
+            rebuild_timeout: Duration::from_secs(2),
+            rebuild_mode: RebuildMode::Proceed,
+            timings: RaftTimings::default(),
+            chaos: false,
+            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
+        };
+        assert_eq!(config.validate(), Ok(()));
+        config.report_frame_bytes = NodeConfig::MIN_REPORT_FRAME_BYTES - 1;
+        assert_eq!(config.validate(), Err(ConfigError::ReportFrameTooSmall));
+        config.report_frame_bytes = NodeConfig::MIN_REPORT_FRAME_BYTES;
+        assert_eq!(config.validate(), Ok(()));
     }
 }

@@ -224,19 +224,26 @@ async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
 
 // ---- peer routes ----
 
-/// This node's report to a rebuilding speaker, in bincode.
+/// This node's report to a rebuilding speaker, in bincode frames of at
+/// most `--report-frame-bytes` (see `report`): each frame is sent, and
+/// freed, on its own. The read carries the reader's term: a node still
+/// speaking for an older one drops its table first.
 async fn internal_held(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let read: leasehold_api::ReportRequest = peer_body(&bytes)?;
     node.deposed_by(read.term);
-    let report = node.own_report();
-    let bytes = tokio::task::spawn_blocking(move || leasehold_raft::codec::encode(&report))
+    let frames = tokio::task::spawn_blocking(move || node.report_frames())
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(([("content-type", "application/octet-stream")], bytes).into_response())
+    let body = axum::body::Body::from_stream(futures::stream::iter(
+        frames
+            .into_iter()
+            .map(|frame| Ok::<_, std::convert::Infallible>(Bytes::from(frame))),
+    ));
+    Ok(([("content-type", "application/octet-stream")], body).into_response())
 }
 
 /// A forwarded acquire that may wait (those that do not come in batches).

@@ -587,7 +587,7 @@ impl Node {
 
     /// This node's record of `id`.
     pub(crate) fn held_record(&self, id: LockId) -> Option<Lock> {
-        self.state().held.get(id).cloned()
+        self.state().held.get(id)
     }
 
     /// Drops this node's record of `id`.

@@ -2,11 +2,12 @@
 //! forwarded requests, and releases and losses to pass on.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leasehold_api::{ErrorBody, Lost, PeerLock, ReportRequest};
 
-use crate::report::Report;
+use crate::clock::Clock;
+use crate::report::{MemberReport, ReportReader};
 use leasehold_raft::{Faults, TOKEN_HEADER};
 use locktable::NodeId;
 use serde::de::DeserializeOwned;
@@ -19,6 +20,13 @@ use serde::Serialize;
 pub struct PeerError {
     addr: String,
     reason: String,
+}
+
+fn peer_error(addr: &str, reason: impl std::fmt::Display) -> PeerError {
+    PeerError {
+        addr: addr.to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 /// The HTTP client for peer traffic.
@@ -58,23 +66,19 @@ impl Peers {
     }
 
     /// Sends a POST to `path` on `addr` through the fault plan, with the
-    /// cluster token; answers whether it succeeded, and the body.
-    async fn post(
+    /// cluster token; answers with the response, its body still to come.
+    async fn send(
         &self,
         addr: &str,
         path: &str,
         body: Option<Vec<u8>>,
         timeout: Duration,
-    ) -> Result<(bool, axum::body::Bytes), PeerError> {
-        let fail = |reason: String| PeerError {
-            addr: addr.to_string(),
-            reason,
-        };
+    ) -> Result<reqwest::Response, PeerError> {
         if let Some(id) = self.ids.get(addr) {
             self.faults
                 .before_send(*id)
                 .await
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| peer_error(addr, e))?;
         }
         let mut request = self
             .http
@@ -86,9 +90,21 @@ impl Peers {
                 .header("content-type", "application/json")
                 .body(body);
         }
-        let response = request.send().await.map_err(|e| fail(e.to_string()))?;
+        request.send().await.map_err(|e| peer_error(addr, e))
+    }
+
+    /// Sends a POST as [`Peers::send`] does; answers whether it succeeded,
+    /// and the body.
+    async fn post(
+        &self,
+        addr: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<(bool, axum::body::Bytes), PeerError> {
+        let response = self.send(addr, path, body, timeout).await?;
         let ok = response.status().is_success();
-        let bytes = response.bytes().await.map_err(|e| fail(e.to_string()))?;
+        let bytes = response.bytes().await.map_err(|e| peer_error(addr, e))?;
         Ok((ok, bytes))
     }
 
@@ -118,28 +134,37 @@ impl Peers {
         }
     }
 
-    /// A member's `Held` and `Granted`, read by the speaker of `term`.
+    /// A member's `Held` and `Granted`, read by the speaker of `term` frame by frame as they arrive
+    /// (frames over `frame_limit` bytes are refused), each frame's leases
+    /// counted on `clock` from its arrival. `timeout` bounds the whole read.
     pub(crate) async fn report(
         &self,
         addr: &str,
         term: u64,
         timeout: Duration,
-    ) -> Result<Report, PeerError> {
-        let fail = |reason: String| PeerError {
-            addr: addr.to_string(),
-            reason,
+        frame_limit: usize,
+        clock: Clock,
+    ) -> Result<MemberReport, PeerError> {
+        let read = async {
+            let body =
+                serde_json::to_vec(&ReportRequest { term }).map_err(|e| peer_error(addr, e))?;
+            let mut response = self
+                .send(addr, "/internal/held", Some(body), timeout)
+                .await?;
+            if !response.status().is_success() {
+                return Err(peer_error(addr, "the member refused to report"));
+            }
+            let mut reader = ReportReader::new(frame_limit, clock);
+            while let Some(piece) = response.chunk().await.map_err(|e| peer_error(addr, e))? {
+                reader
+                    .push(&piece, Instant::now())
+                    .map_err(|e| peer_error(addr, e))?;
+            }
+            reader.finish().map_err(|e| peer_error(addr, e))
         };
-        let body = serde_json::to_vec(&ReportRequest { term }).map_err(|e| fail(e.to_string()))?;
-        let (ok, bytes) = self
-            .post(addr, "/internal/held", Some(body), timeout)
-            .await?;
-        if !ok {
-            return Err(fail("the member refused to report".into()));
-        }
-        tokio::task::spawn_blocking(move || leasehold_raft::codec::decode::<Report>(&bytes))
+        tokio::time::timeout(timeout, read)
             .await
-            .map_err(|e| fail(e.to_string()))?
-            .map_err(|e| fail(e.to_string()))
+            .map_err(|_| peer_error(addr, format!("no whole report within {timeout:?}")))?
     }
 
     /// Tells the member at `addr` of releases: `body` is a

@@ -1,15 +1,25 @@
 //! What a member tells a rebuilding speaker: its clients' locks and its own
 //! grants, in bincode (a million locks must cross in well under the
 //! rebuild timeout; JSON took longer than that).
+//!
+//! A report is a chunked stream ([`leasehold_raft::codec::ChunkWriter`]):
+//! a [`ReportHeader`] frame, then the locks in frames of at most
+//! `--report-frame-bytes`, then the count. The speaker decodes each frame
+//! as it arrives and counts its locks' leases from that frame's arrival, so
+//! it never holds more than one frame of a report's bytes, however many
+//! locks the member holds.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use locktable::{Fence, LockId, LockInTransit, NodeId};
+use leasehold_raft::codec::{Chunk, ChunkReader, ChunkWriter, CodecError};
+use locktable::{Fence, HeldLock, Lock, LockId, LockInTransit, MonoTime, NodeId};
 use serde::{Deserialize, Serialize};
 
-/// A member's report.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct Report {
+use crate::clock::Clock;
+
+/// What a member says of itself, ahead of its locks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ReportHeader {
     /// The reporting node.
     pub(crate) node: NodeId,
     /// How long the reporting process has been up.
@@ -21,40 +31,59 @@ pub(crate) struct Report {
     /// and the restart rule use the longest lease any member may have
     /// granted or counted.
     pub(crate) max_lease_ms: u64,
-    /// Its clients' locks (`Held`) and its own grants (`Granted`).
-    pub(crate) locks: Vec<ReportLock>,
 }
 
-/// One lock of a report: times as durations (nanoseconds).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ReportLock {
-    name: String,
+/// One lock of a report: times as durations (nanoseconds). Sent with
+/// borrowed strings (`S = &str`), received with owned ones; both encode
+/// alike.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ReportLock<S = String> {
+    name: S,
     id: u128,
     node: NodeId,
-    holder: String,
+    holder: S,
     fence: u64,
     lease_ns: u64,
     ttl_ns: u64,
     held_ns: u64,
-    data: Option<String>,
+    data: Option<S>,
 }
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl From<LockInTransit> for ReportLock {
-    fn from(l: LockInTransit) -> Self {
+impl<'a> ReportLock<&'a str> {
+    /// `lock` as it leaves at `now`, its strings borrowed.
+    pub(crate) fn of(lock: &'a Lock, now: MonoTime) -> Self {
         ReportLock {
-            name: l.name,
-            id: l.id.as_u128(),
-            node: l.node,
-            holder: l.holder,
-            fence: l.fence.0,
-            lease_ns: nanos(l.lease),
-            ttl_ns: nanos(l.ttl),
-            held_ns: nanos(l.held_for),
-            data: l.data,
+            name: &lock.name,
+            id: lock.id.as_u128(),
+            node: lock.node,
+            holder: &lock.holder,
+            fence: lock.fence.0,
+            lease_ns: nanos(lock.lease),
+            ttl_ns: nanos(lock.ttl(now)),
+            held_ns: nanos(lock.held_for(now)),
+            data: lock.data.as_deref(),
+        }
+    }
+}
+
+impl<'a> ReportLock<&'a str> {
+    /// A lock of this node's `Held` as it leaves at `now`, read where it is
+    /// kept.
+    pub(crate) fn held(lock: HeldLock<'a>, now: MonoTime) -> Self {
+        ReportLock {
+            name: lock.name(),
+            id: lock.id().as_u128(),
+            node: lock.node(),
+            holder: lock.holder(),
+            fence: lock.fence().0,
+            lease_ns: nanos(lock.lease()),
+            ttl_ns: nanos(lock.ttl(now)),
+            held_ns: nanos(lock.held_for(now)),
+            data: lock.data(),
         }
     }
 }
@@ -75,33 +104,252 @@ impl From<ReportLock> for LockInTransit {
     }
 }
 
+/// Encodes a report: `header`, then `locks` in frames of at most `limit`
+/// bytes each, then their count. Each frame is its own buffer.
+pub(crate) fn encode<'a>(
+    header: &ReportHeader,
+    locks: impl IntoIterator<Item = ReportLock<&'a str>>,
+    limit: usize,
+) -> Result<Vec<Vec<u8>>, CodecError> {
+    let mut writer = ChunkWriter::new(header, limit)?;
+    for lock in locks {
+        writer.push(&lock)?;
+    }
+    writer.finish()
+}
+
+/// A member's report as the speaker took it in: its locks on the speaker's
+/// clock.
+#[derive(Debug, Default)]
+pub(crate) struct MemberReport {
+    /// What the member said of itself.
+    pub(crate) header: ReportHeader,
+    /// Its locks, each lease counted from the arrival of its frame.
+    pub(crate) locks: Vec<Lock>,
+    /// How many frames of locks came (0 for the speaker's own report).
+    pub(crate) frames: usize,
+}
+
+/// Takes a report in as its bytes arrive: each frame is decoded once whole
+/// and its locks put on this node's clock, so only the frame being received
+/// is held as bytes.
+pub(crate) struct ReportReader {
+    stream: ChunkReader<ReportHeader, ReportLock>,
+    clock: Clock,
+    report: Option<MemberReport>,
+    frames: usize,
+    locks: Vec<Lock>,
+}
+
+impl ReportReader {
+    /// A reader refusing frames over `limit` bytes, counting leases on
+    /// `clock`.
+    pub(crate) fn new(limit: usize, clock: Clock) -> Self {
+        ReportReader {
+            stream: ChunkReader::new(limit),
+            clock,
+            report: None,
+            frames: 0,
+            locks: Vec::new(),
+        }
+    }
+
+    /// Takes in bytes of the report that arrived at `arrived`: the locks of
+    /// every frame they complete are counted from then.
+    ///
+    /// The member measured each lease's time left when it wrote the frame,
+    /// before the frame arrived; counting from the frame's own arrival puts
+    /// the lease's end no earlier than the member's (a later frame of the
+    /// same report is counted from later, never from the first frame's
+    /// arrival, which would end its leases early).
+    pub(crate) fn push(&mut self, bytes: &[u8], arrived: Instant) -> Result<(), CodecError> {
+        self.stream.push(bytes);
+        let arrived = self.clock.at(arrived);
+        while let Some(chunk) = self.stream.next_chunk()? {
+            match chunk {
+                Chunk::Header(header) => {
+                    self.report = Some(MemberReport {
+                        header,
+                        ..MemberReport::default()
+                    });
+                }
+                Chunk::Items(locks) => {
+                    self.frames += 1;
+                    self.locks.extend(
+                        locks
+                            .into_iter()
+                            .map(|l| LockInTransit::from(l).arrive(arrived)),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole report, once its bytes ended: an error if the stream was
+    /// cut short or malformed.
+    pub(crate) fn finish(mut self) -> Result<MemberReport, CodecError> {
+        self.stream.finish()?;
+        let mut report = self
+            .report
+            .ok_or(CodecError::UnexpectedFrame("a stream without a header"))?;
+        report.locks = self.locks;
+        report.frames = self.frames;
+        Ok(report)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_report_survives_the_codec() {
-        let lock = LockInTransit {
-            name: "jobs/42".into(),
-            id: LockId::from_u128(7),
+    fn lock(i: u64, at: MonoTime) -> Lock {
+        Lock {
+            name: format!("jobs/{i:06}"),
+            id: LockId::from_u128(u128::from(i) << 70 | 7),
             node: 2,
-            holder: "w".into(),
-            fence: Fence(9),
-            lease: Duration::from_millis(1500),
-            ttl: Duration::from_nanos(123_456_789),
-            held_for: Duration::from_nanos(987),
-            data: None,
-        };
-        let report = Report {
+            holder: "worker".into(),
+            fence: Fence::new(3, i),
+            lease: Duration::from_secs(30),
+            acquired: at - Duration::from_millis(i),
+            expires: at + Duration::from_secs(20) + Duration::from_nanos(i),
+            data: (i % 3 == 0).then(|| "x".repeat(i as usize % 50)),
+        }
+    }
+
+    fn header() -> ReportHeader {
+        ReportHeader {
             node: 2,
             uptime_ms: 5,
             first_start: true,
             max_lease_ms: 600_000,
-            locks: vec![lock.clone().into()],
+        }
+    }
+
+    #[test]
+    fn a_report_crosses_in_bounded_frames_and_each_frame_counts_from_its_arrival() {
+        let clock = Clock::new();
+        let sent = clock.now();
+        let locks: Vec<Lock> = (0..3000).map(|i| lock(i, sent)).collect();
+        let limit = 16 * 1024;
+        let frames = encode(
+            &header(),
+            locks.iter().map(|l| ReportLock::of(l, sent)),
+            limit,
+        )
+        .unwrap();
+        assert!(frames.len() > 5, "{} frames", frames.len());
+        assert!(frames.iter().all(|f| f.len() <= limit + 4));
+
+        // The frames arrive a second apart, cut into pieces of 1000 bytes.
+        let start = Instant::now();
+        let mut reader = ReportReader::new(limit, clock);
+        let bytes: Vec<u8> = frames.concat();
+        for (i, piece) in bytes.chunks(1000).enumerate() {
+            reader
+                .push(piece, start + Duration::from_secs(i as u64))
+                .unwrap();
+        }
+        let report = reader.finish().unwrap();
+        assert_eq!(report.header, header());
+        assert_eq!(report.frames, frames.len() - 2, "all but header and end");
+        assert_eq!(report.locks.len(), locks.len());
+        let base = clock.at(start);
+        let mut last_delay = Duration::ZERO;
+        for (got, sent_lock) in report.locks.iter().zip(&locks) {
+            // The same lock, moved later by its frame's arrival.
+            let delay = got.expires.saturating_duration_since(sent_lock.expires);
+            assert_eq!(
+                (got.name.as_str(), got.id, got.fence, got.data.as_deref()),
+                (
+                    sent_lock.name.as_str(),
+                    sent_lock.id,
+                    sent_lock.fence,
+                    sent_lock.data.as_deref()
+                )
+            );
+            assert_eq!(
+                got.acquired,
+                sent_lock.acquired + delay,
+                "held as long as said"
+            );
+            assert!(got.expires >= sent_lock.expires, "never ends earlier");
+            assert!(delay >= last_delay, "later frames count from later");
+            assert!(got.expires >= base + sent_lock.ttl(sent));
+            last_delay = delay;
+        }
+        assert!(
+            last_delay >= Duration::from_secs(10),
+            "the last frame came later"
+        );
+    }
+
+    #[test]
+    fn a_cut_or_garbled_report_is_an_error_never_a_panic_or_a_short_report() {
+        let clock = Clock::new();
+        let now = clock.now();
+        let locks: Vec<Lock> = (0..40).map(|i| lock(i, now)).collect();
+        let bytes = encode(&header(), locks.iter().map(|l| ReportLock::of(l, now)), 512)
+            .unwrap()
+            .concat();
+        let read = |bytes: &[u8]| {
+            let mut reader = ReportReader::new(512, clock);
+            reader.push(bytes, Instant::now())?;
+            reader.finish()
         };
-        let bytes = leasehold_raft::codec::encode(&report).unwrap();
-        let back: Report = leasehold_raft::codec::decode(&bytes).unwrap();
-        assert_eq!((back.node, back.uptime_ms, back.first_start), (2, 5, true));
-        assert_eq!(LockInTransit::from(back.locks[0].clone()), lock);
+        assert_eq!(read(&bytes).unwrap().locks.len(), 40);
+        for cut in 0..bytes.len() {
+            let err = read(&bytes[..cut]).expect_err("a cut stream must not pass");
+            assert!(
+                matches!(
+                    err,
+                    CodecError::Truncated { .. } | CodecError::UnexpectedFrame(_)
+                ),
+                "cut at {cut}: {err}"
+            );
+        }
+        for at in 0..bytes.len() {
+            let mut garbled = bytes.clone();
+            garbled[at] ^= 0xA5;
+            // A flipped byte inside a string can decode; nothing may panic,
+            // and no stream may come out longer or shorter than sent.
+            if let Ok(report) = read(&garbled) {
+                assert_eq!(report.locks.len(), 40, "flip at {at}");
+            }
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(matches!(read(&longer), Err(CodecError::TrailingBytes(1))));
+    }
+
+    #[test]
+    fn the_largest_lock_the_api_admits_fits_the_smallest_frame() {
+        use leasehold_api::{MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_NAME_BYTES};
+        let now = MonoTime::from_nanos(1 << 62);
+        let mut big = lock(1, now);
+        big.name = "n".repeat(MAX_NAME_BYTES);
+        big.holder = "h".repeat(MAX_HOLDER_BYTES);
+        big.data = Some("d".repeat(MAX_DATA_BYTES));
+        let limit = crate::NodeConfig::MIN_REPORT_FRAME_BYTES;
+        let frames = encode(&header(), [ReportLock::of(&big, now)], limit).unwrap();
+        assert!(frames.iter().all(|f| f.len() <= limit + 4));
+    }
+
+    #[test]
+    fn a_held_lock_leaves_as_the_same_lock_would() {
+        let now = MonoTime::from_nanos(1 << 62);
+        let mut held = locktable::Held::new();
+        for i in 0..4 {
+            held.record(lock(i, now));
+        }
+        let from_held: Vec<ReportLock<&str>> = held
+            .iter_live(now)
+            .map(|l| ReportLock::held(l, now))
+            .collect();
+        let locks = held.live(now);
+        let from_locks: Vec<ReportLock<&str>> =
+            locks.iter().map(|l| ReportLock::of(l, now)).collect();
+        assert_eq!(from_held.len(), 4);
+        assert_eq!(from_held, from_locks);
     }
 }

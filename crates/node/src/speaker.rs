@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{PeerLock, RebuildReport};
+use leasehold_raft::codec::CodecError;
 use leasehold_raft::{leader_state, ReadPolicy};
-use locktable::{Lock, LockInTransit, NodeId, RebuildError, RebuildFrom};
+use locktable::{Lock, NodeId, RebuildError, RebuildFrom};
 use tokio::task::JoinHandle;
 
 use crate::config::RebuildMode;
 use crate::node::Node;
-use crate::report::{Report, ReportLock};
+use crate::report::{self, MemberReport, ReportHeader, ReportLock};
 
 /// How often the speaker task looks at Raft's view of the leader.
 const WATCH_EVERY: Duration = Duration::from_millis(10);
@@ -193,21 +194,15 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     }
     let (reports, missing) = read_members(&node, term).await;
     let now = node.clock.now();
-    let mut locks: Vec<Lock> = Vec::new();
+    let mut locks: Vec<Lock> = Vec::with_capacity(reports.iter().map(|(_, r)| r.locks.len()).sum());
     let mut members_read = Vec::new();
     let mut longest_lease = node.config.lease.max;
-    for (member, received, report) in reports {
+    for (member, report) in reports {
         members_read.push(member);
-        longest_lease = longest_lease.max(Duration::from_millis(report.max_lease_ms));
-        // Counted from the report's arrival: the speaker's table must not
-        // end a lease before its holder's own count does.
-        let arrived = received;
-        locks.extend(
-            report
-                .locks
-                .into_iter()
-                .map(|l| LockInTransit::from(l).arrive(arrived)),
-        );
+        longest_lease = longest_lease.max(Duration::from_millis(report.header.max_lease_ms));
+        // Already on this clock: each frame's leases were counted from its
+        // arrival as it was read (`ReportReader::push`).
+        locks.extend(report.locks);
     }
     let mut missing = missing;
     // A lease granted before this rebuild ends by `now + longest_lease`; an
@@ -268,7 +263,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     Attempt::Rebuilt
 }
 
-type Reports = Vec<(NodeId, locktable::MonoTime, Report)>;
+type Reports = Vec<(NodeId, MemberReport)>;
 
 /// Reads every member's report in parallel, up to the rebuild timeout. A
 /// member that does not answer, or restarted less than the longest lease
@@ -283,24 +278,41 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
     for (id, addr) in node.config.peers.clone() {
         let node = Arc::clone(node);
         reads.push(async move {
+            let started = Instant::now();
             let report = if id == node.id() {
                 Ok(node.own_report())
             } else {
-                node.peers.report(&addr, term, timeout).await
+                node.peers
+                    .report(
+                        &addr,
+                        term,
+                        timeout,
+                        node.config.report_frame_bytes,
+                        node.clock,
+                    )
+                    .await
             };
-            (id, node.clock.now(), report)
+            (id, started.elapsed(), report)
         });
     }
     let mut read = Vec::new();
     let mut missing = Vec::new();
-    for (id, received, report) in futures::future::join_all(reads).await {
+    for (id, took, report) in futures::future::join_all(reads).await {
         match report {
             Ok(report) => {
-                let longest = max_lease.max(Duration::from_millis(report.max_lease_ms));
-                if !report.first_start && Duration::from_millis(report.uptime_ms) < longest {
+                tracing::info!(
+                    member = id,
+                    locks = report.locks.len(),
+                    frames = report.frames,
+                    took_ms = took.as_millis() as u64,
+                    "member read"
+                );
+                let header = &report.header;
+                let longest = max_lease.max(Duration::from_millis(header.max_lease_ms));
+                if !header.first_start && Duration::from_millis(header.uptime_ms) < longest {
                     missing.push(id);
                 }
-                read.push((id, received, report));
+                read.push((id, report));
             }
             Err(e) => {
                 tracing::warn!(member = id, %e, "member missing at the rebuild");
@@ -335,25 +347,46 @@ async fn tell_losers(node: &Arc<Node>, lost: Vec<Lock>) {
 }
 
 impl Node {
-    /// What this node tells a rebuilding speaker: its clients' locks, what
-    /// it granted, and how long it has been up.
-    pub(crate) fn own_report(&self) -> Report {
-        let now = self.clock.now();
-        let state = self.state();
-        let held = state.held.live(now);
-        let granted = state.table.granted(now);
-        drop(state);
-        Report {
+    /// What this node tells a rebuilding speaker of itself: how long it has
+    /// been up, and whether this is its first start.
+    fn report_header(&self) -> ReportHeader {
+        ReportHeader {
             node: self.id(),
             uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
             max_lease_ms: u64::try_from(self.config.lease.max.as_millis()).unwrap_or(u64::MAX),
-            locks: held
-                .into_iter()
-                .chain(granted)
-                .map(|l| ReportLock::from(l.in_transit(now)))
-                .collect(),
         }
+    }
+
+    /// This node's report read by itself as the rebuilding speaker: its
+    /// clients' locks and what it granted, on its own clock as they are.
+    pub(crate) fn own_report(&self) -> MemberReport {
+        let now = self.clock.now();
+        let state = self.state();
+        let mut locks = state.held.live(now);
+        locks.extend(state.table.granted(now));
+        drop(state);
+        MemberReport {
+            header: self.report_header(),
+            locks,
+            frames: 0,
+        }
+    }
+
+    /// This node's report to another, rebuilding, node: the header, then
+    /// its clients' locks and what it granted, in frames of at most
+    /// `--report-frame-bytes`.
+    ///
+    /// The clients' locks are encoded where they are kept, under the node's
+    /// lock: the frames are the only copy made of them.
+    pub(crate) fn report_frames(&self) -> Result<Vec<Vec<u8>>, CodecError> {
+        let header = self.report_header();
+        let now = self.clock.now();
+        let state = self.state();
+        let granted = state.table.granted(now);
+        let held = state.held.iter_live(now).map(|l| ReportLock::held(l, now));
+        let granted = granted.iter().map(|l| ReportLock::of(l, now));
+        report::encode(&header, held.chain(granted), self.config.report_frame_bytes)
     }
 }
 

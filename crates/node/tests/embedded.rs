@@ -33,6 +33,7 @@ async fn three_nodes(dir: &std::path::Path) -> Vec<RunningNode> {
             rebuild_mode: RebuildMode::Proceed,
             timings: RaftTimings::default(),
             chaos: false,
+            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
         };
         nodes.push(leasehold_node::start(config, listener).await.unwrap());
     }

@@ -39,6 +39,7 @@ fn start() -> Node {
             rebuild_mode: RebuildMode::Proceed,
             timings: RaftTimings::default(),
             chaos: false,
+            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
         };
         let running = leasehold_node::start(config, listener).await.unwrap();
         std::mem::forget(running); // runs until the runtime stops
