@@ -195,12 +195,13 @@ async fn strict_mode_holds_new_grants_back_while_holders_reclaim() {
     renewer.abort();
 }
 
-/// A strict hold lasts as long as the longest lease any member may have
-/// granted or counted (members may run with different `--max-lease`), plus
-/// one leader lease: an old speaker missing from the rebuild may have
-/// granted until its guard ran out, that long before the new term began.
+/// A strict hold lasts as long as the longest `--max-lease` of the members
+/// read (members should run one value; while they do not, the longest
+/// known), plus one leader lease: an old speaker missing from the rebuild
+/// may have granted until its guard ran out, that long before the new term
+/// began.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_strict_hold_covers_the_longest_lease_of_any_member_and_the_guards_tail() {
+async fn a_strict_hold_covers_the_longest_lease_of_the_members_read_and_the_guards_tail() {
     let max_lease = |id: u64| 60_000 + 30_000 * id;
     let mut cluster = Cluster::start_each(3, &["--rebuild-mode", "strict"], |id| {
         vec!["--max-lease".into(), max_lease(id).to_string()]

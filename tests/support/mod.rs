@@ -66,7 +66,8 @@ impl Cluster {
         for id in 1..=n {
             cluster.spawn(id);
         }
-        cluster.speaker().await;
+        let (speaker, _) = cluster.speaker().await;
+        cluster.all_follow(speaker).await;
         cluster
     }
 
@@ -232,6 +233,26 @@ impl Cluster {
             }
             assert!(start.elapsed() < PATIENCE, "no speaker within {PATIENCE:?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until every running node names `leader` as the leader (a node
+    /// lets Raft run a leader lease after it starts, and learns the leader
+    /// from its first heartbeat).
+    pub async fn all_follow(&self, leader: u64) {
+        let start = Instant::now();
+        for &id in self.procs.keys() {
+            loop {
+                let (status, c) = self.get(id, "/v1/cluster").await;
+                if status == 200 && c["leader"] == json!(leader) {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < PATIENCE,
+                    "node {id} does not follow {leader}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
     }
 

@@ -412,7 +412,7 @@ impl Table {
             };
         }
         let mut lock = lock;
-        lock.expires = lock.expires.min(now + self.rule.max);
+        lock.expires = lock.expires.min(now + LeaseRule::LONGEST);
         self.insert(&lock);
         Ok(lock)
     }
@@ -581,7 +581,7 @@ impl Table {
     /// [`NotRebuilt`] (to retry at the speaker).
     pub fn forget(&mut self, name: &str, id: LockId, left: Duration, now: MonoTime) {
         self.retained.remove(&id);
-        let until = now + left.min(self.rule.max) + Self::FORGET_MARGIN;
+        let until = now + left.min(LeaseRule::LONGEST) + Self::FORGET_MARGIN;
         self.forgotten.insert(id, until, now);
         if let Ok(at) = self.find_held(name, id) {
             self.remove(at);
@@ -629,7 +629,7 @@ impl Table {
         }
         self.slots.clear();
         let forgotten = &self.forgotten;
-        let lost = settle_into(&mut self.slots, from.locks, now, self.rule.max, |id| {
+        let lost = settle_into(&mut self.slots, from.locks, now, LeaseRule::LONGEST, |id| {
             forgotten.contains(id, now)
         });
         self.reindex_expiries();
@@ -640,7 +640,13 @@ impl Table {
                 .and_then(|at| slots.get(at))
                 .is_none_or(|s| s.id != *id)
         });
-        let base = Fence::new(from.epoch, 1).0.max(highest.0.saturating_add(1));
+        // Above every fence this table issued too: a table dropped and
+        // rebuilt again in the same term (a rebuild retried after a drop)
+        // must not hand out a released lock's fence a second time.
+        let base = Fence::new(from.epoch, 1)
+            .0
+            .max(highest.0.saturating_add(1))
+            .max(self.fences.next);
         self.fences = FenceCounter {
             next: base,
             end: Fence::new(from.epoch + 1, 0)

@@ -70,6 +70,12 @@ impl LeaseRule {
     /// The seed's maximum lease: 10 min. A lock is for a short critical
     /// section, and the lease is what frees it when its holder dies.
     pub const MAX_LEASE: Duration = Duration::from_secs(600);
+    /// The longest lease any node may be set to grant (a day): the bound a
+    /// rebuild, a reclaim and a forget apply to a lease another node
+    /// reports. Not the table's own `max`: members may run with different
+    /// maximums, and cutting another speaker's grant to this one's shorter
+    /// maximum would free a name its holder still holds.
+    pub const LONGEST: Duration = Duration::from_secs(24 * 60 * 60);
 
     /// The lease granted for a request asking for `requested`: none or zero
     /// means the default, longer than the maximum is clamped to it.

@@ -501,10 +501,13 @@ fn a_forgotten_id_is_kept_as_long_as_the_lease_it_cancels() {
     table.poll(t(11));
     assert_eq!(table.forgotten_ids(), 0, "pruned once its time is up");
 
-    // A lease said to be longer than the longest is kept for the longest.
+    // A lease said to be longer than any node may grant is kept for the
+    // longest one may (not this table's own maximum: another speaker may
+    // have granted a longer lease than this one would).
+    let report = held_lock("a", 1, 2, t(0), t(200_000), Fence::new(1, 1).0);
     let mut table = Table::new(LeaseRule::default());
-    table.forget("a", LockId::from_u128(1), 3600 * SEC, t(0));
-    let end = t(0) + LeaseRule::MAX_LEASE + SEC;
+    table.forget("a", LockId::from_u128(1), 48 * 3600 * SEC, t(0));
+    let end = t(0) + LeaseRule::LONGEST + SEC;
     assert!(!rebuilds_with(
         &mut table,
         vec![report.clone()],
@@ -618,12 +621,16 @@ fn rebuild_replaces_the_table_with_the_reports() {
 fn rebuild_leaves_out_ended_leases_and_cuts_overlong_ones() {
     let ended = held_lock("a", 1, 2, t(0), t(5), 1);
     let overlong = held_lock("b", 2, 2, t(0), t(100_000), 2);
-    let table = rebuilt_table(1, vec![ended, overlong], t(6));
+    // Longer than this table's own maximum, within the longest any node
+    // may grant: another member's speaker may have granted it.
+    let long = held_lock("c", 3, 2, t(0), t(3_600), 3);
+    let table = rebuilt_table(1, vec![ended, overlong, long.clone()], t(6));
     assert_eq!(table.get("a", t(6)).unwrap(), None);
     assert_eq!(
         table.get("b", t(6)).unwrap().unwrap().expires,
-        t(6) + LeaseRule::MAX_LEASE
+        t(6) + LeaseRule::LONGEST
     );
+    assert_eq!(table.get("c", t(6)).unwrap().unwrap().expires, long.expires);
 }
 
 // "Two nodes saying they hold the same lock is a lock two speakers granted
@@ -891,4 +898,33 @@ fn forget_never_grants_to_a_waiter() {
     );
     assert_eq!(table.get("a", t(1)).unwrap(), None);
     assert_eq!(table.waiting(), 0);
+}
+
+/// A table dropped and rebuilt again in the same term (a speaker whose
+/// rebuild is retried after its table was dropped) goes on counting fences:
+/// a released lock's fence, reported by nobody, is never handed out again.
+#[test]
+fn a_second_rebuild_in_one_term_never_reissues_a_fence() {
+    let mut table = rebuilt_table(5, vec![], t(0));
+    let first = granted(table.acquire(req("a", 1, 1), t(0)));
+    table.release("a", first.id, t(1)).unwrap();
+    table.drop_table(t(1));
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch: 5,
+                locks: vec![],
+                hold_new_grants_until: None,
+            },
+            t(1),
+        )
+        .unwrap();
+    let second = granted(table.acquire(req("a", 2, 1), t(1)));
+    assert!(
+        second.fence > first.fence,
+        "{:?} after {:?}",
+        second.fence,
+        first.fence
+    );
 }

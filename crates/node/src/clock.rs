@@ -78,11 +78,11 @@ impl Default for Clock {
     }
 }
 
-/// A jump in `CLOCK_BOOTTIME − CLOCK_MONOTONIC` larger than this is taken
-/// for a suspend. Reading the two clocks one after the other can look like
-/// a small one when the thread is preempted between the reads; a false
-/// alarm costs one heartbeat's wait, and a real suspend shorter than this
-/// is inside the guard's margin.
+/// A gap between `CLOCK_BOOTTIME` and `CLOCK_MONOTONIC` larger than any
+/// seen before by more than this is taken for a suspend. A reading delayed
+/// by preemption can look like one; a false alarm costs the guard one
+/// heartbeat's wait, and a real suspend shorter than this is inside the
+/// guard's margin.
 const SUSPEND_TOLERANCE: Duration = Duration::from_millis(10);
 
 /// Notices that the machine was suspended, for the speaker's guard.
@@ -90,15 +90,21 @@ const SUSPEND_TOLERANCE: Duration = Duration::from_millis(10);
 /// openraft stamps heartbeat acknowledgements with `CLOCK_MONOTONIC`, which
 /// stands still during a suspend: after a resume, an acknowledgement from
 /// before it looks recent although the followers may long have elected
-/// another leader. The gap between the two clocks grows by exactly the time
-/// suspended, so a growth seen at any check marks a resume; the guard then
-/// trusts only acknowledgements of heartbeats sent after it.
+/// another leader. The gap `G = boottime − monotonic` grows by exactly the
+/// time suspended. Each check reads boottime, monotonic, boottime again and
+/// monotonic again: `boot₁ − mono₁` is a lower bound of `G` (the baseline
+/// keeps the largest lower bound ever seen, so it never overshoots), and
+/// `boot₂ − mono₁` an upper bound that includes any suspend before the
+/// second boottime read. An upper bound above the baseline by more than
+/// the tolerance marks a resume, stamped with the last monotonic read,
+/// taken after every suspend the check could see: only acknowledgements of
+/// heartbeats sent after it count.
 #[derive(Debug)]
 pub struct SuspendWatch {
     mono_origin: Instant,
     boot_origin: Duration,
-    /// The largest gap seen, in ns.
-    gap_ns: AtomicU64,
+    /// The largest lower bound of the gap seen, in ns.
+    baseline_ns: AtomicU64,
     /// When (ns after `mono_origin`) a suspend was last noticed; 0: never.
     resumed_ns: AtomicU64,
 }
@@ -109,7 +115,7 @@ impl SuspendWatch {
         SuspendWatch {
             mono_origin: Instant::now(),
             boot_origin: boottime(),
-            gap_ns: AtomicU64::new(0),
+            baseline_ns: AtomicU64::new(0),
             resumed_ns: AtomicU64::new(0),
         }
     }
@@ -117,24 +123,40 @@ impl SuspendWatch {
     /// The `CLOCK_MONOTONIC` instant at which a suspend was last noticed
     /// (checking now), if ever.
     pub fn last_resume(&self) -> Option<Instant> {
-        let mono = self.mono_origin.elapsed();
-        let boot = boottime().saturating_sub(self.boot_origin);
-        self.observe(mono, boot);
+        let boot1 = boottime().saturating_sub(self.boot_origin);
+        let mono1 = self.mono_origin.elapsed();
+        let boot2 = boottime().saturating_sub(self.boot_origin);
+        let mono2 = self.mono_origin.elapsed();
+        self.observe(Reading {
+            boot1,
+            mono1,
+            boot2,
+            mono2,
+        });
         match self.resumed_ns.load(Ordering::Acquire) {
             0 => None,
             ns => Some(self.mono_origin + Duration::from_nanos(ns)),
         }
     }
 
-    /// Takes a reading of both clocks (each since this watch's origin).
-    fn observe(&self, mono: Duration, boot: Duration) {
-        let gap = nanos(boot.saturating_sub(mono));
-        let before = self.gap_ns.fetch_max(gap, Ordering::AcqRel);
-        if gap > before.saturating_add(nanos(SUSPEND_TOLERANCE)) {
+    fn observe(&self, r: Reading) {
+        let lower = nanos(r.boot1.saturating_sub(r.mono1));
+        let upper = nanos(r.boot2.saturating_sub(r.mono1));
+        let before = self.baseline_ns.fetch_max(lower, Ordering::AcqRel);
+        if upper > before.saturating_add(nanos(SUSPEND_TOLERANCE)) {
             self.resumed_ns
-                .fetch_max(nanos(mono).max(1), Ordering::AcqRel);
+                .fetch_max(nanos(r.mono2).max(1), Ordering::AcqRel);
         }
     }
+}
+
+/// One check's reads of both clocks, in order, each since the origin.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    boot1: Duration,
+    mono1: Duration,
+    boot2: Duration,
+    mono2: Duration,
 }
 
 impl Default for SuspendWatch {
@@ -161,20 +183,74 @@ mod tests {
         assert!(b.saturating_duration_since(a) >= Duration::from_millis(5));
     }
 
+    const fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Reads with no delay between them, `suspended` ms of boottime ahead.
+    fn tight(at: u64, suspended: u64) -> Reading {
+        Reading {
+            boot1: ms(at + suspended),
+            mono1: ms(at),
+            boot2: ms(at + suspended),
+            mono2: ms(at),
+        }
+    }
+
+    fn resumed(watch: &SuspendWatch) -> u64 {
+        watch.resumed_ns.load(Ordering::Relaxed)
+    }
+
     #[test]
     fn a_growing_gap_between_the_clocks_is_a_resume() {
         let watch = SuspendWatch::new();
-        let ms = Duration::from_millis;
-        watch.observe(ms(100), ms(100));
-        assert_eq!(watch.resumed_ns.load(Ordering::Relaxed), 0);
-        // Preemption between the two reads: within tolerance.
-        watch.observe(ms(200), ms(205));
-        assert_eq!(watch.resumed_ns.load(Ordering::Relaxed), 0);
+        watch.observe(tight(100, 0));
+        assert_eq!(resumed(&watch), 0);
+        watch.observe(tight(200, 5));
+        assert_eq!(resumed(&watch), 0, "within tolerance");
         // Suspended for 30 s: boot time ran on, monotonic time did not.
-        watch.observe(ms(300), ms(30_305));
-        assert_eq!(watch.resumed_ns.load(Ordering::Relaxed), nanos(ms(300)));
-        // The gap stays: no new resume.
-        watch.observe(ms(400), ms(30_405));
-        assert_eq!(watch.resumed_ns.load(Ordering::Relaxed), nanos(ms(300)));
+        watch.observe(tight(300, 30_000));
+        assert_eq!(resumed(&watch), nanos(ms(300)));
+        watch.observe(tight(400, 30_000));
+        assert_eq!(
+            resumed(&watch),
+            nanos(ms(300)),
+            "the gap stays: no new resume"
+        );
+    }
+
+    #[test]
+    fn a_delayed_reading_does_not_blind_the_watch() {
+        let watch = SuspendWatch::new();
+        watch.observe(tight(100, 0));
+        // Preempted for 200 ms between the reads: boot₂ and mono₂ late.
+        watch.observe(Reading {
+            boot1: ms(200),
+            mono1: ms(200),
+            boot2: ms(400),
+            mono2: ms(400),
+        });
+        assert_eq!(
+            resumed(&watch),
+            nanos(ms(400)),
+            "a false alarm, stamped late"
+        );
+        // The baseline did not move: a real 150 ms suspend is still seen.
+        watch.observe(tight(500, 150));
+        assert_eq!(resumed(&watch), nanos(ms(500)));
+    }
+
+    #[test]
+    fn a_suspend_between_the_reads_is_seen_and_stamped_after_it() {
+        let watch = SuspendWatch::new();
+        watch.observe(tight(100, 0));
+        // boot₁ read, then a 5 s suspend, then the rest.
+        watch.observe(Reading {
+            boot1: ms(200),
+            mono1: ms(200),
+            boot2: ms(5_200),
+            mono2: ms(201),
+        });
+        assert_eq!(resumed(&watch), nanos(ms(201)));
     }
 }

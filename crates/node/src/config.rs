@@ -83,7 +83,7 @@ pub enum ConfigError {
 /// The longest `--max-lease` a node accepts: a day. Leases are counted in
 /// nanoseconds on the monotonic clock; a day leaves every sum far from
 /// overflow, and a lock held longer is a lock that should be renewed.
-pub const MAX_LEASE_CAP: Duration = Duration::from_secs(24 * 60 * 60);
+pub const MAX_LEASE_CAP: Duration = LeaseRule::LONGEST;
 
 /// The range of `--rebuild-timeout`: long enough for one round trip, short
 /// enough that a rebuild missing a member still ends.

@@ -77,21 +77,10 @@ impl RunningNode {
     /// the HTTP server. When it returns, the data directory is closed and
     /// may be opened again.
     pub async fn shutdown(self) {
+        let led = self.node.leading_term();
         self.node.stop_speaking();
-        if self.node.is_leader() {
-            match self.node.transfer_leadership().await {
-                Some(to) => match self.node.wait_for_other_leader(HANDOVER_PATIENCE).await {
-                    Some(leader) => {
-                        tracing::info!(to, leader, "shutdown: leadership handed over")
-                    }
-                    None => tracing::warn!(
-                        to,
-                        "shutdown: no other leader within {HANDOVER_PATIENCE:?}; \
-                         the cluster elects one when this node's heartbeats stop"
-                    ),
-                },
-                None => tracing::warn!("shutdown: leadership could not be handed over"),
-            }
+        if let Some(term) = led {
+            self.hand_over(term).await;
         }
         let raft = self.node.raft.clone();
         let _ = raft.shutdown().await;
@@ -101,6 +90,40 @@ impl RunningNode {
         }
         if !self.store_closed.wait(Duration::from_secs(5)).await {
             tracing::warn!("shutdown: the Raft store is still open");
+        }
+    }
+
+    /// Hands leadership of `term` to another member, then stays until the
+    /// new speaker has read this node's report: its `Granted` holds every
+    /// lock granted in `term`, and a rebuild that missed it would let the
+    /// next speaker grant them again (proceed mode) or hold every new grant
+    /// back (strict mode).
+    async fn hand_over(&self, term: u64) {
+        let Some(to) = self.node.transfer_leadership().await else {
+            tracing::warn!("shutdown: leadership could not be handed over");
+            return;
+        };
+        let Some(leader) = self.node.wait_for_other_leader(HANDOVER_PATIENCE).await else {
+            tracing::warn!(
+                to,
+                "shutdown: no other leader within {HANDOVER_PATIENCE:?}; \
+                 the cluster elects one when this node's heartbeats stop"
+            );
+            return;
+        };
+        let patience = self.node.config.rebuild_timeout + HANDOVER_PATIENCE;
+        if self.node.wait_read_above(term, patience).await {
+            tracing::info!(
+                to,
+                leader,
+                "shutdown: leadership handed over, and this node's locks read by the new speaker"
+            );
+        } else {
+            tracing::warn!(
+                to,
+                leader,
+                "shutdown: leadership handed over, but the new speaker did not read this node within {patience:?}"
+            );
         }
     }
 }

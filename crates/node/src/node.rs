@@ -69,6 +69,8 @@ pub struct Node {
     changes: watch::Sender<u64>,
     /// When the expiry task next wakes (table clock, ns); 0 while it works.
     pub(crate) expiry_armed: AtomicU64,
+    /// The highest term whose speaker has read this node's report.
+    read_by: watch::Sender<u64>,
     /// Releases to pass on to the members that may keep a record of them.
     pub(crate) forgets: Outbox,
     /// Calls to forward to the speaker in the next batch.
@@ -118,6 +120,7 @@ impl Node {
             table_changed: Notify::new(),
             changes: watch::Sender::new(0),
             expiry_armed: AtomicU64::new(0),
+            read_by: watch::Sender::new(0),
             batches: Queue::new(),
         })
     }
@@ -166,6 +169,12 @@ impl Node {
         leader
             .lease_deadline(self.config.timings.leader_lease(), LEASE_MARGIN)
             .is_some_and(|deadline| Instant::now() < deadline)
+    }
+
+    /// Whether this node may grant now (its guard passes), rebuilt or not.
+    pub(crate) fn may_speak_now(&self) -> bool {
+        let state = self.state();
+        self.may_speak(&state)
     }
 
     /// The state, if this node may grant from its table now.
@@ -251,13 +260,22 @@ impl Node {
     /// waiting requests are answered `not_rebuilt`.
     pub(crate) fn drop_table(&self, speaking: Option<u64>) -> u64 {
         let mut state = self.state();
-        state.table.drop_table(self.clock.now());
-        state.speaking = speaking;
-        state.moved.clear();
-        state.moved_prune_at = MOVED_PRUNE_AT;
-        self.dispatch(&mut state);
-        self.changed(&state);
+        self.drop_locked(&mut state, speaking);
         state.table.generation()
+    }
+
+    /// [`Node::drop_table`] under the state's lock. What a renewal moved is
+    /// kept while the term stays the same (a rebuild retried in it brings
+    /// the same locks back).
+    fn drop_locked(&self, state: &mut State, speaking: Option<u64>) {
+        state.table.drop_table(self.clock.now());
+        if state.speaking != speaking {
+            state.moved.clear();
+            state.moved_prune_at = MOVED_PRUNE_AT;
+        }
+        state.speaking = speaking;
+        self.dispatch(state);
+        self.changed(state);
     }
 
     /// Whether the table is rebuilt (it may still be barred from granting
@@ -288,10 +306,15 @@ impl Node {
     /// entry is committed) and must grant nothing more, even before Raft
     /// tells it so. Its table is dropped; its grants stay in `Granted`.
     pub(crate) fn deposed_by(&self, term: u64) {
-        let speaking = self.state().speaking;
-        if let Some(own) = speaking.filter(|own| *own < term) {
+        let mut state = self.state();
+        self.read_by.send_if_modified(|highest| {
+            let newer = term > *highest;
+            *highest = (*highest).max(term);
+            newer
+        });
+        if let Some(own) = state.speaking.filter(|own| *own < term) {
             tracing::info!(own, term, "a newer speaker read this node: table dropped");
-            self.drop_table(Some(own));
+            self.drop_locked(&mut state, Some(own));
         }
     }
 
@@ -332,6 +355,20 @@ impl Node {
         .await
         .ok()
         .flatten()
+    }
+
+    /// Waits until a speaker of a term above `term` has read this node's
+    /// report; answers whether one did within `patience`.
+    pub(crate) async fn wait_read_above(&self, term: u64, patience: Duration) -> bool {
+        let mut read_by = self.read_by.subscribe();
+        tokio::time::timeout(patience, read_by.wait_for(|read| *read > term))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// The term this node leads, if it does (rebuilt or not).
+    pub(crate) fn leading_term(&self) -> Option<u64> {
+        leader_state(&self.raft).map(|l| l.term())
     }
 
     /// The voter most caught up with this leader's log, other than itself.

@@ -98,6 +98,9 @@ pub(crate) async fn watch_leadership(
     let mut speaking: Option<u64> = None;
     let mut attempt: Option<JoinHandle<Attempt>> = None;
     let mut retry = Retry::new();
+    // Since when this node, rebuilt, has been barred from granting by its
+    // guard (no quorum acknowledges it) while still leading the term.
+    let mut muted_since: Option<Instant> = None;
     loop {
         let term = if node.is_stopping() {
             None
@@ -111,6 +114,7 @@ pub(crate) async fn watch_leadership(
                 stale.abort();
             }
             retry = Retry::new();
+            muted_since = None;
             match term {
                 Some(term) => tracing::info!(
                     node = node.id(),
@@ -150,6 +154,19 @@ pub(crate) async fn watch_leadership(
             if attempt.is_none() && retry.due() && !node.is_rebuilt() {
                 let generation = node.generation();
                 attempt = Some(tokio::spawn(rebuild(Arc::clone(&node), term, generation)));
+            }
+            // A leader whose acknowledgements stopped coming back while its
+            // heartbeats still arrive (a one-way fault) keeps its followers
+            // from campaigning yet cannot grant: after as long as a rebuild
+            // may fail, it hands leadership on.
+            if node.is_rebuilt() && !node.may_speak_now() {
+                let since = *muted_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= STEP_DOWN_AFTER {
+                    step_down(&node, term, "no quorum has acknowledged this leader").await;
+                    muted_since = None;
+                }
+            } else {
+                muted_since = None;
             }
         }
         tokio::select! {
@@ -199,7 +216,17 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     let mut longest_lease = node.config.lease.max;
     for (member, report) in reports {
         members_read.push(member);
-        longest_lease = longest_lease.max(Duration::from_millis(report.header.max_lease_ms));
+        let theirs = Duration::from_millis(report.header.max_lease_ms);
+        if theirs != node.config.lease.max {
+            tracing::error!(
+                member,
+                theirs_ms = report.header.max_lease_ms,
+                ours_ms = node.config.lease.max.as_millis() as u64,
+                "members run with different --max-lease: the strict hold covers the longest \
+                 of the members read, not of a missing one; run one value cluster-wide"
+            );
+        }
+        longest_lease = longest_lease.max(theirs);
         // Already on this clock: each frame's leases were counted from its
         // arrival as it was read (`ReportReader::push`).
         locks.extend(report.locks);

@@ -197,7 +197,6 @@ impl LogStore {
     /// different id fails with [`StoreError::NodeIdMismatch`], so a data
     /// directory keeps the identity it was created with.
     pub fn open(dir: &Path, node_id: NodeId) -> Result<Self, StoreError> {
-        let dir_is_new = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
             path: dir.to_path_buf(),
             source,
@@ -207,7 +206,6 @@ impl LogStore {
             path: path.clone(),
             source: e,
         };
-        let file_is_new = !path.exists();
         let db = Database::create(&path).map_err(|e| db_err(e.into()))?;
 
         let txn = db.begin_write().map_err(|e| db_err(e.into()))?;
@@ -232,21 +230,19 @@ impl LogStore {
         }
         txn.commit().map_err(|e| db_err(e.into()))?;
         // A new file (or directory) exists after a power loss only once the
-        // directory that names it is synced: without this, a node could come
-        // back as a first start, having forgotten its vote.
-        if file_is_new {
-            sync_dir(dir).map_err(|source| StoreError::Io {
-                path: dir.to_path_buf(),
+        // directory that names it (and its parent) is synced: without this, a node could come
+        // back as a first start, having forgotten its vote. Synced at every
+        // open, not only the first: a crash between the first commit and
+        // the sync would otherwise leave it unsynced for good.
+        sync_dir(dir).map_err(|source| StoreError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent).map_err(|source| StoreError::Io {
+                path: parent.to_path_buf(),
                 source,
             })?;
-        }
-        if dir_is_new {
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                sync_dir(parent).map_err(|source| StoreError::Io {
-                    path: parent.to_path_buf(),
-                    source,
-                })?;
-            }
         }
 
         let db = Arc::new(db);
