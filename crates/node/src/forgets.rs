@@ -4,6 +4,7 @@
 //! cancels has ended.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,9 +23,11 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long a member has to acknowledge a batch.
 const SEND_TIMEOUT: Duration = Duration::from_secs(2);
 /// A batch a member has not acknowledged this soon is passed on to every
-/// other member too: well before a speaker that died or was cut off now
-/// could be followed by another (an election timeout, 150 ms at the least).
-const SPREAD_AFTER: Duration = Duration::from_millis(100);
+/// other member too. A later speaker can exist no sooner than 75 ms after
+/// this one's last release (a follower votes only `election_timeout_max`
+/// after the last heartbeat it took; a speaker releases only until 75 ms
+/// before that), so the other members usually hear of it first.
+const SPREAD_AFTER: Duration = Duration::from_millis(50);
 /// The most bytes of JSON in one batch: well under the 64 KiB a node reads
 /// of a peer's body.
 const BATCH_BYTES: usize = 48 * 1024;
@@ -171,25 +174,10 @@ fn encode(pending: &VecDeque<Release>, now: MonoTime) -> (Option<Vec<u8>>, usize
 }
 
 impl Node {
-    /// Gives `releases`, which member `failed` has not acknowledged, to
-    /// every other member, each release once.
-    fn spread<'a>(
-        &self,
-        failed: NodeId,
-        releases: impl Iterator<Item = &'a mut Release>,
-        now: MonoTime,
-    ) {
-        for release in releases {
-            if !release.spread && !release.ended(now) {
-                release.spread = true;
-                self.forgets.spread(failed, release);
-            }
-        }
-    }
-
     /// Passes releases on to the other members, one sender per member, so
     /// a member that cannot be reached holds up no other.
     pub(crate) async fn pass_on_releases(self: Arc<Self>, stop: watch::Receiver<bool>) {
+        let now = || self.clock.now();
         let senders: Vec<_> = self
             .forgets
             .members
@@ -197,75 +185,123 @@ impl Node {
             .filter(|(id, _, _)| *id != self.id())
             .filter_map(|(id, addr, queue)| {
                 let rx = queue.take_receiver()?;
-                let node = Arc::clone(&self);
-                Some(node.pass_on_to(*id, addr.clone(), rx, stop.clone()))
+                let peers = &self.peers;
+                let addr = addr.as_str();
+                let send = move |body| peers.forget(addr, body, SEND_TIMEOUT);
+                Some(send_releases(
+                    &self.forgets,
+                    *id,
+                    now,
+                    send,
+                    rx,
+                    stop.clone(),
+                ))
             })
             .collect();
         futures::future::join_all(senders).await;
     }
+}
 
-    /// Sends member `member` (at `addr`) the releases queued for it, in
-    /// batches of those that came while the last was on its way. A batch
-    /// not acknowledged (no answer, or an error) is sent again, after a
-    /// wait that doubles up to [`RETRY_MAX`], until it is acknowledged or
-    /// the leases it cancels have ended. A release the member has not
-    /// acknowledged within [`SPREAD_AFTER`] is also given to every other
-    /// member, so the next speaker, whichever it is, knows of it.
-    async fn pass_on_to(
-        self: Arc<Self>,
-        member: NodeId,
-        addr: String,
-        mut rx: mpsc::UnboundedReceiver<Release>,
-        mut stop: watch::Receiver<bool>,
-    ) {
-        let mut pending: VecDeque<Release> = VecDeque::new();
-        let mut wait = RETRY_FIRST;
-        loop {
-            if pending.is_empty() {
-                tokio::select! {
-                    next = rx.recv() => match next {
-                        Some(release) => pending.push_back(release),
-                        None => return,
-                    },
-                    _ = stop.changed() => return,
+/// Sends member `member` the releases queued for it (`rx`) with `send`, in
+/// batches of those that came while the last was on its way, until `stop`.
+/// A batch not acknowledged (no answer, or an error) is sent again, after a
+/// wait that doubles up to [`RETRY_MAX`], until it is acknowledged or the
+/// leases it cancels have ended (by `now`, the node's clock).
+///
+/// A batch the member has not acknowledged within [`SPREAD_AFTER`] is also
+/// given to every other member through `outbox`, and so is every release
+/// for the member that comes while it stays slow or failing, at once: the
+/// next speaker, whichever it is, then knows of them.
+async fn send_releases<S, F, E>(
+    outbox: &Outbox,
+    member: NodeId,
+    now: impl Fn() -> MonoTime,
+    mut send: S,
+    mut rx: mpsc::UnboundedReceiver<Release>,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: FnMut(Vec<u8>) -> F,
+    F: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let spread = |releases: &mut dyn Iterator<Item = &mut Release>| {
+        let now = now();
+        for release in releases {
+            if !release.spread && !release.ended(now) {
+                release.spread = true;
+                outbox.spread(member, release);
+            }
+        }
+    };
+    // Queues a release; while the member is down, spreads it at once.
+    let arrived = |mut release: Release, down: bool, pending: &mut VecDeque<Release>| {
+        if down {
+            spread(&mut std::iter::once(&mut release));
+        }
+        pending.push_back(release);
+    };
+    let mut pending: VecDeque<Release> = VecDeque::new();
+    let mut wait = RETRY_FIRST;
+    // The member is slow or failing: releases are spread as they come.
+    let mut down = false;
+    loop {
+        if pending.is_empty() {
+            tokio::select! {
+                next = rx.recv() => match next {
+                    Some(release) => arrived(release, down, &mut pending),
+                    None => return,
+                },
+                _ = stop.changed() => return,
+            }
+        }
+        while let Ok(release) = rx.try_recv() {
+            arrived(release, down, &mut pending);
+        }
+        let (body, taken) = encode(&pending, now());
+        let Some(body) = body else {
+            pending.drain(..taken);
+            continue;
+        };
+        let sending = send(body);
+        tokio::pin!(sending);
+        let slow = tokio::time::sleep(SPREAD_AFTER);
+        tokio::pin!(slow);
+        let mut late = false;
+        let sent = loop {
+            tokio::select! {
+                sent = &mut sending => break sent,
+                _ = &mut slow, if !late => {
+                    late = true;
+                    down = true;
+                    spread(&mut pending.iter_mut().take(taken));
                 }
+                Some(release) = rx.recv(), if down => arrived(release, true, &mut pending),
             }
-            while let Ok(release) = rx.try_recv() {
-                pending.push_back(release);
-            }
-            let now = self.clock.now();
-            let (body, taken) = encode(&pending, now);
-            let Some(body) = body else {
+        };
+        match sent {
+            Ok(()) => {
                 pending.drain(..taken);
-                continue;
-            };
-            let send = self.peers.forget(&addr, body, SEND_TIMEOUT);
-            tokio::pin!(send);
-            let sent = tokio::select! {
-                sent = &mut send => sent,
-                _ = tokio::time::sleep(SPREAD_AFTER) => {
-                    self.spread(member, pending.iter_mut().take(taken), now);
-                    send.await
-                }
-            };
-            match sent {
-                Ok(()) => {
-                    pending.drain(..taken);
-                    wait = RETRY_FIRST;
-                }
-                Err(e) => {
-                    tracing::debug!(member, %e, queued = pending.len(), "a member did not take releases; retrying");
-                    self.spread(member, pending.iter_mut().take(taken), now);
-                    // Releases whose lease has ended meanwhile need no
-                    // more tries: the queue keeps only live ones.
-                    let now = self.clock.now();
-                    pending.retain(|r| !r.ended(now));
+                wait = RETRY_FIRST;
+                down = false;
+            }
+            Err(e) => {
+                tracing::debug!(member, %e, queued = pending.len(), "a member did not take releases; retrying");
+                down = true;
+                spread(&mut pending.iter_mut().take(taken));
+                // Releases whose lease has ended meanwhile need no more
+                // tries: the queue keeps only live ones.
+                let now = now();
+                pending.retain(|r| !r.ended(now));
+                let pause = tokio::time::sleep(wait);
+                tokio::pin!(pause);
+                loop {
                     tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
+                        _ = &mut pause => break,
+                        Some(release) = rx.recv() => arrived(release, true, &mut pending),
                         _ = stop.changed() => return,
                     }
-                    wait = (wait * 2).min(RETRY_MAX);
                 }
+                wait = (wait * 2).min(RETRY_MAX);
             }
         }
     }
@@ -340,6 +376,185 @@ mod tests {
         assert_eq!(outbox.member(4), Members::ALL, "not a member: everyone");
         assert!(Members(0b010).contains(1) && !Members(0b010).contains(0));
         assert!(Members(0).contains(64), "past the 64th: always");
+    }
+
+    /// A sender for member 2 of members 1 (this node), 2 and 3, on a
+    /// clock that follows tokio's (paused in these tests); the receiver of
+    /// member 3's queue shows what was spread.
+    struct Rig {
+        outbox: Outbox,
+        rx: std::cell::RefCell<Option<mpsc::UnboundedReceiver<Release>>>,
+        spread_rx: std::cell::RefCell<mpsc::UnboundedReceiver<Release>>,
+        origin: tokio::time::Instant,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            let peers: BTreeMap<NodeId, String> =
+                [(1, "a".into()), (2, "b".into()), (3, "c".into())].into();
+            let outbox = Outbox::new(&peers, 1);
+            let rx = outbox.members[1].2.take_receiver().into();
+            let spread_rx = outbox.members[2].2.take_receiver().unwrap().into();
+            Rig {
+                outbox,
+                rx,
+                spread_rx,
+                origin: tokio::time::Instant::now(),
+            }
+        }
+
+        fn now(&self) -> MonoTime {
+            MonoTime::from_nanos(1 << 40) + self.origin.elapsed()
+        }
+
+        /// Releases lock `id` for member 2, its lease ending in `left`.
+        fn release(&self, id: u128, left: Duration) {
+            let ends = self.now() + left;
+            let to = self.outbox.member(2);
+            self.outbox.push(to, "x", LockId::from_u128(id), ends);
+        }
+
+        fn spread_ids(&self) -> Vec<u128> {
+            let mut rx = self.spread_rx.borrow_mut();
+            std::iter::from_fn(|| rx.try_recv().ok())
+                .map(|r| r.id.as_u128())
+                .collect()
+        }
+    }
+
+    /// When each batch was sent (ms since the start) and its ids.
+    type Sent = std::rc::Rc<std::cell::RefCell<Vec<(u64, Vec<u128>)>>>;
+
+    fn ids_of(body: &[u8]) -> Vec<u128> {
+        let batch: Forgets = serde_json::from_slice(body).unwrap();
+        batch
+            .forgets
+            .iter()
+            .map(|f| f.id.parse::<LockId>().unwrap().as_u128())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_not_taken_is_sent_again_with_backoff_until_taken() {
+        let rig = Rig::new();
+        let (stop_tx, stop) = watch::channel(false);
+        let sent: Sent = Default::default();
+        let origin = rig.origin;
+        let send = |body: Vec<u8>| {
+            let sent = sent.clone();
+            async move {
+                let mut sent = sent.borrow_mut();
+                sent.push((origin.elapsed().as_millis() as u64, ids_of(&body)));
+                if sent.len() <= 3 {
+                    Err("unreachable")
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        rig.release(7, Duration::from_secs(30));
+        let rx = rig.rx.borrow_mut().take().unwrap();
+        let sender = send_releases(&rig.outbox, 2, || rig.now(), send, rx, stop);
+        let script = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let _ = stop_tx.send(true);
+        };
+        tokio::join!(sender, script);
+        let sent = sent.borrow().clone();
+        assert_eq!(
+            sent,
+            [(0, vec![7]), (50, vec![7]), (150, vec![7]), (350, vec![7])],
+            "tried again after 50, 100, 200 ms; nothing sent once taken"
+        );
+        assert_eq!(rig.spread_ids(), [7], "given to the others once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_whose_lease_ended_is_no_longer_sent() {
+        let rig = Rig::new();
+        let (stop_tx, stop) = watch::channel(false);
+        let sent: Sent = Default::default();
+        let origin = rig.origin;
+        let send = |body: Vec<u8>| {
+            let sent = sent.clone();
+            async move {
+                sent.borrow_mut()
+                    .push((origin.elapsed().as_millis() as u64, ids_of(&body)));
+                Err::<(), _>("unreachable")
+            }
+        };
+        // Ends after 2.5 s and 0.5 s, plus the clock-rate second.
+        rig.release(1, Duration::from_millis(2_500));
+        rig.release(2, Duration::from_millis(500));
+        let rx = rig.rx.borrow_mut().take().unwrap();
+        let sender = send_releases(&rig.outbox, 2, || rig.now(), send, rx, stop);
+        let script = async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let _ = stop_tx.send(true);
+        };
+        tokio::join!(sender, script);
+        let sent = sent.borrow().clone();
+        // Tries at 0, 50, 150, 350, 750, 1550, 2550 ms (the wait doubles
+        // to 1 s); lock 2 is dropped once its lease and the second after
+        // have passed (1.5 s), lock 1 likewise (3.5 s): nothing after.
+        let times: Vec<u64> = sent.iter().map(|(t, _)| *t).collect();
+        assert_eq!(times, [0, 50, 150, 350, 750, 1550, 2550]);
+        for (t, ids) in &sent {
+            assert_eq!(ids.contains(&2), *t < 1_500, "{sent:?}");
+            assert!(ids.contains(&1));
+        }
+        assert_eq!(rig.spread_ids(), [1, 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_members_releases_are_spread_as_they_come() {
+        let rig = Rig::new();
+        let (stop_tx, stop) = watch::channel(false);
+        // The first batch takes 2 s to fail; later ones are taken at once.
+        let calls = std::cell::Cell::new(0);
+        let send = |_body: Vec<u8>| {
+            calls.set(calls.get() + 1);
+            let first = calls.get() == 1;
+            async move {
+                if first {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Err("timed out")
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        rig.release(1, Duration::from_secs(30));
+        let rx = rig.rx.borrow_mut().take().unwrap();
+        let spread = std::cell::RefCell::new(Vec::new());
+        let sender = send_releases(&rig.outbox, 2, || rig.now(), send, rx, stop);
+        let script = async {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            spread.borrow_mut().push(("40 ms", rig.spread_ids()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            spread.borrow_mut().push(("60 ms", rig.spread_ids()));
+            // While the member is slow, a new release is spread at once.
+            rig.release(2, Duration::from_secs(30));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            spread.borrow_mut().push(("61 ms", rig.spread_ids()));
+            // Once it takes a batch again, releases go to it alone.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            rig.release(3, Duration::from_secs(30));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            spread.borrow_mut().push(("4 s", rig.spread_ids()));
+            let _ = stop_tx.send(true);
+        };
+        tokio::join!(sender, script);
+        assert_eq!(
+            spread.into_inner(),
+            [
+                ("40 ms", vec![]),
+                ("60 ms", vec![1]),
+                ("61 ms", vec![2]),
+                ("4 s", vec![])
+            ]
+        );
+        assert_eq!(calls.get(), 3, "the first batch, then 1 and 2, then 3");
     }
 
     #[tokio::test]
