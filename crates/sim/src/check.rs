@@ -207,7 +207,7 @@ impl World {
     /// and term.
     pub(crate) fn check_guard(&mut self, n: NodeId) {
         let t = self.t;
-        let ignore = self.config.sabotage == Some(Sabotage::IgnoreLeaderLease);
+        let ignore = self.config.sabotaged(Sabotage::IgnoreLeaderLease);
         let node = &self.nodes[&n];
         let Some(term) = node.speaking else {
             return;

@@ -7,8 +7,8 @@ use locktable::LockId;
 use rand::Rng;
 
 use crate::check::Interval;
-use crate::config::timing::{CLIENT_MARGIN_MS, PROBE_EVERY_MS};
-use crate::world::{ClientId, Event, Msg, ReqId, To, World};
+use crate::config::timing::{CLIENT_MARGIN_MS, LEASE_MS, MAX_LEASE_MS, PROBE_EVERY_MS};
+use crate::world::{Ask, ClientId, Event, Msg, ReqId, To, World};
 
 #[derive(Debug, Clone)]
 pub(crate) enum ClientState {
@@ -63,6 +63,11 @@ impl World {
         };
         self.next_req += 1;
         let req = self.next_req;
+        let lease_ms = if self.rng.gen_bool(0.7) {
+            LEASE_MS
+        } else {
+            MAX_LEASE_MS
+        };
         let until = self.t + wait_ms + 500;
         self.clients[c].state = ClientState::Asking {
             req,
@@ -76,8 +81,11 @@ impl World {
             Msg::Acquire {
                 client: c,
                 req,
-                name,
-                wait_ms,
+                ask: Ask {
+                    name,
+                    wait_ms,
+                    lease_ms,
+                },
             },
         );
         // Give up on an answer that never comes.
@@ -101,8 +109,11 @@ impl World {
             Msg::Acquire {
                 client: c,
                 req,
-                name,
-                wait_ms: 0,
+                ask: Ask {
+                    name,
+                    wait_ms: 0,
+                    lease_ms: LEASE_MS,
+                },
             },
         );
         self.at(self.t + PROBE_EVERY_MS, Event::Probe(c));

@@ -24,8 +24,8 @@ pub struct Config {
     pub max_delay_ms: u64,
     /// Which faults to inject.
     pub scenario: Scenario,
-    /// A protocol rule to break on purpose, to show the checker catches it.
-    pub sabotage: Option<Sabotage>,
+    /// Protocol rules to break on purpose, to show the checker catches it.
+    pub sabotage: Vec<Sabotage>,
     /// Keep a trace of what happened (for `--reproduce`).
     pub trace: bool,
 }
@@ -44,6 +44,12 @@ pub enum Sabotage {
     /// Raft runs as soon as a (re)started node is up, instead of one leader
     /// lease later (finding 2: openraft reloads a vote with a zero lease).
     NoRestartWait,
+    /// A member read by a newer term's speaker keeps speaking for its own
+    /// (the read carries no term).
+    NoReadTerm,
+    /// The strict hold lasts the longest lease only, without the leader
+    /// lease an old speaker's guard may run past the new term's start.
+    ShortStrictHold,
 }
 
 /// The faults a run injects.
@@ -74,6 +80,11 @@ pub enum Scenario {
 }
 
 impl Config {
+    /// Whether `rule` is broken on purpose in this run.
+    pub fn sabotaged(&self, rule: Sabotage) -> bool {
+        self.sabotage.contains(&rule)
+    }
+
     /// A configuration drawn from `seed`, with the mixed faults.
     pub fn from_seed(seed: u64) -> Config {
         let mut rng = StdRng::seed_from_u64(seed ^ 0xC0F1);
@@ -86,7 +97,7 @@ impl Config {
             loss: rng.gen_range(0.0..0.08),
             max_delay_ms: rng.gen_range(1..40),
             scenario: Scenario::Mixed,
-            sabotage: None,
+            sabotage: Vec::new(),
             trace: false,
         }
     }

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use locktable::{AcquireError, Acquired, LockId, NodeId, RebuildFrom, Request};
 
-use crate::config::timing::{LEASE_MS, REBUILD_TIMEOUT_MS, STRICT_HOLD_MS};
+use crate::config::timing::{MAX_LEASE_MS, REBUILD_TIMEOUT_MS, STRICT_HOLD_MS};
 use crate::config::Sabotage;
 use crate::node::{Attempt, Origin, Outcome, Phase, Retry};
-use crate::world::{Answer, ClientId, Event, Msg, Refusal, ReqId, To, World};
+use crate::world::{Answer, Ask, ClientId, Event, Msg, Refusal, ReqId, To, World};
 
 impl World {
     fn ignores_lease(&self) -> bool {
-        self.config.sabotage == Some(Sabotage::IgnoreLeaderLease)
+        self.config.sabotaged(Sabotage::IgnoreLeaderLease)
     }
 
     /// `watch_leadership`, one turn: drop the table whenever the term this
@@ -60,7 +60,7 @@ impl World {
                         )
                     });
                     let node = self.nodes.get_mut(&n).expect("member");
-                    if self.config.sabotage == Some(Sabotage::NoRebuildRetry) {
+                    if self.config.sabotaged(Sabotage::NoRebuildRetry) {
                         // As before issue 10: rebuilt only on a change of term.
                         node.retry.next = u64::MAX;
                     } else if node.retry.hopeless(t) {
@@ -188,7 +188,12 @@ impl World {
         let t = self.t;
         let strict = self.config.strict;
         let nodes = self.config.nodes;
-        let sabotage = self.config.sabotage;
+        let skip = self.config.sabotaged(Sabotage::SkipRebuild);
+        let hold_ms = if self.config.sabotaged(Sabotage::ShortStrictHold) {
+            MAX_LEASE_MS
+        } else {
+            STRICT_HOLD_MS
+        };
         let node = self.nodes.get_mut(&n).expect("member");
         let Some(attempt) = node.attempt.as_mut().filter(|a| a.id == id) else {
             return;
@@ -215,12 +220,12 @@ impl World {
             let arrived = node.mono(arrived);
             locks.extend(report.into_iter().map(|l| l.arrive(arrived)));
         }
-        if sabotage == Some(Sabotage::SkipRebuild) {
+        if skip {
             locks.clear();
             missing = 0;
         }
         // The longest lease, and an old speaker's guard tail.
-        let hold = (strict && missing > 0).then(|| now + Duration::from_millis(STRICT_HOLD_MS));
+        let hold = (strict && missing > 0).then(|| now + Duration::from_millis(hold_ms));
         let from = RebuildFrom {
             generation,
             epoch: term,
@@ -280,6 +285,9 @@ impl World {
         let granted = fresh.iter().filter(|a| a.result.is_ok()).count();
         let mut answers = std::mem::take(&mut node.undelivered);
         answers.extend(fresh);
+        // The table hands out some answers in its hash maps' order, which
+        // is seeded at random: sorted, a seed replays exactly.
+        answers.sort_by_key(|a| a.waiter);
         for answer in answers {
             let Some(origin) = node.waiters.remove(&answer.waiter) else {
                 continue;
@@ -329,15 +337,7 @@ impl World {
     }
 
     /// A grant or refusal as the speaker, for a client of `from`.
-    fn speak_acquire(
-        &mut self,
-        n: NodeId,
-        from: NodeId,
-        client: ClientId,
-        req: ReqId,
-        name: String,
-        wait_ms: u64,
-    ) {
+    fn speak_acquire(&mut self, n: NodeId, from: NodeId, client: ClientId, req: ReqId, ask: Ask) {
         let t = self.t;
         let ignore = self.ignores_lease();
         self.next_lock += 1;
@@ -380,12 +380,12 @@ impl World {
         let term = node.speaking.unwrap_or(0);
         let now = node.mono(t);
         let request = Request {
-            name,
+            name: ask.name,
             id,
             node: from,
             holder: String::new(),
-            lease: Some(Duration::from_millis(LEASE_MS)),
-            wait: Duration::from_millis(wait_ms),
+            lease: Some(Duration::from_millis(ask.lease_ms)),
+            wait: Duration::from_millis(ask.wait_ms),
             data: None,
         };
         let outcome = node.table.acquire(request, now);
@@ -460,13 +460,8 @@ impl World {
                     .handle(from, msg, t);
                 self.flush_raft(n);
             }
-            Msg::Acquire {
-                client,
-                req,
-                name,
-                wait_ms,
-            } => match self.nodes[&n].raft.current_leader() {
-                Some(l) if l == n => self.speak_acquire(n, n, client, req, name, wait_ms),
+            Msg::Acquire { client, req, ask } => match self.nodes[&n].raft.current_leader() {
+                Some(l) if l == n => self.speak_acquire(n, n, client, req, ask),
                 Some(l) => {
                     self.nodes
                         .get_mut(&n)
@@ -481,8 +476,7 @@ impl World {
                             from,
                             client,
                             req,
-                            name,
-                            wait_ms,
+                            ask,
                         },
                     );
                 }
@@ -499,9 +493,8 @@ impl World {
                 from,
                 client,
                 req,
-                name,
-                wait_ms,
-            } => self.speak_acquire(n, from, client, req, name, wait_ms),
+                ask,
+            } => self.speak_acquire(n, from, client, req, ask),
             Msg::ForwardReply {
                 client,
                 req,
@@ -548,7 +541,8 @@ impl World {
             } => {
                 // `deposed_by`: a member still speaking for an older term
                 // drops its table before it answers.
-                if self.nodes[&n].speaking.is_some_and(|own| own < term) {
+                let read_term = !self.config.sabotaged(Sabotage::NoReadTerm);
+                if read_term && self.nodes[&n].speaking.is_some_and(|own| own < term) {
                     self.note(|| {
                         format!("node {n}: read by the speaker of term {term}, drops its table")
                     });

@@ -30,14 +30,21 @@ pub(crate) enum Refusal {
 /// forwarding node) held the request.
 pub(crate) type Answer = Result<(LockInTransit, u64), Refusal>;
 
+/// What a client asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Ask {
+    pub(crate) name: String,
+    pub(crate) wait_ms: u64,
+    pub(crate) lease_ms: u64,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum Msg {
     // A client and its node.
     Acquire {
         client: ClientId,
         req: ReqId,
-        name: String,
-        wait_ms: u64,
+        ask: Ask,
     },
     Release {
         name: String,
@@ -52,8 +59,7 @@ pub(crate) enum Msg {
         from: NodeId,
         client: ClientId,
         req: ReqId,
-        name: String,
-        wait_ms: u64,
+        ask: Ask,
     },
     ForwardReply {
         client: ClientId,
@@ -219,7 +225,7 @@ impl World {
     /// Raft starts a leader lease after the process, unless sabotaged.
     pub(crate) fn schedule_raft_start(&mut self, n: NodeId) {
         let incarnation = self.nodes[&n].incarnation;
-        let wait = if self.config.sabotage == Some(Sabotage::NoRestartWait) {
+        let wait = if self.config.sabotaged(Sabotage::NoRestartWait) {
             0
         } else {
             timing::LEADER_LEASE_MS

@@ -2,7 +2,10 @@
 //!
 //! ```text
 //! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost]
-//!     [--sabotage skip-rebuild|ignore-lease|no-retry|no-restart-wait] [--strict]
+//!     [--sabotage RULE[,RULE...]] [--strict]
+//!
+//! RULE: skip-rebuild, ignore-lease, no-retry, no-restart-wait, no-read-term,
+//! short-hold.
 //! sim --reproduce S [--trace] [...]
 //! ```
 
@@ -30,17 +33,25 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let sabotage = match text("--sabotage").as_deref() {
-        None => None,
-        Some("skip-rebuild") => Some(Sabotage::SkipRebuild),
-        Some("ignore-lease") => Some(Sabotage::IgnoreLeaderLease),
-        Some("no-retry") => Some(Sabotage::NoRebuildRetry),
-        Some("no-restart-wait") => Some(Sabotage::NoRestartWait),
-        Some(other) => {
-            eprintln!("unknown sabotage {other}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let mut sabotage = Vec::new();
+    for name in text("--sabotage")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|n| !n.is_empty())
+    {
+        sabotage.push(match name {
+            "skip-rebuild" => Sabotage::SkipRebuild,
+            "ignore-lease" => Sabotage::IgnoreLeaderLease,
+            "no-retry" => Sabotage::NoRebuildRetry,
+            "no-restart-wait" => Sabotage::NoRestartWait,
+            "no-read-term" => Sabotage::NoReadTerm,
+            "short-hold" => Sabotage::ShortStrictHold,
+            other => {
+                eprintln!("unknown sabotage {other}");
+                return ExitCode::FAILURE;
+            }
+        });
+    }
     let strict = args.iter().any(|a| a == "--strict");
     let trace = args.iter().any(|a| a == "--trace");
     let (start, count) = match value("--reproduce") {
@@ -54,7 +65,7 @@ fn main() -> ExitCode {
     let mut failed = Vec::new();
     for seed in start..start + count {
         let mut config = Config::scenario(seed, scenario);
-        config.sabotage = sabotage;
+        config.sabotage = sabotage.clone();
         config.strict |= strict;
         config.trace = trace;
         let mut report = run(seed, &config);
@@ -80,7 +91,11 @@ fn main() -> ExitCode {
          {} overlaps ({} explained by rebuilds that missed members); {} violations \
          (seeds with: {} overlaps, {} fence inversions, {} deposed grants, {} deposed open guards, {} liveness); \
          liveness worst case {} ms (bound {}..{} ms); {} seeds failed {:?}",
-        sabotage.map(|s| format!(", sabotage {s:?}")).unwrap_or_default(),
+        if sabotage.is_empty() {
+            String::new()
+        } else {
+            format!(", sabotage {sabotage:?}")
+        },
         totals.sim_ms as f64 / 1000.0,
         totals.faults,
         totals.crashes,
