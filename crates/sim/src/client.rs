@@ -178,8 +178,15 @@ impl World {
                     start: t,
                     ends: ends - CLIENT_MARGIN_MS,
                 };
-                let hold = self.rng.gen_range(1..=(ends - CLIENT_MARGIN_MS - t));
-                self.at(t + hold, Event::ClientGiveUp(c, req));
+                // Half the holders keep the lock to the end of their own
+                // count of the lease, half let go sooner.
+                let longest = ends - CLIENT_MARGIN_MS - t;
+                let hold = if self.rng.gen_bool(0.5) {
+                    longest
+                } else {
+                    self.rng.gen_range(1..=longest)
+                };
+                self.at(t + hold, Event::ClientRelease(c, req));
             }
             Err(_) => {
                 self.clients[c].state = ClientState::Idle;
@@ -189,8 +196,9 @@ impl World {
         }
     }
 
-    /// The client releases what it holds, or stops waiting for an answer.
-    pub(crate) fn client_give_up(&mut self, c: ClientId, req: ReqId) {
+    /// The client releases what it holds (`release`), or stops waiting for
+    /// an answer (`!release`).
+    pub(crate) fn client_give_up(&mut self, c: ClientId, req: ReqId, release: bool) {
         let t = self.t;
         match self.clients[c].state.clone() {
             ClientState::Holding {
@@ -200,7 +208,7 @@ impl World {
                 fence,
                 start,
                 ends,
-            } if held == req => {
+            } if held == req && release => {
                 self.history.intervals.push(Interval {
                     name: name.clone(),
                     fence,
@@ -210,7 +218,7 @@ impl World {
                 let node = self.clients[c].node;
                 self.send(None, To::Node(node), Msg::Release { name, id });
             }
-            ClientState::Asking { req: asked, .. } if asked == req => {}
+            ClientState::Asking { req: asked, .. } if asked == req && !release => {}
             _ => return,
         }
         self.clients[c].state = ClientState::Idle;

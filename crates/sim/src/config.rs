@@ -50,6 +50,9 @@ pub enum Sabotage {
     /// The strict hold lasts the longest lease only, without the leader
     /// lease an old speaker's guard may run past the new term's start.
     ShortStrictHold,
+    /// A rebuild counts reported leases from when it sent its reads, not
+    /// from each report's arrival (a bug the simulation once found).
+    CountFromSend,
 }
 
 /// The faults a run injects.
@@ -72,6 +75,11 @@ pub enum Scenario {
     /// member for a little longer than its ReadIndex waits, but too briefly
     /// for any follower to campaign: the leader keeps its term.
     QuorumBlip,
+    /// A speaker that just granted its own client the longest lease pauses
+    /// until its successor's read arrives, and wakes a little later, in
+    /// time for the successor's deadline: its report arrives late, counted
+    /// down while it slept.
+    SlowReports,
     /// Right after the first election, every acknowledgement to the new
     /// leader is lost for longer than the step-down bound, while its
     /// heartbeats still arrive (no follower campaigns): it fails to rebuild
@@ -119,6 +127,10 @@ impl Config {
                 config.max_delay_ms = config.max_delay_ms.min(15);
             }
             Scenario::QuorumBlip => {}
+            Scenario::SlowReports => {
+                config.clients = config.clients.max(6);
+                config.names = 1;
+            }
             Scenario::AcksLost => config.duration_ms = 14_000,
         }
         config

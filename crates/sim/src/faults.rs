@@ -8,10 +8,10 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use crate::client::Client;
-use crate::config::timing::{HANDOVER_PATIENCE_MS, RAFT_TICK_MS};
+use crate::config::timing::{HANDOVER_PATIENCE_MS, MAX_LEASE_MS, RAFT_TICK_MS, REBUILD_TIMEOUT_MS};
 use crate::config::Scenario;
 use crate::node::Node;
-use crate::world::{Event, World};
+use crate::world::{Event, Msg, World};
 
 impl World {
     pub(crate) fn fault(&mut self) {
@@ -26,6 +26,7 @@ impl World {
             Scenario::SpeakerPauses => self.pause_speaker(),
             Scenario::RestartBehindCut => self.restart_behind_cut(),
             Scenario::QuorumBlip => self.crash_speaker(),
+            Scenario::SlowReports => 1_000,
             Scenario::AcksLost if !self.deafened => self.crash_speaker(),
             Scenario::AcksLost => 1_000,
         };
@@ -112,13 +113,55 @@ impl World {
 
     fn pause(&mut self, n: NodeId, length: u64) {
         let t = self.t;
-        let raft_wakes_after = self.rng.gen_range(0..6);
         let node = self.nodes.get_mut(&n).expect("member");
         node.paused_until = t + length;
-        node.raft_wakes_after = raft_wakes_after;
+        let incarnation = node.incarnation;
         self.report.pauses += 1;
         self.note(|| format!("node {n} paused for {length} ms"));
+        self.at(t + length, Event::Wake(n, incarnation));
         self.healed_at(t + length);
+    }
+
+    /// What reaches a paused node waits until it wakes; a dozing speaker
+    /// wakes soon after its successor's read arrives.
+    pub(crate) fn park(&mut self, n: NodeId, event: Event) {
+        let t = self.t;
+        let read =
+            matches!(&event, Event::Deliver(_, msg) if matches!(**msg, Msg::ReadReport { .. }));
+        let node = self.nodes.get_mut(&n).expect("member");
+        node.parked.push(event);
+        if read && std::mem::take(&mut node.dozing) {
+            // Its report still makes the rebuild's deadline.
+            let latest = REBUILD_TIMEOUT_MS.saturating_sub(2 * self.config.max_delay_ms + 20);
+            let wake = t + self.rng.gen_range(100..latest.max(101));
+            let node = self.nodes.get_mut(&n).expect("member");
+            if wake < node.paused_until {
+                node.paused_until = wake;
+                let incarnation = node.incarnation;
+                self.at(wake, Event::Wake(n, incarnation));
+            }
+        }
+    }
+
+    /// A paused process takes its queued requests in no particular order
+    /// when it wakes, while the Raft core works through its own queue in
+    /// order.
+    pub(crate) fn wake(&mut self, n: NodeId, incarnation: u64) {
+        let t = self.t;
+        let node = self.nodes.get_mut(&n).expect("member");
+        if node.incarnation != incarnation || node.paused_until != t {
+            return;
+        }
+        let parked = std::mem::take(&mut node.parked);
+        let raft_after = self.rng.gen_range(0..6);
+        for event in parked {
+            let after = match &event {
+                Event::Deliver(_, msg) if matches!(**msg, Msg::Raft { .. }) => raft_after,
+                Event::Deliver(..) => self.rng.gen_range(0..6),
+                _ => 0,
+            };
+            self.at(t + after, event);
+        }
     }
 
     /// Cuts the links from `n` to `others` (`out`) and back (`back`).
@@ -241,6 +284,23 @@ impl World {
             }
             None => 200,
         }
+    }
+
+    /// The speaker granted its own client the longest lease: in the slow
+    /// reports scenario it dozes off (now and then) until its successor
+    /// reads it.
+    pub(crate) fn on_local_grant(&mut self, n: NodeId, lease: std::time::Duration) {
+        let t = self.t;
+        if self.config.scenario != Scenario::SlowReports
+            || t < self.next_doze
+            || t >= self.config.duration_ms
+            || lease < std::time::Duration::from_millis(MAX_LEASE_MS)
+        {
+            return;
+        }
+        self.next_doze = t + self.rng.gen_range(2000..3000);
+        self.pause(n, 1_500);
+        self.nodes.get_mut(&n).expect("member").dozing = true;
     }
 
     fn pause_speaker(&mut self) -> u64 {

@@ -11,7 +11,7 @@ use crate::config::timing::{
     STEP_DOWN_AFTER_MS,
 };
 use crate::raft::{Persisted, Raft};
-use crate::world::{ClientId, ReqId};
+use crate::world::{ClientId, Event, ReqId};
 
 /// Who is waiting for a table answer.
 #[derive(Debug, Clone, Copy)]
@@ -97,8 +97,10 @@ pub(crate) struct Node {
     pub(crate) offset_ms: u64,
     pub(crate) alive: bool,
     pub(crate) paused_until: u64,
-    /// How long after waking the Raft core takes its queued messages.
-    pub(crate) raft_wakes_after: u64,
+    /// What reached this node while it was paused.
+    pub(crate) parked: Vec<Event>,
+    /// Paused until its successor's read arrives (then a little longer).
+    pub(crate) dozing: bool,
     /// When this process started.
     pub(crate) started_at: u64,
     /// Whether it is the node's first process (a new data directory).
@@ -139,7 +141,8 @@ impl Node {
             offset_ms,
             alive: true,
             paused_until: 0,
-            raft_wakes_after: 0,
+            parked: Vec::new(),
+            dozing: false,
             started_at: now,
             first_start: store.is_none(),
             raft: Raft::load(id, voters, store, seed, now),

@@ -189,21 +189,26 @@ impl World {
         let strict = self.config.strict;
         let nodes = self.config.nodes;
         let skip = self.config.sabotaged(Sabotage::SkipRebuild);
+        let count_from_send = self.config.sabotaged(Sabotage::CountFromSend);
         let hold_ms = if self.config.sabotaged(Sabotage::ShortStrictHold) {
             MAX_LEASE_MS
         } else {
             STRICT_HOLD_MS
         };
         let node = self.nodes.get_mut(&n).expect("member");
-        let Some(attempt) = node.attempt.as_mut().filter(|a| a.id == id) else {
+        // The deadline of reads that all came in finds the attempt done.
+        let Some(attempt) = node
+            .attempt
+            .as_mut()
+            .filter(|a| a.id == id && matches!(a.phase, Phase::Reading(_)))
+        else {
             return;
         };
         let Phase::Reading(reports) = std::mem::replace(
             &mut attempt.phase,
             Phase::Done(Outcome::Failed("leadership moved on during the rebuild")),
         ) else {
-            attempt.phase = Phase::Done(Outcome::Failed("read deadline out of turn"));
-            return;
+            unreachable!("matched above");
         };
         let (term, generation) = (attempt.term, attempt.generation);
         let still_leader = node.raft.leader_term() == Some(term) && node.speaking == Some(term);
@@ -213,11 +218,13 @@ impl World {
         let now = node.mono(t);
         let mut locks = Vec::new();
         let mut missing = nodes - reports.len() as u64;
+        // This node's own report went in when the reads were sent.
+        let sent = reports.get(&n).map_or(t, |own| own.2);
         for (report, restarted, arrived) in reports.into_values() {
             missing += u64::from(restarted);
             // Counted from the report's arrival: the speaker's table must
             // not end a lease before its holder's own count does.
-            let arrived = node.mono(arrived);
+            let arrived = node.mono(if count_from_send { sent } else { arrived });
             locks.extend(report.into_iter().map(|l| l.arrive(arrived)));
         }
         if skip {
@@ -288,12 +295,14 @@ impl World {
         // The table hands out some answers in its hash maps' order, which
         // is seeded at random: sorted, a seed replays exactly.
         answers.sort_by_key(|a| a.waiter);
+        let mut local_leases = Vec::new();
         for answer in answers {
             let Some(origin) = node.waiters.remove(&answer.waiter) else {
                 continue;
             };
             if let (Ok(lock), Origin::Local { .. }) = (&answer.result, origin) {
                 node.held.record(lock.clone());
+                local_leases.push(lock.lease);
             }
             let result = match answer.result {
                 Ok(lock) => Ok(lock.in_transit(now)),
@@ -333,6 +342,9 @@ impl World {
         }
         for (to, msg) in out {
             self.send(Some(n), to, msg);
+        }
+        for lease in local_leases {
+            self.on_local_grant(n, lease);
         }
     }
 
@@ -402,6 +414,7 @@ impl World {
             Ok(Acquired::Granted(lock)) => {
                 if from == n {
                     node.held.record(lock.clone());
+                    self.on_local_grant(n, lock.lease);
                 }
                 let transit = lock.in_transit(now);
                 self.granted(n, term);

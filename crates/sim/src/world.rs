@@ -110,7 +110,10 @@ pub(crate) enum Event {
     /// A rebuild attempt's reads are due.
     ReadDeadline(NodeId, u64),
     ClientWake(ClientId),
+    /// A client stops waiting for the answer to this request.
     ClientGiveUp(ClientId, ReqId),
+    /// A client lets go of what this request won.
+    ClientRelease(ClientId, ReqId),
     Probe(ClientId),
     Fault,
     /// A crashed (or stopped) node starts again.
@@ -121,6 +124,8 @@ pub(crate) enum Event {
     StopCheck(NodeId, u64),
     /// A node crashes, to start again after the given time.
     Crash(NodeId, u64),
+    /// A paused node (this incarnation) wakes, if it is due to now.
+    Wake(NodeId, u64),
     /// The last fault has healed: the quiet tail begins.
     Quiet,
 }
@@ -145,6 +150,8 @@ pub(crate) struct World {
     pub(crate) quiet_since: Option<u64>,
     /// Whether a leader was made deaf to acknowledgements (once a run).
     pub(crate) deafened: bool,
+    /// When the speaker may next doze off (slow reports).
+    pub(crate) next_doze: u64,
     pub(crate) history: History,
     pub(crate) report: Report,
     pub(crate) trace: Option<Vec<String>>,
@@ -168,6 +175,7 @@ pub fn run(seed: u64, config: &Config) -> Report {
         last_heal: 0,
         quiet_since: None,
         deafened: false,
+        next_doze: 0,
         history: History::default(),
         report: Report {
             seed,
@@ -286,18 +294,7 @@ impl World {
             Event::Deliver(To::Client(c), msg) => self.client_message(c, *msg),
             Event::Deliver(To::Node(n), msg) => match self.node_ready(n) {
                 None => {}
-                Some(false) => {
-                    // A paused process takes its queued requests in no
-                    // particular order when it wakes, while the Raft core
-                    // works through its own queue in order.
-                    let node = &self.nodes[&n];
-                    let resume = if matches!(*msg, Msg::Raft { .. }) {
-                        node.paused_until + node.raft_wakes_after
-                    } else {
-                        node.paused_until + self.rng.gen_range(0..6)
-                    };
-                    self.at(resume, Event::Deliver(To::Node(n), msg));
-                }
+                Some(false) => self.park(n, Event::Deliver(To::Node(n), msg)),
                 Some(true) => self.node_message(n, *msg),
             },
             Event::Tick(n) => {
@@ -316,14 +313,12 @@ impl World {
             }
             Event::ReadDeadline(n, attempt) => match self.node_ready(n) {
                 Some(true) => self.finish_reads(n, attempt),
-                Some(false) => {
-                    let resume = self.nodes[&n].paused_until;
-                    self.at(resume, Event::ReadDeadline(n, attempt));
-                }
+                Some(false) => self.park(n, Event::ReadDeadline(n, attempt)),
                 None => {}
             },
             Event::ClientWake(c) => self.client_wake(c),
-            Event::ClientGiveUp(c, req) => self.client_give_up(c, req),
+            Event::ClientGiveUp(c, req) => self.client_give_up(c, req, false),
+            Event::ClientRelease(c, req) => self.client_give_up(c, req, true),
             Event::Probe(c) => self.probe(c),
             Event::Fault => self.fault(),
             Event::Restart(n) => self.restart(n),
@@ -338,6 +333,7 @@ impl World {
                 }
             }
             Event::StopCheck(n, since) => self.stop_check(n, since),
+            Event::Wake(n, incarnation) => self.wake(n, incarnation),
             Event::Crash(n, length) => {
                 if self.nodes[&n].alive {
                     self.crash(n, length);

@@ -1,11 +1,11 @@
 //! Runs simulation seeds:
 //!
 //! ```text
-//! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost]
+//! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost|slow-reports]
 //!     [--sabotage RULE[,RULE...]] [--strict]
 //!
 //! RULE: skip-rebuild, ignore-lease, no-retry, no-restart-wait, no-read-term,
-//! short-hold.
+//! short-hold, count-from-send.
 //! sim --reproduce S [--trace] [...]
 //! ```
 
@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Some("restart-behind-cut") => Scenario::RestartBehindCut,
         Some("blip") => Scenario::QuorumBlip,
         Some("acks-lost") => Scenario::AcksLost,
+        Some("slow-reports") => Scenario::SlowReports,
         Some(other) => {
             eprintln!("unknown scenario {other}");
             return ExitCode::FAILURE;
@@ -46,6 +47,7 @@ fn main() -> ExitCode {
             "no-restart-wait" => Sabotage::NoRestartWait,
             "no-read-term" => Sabotage::NoReadTerm,
             "short-hold" => Sabotage::ShortStrictHold,
+            "count-from-send" => Sabotage::CountFromSend,
             other => {
                 eprintln!("unknown sabotage {other}");
                 return ExitCode::FAILURE;
