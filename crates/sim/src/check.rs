@@ -245,19 +245,52 @@ impl World {
                 }
                 _ => {
                     self.report.violations += 1;
-                    let node = &self.nodes[&n];
+                    let why = self.why_not_served(n);
                     self.report.liveness.push(format!(
-                        "node {n} served no grant within {bound} ms of the last fault healing at {quiet}: \
-                         Raft running {} term {} leader {:?}, speaking {:?}, table rebuilt {}, failed attempts {}",
-                        node.raft.running(),
-                        node.raft.term(),
-                        node.raft.current_leader(),
-                        node.speaking,
-                        node.table.is_rebuilt(),
-                        node.retry.failures,
+                        "node {n} served no grant within {bound} ms of the last fault healing at {quiet}: {why}"
                     ));
                 }
             }
         }
+    }
+
+    /// Why node `n`'s clients are not served: what its Raft and its
+    /// leader's speaker task are doing.
+    fn why_not_served(&self, n: NodeId) -> String {
+        let t = self.t;
+        let node = &self.nodes[&n];
+        if !node.raft.running() {
+            return "its Raft does not run".to_string();
+        }
+        let Some(leader) = node.raft.current_leader() else {
+            return format!("it knows no leader (term {})", node.raft.term());
+        };
+        let speaker = &self.nodes[&leader];
+        let role = if leader == n {
+            "it".to_string()
+        } else {
+            format!("its leader is node {leader}, which")
+        };
+        let term = speaker.raft.term();
+        if speaker.raft.leader_term().is_none() {
+            return format!("{role} does not lead any more (term {term})");
+        }
+        if speaker.table.is_rebuilt() {
+            let guard = if speaker.may_speak(t, false) {
+                "open"
+            } else {
+                "closed"
+            };
+            return format!("{role} leads term {term} with its table rebuilt, guard {guard}");
+        }
+        let next = if speaker.retry.next == u64::MAX {
+            "and tries no more".to_string()
+        } else {
+            format!("next attempt at {}", speaker.retry.next)
+        };
+        format!(
+            "{role} leads term {term} without a rebuilt table ({} rebuild attempts failed), {next}",
+            speaker.retry.failures
+        )
     }
 }
