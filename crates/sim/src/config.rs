@@ -80,8 +80,9 @@ pub enum Scenario {
     /// time for the successor's deadline: its report arrives late, counted
     /// down while it slept.
     SlowReports,
-    /// Right after the first election, every acknowledgement to the new
-    /// leader is lost for longer than the step-down bound, while its
+    /// Right after an election early in the run (the speaker is crashed to
+    /// cause one), every acknowledgement to the new leader is lost for
+    /// longer than the step-down bound, while its
     /// heartbeats still arrive (no follower campaigns): it fails to rebuild
     /// until it steps down and hands leadership over.
     AcksLost,

@@ -1,5 +1,6 @@
-//! Faults: crashes and restarts, pauses, partitions, graceful restarts that
-//! hand leadership over, quorum blips, and the targeted scenarios. Each
+//! Faults: crashes and restarts, pauses (and dozes that end when a
+//! successor's read arrives), partitions, graceful restarts that hand
+//! leadership over, quorum blips, and the targeted scenarios. Each
 //! fault records when it heals; once the fault window is over and the last
 //! fault healed, the quiet tail begins.
 
