@@ -1,15 +1,29 @@
 //! A deterministic simulation of leasehold's speaker protocol: the real
 //! lock table (`locktable`) on every node, with the node's role logic
-//! around it (leader changes, drop, rebuild with generations, forwarding,
-//! expiry, the leader-lease guard), under a simulated clock and network that
-//! loses, delays and reorders messages, and nodes that crash, restart and
-//! pause. Everything comes from one seed, so a failure replays exactly.
+//! around it (drop on every change of term, rebuild with ReadIndex and
+//! every member's report, retries while the term lasts, step-down,
+//! forwarding, expiry, the leader-lease guard), under a simulated clock and
+//! network that loses, delays and reorders messages, and nodes that crash,
+//! restart, pause, are cut off and shut down gracefully. Everything comes
+//! from one seed, so a failure replays exactly.
 //!
-//! Raft itself is an oracle here: it elects a new leader, in a higher term,
-//! only once the old leader's lease has run out (followers refuse votes
-//! until then), and it tells the nodes by lossy, delayed heartbeats. What
-//! is simulated for real is everything leasehold adds on top.
+//! Raft is modelled as openraft 0.10.0-alpha.37 behaves, not as the guard
+//! wishes (`raft`): votes carry leases that followers honour and restarts
+//! and transfers lose, a leader keeps its term without a quorum, ReadIndex
+//! gives up after one leader lease. The checker (`check`) looks at holders
+//! (no overlap, fences in order), speakers (none grants once a later term
+//! has a leader) and liveness (every node serves again after the last fault
+//! heals).
 
+mod check;
+mod client;
+mod config;
+mod faults;
+mod node;
+mod raft;
+mod speaker;
 mod world;
 
-pub use world::{run, Config, Report, Sabotage};
+pub use check::Report;
+pub use config::{liveness_bound_ms, Config, Sabotage, Scenario};
+pub use world::run;

@@ -1,17 +1,61 @@
-//! Runs simulation seeds: `sim --seeds N [--start S]` or `sim --reproduce S`.
+//! Runs simulation seeds:
+//!
+//! ```text
+//! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost|slow-reports]
+//!     [--sabotage RULE[,RULE...]] [--strict]
+//!
+//! RULE: skip-rebuild, ignore-lease, no-retry, no-restart-wait, no-read-term,
+//! short-hold, count-from-send.
+//! sim --reproduce S [--trace] [...]
+//! ```
 
 use std::process::ExitCode;
 
-use leasehold_sim::{run, Config};
+use leasehold_sim::{liveness_bound_ms, run, Config, Sabotage, Scenario};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str| {
+    let text = |flag: &str| {
         args.iter()
             .position(|a| a == flag)
             .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse::<u64>().ok())
+            .cloned()
     };
+    let value = |flag: &str| text(flag).and_then(|v| v.parse::<u64>().ok());
+    let scenario = match text("--scenario").as_deref() {
+        None | Some("mixed") => Scenario::Mixed,
+        Some("pauses") => Scenario::SpeakerPauses,
+        Some("restart-behind-cut") => Scenario::RestartBehindCut,
+        Some("blip") => Scenario::QuorumBlip,
+        Some("acks-lost") => Scenario::AcksLost,
+        Some("slow-reports") => Scenario::SlowReports,
+        Some(other) => {
+            eprintln!("unknown scenario {other}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut sabotage = Vec::new();
+    for name in text("--sabotage")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|n| !n.is_empty())
+    {
+        sabotage.push(match name {
+            "skip-rebuild" => Sabotage::SkipRebuild,
+            "ignore-lease" => Sabotage::IgnoreLeaderLease,
+            "no-retry" => Sabotage::NoRebuildRetry,
+            "no-restart-wait" => Sabotage::NoRestartWait,
+            "no-read-term" => Sabotage::NoReadTerm,
+            "short-hold" => Sabotage::ShortStrictHold,
+            "count-from-send" => Sabotage::CountFromSend,
+            other => {
+                eprintln!("unknown sabotage {other}");
+                return ExitCode::FAILURE;
+            }
+        });
+    }
+    let strict = args.iter().any(|a| a == "--strict");
+    let trace = args.iter().any(|a| a == "--trace");
     let (start, count) = match value("--reproduce") {
         Some(seed) => (seed, 1),
         None => (
@@ -19,30 +63,126 @@ fn main() -> ExitCode {
             value("--seeds").unwrap_or(1000),
         ),
     };
-    let mut totals = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let mut totals = Totals::default();
     let mut failed = Vec::new();
     for seed in start..start + count {
-        let config = Config::from_seed(seed);
-        let report = run(seed, &config);
-        totals.0 += report.grants;
-        totals.1 += report.overlaps;
-        totals.2 += report.explained;
-        totals.3 += report.elections;
-        totals.4 += report.crashes + report.pauses;
+        let mut config = Config::scenario(seed, scenario);
+        config.sabotage = sabotage.clone();
+        config.strict |= strict;
+        config.trace = trace;
+        let mut report = run(seed, &config);
+        totals.add(
+            &report,
+            liveness_bound_ms(config.max_delay_ms, config.strict),
+        );
         if count == 1 || !report.ok() {
+            let trace = std::mem::take(&mut report.trace);
             println!("seed {seed}: {config:?}\n{report:#?}");
+            for line in trace {
+                println!("{line}");
+            }
         }
         if !report.ok() {
             failed.push(seed);
         }
     }
     println!(
-        "{count} seeds from {start}: {} grants, {} elections, {} crashes and pauses, {} overlaps ({} explained by rebuilds that missed members), {} seeds failed {:?}",
-        totals.0, totals.3, totals.4, totals.1, totals.2, failed.len(), failed
+        "{count} seeds from {start} ({scenario:?}{}): {:.0} s simulated, {} faults \
+         ({} crashes, {} graceful stops, {} pauses, {} partitions, {} quorum blips), \
+         {} elections, {} failed rebuild attempts retried, {} step-downs, {} grants held; \
+         {} overlaps ({} explained by rebuilds that missed members); {} violations \
+         (seeds with: {} overlaps, {} fence inversions, {} deposed grants, {} deposed open guards, {} liveness); \
+         liveness worst case {} ms (bound {}..{} ms); {} seeds failed {:?}",
+        if sabotage.is_empty() {
+            String::new()
+        } else {
+            format!(", sabotage {sabotage:?}")
+        },
+        totals.sim_ms as f64 / 1000.0,
+        totals.faults,
+        totals.crashes,
+        totals.graceful,
+        totals.pauses,
+        totals.partitions,
+        totals.blips,
+        totals.elections,
+        totals.failed_rebuilds,
+        totals.step_downs,
+        totals.grants,
+        totals.overlaps,
+        totals.explained,
+        totals.violations,
+        totals.unexplained,
+        totals.inversions,
+        totals.deposed,
+        totals.deposed_guards,
+        totals.liveness,
+        totals.liveness_ms,
+        totals.bound_min,
+        totals.bound_max,
+        failed.len(),
+        failed
     );
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+#[derive(Default)]
+struct Totals {
+    sim_ms: u64,
+    faults: usize,
+    crashes: usize,
+    graceful: usize,
+    pauses: usize,
+    partitions: usize,
+    blips: usize,
+    elections: usize,
+    failed_rebuilds: usize,
+    step_downs: usize,
+    grants: usize,
+    overlaps: usize,
+    explained: usize,
+    violations: usize,
+    unexplained: usize,
+    inversions: usize,
+    deposed: usize,
+    deposed_guards: usize,
+    liveness: usize,
+    liveness_ms: u64,
+    bound_min: u64,
+    bound_max: u64,
+}
+
+impl Totals {
+    fn add(&mut self, r: &leasehold_sim::Report, bound: u64) {
+        self.sim_ms += r.sim_ms;
+        self.faults += r.faults();
+        self.crashes += r.crashes;
+        self.graceful += r.graceful_stops;
+        self.pauses += r.pauses;
+        self.partitions += r.partitions;
+        self.blips += r.blips;
+        self.elections += r.elections;
+        self.failed_rebuilds += r.failed_rebuilds;
+        self.step_downs += r.step_downs;
+        self.grants += r.grants;
+        self.overlaps += r.overlaps;
+        self.explained += r.explained;
+        self.violations += r.violations;
+        self.unexplained += usize::from(!r.unexplained.is_empty());
+        self.inversions += usize::from(!r.fence_inversions.is_empty());
+        self.deposed += usize::from(!r.deposed_grants.is_empty());
+        self.deposed_guards += usize::from(!r.deposed_speakers.is_empty());
+        self.liveness += usize::from(!r.liveness.is_empty());
+        self.liveness_ms = self.liveness_ms.max(r.liveness_ms);
+        self.bound_min = if self.bound_min == 0 {
+            bound
+        } else {
+            self.bound_min.min(bound)
+        };
+        self.bound_max = self.bound_max.max(bound);
     }
 }

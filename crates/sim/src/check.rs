@@ -1,0 +1,296 @@
+//! The checker: what a run recorded, and the promises it must keep.
+//!
+//! - *Exclusion of holders*: no two clients hold one name at once, and
+//!   fences grow along each name's history; in proceed mode an overlap or
+//!   an older fence is allowed within the longest lease after a rebuild
+//!   that missed members (the documented cost of proceeding).
+//! - *Exclusion of speakers*: no node grants for a term once a leader of a
+//!   later term has been elected, nor could (its table rebuilt and its
+//!   guard open, looked at every tick): the guard's premise is that no
+//!   other leader exists while it is open.
+//! - *Liveness*: once the last fault healed, every node serves a grant to
+//!   its probe within [`crate::liveness_bound_ms`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use locktable::NodeId;
+
+use crate::config::timing::MAX_LEASE_MS;
+use crate::config::Sabotage;
+use crate::world::World;
+
+/// How many violations of one kind a report spells out.
+const SPELLED_OUT: usize = 5;
+
+/// A holding a client completed: from its receipt of the grant to the
+/// earlier of its release and its own count of the lease's end.
+pub(crate) struct Interval {
+    pub(crate) name: String,
+    pub(crate) fence: u64,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+}
+
+/// What the checker reads.
+#[derive(Default)]
+pub(crate) struct History {
+    pub(crate) intervals: Vec<Interval>,
+    /// When rebuilds that missed members finished.
+    pub(crate) missing_rebuilds: Vec<u64>,
+    /// The latest term a leader was elected in so far: (term, when, who).
+    pub(crate) newest: Option<(u64, u64, NodeId)>,
+    /// Nodes found able to grant for a term after a later one's election.
+    pub(crate) deposed: BTreeSet<(NodeId, u64)>,
+}
+
+/// What a run saw.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Simulated time, in ms.
+    pub sim_ms: u64,
+    /// Holding intervals clients completed.
+    pub grants: usize,
+    /// Overlapping intervals of one name.
+    pub overlaps: usize,
+    /// Overlaps, and fences out of order, explained by a rebuild that
+    /// missed members (proceed mode).
+    pub explained: usize,
+    /// Overlaps the promises do not allow.
+    pub unexplained: Vec<String>,
+    /// Fences that did not increase along a name's history.
+    pub fence_inversions: Vec<String>,
+    /// Grants by a speaker after a leader of a later term was elected.
+    pub deposed_grants: Vec<String>,
+    /// Speakers that could grant (table rebuilt, leading its term, guard
+    /// open) after a leader of a later term was elected, found at their
+    /// ticks: the guard's premise broken, whether or not a request came.
+    pub deposed_speakers: Vec<String>,
+    /// Nodes that served no grant within the bound after the last fault
+    /// healed.
+    pub liveness: Vec<String>,
+    /// Violations of every kind, counted (the lists above spell out the
+    /// first few of each).
+    pub violations: usize,
+    /// The longest any node took to serve its probe after the last fault
+    /// healed, in ms.
+    pub liveness_ms: u64,
+    /// Leaders elected.
+    pub elections: usize,
+    /// Crashes injected (graceful stops included).
+    pub crashes: usize,
+    /// Pauses injected.
+    pub pauses: usize,
+    /// Partitions injected (quorum blips included).
+    pub partitions: usize,
+    /// Graceful stops (leadership handed over) injected.
+    pub graceful_stops: usize,
+    /// Leaders cut off from every member right after their election.
+    pub blips: usize,
+    /// Rebuild attempts that failed (and were tried again).
+    pub failed_rebuilds: usize,
+    /// Speakers that stepped down after failing to rebuild too long.
+    pub step_downs: usize,
+    /// Messages lost (to loss or cut links).
+    pub lost_messages: usize,
+    /// What happened, when the run kept a trace.
+    pub trace: Vec<String>,
+}
+
+impl Report {
+    /// Whether every promise held.
+    pub fn ok(&self) -> bool {
+        self.violations == 0
+    }
+
+    /// Faults injected, of every kind.
+    pub fn faults(&self) -> usize {
+        self.crashes + self.pauses + self.partitions
+    }
+}
+
+fn push_capped(list: &mut Vec<String>, count: &mut usize, line: impl FnOnce() -> String) {
+    *count += 1;
+    if list.len() < SPELLED_OUT {
+        list.push(line());
+    }
+}
+
+impl World {
+    pub(crate) fn check(&mut self, bound: u64) {
+        self.check_holders();
+        self.check_liveness(bound);
+        self.report.grants = self.history.intervals.len();
+    }
+
+    fn check_holders(&mut self) {
+        let window = MAX_LEASE_MS + 1_000;
+        let strict = self.config.strict;
+        let missing = &self.history.missing_rebuilds;
+        let explained_by = |start: u64| missing.iter().any(|&r| r <= start && r + window >= start);
+        let mut by_name: BTreeMap<&str, Vec<&Interval>> = BTreeMap::new();
+        for i in &self.history.intervals {
+            by_name.entry(&i.name).or_default().push(i);
+        }
+        let report = &mut self.report;
+        let mut violations = 0;
+        for (name, mut list) in by_name {
+            list.sort_by_key(|i| (i.start, i.fence));
+            for (k, later) in list.iter().enumerate() {
+                for earlier in &list[..k] {
+                    if earlier.end > later.start {
+                        report.overlaps += 1;
+                        if !strict && explained_by(later.start) {
+                            report.explained += 1;
+                        } else {
+                            push_capped(&mut report.unexplained, &mut violations, || {
+                                format!(
+                                    "{name}: fence {} held [{}, {}) overlaps fence {} from {}",
+                                    earlier.fence,
+                                    earlier.start,
+                                    earlier.end,
+                                    later.fence,
+                                    later.start
+                                )
+                            });
+                        }
+                    } else if earlier.fence >= later.fence {
+                        // In proceed mode an older grant whose holder's
+                        // node was missing can surface after a newer one:
+                        // the fence is what turns it away at the resource.
+                        if !strict && (explained_by(earlier.start) || explained_by(later.start)) {
+                            report.explained += 1;
+                            continue;
+                        }
+                        push_capped(&mut report.fence_inversions, &mut violations, || {
+                            format!("{name}: fence {} after {}", later.fence, earlier.fence)
+                        });
+                    }
+                }
+            }
+        }
+        report.violations += violations;
+    }
+
+    /// A leader was elected: node `n`, in `term`.
+    pub(crate) fn elected(&mut self, n: NodeId, term: u64) {
+        self.report.elections += 1;
+        if self
+            .history
+            .newest
+            .is_none_or(|(newest, _, _)| term > newest)
+        {
+            self.history.newest = Some((term, self.t, n));
+        }
+    }
+
+    /// Node `n` granted from its table for `term`: a leader of a later
+    /// term must not have been elected yet.
+    pub(crate) fn granted(&mut self, n: NodeId, term: u64) {
+        let t = self.t;
+        self.note(|| format!("node {n} grants for term {term}"));
+        if let Some((newest, elected, leader)) =
+            self.history.newest.filter(|(newest, _, _)| *newest > term)
+        {
+            let report = &mut self.report;
+            push_capped(&mut report.deposed_grants, &mut report.violations, || {
+                format!(
+                    "node {n} granted at {t} for term {term}, but node {leader} was elected in term {newest} at {elected}"
+                )
+            });
+        }
+    }
+
+    /// Node `n`, at its tick: if it may grant, no leader of a later term
+    /// may have been elected (the guard's premise). Counted once per node
+    /// and term.
+    pub(crate) fn check_guard(&mut self, n: NodeId) {
+        let t = self.t;
+        let ignore = self.config.sabotaged(Sabotage::IgnoreLeaderLease);
+        let node = &self.nodes[&n];
+        let Some(term) = node.speaking else {
+            return;
+        };
+        let Some((newest, elected, leader)) =
+            self.history.newest.filter(|(newest, _, _)| *newest > term)
+        else {
+            return;
+        };
+        if !node.may_speak(t, ignore) || !self.history.deposed.insert((n, term)) {
+            return;
+        }
+        let acked = node.raft.last_quorum_acked();
+        let report = &mut self.report;
+        push_capped(&mut report.deposed_speakers, &mut report.violations, || {
+            format!(
+                "node {n} may grant at {t} for term {term} (quorum acked {acked:?}), but node {leader} was elected in term {newest} at {elected}"
+            )
+        });
+    }
+
+    fn check_liveness(&mut self, bound: u64) {
+        let Some(quiet) = self.quiet_since else {
+            self.report
+                .liveness
+                .push("the faults never healed within the run".to_string());
+            self.report.violations += 1;
+            return;
+        };
+        for client in self.clients.iter().filter(|c| c.probe) {
+            let n = client.node;
+            match client.granted_at {
+                Some(at) if at <= quiet + bound => {
+                    self.report.liveness_ms = self.report.liveness_ms.max(at - quiet);
+                }
+                _ => {
+                    self.report.violations += 1;
+                    let why = self.why_not_served(n);
+                    self.report.liveness.push(format!(
+                        "node {n} served no grant within {bound} ms of the last fault healing at {quiet}: {why}"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Why node `n`'s clients are not served: what its Raft and its
+    /// leader's speaker task are doing.
+    fn why_not_served(&self, n: NodeId) -> String {
+        let t = self.t;
+        let node = &self.nodes[&n];
+        if !node.raft.running() {
+            return "its Raft does not run".to_string();
+        }
+        let Some(leader) = node.raft.current_leader() else {
+            return format!("it knows no leader (term {})", node.raft.term());
+        };
+        let speaker = &self.nodes[&leader];
+        let role = if leader == n {
+            "it".to_string()
+        } else {
+            format!("its leader is node {leader}, which")
+        };
+        let term = speaker.raft.term();
+        if speaker.raft.leader_term().is_none() {
+            return format!("{role} does not lead any more (term {term})");
+        }
+        if speaker.table.is_rebuilt() {
+            let guard = if speaker.may_speak(t, false) {
+                "open"
+            } else {
+                "closed"
+            };
+            return format!("{role} leads term {term} with its table rebuilt, guard {guard}");
+        }
+        let next = if speaker.retry.next == u64::MAX {
+            "and tries no more".to_string()
+        } else {
+            format!("next attempt at {}", speaker.retry.next)
+        };
+        format!(
+            "{role} leads term {term} without a rebuilt table ({} rebuild attempts failed), {next}",
+            speaker.retry.failures
+        )
+    }
+}

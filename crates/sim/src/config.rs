@@ -1,0 +1,218 @@
+//! What a run simulates: the cluster, the workload, the faults, and the
+//! timings the node and openraft run with.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Members.
+    pub nodes: u64,
+    /// Clients, each talking to one node.
+    pub clients: usize,
+    /// Names they contend for.
+    pub names: usize,
+    /// Faults are injected until this simulated time (ms); the run then
+    /// waits for the last fault to heal and checks liveness in a quiet tail.
+    pub duration_ms: u64,
+    /// Strict rebuild mode (else proceed).
+    pub strict: bool,
+    /// Chance a message is lost (until the quiet tail).
+    pub loss: f64,
+    /// Longest message delay, in ms.
+    pub max_delay_ms: u64,
+    /// Which faults to inject.
+    pub scenario: Scenario,
+    /// Protocol rules to break on purpose, to show the checker catches it.
+    pub sabotage: Vec<Sabotage>,
+    /// Keep a trace of what happened (for `--reproduce`).
+    pub trace: bool,
+}
+
+/// Rules the simulation can break, to prove its checker is not blind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// A new speaker serves from an empty table instead of rebuilding.
+    SkipRebuild,
+    /// A speaker grants without checking its leader lease.
+    IgnoreLeaderLease,
+    /// A rebuild that failed is not tried again while the node leads the
+    /// same term (the node before issue 10: it rebuilt only on a change of
+    /// term, finding 1).
+    NoRebuildRetry,
+    /// Raft runs as soon as a (re)started node is up, instead of one leader
+    /// lease later (finding 2: openraft reloads a vote with a zero lease).
+    NoRestartWait,
+    /// A member read by a newer term's speaker keeps speaking for its own
+    /// (the read carries no term).
+    NoReadTerm,
+    /// The strict hold lasts the longest lease only, without the leader
+    /// lease an old speaker's guard may run past the new term's start.
+    ShortStrictHold,
+    /// A rebuild counts reported leases from when it sent its reads, not
+    /// from each report's arrival (a bug the simulation once found).
+    CountFromSend,
+}
+
+/// The faults a run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// A random mix: crashes with restarts, pauses, partitions (both ways
+    /// and one way), graceful restarts (leadership handed over), and now
+    /// and then, just after an election, a leader cut off from every member
+    /// (a quorum blip) or deaf to their acknowledgements for longer than
+    /// the step-down bound.
+    Mixed,
+    /// The speaker is paused for longer than a strict hold, again and
+    /// again: it wakes to requests queued while it slept.
+    SpeakerPauses,
+    /// The speaker is cut off from a minority of followers (who campaign),
+    /// then another follower, one the speaker's quorum counts on, crashes
+    /// and restarts at once, a few times in a row.
+    RestartBehindCut,
+    /// Right after each election the new leader is cut off from every
+    /// member for a little longer than its ReadIndex waits, but too briefly
+    /// for any follower to campaign: the leader keeps its term.
+    QuorumBlip,
+    /// A speaker that just granted its own client the longest lease pauses
+    /// until its successor's read arrives, and wakes a little later, in
+    /// time for the successor's deadline: its report arrives late, counted
+    /// down while it slept.
+    SlowReports,
+    /// Right after an election early in the run (the speaker is crashed to
+    /// cause one), every acknowledgement to the new leader is lost for
+    /// longer than the step-down bound, while its
+    /// heartbeats still arrive (no follower campaigns): it fails to rebuild
+    /// until it steps down and hands leadership over.
+    AcksLost,
+}
+
+impl Config {
+    /// Whether `rule` is broken on purpose in this run.
+    pub fn sabotaged(&self, rule: Sabotage) -> bool {
+        self.sabotage.contains(&rule)
+    }
+
+    /// A configuration drawn from `seed`, with the mixed faults.
+    pub fn from_seed(seed: u64) -> Config {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xC0F1);
+        Config {
+            nodes: if rng.gen_bool(0.5) { 3 } else { 5 },
+            clients: rng.gen_range(2..8),
+            names: rng.gen_range(1..4),
+            duration_ms: 8_000,
+            strict: rng.gen_bool(0.5),
+            loss: rng.gen_range(0.0..0.08),
+            max_delay_ms: rng.gen_range(1..40),
+            scenario: Scenario::Mixed,
+            sabotage: Vec::new(),
+            trace: false,
+        }
+    }
+
+    /// A configuration drawn from `seed` that injects `scenario`'s faults.
+    pub fn scenario(seed: u64, scenario: Scenario) -> Config {
+        let mut config = Config::from_seed(seed);
+        config.scenario = scenario;
+        match scenario {
+            Scenario::Mixed => {}
+            Scenario::SpeakerPauses => {
+                config.strict = true;
+                config.clients = config.clients.max(4);
+                config.duration_ms = 12_000;
+            }
+            Scenario::RestartBehindCut => {
+                config.clients = config.clients.max(5);
+                config.loss = config.loss.min(0.02);
+                config.max_delay_ms = config.max_delay_ms.min(15);
+            }
+            Scenario::QuorumBlip => {}
+            Scenario::SlowReports => {
+                config.clients = config.clients.max(6);
+                config.names = 1;
+            }
+            Scenario::AcksLost => config.duration_ms = 14_000,
+        }
+        config
+    }
+}
+
+/// Raft's and the node's timings, as leasehold runs them, and the lease
+/// rule the simulated clients use.
+pub(crate) mod timing {
+    /// openraft's heartbeat interval.
+    pub const HEARTBEAT_MS: u64 = 50;
+    /// The randomized election timeout's bounds.
+    pub const ELECTION_MIN_MS: u64 = 150;
+    /// The upper bound, which is also openraft's leader lease: a follower
+    /// refuses votes this long after the last heartbeat it accepted.
+    pub const ELECTION_MAX_MS: u64 = 300;
+    /// openraft's leader lease (`election_timeout_max`).
+    pub const LEADER_LEASE_MS: u64 = ELECTION_MAX_MS;
+    /// What the speaker leaves unused of the leader lease.
+    pub const LEASE_MARGIN_MS: u64 = 75;
+    /// A candidate that saw a greater log waits this much longer
+    /// (openraft's `smaller_log_timeout`).
+    pub const SMALLER_LOG_MS: u64 = 2 * ELECTION_MAX_MS;
+    /// openraft's tick (`heartbeat_interval * 13 / 64`).
+    pub const RAFT_TICK_MS: u64 = 10;
+    /// How often the speaker task looks at Raft (`WATCH_EVERY`).
+    pub const WATCH_MS: u64 = 10;
+    /// The first wait before a failed rebuild is tried again.
+    pub const RETRY_FIRST_MS: u64 = 50;
+    /// The longest wait between two rebuild attempts.
+    pub const RETRY_AT_MOST_MS: u64 = 1_000;
+    /// How long a leader may fail to rebuild before it hands leadership on.
+    pub const STEP_DOWN_AFTER_MS: u64 = 10_000;
+    /// How long a stopping leader waits for another leader.
+    pub const HANDOVER_PATIENCE_MS: u64 = 2_000;
+    /// How long a new speaker waits for each member's report.
+    pub const REBUILD_TIMEOUT_MS: u64 = 300;
+    /// The clients' lease.
+    pub const LEASE_MS: u64 = 1_000;
+    /// The longest lease (`--max-lease`).
+    pub const MAX_LEASE_MS: u64 = 2_000;
+    /// The strict hold after a rebuild that missed members: the longest
+    /// lease plus one leader lease.
+    pub const STRICT_HOLD_MS: u64 = MAX_LEASE_MS + LEADER_LEASE_MS;
+    /// How often the expiry task polls the table.
+    pub const POLL_MS: u64 = 20;
+    /// How early a client stops before its own count of the lease ends.
+    pub const CLIENT_MARGIN_MS: u64 = 100;
+    /// How often a liveness probe asks while it has no grant.
+    pub const PROBE_EVERY_MS: u64 = 50;
+}
+
+/// How long after the last fault heals every live node must have served a
+/// grant, for a run whose messages take at most `max_delay_ms` (and in
+/// strict mode or not). The parts,
+/// in the order a worst case meets them:
+///
+/// - a node restarted by the last fault runs Raft a leader lease later;
+/// - an election: a follower campaigns a leader lease plus an election
+///   timeout after the last heartbeat it accepted (plus `smaller_log`
+///   after it saw a greater log), pre-vote and vote take two round trips;
+///   three such rounds are allowed for split votes;
+/// - a rebuild attempt that was under way fails after one leader lease
+///   (ReadIndex) or the rebuild timeout, and the next one starts after the
+///   longest backoff; it then confirms and reads in two round trips;
+/// - in strict mode, a rebuild within the longest lease of a restart
+///   misses that member and holds new grants back for the strict hold;
+/// - the probe asks every `PROBE_EVERY_MS`, through a forward: two round
+///   trips.
+pub fn liveness_bound_ms(max_delay_ms: u64, strict: bool) -> u64 {
+    use timing::*;
+    let round_trip = 2 * max_delay_ms;
+    let restart = LEADER_LEASE_MS;
+    let election_round = ELECTION_MAX_MS + SMALLER_LOG_MS + 2 * round_trip + RAFT_TICK_MS;
+    let election = LEADER_LEASE_MS + 3 * election_round;
+    let rebuild = WATCH_MS
+        + LEADER_LEASE_MS.max(REBUILD_TIMEOUT_MS)
+        + RETRY_AT_MOST_MS
+        + WATCH_MS
+        + 2 * round_trip;
+    let probe = PROBE_EVERY_MS + 2 * round_trip;
+    let hold = if strict { STRICT_HOLD_MS } else { 0 };
+    restart + election + rebuild + hold + probe
+}

@@ -1,0 +1,590 @@
+//! The speaker protocol, as `crates/node` runs it: the watch loop that drops
+//! the table on every change of leader or term and rebuilds it (retrying
+//! with backoff while the node leads the term, stepping down after
+//! failing too long), the rebuild (ReadIndex, then every member's report),
+//! the guarded grant and release paths, and the member side of a rebuild.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use locktable::{AcquireError, Acquired, LockId, NodeId, RebuildFrom, Request};
+
+use crate::config::timing::{MAX_LEASE_MS, REBUILD_TIMEOUT_MS, STRICT_HOLD_MS};
+use crate::config::Sabotage;
+use crate::node::{Attempt, Origin, Outcome, Phase, Retry};
+use crate::world::{Answer, Ask, ClientId, Event, Msg, Refusal, ReqId, To, World};
+
+impl World {
+    fn ignores_lease(&self) -> bool {
+        self.config.sabotaged(Sabotage::IgnoreLeaderLease)
+    }
+
+    /// `watch_leadership`, one turn: drop the table whenever the term this
+    /// node leads changes; while it leads, take a finished attempt's outcome
+    /// and start another attempt when one is due and the table is not
+    /// rebuilt.
+    pub(crate) fn watch(&mut self, n: NodeId) {
+        let t = self.t;
+        let node = self.nodes.get_mut(&n).expect("member");
+        let term = if node.stopping {
+            None
+        } else {
+            node.raft.leader_term()
+        };
+        if term != node.speaking {
+            node.speaking = term;
+            node.attempt = None;
+            node.retry = Retry::new(t);
+            self.drop_table(n);
+            match term {
+                Some(term) => self.note(|| format!("node {n}: leads term {term}, rebuilding")),
+                None => self.note(|| format!("node {n}: not the speaker")),
+            }
+        }
+        let node = self.nodes.get_mut(&n).expect("member");
+        let Some(term) = node.speaking else {
+            return;
+        };
+        if let Some(Phase::Done(outcome)) = node.attempt.as_ref().map(|a| &a.phase) {
+            let outcome = *outcome;
+            node.attempt = None;
+            match outcome {
+                Outcome::Rebuilt => node.retry = Retry::new(t),
+                Outcome::Failed(why) => {
+                    node.retry.failed(t);
+                    self.report.failed_rebuilds += 1;
+                    let failures = node.retry.failures;
+                    self.note(|| {
+                        format!(
+                            "node {n}: rebuild of term {term} failed ({why}), {failures} so far"
+                        )
+                    });
+                    let node = self.nodes.get_mut(&n).expect("member");
+                    if self.config.sabotaged(Sabotage::NoRebuildRetry) {
+                        // As before issue 10: rebuilt only on a change of term.
+                        node.retry.next = u64::MAX;
+                    } else if node.retry.hopeless(t) {
+                        self.step_down(n, term);
+                        self.nodes.get_mut(&n).expect("member").retry = Retry::new(t);
+                    }
+                }
+            }
+        }
+        let node = self.nodes.get_mut(&n).expect("member");
+        if node.attempt.is_none() && node.retry.due(t) && !node.table.is_rebuilt() {
+            self.start_attempt(n, term);
+        }
+    }
+
+    /// Drops the table, then hands leadership to another member
+    /// (`step_down`): openraft's transfer lets the target win at once.
+    fn step_down(&mut self, n: NodeId, term: u64) {
+        self.report.step_downs += 1;
+        self.drop_table(n);
+        let node = self.nodes.get_mut(&n).expect("member");
+        let to = node.raft.transfer_target();
+        if let Some(to) = to {
+            node.raft.transfer_leader(to);
+        }
+        self.note(|| format!("node {n}: steps down from term {term}, hands over to {to:?}"));
+        self.flush_raft(n);
+    }
+
+    /// Drops node `n`'s table: waiting requests are answered `not_rebuilt`
+    /// and its grants are kept as `Granted`.
+    pub(crate) fn drop_table(&mut self, n: NodeId) {
+        let t = self.t;
+        let node = self.nodes.get_mut(&n).expect("member");
+        let now = node.mono(t);
+        node.table.drop_table(now);
+        self.dispatch(n);
+    }
+
+    fn start_attempt(&mut self, n: NodeId, term: u64) {
+        let t = self.t;
+        self.next_attempt += 1;
+        let id = self.next_attempt;
+        let node = self.nodes.get_mut(&n).expect("member");
+        let generation = node.table.generation();
+        // The blank entry of this term committed and a quorum still knows
+        // this leader: openraft's ReadIndex.
+        let phase = if node.raft.start_read(id, t) {
+            Phase::Confirming
+        } else {
+            Phase::Done(Outcome::Failed("not the leader, or handing over"))
+        };
+        node.attempt = Some(Attempt {
+            id,
+            term,
+            generation,
+            phase,
+        });
+        self.flush_raft(n);
+    }
+
+    /// ReadIndex of attempt `id` ended: read every member, or fail.
+    pub(crate) fn read_confirmed(&mut self, n: NodeId, id: u64, confirmed: bool) {
+        let t = self.t;
+        let nodes = self.config.nodes;
+        let node = self.nodes.get_mut(&n).expect("member");
+        let Some(attempt) = node.attempt.as_mut().filter(|a| a.id == id) else {
+            return;
+        };
+        if !matches!(attempt.phase, Phase::Confirming) {
+            return;
+        }
+        if !confirmed {
+            attempt.phase = Phase::Done(Outcome::Failed("no quorum confirmed this leader"));
+            return;
+        }
+        let term = attempt.term;
+        let (locks, restarted) = node.report(t);
+        let mut reports = BTreeMap::new();
+        reports.insert(n, (locks, restarted, t));
+        node.attempt.as_mut().expect("checked").phase = Phase::Reading(reports);
+        for member in 1..=nodes {
+            if member != n {
+                self.send(
+                    Some(n),
+                    To::Node(member),
+                    Msg::ReadReport {
+                        leader: n,
+                        term,
+                        attempt: id,
+                    },
+                );
+            }
+        }
+        self.at(t + REBUILD_TIMEOUT_MS, Event::ReadDeadline(n, id));
+    }
+
+    /// A member's report for attempt `id` arrived.
+    fn report_arrived(
+        &mut self,
+        n: NodeId,
+        from: NodeId,
+        id: u64,
+        report: (Vec<locktable::LockInTransit>, bool),
+    ) {
+        let t = self.t;
+        let nodes = self.config.nodes;
+        let node = self.nodes.get_mut(&n).expect("member");
+        let Some(Attempt {
+            phase: Phase::Reading(reports),
+            ..
+        }) = node.attempt.as_mut().filter(|a| a.id == id)
+        else {
+            return;
+        };
+        reports.insert(from, (report.0, report.1, t));
+        if reports.len() as u64 == nodes {
+            self.finish_reads(n, id);
+        }
+    }
+
+    /// Every member answered, or the rebuild timeout passed: rebuild the
+    /// table for the attempt's term, unless leadership moved on.
+    pub(crate) fn finish_reads(&mut self, n: NodeId, id: u64) {
+        let t = self.t;
+        let strict = self.config.strict;
+        let nodes = self.config.nodes;
+        let skip = self.config.sabotaged(Sabotage::SkipRebuild);
+        let count_from_send = self.config.sabotaged(Sabotage::CountFromSend);
+        let hold_ms = if self.config.sabotaged(Sabotage::ShortStrictHold) {
+            MAX_LEASE_MS
+        } else {
+            STRICT_HOLD_MS
+        };
+        let node = self.nodes.get_mut(&n).expect("member");
+        // The deadline of reads that all came in finds the attempt done.
+        let Some(attempt) = node
+            .attempt
+            .as_mut()
+            .filter(|a| a.id == id && matches!(a.phase, Phase::Reading(_)))
+        else {
+            return;
+        };
+        let Phase::Reading(reports) = std::mem::replace(
+            &mut attempt.phase,
+            Phase::Done(Outcome::Failed("leadership moved on during the rebuild")),
+        ) else {
+            unreachable!("matched above");
+        };
+        let (term, generation) = (attempt.term, attempt.generation);
+        let still_leader = node.raft.leader_term() == Some(term) && node.speaking == Some(term);
+        if !still_leader {
+            return;
+        }
+        let now = node.mono(t);
+        let mut locks = Vec::new();
+        let mut missing = nodes - reports.len() as u64;
+        // This node's own report went in when the reads were sent.
+        let sent = reports.get(&n).map_or(t, |own| own.2);
+        for (report, restarted, arrived) in reports.into_values() {
+            missing += u64::from(restarted);
+            // Counted from the report's arrival: the speaker's table must
+            // not end a lease before its holder's own count does.
+            let arrived = node.mono(if count_from_send { sent } else { arrived });
+            locks.extend(report.into_iter().map(|l| l.arrive(arrived)));
+        }
+        if skip {
+            locks.clear();
+            missing = 0;
+        }
+        // The longest lease, and an old speaker's guard tail.
+        let hold = (strict && missing > 0).then(|| now + Duration::from_millis(hold_ms));
+        let from = RebuildFrom {
+            generation,
+            epoch: term,
+            locks,
+            hold_new_grants_until: hold,
+        };
+        let outcome = match node.table.rebuild(from, now) {
+            Ok(rebuilt) => {
+                if missing > 0 {
+                    self.history.missing_rebuilds.push(t);
+                }
+                let mut by_node: BTreeMap<NodeId, Vec<LockId>> = BTreeMap::new();
+                for lock in rebuilt.lost {
+                    by_node.entry(lock.node).or_default().push(lock.id);
+                }
+                for (owner, ids) in by_node {
+                    self.send(Some(n), To::Node(owner), Msg::Lost { ids });
+                }
+                self.note(|| format!("node {n}: rebuilt for term {term}, {missing} missing"));
+                Outcome::Rebuilt
+            }
+            Err(locktable::RebuildError::Stale(_)) => {
+                Outcome::Failed("the table was dropped again during the rebuild")
+            }
+            Err(_) => Outcome::Failed("cannot speak in this term"),
+        };
+        let node = self.nodes.get_mut(&n).expect("member");
+        if let Some(attempt) = node.attempt.as_mut().filter(|a| a.id == id) {
+            attempt.phase = Phase::Done(outcome);
+        }
+    }
+
+    /// The expiry task: ends leases and waits while this node may speak;
+    /// turns waiters away when it may not.
+    pub(crate) fn poll(&mut self, n: NodeId) {
+        let t = self.t;
+        let ignore = self.ignores_lease();
+        let node = self.nodes.get_mut(&n).expect("member");
+        let now = node.mono(t);
+        if node.may_speak(t, ignore) {
+            node.table.poll(now);
+        } else if node.table.is_rebuilt() && node.table.waiting() > 0 {
+            node.table.turn_away_waiters();
+        }
+        node.held.expire(now);
+        self.dispatch(n);
+    }
+
+    /// Sends the table's answers to whoever waits for them.
+    pub(crate) fn dispatch(&mut self, n: NodeId) {
+        let t = self.t;
+        let node = self.nodes.get_mut(&n).expect("member");
+        let now = node.mono(t);
+        let term = node.speaking.unwrap_or(0);
+        let mut out = Vec::new();
+        let fresh = node.table.take_answers();
+        let granted = fresh.iter().filter(|a| a.result.is_ok()).count();
+        let mut answers = std::mem::take(&mut node.undelivered);
+        answers.extend(fresh);
+        // The table hands out some answers in its hash maps' order, which
+        // is seeded at random: sorted, a seed replays exactly.
+        answers.sort_by_key(|a| a.waiter);
+        let mut local_leases = Vec::new();
+        for answer in answers {
+            let Some(origin) = node.waiters.remove(&answer.waiter) else {
+                continue;
+            };
+            if let (Ok(lock), Origin::Local { .. }) = (&answer.result, origin) {
+                node.held.record(lock.clone());
+                local_leases.push(lock.lease);
+            }
+            let result = match answer.result {
+                Ok(lock) => Ok(lock.in_transit(now)),
+                Err(AcquireError::Held(_)) => Err(Refusal::Held),
+                Err(_) => Err(Refusal::Unavailable),
+            };
+            match origin {
+                Origin::Local {
+                    client,
+                    req,
+                    arrived,
+                } => out.push((
+                    To::Client(client),
+                    Msg::Reply {
+                        req,
+                        result: result.map(|l| (l, t - arrived)),
+                    },
+                )),
+                Origin::Forwarded {
+                    node,
+                    client,
+                    req,
+                    arrived,
+                } => out.push((
+                    To::Node(node),
+                    Msg::ForwardReply {
+                        client,
+                        req,
+                        result: result.map(|l| (l, t - arrived)),
+                    },
+                )),
+            }
+        }
+        for _ in 0..granted {
+            self.note(|| format!("node {n} hands a waiting request its lock"));
+            self.granted(n, term);
+        }
+        for (to, msg) in out {
+            self.send(Some(n), to, msg);
+        }
+        for lease in local_leases {
+            self.on_local_grant(n, lease);
+        }
+    }
+
+    /// A grant or refusal as the speaker, for a client of `from`.
+    fn speak_acquire(&mut self, n: NodeId, from: NodeId, client: ClientId, req: ReqId, ask: Ask) {
+        let t = self.t;
+        let ignore = self.ignores_lease();
+        self.next_lock += 1;
+        let id = LockId::from_u128(self.next_lock);
+        let node = self.nodes.get_mut(&n).expect("member");
+        let origin = if from == n {
+            Origin::Local {
+                client,
+                req,
+                arrived: t,
+            }
+        } else {
+            Origin::Forwarded {
+                node: from,
+                client,
+                req,
+                arrived: t,
+            }
+        };
+        let reply = |w: &mut World, result: Answer| match origin {
+            Origin::Local { client, req, .. } => {
+                w.send(Some(n), To::Client(client), Msg::Reply { req, result })
+            }
+            Origin::Forwarded {
+                node, client, req, ..
+            } => w.send(
+                Some(n),
+                To::Node(node),
+                Msg::ForwardReply {
+                    client,
+                    req,
+                    result,
+                },
+            ),
+        };
+        if !node.may_speak(t, ignore) {
+            reply(self, Err(Refusal::Unavailable));
+            return;
+        }
+        let term = node.speaking.unwrap_or(0);
+        let now = node.mono(t);
+        let request = Request {
+            name: ask.name,
+            id,
+            node: from,
+            holder: String::new(),
+            lease: Some(Duration::from_millis(ask.lease_ms)),
+            wait: Duration::from_millis(ask.wait_ms),
+            data: None,
+        };
+        let outcome = node.table.acquire(request, now);
+        // A lease that ran out is handed to a waiting request inside
+        // `acquire`; the node tells that request at its next dispatch.
+        let handed = node.table.take_answers();
+        let handed_over = handed.iter().filter(|a| a.result.is_ok()).count();
+        node.undelivered.extend(handed);
+        for _ in 0..handed_over {
+            self.granted(n, term);
+        }
+        let node = self.nodes.get_mut(&n).expect("member");
+        match outcome {
+            Ok(Acquired::Granted(lock)) => {
+                if from == n {
+                    node.held.record(lock.clone());
+                    self.on_local_grant(n, lock.lease);
+                }
+                let transit = lock.in_transit(now);
+                self.granted(n, term);
+                reply(self, Ok((transit, 0)));
+            }
+            Ok(Acquired::Waiting(w)) => {
+                node.waiters.insert(w, origin);
+            }
+            Err(AcquireError::Held(_)) => reply(self, Err(Refusal::Held)),
+            Err(_) => reply(self, Err(Refusal::Unavailable)),
+        }
+    }
+
+    fn speak_release(&mut self, n: NodeId, name: &str, id: LockId) {
+        let t = self.t;
+        let ignore = self.ignores_lease();
+        let node = self.nodes.get_mut(&n).expect("member");
+        if !node.may_speak(t, ignore) {
+            return;
+        }
+        let now = node.mono(t);
+        if let Ok(lock) = node.table.release(name, id, now) {
+            node.held.remove(id);
+            // As the node does: a lock granted this term is in the record
+            // of its node only (the sim has no renewals through other
+            // nodes); one from an earlier term may be in anyone's.
+            let this_term = Some(lock.fence.epoch()) == node.speaking;
+            let left = lock.expires.saturating_duration_since(now);
+            for other in 1..=self.config.nodes {
+                if other != n && (!this_term || other == lock.node) {
+                    self.send(
+                        Some(n),
+                        To::Node(other),
+                        Msg::Forget {
+                            name: name.to_string(),
+                            id,
+                            left,
+                        },
+                    );
+                }
+            }
+        }
+        self.dispatch(n);
+    }
+
+    /// A message arrives at node `n`, which runs.
+    pub(crate) fn node_message(&mut self, n: NodeId, msg: Msg) {
+        let t = self.t;
+        match msg {
+            Msg::Raft { from, msg } => {
+                self.nodes
+                    .get_mut(&n)
+                    .expect("member")
+                    .raft
+                    .handle(from, msg, t);
+                self.flush_raft(n);
+            }
+            Msg::Acquire { client, req, ask } => match self.nodes[&n].raft.current_leader() {
+                Some(l) if l == n => self.speak_acquire(n, n, client, req, ask),
+                Some(l) => {
+                    self.nodes
+                        .get_mut(&n)
+                        .expect("member")
+                        .pending
+                        .insert(req, (t, t));
+                    let from = n;
+                    self.send(
+                        Some(n),
+                        To::Node(l),
+                        Msg::Forward {
+                            from,
+                            client,
+                            req,
+                            ask,
+                        },
+                    );
+                }
+                None => self.send(
+                    Some(n),
+                    To::Client(client),
+                    Msg::Reply {
+                        req,
+                        result: Err(Refusal::Unavailable),
+                    },
+                ),
+            },
+            Msg::Forward {
+                from,
+                client,
+                req,
+                ask,
+            } => self.speak_acquire(n, from, client, req, ask),
+            Msg::ForwardReply {
+                client,
+                req,
+                result,
+            } => {
+                let node = self.nodes.get_mut(&n).expect("member");
+                let Some((sent, arrived)) = node.pending.remove(&req) else {
+                    return;
+                };
+                let result = match result {
+                    Ok((transit, served)) => {
+                        // Counted from the send plus the speaker's time.
+                        let lock = transit.arrive(node.mono(sent + served));
+                        let now = node.mono(t);
+                        let view = lock.in_transit(now);
+                        node.held.record(lock);
+                        Ok((view, t - arrived))
+                    }
+                    Err(e) => Err(e),
+                };
+                self.send(Some(n), To::Client(client), Msg::Reply { req, result });
+            }
+            Msg::Release { name, id } => {
+                let node = self.nodes.get_mut(&n).expect("member");
+                node.held.remove(id);
+                match node.raft.current_leader() {
+                    Some(l) if l == n => self.speak_release(n, &name, id),
+                    Some(l) => self.send(Some(n), To::Node(l), Msg::ForwardRelease { name, id }),
+                    None => {}
+                }
+            }
+            Msg::ForwardRelease { name, id } => self.speak_release(n, &name, id),
+            Msg::Forget { name, id, left } => {
+                let node = self.nodes.get_mut(&n).expect("member");
+                let now = node.mono(t);
+                node.held.remove(id);
+                node.table.forget(&name, id, left, now);
+                self.dispatch(n);
+            }
+            Msg::ReadReport {
+                leader,
+                term,
+                attempt,
+            } => {
+                // `deposed_by`: a member still speaking for an older term
+                // drops its table before it answers.
+                let read_term = !self.config.sabotaged(Sabotage::NoReadTerm);
+                if read_term && self.nodes[&n].speaking.is_some_and(|own| own < term) {
+                    self.note(|| {
+                        format!("node {n}: read by the speaker of term {term}, drops its table")
+                    });
+                    self.drop_table(n);
+                }
+                let (locks, restarted) = self.nodes[&n].report(t);
+                self.send(
+                    Some(n),
+                    To::Node(leader),
+                    Msg::Report {
+                        from: n,
+                        attempt,
+                        locks,
+                        restarted,
+                    },
+                );
+            }
+            Msg::Report {
+                from,
+                attempt,
+                locks,
+                restarted,
+            } => self.report_arrived(n, from, attempt, (locks, restarted)),
+            Msg::Lost { ids } => {
+                let node = self.nodes.get_mut(&n).expect("member");
+                for id in ids {
+                    node.held.remove(id);
+                }
+            }
+            Msg::Reply { .. } => {}
+        }
+    }
+}
