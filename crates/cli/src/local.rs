@@ -107,9 +107,16 @@ async fn start(config: NodeConfig, listen: &str) -> Result<RunningNode, String> 
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
     let node = start(args.config(), &args.listen).await?;
     tracing::info!(addr = %node.addr(), id = args.id, "serving");
-    let signal = stop_signal().await;
-    tracing::info!(signal, "stopping");
-    node.shutdown().await;
+    tokio::select! {
+        signal = stop_signal() => {
+            tracing::info!(signal, "stopping");
+            node.shutdown().await;
+        }
+        why = node.raft_failed() => {
+            tracing::error!(%why, "the Raft core stopped: exiting so that a supervisor restarts the node");
+            return Err(format!("the Raft core stopped: {why}"));
+        }
+    }
     Ok(())
 }
 

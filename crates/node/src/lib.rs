@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_raft::{BasicNode, Faults};
+use leasehold_raft::{BasicNode, Faults, WatchReceiver};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -69,6 +69,22 @@ impl RunningNode {
     /// The address it serves on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Resolves if this node's Raft core stops while the node runs (a fatal
+    /// storage error, or a panic in it), with what it said. Such a node can
+    /// never speak or follow again: `serve` exits non-zero so that its
+    /// supervisor restarts it, and an embedder should do the like.
+    pub async fn raft_failed(&self) -> String {
+        let mut metrics = self.node.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow_watched().running_state {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "the Raft core is gone".to_string();
+            }
+        }
     }
 
     /// Stops the node: stops granting (drops the table), hands leadership

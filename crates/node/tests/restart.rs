@@ -100,3 +100,24 @@ async fn a_restarted_member_answers_no_vote_before_a_leader_lease_has_passed() {
         node.shutdown().await;
     }
 }
+
+/// A node whose Raft core stops while it runs says so (`serve` then exits
+/// non-zero for its supervisor to restart it) instead of answering 503
+/// for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_raft_core_stops_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let peers = BTreeMap::from([(1, listener.local_addr().unwrap().to_string())]);
+    let running = leasehold_node::start(config(1, &peers, dir.path()), listener)
+        .await
+        .unwrap();
+    let failed = tokio::time::timeout(Duration::from_millis(500), running.raft_failed()).await;
+    assert!(failed.is_err(), "a healthy node does not report a failure");
+    running.node().raft().shutdown().await.unwrap();
+    let why = tokio::time::timeout(Duration::from_secs(10), running.raft_failed())
+        .await
+        .expect("the stop is noticed");
+    assert!(!why.is_empty());
+    running.shutdown().await;
+}
