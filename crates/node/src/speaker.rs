@@ -408,12 +408,21 @@ impl Node {
     /// lock: the frames are the only copy made of them.
     pub(crate) fn report_frames(&self) -> Result<Vec<Vec<u8>>, CodecError> {
         let header = self.report_header();
+        let started = Instant::now();
         let now = self.clock.now();
         let state = self.state();
         let granted = state.table.granted(now);
         let held = state.held.iter_live(now).map(|l| ReportLock::held(l, now));
         let granted = granted.iter().map(|l| ReportLock::of(l, now));
-        report::encode(&header, held.chain(granted), self.config.report_frame_bytes)
+        let frames = report::encode(&header, held.chain(granted), self.config.report_frame_bytes)?;
+        drop(state);
+        tracing::info!(
+            frames = frames.len(),
+            bytes = frames.iter().map(Vec::len).sum::<usize>(),
+            locked_ms = started.elapsed().as_millis() as u64,
+            "report encoded for a rebuilding speaker"
+        );
+        Ok(frames)
     }
 }
 
