@@ -195,16 +195,8 @@ async fn a_speaker_read_by_a_newer_term_drops_its_table() {
     let (speaker, term) = cluster.speaker().await;
     cluster.must_acquire(speaker, "read/warm", json!({})).await;
     let (_, before) = cluster.get(speaker, "/v1/cluster").await;
-    let read = cluster
-        .http
-        .post(cluster.url(speaker, "/internal/held"))
-        .header("x-leasehold-token", TOKEN)
-        .json(&json!({ "term": term + 1 }))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .expect("report read");
-    assert_eq!(read.status().as_u16(), 200);
+    let read = read_report(&cluster, speaker, term + 1).await;
+    assert_eq!(read, 200);
     let (_, after) = cluster.get(speaker, "/v1/cluster").await;
     assert!(
         after["generation"].as_u64() > before["generation"].as_u64(),
@@ -213,21 +205,31 @@ async fn a_speaker_read_by_a_newer_term_drops_its_table() {
     serves_again(&cluster, "read-term").await;
     // A read by its own term changes nothing.
     let (_, settled) = cluster.get(speaker, "/v1/cluster").await;
-    let (_, again) = {
-        let _ = cluster
-            .http
-            .post(cluster.url(speaker, "/internal/held"))
-            .header("x-leasehold-token", TOKEN)
-            .json(&json!({ "term": term }))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await;
-        cluster.get(speaker, "/v1/cluster").await
-    };
+    assert_eq!(read_report(&cluster, speaker, term).await, 200);
+    let (_, again) = cluster.get(speaker, "/v1/cluster").await;
     assert_eq!(
         settled["generation"], again["generation"],
         "{settled} {again}"
     );
+}
+
+/// Reads node `id`'s report as a rebuilding speaker of `term` would (as a
+/// member the cluster has not seen, id 99); answers the status.
+async fn read_report(cluster: &Cluster, id: u64, term: u64) -> u16 {
+    let read = cluster
+        .http
+        .post(cluster.url(id, "/internal/held"))
+        .header("x-leasehold-token", TOKEN)
+        .header("x-leasehold-from", "99")
+        .header("x-leasehold-store", format!("{:032x}", 99))
+        .json(&json!({ "term": term }))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .expect("report read");
+    let status = read.status().as_u16();
+    let _ = read.bytes().await;
+    status
 }
 
 /// SIGTERM (how systemd and containers stop a service) stops a speaker as

@@ -71,7 +71,7 @@ impl Cluster {
         cluster
     }
 
-    fn data_dir(&self, id: u64) -> PathBuf {
+    pub fn data_dir(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("node-{id}"))
     }
 

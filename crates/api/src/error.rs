@@ -30,13 +30,16 @@ pub enum ErrorCode {
     Unauthorized,
     /// The body is larger than [`crate::MAX_BODY_BYTES`]: `413`.
     TooLarge,
+    /// A peer request from a member on another data directory than the one
+    /// the cluster knew for it, or from another cluster: `409`.
+    WrongMember,
     /// The node failed: `500`.
     Internal,
 }
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 9] = [
         ErrorCode::BadRequest,
         ErrorCode::Held,
         ErrorCode::NotHeld,
@@ -44,6 +47,7 @@ impl ErrorCode {
         ErrorCode::NoLeader,
         ErrorCode::Unauthorized,
         ErrorCode::TooLarge,
+        ErrorCode::WrongMember,
         ErrorCode::Internal,
     ];
 
@@ -51,7 +55,7 @@ impl ErrorCode {
     pub const fn http_status(self) -> u16 {
         match self {
             ErrorCode::BadRequest => 400,
-            ErrorCode::Held => 409,
+            ErrorCode::Held | ErrorCode::WrongMember => 409,
             ErrorCode::NotHeld => 404,
             ErrorCode::NotRebuilt | ErrorCode::NoLeader => 503,
             ErrorCode::Unauthorized => 401,
@@ -78,6 +82,7 @@ impl ErrorCode {
             ErrorCode::NoLeader => "no_leader",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::TooLarge => "too_large",
+            ErrorCode::WrongMember => "wrong_member",
             ErrorCode::Internal => "internal",
         }
     }
@@ -155,6 +160,7 @@ mod tests {
             ("no_leader", 503, true),
             ("unauthorized", 401, false),
             ("too_large", 413, false),
+            ("wrong_member", 409, false),
             ("internal", 500, false),
         ];
         for (code, (text, status, retry)) in ErrorCode::ALL.into_iter().zip(expect) {

@@ -112,9 +112,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
             tracing::info!(signal, "stopping");
             node.shutdown().await;
         }
-        why = node.raft_failed() => {
-            tracing::error!(%why, "the Raft core stopped: exiting so that a supervisor restarts the node");
-            return Err(format!("the Raft core stopped: {why}"));
+        why = node.failed() => {
+            tracing::error!(%why, "this node cannot go on: exiting");
+            return Err(why);
         }
     }
     Ok(())

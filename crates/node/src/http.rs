@@ -41,9 +41,18 @@ pub fn router(node: Shared) -> Router {
         .route("/internal/forward/list", post(forward_list))
         .route("/internal/forget", post(internal_forget))
         .route("/internal/lost", post(internal_lost))
-        .route("/internal/chaos", post(internal_chaos))
+        .route("/internal/identity", post(internal_identity))
         .with_state(Arc::clone(&node))
         .merge(raft_router(node.raft.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&node.identity),
+            leasehold_raft::identity::guard,
+        ))
+        // An operator's (or a test's) route, not a member's: no identity.
+        .route(
+            "/internal/chaos",
+            post(internal_chaos).with_state(Arc::clone(&node)),
+        )
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&node),
             guard_internal,
@@ -64,7 +73,8 @@ pub fn router(node: Shared) -> Router {
 
 /// Every request under `/internal/`, whatever its path or method, needs the
 /// cluster token; nothing else about the peer routes shows without it. The
-/// public routes do not pass through this check.
+/// public routes do not pass through this check. Past it, the identity
+/// guard admits the sender's data directory and stamps the answer.
 async fn guard_internal(State(node): State<Shared>, request: Request, next: Next) -> Response {
     match refuse_without_token(&node, &request) {
         Some(refused) => refused.into_response(),
@@ -334,6 +344,12 @@ async fn internal_lost(
 }
 
 /// Sets this node's fault plan; only a node started with `--chaos` accepts.
+/// A member asking whether this node admits it: the identity guard has
+/// answered by the time this runs.
+async fn internal_identity() -> Json<serde_json::Value> {
+    Json(serde_json::json!({}))
+}
+
 async fn internal_chaos(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,

@@ -11,6 +11,7 @@ mod embedded;
 mod error;
 mod forgets;
 mod http;
+mod identity;
 mod node;
 mod peers;
 mod report;
@@ -49,6 +50,9 @@ pub enum StartError {
     /// The listener has no address.
     #[error("listener: {0}")]
     Listener(#[from] std::io::Error),
+    /// The cluster does not know this data directory (see [`leasehold_raft::Identity`]).
+    #[error("refused by the cluster: {0}")]
+    Refused(String),
 }
 
 /// A node running in this process.
@@ -71,18 +75,28 @@ impl RunningNode {
         self.addr
     }
 
-    /// Resolves if this node's Raft core stops while the node runs (a fatal
-    /// storage error, or a panic in it), with what it said. Such a node can
-    /// never speak or follow again: `serve` exits non-zero so that its
-    /// supervisor restarts it, and an embedder should do the like.
-    pub async fn raft_failed(&self) -> String {
-        let mut metrics = self.node.raft.metrics();
-        loop {
-            if let Err(fatal) = &metrics.borrow_watched().running_state {
-                return fatal.to_string();
+    /// Resolves if this node cannot go on, with why: its Raft core stopped
+    /// (a fatal storage error, or a panic in it), or a member said that
+    /// this node's data directory is not the one the cluster knew (see
+    /// [`leasehold_raft::Identity`]). Such a node can never speak or follow again: `serve`
+    /// exits non-zero, and an embedder should stop it too.
+    pub async fn failed(&self) -> String {
+        let raft_failed = async {
+            let mut metrics = self.node.raft.metrics();
+            loop {
+                if let Err(fatal) = &metrics.borrow_watched().running_state {
+                    return format!("the Raft core stopped: {fatal}");
+                }
+                if metrics.changed().await.is_err() {
+                    return "the Raft core is gone".to_string();
+                }
             }
-            if metrics.changed().await.is_err() {
-                return "the Raft core is gone".to_string();
+        };
+        tokio::select! {
+            why = raft_failed => why,
+            why = self.node.identity.refused() => {
+                self.node.stop_speaking();
+                why
             }
         }
     }
@@ -158,7 +172,11 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         Ok(None)
     );
     let faults = Faults::default();
-    let (raft, store_closed) = leasehold_raft::build(
+    let leasehold_raft::Built {
+        raft,
+        closed: store_closed,
+        identity,
+    } = leasehold_raft::build(
         config.id,
         &config.data_dir,
         &config.timings,
@@ -166,8 +184,20 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         faults.clone(),
     )
     .await?;
-    let peers = peers::Peers::new(&config.cluster_token, &config.peers, faults)?;
-    let node = Node::new(config, raft.clone(), peers, first_start);
+    let peers = peers::Peers::new(
+        &config.cluster_token,
+        &config.peers,
+        faults,
+        identity.clone(),
+    )?;
+    let node = Node::new(config, raft.clone(), peers, identity, first_start);
+    let answered = match identity::check_at_start(&node).await {
+        Ok(answered) => answered,
+        Err(why) => {
+            let _ = raft.shutdown().await;
+            return Err(StartError::Refused(why));
+        }
+    };
     let (stop, stopped) = watch::channel(false);
     let app = http::router(Arc::clone(&node));
     let mut server_stop = stopped.clone();
@@ -186,12 +216,19 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
     let expiry = tokio::spawn(speaker::run_expiry(Arc::clone(&node), stopped.clone()));
     let releases = tokio::spawn(Arc::clone(&node).pass_on_releases(stopped.clone()));
     let batches = tokio::spawn(Arc::clone(&node).send_batches(stopped.clone()));
-    let raft_start = tokio::spawn(run_raft(Arc::clone(&node), stopped));
+    let mut tasks = vec![server, leadership, expiry, releases, batches];
+    if !answered {
+        tasks.push(tokio::spawn(identity::probe_until_answered(
+            Arc::clone(&node),
+            stopped.clone(),
+        )));
+    }
+    tasks.push(tokio::spawn(run_raft(Arc::clone(&node), stopped)));
     Ok(RunningNode {
         node,
         addr,
         stop,
-        tasks: vec![server, leadership, expiry, releases, batches, raft_start],
+        tasks,
         store_closed,
     })
 }
@@ -221,15 +258,20 @@ async fn run_raft(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
     let raft = node.raft.clone();
     raft.run();
     let lowest = node.config.peers.keys().next().copied();
-    if lowest == Some(node.id()) && !raft.is_initialized().await.unwrap_or(true) {
-        let members: BTreeMap<u64, BasicNode> = node
-            .config
-            .peers
-            .iter()
-            .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
-            .collect();
-        if let Err(e) = raft.initialize(members).await {
-            tracing::info!(%e, "cluster already initialized");
-        }
+    if lowest != Some(node.id()) {
+        return;
+    }
+    let Some(cluster) = identity::await_bootstrap(&node, stop).await else {
+        return;
+    };
+    let members: BTreeMap<u64, BasicNode> = node
+        .config
+        .peers
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) => tracing::info!(%cluster, "cluster bootstrapped"),
+        Err(e) => tracing::info!(%e, "cluster already initialized"),
     }
 }

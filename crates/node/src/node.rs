@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use leasehold_api::{LockView, RebuildReport};
-use leasehold_raft::{leader_state, Raft, WatchReceiver};
+use leasehold_raft::{leader_state, Identity, Raft, WatchReceiver};
 use locktable::{
     AcquireError, Acquired, Held, Lock, LockError, LockId, MonoTime, NodeId, Request, Table,
     WaiterId,
@@ -60,6 +60,8 @@ pub struct Node {
     /// Notices suspends, which Raft's acknowledgement times cannot show.
     suspends: SuspendWatch,
     pub(crate) peers: Peers,
+    /// This node's data directory's identity and what it knows of the others'.
+    pub(crate) identity: Arc<Identity>,
     /// Whether this process is the node's first (a new data directory).
     pub(crate) first_start: bool,
     state: Mutex<State>,
@@ -97,6 +99,7 @@ impl Node {
         config: NodeConfig,
         raft: Raft,
         peers: Peers,
+        identity: Arc<Identity>,
         first_start: bool,
     ) -> Arc<Self> {
         Arc::new(Node {
@@ -116,6 +119,7 @@ impl Node {
             clock: Clock::new(),
             suspends: SuspendWatch::new(),
             peers,
+            identity,
             first_start,
             table_changed: Notify::new(),
             changes: watch::Sender::new(0),

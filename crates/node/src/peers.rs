@@ -2,13 +2,15 @@
 //! forwarded requests, and releases and losses to pass on.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{ErrorBody, Lost, PeerLock, ReportRequest};
 
 use crate::clock::Clock;
 use crate::report::{MemberReport, ReportReader};
-use leasehold_raft::{Faults, TOKEN_HEADER};
+use leasehold_raft::identity::{ClusterId, RefusedAs, Stamp};
+use leasehold_raft::{Faults, Identity, TOKEN_HEADER};
 use locktable::NodeId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -20,13 +22,30 @@ use serde::Serialize;
 pub struct PeerError {
     addr: String,
     reason: String,
+    /// Set when the peer refused this node's identity.
+    refused: Option<RefusedAs>,
 }
 
 fn peer_error(addr: &str, reason: impl std::fmt::Display) -> PeerError {
     PeerError {
         addr: addr.to_string(),
         reason: reason.to_string(),
+        refused: None,
     }
+}
+
+/// What a member answered to an identity probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// It admitted this node.
+    Admitted {
+        /// The cluster it belongs to, if any yet.
+        cluster: Option<ClusterId>,
+    },
+    /// It refused this node.
+    Refused(RefusedAs),
+    /// No answer.
+    Silent,
 }
 
 /// The HTTP client for peer traffic.
@@ -34,18 +53,21 @@ fn peer_error(addr: &str, reason: impl std::fmt::Display) -> PeerError {
 pub struct Peers {
     http: reqwest::Client,
     token: String,
-    /// Each member's id by address, to apply the fault plan.
+    /// Each member's id by address, to apply the fault plan and check answers.
     ids: BTreeMap<String, NodeId>,
     faults: Faults,
+    identity: Arc<Identity>,
 }
 
 impl Peers {
-    /// A client carrying `token` to the members `peers` (id to address),
-    /// sending through the fault plan `faults`.
+    /// A client carrying `token` and this node's stamp (from `identity`) to
+    /// the members `peers` (id to address), sending through the fault plan
+    /// `faults`, and checking each answer's stamp.
     pub fn new(
         token: &str,
         peers: &BTreeMap<NodeId, String>,
         faults: Faults,
+        identity: Arc<Identity>,
     ) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .no_proxy()
@@ -57,6 +79,7 @@ impl Peers {
             token: token.to_string(),
             ids: peers.iter().map(|(id, addr)| (addr.clone(), *id)).collect(),
             faults,
+            identity,
         })
     }
 
@@ -80,17 +103,53 @@ impl Peers {
                 .await
                 .map_err(|e| peer_error(addr, e))?;
         }
+        let mut stamp = reqwest::header::HeaderMap::new();
+        self.identity.stamp().write(&mut stamp);
         let mut request = self
             .http
             .post(format!("http://{addr}{path}"))
             .header(TOKEN_HEADER, &self.token)
+            .headers(stamp)
             .timeout(timeout);
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
                 .body(body);
         }
-        request.send().await.map_err(|e| peer_error(addr, e))
+        let response = request.send().await.map_err(|e| peer_error(addr, e))?;
+        // A member at an address the configuration does not name (one the
+        // membership gave) is known by the id its answer names.
+        let id = match self.ids.get(addr) {
+            Some(&id) => id,
+            None => Stamp::read(response.headers()).map_or(NodeId::MAX, |s| s.from),
+        };
+        if let Err(reason) = self
+            .identity
+            .check_answer(id, response.status(), response.headers())
+            .await
+        {
+            return Err(PeerError {
+                addr: addr.to_string(),
+                reason,
+                refused: RefusedAs::read(response.headers()),
+            });
+        }
+        Ok(response)
+    }
+
+    /// Asks the member at `addr` whether it admits this node, within `timeout`.
+    pub(crate) async fn probe(&self, addr: &str, timeout: Duration) -> Probe {
+        match self.send(addr, "/internal/identity", None, timeout).await {
+            Ok(response) if response.status().is_success() => Probe::Admitted {
+                cluster: Stamp::read(response.headers()).ok().and_then(|s| s.cluster),
+            },
+            Ok(_) => Probe::Silent,
+            Err(PeerError {
+                refused: Some(kind),
+                ..
+            }) => Probe::Refused(kind),
+            Err(_) => Probe::Silent,
+        }
     }
 
     /// Sends a POST as [`Peers::send`] does; answers whether it succeeded,
@@ -117,10 +176,7 @@ impl Peers {
         body: &B,
         timeout: Duration,
     ) -> Result<Result<R, ErrorBody>, PeerError> {
-        let fail = |reason: String| PeerError {
-            addr: addr.to_string(),
-            reason,
-        };
+        let fail = |reason: String| peer_error(addr, reason);
         let json = serde_json::to_vec(body).map_err(|e| fail(e.to_string()))?;
         let (ok, bytes) = self.post(addr, path, Some(json), timeout).await?;
         if ok {
@@ -186,10 +242,7 @@ impl Peers {
             |_| "the member refused the releases".to_string(),
             |e| format!("the member refused the releases: {}", e.message),
         );
-        Err(PeerError {
-            addr: addr.to_string(),
-            reason,
-        })
+        Err(peer_error(addr, reason))
     }
 
     /// Tells a member its clients lost these locks.

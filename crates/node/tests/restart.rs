@@ -112,10 +112,10 @@ async fn a_node_whose_raft_core_stops_says_so() {
     let running = leasehold_node::start(config(1, &peers, dir.path()), listener)
         .await
         .unwrap();
-    let failed = tokio::time::timeout(Duration::from_millis(500), running.raft_failed()).await;
+    let failed = tokio::time::timeout(Duration::from_millis(500), running.failed()).await;
     assert!(failed.is_err(), "a healthy node does not report a failure");
     running.node().raft().shutdown().await.unwrap();
-    let why = tokio::time::timeout(Duration::from_secs(10), running.raft_failed())
+    let why = tokio::time::timeout(Duration::from_secs(10), running.failed())
         .await
         .expect("the stop is noticed");
     assert!(!why.is_empty());

@@ -15,9 +15,11 @@
 //! # Running a node
 //!
 //! ```text
-//! let (raft, store_closed) = leasehold_raft::build(id, &data_dir, &RaftTimings::default(), &token, Faults::default()).await?;
-//! // Serve the peer routes (wrap /internal/ with the token check) ...
-//! let app = axum::Router::new().merge(leasehold_raft::raft_router(raft.clone()));
+//! let Built { raft, closed, identity } = leasehold_raft::build(id, &data_dir, &RaftTimings::default(), &token, Faults::default()).await?;
+//! // Serve the peer routes (wrap /internal/ with the token check, then the identity guard) ...
+//! let app = axum::Router::new()
+//!     .merge(leasehold_raft::raft_router(raft.clone()))
+//!     .layer(axum::middleware::from_fn_with_state(identity, leasehold_raft::identity::guard));
 //! // ... start the speaker task, then let the node campaign:
 //! raft.run();
 //! if !raft.is_initialized().await? && id == lowest_peer_id {
@@ -29,6 +31,7 @@ pub mod auth;
 pub mod codec;
 pub mod config;
 pub mod faults;
+pub mod identity;
 pub mod lease;
 pub mod log_store;
 pub mod network;
@@ -44,6 +47,7 @@ pub use auth::TOKEN_HEADER;
 pub use config::raft_config;
 pub use config::RaftTimings;
 pub use faults::{FaultPlan, Faults};
+pub use identity::Identity;
 pub use lease::leader_state;
 pub use lease::LeaderState;
 pub use log_store::LogStore;
@@ -72,9 +76,18 @@ pub enum StartError {
     Fatal(#[from] errors::Fatal),
 }
 
-/// Builds (but does not start) node `node_id` with its store in `data_dir`;
-/// answers the Raft handle and a handle that says when the store is closed
-/// after [`Raft::shutdown`].
+/// A Raft node built by [`build`].
+#[derive(Debug)]
+pub struct Built {
+    /// The Raft handle.
+    pub raft: Raft,
+    /// Says when the store is closed after [`Raft::shutdown`].
+    pub closed: StoreClosed,
+    /// The data directory's identity, for the peer server's [`identity::guard`].
+    pub identity: std::sync::Arc<Identity>,
+}
+
+/// Builds (but does not start) node `node_id` with its store in `data_dir`.
 ///
 /// Nothing runs until [`Raft::run`] is called, so the HTTP server and the
 /// speaker task can hold the handle before the node can campaign. Peer
@@ -85,9 +98,8 @@ pub async fn build(
     timings: &RaftTimings,
     cluster_token: &str,
     faults: Faults,
-) -> Result<(Raft, StoreClosed), StartError> {
+) -> Result<Built, StartError> {
     let config = timings.config()?;
-    let network = NetworkFactory::new(node_id, cluster_token, faults)?;
     let dir = data_dir.to_path_buf();
     let store = tokio::task::spawn_blocking(move || LogStore::open(&dir, node_id))
         .await
@@ -96,6 +108,12 @@ pub async fn build(
             source: std::io::Error::other(e),
         })??;
     let closed = store.closed();
+    let identity = std::sync::Arc::new(store.identity());
+    let network = NetworkFactory::new(identity.clone(), cluster_token, faults)?;
     let raft = Raft::build(node_id, config, network, store, StateMachine::new()).await?;
-    Ok((raft, closed))
+    Ok(Built {
+        raft,
+        closed,
+        identity,
+    })
 }

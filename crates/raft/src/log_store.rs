@@ -31,6 +31,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec;
+use crate::identity::ClusterId;
+use crate::identity::Identity;
+use crate::identity::Recorded;
+use crate::identity::StoreId;
 use crate::types::Entry;
 use crate::types::LogId;
 use crate::types::NodeId;
@@ -47,6 +51,9 @@ const KEY_NODE_ID: &str = "node_id";
 const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
 const KEY_LAST_PURGED: &str = "last_purged";
+const KEY_STORE_ID: &str = "store_id";
+const KEY_CLUSTER_ID: &str = "cluster_id";
+const KEY_MEMBERS: &str = "member_stores";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +186,8 @@ pub struct LogStore {
     writer: Writer,
     node_id: NodeId,
     path: PathBuf,
+    store_id: StoreId,
+    recorded: Recorded,
 }
 
 impl Debug for LogStore {
@@ -209,14 +218,30 @@ impl LogStore {
         let db = Database::create(&path).map_err(|e| db_err(e.into()))?;
 
         let txn = db.begin_write().map_err(|e| db_err(e.into()))?;
-        let stored: Option<NodeId> = {
+        let (stored, store_id, recorded) = {
             let mut meta = txn.open_table(META).map_err(|e| db_err(e.into()))?;
             txn.open_table(LOG).map_err(|e| db_err(e.into()))?;
-            let stored = get_meta(&meta, KEY_NODE_ID).map_err(|e| io_to_store(&path, e))?;
+            let to_store = |e| io_to_store(&path, e);
+            let stored: Option<NodeId> = get_meta(&meta, KEY_NODE_ID).map_err(to_store)?;
+            let store_id: Option<StoreId> = get_meta(&meta, KEY_STORE_ID).map_err(to_store)?;
+            let recorded = Recorded {
+                cluster: get_meta(&meta, KEY_CLUSTER_ID).map_err(to_store)?,
+                members: get_meta(&meta, KEY_MEMBERS)
+                    .map_err(to_store)?
+                    .unwrap_or_default(),
+            };
             if stored.is_none() {
                 put_meta(&mut meta, KEY_NODE_ID, &node_id).map_err(|e| io_to_store(&path, e))?;
             }
-            stored
+            let store_id = match store_id {
+                Some(id) => id,
+                None => {
+                    let id = StoreId(rand::random());
+                    put_meta(&mut meta, KEY_STORE_ID, &id).map_err(|e| io_to_store(&path, e))?;
+                    id
+                }
+            };
+            (stored, store_id, recorded)
         };
         match stored {
             Some(stored) if stored != node_id => {
@@ -255,7 +280,20 @@ impl LogStore {
             writer,
             node_id,
             path,
+            store_id,
+            recorded,
         })
+    }
+
+    /// This data directory's identity and what it recorded of the cluster,
+    /// writing what it learns back here while the store is open.
+    pub fn identity(&self) -> Identity {
+        Identity::new(
+            self.node_id,
+            self.store_id,
+            self.recorded.clone(),
+            Arc::downgrade(&self.db),
+        )
     }
 
     /// A handle that tells when every user of this store has let it go.
@@ -361,6 +399,20 @@ impl StoreClosed {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
+}
+
+/// Records `known` (the cluster id and every member's store id) in one
+/// committed transaction.
+pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> {
+    let txn = db.begin_write().map_err(io_err)?;
+    {
+        let mut meta = txn.open_table(META).map_err(io_err)?;
+        if let Some(cluster) = known.cluster {
+            put_meta::<ClusterId>(&mut meta, KEY_CLUSTER_ID, &cluster)?;
+        }
+        put_meta(&mut meta, KEY_MEMBERS, &known.members)?;
+    }
+    txn.commit().map_err(io_err)
 }
 
 /// Makes a directory's entries durable.

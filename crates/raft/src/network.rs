@@ -13,6 +13,7 @@
 //! reported as `Unreachable`.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::NetworkError;
@@ -23,6 +24,7 @@ use openraft::error::Timeout;
 use openraft::error::Unreachable;
 
 use crate::faults::Faults;
+use crate::identity::Identity;
 use openraft::network::RPCOption;
 use openraft::raft::AppendEntriesRequest;
 use openraft::raft::AppendEntriesResponse;
@@ -66,14 +68,15 @@ pub enum NetworkInitError {
 pub struct NetworkFactory {
     client: reqwest::Client,
     token: HeaderValue,
-    self_id: NodeId,
+    identity: Arc<Identity>,
     faults: Faults,
 }
 
 impl NetworkFactory {
-    /// A factory for node `self_id` sending `cluster_token` with every request.
+    /// A factory for the node `identity` names, sending `cluster_token` and
+    /// its stamp with every request and checking every answer's stamp.
     pub fn new(
-        self_id: NodeId,
+        identity: Arc<Identity>,
         cluster_token: &str,
         faults: Faults,
     ) -> Result<Self, NetworkInitError> {
@@ -88,7 +91,7 @@ impl NetworkFactory {
         Ok(Self {
             client,
             token,
-            self_id,
+            identity,
             faults,
         })
     }
@@ -102,7 +105,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             client: self.client.clone(),
             token: self.token.clone(),
             base_url: format!("http://{}", node.addr),
-            self_id: self.self_id,
+            identity: Arc::clone(&self.identity),
             target,
             faults: self.faults.clone(),
         }
@@ -115,7 +118,7 @@ pub struct PeerClient {
     client: reqwest::Client,
     token: HeaderValue,
     base_url: String,
-    self_id: NodeId,
+    identity: Arc<Identity>,
     target: NodeId,
     faults: Faults,
 }
@@ -145,7 +148,7 @@ impl PeerClient {
             } else if e.is_timeout() {
                 RPCError::Timeout(Timeout {
                     action,
-                    id: self.self_id,
+                    id: self.identity.node(),
                     target: self.target,
                     timeout,
                 })
@@ -153,16 +156,28 @@ impl PeerClient {
                 RPCError::Network(NetworkError::new(&e))
             }
         };
+        let mut headers = reqwest::header::HeaderMap::new();
+        self.identity.stamp().write(&mut headers);
         let resp = self
             .client
             .post(url)
             .timeout(timeout)
             .header(TOKEN_HEADER, self.token.clone())
+            .headers(headers)
             .header(reqwest::header::CONTENT_TYPE, routes::CONTENT_TYPE)
             .body(body)
             .send()
             .await
             .map_err(classify)?;
+        // An answer from a member on another data directory than the one
+        // this node knew (a wiped one forgot its votes) is not counted.
+        if let Err(why) = self
+            .identity
+            .check_answer(self.target, resp.status(), resp.headers())
+            .await
+        {
+            return Err(RPCError::Unreachable(Unreachable::from_string(why)));
+        }
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(classify)?;
         if !status.is_success() {

@@ -53,10 +53,16 @@ async fn require_token(req: Request, next: Next) -> Response {
 async fn start_node(id: u64, dir: &Path, addr: SocketAddr) -> TestNode {
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (raft, _store) = build(id, dir, &RaftTimings::default(), TOKEN, Faults::default())
-        .await
-        .unwrap();
-    let app = raft_router(raft.clone()).layer(axum::middleware::from_fn(require_token));
+    let Built { raft, identity, .. } =
+        build(id, dir, &RaftTimings::default(), TOKEN, Faults::default())
+            .await
+            .unwrap();
+    let app = raft_router(raft.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            identity,
+            identity::guard,
+        ))
+        .layer(axum::middleware::from_fn(require_token));
     let (stop_server, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         axum::serve(listener, app)

@@ -1,0 +1,675 @@
+//! Who a peer is: the cluster a data directory belongs to, and which data
+//! directory each member runs on.
+//!
+//! Raft's safety rests on every member remembering its vote and log. A
+//! member whose data directory was wiped (or swapped for another one) comes
+//! back having forgotten both, and could vote twice in one term. So every
+//! data directory is named when it is created (its *store id*, random), the
+//! cluster is named when it forms (its *cluster id*, made by the member
+//! that bootstraps it, learned by the others from the first peer message
+//! that carries it), and every member records, durably, the store id each
+//! other member first showed it.
+//!
+//! Every peer request and every answer carries the sender's [`Stamp`]
+//! (headers [`FROM_HEADER`], [`STORE_HEADER`], [`CLUSTER_HEADER`]). A
+//! receiver that knows another cluster id refuses with
+//! [`Refusal::ForeignCluster`]; one that recorded another store id for that
+//! member refuses with [`Refusal::StoreChanged`]. The same checks apply to
+//! answers, so a vote answered from a wiped directory is never counted. A
+//! refused request is answered `409` with the kind in [`REFUSED_HEADER`].
+//!
+//! `StoreChanged` is decisive: the member that hears it about itself knows
+//! its own directory is not the one the cluster knew, and stops
+//! ([`Identity::refused`]). `ForeignCluster` is not: either side may be the
+//! stray one, so both refuse each other's traffic and log it, and only a
+//! quorum of members saying so at start stops a node.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::sync::Mutex;
+use std::sync::Weak;
+
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::extract::State;
+use axum::http::header;
+use axum::http::HeaderMap;
+use axum::http::HeaderValue;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::IntoResponse;
+use axum::response::Response;
+use redb::Database;
+use tokio::sync::watch;
+
+use crate::types::NodeId;
+
+/// The header naming the sending member's id.
+pub const FROM_HEADER: &str = "x-leasehold-from";
+/// The header carrying the sending member's store id (32 hex digits).
+pub const STORE_HEADER: &str = "x-leasehold-store";
+/// The header carrying the sender's cluster id (32 hex digits), once it has one.
+pub const CLUSTER_HEADER: &str = "x-leasehold-cluster";
+/// The header of a `409` refusal, naming its kind ([`Refusal::kind`]).
+pub const REFUSED_HEADER: &str = "x-leasehold-refused";
+
+/// Declares a random 128-bit name, shown as 32 hex digits.
+macro_rules! hex_name {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Copy, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        pub struct $name(pub u128);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:032x}", self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({self})", stringify!($name))
+            }
+        }
+    };
+}
+
+hex_name!(
+    /// A random name for one data directory, made when it is created.
+    StoreId
+);
+hex_name!(
+    /// A random name for one cluster, made when it is bootstrapped.
+    ClusterId
+);
+
+/// What one peer message says about its sender.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// The sender's node id.
+    pub from: NodeId,
+    /// The sender's data directory.
+    pub store: StoreId,
+    /// The sender's cluster, if it has learned one yet.
+    pub cluster: Option<ClusterId>,
+}
+
+impl Stamp {
+    /// Writes this stamp into `headers`.
+    pub fn write(&self, headers: &mut HeaderMap) {
+        headers.insert(FROM_HEADER, HeaderValue::from(self.from));
+        headers.insert(STORE_HEADER, hex_value(self.store.0));
+        if let Some(cluster) = self.cluster {
+            headers.insert(CLUSTER_HEADER, hex_value(cluster.0));
+        }
+    }
+
+    /// The stamp in `headers`, or why there is none.
+    pub fn read(headers: &HeaderMap) -> Result<Stamp, BadStamp> {
+        let text = |name: &'static str| -> Result<Option<&str>, BadStamp> {
+            headers
+                .get(name)
+                .map(|v| v.to_str().map_err(|_| BadStamp(name)))
+                .transpose()
+        };
+        let from = text(FROM_HEADER)?
+            .ok_or(BadStamp(FROM_HEADER))?
+            .parse()
+            .map_err(|_| BadStamp(FROM_HEADER))?;
+        let store = text(STORE_HEADER)?
+            .ok_or(BadStamp(STORE_HEADER))
+            .and_then(|s| parse_hex(s).ok_or(BadStamp(STORE_HEADER)))?;
+        let cluster = text(CLUSTER_HEADER)?
+            .map(|s| parse_hex(s).ok_or(BadStamp(CLUSTER_HEADER)))
+            .transpose()?;
+        Ok(Stamp {
+            from,
+            store: StoreId(store),
+            cluster: cluster.map(ClusterId),
+        })
+    }
+}
+
+fn hex_value(v: u128) -> HeaderValue {
+    HeaderValue::from_str(&format!("{v:032x}")).expect("hex digits are a valid header value")
+}
+
+fn parse_hex(s: &str) -> Option<u128> {
+    (s.len() == 32)
+        .then(|| u128::from_str_radix(s, 16).ok())
+        .flatten()
+}
+
+/// A peer message without a readable [`Stamp`]: the named header is missing or malformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("peer message without a valid {0} header")]
+pub struct BadStamp(pub &'static str);
+
+/// Why a peer's message was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The peer belongs to another cluster (or its directory does).
+    #[error(
+        "member {member} belongs to cluster {theirs}, this node to cluster {ours}: \
+         one of the two data directories is from another cluster"
+    )]
+    ForeignCluster {
+        /// The peer.
+        member: NodeId,
+        /// This node's cluster.
+        ours: ClusterId,
+        /// The peer's cluster.
+        theirs: ClusterId,
+    },
+    /// The peer runs on another data directory than the one this node knew
+    /// for it: wiped, replaced, or another process claiming its id.
+    #[error(
+        "member {member} runs on data directory {given}, but this cluster knew it on {known}: \
+         its directory was wiped or replaced, so it has forgotten its votes; \
+         restore that directory, or remove the member and add it again"
+    )]
+    StoreChanged {
+        /// The peer.
+        member: NodeId,
+        /// The store id recorded for it.
+        known: StoreId,
+        /// The store id it showed.
+        given: StoreId,
+    },
+    /// What was learned could not be recorded durably.
+    #[error("could not record a peer's identity: {0}")]
+    Store(#[source] io::Error),
+}
+
+impl Refusal {
+    /// The kind, as sent in [`REFUSED_HEADER`]: `cluster`, `store` or `unrecorded`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::ForeignCluster { .. } => KIND_CLUSTER,
+            Refusal::StoreChanged { .. } => KIND_STORE,
+            Refusal::Store(_) => "unrecorded",
+        }
+    }
+}
+
+const KIND_CLUSTER: &str = "cluster";
+const KIND_STORE: &str = "store";
+
+/// What a refused sender learns from the `409` it got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedAs {
+    /// The peer knew this node on another data directory: this node's
+    /// directory is not the one the cluster knew.
+    StoreChanged,
+    /// The peer belongs to another cluster.
+    ForeignCluster,
+    /// The peer could not record this node's identity (try again).
+    Unrecorded,
+}
+
+impl RefusedAs {
+    /// The refusal named in an answer's headers, if it is one.
+    pub fn read(headers: &HeaderMap) -> Option<RefusedAs> {
+        let kind = headers.get(REFUSED_HEADER)?.to_str().ok()?;
+        Some(match kind {
+            KIND_STORE => RefusedAs::StoreChanged,
+            KIND_CLUSTER => RefusedAs::ForeignCluster,
+            _ => RefusedAs::Unrecorded,
+        })
+    }
+}
+
+/// What the data directory recorded, read when the store opens.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Recorded {
+    pub(crate) cluster: Option<ClusterId>,
+    pub(crate) members: BTreeMap<NodeId, StoreId>,
+}
+
+/// This node's identity and what it knows of the others'; shared by the
+/// peer server and both peer clients.
+pub struct Identity {
+    node: NodeId,
+    store: StoreId,
+    known: Mutex<Recorded>,
+    /// The (member, kind) refusals already logged.
+    warned: Mutex<std::collections::BTreeSet<(NodeId, &'static str)>>,
+    /// Writes go to the data directory's database while it is open.
+    db: Weak<Database>,
+    refused: watch::Sender<Option<String>>,
+}
+
+impl fmt::Debug for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Identity")
+            .field("node", &self.node)
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Identity {
+    pub(crate) fn new(
+        node: NodeId,
+        store: StoreId,
+        recorded: Recorded,
+        db: Weak<Database>,
+    ) -> Self {
+        Identity {
+            node,
+            store,
+            known: Mutex::new(recorded),
+            warned: Mutex::default(),
+            db,
+            refused: watch::channel(None).0,
+        }
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// This node's data directory's id.
+    pub fn store(&self) -> StoreId {
+        self.store
+    }
+
+    /// The cluster this node belongs to, once it formed or learned one.
+    pub fn cluster(&self) -> Option<ClusterId> {
+        self.lock().cluster
+    }
+
+    /// The store id recorded for `member`, if it was ever seen.
+    pub fn recorded(&self, member: NodeId) -> Option<StoreId> {
+        self.lock().members.get(&member).copied()
+    }
+
+    /// The stamp this node puts on what it sends.
+    pub fn stamp(&self) -> Stamp {
+        Stamp {
+            from: self.node,
+            store: self.store,
+            cluster: self.cluster(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Checks `peer` against what this node knows, and records what it
+    /// learns (the cluster id if it has none, the peer's store id on first
+    /// sight) durably before answering.
+    pub async fn admit(&self, peer: Stamp) -> Result<(), Refusal> {
+        let mut learned = Recorded::default();
+        {
+            let known = self.lock();
+            if let (Some(ours), Some(theirs)) = (known.cluster, peer.cluster) {
+                if ours != theirs {
+                    return Err(Refusal::ForeignCluster {
+                        member: peer.from,
+                        ours,
+                        theirs,
+                    });
+                }
+            }
+            let recorded = if peer.from == self.node {
+                Some(self.store)
+            } else {
+                known.members.get(&peer.from).copied()
+            };
+            match recorded {
+                Some(known) if known != peer.store => {
+                    return Err(Refusal::StoreChanged {
+                        member: peer.from,
+                        known,
+                        given: peer.store,
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    learned.members.insert(peer.from, peer.store);
+                }
+            }
+            if known.cluster.is_none() {
+                learned.cluster = peer.cluster;
+            }
+        }
+        if learned.cluster.is_none() && learned.members.is_empty() {
+            return Ok(());
+        }
+        self.record(learned).await.map_err(Refusal::Store)
+    }
+
+    /// Names the cluster this node is about to bootstrap (keeping a name it
+    /// already has), durably; answers it.
+    pub async fn bootstrap(&self) -> io::Result<ClusterId> {
+        if let Some(cluster) = self.cluster() {
+            return Ok(cluster);
+        }
+        let cluster = ClusterId(rand::random());
+        self.record(Recorded {
+            cluster: Some(cluster),
+            members: BTreeMap::new(),
+        })
+        .await?;
+        Ok(self.cluster().unwrap_or(cluster))
+    }
+
+    /// Writes `learned` to the data directory, then to memory. A cluster id
+    /// already known is kept; a member already recorded keeps its store.
+    async fn record(&self, learned: Recorded) -> io::Result<()> {
+        let db = self
+            .db
+            .upgrade()
+            .ok_or_else(|| io::Error::other("the data directory is closed"))?;
+        let merged = {
+            let known = self.lock();
+            let mut merged = known.clone();
+            if merged.cluster.is_none() {
+                merged.cluster = learned.cluster;
+            }
+            for (member, store) in &learned.members {
+                merged.members.entry(*member).or_insert(*store);
+            }
+            merged
+        };
+        let to_write = merged.clone();
+        tokio::task::spawn_blocking(move || crate::log_store::write_identity(&db, &to_write))
+            .await
+            .map_err(io::Error::other)??;
+        let mut known = self.lock();
+        if known.cluster.is_none() {
+            known.cluster = merged.cluster;
+        }
+        for (member, store) in merged.members {
+            known.members.entry(member).or_insert(store);
+        }
+        Ok(())
+    }
+
+    /// Logs a refusal of `member` as an error the first time it happens.
+    fn warn_once(&self, member: NodeId, kind: &'static str, refusal: &Refusal) {
+        let first = self
+            .warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((member, kind));
+        if first {
+            tracing::error!(member, %refusal, "refusing a member's peer traffic");
+        }
+    }
+
+    /// Marks this node as refused by the cluster: its data directory is not
+    /// the one the cluster knew. The first reason is kept.
+    pub fn refuse_self(&self, why: String) {
+        self.refused.send_if_modified(|refused| {
+            if refused.is_some() {
+                return false;
+            }
+            tracing::error!(%why, "this node's data directory is not the one the cluster knew");
+            *refused = Some(why);
+            true
+        });
+    }
+
+    /// Resolves once this node has been refused, with why.
+    pub async fn refused(&self) -> String {
+        let mut rx = self.refused.subscribe();
+        loop {
+            if let Some(why) = rx.borrow_and_update().clone() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                return "the identity check stopped".to_string();
+            }
+        }
+    }
+
+    /// Whether this node has been refused.
+    pub fn is_refused(&self) -> bool {
+        self.refused.borrow().is_some()
+    }
+
+    /// Checks an answer from `target`: a refusal of this node (a `409` with
+    /// [`REFUSED_HEADER`]) or a successful answer from a stranger is an
+    /// error, and a refusal that says this node's directory changed marks it
+    /// refused. Other failures (no stamp: the token was refused, say) are
+    /// left to the caller, which reports their status.
+    pub async fn check_answer(
+        &self,
+        target: NodeId,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Result<(), String> {
+        if let Some(refused) = RefusedAs::read(headers) {
+            let why = format!("member {target} refused this node ({refused:?})");
+            if refused == RefusedAs::StoreChanged {
+                self.refuse_self(format!(
+                    "member {target} knew node {} on another data directory than {}: \
+                     this one was wiped or replaced, and has forgotten its votes; restore \
+                     the old directory, or remove this member and add it again",
+                    self.node, self.store
+                ));
+            }
+            return Err(why);
+        }
+        if !status.is_success() {
+            return Ok(());
+        }
+        let stamp =
+            Stamp::read(headers).map_err(|e| format!("answer from member {target}: {e}"))?;
+        if stamp.from != target {
+            return Err(format!(
+                "member {target}'s address answered as member {}",
+                stamp.from
+            ));
+        }
+        match self.admit(stamp).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if !matches!(e, Refusal::Store(_)) {
+                    self.warn_once(target, e.kind(), &e);
+                }
+                Err(e.to_string())
+            }
+        }
+    }
+}
+
+/// The peer server's middleware: admits each request's stamp (refusing a
+/// stranger with `409`, a request without a stamp with `400`, both with a
+/// JSON body) and stamps every answer. Put it inside the token check, so
+/// nothing unauthenticated is recorded.
+pub async fn guard(
+    State(identity): State<Arc<Identity>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let refused = match Stamp::read(request.headers()) {
+        Err(e) => Some((StatusCode::BAD_REQUEST, "bad_request", None, e.to_string())),
+        Ok(stamp) => match identity.admit(stamp).await {
+            Ok(()) => None,
+            Err(e @ Refusal::Store(_)) => Some((
+                StatusCode::SERVICE_UNAVAILABLE,
+                "internal",
+                Some(e.kind()),
+                e.to_string(),
+            )),
+            Err(e) => {
+                identity.warn_once(stamp.from, e.kind(), &e);
+                Some((
+                    StatusCode::CONFLICT,
+                    "wrong_member",
+                    Some(e.kind()),
+                    e.to_string(),
+                ))
+            }
+        },
+    };
+    let mut response = match refused {
+        None => next.run(request).await,
+        Some((status, code, kind, message)) => {
+            let body = serde_json::json!({ "error": code, "message": message }).to_string();
+            let mut response =
+                (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+            if let Some(kind) = kind {
+                response
+                    .headers_mut()
+                    .insert(REFUSED_HEADER, HeaderValue::from_static(kind));
+            }
+            response
+        }
+    };
+    identity.stamp().write(response.headers_mut());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(node: NodeId) -> (tempfile::TempDir, crate::LogStore, Identity) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::LogStore::open(dir.path(), node).unwrap();
+        let identity = store.identity();
+        (dir, store, identity)
+    }
+
+    #[test]
+    fn a_stamp_survives_its_headers() {
+        let stamp = Stamp {
+            from: 3,
+            store: StoreId(0xabc),
+            cluster: Some(ClusterId(u128::MAX)),
+        };
+        let mut headers = HeaderMap::new();
+        stamp.write(&mut headers);
+        assert_eq!(Stamp::read(&headers), Ok(stamp));
+        headers.remove(CLUSTER_HEADER);
+        assert_eq!(Stamp::read(&headers).unwrap().cluster, None);
+        headers.insert(STORE_HEADER, HeaderValue::from_static("xyz"));
+        assert_eq!(Stamp::read(&headers), Err(BadStamp(STORE_HEADER)));
+        headers.remove(FROM_HEADER);
+        assert_eq!(Stamp::read(&headers), Err(BadStamp(FROM_HEADER)));
+    }
+
+    #[tokio::test]
+    async fn a_member_is_known_by_the_store_it_first_showed() {
+        let (_dir, _store, me) = identity(1);
+        let first = Stamp {
+            from: 2,
+            store: StoreId(7),
+            cluster: None,
+        };
+        me.admit(first).await.unwrap();
+        me.admit(first).await.unwrap();
+        let wiped = Stamp {
+            store: StoreId(8),
+            ..first
+        };
+        assert!(matches!(
+            me.admit(wiped).await,
+            Err(Refusal::StoreChanged {
+                member: 2,
+                known: StoreId(7),
+                given: StoreId(8)
+            })
+        ));
+        let impostor = Stamp {
+            from: 1,
+            store: StoreId(9),
+            cluster: None,
+        };
+        assert!(matches!(
+            me.admit(impostor).await,
+            Err(Refusal::StoreChanged { member: 1, .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn the_first_cluster_learned_is_kept_and_others_refused() {
+        let (_dir, _store, me) = identity(1);
+        let peer = |cluster| Stamp {
+            from: 2,
+            store: StoreId(7),
+            cluster: Some(ClusterId(cluster)),
+        };
+        me.admit(peer(5)).await.unwrap();
+        assert_eq!(me.cluster(), Some(ClusterId(5)));
+        assert_eq!(me.bootstrap().await.unwrap(), ClusterId(5));
+        assert!(matches!(
+            me.admit(peer(6)).await,
+            Err(Refusal::ForeignCluster { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn what_was_learned_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store_id, cluster) = {
+            let store = crate::LogStore::open(dir.path(), 1).unwrap();
+            let me = store.identity();
+            let cluster = me.bootstrap().await.unwrap();
+            me.admit(Stamp {
+                from: 2,
+                store: StoreId(7),
+                cluster: Some(cluster),
+            })
+            .await
+            .unwrap();
+            (me.store(), cluster)
+        };
+        let store = crate::LogStore::open(dir.path(), 1).unwrap();
+        let me = store.identity();
+        assert_eq!(me.store(), store_id);
+        assert_eq!(me.cluster(), Some(cluster));
+        assert_eq!(me.recorded(2), Some(StoreId(7)));
+        let other = crate::LogStore::open(tempfile::tempdir().unwrap().path(), 1).unwrap();
+        assert_ne!(other.identity().store(), store_id);
+    }
+
+    #[tokio::test]
+    async fn an_answer_saying_this_store_changed_refuses_this_node() {
+        let (_dir, _store, me) = identity(2);
+        let mut headers = HeaderMap::new();
+        headers.insert(REFUSED_HEADER, HeaderValue::from_static(KIND_CLUSTER));
+        let conflict = StatusCode::CONFLICT;
+        assert!(me.check_answer(1, conflict, &headers).await.is_err());
+        assert!(!me.is_refused());
+        headers.insert(REFUSED_HEADER, HeaderValue::from_static(KIND_STORE));
+        assert!(me.check_answer(1, conflict, &headers).await.is_err());
+        assert!(me.is_refused());
+    }
+
+    #[tokio::test]
+    async fn an_answer_from_the_wrong_member_or_store_is_not_believed() {
+        let (_dir, _store, me) = identity(1);
+        let mut headers = HeaderMap::new();
+        Stamp {
+            from: 3,
+            store: StoreId(7),
+            cluster: None,
+        }
+        .write(&mut headers);
+        let ok = StatusCode::OK;
+        assert!(me.check_answer(2, ok, &headers).await.is_err());
+        assert!(me.check_answer(3, ok, &headers).await.is_ok());
+        assert!(me
+            .check_answer(2, StatusCode::UNAUTHORIZED, &HeaderMap::new())
+            .await
+            .is_ok());
+        let mut wiped = HeaderMap::new();
+        Stamp {
+            from: 3,
+            store: StoreId(8),
+            cluster: None,
+        }
+        .write(&mut wiped);
+        assert!(me.check_answer(3, ok, &wiped).await.is_err());
+        assert!(!me.is_refused());
+    }
+}
