@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use crate::batch::{Pending, Queue};
 use crate::clock::{Clock, SuspendWatch};
 use crate::config::NodeConfig;
+use crate::copies::Copier;
 use crate::error::ApiError;
 use crate::forgets::{Members, Outbox};
 use crate::peers::Peers;
@@ -28,6 +29,9 @@ const LEASE_MARGIN: Duration = Duration::from_millis(75);
 pub(crate) struct State {
     pub(crate) table: Table,
     pub(crate) held: Held,
+    /// Copies of locks held through other nodes, sent by a speaker so
+    /// that a grant outlives one crash (see `copies`).
+    pub(crate) copies: Held,
     waiters: HashMap<WaiterId, oneshot::Sender<Result<Lock, AcquireError>>>,
     /// The term whose speaker this table is (or is being rebuilt for).
     pub(crate) speaking: Option<u64>,
@@ -77,6 +81,8 @@ pub struct Node {
     pub(crate) forgets: Outbox,
     /// Calls to forward to the speaker in the next batch.
     pub(crate) batches: Queue<Pending>,
+    /// Copies on their way to the other members.
+    pub(crate) copier: Copier,
 }
 
 /// A lock request as the node receives it, validated.
@@ -106,6 +112,7 @@ impl Node {
             state: Mutex::new(State {
                 table: Table::new(config.lease),
                 held: Held::new(),
+                copies: Held::new(),
                 waiters: HashMap::new(),
                 speaking: None,
                 moved: HashMap::new(),
@@ -114,6 +121,7 @@ impl Node {
                 stopping: false,
             }),
             forgets: Outbox::new(&config.peers, config.id),
+            copier: Copier::new(&config.peers, config.id),
             config,
             raft,
             clock: Clock::new(),
@@ -251,6 +259,7 @@ impl Node {
         }
         let now = self.clock.now();
         state.held.expire(now);
+        state.copies.expire(now);
         // A table that cannot grant has no deadline to keep (its due
         // entries would wake the task at once, again and again).
         if speaking {
@@ -320,6 +329,11 @@ impl Node {
             tracing::info!(own, term, "a newer speaker read this node: table dropped");
             self.drop_locked(&mut state, Some(own));
         }
+    }
+
+    /// The highest term whose speaker has read this node's report.
+    pub(crate) fn read_by_term(&self) -> u64 {
+        *self.read_by.borrow()
     }
 
     /// Hands Raft leadership to another voter, if this node leads; the
@@ -399,7 +413,7 @@ impl Node {
         let id = LockId::from_parts(Clock::wall_ms(), rand::random::<u128>());
         let wait = request.wait;
         let name = request.name.clone();
-        let (rx, waiter) = {
+        let waiting = {
             let mut state = self.speaker()?;
             let outcome = state.table.acquire(
                 Request {
@@ -413,21 +427,26 @@ impl Node {
                 },
                 self.clock.now(),
             );
-            let waiter = match outcome {
+            match outcome {
                 Ok(Acquired::Granted(lock)) => {
                     if node == self.config.id {
                         state.held.record(lock.clone());
                     }
                     self.changed(&state);
-                    return Ok(lock);
+                    Err(lock)
                 }
-                Ok(Acquired::Waiting(waiter)) => waiter,
+                Ok(Acquired::Waiting(waiter)) => {
+                    let (tx, rx) = oneshot::channel();
+                    state.waiters.insert(waiter, tx);
+                    self.changed(&state);
+                    Ok((rx, waiter))
+                }
                 Err(e) => return Err(self.acquire_error(e)),
-            };
-            let (tx, rx) = oneshot::channel();
-            state.waiters.insert(waiter, tx);
-            self.changed(&state);
-            (rx, waiter)
+            }
+        };
+        let (rx, waiter) = match waiting {
+            Ok(waiting) => waiting,
+            Err(granted) => return self.copied_grant(granted, node).await,
         };
         // If the client goes away, stop waiting for it.
         let cancel = CancelOnDrop {
@@ -439,9 +458,54 @@ impl Node {
         let mut cancel = cancel;
         cancel.waiter = None;
         match answer {
-            Ok(Ok(Ok(lock))) => Ok(lock),
+            Ok(Ok(Ok(lock))) => self.copied_grant(lock, node).await,
             Ok(Ok(Err(e))) => Err(self.acquire_error(e)),
             Ok(Err(_)) | Err(_) => Err(ApiError::not_rebuilt()),
+        }
+    }
+
+    /// `lock`, once it is on record with enough members; a grant that
+    /// could not be copied is taken back (its client never hears of it).
+    async fn copied_grant(&self, lock: Lock, node: NodeId) -> Result<Lock, ApiError> {
+        match self.copy(&lock, node).await {
+            Ok(()) => Ok(lock),
+            Err(e) => {
+                self.take_back(&lock);
+                Err(e)
+            }
+        }
+    }
+
+    /// Releases a grant its client never heard of, and tells the members
+    /// that took a copy.
+    fn take_back(&self, lock: &Lock) {
+        let to = {
+            let mut state = self.state();
+            state.held.remove(lock.id);
+            let now = self.clock.now();
+            if state.table.release(&lock.name, lock.id, now).is_err() {
+                return;
+            }
+            let to = self.forget_to(&mut state, lock, now);
+            self.dispatch(&mut state);
+            self.changed(&state);
+            to
+        };
+        self.forgets.push(to, &lock.name, lock.id, lock.expires);
+    }
+
+    /// Notes the members that acknowledged a copy of `lock`: a release of
+    /// it is passed on to them too.
+    pub(crate) fn note_copies(&self, lock: &Lock, members: &[NodeId]) {
+        if members.is_empty() {
+            return;
+        }
+        let mut state = self.state();
+        let now = self.clock.now();
+        // A copy's lease is counted from its arrival, a little after this.
+        let until = lock.expires + Table::FORGET_MARGIN;
+        for member in members {
+            self.note_other_record(&mut state, lock.id, *member, until, now);
         }
     }
 
@@ -502,9 +566,24 @@ impl Node {
         }
     }
 
-    /// Renews a lock as the speaker; a lock this table lacks is reclaimed
+    /// Renews a lock as the speaker, and answers once the renewal is on
+    /// record with enough members; a lock this table lacks is reclaimed
     /// from `record`, the renewing node's view of it.
-    pub(crate) fn speak_renew(
+    pub(crate) async fn speak_renew(
+        &self,
+        name: &str,
+        id: LockId,
+        lease: Option<Duration>,
+        node: NodeId,
+        record: Option<Lock>,
+    ) -> Result<Lock, ApiError> {
+        let renewed = self.renew_in_table(name, id, lease, node, record)?;
+        self.copy(&renewed, node).await?;
+        Ok(renewed)
+    }
+
+    /// The table's part of [`Node::speak_renew`].
+    fn renew_in_table(
         &self,
         name: &str,
         id: LockId,
@@ -525,7 +604,7 @@ impl Node {
         }
         .map_err(lock_error)?;
         if let Some((from, until)) = before.filter(|(from, _)| *from != node) {
-            self.note_moved(&mut state, id, from, until, now);
+            self.note_other_record(&mut state, id, from, until, now);
         }
         if node == self.config.id {
             state.held.record(renewed.clone());
@@ -554,11 +633,12 @@ impl Node {
             .map_err(|_| ApiError::not_rebuilt())
     }
 
-    /// Notes that a renewal moved lock `id` away from node `from`, whose
-    /// record of it ends by `until`. Entries whose records have all ended
-    /// are pruned when the map has doubled since it was last pruned, so
-    /// locks that end without a release do not pile up.
-    fn note_moved(
+    /// Notes that node `from` keeps a record of lock `id` until `until`
+    /// besides the lock's node: a renewal moved the lock away from it, or
+    /// it took a copy. Entries whose records have all ended are pruned when
+    /// the map has doubled since it was last pruned, so locks that end
+    /// without a release do not pile up.
+    fn note_other_record(
         &self,
         state: &mut State,
         id: LockId,
@@ -581,6 +661,7 @@ impl Node {
     pub(crate) fn forget(&self, name: &str, id: LockId, left: Duration) {
         let mut state = self.state();
         state.held.remove(id);
+        state.copies.remove(id);
         state.table.forget(name, id, left, self.clock.now());
         self.dispatch(&mut state);
         self.changed(&state);
@@ -623,12 +704,15 @@ impl Node {
     /// Records in this node's `Held` a lock its client was granted through
     /// the speaker.
     pub(crate) fn record_held(&self, lock: Lock) {
-        self.state().held.record(lock);
+        let mut state = self.state();
+        state.copies.remove(lock.id);
+        state.held.record(lock);
     }
 
-    /// This node's record of `id`.
+    /// This node's record of `id`: its client's, or a copy.
     pub(crate) fn held_record(&self, id: LockId) -> Option<Lock> {
-        self.state().held.get(id)
+        let state = self.state();
+        state.held.get(id).or_else(|| state.copies.get(id))
     }
 
     /// Drops this node's record of `id`.

@@ -144,7 +144,9 @@ impl Node {
             .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
         let record = self.held_record(id);
         if self.is_leader() {
-            return self.speak_renew(&body.name, id, body.lease(), self.id(), record);
+            return self
+                .speak_renew(&body.name, id, body.lease(), self.id(), record)
+                .await;
         }
         let sent = self.clock.now();
         let forwarded = ForwardRenew {

@@ -232,11 +232,15 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
         locks.extend(report.locks);
     }
     let mut missing = missing;
-    // A lease granted before this rebuild ends by `now + longest_lease`; an
-    // old speaker missing from the rebuild may have granted until its guard
-    // ran out, at most one leader lease before this term began.
+    // Every grant answered to a client is on record with `--copies`
+    // members: a rebuild that missed fewer has read every one of them.
+    let all_seen = missing.len() < node.config.copies();
+    // Otherwise: a lease granted before this rebuild ends by `now +
+    // longest_lease`; an old speaker missing from the rebuild may have
+    // granted until its guard ran out, at most one leader lease before
+    // this term began.
     let held_back = match node.config.rebuild_mode {
-        RebuildMode::Strict if !missing.is_empty() => {
+        RebuildMode::Strict if !all_seen => {
             Some(longest_lease + node.config.timings.leader_lease())
         }
         _ => None,
@@ -266,6 +270,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
                     term,
                     members_read,
                     members_missing: missing,
+                    all_seen,
                     locks: rebuilt.locks as u64,
                     conflicts: rebuilt.lost.len() as u64,
                     held_back_ms: held_back.map_or(0, |d| d.as_millis() as u64),
@@ -391,6 +396,7 @@ impl Node {
         let now = self.clock.now();
         let state = self.state();
         let mut locks = state.held.live(now);
+        locks.extend(state.copies.live(now));
         locks.extend(state.table.granted(now));
         drop(state);
         MemberReport {
@@ -412,7 +418,11 @@ impl Node {
         let now = self.clock.now();
         let state = self.state();
         let granted = state.table.granted(now);
-        let held = state.held.iter_live(now).map(|l| ReportLock::held(l, now));
+        let held = state
+            .held
+            .iter_live(now)
+            .chain(state.copies.iter_live(now))
+            .map(|l| ReportLock::held(l, now));
         let granted = granted.iter().map(|l| ReportLock::of(l, now));
         let frames = report::encode(&header, held.chain(granted), self.config.report_frame_bytes)?;
         drop(state);

@@ -1,0 +1,287 @@
+//! Copies: every grant and renewal is known to `--copies` members before
+//! its client hears of it, so that no single crash loses a lock.
+//!
+//! A lock is on record with the speaker (its table and `Granted`) and with
+//! the holder's node (its `Held`, once the answer reaches it). When those
+//! are fewer than `--copies` members (always for a client of the speaker
+//! itself), the speaker sends the lock to more members, which keep it as a
+//! *copy* until its lease ends, and answers only once they acknowledged it.
+//! Copies travel in batches, one queue and one sender per member.
+//!
+//! A member refuses copies from a speaker of an older term than one it has
+//! seen or been read by: a copy is either in the report a newer speaker
+//! reads, or refused (and then never answered to its client).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use leasehold_api::{ErrorCode, PeerLock};
+use leasehold_raft::WatchReceiver;
+use locktable::{Lock, LockInTransit, NodeId};
+use tokio::sync::{oneshot, watch, Semaphore};
+
+use crate::batch::{next_batch, Queue};
+use crate::error::ApiError;
+use crate::node::Node;
+
+/// How long a member has to acknowledge a copy before another is tried.
+const COPY_TIMEOUT: Duration = Duration::from_secs(1);
+/// A member that failed a copy this recently is tried after the others.
+const SUSPECT_FOR: Duration = Duration::from_secs(2);
+/// Most copies in one batch.
+const MAX_BATCH: usize = 256;
+/// The most bytes of JSON in one request: under the 64 KiB a node reads.
+const BATCH_BYTES: usize = 48 * 1024;
+/// Batches on their way to one member at once.
+const IN_FLIGHT: usize = 4;
+
+/// A copy waiting for its batch, and where its acknowledgement goes.
+pub(crate) type PendingCopy = (PeerLock, oneshot::Sender<bool>);
+
+/// One queue per other member, and when each last failed.
+pub(crate) struct Copier {
+    queues: BTreeMap<NodeId, Queue<PendingCopy>>,
+    failed_at: Mutex<BTreeMap<NodeId, Instant>>,
+}
+
+impl Copier {
+    /// Queues for every member of `peers` but `me`.
+    pub(crate) fn new(peers: &BTreeMap<NodeId, String>, me: NodeId) -> Self {
+        Copier {
+            queues: peers
+                .keys()
+                .filter(|id| **id != me)
+                .map(|id| (*id, Queue::new()))
+                .collect(),
+            failed_at: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The members that may take a copy of a lock held through `holder`,
+    /// in the order to try them: after `me` in id order (so that speakers
+    /// spread their copies), members that failed lately last.
+    fn candidates(&self, me: NodeId, holder: NodeId) -> Vec<NodeId> {
+        let mut order: Vec<NodeId> = self
+            .queues
+            .keys()
+            .copied()
+            .filter(|id| *id != holder)
+            .collect();
+        let before_me = order.iter().take_while(|id| **id < me).count();
+        order.rotate_left(before_me);
+        let failed = self.failed_at.lock().unwrap_or_else(|e| e.into_inner());
+        let suspect = |id: &NodeId| failed.get(id).is_some_and(|t| t.elapsed() < SUSPECT_FOR);
+        order.sort_by_key(suspect);
+        order
+    }
+
+    fn note(&self, member: NodeId, acked: bool) {
+        let mut failed = self.failed_at.lock().unwrap_or_else(|e| e.into_inner());
+        if acked {
+            failed.remove(&member);
+        } else {
+            failed.insert(member, Instant::now());
+        }
+    }
+}
+
+/// Records a lock that needs more copies than its speaker and its holder's
+/// node: how many members beyond those two (or one) must acknowledge it.
+fn copies_needed(copies: usize, speaker: NodeId, holder: NodeId) -> usize {
+    let records = if holder == speaker { 1 } else { 2 };
+    copies.saturating_sub(records)
+}
+
+impl Node {
+    /// Makes sure `lock`, just granted or renewed as the speaker for a
+    /// client of `holder`, is recorded on `--copies` members, then that this
+    /// node may still speak: only then may the client hear of it.
+    pub(crate) async fn copy(&self, lock: &Lock, holder: NodeId) -> Result<(), ApiError> {
+        let needed = copies_needed(self.config.copies(), self.id(), holder);
+        if needed > 0 {
+            let acked = self.copy_to_members(lock, holder, needed).await;
+            self.note_copies(lock, &acked);
+            if acked.len() < needed {
+                return Err(ApiError::new(
+                    ErrorCode::NotRebuilt,
+                    format!(
+                        "the grant reached {} of the {needed} other members it must reach \
+                         before it is answered; retry",
+                        acked.len()
+                    ),
+                ));
+            }
+        }
+        if !self.may_speak_now() {
+            return Err(ApiError::not_rebuilt());
+        }
+        Ok(())
+    }
+
+    /// Sends `lock` to members until `needed` acknowledged it or none is
+    /// left to try; answers the members that did.
+    async fn copy_to_members(&self, lock: &Lock, holder: NodeId, needed: usize) -> Vec<NodeId> {
+        let transit = self.transit(lock);
+        let mut candidates = self.copier.candidates(self.id(), holder).into_iter();
+        let mut sent = FuturesUnordered::new();
+        for member in candidates.by_ref().take(needed) {
+            sent.push(self.copy_one(member, transit.clone()));
+        }
+        let mut acked = Vec::with_capacity(needed);
+        while let Some((member, ok)) = sent.next().await {
+            self.copier.note(member, ok);
+            if ok {
+                acked.push(member);
+                if acked.len() == needed {
+                    break;
+                }
+            } else if let Some(next) = candidates.next() {
+                sent.push(self.copy_one(next, transit.clone()));
+            }
+        }
+        acked
+    }
+
+    /// Queues one copy for `member`; answers whether it acknowledged in time.
+    async fn copy_one(&self, member: NodeId, lock: PeerLock) -> (NodeId, bool) {
+        let Some(queue) = self.copier.queues.get(&member) else {
+            return (member, false);
+        };
+        let (tx, rx) = oneshot::channel();
+        if !queue.push((lock, tx)) {
+            return (member, false);
+        }
+        let acked = matches!(tokio::time::timeout(COPY_TIMEOUT, rx).await, Ok(Ok(true)));
+        (member, acked)
+    }
+
+    /// Sends the copies queued for `member` at `addr` in batches until `stop`.
+    pub(crate) async fn send_copies(
+        self: Arc<Self>,
+        member: NodeId,
+        addr: String,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let Some(mut rx) = self
+            .copier
+            .queues
+            .get(&member)
+            .and_then(Queue::take_receiver)
+        else {
+            return;
+        };
+        let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+        loop {
+            let permit = tokio::select! {
+                permit = Arc::clone(&in_flight).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+                _ = stop.changed() => return,
+            };
+            let Some(batch) = next_batch(&mut rx, MAX_BATCH, &mut stop).await else {
+                return;
+            };
+            let node = Arc::clone(&self);
+            let addr = addr.clone();
+            tokio::spawn(async move {
+                node.send_copy_batch(&addr, batch).await;
+                drop(permit);
+            });
+        }
+    }
+
+    async fn send_copy_batch(&self, addr: &str, batch: Vec<PendingCopy>) {
+        let term = self.state().speaking;
+        let mut batch = batch.into_iter().peekable();
+        while batch.peek().is_some() {
+            let mut body = Vec::with_capacity(BATCH_BYTES);
+            let mut replies = Vec::new();
+            body.extend_from_slice(
+                format!("{{\"term\":{},\"locks\":[", term.unwrap_or(0)).as_bytes(),
+            );
+            while let Some((lock, _)) = batch.peek() {
+                let Ok(json) = serde_json::to_vec(lock) else {
+                    let (_, reply) = batch.next().expect("peeked");
+                    let _ = reply.send(false);
+                    continue;
+                };
+                if !replies.is_empty() && body.len() + json.len() + 2 > BATCH_BYTES {
+                    break;
+                }
+                if !replies.is_empty() {
+                    body.push(b',');
+                }
+                body.extend_from_slice(&json);
+                replies.push(batch.next().expect("peeked").1);
+            }
+            body.extend_from_slice(b"]}");
+            let acked = term.is_some()
+                && self
+                    .peers
+                    .post_json(addr, "/internal/copies", body, COPY_TIMEOUT)
+                    .await
+                    .is_ok();
+            for reply in replies {
+                let _ = reply.send(acked);
+            }
+        }
+    }
+
+    /// As a member: keeps copies sent by the speaker of `term`, unless this
+    /// node has seen a newer term or been read by one (under the same lock
+    /// a read takes, so a copy is either in that report or refused).
+    pub(crate) fn take_copies(&self, term: u64, locks: Vec<PeerLock>) -> Result<(), ApiError> {
+        let now = self.clock.now();
+        let locks = locks
+            .into_iter()
+            .map(|l| LockInTransit::try_from(l).map(|l| l.arrive(now)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let mut state = self.state();
+        let seen = self
+            .read_by_term()
+            .max(self.raft.metrics().borrow_watched().current_term);
+        if term < seen {
+            return Err(ApiError::new(
+                ErrorCode::NotRebuilt,
+                format!("copies from the speaker of term {term}, but term {seen} has begun"),
+            ));
+        }
+        for lock in locks {
+            state.copies.record(lock);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copier(members: u64) -> Copier {
+        let peers = (1..=members).map(|i| (i, format!("h:{i}"))).collect();
+        Copier::new(&peers, 2)
+    }
+
+    #[test]
+    fn a_client_of_the_speaker_needs_one_copy_more() {
+        assert_eq!(copies_needed(2, 1, 1), 1);
+        assert_eq!(copies_needed(2, 1, 3), 0);
+        assert_eq!(copies_needed(3, 1, 3), 1);
+        assert_eq!(copies_needed(1, 1, 1), 0);
+    }
+
+    #[test]
+    fn copies_go_to_the_members_after_the_speaker_then_to_suspects() {
+        let c = copier(5);
+        assert_eq!(c.candidates(2, 2), vec![3, 4, 5, 1]);
+        assert_eq!(c.candidates(2, 4), vec![3, 5, 1]);
+        c.note(3, false);
+        assert_eq!(c.candidates(2, 2), vec![4, 5, 1, 3]);
+        c.note(3, true);
+        assert_eq!(c.candidates(2, 2), vec![3, 4, 5, 1]);
+    }
+}
