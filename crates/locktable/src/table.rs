@@ -82,6 +82,11 @@ pub struct RebuildFrom {
     /// In strict mode after a rebuild that missed members, no new grant is
     /// made before this instant; renewals and reclaims go on.
     pub hold_new_grants_until: Option<MonoTime>,
+    /// Whether the reads saw every grant answered to a client before this
+    /// term (fewer members missing than there are copies): this term's
+    /// grants then carry [`Fence::SEEN_ALL`], and win over any lock of an
+    /// earlier term a later rebuild finds beside them.
+    pub seen_all: bool,
 }
 
 struct Waiter {
@@ -643,7 +648,12 @@ impl Table {
         // Above every fence this table issued too: a table dropped and
         // rebuilt again in the same term (a rebuild retried after a drop)
         // must not hand out a released lock's fence a second time.
-        let base = Fence::new(from.epoch, 1)
+        let first = if from.seen_all {
+            Fence::SEEN_ALL | 1
+        } else {
+            1
+        };
+        let base = Fence::new(from.epoch, first)
             .0
             .max(highest.0.saturating_add(1))
             .max(self.fences.next);

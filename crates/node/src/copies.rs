@@ -11,39 +11,50 @@
 //! A member refuses copies from a speaker of an older term than one it has
 //! seen or been read by: a copy is either in the report a newer speaker
 //! reads, or refused (and then never answered to its client).
+//!
+//! Every member a copy is sent to is noted with the lock before it is
+//! sent, acknowledged or not, so that a release (or a grant taken back)
+//! reaches every member that may keep one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{ErrorCode, PeerLock};
 use leasehold_raft::WatchReceiver;
-use locktable::{Lock, LockInTransit, NodeId};
+use locktable::{Lock, LockInTransit, NodeId, Table};
 use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::batch::{next_batch, Queue};
 use crate::error::ApiError;
 use crate::node::Node;
 
-/// How long a member has to acknowledge a copy before another is tried.
+/// How long a member has to acknowledge a copy before another is tried;
+/// a copy not sent by then is not sent at all.
 const COPY_TIMEOUT: Duration = Duration::from_secs(1);
-/// A member that failed a copy this recently is tried after the others.
-const SUSPECT_FOR: Duration = Duration::from_secs(2);
 /// Most copies in one batch.
 const MAX_BATCH: usize = 256;
-/// The most bytes of JSON in one request: under the 64 KiB a node reads.
+/// A request is closed once its body passes this many bytes: one more
+/// lock (at most about 5 KiB of JSON) keeps it under the 64 KiB a node
+/// reads.
 const BATCH_BYTES: usize = 48 * 1024;
 /// Batches on their way to one member at once.
 const IN_FLIGHT: usize = 4;
 
-/// A copy waiting for its batch, and where its acknowledgement goes.
-pub(crate) type PendingCopy = (PeerLock, oneshot::Sender<bool>);
+/// A copy waiting for its batch: the lock, the term whose speaker granted
+/// or renewed it, and where the acknowledgement goes.
+pub(crate) struct PendingCopy {
+    lock: Lock,
+    term: u64,
+    acked: oneshot::Sender<bool>,
+}
 
-/// One queue per other member, and when each last failed.
+/// One queue per other member, and the members that failed a copy and
+/// have not acknowledged one since.
 pub(crate) struct Copier {
     queues: BTreeMap<NodeId, Queue<PendingCopy>>,
-    failed_at: Mutex<BTreeMap<NodeId, Instant>>,
+    suspects: Mutex<BTreeSet<NodeId>>,
 }
 
 impl Copier {
@@ -55,13 +66,13 @@ impl Copier {
                 .filter(|id| **id != me)
                 .map(|id| (*id, Queue::new()))
                 .collect(),
-            failed_at: Mutex::new(BTreeMap::new()),
+            suspects: Mutex::new(BTreeSet::new()),
         }
     }
 
     /// The members that may take a copy of a lock held through `holder`,
     /// in the order to try them: after `me` in id order (so that speakers
-    /// spread their copies), members that failed lately last.
+    /// spread their copies), suspects last.
     fn candidates(&self, me: NodeId, holder: NodeId) -> Vec<NodeId> {
         let mut order: Vec<NodeId> = self
             .queues
@@ -71,50 +82,55 @@ impl Copier {
             .collect();
         let before_me = order.iter().take_while(|id| **id < me).count();
         order.rotate_left(before_me);
-        let failed = self.failed_at.lock().unwrap_or_else(|e| e.into_inner());
-        let suspect = |id: &NodeId| failed.get(id).is_some_and(|t| t.elapsed() < SUSPECT_FOR);
-        order.sort_by_key(suspect);
+        let suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+        order.sort_by_key(|id| suspects.contains(id));
         order
     }
 
     fn note(&self, member: NodeId, acked: bool) {
-        let mut failed = self.failed_at.lock().unwrap_or_else(|e| e.into_inner());
+        let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
         if acked {
-            failed.remove(&member);
+            suspects.remove(&member);
         } else {
-            failed.insert(member, Instant::now());
+            suspects.insert(member);
         }
     }
 }
 
-/// Records a lock that needs more copies than its speaker and its holder's
-/// node: how many members beyond those two (or one) must acknowledge it.
+/// How many members beyond the speaker and the holder's node (one member
+/// when they are the same) must acknowledge a copy.
 fn copies_needed(copies: usize, speaker: NodeId, holder: NodeId) -> usize {
     let records = if holder == speaker { 1 } else { 2 };
     copies.saturating_sub(records)
 }
 
 impl Node {
-    /// Makes sure `lock`, just granted or renewed as the speaker for a
-    /// client of `holder`, is recorded on `--copies` members, then that this
-    /// node may still speak: only then may the client hear of it.
-    pub(crate) async fn copy(&self, lock: &Lock, holder: NodeId) -> Result<(), ApiError> {
+    /// Makes sure `lock`, just granted or renewed by the speaker of `term`
+    /// for a client of `holder`, is on record with `--copies` members, then
+    /// that this node still speaks for `term`: only then may the client hear
+    /// of it.
+    pub(crate) async fn ensure_on_record(
+        &self,
+        lock: &Lock,
+        holder: NodeId,
+        term: u64,
+    ) -> Result<(), ApiError> {
         let needed = copies_needed(self.config.copies(), self.id(), holder);
         if needed > 0 {
-            let acked = self.copy_to_members(lock, holder, needed).await;
-            self.note_copies(lock, &acked);
+            let acked = self.copy_to_members(lock, holder, needed, term).await;
             if acked.len() < needed {
                 return Err(ApiError::new(
                     ErrorCode::NotRebuilt,
                     format!(
-                        "the grant reached {} of the {needed} other members it must reach \
-                         before it is answered; retry",
-                        acked.len()
+                        "the lock reached {} of the {needed} other members it must reach \
+                         before it is answered (--copies {}); retry",
+                        acked.len(),
+                        self.config.copies()
                     ),
                 ));
             }
         }
-        if !self.may_speak_now() {
+        if !self.still_speaks_for(term) {
             return Err(ApiError::not_rebuilt());
         }
         Ok(())
@@ -122,12 +138,17 @@ impl Node {
 
     /// Sends `lock` to members until `needed` acknowledged it or none is
     /// left to try; answers the members that did.
-    async fn copy_to_members(&self, lock: &Lock, holder: NodeId, needed: usize) -> Vec<NodeId> {
-        let transit = self.transit(lock);
+    async fn copy_to_members(
+        &self,
+        lock: &Lock,
+        holder: NodeId,
+        needed: usize,
+        term: u64,
+    ) -> Vec<NodeId> {
         let mut candidates = self.copier.candidates(self.id(), holder).into_iter();
         let mut sent = FuturesUnordered::new();
         for member in candidates.by_ref().take(needed) {
-            sent.push(self.copy_one(member, transit.clone()));
+            sent.push(self.copy_one(member, lock, term));
         }
         let mut acked = Vec::with_capacity(needed);
         while let Some((member, ok)) = sent.next().await {
@@ -138,19 +159,32 @@ impl Node {
                     break;
                 }
             } else if let Some(next) = candidates.next() {
-                sent.push(self.copy_one(next, transit.clone()));
+                sent.push(self.copy_one(next, lock, term));
             }
         }
         acked
     }
 
-    /// Queues one copy for `member`; answers whether it acknowledged in time.
-    async fn copy_one(&self, member: NodeId, lock: PeerLock) -> (NodeId, bool) {
+    /// Queues one copy for `member`, noted first as a member that may keep
+    /// it; answers whether it acknowledged in time.
+    async fn copy_one(&self, member: NodeId, lock: &Lock, term: u64) -> (NodeId, bool) {
         let Some(queue) = self.copier.queues.get(&member) else {
             return (member, false);
         };
+        // Its lease there is counted from its arrival, at most a request's
+        // timeout after it is sent, and it is sent within that of now.
+        self.note_record_on(
+            member,
+            lock,
+            lock.expires + Table::FORGET_MARGIN + 2 * COPY_TIMEOUT,
+        );
         let (tx, rx) = oneshot::channel();
-        if !queue.push((lock, tx)) {
+        let pending = PendingCopy {
+            lock: lock.clone(),
+            term,
+            acked: tx,
+        };
+        if !queue.push(pending) {
             return (member, false);
         }
         let acked = matches!(tokio::time::timeout(COPY_TIMEOUT, rx).await, Ok(Ok(true)));
@@ -193,37 +227,38 @@ impl Node {
         }
     }
 
+    /// Sends one batch of copies to the member at `addr`, in requests of
+    /// at most [`BATCH_BYTES`], each of copies of one term. A copy whose
+    /// grant gave up waiting is not sent; each lease leaves as it is now.
     async fn send_copy_batch(&self, addr: &str, batch: Vec<PendingCopy>) {
-        let term = self.state().speaking;
-        let mut batch = batch.into_iter().peekable();
-        while batch.peek().is_some() {
-            let mut body = Vec::with_capacity(BATCH_BYTES);
+        let mut batch = batch
+            .into_iter()
+            .filter(|c| !c.acked.is_closed())
+            .peekable();
+        while let Some(first) = batch.peek() {
+            let term = first.term;
+            let mut body = format!("{{\"term\":{term},\"locks\":[").into_bytes();
             let mut replies = Vec::new();
-            body.extend_from_slice(
-                format!("{{\"term\":{},\"locks\":[", term.unwrap_or(0)).as_bytes(),
-            );
-            while let Some((lock, _)) = batch.peek() {
-                let Ok(json) = serde_json::to_vec(lock) else {
-                    let (_, reply) = batch.next().expect("peeked");
-                    let _ = reply.send(false);
+            while let Some(next) = batch.next_if(|c| c.term == term) {
+                let Ok(json) = serde_json::to_vec(&self.transit(&next.lock)) else {
+                    let _ = next.acked.send(false);
                     continue;
                 };
-                if !replies.is_empty() && body.len() + json.len() + 2 > BATCH_BYTES {
-                    break;
-                }
                 if !replies.is_empty() {
                     body.push(b',');
                 }
                 body.extend_from_slice(&json);
-                replies.push(batch.next().expect("peeked").1);
+                replies.push(next.acked);
+                if body.len() > BATCH_BYTES {
+                    break;
+                }
             }
             body.extend_from_slice(b"]}");
-            let acked = term.is_some()
-                && self
-                    .peers
-                    .post_json(addr, "/internal/copies", body, COPY_TIMEOUT)
-                    .await
-                    .is_ok();
+            let acked = self
+                .peers
+                .post_json(addr, "/internal/copies", body, COPY_TIMEOUT)
+                .await
+                .is_ok();
             for reply in replies {
                 let _ = reply.send(acked);
             }
@@ -281,6 +316,12 @@ mod tests {
         assert_eq!(c.candidates(2, 4), vec![3, 5, 1]);
         c.note(3, false);
         assert_eq!(c.candidates(2, 2), vec![4, 5, 1, 3]);
+        c.note(4, true);
+        assert_eq!(
+            c.candidates(2, 2),
+            vec![4, 5, 1, 3],
+            "a suspect stays one until it acks"
+        );
         c.note(3, true);
         assert_eq!(c.candidates(2, 2), vec![3, 4, 5, 1]);
     }

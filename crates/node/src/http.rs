@@ -35,8 +35,20 @@ const READ_LIMIT_BYTES: usize = 4 << 20;
 pub fn router(node: Shared) -> Router {
     let internal = Router::new()
         .route("/internal/held", post(internal_held))
-        .route("/internal/forward/acquire", post(forward_acquire))
-        .route("/internal/forward/batch", post(forward_batch))
+        .route(
+            "/internal/forward/acquire",
+            post(forward_acquire).layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&node),
+                delay_answer,
+            )),
+        )
+        .route(
+            "/internal/forward/batch",
+            post(forward_batch).layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&node),
+                delay_answer,
+            )),
+        )
         .route("/internal/forward/get", post(forward_get))
         .route("/internal/forward/list", post(forward_list))
         .route("/internal/forget", post(internal_forget))
@@ -97,6 +109,19 @@ fn refuse_without_token(node: &Node, request: &Request) -> Option<ApiError> {
             "the cluster token is missing or wrong",
         )
     })
+}
+
+/// Holds back the answer to a forwarded call by the fault plan's
+/// `answer_delay_ms` (chaos tests only; the call is served at once).
+async fn delay_answer(State(node): State<Shared>, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if node.config.chaos {
+        let delay = node.peers.faults().plan().answer_delay_ms;
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+    }
+    response
 }
 
 /// No route matched: `404`, or `401` under `/internal` without the token

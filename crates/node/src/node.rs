@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use leasehold_api::{LockView, RebuildReport};
+use leasehold_api::{ErrorCode, LockView, RebuildReport};
 use leasehold_raft::{leader_state, Identity, Raft, WatchReceiver};
 use locktable::{
     AcquireError, Acquired, Held, Lock, LockError, LockId, MonoTime, NodeId, Request, Table,
@@ -35,8 +35,9 @@ pub(crate) struct State {
     waiters: HashMap<WaiterId, oneshot::Sender<Result<Lock, AcquireError>>>,
     /// The term whose speaker this table is (or is being rebuilt for).
     pub(crate) speaking: Option<u64>,
-    /// Locks granted this term that a renewal moved from one node to
-    /// another: the nodes they moved from, which may still keep a record.
+    /// Locks granted this term that other members than the lock's node
+    /// may keep a record of: the nodes a renewal moved them from, and the
+    /// members sent a copy (see `copies`).
     moved: HashMap<LockId, Moved>,
     /// `moved` is pruned of ended records when it grows to this size.
     moved_prune_at: usize,
@@ -465,15 +466,17 @@ impl Node {
     }
 
     /// `lock`, once it is on record with enough members; a grant that
-    /// could not be copied is taken back (its client never hears of it).
+    /// could not be, or whose caller went away meanwhile, is taken back
+    /// (its client never hears of it).
     async fn copied_grant(&self, lock: Lock, node: NodeId) -> Result<Lock, ApiError> {
-        match self.copy(&lock, node).await {
-            Ok(()) => Ok(lock),
-            Err(e) => {
-                self.take_back(&lock);
-                Err(e)
-            }
-        }
+        let term = self.state().speaking.ok_or_else(ApiError::not_rebuilt)?;
+        let mut take_back = TakeBackOnDrop {
+            node: self,
+            lock: Some(lock),
+        };
+        let lock = take_back.lock.as_ref().expect("just set");
+        self.ensure_on_record(lock, node, term).await?;
+        Ok(take_back.lock.take().expect("still set"))
     }
 
     /// Releases a grant its client never heard of, and tells the members
@@ -482,6 +485,7 @@ impl Node {
         let to = {
             let mut state = self.state();
             state.held.remove(lock.id);
+            state.copies.remove(lock.id);
             let now = self.clock.now();
             if state.table.release(&lock.name, lock.id, now).is_err() {
                 return;
@@ -494,19 +498,19 @@ impl Node {
         self.forgets.push(to, &lock.name, lock.id, lock.expires);
     }
 
-    /// Notes the members that acknowledged a copy of `lock`: a release of
-    /// it is passed on to them too.
-    pub(crate) fn note_copies(&self, lock: &Lock, members: &[NodeId]) {
-        if members.is_empty() {
-            return;
-        }
+    /// Notes that `member` may keep a record of `lock` until `until`: a
+    /// release of it is passed on there too.
+    pub(crate) fn note_record_on(&self, member: NodeId, lock: &Lock, until: MonoTime) {
         let mut state = self.state();
         let now = self.clock.now();
-        // A copy's lease is counted from its arrival, a little after this.
-        let until = lock.expires + Table::FORGET_MARGIN;
-        for member in members {
-            self.note_other_record(&mut state, lock.id, *member, until, now);
-        }
+        self.note_other_record(&mut state, lock.id, member, until, now);
+    }
+
+    /// Whether this node still speaks for `term`, rebuilt and within its
+    /// guard.
+    pub(crate) fn still_speaks_for(&self, term: u64) -> bool {
+        let state = self.state();
+        state.speaking == Some(term) && state.table.is_rebuilt() && self.may_speak(&state)
     }
 
     fn acquire_error(&self, e: AcquireError) -> ApiError {
@@ -530,6 +534,7 @@ impl Node {
             let now = self.clock.now();
             let lock = state.table.release(name, id, now).map_err(lock_error)?;
             state.held.remove(id);
+            state.copies.remove(id);
             let to = self.forget_to(&mut state, &lock, now);
             self.dispatch(&mut state);
             self.changed(&state);
@@ -577,12 +582,13 @@ impl Node {
         node: NodeId,
         record: Option<Lock>,
     ) -> Result<Lock, ApiError> {
-        let renewed = self.renew_in_table(name, id, lease, node, record)?;
-        self.copy(&renewed, node).await?;
+        let (renewed, term) = self.renew_in_table(name, id, lease, node, record)?;
+        self.ensure_on_record(&renewed, node, term).await?;
         Ok(renewed)
     }
 
-    /// The table's part of [`Node::speak_renew`].
+    /// The table's part of [`Node::speak_renew`]: the lock renewed, and
+    /// the term of the table that renewed it.
     fn renew_in_table(
         &self,
         name: &str,
@@ -590,7 +596,7 @@ impl Node {
         lease: Option<Duration>,
         node: NodeId,
         record: Option<Lock>,
-    ) -> Result<Lock, ApiError> {
+    ) -> Result<(Lock, u64), ApiError> {
         let mut state = self.speaker()?;
         let now = self.clock.now();
         let before = state.table.held_through(name, id);
@@ -612,7 +618,8 @@ impl Node {
             state.held.remove(id);
         }
         self.changed(&state);
-        Ok(renewed)
+        let term = state.speaking.ok_or_else(ApiError::not_rebuilt)?;
+        Ok((renewed, term))
     }
 
     /// The lock `name`, as the speaker has it.
@@ -671,6 +678,7 @@ impl Node {
     pub(crate) fn lost(&self, ids: impl IntoIterator<Item = LockId>) {
         let mut state = self.state();
         for id in ids {
+            state.copies.remove(id);
             if let Some(lock) = state.held.remove(id) {
                 tracing::warn!(name = %lock.name, id = %lock.id, "lock lost to an older grant at a rebuild");
             }
@@ -701,12 +709,27 @@ impl Node {
         self.raft.as_leader().is_ok()
     }
 
-    /// Records in this node's `Held` a lock its client was granted through
-    /// the speaker.
-    pub(crate) fn record_held(&self, lock: Lock) {
+    /// Records in this node's `Held` a lock its client was granted (or
+    /// renewed) through the speaker, unless a newer speaker read this node
+    /// since `read_before` (the term that had read it when the call left):
+    /// that rebuild did not see this record, so its client must not hear
+    /// of the grant (a newer speaker may grant the name again). The check
+    /// and the record are under the lock a report read takes.
+    pub(crate) fn record_held(&self, lock: Lock, read_before: u64) -> Result<(), ApiError> {
         let mut state = self.state();
+        let read = self.read_by_term();
+        if read > read_before {
+            return Err(ApiError::new(
+                ErrorCode::NotRebuilt,
+                format!(
+                    "the speaker of term {read} read this node while the answer was on its \
+                     way; retry"
+                ),
+            ));
+        }
         state.copies.remove(lock.id);
         state.held.record(lock);
+        Ok(())
     }
 
     /// This node's record of `id`: its client's, or a copy.
@@ -717,7 +740,9 @@ impl Node {
 
     /// Drops this node's record of `id`.
     pub(crate) fn drop_held(&self, id: LockId) {
-        self.state().held.remove(id);
+        let mut state = self.state();
+        state.held.remove(id);
+        state.copies.remove(id);
     }
 }
 
@@ -725,6 +750,22 @@ fn lock_error(e: LockError) -> ApiError {
     match e {
         LockError::NotHeld => ApiError::not_held(),
         LockError::NotRebuilt(_) => ApiError::not_rebuilt(),
+    }
+}
+
+/// Takes a grant back unless it was handed to its client: the grant could
+/// not be put on record with enough members, or whoever waited for it went
+/// away meanwhile.
+struct TakeBackOnDrop<'a> {
+    node: &'a Node,
+    lock: Option<Lock>,
+}
+
+impl Drop for TakeBackOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            self.node.take_back(&lock);
+        }
     }
 }
 

@@ -96,6 +96,7 @@ impl Node {
             return self.speak_acquire(request, self.id()).await;
         }
         let sent = self.clock.now();
+        let read_before = self.read_by_term();
         let forwarded = ForwardAcquire {
             body,
             node: self.id(),
@@ -113,7 +114,7 @@ impl Node {
         let lock = LockInTransit::try_from(granted.lock)
             .map_err(malformed)?
             .arrive(sent + served);
-        self.record_held(lock.clone());
+        self.record_held(lock.clone(), read_before)?;
         Ok(lock)
     }
 
@@ -149,6 +150,7 @@ impl Node {
                 .await;
         }
         let sent = self.clock.now();
+        let read_before = self.read_by_term();
         let forwarded = ForwardRenew {
             name: body.name.clone(),
             id: body.id.clone(),
@@ -165,7 +167,7 @@ impl Node {
                 let lock = LockInTransit::try_from(renewed)
                     .map_err(malformed)?
                     .arrive(sent);
-                self.record_held(lock.clone());
+                self.record_held(lock.clone(), read_before)?;
                 Ok(lock)
             }
             Err(e) => {

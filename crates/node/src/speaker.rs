@@ -259,6 +259,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
                 epoch: term,
                 locks,
                 hold_new_grants_until: hold_until,
+                seen_all: all_seen,
             },
             now,
         );
@@ -312,6 +313,10 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
         reads.push(async move {
             let started = Instant::now();
             let report = if id == node.id() {
+                // Read by this term like any member: an answer from an older
+                // speaker arriving after this is not recorded (`record_held`)
+                // and a copy from one is refused (`take_copies`).
+                node.deposed_by(term);
                 Ok(node.own_report())
             } else {
                 node.peers
