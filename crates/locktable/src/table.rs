@@ -606,6 +606,12 @@ impl Table {
         self.forgotten.len()
     }
 
+    /// Whether `id` was released (or taken back) and its lease may still be
+    /// on record somewhere: a record of it that arrives now is stale.
+    pub fn is_forgotten(&self, id: LockId, now: MonoTime) -> bool {
+        self.forgotten.contains(id, now)
+    }
+
     /// Replaces the locks of the table with the ones the nodes say their
     /// clients hold and the ones they granted, and marks it rebuilt. Changes
     /// nothing when the table was dropped since `from.generation`.
@@ -657,11 +663,11 @@ impl Table {
             .0
             .max(highest.0.saturating_add(1))
             .max(self.fences.next);
+        // Never into the next term's fences: a term that used all of its
+        // own answers `FencesExhausted` and hands over.
         self.fences = FenceCounter {
             next: base,
-            end: Fence::new(from.epoch + 1, 0)
-                .0
-                .max(base.saturating_add(1 << Fence::COUNTER_BITS)),
+            end: Fence::new(from.epoch + 1, 0).0,
         };
         self.hold_new_grants_until = from.hold_new_grants_until;
         self.rebuilt = true;

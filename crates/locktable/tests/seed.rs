@@ -726,6 +726,19 @@ fn a_grant_made_after_seeing_all_wins_over_an_earlier_terms_lock() {
     assert_eq!(later.get("a", t(3)).unwrap().unwrap().id, undelivered.id);
 }
 
+/// A term that used its last fence grants nothing more, rather than hand
+/// out a fence of the next term.
+#[test]
+fn a_term_out_of_fences_grants_nothing_more() {
+    let last = (1 << Fence::COUNTER_BITS) - 1;
+    let at_end = held_lock("a", 1, 1, t(0), t(30), Fence::new(5, last).0);
+    let mut table = rebuilt_table(5, vec![at_end], t(1));
+    assert_eq!(
+        table.acquire(req("b", 2, 1), t(1)),
+        Err(AcquireError::FencesExhausted)
+    );
+}
+
 #[test]
 fn two_reports_of_one_grant_are_one_lock_with_the_latest_lease() {
     // The speaker's grant record and the holder's node, which renewed

@@ -21,24 +21,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use leasehold_api::{ErrorCode, PeerLock};
+use leasehold_api::{ErrorCode, PeerLock, MAX_BODY_BYTES};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, NodeId, Table};
 use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::batch::{next_batch, Queue};
 use crate::error::ApiError;
-use crate::node::Node;
+use crate::node::{Made, Node};
 
 /// How long a member has to acknowledge a copy before another is tried;
 /// a copy not sent by then is not sent at all.
 const COPY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most copies in one batch.
 const MAX_BATCH: usize = 256;
-/// A request is closed once its body passes this many bytes: one more
-/// lock (at most about 5 KiB of JSON) keeps it under the 64 KiB a node
-/// reads.
-const BATCH_BYTES: usize = 48 * 1024;
 /// Batches on their way to one member at once.
 const IN_FLIGHT: usize = 4;
 
@@ -105,18 +101,18 @@ fn copies_needed(copies: usize, speaker: NodeId, holder: NodeId) -> usize {
 }
 
 impl Node {
-    /// Makes sure `lock`, just granted or renewed by the speaker of `term`
-    /// for a client of `holder`, is on record with `--copies` members, then
-    /// that this node still speaks for `term`: only then may the client hear
-    /// of it.
+    /// Makes sure `lock`, just granted or renewed by the table `made` for
+    /// a client of `holder`, is on record with `--copies` members, then
+    /// that this table still speaks: only then may the client hear of it.
     pub(crate) async fn ensure_on_record(
         &self,
         lock: &Lock,
         holder: NodeId,
-        term: u64,
+        made: Made,
     ) -> Result<(), ApiError> {
         let needed = copies_needed(self.config.copies(), self.id(), holder);
         if needed > 0 {
+            let term = made.term.ok_or_else(ApiError::not_rebuilt)?;
             let acked = self.copy_to_members(lock, holder, needed, term).await;
             if acked.len() < needed {
                 return Err(ApiError::new(
@@ -130,7 +126,7 @@ impl Node {
                 ));
             }
         }
-        if !self.still_speaks_for(term) {
+        if !self.still_speaks_for(made) {
             return Err(ApiError::not_rebuilt());
         }
         Ok(())
@@ -228,7 +224,8 @@ impl Node {
     }
 
     /// Sends one batch of copies to the member at `addr`, in requests of
-    /// at most [`BATCH_BYTES`], each of copies of one term. A copy whose
+    /// at most the body a member reads (`MAX_BODY_BYTES`), each of copies
+    /// of one term. A copy whose
     /// grant gave up waiting is not sent; each lease leaves as it is now.
     async fn send_copy_batch(&self, addr: &str, batch: Vec<PendingCopy>) {
         let mut batch = batch
@@ -239,19 +236,21 @@ impl Node {
             let term = first.term;
             let mut body = format!("{{\"term\":{term},\"locks\":[").into_bytes();
             let mut replies = Vec::new();
-            while let Some(next) = batch.next_if(|c| c.term == term) {
+            while let Some(next) = batch.peek().filter(|c| c.term == term) {
                 let Ok(json) = serde_json::to_vec(&self.transit(&next.lock)) else {
+                    let next = batch.next().expect("peeked");
                     let _ = next.acked.send(false);
                     continue;
                 };
+                if !replies.is_empty() && body.len() + json.len() + 3 > MAX_BODY_BYTES {
+                    break;
+                }
+                let next = batch.next().expect("peeked");
                 if !replies.is_empty() {
                     body.push(b',');
                 }
                 body.extend_from_slice(&json);
                 replies.push(next.acked);
-                if body.len() > BATCH_BYTES {
-                    break;
-                }
             }
             body.extend_from_slice(b"]}");
             let acked = self
@@ -285,8 +284,11 @@ impl Node {
                 format!("copies from the speaker of term {term}, but term {seen} has begun"),
             ));
         }
+        // A copy that arrives after its release was heard of stays released.
         for lock in locks {
-            state.copies.record(lock);
+            if !state.table.is_forgotten(lock.id, now) {
+                state.copies.record(lock);
+            }
         }
         Ok(())
     }

@@ -428,69 +428,82 @@ impl Node {
                 },
                 self.clock.now(),
             );
+            let made = Made::now(&state);
             match outcome {
                 Ok(Acquired::Granted(lock)) => {
                     if node == self.config.id {
                         state.held.record(lock.clone());
                     }
                     self.changed(&state);
-                    Err(lock)
+                    Err((lock, made))
                 }
                 Ok(Acquired::Waiting(waiter)) => {
                     let (tx, rx) = oneshot::channel();
                     state.waiters.insert(waiter, tx);
                     self.changed(&state);
-                    Ok((rx, waiter))
+                    Ok((rx, waiter, made))
                 }
                 Err(e) => return Err(self.acquire_error(e)),
             }
         };
-        let (rx, waiter) = match waiting {
+        let (rx, waiter, made) = match waiting {
             Ok(waiting) => waiting,
-            Err(granted) => return self.copied_grant(granted, node).await,
+            Err((granted, made)) => return self.copied_grant(granted, node, made).await,
         };
-        // If the client goes away, stop waiting for it.
-        let cancel = CancelOnDrop {
+        // If the client goes away, stop waiting for it (and take back a
+        // grant that came meanwhile).
+        let mut cancel = CancelOnDrop {
             node: self,
             name: &name,
             waiter: Some(waiter),
+            answer: Some(rx),
         };
-        let answer = tokio::time::timeout(wait + Duration::from_secs(5), rx).await;
-        let mut cancel = cancel;
+        let answer = tokio::time::timeout(
+            wait + Duration::from_secs(5),
+            cancel.answer.as_mut().expect("just set"),
+        )
+        .await;
+        let Ok(answer) = answer else {
+            return Err(ApiError::not_rebuilt());
+        };
         cancel.waiter = None;
+        cancel.answer = None;
         match answer {
-            Ok(Ok(Ok(lock))) => self.copied_grant(lock, node).await,
-            Ok(Ok(Err(e))) => Err(self.acquire_error(e)),
-            Ok(Err(_)) | Err(_) => Err(ApiError::not_rebuilt()),
+            Ok(Ok(lock)) => self.copied_grant(lock, node, made).await,
+            Ok(Err(e)) => Err(self.acquire_error(e)),
+            Err(_) => Err(ApiError::not_rebuilt()),
         }
     }
 
     /// `lock`, once it is on record with enough members; a grant that
     /// could not be, or whose caller went away meanwhile, is taken back
     /// (its client never hears of it).
-    async fn copied_grant(&self, lock: Lock, node: NodeId) -> Result<Lock, ApiError> {
-        let term = self.state().speaking.ok_or_else(ApiError::not_rebuilt)?;
+    async fn copied_grant(&self, lock: Lock, node: NodeId, made: Made) -> Result<Lock, ApiError> {
         let mut take_back = TakeBackOnDrop {
             node: self,
             lock: Some(lock),
         };
         let lock = take_back.lock.as_ref().expect("just set");
-        self.ensure_on_record(lock, node, term).await?;
+        self.ensure_on_record(lock, node, made).await?;
         Ok(take_back.lock.take().expect("still set"))
     }
 
     /// Releases a grant its client never heard of, and tells the members
-    /// that took a copy.
-    fn take_back(&self, lock: &Lock) {
+    /// that took a copy. A table dropped meanwhile forgets it (it may be in
+    /// `Granted`), and every member is told.
+    pub(crate) fn take_back(&self, lock: &Lock) {
         let to = {
             let mut state = self.state();
             state.held.remove(lock.id);
             state.copies.remove(lock.id);
             let now = self.clock.now();
-            if state.table.release(&lock.name, lock.id, now).is_err() {
-                return;
-            }
-            let to = self.forget_to(&mut state, lock, now);
+            let to = match state.table.release(&lock.name, lock.id, now) {
+                Ok(_) => self.forget_to(&mut state, lock, now),
+                Err(_) => {
+                    state.table.forget(&lock.name, lock.id, lock.ttl(now), now);
+                    Members::ALL
+                }
+            };
             self.dispatch(&mut state);
             self.changed(&state);
             to
@@ -506,11 +519,12 @@ impl Node {
         self.note_other_record(&mut state, lock.id, member, until, now);
     }
 
-    /// Whether this node still speaks for `term`, rebuilt and within its
-    /// guard.
-    pub(crate) fn still_speaks_for(&self, term: u64) -> bool {
+    /// Whether the table that made a grant still speaks, rebuilt and
+    /// within its guard: same term, same generation (a table dropped and
+    /// rebuilt again may have settled the grant as lost).
+    pub(crate) fn still_speaks_for(&self, made: Made) -> bool {
         let state = self.state();
-        state.speaking == Some(term) && state.table.is_rebuilt() && self.may_speak(&state)
+        made == Made::now(&state) && state.table.is_rebuilt() && self.may_speak(&state)
     }
 
     fn acquire_error(&self, e: AcquireError) -> ApiError {
@@ -582,13 +596,13 @@ impl Node {
         node: NodeId,
         record: Option<Lock>,
     ) -> Result<Lock, ApiError> {
-        let (renewed, term) = self.renew_in_table(name, id, lease, node, record)?;
-        self.ensure_on_record(&renewed, node, term).await?;
+        let (renewed, made) = self.renew_in_table(name, id, lease, node, record)?;
+        self.ensure_on_record(&renewed, node, made).await?;
         Ok(renewed)
     }
 
     /// The table's part of [`Node::speak_renew`]: the lock renewed, and
-    /// the term of the table that renewed it.
+    /// the table that renewed it.
     fn renew_in_table(
         &self,
         name: &str,
@@ -596,7 +610,7 @@ impl Node {
         lease: Option<Duration>,
         node: NodeId,
         record: Option<Lock>,
-    ) -> Result<(Lock, u64), ApiError> {
+    ) -> Result<(Lock, Made), ApiError> {
         let mut state = self.speaker()?;
         let now = self.clock.now();
         let before = state.table.held_through(name, id);
@@ -618,8 +632,7 @@ impl Node {
             state.held.remove(id);
         }
         self.changed(&state);
-        let term = state.speaking.ok_or_else(ApiError::not_rebuilt)?;
-        Ok((renewed, term))
+        Ok((renewed, Made::now(&state)))
     }
 
     /// The lock `name`, as the speaker has it.
@@ -769,11 +782,13 @@ impl Drop for TakeBackOnDrop<'_> {
     }
 }
 
-/// Cancels a waiting request whose client went away.
+/// Cancels a waiting request whose client went away, and takes back a
+/// grant that reached it too late to be handed on.
 struct CancelOnDrop<'a> {
     node: &'a Node,
     name: &'a str,
     waiter: Option<WaiterId>,
+    answer: Option<oneshot::Receiver<Result<Lock, AcquireError>>>,
 }
 
 impl Drop for CancelOnDrop<'_> {
@@ -782,6 +797,28 @@ impl Drop for CancelOnDrop<'_> {
             let mut state = self.node.state();
             state.table.cancel(self.name, waiter);
             state.waiters.remove(&waiter);
+        }
+        if let Some(Ok(Ok(lock))) = self.answer.as_mut().map(|rx| rx.try_recv()) {
+            self.node.take_back(&lock);
+        }
+    }
+}
+
+/// The table a grant or renewal was made by: its term and generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Made {
+    /// The term the table speaks for (`None` while it speaks for none).
+    pub(crate) term: Option<u64>,
+    /// The table's generation.
+    pub(crate) generation: u64,
+}
+
+impl Made {
+    /// The table as it is now.
+    fn now(state: &State) -> Made {
+        Made {
+            term: state.speaking,
+            generation: state.table.generation(),
         }
     }
 }

@@ -114,7 +114,9 @@ impl Node {
         let lock = LockInTransit::try_from(granted.lock)
             .map_err(malformed)?
             .arrive(sent + served);
-        self.record_held(lock.clone(), read_before)?;
+        // A grant's fence names the term that made it: a read by that term
+        // (the speaker's own rebuild) came before the grant.
+        self.record_held(lock.clone(), read_before.max(lock.fence.epoch()))?;
         Ok(lock)
     }
 

@@ -214,6 +214,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     let mut locks: Vec<Lock> = Vec::with_capacity(reports.iter().map(|(_, r)| r.locks.len()).sum());
     let mut members_read = Vec::new();
     let mut longest_lease = node.config.lease.max;
+    let mut fewest_copies = node.config.copies();
     for (member, report) in reports {
         members_read.push(member);
         let theirs = Duration::from_millis(report.header.max_lease_ms);
@@ -227,6 +228,17 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
             );
         }
         longest_lease = longest_lease.max(theirs);
+        let their_copies = usize::try_from(report.header.copies).unwrap_or(usize::MAX);
+        if their_copies != node.config.copies() {
+            tracing::error!(
+                member,
+                theirs = their_copies,
+                ours = node.config.copies(),
+                "members run with different --copies: a rebuild counts on the fewest of the \
+                 members read, not of a missing one; run one value cluster-wide"
+            );
+        }
+        fewest_copies = fewest_copies.min(their_copies);
         // Already on this clock: each frame's leases were counted from its
         // arrival as it was read (`ReportReader::push`).
         locks.extend(report.locks);
@@ -234,7 +246,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     let mut missing = missing;
     // Every grant answered to a client is on record with `--copies`
     // members: a rebuild that missed fewer has read every one of them.
-    let all_seen = missing.len() < node.config.copies();
+    let all_seen = missing.len() < fewest_copies;
     // Otherwise: a lease granted before this rebuild ends by `now +
     // longest_lease`; an old speaker missing from the rebuild may have
     // granted until its guard ran out, at most one leader lease before
@@ -392,6 +404,7 @@ impl Node {
             uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
             max_lease_ms: u64::try_from(self.config.lease.max.as_millis()).unwrap_or(u64::MAX),
+            copies: self.config.copies() as u64,
         }
     }
 
