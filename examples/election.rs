@@ -90,6 +90,7 @@ fn member(args: &[String]) -> ExitCode {
         timings: RaftTimings::default(),
         chaos: false,
         report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
+        copies: None,
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async move {

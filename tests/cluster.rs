@@ -9,11 +9,7 @@ use serde_json::{json, Value};
 use support::{fence, fence_term, Cluster};
 
 fn followers(cluster: &Cluster, speaker: u64) -> Vec<u64> {
-    cluster
-        .live()
-        .into_iter()
-        .filter(|&id| id != speaker)
-        .collect()
+    cluster.others(speaker)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,20 +541,6 @@ async fn released_locks_stay_released_after_the_speaker_dies() {
     }
 }
 
-/// Sets node `id`'s fault plan (the node runs with `--chaos`).
-async fn set_plan(cluster: &Cluster, id: u64, plan: Value) {
-    let (status, answer) = support::answer(
-        cluster
-            .http
-            .post(cluster.url(id, "/internal/chaos"))
-            .header("x-leasehold-token", support::TOKEN)
-            .json(&plan)
-            .timeout(Duration::from_secs(5)),
-    )
-    .await;
-    assert_eq!(status, 200, "fault plan for node {id}: {answer}");
-}
-
 /// A release the lock's node missed while it was cut off from the speaker
 /// reaches it once it can be reached again: when that node then speaks, its
 /// rebuild does not bring the released lock back, and the name's next
@@ -578,7 +560,9 @@ async fn a_release_missed_by_the_locks_node_reaches_it_later() {
         .await;
     // The speaker cannot reach F; the lock is released through G, and G's
     // client takes the name next.
-    set_plan(&cluster, speaker, json!({"drop_to": [holder_node]})).await;
+    cluster
+        .set_plan(speaker, json!({"drop_to": [holder_node]}))
+        .await;
     let (status, answer) = cluster.post(other, "/v1/locks/release", body(&first)).await;
     assert_eq!(status, 200, "{answer}");
     let second = cluster.must_acquire(other, "comeback", lease.clone()).await;
@@ -587,13 +571,15 @@ async fn a_release_missed_by_the_locks_node_reaches_it_later() {
     // The partition heals; the speaker stays up a few seconds more, then
     // dies. G cannot reach F, so F (which missed the release when it was
     // made) becomes the next speaker and rebuilds from its own record.
-    set_plan(&cluster, speaker, json!({})).await;
+    cluster.set_plan(speaker, json!({})).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    set_plan(&cluster, other, json!({"drop_to": [holder_node]})).await;
+    cluster
+        .set_plan(other, json!({"drop_to": [holder_node]}))
+        .await;
     cluster.kill(speaker);
     let (new, _) = cluster.speaker_other_than(Some(speaker)).await;
     assert_eq!(new, holder_node, "the test expects F to speak next");
-    set_plan(&cluster, other, json!({})).await;
+    cluster.set_plan(other, json!({})).await;
 
     let (status, now) = cluster.get(new, "/v1/locks/comeback").await;
     assert_eq!(status, 200, "{now}");
@@ -623,14 +609,18 @@ async fn a_release_the_locks_node_never_hears_of_reaches_the_next_speaker() {
     let first = cluster
         .must_acquire(holder_node, "unheard", lease.clone())
         .await;
-    set_plan(&cluster, speaker, json!({"drop_to": [holder_node]})).await;
+    cluster
+        .set_plan(speaker, json!({"drop_to": [holder_node]}))
+        .await;
     let (status, answer) = cluster.post(other, "/v1/locks/release", body(&first)).await;
     assert_eq!(status, 200, "{answer}");
     let second = cluster.must_acquire(other, "unheard", lease.clone()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     // F never hears of the release and cannot win an election; the speaker
     // dies, and G speaks next, reading F's record of the released lock.
-    set_plan(&cluster, holder_node, json!({"drop_to": [other]})).await;
+    cluster
+        .set_plan(holder_node, json!({"drop_to": [other]}))
+        .await;
     cluster.kill(speaker);
     let (new, _) = cluster.speaker_other_than(Some(speaker)).await;
     assert_eq!(new, other, "the test expects G to speak next");

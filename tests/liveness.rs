@@ -54,22 +54,6 @@ async fn serves_again(cluster: &Cluster, label: &str) -> Duration {
     start.elapsed()
 }
 
-async fn set_plan(cluster: &Cluster, id: u64, plan: Value) {
-    let (status, body) = {
-        let r = cluster
-            .http
-            .post(cluster.url(id, "/internal/chaos"))
-            .header("x-leasehold-token", TOKEN)
-            .json(&plan)
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-            .expect("chaos plan sent");
-        (r.status().as_u16(), r.text().await.unwrap_or_default())
-    };
-    assert_eq!(status, 200, "chaos plan on node {id}: {body}");
-}
-
 /// A rebuild that openraft's ReadIndex gave up on (no quorum for one leader
 /// lease) used to be abandoned until the next term, and the leader kept its
 /// term once the quorum came back: 503 from every node for as long as the
@@ -111,16 +95,14 @@ async fn an_isolated_speaker_stops_before_a_new_leader_and_the_cluster_recovers(
     let mut cluster = Cluster::start_with(3, &["--chaos"]).await;
     for round in 0..3 {
         let (speaker, term) = cluster.speaker().await;
-        let followers: Vec<u64> = cluster
-            .live()
-            .into_iter()
-            .filter(|&id| id != speaker)
-            .collect();
+        let followers: Vec<u64> = cluster.others(speaker);
         let (campaigner, restarted) = (followers[0], followers[1]);
         cluster
             .must_acquire(speaker, &format!("premise/{round}/warm"), json!({}))
             .await;
-        set_plan(&cluster, speaker, json!({ "drop_to": [campaigner] })).await;
+        cluster
+            .set_plan(speaker, json!({ "drop_to": [campaigner] }))
+            .await;
         tokio::time::sleep(Duration::from_millis(700)).await;
         let (_, still) = cluster.get(speaker, "/v1/cluster").await;
         assert_eq!(
@@ -162,7 +144,9 @@ async fn an_isolated_speaker_stops_before_a_new_leader_and_the_cluster_recovers(
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
 
-        set_plan(&cluster, speaker, json!({ "drop_to": followers })).await;
+        cluster
+            .set_plan(speaker, json!({ "drop_to": followers }))
+            .await;
         cluster.kill(restarted);
         cluster.spawn(restarted);
         let new_leader = any_leader(&cluster, &[restarted, campaigner]).await;
@@ -180,7 +164,7 @@ async fn an_isolated_speaker_stops_before_a_new_leader_and_the_cluster_recovers(
             "round {round}: node {new_leader} led while the old speaker {speaker} still granted \
              (requests sent {late:?} after the new leader was seen)"
         );
-        set_plan(&cluster, speaker, json!({})).await;
+        cluster.set_plan(speaker, json!({})).await;
         serves_again(&cluster, &format!("premise-{round}")).await;
     }
 }

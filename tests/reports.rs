@@ -65,11 +65,7 @@ async fn a_report_of_many_frames_is_read_in_full_at_a_rebuild() {
     let frame = FRAME_BYTES.to_string();
     let mut cluster = Cluster::start_with(3, &["--report-frame-bytes", &frame]).await;
     let (speaker, _) = cluster.speaker().await;
-    let followers: Vec<u64> = cluster
-        .live()
-        .into_iter()
-        .filter(|&id| id != speaker)
-        .collect();
+    let followers: Vec<u64> = cluster.others(speaker);
     // Half through each follower: whichever wins next reads the other's
     // record over the network.
     let mut taken = Vec::new();

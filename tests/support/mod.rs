@@ -256,9 +256,27 @@ impl Cluster {
         }
     }
 
+    /// Sets node `id`'s fault plan (the node runs with `--chaos`).
+    pub async fn set_plan(&self, id: u64, plan: Value) {
+        let (status, answer) = answer(
+            self.http
+                .post(self.url(id, "/internal/chaos"))
+                .header("x-leasehold-token", TOKEN)
+                .json(&plan)
+                .timeout(Duration::from_secs(5)),
+        )
+        .await;
+        assert_eq!(status, 200, "fault plan for node {id}: {answer}");
+    }
+
     /// The running nodes.
     pub fn live(&self) -> Vec<u64> {
         self.procs.keys().copied().collect()
+    }
+
+    /// The running nodes other than `id` (the speaker's followers).
+    pub fn others(&self, id: u64) -> Vec<u64> {
+        self.procs.keys().copied().filter(|&n| n != id).collect()
     }
 }
 

@@ -66,6 +66,12 @@ pub struct RebuildReport {
     pub members_read: Vec<NodeId>,
     /// The members that did not answer in time, or restarted too recently.
     pub members_missing: Vec<NodeId>,
+    /// Whether fewer members were missing than `--copies`: every grant
+    /// answered to a client was then read (each is on record with that
+    /// many members), so nothing was excused (proceed) or held back
+    /// (strict).
+    #[serde(default)]
+    pub all_seen: bool,
     /// Locks in the rebuilt table.
     pub locks: u64,
     /// Locks reported by two nodes, settled to one.
@@ -109,6 +115,7 @@ mod tests {
             term: 3,
             members_read: vec![1, 2],
             members_missing: vec![3],
+            all_seen: false,
             locks: 10,
             conflicts: 1,
             held_back_ms: 4300,
@@ -118,7 +125,7 @@ mod tests {
         assert_eq!(
             json["last_rebuild"],
             serde_json::json!({"term": 3, "members_read": [1, 2], "members_missing": [3],
-                "locks": 10, "conflicts": 1, "held_back_ms": 4300, "took_ms": 12})
+                "all_seen": false, "locks": 10, "conflicts": 1, "held_back_ms": 4300, "took_ms": 12})
         );
         assert_eq!(
             serde_json::from_value::<ClusterAnswer>(json).unwrap(),

@@ -157,6 +157,18 @@ pub struct Forgets {
     pub forgets: Vec<Forget>,
 }
 
+/// Backup records of grants and renewals, sent by the speaker of `term` to
+/// a member that keeps them until their leases end, so that a grant is
+/// known to `--copies` members before its client hears of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Copies {
+    /// The sending speaker's term: a member that has seen a newer term
+    /// refuses the batch.
+    pub term: u64,
+    /// The locks, each as it left the speaker.
+    pub locks: Vec<PeerLock>,
+}
+
 /// Tells a node its clients lost these locks: a rebuild kept another
 /// holder's.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

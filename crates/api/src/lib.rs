@@ -27,8 +27,8 @@ pub mod time;
 pub use answer::{ClusterAnswer, LockAnswer, LocksAnswer, Member, RebuildReport};
 pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
-    Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
-    ForwardRelease, ForwardRenew, Granted, Lost, ReportRequest,
+    Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
+    ForwardCall, ForwardRelease, ForwardRenew, Granted, Lost, ReportRequest,
 };
 pub use lock::LockView;
 pub use peer::PeerLock;

@@ -55,6 +55,11 @@ pub struct ServeArgs {
     /// member (tests set it low to read a report in many frames).
     #[arg(long, hide = true, default_value_t = NodeConfig::DEFAULT_REPORT_FRAME_BYTES)]
     report_frame_bytes: usize,
+    /// How many members know of every grant before its client hears of it
+    /// (at most a quorum; default 2, or 1 for a single node): a lock
+    /// survives the loss of fewer members than this.
+    #[arg(long)]
+    copies: Option<usize>,
 }
 
 fn parse_peer(s: &str) -> Result<(u64, String), String> {
@@ -91,6 +96,7 @@ impl ServeArgs {
             timings: RaftTimings::default(),
             chaos: self.chaos,
             report_frame_bytes: self.report_frame_bytes,
+            copies: self.copies,
         }
     }
 }
@@ -143,6 +149,7 @@ pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result
             timings: RaftTimings::default(),
             chaos: false,
             report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
+            copies: None,
         };
         running.push(start(config, addr).await?);
         println!("node {id}: http://{addr}");

@@ -87,8 +87,20 @@ pub enum EndpointError {
     Http(#[from] reqwest::Error),
 }
 
+/// Where a process starts in its list of `n` endpoints: chosen at random,
+/// so that clients given the same list do not all go to the first node (and
+/// all lose it at once when it dies).
+fn first_endpoint(n: usize) -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (random % n as u64) as usize
+}
+
 impl HttpTransport {
-    /// A transport to `endpoints` (`http://host:port` or `host:port`).
+    /// A transport to `endpoints` (`http://host:port` or `host:port`),
+    /// starting at a random one and moving to the next when one fails.
     pub fn new(
         endpoints: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<Self, EndpointError> {
@@ -114,8 +126,8 @@ impl HttpTransport {
             .connect_timeout(Duration::from_secs(2))
             .build()?;
         Ok(HttpTransport {
+            current: AtomicUsize::new(first_endpoint(endpoints.len())),
             endpoints,
-            current: AtomicUsize::new(0),
             http,
         })
     }
@@ -265,5 +277,20 @@ impl Transport for HttpTransport {
 
     fn move_on(&self) {
         self.current.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_endpoint;
+
+    #[test]
+    fn clients_start_at_every_endpoint() {
+        let mut seen = [0usize; 3];
+        for _ in 0..300 {
+            seen[first_endpoint(3)] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
+        assert_eq!(first_endpoint(1), 0);
     }
 }

@@ -70,6 +70,7 @@ fn measure(what: &str) -> u64 {
                         epoch: 1,
                         locks: vec![],
                         hold_new_grants_until: None,
+                        seen_all: false,
                     },
                     now,
                 )

@@ -39,6 +39,7 @@ fn rebuilt(locks: Vec<Lock>) -> Table {
                 epoch: 1,
                 locks,
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             now(),
         )
@@ -119,6 +120,7 @@ fn rebuild(c: &mut Criterion) {
                             epoch: 2,
                             locks,
                             hold_new_grants_until: None,
+                            seen_all: false,
                         },
                         now(),
                     )

@@ -94,12 +94,15 @@ impl Held {
         self.first_end = Some(self.first_end.map_or(end, |first| first.min(end)));
     }
 
-    /// Records a lock a client of this node was granted (or keeps a newer
-    /// view of one already recorded).
+    /// Records a lock a client of this node was granted, or a later view
+    /// of one already recorded. A record never ends sooner than it did:
+    /// views can arrive out of order (a late answer, a delayed copy), and
+    /// a record that ends early could let a rebuild free a name its holder
+    /// still holds.
     pub fn record(&mut self, lock: Lock) {
         self.ends_at(lock.expires);
         match self.locks.find(&lock.id) {
-            Some(at) => *self.locks.get_mut(at).expect("found") = Slot::new(&lock),
+            Some(at) => self.locks.get_mut(at).expect("found").merge(&lock),
             None => {
                 self.locks.insert(Slot::new(&lock));
             }
@@ -241,7 +244,11 @@ mod tests {
         newer.expires = t(40);
         newer.node = 1;
         held.record(newer.clone());
-        assert_eq!((held.len(), held.get(a.id)), (3, Some(newer)));
+        assert_eq!((held.len(), held.get(a.id)), (3, Some(newer.clone())));
+        // An older view arriving late (a delayed copy or answer) never
+        // shortens the record.
+        held.record(a.clone());
+        assert_eq!(held.get(a.id), Some(newer));
 
         assert_eq!(held.remove(b.id), Some(b.clone()));
         assert_eq!(held.remove(b.id), None);
@@ -334,7 +341,7 @@ mod tests {
 
         #[derive(Debug, Clone)]
         enum Op {
-            Record { id: u8, name: u8, ends: u8 },
+            Record { id: u8, ends: u8 },
             Renewed { id: u8, lease: u8, at: u8 },
             Remove { id: u8 },
             Expire { at: u8 },
@@ -342,11 +349,7 @@ mod tests {
 
         fn op() -> impl Strategy<Value = Op> {
             prop_oneof![
-                (0..16u8, 0..4u8, 0..60u8).prop_map(|(id, name, ends)| Op::Record {
-                    id,
-                    name,
-                    ends
-                }),
+                (0..16u8, 0..60u8).prop_map(|(id, ends)| Op::Record { id, ends }),
                 (0..16u8, 1..20u8, 0..60u8).prop_map(|(id, lease, at)| Op::Renewed {
                     id,
                     lease,
@@ -365,9 +368,24 @@ mod tests {
                 let mut model: HashMap<LockId, Lock> = HashMap::new();
                 for op in ops {
                     match op {
-                        Op::Record { id, name, ends } => {
-                            let l = lock(u128::from(id), &format!("n{name}"), t(u64::from(ends)));
-                            model.insert(l.id, l.clone());
+                        Op::Record { id, ends } => {
+                            // One id is one grant: always of one name.
+                            let l = lock(u128::from(id), &format!("n{}", id % 4), t(u64::from(ends)));
+                            // A later view replaces the record; an earlier
+                            // one never shortens it.
+                            match model.get_mut(&l.id) {
+                                Some(old) if old.expires >= l.expires => {
+                                    old.acquired = old.acquired.min(l.acquired);
+                                }
+                                Some(old) => {
+                                    let acquired = old.acquired.min(l.acquired);
+                                    *old = l.clone();
+                                    old.acquired = acquired;
+                                }
+                                None => {
+                                    model.insert(l.id, l.clone());
+                                }
+                            }
                             held.record(l);
                         }
                         Op::Renewed { id, lease, at } => {

@@ -123,6 +123,18 @@ impl Fence {
     pub const fn counter(self) -> u64 {
         self.0 & ((1 << Self::COUNTER_BITS) - 1)
     }
+
+    /// The counter's top bit, set on every grant of a term whose speaker
+    /// rebuilt from a read that saw every grant answered before it (fewer
+    /// members missing than there are copies): such a grant was made
+    /// knowing every live lock of earlier terms.
+    pub const SEEN_ALL: u64 = 1 << (Self::COUNTER_BITS - 1);
+
+    /// Whether the fence was granted by a speaker that had seen every
+    /// earlier grant (see [`Fence::SEEN_ALL`]).
+    pub const fn seen_all(self) -> bool {
+        self.counter() & Self::SEEN_ALL != 0
+    }
 }
 
 /// A cluster lock granted.

@@ -18,6 +18,30 @@ fn held_longer(a: (MonoTime, Fence, LockId), b: (MonoTime, Fence, LockId)) -> bo
     a < b
 }
 
+/// Which of two grants of one name a rebuild keeps (whether `a` is kept
+/// over `b`).
+///
+/// - Of one term: the later (higher fence). One speaker's table grants a
+///   name again only once its last grant ended; the earlier is a stale
+///   record (a copy, or a `Held` a release has not reached yet).
+/// - Of two terms, the later of which rebuilt having seen every grant
+///   answered before it ([`Fence::seen_all`]): the later. That speaker
+///   granted the name knowing every live lock of earlier terms, so the
+///   earlier grant was never answered to its client (or had ended).
+/// - Otherwise, two speakers granted apart: the seed's rule, the one held
+///   longest.
+fn kept_over(a: (MonoTime, Fence, LockId), b: (MonoTime, Fence, LockId)) -> bool {
+    let (fa, fb) = (a.1, b.1);
+    if fa.epoch() == fb.epoch() {
+        return fa > fb;
+    }
+    let later = fa.max(fb);
+    if later.seen_all() {
+        return fa == later;
+    }
+    held_longer(a, b)
+}
+
 fn age(lock: &Lock) -> (MonoTime, Fence, LockId) {
     (lock.acquired, lock.fence, lock.id)
 }
@@ -66,7 +90,7 @@ pub(crate) fn settle_into(
         let slot = slots.get_mut(at).expect("found");
         if slot.id == report.id {
             slot.merge(&report);
-        } else if held_longer(age(&report), (slot.acquired, slot.fence, slot.id)) {
+        } else if kept_over(age(&report), (slot.acquired, slot.fence, slot.id)) {
             let kept_before = slot.to_lock();
             *slot = Slot::new(&report);
             lose(kept_before);

@@ -82,6 +82,11 @@ pub struct RebuildFrom {
     /// In strict mode after a rebuild that missed members, no new grant is
     /// made before this instant; renewals and reclaims go on.
     pub hold_new_grants_until: Option<MonoTime>,
+    /// Whether the reads saw every grant answered to a client before this
+    /// term (fewer members missing than there are copies): this term's
+    /// grants then carry [`Fence::SEEN_ALL`], and win over any lock of an
+    /// earlier term a later rebuild finds beside them.
+    pub seen_all: bool,
 }
 
 struct Waiter {
@@ -601,6 +606,12 @@ impl Table {
         self.forgotten.len()
     }
 
+    /// Whether `id` was released (or taken back) and its lease may still be
+    /// on record somewhere: a record of it that arrives now is stale.
+    pub fn is_forgotten(&self, id: LockId, now: MonoTime) -> bool {
+        self.forgotten.contains(id, now)
+    }
+
     /// Replaces the locks of the table with the ones the nodes say their
     /// clients hold and the ones they granted, and marks it rebuilt. Changes
     /// nothing when the table was dropped since `from.generation`.
@@ -643,15 +654,20 @@ impl Table {
         // Above every fence this table issued too: a table dropped and
         // rebuilt again in the same term (a rebuild retried after a drop)
         // must not hand out a released lock's fence a second time.
-        let base = Fence::new(from.epoch, 1)
+        let first = if from.seen_all {
+            Fence::SEEN_ALL | 1
+        } else {
+            1
+        };
+        let base = Fence::new(from.epoch, first)
             .0
             .max(highest.0.saturating_add(1))
             .max(self.fences.next);
+        // Never into the next term's fences: a term that used all of its
+        // own answers `FencesExhausted` and hands over.
         self.fences = FenceCounter {
             next: base,
-            end: Fence::new(from.epoch + 1, 0)
-                .0
-                .max(base.saturating_add(1 << Fence::COUNTER_BITS)),
+            end: Fence::new(from.epoch + 1, 0).0,
         };
         self.hold_new_grants_until = from.hold_new_grants_until;
         self.rebuilt = true;

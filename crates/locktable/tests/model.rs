@@ -155,6 +155,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 epoch,
                 locks: vec![],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             now,
         )
@@ -369,15 +370,21 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         data: None,
                     });
                 }
-                // The model: per name, the live, unreleased report held longest.
+                // The model: per name, the live, unreleased report held
+                // longest; of two from one term (one speaker's table), the
+                // later grant.
                 let mut expected: BTreeMap<String, Lock> = BTreeMap::new();
                 for r in &reports {
                     if !r.is_live(now) || model.released.contains_key(&r.id) {
                         continue;
                     }
-                    let better = expected
-                        .get(&r.name)
-                        .is_none_or(|c| (r.acquired, r.fence, r.id) < (c.acquired, c.fence, c.id));
+                    let better = expected.get(&r.name).is_none_or(|c| {
+                        if r.fence.epoch() == c.fence.epoch() {
+                            r.fence > c.fence
+                        } else {
+                            (r.acquired, r.fence, r.id) < (c.acquired, c.fence, c.id)
+                        }
+                    });
                     if better {
                         expected.insert(r.name.clone(), r.clone());
                     }
@@ -391,6 +398,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                             epoch,
                             locks: reports.clone(),
                             hold_new_grants_until: None,
+                            seen_all: false,
                         },
                         now,
                     )
@@ -425,6 +433,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         epoch: epoch + 1,
                         locks: vec![ghost],
                         hold_new_grants_until: None,
+                        seen_all: false,
                     },
                     now,
                 );
@@ -447,6 +456,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                             epoch,
                             locks: before.unwrap_or_default(),
                             hold_new_grants_until: None,
+                            seen_all: false,
                         },
                         now,
                     )

@@ -32,6 +32,12 @@ fn waiting(mut r: Request, wait: Duration) -> Request {
 }
 
 fn rebuilt_table(epoch: u64, locks: Vec<Lock>, now: MonoTime) -> Table {
+    rebuilt_table_as(epoch, locks, now, false)
+}
+
+/// A table rebuilt for `epoch` from `locks`, by a read that saw every
+/// answered grant or not.
+fn rebuilt_table_as(epoch: u64, locks: Vec<Lock>, now: MonoTime, seen_all: bool) -> Table {
     let mut table = Table::new(LeaseRule::default());
     table.drop_table(now);
     table
@@ -41,6 +47,7 @@ fn rebuilt_table(epoch: u64, locks: Vec<Lock>, now: MonoTime) -> Table {
                 epoch,
                 locks,
                 hold_new_grants_until: None,
+                seen_all,
             },
             now,
         )
@@ -380,6 +387,7 @@ fn granted_is_the_table_and_what_it_held_when_dropped() {
                 epoch: 2,
                 locks: vec![a.clone()],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             t(4),
         )
@@ -409,6 +417,7 @@ fn forget_drops_a_released_lock_everywhere_and_for_good() {
                 epoch: 2,
                 locks: vec![a.clone(), b.clone()],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             t(2),
         )
@@ -432,6 +441,7 @@ fn forget_drops_a_released_lock_everywhere_and_for_good() {
                 epoch: 4,
                 locks: vec![b],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             t(3),
         )
@@ -453,6 +463,7 @@ fn a_release_forgets_the_id_for_later_rebuilds() {
                 epoch: 2,
                 locks: vec![a],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             t(2),
         )
@@ -471,6 +482,7 @@ fn rebuilds_with(table: &mut Table, reports: Vec<Lock>, now: MonoTime) -> bool {
                 epoch: 9,
                 locks: reports,
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             now,
         )
@@ -575,6 +587,7 @@ fn a_rebuild_for_a_generation_that_moved_on_changes_nothing() {
                 epoch: 3,
                 locks: vec![lock],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             t(1),
         )
@@ -602,6 +615,7 @@ fn rebuild_replaces_the_table_with_the_reports() {
                 epoch: 2,
                 locks: vec![reported.clone()],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             t(1),
         )
@@ -654,6 +668,7 @@ fn a_conflict_keeps_the_lock_held_longest_and_returns_the_other() {
                     epoch: 3,
                     locks: reports,
                     hold_new_grants_until: None,
+                    seen_all: false,
                 },
                 t(5),
             )
@@ -665,6 +680,63 @@ fn a_conflict_keeps_the_lock_held_longest_and_returns_the_other() {
             "returned so its node can tell its client"
         );
     }
+}
+
+/// Two grants of one name from one term cannot both be live: that
+/// speaker's table granted the name again only once the first grant ended
+/// (released or expired). The earlier is a stale record (a copy, or a
+/// `Held` the release had not reached yet) and must not beat the live one,
+/// however long ago it was acquired.
+#[test]
+fn of_two_grants_of_one_name_in_one_term_the_later_is_kept() {
+    let released = held_lock("a", 1, 1, t(0), t(30), Fence::new(4, 1).0);
+    let live = held_lock("a", 2, 1, t(3), t(30), Fence::new(4, 2).0);
+    for reports in [
+        vec![released.clone(), live.clone()],
+        vec![live.clone(), released.clone()],
+    ] {
+        let table = rebuilt_table(5, reports, t(5));
+        assert_eq!(table.get("a", t(5)).unwrap().unwrap().id, live.id);
+    }
+}
+
+/// A speaker that rebuilt having seen every grant answered before it (as
+/// many copies as members missing, less one) granted a name knowing every
+/// live lock: a lock of an earlier term found beside its grant later was
+/// never answered to a client (a grant its old speaker made but could not
+/// deliver). The later grant is kept, not the one held longest.
+#[test]
+fn a_grant_made_after_seeing_all_wins_over_an_earlier_terms_lock() {
+    let undelivered = held_lock("a", 1, 1, t(0), t(30), Fence::new(4, 9).0);
+    let mut table = rebuilt_table_as(5, vec![], t(1), true);
+    let live = granted(table.acquire(req("a", 2, 2), t(2)));
+    assert!(live.fence.seen_all());
+    assert_eq!(live.fence.epoch(), 5);
+    for reports in [
+        vec![undelivered.clone(), live.clone()],
+        vec![live.clone(), undelivered.clone()],
+    ] {
+        let later = rebuilt_table(6, reports.clone(), t(3));
+        assert_eq!(later.get("a", t(3)).unwrap().unwrap().id, live.id);
+    }
+    // Without the mark, the seed's rule: the one held longest.
+    let mut unmarked = live.clone();
+    unmarked.fence = Fence::new(5, 1);
+    let later = rebuilt_table(6, vec![unmarked, undelivered.clone()], t(3));
+    assert_eq!(later.get("a", t(3)).unwrap().unwrap().id, undelivered.id);
+}
+
+/// A term that used its last fence grants nothing more, rather than hand
+/// out a fence of the next term.
+#[test]
+fn a_term_out_of_fences_grants_nothing_more() {
+    let last = (1 << Fence::COUNTER_BITS) - 1;
+    let at_end = held_lock("a", 1, 1, t(0), t(30), Fence::new(5, last).0);
+    let mut table = rebuilt_table(5, vec![at_end], t(1));
+    assert_eq!(
+        table.acquire(req("b", 2, 1), t(1)),
+        Err(AcquireError::FencesExhausted)
+    );
 }
 
 #[test]
@@ -735,6 +807,7 @@ fn a_report_from_a_later_term_refuses_the_rebuild() {
                 epoch: 4,
                 locks: vec![older, later],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             t(1),
         )
@@ -762,6 +835,7 @@ fn a_term_too_large_for_a_fence_is_refused() {
                 epoch: Fence::MAX_EPOCH + 1,
                 locks: vec![],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             t(0),
         )
@@ -781,6 +855,7 @@ fn strict_mode_holds_new_grants_back_but_takes_reclaims_and_renewals() {
                 epoch: 2,
                 locks: vec![present.clone()],
                 hold_new_grants_until: Some(t(60)),
+                seen_all: false,
             },
             t(0),
         )
@@ -916,6 +991,7 @@ fn a_second_rebuild_in_one_term_never_reissues_a_fence() {
                 epoch: 5,
                 locks: vec![],
                 hold_new_grants_until: None,
+                seen_all: false,
             },
             t(1),
         )

@@ -142,7 +142,7 @@ impl Node {
             ForwardCall::Release(forwarded) => parse_id(&forwarded.id)
                 .and_then(|id| self.speak_release(&forwarded.name, id))
                 .map(|lock| ForwardAnswer::Lock(self.transit(&lock))),
-            ForwardCall::Renew(forwarded) => self.serve_renew(forwarded),
+            ForwardCall::Renew(forwarded) => self.serve_renew(forwarded).await,
         };
         answer.unwrap_or_else(|e| ForwardAnswer::Refused(*e.body))
     }
@@ -167,7 +167,7 @@ impl Node {
         }))
     }
 
-    fn serve_renew(
+    async fn serve_renew(
         &self,
         forwarded: leasehold_api::ForwardRenew,
     ) -> Result<ForwardAnswer, ApiError> {
@@ -180,7 +180,9 @@ impl Node {
             .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?
             .map(|l| l.arrive(now));
         let lease = forwarded.lease_ms.map(Duration::from_millis);
-        let lock = self.speak_renew(&forwarded.name, id, lease, forwarded.node, record)?;
+        let lock = self
+            .speak_renew(&forwarded.name, id, lease, forwarded.node, record)
+            .await?;
         Ok(ForwardAnswer::Lock(self.transit(&lock)))
     }
 

@@ -47,6 +47,10 @@ pub struct NodeConfig {
     /// on every member ([`NodeConfig::DEFAULT_REPORT_FRAME_BYTES`] unless a
     /// test wants many frames from few locks).
     pub report_frame_bytes: usize,
+    /// How many members hold a record of every grant and renewal before
+    /// its client hears of it (`--copies`): `None` is 2, or 1 for a single
+    /// node; at most a quorum of `peers`.
+    pub copies: Option<usize>,
 }
 
 /// A configuration that cannot run.
@@ -78,6 +82,14 @@ pub enum ConfigError {
     /// A report frame too small to carry the largest lock.
     #[error("--report-frame-bytes must be at least {min}", min = NodeConfig::MIN_REPORT_FRAME_BYTES)]
     ReportFrameTooSmall,
+    /// A number of copies no write could reach (or none at all).
+    #[error("--copies must be between 1 and a quorum of the members ({quorum}), got {copies}")]
+    Copies {
+        /// The value given.
+        copies: usize,
+        /// A quorum of the members.
+        quorum: usize,
+    },
 }
 
 /// The longest `--max-lease` a node accepts: a day. Leases are counted in
@@ -97,6 +109,20 @@ impl NodeConfig {
     /// The smallest report frame allowed: room for the largest lock the API
     /// admits (a name, holder and data at their limits take under 5 KiB).
     pub const MIN_REPORT_FRAME_BYTES: usize = 64 << 10;
+    /// The number of copies when none is given (fewer for a single node).
+    pub const DEFAULT_COPIES: usize = 2;
+
+    /// A quorum of the members.
+    pub fn quorum(&self) -> usize {
+        self.peers.len() / 2 + 1
+    }
+
+    /// How many members must hold a record of a grant before its client
+    /// hears of it.
+    pub fn copies(&self) -> usize {
+        self.copies
+            .unwrap_or_else(|| Self::DEFAULT_COPIES.min(self.quorum()))
+    }
 
     /// Checks the settings hang together.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -122,6 +148,10 @@ impl NodeConfig {
         if self.report_frame_bytes < Self::MIN_REPORT_FRAME_BYTES {
             return Err(ConfigError::ReportFrameTooSmall);
         }
+        let (copies, quorum) = (self.copies(), self.quorum());
+        if copies == 0 || copies > quorum {
+            return Err(ConfigError::Copies { copies, quorum });
+        }
         Ok(())
     }
 }
@@ -143,11 +173,45 @@ mod tests {
             timings: RaftTimings::default(),
             chaos: false,
             report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
+            copies: None,
         };
         assert_eq!(config.validate(), Ok(()));
         config.report_frame_bytes = NodeConfig::MIN_REPORT_FRAME_BYTES - 1;
         assert_eq!(config.validate(), Err(ConfigError::ReportFrameTooSmall));
         config.report_frame_bytes = NodeConfig::MIN_REPORT_FRAME_BYTES;
         assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn copies_default_to_two_and_never_exceed_a_quorum() {
+        let mut config = NodeConfig {
+            id: 1,
+            peers: BTreeMap::from([(1, "127.0.0.1:1".to_string())]),
+            data_dir: PathBuf::from("unused"),
+            cluster_token: "t".into(),
+            lease: LeaseRule::default(),
+            rebuild_timeout: Duration::from_secs(2),
+            rebuild_mode: RebuildMode::Proceed,
+            timings: RaftTimings::default(),
+            chaos: false,
+            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
+            copies: None,
+        };
+        assert_eq!(config.copies(), 1, "a single node is its only copy");
+        assert_eq!(config.validate(), Ok(()));
+        config.peers = (1..=5).map(|i| (i, format!("127.0.0.1:{i}"))).collect();
+        assert_eq!(config.copies(), 2);
+        config.copies = Some(3);
+        assert_eq!(config.validate(), Ok(()));
+        config.copies = Some(4);
+        assert_eq!(
+            config.validate(),
+            Err(ConfigError::Copies {
+                copies: 4,
+                quorum: 3
+            })
+        );
+        config.copies = Some(0);
+        assert!(config.validate().is_err());
     }
 }

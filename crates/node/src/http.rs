@@ -35,12 +35,25 @@ const READ_LIMIT_BYTES: usize = 4 << 20;
 pub fn router(node: Shared) -> Router {
     let internal = Router::new()
         .route("/internal/held", post(internal_held))
-        .route("/internal/forward/acquire", post(forward_acquire))
-        .route("/internal/forward/batch", post(forward_batch))
+        .route(
+            "/internal/forward/acquire",
+            post(forward_acquire).layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&node),
+                delay_answer,
+            )),
+        )
+        .route(
+            "/internal/forward/batch",
+            post(forward_batch).layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&node),
+                delay_answer,
+            )),
+        )
         .route("/internal/forward/get", post(forward_get))
         .route("/internal/forward/list", post(forward_list))
         .route("/internal/forget", post(internal_forget))
         .route("/internal/lost", post(internal_lost))
+        .route("/internal/copies", post(internal_copies))
         .route("/internal/identity", post(internal_identity))
         .with_state(Arc::clone(&node))
         .merge(raft_router(node.raft.clone()))
@@ -96,6 +109,19 @@ fn refuse_without_token(node: &Node, request: &Request) -> Option<ApiError> {
             "the cluster token is missing or wrong",
         )
     })
+}
+
+/// Holds back the answer to a forwarded call by the fault plan's
+/// `answer_delay_ms` (chaos tests only; the call is served at once).
+async fn delay_answer(State(node): State<Shared>, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if node.config.chaos {
+        let delay = node.peers.faults().plan().answer_delay_ms;
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+    }
+    response
 }
 
 /// No route matched: `404`, or `401` under `/internal` without the token
@@ -273,17 +299,23 @@ async fn forward_acquire(
     }
 }
 
-/// Forwarded calls that answer at once, answered in order.
+/// Forwarded calls that answer at once, served in order and answered
+/// together.
 async fn forward_batch(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ForwardAnswers>, ApiError> {
     let received = Instant::now();
     let batch: ForwardBatch = peer_body(&bytes)?;
-    let mut answers = Vec::with_capacity(batch.calls.len());
-    for call in batch.calls {
-        answers.push(node.serve_forwarded(call, received, false).await);
-    }
+    // Each call does its table work when first polled, in order; those
+    // that wait for copies then wait together.
+    let answers = futures::future::join_all(
+        batch
+            .calls
+            .into_iter()
+            .map(|call| node.serve_forwarded(call, received, false)),
+    )
+    .await;
     Ok(Json(ForwardAnswers { answers }))
 }
 
@@ -309,6 +341,16 @@ async fn forward_list(
             .map(|l| PeerLock::from(l.in_transit(now)))
             .collect(),
     ))
+}
+
+/// Copies of grants from the speaker, kept until their leases end.
+async fn internal_copies(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let batch: leasehold_api::Copies = peer_body(&bytes)?;
+    node.take_copies(batch.term, batch.locks)?;
+    Ok(Json(serde_json::json!({})))
 }
 
 async fn internal_forget(

@@ -7,6 +7,7 @@
 mod batch;
 mod clock;
 mod config;
+mod copies;
 mod embedded;
 mod error;
 mod forgets;
@@ -217,6 +218,15 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
     let releases = tokio::spawn(Arc::clone(&node).pass_on_releases(stopped.clone()));
     let batches = tokio::spawn(Arc::clone(&node).send_batches(stopped.clone()));
     let mut tasks = vec![server, leadership, expiry, releases, batches];
+    for (member, addr) in node.config.peers.clone() {
+        if member != node.id() {
+            tasks.push(tokio::spawn(Arc::clone(&node).send_copies(
+                member,
+                addr,
+                stopped.clone(),
+            )));
+        }
+    }
     if !answered {
         tasks.push(tokio::spawn(identity::probe_until_answered(
             Arc::clone(&node),

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use leasehold_api::{LockView, RebuildReport};
+use leasehold_api::{ErrorCode, LockView, RebuildReport};
 use leasehold_raft::{leader_state, Identity, Raft, WatchReceiver};
 use locktable::{
     AcquireError, Acquired, Held, Lock, LockError, LockId, MonoTime, NodeId, Request, Table,
@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use crate::batch::{Pending, Queue};
 use crate::clock::{Clock, SuspendWatch};
 use crate::config::NodeConfig;
+use crate::copies::Copier;
 use crate::error::ApiError;
 use crate::forgets::{Members, Outbox};
 use crate::peers::Peers;
@@ -28,11 +29,15 @@ const LEASE_MARGIN: Duration = Duration::from_millis(75);
 pub(crate) struct State {
     pub(crate) table: Table,
     pub(crate) held: Held,
+    /// Copies of locks held through other nodes, sent by a speaker so
+    /// that a grant outlives one crash (see `copies`).
+    pub(crate) copies: Held,
     waiters: HashMap<WaiterId, oneshot::Sender<Result<Lock, AcquireError>>>,
     /// The term whose speaker this table is (or is being rebuilt for).
     pub(crate) speaking: Option<u64>,
-    /// Locks granted this term that a renewal moved from one node to
-    /// another: the nodes they moved from, which may still keep a record.
+    /// Locks granted this term that other members than the lock's node
+    /// may keep a record of: the nodes a renewal moved them from, and the
+    /// members sent a copy (see `copies`).
     moved: HashMap<LockId, Moved>,
     /// `moved` is pruned of ended records when it grows to this size.
     moved_prune_at: usize,
@@ -77,6 +82,8 @@ pub struct Node {
     pub(crate) forgets: Outbox,
     /// Calls to forward to the speaker in the next batch.
     pub(crate) batches: Queue<Pending>,
+    /// Copies on their way to the other members.
+    pub(crate) copier: Copier,
 }
 
 /// A lock request as the node receives it, validated.
@@ -106,6 +113,7 @@ impl Node {
             state: Mutex::new(State {
                 table: Table::new(config.lease),
                 held: Held::new(),
+                copies: Held::new(),
                 waiters: HashMap::new(),
                 speaking: None,
                 moved: HashMap::new(),
@@ -114,6 +122,7 @@ impl Node {
                 stopping: false,
             }),
             forgets: Outbox::new(&config.peers, config.id),
+            copier: Copier::new(&config.peers, config.id),
             config,
             raft,
             clock: Clock::new(),
@@ -251,6 +260,7 @@ impl Node {
         }
         let now = self.clock.now();
         state.held.expire(now);
+        state.copies.expire(now);
         // A table that cannot grant has no deadline to keep (its due
         // entries would wake the task at once, again and again).
         if speaking {
@@ -320,6 +330,11 @@ impl Node {
             tracing::info!(own, term, "a newer speaker read this node: table dropped");
             self.drop_locked(&mut state, Some(own));
         }
+    }
+
+    /// The highest term whose speaker has read this node's report.
+    pub(crate) fn read_by_term(&self) -> u64 {
+        *self.read_by.borrow()
     }
 
     /// Hands Raft leadership to another voter, if this node leads; the
@@ -399,7 +414,7 @@ impl Node {
         let id = LockId::from_parts(Clock::wall_ms(), rand::random::<u128>());
         let wait = request.wait;
         let name = request.name.clone();
-        let (rx, waiter) = {
+        let waiting = {
             let mut state = self.speaker()?;
             let outcome = state.table.acquire(
                 Request {
@@ -413,36 +428,103 @@ impl Node {
                 },
                 self.clock.now(),
             );
-            let waiter = match outcome {
+            let made = Made::now(&state);
+            match outcome {
                 Ok(Acquired::Granted(lock)) => {
                     if node == self.config.id {
                         state.held.record(lock.clone());
                     }
                     self.changed(&state);
-                    return Ok(lock);
+                    Err((lock, made))
                 }
-                Ok(Acquired::Waiting(waiter)) => waiter,
+                Ok(Acquired::Waiting(waiter)) => {
+                    let (tx, rx) = oneshot::channel();
+                    state.waiters.insert(waiter, tx);
+                    self.changed(&state);
+                    Ok((rx, waiter, made))
+                }
                 Err(e) => return Err(self.acquire_error(e)),
-            };
-            let (tx, rx) = oneshot::channel();
-            state.waiters.insert(waiter, tx);
-            self.changed(&state);
-            (rx, waiter)
+            }
         };
-        // If the client goes away, stop waiting for it.
-        let cancel = CancelOnDrop {
+        let (rx, waiter, made) = match waiting {
+            Ok(waiting) => waiting,
+            Err((granted, made)) => return self.copied_grant(granted, node, made).await,
+        };
+        // If the client goes away, stop waiting for it (and take back a
+        // grant that came meanwhile).
+        let mut cancel = CancelOnDrop {
             node: self,
             name: &name,
             waiter: Some(waiter),
+            answer: Some(rx),
         };
-        let answer = tokio::time::timeout(wait + Duration::from_secs(5), rx).await;
-        let mut cancel = cancel;
+        let answer = tokio::time::timeout(
+            wait + Duration::from_secs(5),
+            cancel.answer.as_mut().expect("just set"),
+        )
+        .await;
+        let Ok(answer) = answer else {
+            return Err(ApiError::not_rebuilt());
+        };
         cancel.waiter = None;
+        cancel.answer = None;
         match answer {
-            Ok(Ok(Ok(lock))) => Ok(lock),
-            Ok(Ok(Err(e))) => Err(self.acquire_error(e)),
-            Ok(Err(_)) | Err(_) => Err(ApiError::not_rebuilt()),
+            Ok(Ok(lock)) => self.copied_grant(lock, node, made).await,
+            Ok(Err(e)) => Err(self.acquire_error(e)),
+            Err(_) => Err(ApiError::not_rebuilt()),
         }
+    }
+
+    /// `lock`, once it is on record with enough members; a grant that
+    /// could not be, or whose caller went away meanwhile, is taken back
+    /// (its client never hears of it).
+    async fn copied_grant(&self, lock: Lock, node: NodeId, made: Made) -> Result<Lock, ApiError> {
+        let mut take_back = TakeBackOnDrop {
+            node: self,
+            lock: Some(lock),
+        };
+        let lock = take_back.lock.as_ref().expect("just set");
+        self.ensure_on_record(lock, node, made).await?;
+        Ok(take_back.lock.take().expect("still set"))
+    }
+
+    /// Releases a grant its client never heard of, and tells the members
+    /// that took a copy. A table dropped meanwhile forgets it (it may be in
+    /// `Granted`), and every member is told.
+    pub(crate) fn take_back(&self, lock: &Lock) {
+        let to = {
+            let mut state = self.state();
+            state.held.remove(lock.id);
+            state.copies.remove(lock.id);
+            let now = self.clock.now();
+            let to = match state.table.release(&lock.name, lock.id, now) {
+                Ok(_) => self.forget_to(&mut state, lock, now),
+                Err(_) => {
+                    state.table.forget(&lock.name, lock.id, lock.ttl(now), now);
+                    Members::ALL
+                }
+            };
+            self.dispatch(&mut state);
+            self.changed(&state);
+            to
+        };
+        self.forgets.push(to, &lock.name, lock.id, lock.expires);
+    }
+
+    /// Notes that `member` may keep a record of `lock` until `until`: a
+    /// release of it is passed on there too.
+    pub(crate) fn note_record_on(&self, member: NodeId, lock: &Lock, until: MonoTime) {
+        let mut state = self.state();
+        let now = self.clock.now();
+        self.note_other_record(&mut state, lock.id, member, until, now);
+    }
+
+    /// Whether the table that made a grant still speaks, rebuilt and
+    /// within its guard: same term, same generation (a table dropped and
+    /// rebuilt again may have settled the grant as lost).
+    pub(crate) fn still_speaks_for(&self, made: Made) -> bool {
+        let state = self.state();
+        made == Made::now(&state) && state.table.is_rebuilt() && self.may_speak(&state)
     }
 
     fn acquire_error(&self, e: AcquireError) -> ApiError {
@@ -466,6 +548,7 @@ impl Node {
             let now = self.clock.now();
             let lock = state.table.release(name, id, now).map_err(lock_error)?;
             state.held.remove(id);
+            state.copies.remove(id);
             let to = self.forget_to(&mut state, &lock, now);
             self.dispatch(&mut state);
             self.changed(&state);
@@ -502,9 +585,10 @@ impl Node {
         }
     }
 
-    /// Renews a lock as the speaker; a lock this table lacks is reclaimed
+    /// Renews a lock as the speaker, and answers once the renewal is on
+    /// record with enough members; a lock this table lacks is reclaimed
     /// from `record`, the renewing node's view of it.
-    pub(crate) fn speak_renew(
+    pub(crate) async fn speak_renew(
         &self,
         name: &str,
         id: LockId,
@@ -512,6 +596,21 @@ impl Node {
         node: NodeId,
         record: Option<Lock>,
     ) -> Result<Lock, ApiError> {
+        let (renewed, made) = self.renew_in_table(name, id, lease, node, record)?;
+        self.ensure_on_record(&renewed, node, made).await?;
+        Ok(renewed)
+    }
+
+    /// The table's part of [`Node::speak_renew`]: the lock renewed, and
+    /// the table that renewed it.
+    fn renew_in_table(
+        &self,
+        name: &str,
+        id: LockId,
+        lease: Option<Duration>,
+        node: NodeId,
+        record: Option<Lock>,
+    ) -> Result<(Lock, Made), ApiError> {
         let mut state = self.speaker()?;
         let now = self.clock.now();
         let before = state.table.held_through(name, id);
@@ -525,7 +624,7 @@ impl Node {
         }
         .map_err(lock_error)?;
         if let Some((from, until)) = before.filter(|(from, _)| *from != node) {
-            self.note_moved(&mut state, id, from, until, now);
+            self.note_other_record(&mut state, id, from, until, now);
         }
         if node == self.config.id {
             state.held.record(renewed.clone());
@@ -533,7 +632,7 @@ impl Node {
             state.held.remove(id);
         }
         self.changed(&state);
-        Ok(renewed)
+        Ok((renewed, Made::now(&state)))
     }
 
     /// The lock `name`, as the speaker has it.
@@ -554,11 +653,12 @@ impl Node {
             .map_err(|_| ApiError::not_rebuilt())
     }
 
-    /// Notes that a renewal moved lock `id` away from node `from`, whose
-    /// record of it ends by `until`. Entries whose records have all ended
-    /// are pruned when the map has doubled since it was last pruned, so
-    /// locks that end without a release do not pile up.
-    fn note_moved(
+    /// Notes that node `from` keeps a record of lock `id` until `until`
+    /// besides the lock's node: a renewal moved the lock away from it, or
+    /// it took a copy. Entries whose records have all ended are pruned when
+    /// the map has doubled since it was last pruned, so locks that end
+    /// without a release do not pile up.
+    fn note_other_record(
         &self,
         state: &mut State,
         id: LockId,
@@ -581,6 +681,7 @@ impl Node {
     pub(crate) fn forget(&self, name: &str, id: LockId, left: Duration) {
         let mut state = self.state();
         state.held.remove(id);
+        state.copies.remove(id);
         state.table.forget(name, id, left, self.clock.now());
         self.dispatch(&mut state);
         self.changed(&state);
@@ -590,6 +691,7 @@ impl Node {
     pub(crate) fn lost(&self, ids: impl IntoIterator<Item = LockId>) {
         let mut state = self.state();
         for id in ids {
+            state.copies.remove(id);
             if let Some(lock) = state.held.remove(id) {
                 tracing::warn!(name = %lock.name, id = %lock.id, "lock lost to an older grant at a rebuild");
             }
@@ -620,20 +722,40 @@ impl Node {
         self.raft.as_leader().is_ok()
     }
 
-    /// Records in this node's `Held` a lock its client was granted through
-    /// the speaker.
-    pub(crate) fn record_held(&self, lock: Lock) {
-        self.state().held.record(lock);
+    /// Records in this node's `Held` a lock its client was granted (or
+    /// renewed) through the speaker, unless a newer speaker read this node
+    /// since `read_before` (the term that had read it when the call left):
+    /// that rebuild did not see this record, so its client must not hear
+    /// of the grant (a newer speaker may grant the name again). The check
+    /// and the record are under the lock a report read takes.
+    pub(crate) fn record_held(&self, lock: Lock, read_before: u64) -> Result<(), ApiError> {
+        let mut state = self.state();
+        let read = self.read_by_term();
+        if read > read_before {
+            return Err(ApiError::new(
+                ErrorCode::NotRebuilt,
+                format!(
+                    "the speaker of term {read} read this node while the answer was on its \
+                     way; retry"
+                ),
+            ));
+        }
+        state.copies.remove(lock.id);
+        state.held.record(lock);
+        Ok(())
     }
 
-    /// This node's record of `id`.
+    /// This node's record of `id`: its client's, or a copy.
     pub(crate) fn held_record(&self, id: LockId) -> Option<Lock> {
-        self.state().held.get(id)
+        let state = self.state();
+        state.held.get(id).or_else(|| state.copies.get(id))
     }
 
     /// Drops this node's record of `id`.
     pub(crate) fn drop_held(&self, id: LockId) {
-        self.state().held.remove(id);
+        let mut state = self.state();
+        state.held.remove(id);
+        state.copies.remove(id);
     }
 }
 
@@ -644,11 +766,29 @@ fn lock_error(e: LockError) -> ApiError {
     }
 }
 
-/// Cancels a waiting request whose client went away.
+/// Takes a grant back unless it was handed to its client: the grant could
+/// not be put on record with enough members, or whoever waited for it went
+/// away meanwhile.
+struct TakeBackOnDrop<'a> {
+    node: &'a Node,
+    lock: Option<Lock>,
+}
+
+impl Drop for TakeBackOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            self.node.take_back(&lock);
+        }
+    }
+}
+
+/// Cancels a waiting request whose client went away, and takes back a
+/// grant that reached it too late to be handed on.
 struct CancelOnDrop<'a> {
     node: &'a Node,
     name: &'a str,
     waiter: Option<WaiterId>,
+    answer: Option<oneshot::Receiver<Result<Lock, AcquireError>>>,
 }
 
 impl Drop for CancelOnDrop<'_> {
@@ -657,6 +797,28 @@ impl Drop for CancelOnDrop<'_> {
             let mut state = self.node.state();
             state.table.cancel(self.name, waiter);
             state.waiters.remove(&waiter);
+        }
+        if let Some(Ok(Ok(lock))) = self.answer.as_mut().map(|rx| rx.try_recv()) {
+            self.node.take_back(&lock);
+        }
+    }
+}
+
+/// The table a grant or renewal was made by: its term and generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Made {
+    /// The term the table speaks for (`None` while it speaks for none).
+    pub(crate) term: Option<u64>,
+    /// The table's generation.
+    pub(crate) generation: u64,
+}
+
+impl Made {
+    /// The table as it is now.
+    fn now(state: &State) -> Made {
+        Made {
+            term: state.speaking,
+            generation: state.table.generation(),
         }
     }
 }

@@ -223,6 +223,24 @@ impl Peers {
             .map_err(|_| peer_error(addr, format!("no whole report within {timeout:?}")))?
     }
 
+    /// Posts a JSON `body` to `path` on `addr`: `Ok` once the member
+    /// answered with success.
+    pub(crate) async fn post_json(
+        &self,
+        addr: &str,
+        path: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(), PeerError> {
+        let (ok, answer) = self.post(addr, path, Some(body), timeout).await?;
+        if ok {
+            return Ok(());
+        }
+        let reason = serde_json::from_slice::<ErrorBody>(&answer)
+            .map_or_else(|_| "the member refused".to_string(), |e| e.message);
+        Err(peer_error(addr, reason))
+    }
+
     /// Tells the member at `addr` of releases: `body` is a
     /// [`leasehold_api::Forgets`] in JSON. `Ok` once the member says it
     /// took them; an error answer is an error.

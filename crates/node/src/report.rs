@@ -31,6 +31,10 @@ pub(crate) struct ReportHeader {
     /// and the restart rule use the longest lease any member may have
     /// granted or counted.
     pub(crate) max_lease_ms: u64,
+    /// The reporting node's `--copies`: a rebuild counts every grant seen
+    /// only when fewer members are missing than the fewest copies any
+    /// member read makes.
+    pub(crate) copies: u64,
 }
 
 /// One lock of a report: times as durations (nanoseconds). Sent with
@@ -223,6 +227,7 @@ mod tests {
             uptime_ms: 5,
             first_start: true,
             max_lease_ms: 600_000,
+            copies: 2,
         }
     }
 

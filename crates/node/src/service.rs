@@ -96,6 +96,7 @@ impl Node {
             return self.speak_acquire(request, self.id()).await;
         }
         let sent = self.clock.now();
+        let read_before = self.read_by_term();
         let forwarded = ForwardAcquire {
             body,
             node: self.id(),
@@ -113,7 +114,9 @@ impl Node {
         let lock = LockInTransit::try_from(granted.lock)
             .map_err(malformed)?
             .arrive(sent + served);
-        self.record_held(lock.clone());
+        // A grant's fence names the term that made it: a read by that term
+        // (the speaker's own rebuild) came before the grant.
+        self.record_held(lock.clone(), read_before.max(lock.fence.epoch()))?;
         Ok(lock)
     }
 
@@ -144,9 +147,12 @@ impl Node {
             .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
         let record = self.held_record(id);
         if self.is_leader() {
-            return self.speak_renew(&body.name, id, body.lease(), self.id(), record);
+            return self
+                .speak_renew(&body.name, id, body.lease(), self.id(), record)
+                .await;
         }
         let sent = self.clock.now();
+        let read_before = self.read_by_term();
         let forwarded = ForwardRenew {
             name: body.name.clone(),
             id: body.id.clone(),
@@ -163,7 +169,7 @@ impl Node {
                 let lock = LockInTransit::try_from(renewed)
                     .map_err(malformed)?
                     .arrive(sent);
-                self.record_held(lock.clone());
+                self.record_held(lock.clone(), read_before)?;
                 Ok(lock)
             }
             Err(e) => {

@@ -214,6 +214,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     let mut locks: Vec<Lock> = Vec::with_capacity(reports.iter().map(|(_, r)| r.locks.len()).sum());
     let mut members_read = Vec::new();
     let mut longest_lease = node.config.lease.max;
+    let mut fewest_copies = node.config.copies();
     for (member, report) in reports {
         members_read.push(member);
         let theirs = Duration::from_millis(report.header.max_lease_ms);
@@ -227,16 +228,31 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
             );
         }
         longest_lease = longest_lease.max(theirs);
+        let their_copies = usize::try_from(report.header.copies).unwrap_or(usize::MAX);
+        if their_copies != node.config.copies() {
+            tracing::error!(
+                member,
+                theirs = their_copies,
+                ours = node.config.copies(),
+                "members run with different --copies: a rebuild counts on the fewest of the \
+                 members read, not of a missing one; run one value cluster-wide"
+            );
+        }
+        fewest_copies = fewest_copies.min(their_copies);
         // Already on this clock: each frame's leases were counted from its
         // arrival as it was read (`ReportReader::push`).
         locks.extend(report.locks);
     }
     let mut missing = missing;
-    // A lease granted before this rebuild ends by `now + longest_lease`; an
-    // old speaker missing from the rebuild may have granted until its guard
-    // ran out, at most one leader lease before this term began.
+    // Every grant answered to a client is on record with `--copies`
+    // members: a rebuild that missed fewer has read every one of them.
+    let all_seen = missing.len() < fewest_copies;
+    // Otherwise: a lease granted before this rebuild ends by `now +
+    // longest_lease`; an old speaker missing from the rebuild may have
+    // granted until its guard ran out, at most one leader lease before
+    // this term began.
     let held_back = match node.config.rebuild_mode {
-        RebuildMode::Strict if !missing.is_empty() => {
+        RebuildMode::Strict if !all_seen => {
             Some(longest_lease + node.config.timings.leader_lease())
         }
         _ => None,
@@ -255,6 +271,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
                 epoch: term,
                 locks,
                 hold_new_grants_until: hold_until,
+                seen_all: all_seen,
             },
             now,
         );
@@ -266,6 +283,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
                     term,
                     members_read,
                     members_missing: missing,
+                    all_seen,
                     locks: rebuilt.locks as u64,
                     conflicts: rebuilt.lost.len() as u64,
                     held_back_ms: held_back.map_or(0, |d| d.as_millis() as u64),
@@ -307,6 +325,10 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
         reads.push(async move {
             let started = Instant::now();
             let report = if id == node.id() {
+                // Read by this term like any member: an answer from an older
+                // speaker arriving after this is not recorded (`record_held`)
+                // and a copy from one is refused (`take_copies`).
+                node.deposed_by(term);
                 Ok(node.own_report())
             } else {
                 node.peers
@@ -382,6 +404,7 @@ impl Node {
             uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
             max_lease_ms: u64::try_from(self.config.lease.max.as_millis()).unwrap_or(u64::MAX),
+            copies: self.config.copies() as u64,
         }
     }
 
@@ -391,6 +414,7 @@ impl Node {
         let now = self.clock.now();
         let state = self.state();
         let mut locks = state.held.live(now);
+        locks.extend(state.copies.live(now));
         locks.extend(state.table.granted(now));
         drop(state);
         MemberReport {
@@ -412,7 +436,11 @@ impl Node {
         let now = self.clock.now();
         let state = self.state();
         let granted = state.table.granted(now);
-        let held = state.held.iter_live(now).map(|l| ReportLock::held(l, now));
+        let held = state
+            .held
+            .iter_live(now)
+            .chain(state.copies.iter_live(now))
+            .map(|l| ReportLock::held(l, now));
         let granted = granted.iter().map(|l| ReportLock::of(l, now));
         let frames = report::encode(&header, held.chain(granted), self.config.report_frame_bytes)?;
         drop(state);

@@ -34,6 +34,7 @@ async fn three_nodes(dir: &std::path::Path) -> Vec<RunningNode> {
             timings: RaftTimings::default(),
             chaos: false,
             report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
+            copies: None,
         };
         nodes.push(leasehold_node::start(config, listener).await.unwrap());
     }

@@ -40,6 +40,7 @@ fn start() -> Node {
             timings: RaftTimings::default(),
             chaos: false,
             report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
+            copies: None,
         };
         let running = leasehold_node::start(config, listener).await.unwrap();
         std::mem::forget(running); // runs until the runtime stops

@@ -24,6 +24,7 @@ fn config(id: u64, peers: &BTreeMap<u64, String>, dir: &std::path::Path) -> Node
         timings: RaftTimings::default(),
         chaos: false,
         report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
+        copies: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Faults injected into a node's outgoing peer traffic, for chaos tests:
 //! messages to chosen peers are dropped (a partition, one way or, set on
-//! both sides, both ways) or delayed (a slow link). Only a node started with
+//! both sides, both ways) or delayed (a slow link), and answers to
+//! forwarded calls held back. Only a node started with
 //! `--chaos` lets anyone change them.
 
 use std::collections::BTreeSet;
@@ -25,6 +26,10 @@ pub struct FaultPlan {
     /// no lease reads the wall clock).
     #[serde(default)]
     pub wall_step_ms: i64,
+    /// Delay before this node answers a forwarded call, in milliseconds:
+    /// an answer slowed on its way back (the request was served at once).
+    #[serde(default)]
+    pub answer_delay_ms: u64,
 }
 
 /// A message the plan drops.

@@ -238,6 +238,7 @@ impl World {
             epoch: term,
             locks,
             hold_new_grants_until: hold,
+            seen_all: false,
         };
         let outcome = match node.table.rebuild(from, now) {
             Ok(rebuilt) => {
