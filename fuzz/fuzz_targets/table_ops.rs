@@ -41,6 +41,7 @@ enum Op {
     Rebuild {
         keep: u8,
         stale: bool,
+        seen_all: bool,
     },
 }
 
@@ -59,6 +60,7 @@ fuzz_target!(|ops: Vec<Op>| {
             epoch,
             locks: vec![],
             hold_new_grants_until: None,
+            seen_all: false,
         },
         now,
     );
@@ -141,7 +143,11 @@ fuzz_target!(|ops: Vec<Op>| {
                 }
             }
             Op::Drop => table.drop_table(now),
-            Op::Rebuild { keep, stale } => {
+            Op::Rebuild {
+                keep,
+                stale,
+                seen_all,
+            } => {
                 let reports: Vec<Lock> = table
                     .granted(now)
                     .into_iter()
@@ -165,6 +171,7 @@ fuzz_target!(|ops: Vec<Op>| {
                         epoch,
                         locks: reports,
                         hold_new_grants_until: None,
+                        seen_all,
                     },
                     now,
                 );
