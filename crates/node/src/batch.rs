@@ -68,28 +68,15 @@ impl Node {
     }
 
     /// Sends the queued calls in batches until `stop`.
-    pub(crate) async fn send_batches(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let Some(mut rx) = self.batches.take_receiver() else {
+    pub(crate) async fn send_batches(self: Arc<Self>, stop: watch::Receiver<bool>) {
+        let Some(rx) = self.batches.take_receiver() else {
             return;
         };
-        let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
-        loop {
-            let permit = tokio::select! {
-                permit = Arc::clone(&in_flight).acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => return,
-                },
-                _ = stop.changed() => return,
-            };
-            let Some(batch) = next_batch(&mut rx, MAX_BATCH, &mut stop).await else {
-                return;
-            };
+        drain_in_batches(rx, MAX_BATCH, IN_FLIGHT, stop, move |batch| {
             let node = Arc::clone(&self);
-            tokio::spawn(async move {
-                node.send_batch(batch).await;
-                drop(permit);
-            });
-        }
+            async move { node.send_batch(batch).await }
+        })
+        .await;
     }
 
     async fn send_batch(&self, batch: Vec<Pending>) {
@@ -189,6 +176,40 @@ impl Node {
     /// A lock as it travels to a peer, as of now.
     pub(crate) fn transit(&self, lock: &locktable::Lock) -> PeerLock {
         PeerLock::from(lock.in_transit(self.clock.now()))
+    }
+}
+
+/// Takes the items of `rx` in batches of at most `max` (see [`next_batch`])
+/// and hands each batch to `send` in a task of its own, with at most
+/// `in_flight` under way at once (items that come meanwhile wait for the
+/// next batch), until `rx` closes or `stop` changes.
+pub(crate) async fn drain_in_batches<T, F, Fut>(
+    mut rx: mpsc::UnboundedReceiver<T>,
+    max: usize,
+    in_flight: usize,
+    mut stop: watch::Receiver<bool>,
+    mut send: F,
+) where
+    F: FnMut(Vec<T>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let in_flight = Arc::new(Semaphore::new(in_flight));
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&in_flight).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+            _ = stop.changed() => return,
+        };
+        let Some(batch) = next_batch(&mut rx, max, &mut stop).await else {
+            return;
+        };
+        let sent = send(batch);
+        tokio::spawn(async move {
+            sent.await;
+            drop(permit);
+        });
     }
 }
 

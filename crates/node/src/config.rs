@@ -160,9 +160,9 @@ impl NodeConfig {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_report_frame_must_hold_the_largest_lock() {
-        let mut config = NodeConfig {
+    /// A valid configuration of a one-node cluster.
+    fn single_node() -> NodeConfig {
+        NodeConfig {
             id: 1,
             peers: BTreeMap::from([(1, "127.0.0.1:1".to_string())]),
             data_dir: PathBuf::from("unused"),
@@ -174,7 +174,12 @@ mod tests {
             chaos: false,
             report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
             copies: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_report_frame_must_hold_the_largest_lock() {
+        let mut config = single_node();
         assert_eq!(config.validate(), Ok(()));
         config.report_frame_bytes = NodeConfig::MIN_REPORT_FRAME_BYTES - 1;
         assert_eq!(config.validate(), Err(ConfigError::ReportFrameTooSmall));
@@ -184,19 +189,7 @@ mod tests {
 
     #[test]
     fn copies_default_to_two_and_never_exceed_a_quorum() {
-        let mut config = NodeConfig {
-            id: 1,
-            peers: BTreeMap::from([(1, "127.0.0.1:1".to_string())]),
-            data_dir: PathBuf::from("unused"),
-            cluster_token: "t".into(),
-            lease: LeaseRule::default(),
-            rebuild_timeout: Duration::from_secs(2),
-            rebuild_mode: RebuildMode::Proceed,
-            timings: RaftTimings::default(),
-            chaos: false,
-            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
-            copies: None,
-        };
+        let mut config = single_node();
         assert_eq!(config.copies(), 1, "a single node is its only copy");
         assert_eq!(config.validate(), Ok(()));
         config.peers = (1..=5).map(|i| (i, format!("127.0.0.1:{i}"))).collect();

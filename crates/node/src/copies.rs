@@ -24,9 +24,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{ErrorCode, PeerLock, MAX_BODY_BYTES};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, NodeId, Table};
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch};
 
-use crate::batch::{next_batch, Queue};
+use crate::batch::{drain_in_batches, Queue};
 use crate::error::ApiError;
 use crate::node::{Made, Node};
 
@@ -192,9 +192,9 @@ impl Node {
         self: Arc<Self>,
         member: NodeId,
         addr: String,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
     ) {
-        let Some(mut rx) = self
+        let Some(rx) = self
             .copier
             .queues
             .get(&member)
@@ -202,25 +202,12 @@ impl Node {
         else {
             return;
         };
-        let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
-        loop {
-            let permit = tokio::select! {
-                permit = Arc::clone(&in_flight).acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => return,
-                },
-                _ = stop.changed() => return,
-            };
-            let Some(batch) = next_batch(&mut rx, MAX_BATCH, &mut stop).await else {
-                return;
-            };
+        drain_in_batches(rx, MAX_BATCH, IN_FLIGHT, stop, move |batch| {
             let node = Arc::clone(&self);
             let addr = addr.clone();
-            tokio::spawn(async move {
-                node.send_copy_batch(&addr, batch).await;
-                drop(permit);
-            });
-        }
+            async move { node.send_copy_batch(&addr, batch).await }
+        })
+        .await;
     }
 
     /// Sends one batch of copies to the member at `addr`, in requests of
