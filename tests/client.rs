@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use leasehold_client::{AcquireOptions, CampaignOptions, Client, Error};
+use leasehold_client::{AcquireOptions, CampaignOptions, Client, Error, Loss};
 use support::Cluster;
 
 fn client(cluster: &Cluster, nodes: &[u64]) -> Client {
@@ -144,6 +144,44 @@ async fn with_lock_is_cancelled_when_the_lock_is_lost_before_another_gets_it() {
         "the holder stopped before another got the lock"
     );
     taken.release().await.unwrap();
+}
+
+/// A guard says why it lost its lock: a renewal refused (here, an
+/// operator released the lock) is `Refused`; no renewal getting through
+/// before the lease ends on the client's clock (its only node died) is
+/// `Lapsed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_tells_a_refused_renewal_from_a_lapse() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let follower = cluster.others(speaker)[0];
+    let options = || AcquireOptions::default().lease(2 * SEC);
+
+    let refused = all(&cluster)
+        .acquire("loss/refused", options())
+        .await
+        .unwrap();
+    assert_eq!(refused.loss(), None);
+    let (status, body) = cluster
+        .post(
+            speaker,
+            "/v1/locks/release",
+            serde_json::json!({"name": "loss/refused", "id": refused.id()}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::timeout(10 * SEC, refused.lost())
+        .await
+        .unwrap();
+    assert_eq!(refused.loss(), Some(Loss::Refused));
+
+    let lapsed = client(&cluster, &[follower])
+        .acquire("loss/lapsed", options())
+        .await
+        .unwrap();
+    cluster.kill(follower);
+    tokio::time::timeout(10 * SEC, lapsed.lost()).await.unwrap();
+    assert_eq!(lapsed.loss(), Some(Loss::Lapsed));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

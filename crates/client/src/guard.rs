@@ -1,6 +1,6 @@
 //! A held lock: renewed in the background, released when dropped.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use leasehold_api::{ErrorCode, LockView, ReleaseBody, RenewBody};
@@ -24,6 +24,18 @@ enum Stop {
     Release(Option<oneshot::Sender<Result<(), Error>>>),
 }
 
+/// Why a held lock was lost ([`LockGuard::loss`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loss {
+    /// The cluster refused a renewal: the lock is gone (released by an
+    /// operator, its lease ended, or a rebuild kept an older grant).
+    /// Another client may hold it already.
+    Refused,
+    /// No renewal got through before the lease was about to end on this
+    /// client's clock: the cluster may still have it, until its lease ends.
+    Lapsed,
+}
+
 /// A lock this client holds. It is renewed in the background until it is
 /// released ([`LockGuard::release`]) or dropped (which releases it in the
 /// background). [`LockGuard::lost_token`] is cancelled the moment the lock
@@ -32,6 +44,7 @@ pub struct LockGuard {
     view: Arc<Mutex<LockView>>,
     ends: Arc<Mutex<Instant>>,
     lost: CancellationToken,
+    loss: Arc<OnceLock<Loss>>,
     stop: Option<oneshot::Sender<Stop>>,
     task: Option<JoinHandle<()>>,
 }
@@ -41,6 +54,7 @@ struct Renewal {
     transport: Arc<dyn Transport>,
     view: Arc<Mutex<LockView>>,
     lost: CancellationToken,
+    loss: Arc<OnceLock<Loss>>,
     name: String,
     id: String,
     lease: Duration,
@@ -86,11 +100,13 @@ impl LockGuard {
         let view = Arc::new(Mutex::new(granted.clone()));
         let shared_ends = Arc::new(Mutex::new(ends));
         let lost = CancellationToken::new();
+        let loss = Arc::new(OnceLock::new());
         let (stop, stopped) = oneshot::channel();
         let renewal = Renewal {
             transport,
             view: view.clone(),
             lost: lost.clone(),
+            loss: loss.clone(),
             name: granted.name.clone(),
             id: granted.id.clone(),
             lease,
@@ -107,6 +123,7 @@ impl LockGuard {
             view,
             ends: shared_ends,
             lost,
+            loss,
             stop: Some(stop),
             task: Some(task),
         })
@@ -146,6 +163,12 @@ impl LockGuard {
     /// Whether the lock is lost.
     pub fn is_lost(&self) -> bool {
         self.lost.is_cancelled()
+    }
+
+    /// Why the lock was lost, once it was (`None` while it is held, and
+    /// after a release).
+    pub fn loss(&self) -> Option<Loss> {
+        self.loss.get().copied()
     }
 
     /// Waits until the lock is lost.
@@ -204,15 +227,15 @@ impl Renewal {
             }
             if Instant::now() >= lapse {
                 tracing::warn!(name = %self.name, "lock lapsed: no renewal got through in time");
-                self.lost.cancel();
+                self.lose(Loss::Lapsed);
                 // Nothing to release; a later release() answers Lost.
                 let _ = self.release_when_stopped(stopped).await;
                 return;
             }
             match self.renew(lapse).await {
                 Ok(()) => next = Instant::now() + self.every,
-                Err(()) => {
-                    self.lost.cancel();
+                Err(loss) => {
+                    self.lose(loss);
                     let _ = self.release_when_stopped(stopped).await;
                     return;
                 }
@@ -220,13 +243,18 @@ impl Renewal {
         }
     }
 
+    fn lose(&self, loss: Loss) {
+        let _ = self.loss.set(loss);
+        self.lost.cancel();
+    }
+
     /// Renews, trying node after node, until it gets through or `lapse`.
-    async fn renew(&mut self, lapse: Instant) -> Result<(), ()> {
+    async fn renew(&mut self, lapse: Instant) -> Result<(), Loss> {
         let mut attempt = 0u32;
         loop {
             let sent = Instant::now();
             if sent >= lapse {
-                return Err(());
+                return Err(Loss::Lapsed);
             }
             let body = RenewBody {
                 name: self.name.clone(),
@@ -243,7 +271,7 @@ impl Renewal {
                 }
                 Err(CallError::Api(e)) if !e.error.retryable() => {
                     tracing::warn!(name = %self.name, error = %e.error, "renewal refused: the lock is lost");
-                    return Err(());
+                    return Err(Loss::Refused);
                 }
                 Err(e) => {
                     // Unknown outcome or no speaker: not lost until the

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use election::{CampaignOptions, Leadership};
 pub use error::Error;
-pub use guard::LockGuard;
+pub use guard::{LockGuard, Loss};
 pub use leasehold_api::LockView as Lock;
 pub use transport::{BoxFuture, CallError, EndpointError, HttpTransport, Transport};
 

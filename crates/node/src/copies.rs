@@ -111,7 +111,7 @@ impl Node {
         made: Made,
     ) -> Result<(), ApiError> {
         let needed = copies_needed(self.config.copies(), self.id(), holder);
-        if needed > 0 {
+        if needed > 0 && !self.peers.faults().skip_copies() {
             let term = made.term.ok_or_else(ApiError::not_rebuilt)?;
             let acked = self.copy_to_members(lock, holder, needed, term).await;
             if acked.len() < needed {
