@@ -87,7 +87,7 @@ pub struct Report {
     /// Overlapping intervals of one name.
     pub overlaps: usize,
     /// Overlaps, and fences out of order, explained by a rebuild that
-    /// missed members (proceed mode).
+    /// missed as many members as there are copies, or more (proceed mode).
     pub explained: usize,
     /// Overlaps the promises do not allow.
     pub unexplained: Vec<String>,

@@ -210,8 +210,9 @@ pub(crate) mod timing {
     /// How often a holder renews (a third of its lease, as the client).
     pub const RENEW_DIVISOR: u64 = 3;
     /// The longest one renewal attempt may take before another node is
-    /// tried.
-    pub const RENEW_ATTEMPT_MS: u64 = 200;
+    /// tried: two copy timeouts, as the client's 2 s against the node's
+    /// 1 s.
+    pub const RENEW_ATTEMPT_MS: u64 = 2 * COPY_TIMEOUT_MS;
 }
 
 /// How long after the last fault heals every live node must have served a

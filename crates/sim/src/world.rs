@@ -306,6 +306,9 @@ impl World {
             };
             if let Some(m) = unheard {
                 self.history.unheard.push((m, self.t));
+                self.note(|| {
+                    format!("the network loses a rebuild's read of node {m} or its report")
+                });
             }
             return;
         }

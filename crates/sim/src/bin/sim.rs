@@ -100,7 +100,7 @@ fn main() -> ExitCode {
         "{count} seeds from {start} ({scenario:?}{}): {:.0} s simulated, {} faults \
          ({} crashes, {} graceful stops, {} pauses, {} partitions, {} quorum blips), \
          {} elections, {} failed rebuild attempts retried, {} step-downs, {} grants held; \
-         {} overlaps ({} explained by rebuilds that missed members); {} violations \
+         {} overlaps ({} explained by rebuilds that missed as many members as copies); {} violations \
          (seeds with: {} overlaps, {} fence inversions, {} deposed grants, {} deposed open guards, {} lost locks, {} liveness); \
          {} renewed locks lost with as many members failed as copies ({} of them with a member unheard); \
          liveness worst case {} ms (bound {}..{} ms); {} seeds failed {:?}",
