@@ -26,7 +26,7 @@ pub(crate) struct CopyWait {
     term: u64,
     grant: bool,
     needed: usize,
-    acked: usize,
+    acked: Vec<NodeId>,
     untried: VecDeque<NodeId>,
     in_flight: BTreeSet<NodeId>,
 }
@@ -67,7 +67,7 @@ impl World {
             term,
             grant,
             needed,
-            acked: 0,
+            acked: Vec::new(),
             in_flight: BTreeSet::new(),
         };
         while wait.in_flight.len() < needed {
@@ -158,8 +158,8 @@ impl World {
         }
         let done = if ok {
             node.suspects.remove(&member);
-            wait.acked += 1;
-            (wait.acked == wait.needed).then_some(true)
+            wait.acked.push(member);
+            (wait.acked.len() == wait.needed).then_some(true)
         } else {
             node.suspects.insert(member);
             match wait.untried.pop_front() {
@@ -175,6 +175,8 @@ impl World {
         if let Some(acked) = done {
             let node = self.nodes.get_mut(&n).expect("member");
             let wait = node.copying.remove(&key).expect("waiting");
+            let (name, on) = (&wait.lock.name, &wait.acked);
+            self.note(|| format!("node {n}: {name} copied to {on:?}"));
             self.on_record(n, wait.lock, wait.origin, wait.made, wait.grant, acked);
         }
     }
