@@ -70,7 +70,10 @@ fn a_seed_replays_exactly() {
     // each would diverge about half the time.
     let mixed = [42, 82, 148, 173].map(|seed| (seed, Scenario::Mixed));
     let paused = [34, 41, 43, 50, 63, 70].map(|seed| (seed, Scenario::SpeakerPauses));
-    for (seed, scenario) in mixed.into_iter().chain(paused) {
+    // Copies, renewals moving between nodes, and a crash with copies
+    // queued.
+    let crashes = [15, 442].map(|seed| (seed, Scenario::SpeakerCrashes));
+    for (seed, scenario) in mixed.into_iter().chain(paused).chain(crashes) {
         let mut config = Config::scenario(seed, scenario);
         config.trace = true;
         let (a, b) = (run(seed, &config), run(seed, &config));
