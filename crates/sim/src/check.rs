@@ -3,7 +3,17 @@
 //! - *Exclusion of holders*: no two clients hold one name at once, and
 //!   fences grow along each name's history; in proceed mode an overlap or
 //!   an older fence is allowed within the longest lease after a rebuild
-//!   that missed members (the documented cost of proceeding).
+//!   that missed as many members as there are copies, or more (the
+//!   documented cost of proceeding).
+//! - *Renewed locks kept*: no lock whose holder kept renewing is lost (a
+//!   renewal answered "not held" while the holder's own count of the lease
+//!   runs) while fewer members failed than there are copies. Failed is
+//!   judged from the world, not from the protocol's count of missing
+//!   members: a member failed if it was crashed, paused, stopping or at
+//!   either end of a cut link, or the network lost a rebuild's read of it
+//!   or its report, at any time from the longest lease before the grant to
+//!   the loss. Losses excused by a lost read or report alone are counted
+//!   apart: the rebuild reads each member once.
 //! - *Exclusion of speakers*: no node grants for a term once a leader of a
 //!   later term has been elected, nor could (its table rebuilt and its
 //!   guard open, looked at every tick): the guard's premise is that no
@@ -22,8 +32,9 @@ use crate::world::World;
 /// How many violations of one kind a report spells out.
 const SPELLED_OUT: usize = 5;
 
-/// A holding a client completed: from its receipt of the grant to the
-/// earlier of its release and its own count of the lease's end.
+/// A holding a client completed: from its receipt of the grant to its
+/// release, its own count of the lease's end (as the last renewal left
+/// it), or the renewal that found it lost, whichever came first.
 pub(crate) struct Interval {
     pub(crate) name: String,
     pub(crate) fence: u64,
@@ -31,11 +42,32 @@ pub(crate) struct Interval {
     pub(crate) end: u64,
 }
 
+/// A lock its holder kept renewing until a renewal was answered "not
+/// held" while the holder's own count of the lease still ran.
+pub(crate) struct LostLock {
+    pub(crate) name: String,
+    pub(crate) fence: u64,
+    /// When the holder received the grant.
+    pub(crate) granted: u64,
+    pub(crate) lost: u64,
+    /// The nodes the holder went through.
+    pub(crate) via: Vec<NodeId>,
+}
+
 /// What the checker reads.
 #[derive(Default)]
 pub(crate) struct History {
     pub(crate) intervals: Vec<Interval>,
-    /// When rebuilds that missed members finished.
+    pub(crate) lost: Vec<LostLock>,
+    /// Members faulted, and from when to when: crashed (until restarted),
+    /// paused, stopping gracefully (until restarted), or at either end of a
+    /// cut link.
+    pub(crate) faults: Vec<(NodeId, u64, u64)>,
+    /// Members a rebuild could not hear, and when: the network lost its
+    /// read of them or their report (a cut link is a fault already).
+    pub(crate) unheard: Vec<(NodeId, u64)>,
+    /// When rebuilds that missed as many members as there are copies (or
+    /// more) finished.
     pub(crate) missing_rebuilds: Vec<u64>,
     /// The latest term a leader was elected in so far: (term, when, who).
     pub(crate) newest: Option<(u64, u64, NodeId)>,
@@ -55,7 +87,7 @@ pub struct Report {
     /// Overlapping intervals of one name.
     pub overlaps: usize,
     /// Overlaps, and fences out of order, explained by a rebuild that
-    /// missed members (proceed mode).
+    /// missed as many members as there are copies, or more (proceed mode).
     pub explained: usize,
     /// Overlaps the promises do not allow.
     pub unexplained: Vec<String>,
@@ -67,6 +99,16 @@ pub struct Report {
     /// open) after a leader of a later term was elected, found at their
     /// ticks: the guard's premise broken, whether or not a request came.
     pub deposed_speakers: Vec<String>,
+    /// Locks lost while their holders kept renewing, with fewer members
+    /// faulted meanwhile than there are copies.
+    pub lost_locks: Vec<String>,
+    /// Locks lost while their holders kept renewing, with as many members
+    /// failed meanwhile as there are copies, or more.
+    pub excused_losses: usize,
+    /// Of those, the ones with fewer members faulted than copies: a
+    /// rebuild could not hear some member because the network lost its
+    /// read or its report (the rebuild reads each member once).
+    pub unheard_losses: usize,
     /// Nodes that served no grant within the bound after the last fault
     /// healed.
     pub liveness: Vec<String>,
@@ -120,6 +162,7 @@ fn push_capped(list: &mut Vec<String>, count: &mut usize, line: impl FnOnce() ->
 impl World {
     pub(crate) fn check(&mut self, bound: u64) {
         self.check_holders();
+        self.check_lost();
         self.check_liveness(bound);
         self.report.grants = self.history.intervals.len();
     }
@@ -169,6 +212,49 @@ impl World {
                     }
                 }
             }
+        }
+        report.violations += violations;
+    }
+
+    /// No lock whose holder kept renewing is lost while fewer than
+    /// `copies` members failed. A member failed if, at any time from the
+    /// longest lease before the grant (a rebuild then under way may miss
+    /// it) to the loss, it was faulted (crashed, paused, stopping, at
+    /// either end of a cut link) or a rebuild could not hear it (the
+    /// network lost its read or its report).
+    fn check_lost(&mut self) {
+        let copies = self.config.copies;
+        let report = &mut self.report;
+        let mut violations = 0;
+        for lost in &self.history.lost {
+            let from = lost.granted.saturating_sub(MAX_LEASE_MS);
+            let during = |start: u64, end: u64| start <= lost.lost && end >= from;
+            let faulted: BTreeSet<NodeId> = self
+                .history
+                .faults
+                .iter()
+                .filter(|(_, start, end)| during(*start, *end))
+                .map(|(n, _, _)| *n)
+                .collect();
+            let unheard = self
+                .history
+                .unheard
+                .iter()
+                .filter(|(_, at)| during(*at, *at))
+                .map(|(n, _)| *n);
+            let failed: BTreeSet<NodeId> = faulted.iter().copied().chain(unheard).collect();
+            if failed.len() >= copies {
+                report.excused_losses += 1;
+                report.unheard_losses += usize::from(faulted.len() < copies);
+                continue;
+            }
+            push_capped(&mut report.lost_locks, &mut violations, || {
+                format!(
+                    "{}: fence {} granted at {} through {:?} lost at {}, with only {:?} failed \
+                     since {from} ({copies} copies)",
+                    lost.name, lost.fence, lost.granted, lost.via, lost.lost, failed
+                )
+            });
         }
         report.violations += violations;
     }

@@ -1,35 +1,51 @@
-//! Clients: each talks to one node, asks for a name, holds it for a while
-//! within its own count of the lease, and releases it. In the quiet tail a
-//! probe per node asks for a fresh name until it is granted: the liveness
-//! check.
+//! Clients: each talks to one node, asks for a name, and holds it within
+//! its own count of the lease. Half the holders let the lease run out
+//! unrenewed; the rest renew every third of it, counting the lease
+//! from each renewal's send plus the time it was served, move to the next
+//! node when theirs does not answer, and let go when they choose or when
+//! their own count runs out. A renewal answered "not held" while the
+//! holder's own count runs is a lost lock. In the quiet tail a probe per
+//! node asks for a fresh name until it is granted: the liveness check.
 
-use locktable::LockId;
+use locktable::{LockId, NodeId};
 use rand::Rng;
 
-use crate::check::Interval;
-use crate::config::timing::{CLIENT_MARGIN_MS, LEASE_MS, MAX_LEASE_MS, PROBE_EVERY_MS};
-use crate::world::{Ask, ClientId, Event, Msg, ReqId, To, World};
+use crate::check::{Interval, LostLock};
+use crate::config::timing::{
+    CLIENT_MARGIN_MS, LEASE_MS, MAX_LEASE_MS, PROBE_EVERY_MS, RENEW_ATTEMPT_MS, RENEW_DIVISOR,
+};
+use crate::world::{Answer, Ask, ClientId, Event, Msg, Refusal, ReqId, To, World};
 
 #[derive(Debug, Clone)]
 pub(crate) enum ClientState {
     Idle,
-    Asking {
-        req: ReqId,
-        sent: u64,
-        name: String,
-    },
-    Holding {
-        req: ReqId,
-        name: String,
-        id: LockId,
-        fence: u64,
-        start: u64,
-        ends: u64,
-    },
+    Asking { req: ReqId, sent: u64, name: String },
+    Holding(Holding),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Holding {
+    /// The acquire that won the lock.
+    req: ReqId,
+    name: String,
+    id: LockId,
+    fence: u64,
+    start: u64,
+    /// When the holder's own count of the lease ends (less its margin).
+    ends: u64,
+    lease_ms: u64,
+    /// When the next renewal is due (later events are stale).
+    next_renew: u64,
+    /// The renewal attempt under way: its request and when it left.
+    renewing: Option<(ReqId, u64)>,
+    /// Failed renewal attempts in a row.
+    attempts: u32,
+    /// The nodes the holder went through.
+    via: Vec<NodeId>,
 }
 
 pub(crate) struct Client {
-    pub(crate) node: locktable::NodeId,
+    pub(crate) node: NodeId,
     pub(crate) state: ClientState,
     /// A liveness probe (asks for fresh names in the quiet tail).
     pub(crate) probe: bool,
@@ -39,7 +55,7 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    pub(crate) fn new(node: locktable::NodeId, probe: bool) -> Client {
+    pub(crate) fn new(node: NodeId, probe: bool) -> Client {
         Client {
             node,
             state: ClientState::Idle,
@@ -140,60 +156,189 @@ impl World {
             }
             return;
         }
-        let ClientState::Asking {
-            req: asked,
-            sent,
-            name,
-            ..
-        } = self.clients[c].state.clone()
-        else {
-            return;
-        };
-        if asked != req {
-            return;
-        }
-        match result {
-            Ok((transit, served)) => {
-                let ends = sent + served + transit.ttl.as_millis() as u64;
-                if t + CLIENT_MARGIN_MS >= ends {
-                    // Arrived after its lease: not held; give it back.
-                    let node = self.clients[c].node;
-                    self.send(
-                        None,
-                        To::Node(node),
-                        Msg::Release {
-                            name,
-                            id: transit.id,
-                        },
-                    );
-                    self.clients[c].state = ClientState::Idle;
-                    self.at(t + 10, Event::ClientWake(c));
-                    return;
-                }
-                self.clients[c].state = ClientState::Holding {
-                    req,
-                    name,
-                    id: transit.id,
-                    fence: transit.fence.0,
-                    start: t,
-                    ends: ends - CLIENT_MARGIN_MS,
-                };
-                // Half the holders keep the lock to the end of their own
-                // count of the lease, half let go sooner.
-                let longest = ends - CLIENT_MARGIN_MS - t;
-                let hold = if self.rng.gen_bool(0.5) {
-                    longest
-                } else {
-                    self.rng.gen_range(1..=longest)
-                };
-                self.at(t + hold, Event::ClientRelease(c, req));
+        match self.clients[c].state.clone() {
+            ClientState::Asking {
+                req: asked,
+                sent,
+                name,
+            } if asked == req => self.granted_to(c, req, sent, name, result),
+            ClientState::Holding(h) if h.renewing.is_some_and(|(r, _)| r == req) => {
+                self.renewed(c, h, result)
             }
+            _ => {}
+        }
+    }
+
+    /// The answer to client `c`'s acquire `req`, sent at `sent`.
+    fn granted_to(&mut self, c: ClientId, req: ReqId, sent: u64, name: String, result: Answer) {
+        let t = self.t;
+        let (transit, served) = match result {
+            Ok(granted) => granted,
             Err(_) => {
                 self.clients[c].state = ClientState::Idle;
                 let backoff = self.rng.gen_range(5..100);
                 self.at(t + backoff, Event::ClientWake(c));
+                return;
             }
+        };
+        let ends = sent + served + transit.ttl.as_millis() as u64;
+        let node = self.clients[c].node;
+        if t + CLIENT_MARGIN_MS >= ends {
+            // Arrived after its lease: not held; give it back.
+            let id = transit.id;
+            self.send(None, To::Node(node), Msg::Release { name, id });
+            self.clients[c].state = ClientState::Idle;
+            self.at(t + 10, Event::ClientWake(c));
+            return;
         }
+        let ends = ends - CLIENT_MARGIN_MS;
+        let lease_ms = transit.lease.as_millis() as u64;
+        let longest = ends - t;
+        // A quarter keep the lock to the end of their own count, a quarter
+        // let go sooner, both unrenewed; half renew, and hold up to two of
+        // the clients' leases.
+        let (hold, renews) = match self.rng.gen_range(0..4) {
+            0 => (longest, false),
+            1 => (self.rng.gen_range(1..=longest), false),
+            _ => (self.rng.gen_range(1..=2 * LEASE_MS), true),
+        };
+        let next_renew = if renews {
+            t + lease_ms / RENEW_DIVISOR
+        } else {
+            u64::MAX
+        };
+        let fence = transit.fence.0;
+        self.note(|| format!("client {c} holds {name} (fence {fence}) until {ends}"));
+        self.clients[c].state = ClientState::Holding(Holding {
+            req,
+            name,
+            id: transit.id,
+            fence: transit.fence.0,
+            start: t,
+            ends,
+            lease_ms,
+            next_renew,
+            renewing: None,
+            attempts: 0,
+            via: vec![node],
+        });
+        if renews {
+            self.at(next_renew, Event::ClientRenew(c, req));
+        }
+        self.at(t + hold, Event::ClientRelease(c, req));
+    }
+
+    /// The holder renews through its node, if a renewal is due; a holder
+    /// whose own count ran out has lost the lock.
+    pub(crate) fn client_renew(&mut self, c: ClientId, req: ReqId) {
+        let t = self.t;
+        let ClientState::Holding(mut h) = self.clients[c].state.clone() else {
+            return;
+        };
+        if h.req != req || h.next_renew != t || h.renewing.is_some() {
+            return;
+        }
+        if t >= h.ends {
+            self.end_holding(c, &h, h.ends, false);
+            return;
+        }
+        self.next_req += 1;
+        let attempt = self.next_req;
+        let node = self.clients[c].node;
+        h.renewing = Some((attempt, t));
+        if !h.via.contains(&node) {
+            h.via.push(node);
+        }
+        self.note(|| format!("client {c} renews {} through node {node}", h.name));
+        let msg = Msg::Renew {
+            client: c,
+            req: attempt,
+            name: h.name.clone(),
+            id: h.id,
+            lease_ms: h.lease_ms,
+        };
+        let give_up = (t + RENEW_ATTEMPT_MS).min(h.ends);
+        self.clients[c].state = ClientState::Holding(h);
+        self.send(None, To::Node(node), msg);
+        self.at(give_up, Event::RenewGiveUp(c, attempt));
+    }
+
+    /// A renewal attempt got no answer in time: the holder tries the next
+    /// node.
+    pub(crate) fn renew_give_up(&mut self, c: ClientId, attempt: ReqId) {
+        let ClientState::Holding(h) = self.clients[c].state.clone() else {
+            return;
+        };
+        if h.renewing.is_some_and(|(r, _)| r == attempt) {
+            self.renew_failed(c, h);
+        }
+    }
+
+    fn renew_failed(&mut self, c: ClientId, mut h: Holding) {
+        let t = self.t;
+        h.renewing = None;
+        h.attempts += 1;
+        let client = &mut self.clients[c];
+        client.node = client.node % self.config.nodes + 1;
+        let pause = (25u64 << h.attempts.min(3)).min(200);
+        self.schedule_renew(c, h, t + pause);
+    }
+
+    fn schedule_renew(&mut self, c: ClientId, mut h: Holding, at: u64) {
+        h.next_renew = at.min(h.ends);
+        let req = h.req;
+        let at = h.next_renew;
+        self.clients[c].state = ClientState::Holding(h);
+        self.at(at, Event::ClientRenew(c, req));
+    }
+
+    /// The answer to the holder's renewal attempt.
+    fn renewed(&mut self, c: ClientId, mut h: Holding, result: Answer) {
+        let t = self.t;
+        let Some((_, sent)) = h.renewing else {
+            return;
+        };
+        if t >= h.ends {
+            self.end_holding(c, &h, h.ends, false);
+            return;
+        }
+        match result {
+            Ok((transit, served)) => {
+                h.ends = sent + served + transit.ttl.as_millis() as u64 - CLIENT_MARGIN_MS;
+                h.renewing = None;
+                h.attempts = 0;
+                let every = h.lease_ms / RENEW_DIVISOR;
+                self.schedule_renew(c, h, t + every);
+            }
+            Err(Refusal::NotHeld) => {
+                self.note(|| format!("client {c} lost {} (fence {})", h.name, h.fence));
+                self.end_holding(c, &h, t, true);
+            }
+            Err(_) => self.renew_failed(c, h),
+        }
+    }
+
+    /// The holding ends at `end`: released, run out, or `lost`.
+    fn end_holding(&mut self, c: ClientId, h: &Holding, end: u64, lost: bool) {
+        let t = self.t;
+        self.history.intervals.push(Interval {
+            name: h.name.clone(),
+            fence: h.fence,
+            start: h.start,
+            end,
+        });
+        if lost {
+            self.history.lost.push(LostLock {
+                name: h.name.clone(),
+                fence: h.fence,
+                granted: h.start,
+                lost: t,
+                via: h.via.clone(),
+            });
+        }
+        self.clients[c].state = ClientState::Idle;
+        let pause = self.rng.gen_range(1..50);
+        self.at(t + pause, Event::ClientWake(c));
     }
 
     /// The client releases what it holds (`release`), or stops waiting for
@@ -201,28 +346,18 @@ impl World {
     pub(crate) fn client_give_up(&mut self, c: ClientId, req: ReqId, release: bool) {
         let t = self.t;
         match self.clients[c].state.clone() {
-            ClientState::Holding {
-                req: held,
-                name,
-                id,
-                fence,
-                start,
-                ends,
-            } if held == req && release => {
-                self.history.intervals.push(Interval {
-                    name: name.clone(),
-                    fence,
-                    start,
-                    end: t.min(ends),
-                });
+            ClientState::Holding(h) if h.req == req && release => {
                 let node = self.clients[c].node;
+                let (name, id) = (h.name.clone(), h.id);
+                self.end_holding(c, &h, t.min(h.ends), false);
                 self.send(None, To::Node(node), Msg::Release { name, id });
             }
-            ClientState::Asking { req: asked, .. } if asked == req && !release => {}
-            _ => return,
+            ClientState::Asking { req: asked, .. } if asked == req && !release => {
+                self.clients[c].state = ClientState::Idle;
+                let pause = self.rng.gen_range(1..50);
+                self.at(t + pause, Event::ClientWake(c));
+            }
+            _ => {}
         }
-        self.clients[c].state = ClientState::Idle;
-        let pause = self.rng.gen_range(1..50);
-        self.at(t + pause, Event::ClientWake(c));
     }
 }

@@ -22,6 +22,9 @@ pub struct Config {
     pub loss: f64,
     /// Longest message delay, in ms.
     pub max_delay_ms: u64,
+    /// How many members must hold a record of a grant or renewal before
+    /// its client hears of it (`--copies`; at most a quorum).
+    pub copies: usize,
     /// Which faults to inject.
     pub scenario: Scenario,
     /// Protocol rules to break on purpose, to show the checker catches it.
@@ -53,6 +56,9 @@ pub enum Sabotage {
     /// A rebuild counts reported leases from when it sent its reads, not
     /// from each report's arrival (a bug the simulation once found).
     CountFromSend,
+    /// The speaker answers its own client at once and sends the copy
+    /// without waiting for its acknowledgement.
+    UnackedCopies,
 }
 
 /// The faults a run injects.
@@ -86,6 +92,11 @@ pub enum Scenario {
     /// heartbeats still arrive (no follower campaigns): it fails to rebuild
     /// until it steps down and hands leadership over.
     AcksLost,
+    /// Now and then, right after the speaker answers its own client a
+    /// grant of the longest lease, it crashes (and restarts a little
+    /// later): the holder renews through another member, whose speaker
+    /// knows the lock only from a copy.
+    SpeakerCrashes,
 }
 
 impl Config {
@@ -97,7 +108,7 @@ impl Config {
     /// A configuration drawn from `seed`, with the mixed faults.
     pub fn from_seed(seed: u64) -> Config {
         let mut rng = StdRng::seed_from_u64(seed ^ 0xC0F1);
-        Config {
+        let mut config = Config {
             nodes: if rng.gen_bool(0.5) { 3 } else { 5 },
             clients: rng.gen_range(2..8),
             names: rng.gen_range(1..4),
@@ -105,10 +116,17 @@ impl Config {
             strict: rng.gen_bool(0.5),
             loss: rng.gen_range(0.0..0.08),
             max_delay_ms: rng.gen_range(1..40),
+            copies: 2,
             scenario: Scenario::Mixed,
             sabotage: Vec::new(),
             trace: false,
+        };
+        // The node's default, min(2, quorum); five members now and then
+        // ask for three, the most a quorum allows.
+        if config.nodes == 5 && rng.gen_bool(0.25) {
+            config.copies = 3;
         }
+        config
     }
 
     /// A configuration drawn from `seed` that injects `scenario`'s faults.
@@ -133,6 +151,7 @@ impl Config {
                 config.names = 1;
             }
             Scenario::AcksLost => config.duration_ms = 14_000,
+            Scenario::SpeakerCrashes => config.clients = config.clients.max(4),
         }
         config
     }
@@ -182,6 +201,18 @@ pub(crate) mod timing {
     pub const CLIENT_MARGIN_MS: u64 = 100;
     /// How often a liveness probe asks while it has no grant.
     pub const PROBE_EVERY_MS: u64 = 50;
+    /// How long a member has to acknowledge a copy before the next one is
+    /// tried (the node's 1 s against its 30 s lease; here a fifth of the
+    /// clients' lease, a few of the longest round trips).
+    pub const COPY_TIMEOUT_MS: u64 = 200;
+    /// How long a copy waits in its member's queue before it leaves.
+    pub const COPY_QUEUE_MS: u64 = 1;
+    /// How often a holder renews (a third of its lease, as the client).
+    pub const RENEW_DIVISOR: u64 = 3;
+    /// The longest one renewal attempt may take before another node is
+    /// tried: two copy timeouts, as the client's 2 s against the node's
+    /// 1 s.
+    pub const RENEW_ATTEMPT_MS: u64 = 2 * COPY_TIMEOUT_MS;
 }
 
 /// How long after the last fault heals every live node must have served a
@@ -200,7 +231,8 @@ pub(crate) mod timing {
 /// - in strict mode, a rebuild within the longest lease of a restart
 ///   misses that member and holds new grants back for the strict hold;
 /// - the probe asks every `PROBE_EVERY_MS`, through a forward: two round
-///   trips.
+///   trips, and one more for a copy (a probe of the speaker's own node, or
+///   one through a follower with three copies), queued a moment first.
 pub fn liveness_bound_ms(max_delay_ms: u64, strict: bool) -> u64 {
     use timing::*;
     let round_trip = 2 * max_delay_ms;
@@ -212,7 +244,7 @@ pub fn liveness_bound_ms(max_delay_ms: u64, strict: bool) -> u64 {
         + RETRY_AT_MOST_MS
         + WATCH_MS
         + 2 * round_trip;
-    let probe = PROBE_EVERY_MS + 2 * round_trip;
+    let probe = PROBE_EVERY_MS + 3 * round_trip + COPY_QUEUE_MS;
     let hold = if strict { STRICT_HOLD_MS } else { 0 };
     restart + election + rebuild + hold + probe
 }

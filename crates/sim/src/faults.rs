@@ -27,7 +27,7 @@ impl World {
             Scenario::SpeakerPauses => self.pause_speaker(),
             Scenario::RestartBehindCut => self.restart_behind_cut(),
             Scenario::QuorumBlip => self.crash_speaker(),
-            Scenario::SlowReports => 1_000,
+            Scenario::SlowReports | Scenario::SpeakerCrashes => 1_000,
             Scenario::AcksLost if !self.deafened => self.crash_speaker(),
             Scenario::AcksLost => 1_000,
         };
@@ -36,6 +36,11 @@ impl World {
 
     fn healed_at(&mut self, t: u64) {
         self.last_heal = self.last_heal.max(t);
+    }
+
+    /// Notes that member `n` is faulted from now until `until`.
+    fn faulted(&mut self, n: NodeId, until: u64) {
+        self.history.faults.push((n, self.t, until));
     }
 
     /// Nodes down, paused or stopping now.
@@ -106,6 +111,7 @@ impl World {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
         node.alive = false;
+        self.faulted(n, t + length);
         self.report.crashes += 1;
         self.note(|| format!("node {n} crashes for {length} ms"));
         self.at(t + length, Event::Restart(n));
@@ -117,6 +123,7 @@ impl World {
         let node = self.nodes.get_mut(&n).expect("member");
         node.paused_until = t + length;
         let incarnation = node.incarnation;
+        self.faulted(n, t + length);
         self.report.pauses += 1;
         self.note(|| format!("node {n} paused for {length} ms"));
         self.at(t + length, Event::Wake(n, incarnation));
@@ -180,6 +187,10 @@ impl World {
         for &link in &links {
             *self.cuts.entry(link).or_default() += 1;
         }
+        // Both sides of a cut count as faulted.
+        for m in others.iter().copied().chain([n]) {
+            self.faulted(m, t + length);
+        }
         self.report.partitions += 1;
         self.note(|| format!("links cut for {length} ms: {links:?}"));
         self.at(t + length, Event::Reconnect(links));
@@ -195,6 +206,7 @@ impl World {
         let node = self.nodes.get_mut(&n).expect("member");
         node.stopping = true;
         node.restart_after = length;
+        self.faulted(n, t + HANDOVER_PATIENCE_MS + RAFT_TICK_MS + length);
         self.note(|| format!("node {n} shuts down"));
         self.drop_table(n);
         let node = self.nodes.get_mut(&n).expect("member");
@@ -287,12 +299,17 @@ impl World {
         }
     }
 
-    /// The speaker granted its own client the longest lease: in the slow
-    /// reports scenario it dozes off (now and then) until its successor
-    /// reads it.
-    pub(crate) fn on_local_grant(&mut self, n: NodeId, lease: std::time::Duration) {
+    /// The speaker answered its own client a grant of `lease`: of the
+    /// longest lease, in the slow reports scenario it dozes off (now and
+    /// then) until its successor reads it; in the speaker crashes scenario
+    /// it crashes.
+    pub(crate) fn on_local_answer(&mut self, n: NodeId, lease: std::time::Duration) {
         let t = self.t;
-        if self.config.scenario != Scenario::SlowReports
+        let targeted = matches!(
+            self.config.scenario,
+            Scenario::SlowReports | Scenario::SpeakerCrashes
+        );
+        if !targeted
             || t < self.next_doze
             || t >= self.config.duration_ms
             || lease < std::time::Duration::from_millis(MAX_LEASE_MS)
@@ -300,6 +317,11 @@ impl World {
             return;
         }
         self.next_doze = t + self.rng.gen_range(2000..3000);
+        if self.config.scenario == Scenario::SpeakerCrashes {
+            let length = self.rng.gen_range(100..600);
+            self.crash(n, length);
+            return;
+        }
         self.pause(n, 1_500);
         self.nodes.get_mut(&n).expect("member").dozing = true;
     }

@@ -1,15 +1,18 @@
 //! One leasehold process: its Raft, its table and `Held`, and the speaker
 //! task's state (`crates/node/src/node.rs` and `speaker.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use locktable::{Answer, Held, LeaseRule, LockInTransit, MonoTime, NodeId, Table, WaiterId};
+use locktable::{
+    Answer, Held, LeaseRule, LockId, LockInTransit, MonoTime, NodeId, Table, WaiterId,
+};
 
 use crate::config::timing::{
     LEADER_LEASE_MS, LEASE_MARGIN_MS, LEASE_MS, MAX_LEASE_MS, RETRY_AT_MOST_MS, RETRY_FIRST_MS,
     STEP_DOWN_AFTER_MS,
 };
+use crate::copies::CopyWait;
 use crate::raft::{Persisted, Raft};
 use crate::world::{ClientId, Event, ReqId};
 
@@ -27,6 +30,39 @@ pub(crate) enum Origin {
         req: ReqId,
         arrived: u64,
     },
+}
+
+impl Origin {
+    /// The node whose client asked: the holder's node.
+    pub(crate) fn node(&self, speaker: NodeId) -> NodeId {
+        match self {
+            Origin::Local { .. } => speaker,
+            Origin::Forwarded { node, .. } => *node,
+        }
+    }
+
+    pub(crate) fn arrived(&self) -> u64 {
+        match self {
+            Origin::Local { arrived, .. } | Origin::Forwarded { arrived, .. } => *arrived,
+        }
+    }
+}
+
+/// The table a grant or renewal was made by: its term and generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Made {
+    pub(crate) term: Option<u64>,
+    pub(crate) generation: u64,
+}
+
+/// A call this node forwarded to the speaker, waiting for its answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Forwarded {
+    pub(crate) sent: u64,
+    /// The highest term that had read this node when the call left.
+    pub(crate) read_before: u64,
+    /// The lock a forwarded renewal is for.
+    pub(crate) renewing: Option<LockId>,
 }
 
 /// Where a rebuild attempt is.
@@ -108,6 +144,21 @@ pub(crate) struct Node {
     pub(crate) raft: Raft,
     pub(crate) table: Table,
     pub(crate) held: Held,
+    /// Copies of locks held through other nodes, sent by a speaker.
+    pub(crate) copies: Held,
+    /// The highest term whose speaker has read this node's report.
+    pub(crate) read_by: u64,
+    /// Members other than a lock's node that may keep a record of a lock
+    /// granted this term (a renewal moved it from them, or they took a
+    /// copy): a release is passed on to them too.
+    pub(crate) moved: BTreeMap<LockId, BTreeSet<NodeId>>,
+    /// Members that failed a copy and have not acknowledged one since.
+    pub(crate) suspects: BTreeSet<NodeId>,
+    /// Grants and renewals waiting for their copies' acknowledgements.
+    pub(crate) copying: BTreeMap<u64, CopyWait>,
+    /// Copies queued for their members, sent at the next flush: (member,
+    /// key, term, lock).
+    pub(crate) copy_queue: Vec<(NodeId, u64, u64, locktable::Lock)>,
     /// The term whose speaker this table is (or is being rebuilt for).
     pub(crate) speaking: Option<u64>,
     /// Shutting down: speaks no more.
@@ -118,11 +169,11 @@ pub(crate) struct Node {
     pub(crate) restart_after: u64,
     pub(crate) attempt: Option<Attempt>,
     pub(crate) retry: Retry,
-    pub(crate) waiters: HashMap<WaiterId, Origin>,
+    pub(crate) waiters: HashMap<WaiterId, (Origin, Made)>,
     /// Answers the table gave inside an acquire, told at the next dispatch.
     pub(crate) undelivered: Vec<Answer>,
-    /// Forwarded acquires: (sent at, client request arrived at).
-    pub(crate) pending: HashMap<ReqId, (u64, u64)>,
+    /// Forwarded acquires and renewals.
+    pub(crate) pending: HashMap<ReqId, Forwarded>,
 }
 
 impl Node {
@@ -151,6 +202,12 @@ impl Node {
                 max: Duration::from_millis(MAX_LEASE_MS),
             }),
             held: Held::new(),
+            copies: Held::new(),
+            read_by: 0,
+            moved: BTreeMap::new(),
+            suspects: BTreeSet::new(),
+            copying: BTreeMap::new(),
+            copy_queue: Vec::new(),
             speaking: None,
             stopping: false,
             stop_began: 0,
@@ -165,6 +222,29 @@ impl Node {
 
     pub(crate) fn mono(&self, t: u64) -> MonoTime {
         MonoTime::from_nanos((self.offset_ms + t) * 1_000_000)
+    }
+
+    pub(crate) fn made(&self) -> Made {
+        Made {
+            term: self.speaking,
+            generation: self.table.generation(),
+        }
+    }
+
+    /// `still_speaks_for`: the table that made a grant still speaks,
+    /// rebuilt and within its guard.
+    pub(crate) fn still_speaks_for(&self, made: Made, t: u64, ignore_lease: bool) -> bool {
+        made == self.made() && self.may_speak(t, ignore_lease)
+    }
+
+    /// `lock` as this node sends it at `t`.
+    pub(crate) fn lock_view(&self, lock: &locktable::Lock, t: u64) -> LockInTransit {
+        lock.in_transit(self.mono(t))
+    }
+
+    /// This node's record of `id`: its client's, or a copy.
+    pub(crate) fn held_record(&self, id: LockId) -> Option<locktable::Lock> {
+        self.held.get(id).or_else(|| self.copies.get(id))
     }
 
     /// `Node::may_speak`: this node leads the term its table is for, and a
@@ -187,8 +267,8 @@ impl Node {
                 .is_some_and(|acked| t < acked + LEADER_LEASE_MS - LEASE_MARGIN_MS)
     }
 
-    /// What this node tells a rebuilding speaker: its clients' locks and
-    /// what it granted, and whether it restarted less than the longest
+    /// What this node tells a rebuilding speaker: its clients' locks, its
+    /// copies and what it granted, and whether it restarted less than the longest
     /// lease ago.
     pub(crate) fn report(&self, t: u64) -> (Vec<LockInTransit>, bool) {
         let now = self.mono(t);
@@ -198,6 +278,7 @@ impl Node {
             .iter()
             .map(|l| l.in_transit(now))
             .collect();
+        locks.extend(self.copies.live(now).iter().map(|l| l.in_transit(now)));
         locks.extend(self.table.granted(now).iter().map(|l| l.in_transit(now)));
         let restarted = !self.first_start && t < self.started_at + MAX_LEASE_MS;
         (locks, restarted)

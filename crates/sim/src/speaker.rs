@@ -11,11 +11,11 @@ use locktable::{AcquireError, Acquired, LockId, NodeId, RebuildFrom, Request};
 
 use crate::config::timing::{MAX_LEASE_MS, REBUILD_TIMEOUT_MS, STRICT_HOLD_MS};
 use crate::config::Sabotage;
-use crate::node::{Attempt, Origin, Outcome, Phase, Retry};
-use crate::world::{Answer, Ask, ClientId, Event, Msg, Refusal, ReqId, To, World};
+use crate::node::{Attempt, Forwarded, Origin, Outcome, Phase, Retry};
+use crate::world::{Ask, ClientId, Event, Msg, Refusal, ReqId, To, World};
 
 impl World {
-    fn ignores_lease(&self) -> bool {
+    pub(crate) fn ignores_lease(&self) -> bool {
         self.config.sabotaged(Sabotage::IgnoreLeaderLease)
     }
 
@@ -33,6 +33,7 @@ impl World {
         };
         if term != node.speaking {
             node.speaking = term;
+            node.moved.clear();
             node.attempt = None;
             node.retry = Retry::new(t);
             self.drop_table(n);
@@ -138,6 +139,7 @@ impl World {
             return;
         }
         let term = attempt.term;
+        node.read_by = node.read_by.max(term);
         let (locks, restarted) = node.report(t);
         let mut reports = BTreeMap::new();
         reports.insert(n, (locks, restarted, t));
@@ -217,32 +219,38 @@ impl World {
         }
         let now = node.mono(t);
         let mut locks = Vec::new();
-        let mut missing = nodes - reports.len() as u64;
+        let mut absent: Vec<NodeId> = (1..=nodes).filter(|m| !reports.contains_key(m)).collect();
         // This node's own report went in when the reads were sent.
         let sent = reports.get(&n).map_or(t, |own| own.2);
-        for (report, restarted, arrived) in reports.into_values() {
-            missing += u64::from(restarted);
+        for (member, (report, restarted, arrived)) in reports {
+            if restarted {
+                absent.push(member);
+            }
             // Counted from the report's arrival: the speaker's table must
             // not end a lease before its holder's own count does.
             let arrived = node.mono(if count_from_send { sent } else { arrived });
             locks.extend(report.into_iter().map(|l| l.arrive(arrived)));
         }
+        let mut missing = absent.len() as u64;
         if skip {
             locks.clear();
             missing = 0;
         }
-        // The longest lease, and an old speaker's guard tail.
-        let hold = (strict && missing > 0).then(|| now + Duration::from_millis(hold_ms));
+        // Every grant answered to a client is on record with `copies`
+        // members: a rebuild that missed fewer has read every one of them.
+        let seen_all = missing < self.config.copies as u64;
+        // Otherwise the longest lease, and an old speaker's guard tail.
+        let hold = (strict && !seen_all).then(|| now + Duration::from_millis(hold_ms));
         let from = RebuildFrom {
             generation,
             epoch: term,
             locks,
             hold_new_grants_until: hold,
-            seen_all: false,
+            seen_all,
         };
         let outcome = match node.table.rebuild(from, now) {
             Ok(rebuilt) => {
-                if missing > 0 {
+                if !seen_all {
                     self.history.missing_rebuilds.push(t);
                 }
                 let mut by_node: BTreeMap<NodeId, Vec<LockId>> = BTreeMap::new();
@@ -252,7 +260,8 @@ impl World {
                 for (owner, ids) in by_node {
                     self.send(Some(n), To::Node(owner), Msg::Lost { ids });
                 }
-                self.note(|| format!("node {n}: rebuilt for term {term}, {missing} missing"));
+                absent.sort_unstable();
+                self.note(|| format!("node {n}: rebuilt for term {term}, missing {absent:?}"));
                 Outcome::Rebuilt
             }
             Err(locktable::RebuildError::Stale(_)) => {
@@ -279,16 +288,15 @@ impl World {
             node.table.turn_away_waiters();
         }
         node.held.expire(now);
+        node.copies.expire(now);
         self.dispatch(n);
     }
 
-    /// Sends the table's answers to whoever waits for them.
+    /// Hands the table's answers to whoever waits for them: a grant once
+    /// it is on record with enough members.
     pub(crate) fn dispatch(&mut self, n: NodeId) {
-        let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
-        let now = node.mono(t);
         let term = node.speaking.unwrap_or(0);
-        let mut out = Vec::new();
         let fresh = node.table.take_answers();
         let granted = fresh.iter().filter(|a| a.result.is_ok()).count();
         let mut answers = std::mem::take(&mut node.undelivered);
@@ -296,56 +304,26 @@ impl World {
         // The table hands out some answers in its hash maps' order, which
         // is seeded at random: sorted, a seed replays exactly.
         answers.sort_by_key(|a| a.waiter);
-        let mut local_leases = Vec::new();
+        let mut out = Vec::new();
         for answer in answers {
-            let Some(origin) = node.waiters.remove(&answer.waiter) else {
+            let Some((origin, made)) = node.waiters.remove(&answer.waiter) else {
                 continue;
             };
             if let (Ok(lock), Origin::Local { .. }) = (&answer.result, origin) {
                 node.held.record(lock.clone());
-                local_leases.push(lock.lease);
             }
-            let result = match answer.result {
-                Ok(lock) => Ok(lock.in_transit(now)),
-                Err(AcquireError::Held(_)) => Err(Refusal::Held),
-                Err(_) => Err(Refusal::Unavailable),
-            };
-            match origin {
-                Origin::Local {
-                    client,
-                    req,
-                    arrived,
-                } => out.push((
-                    To::Client(client),
-                    Msg::Reply {
-                        req,
-                        result: result.map(|l| (l, t - arrived)),
-                    },
-                )),
-                Origin::Forwarded {
-                    node,
-                    client,
-                    req,
-                    arrived,
-                } => out.push((
-                    To::Node(node),
-                    Msg::ForwardReply {
-                        client,
-                        req,
-                        result: result.map(|l| (l, t - arrived)),
-                    },
-                )),
-            }
+            out.push((origin, made, answer.result));
         }
         for _ in 0..granted {
             self.note(|| format!("node {n} hands a waiting request its lock"));
             self.granted(n, term);
         }
-        for (to, msg) in out {
-            self.send(Some(n), to, msg);
-        }
-        for lease in local_leases {
-            self.on_local_grant(n, lease);
+        for (origin, made, result) in out {
+            match result {
+                Ok(lock) => self.answer_on_record(n, lock, origin, made, true),
+                Err(AcquireError::Held(_)) => self.answer(n, origin, Err(Refusal::Held)),
+                Err(_) => self.answer(n, origin, Err(Refusal::Unavailable)),
+            }
         }
     }
 
@@ -370,24 +348,8 @@ impl World {
                 arrived: t,
             }
         };
-        let reply = |w: &mut World, result: Answer| match origin {
-            Origin::Local { client, req, .. } => {
-                w.send(Some(n), To::Client(client), Msg::Reply { req, result })
-            }
-            Origin::Forwarded {
-                node, client, req, ..
-            } => w.send(
-                Some(n),
-                To::Node(node),
-                Msg::ForwardReply {
-                    client,
-                    req,
-                    result,
-                },
-            ),
-        };
         if !node.may_speak(t, ignore) {
-            reply(self, Err(Refusal::Unavailable));
+            self.answer(n, origin, Err(Refusal::Unavailable));
             return;
         }
         let term = node.speaking.unwrap_or(0);
@@ -402,6 +364,7 @@ impl World {
             data: None,
         };
         let outcome = node.table.acquire(request, now);
+        let made = node.made();
         // A lease that ran out is handed to a waiting request inside
         // `acquire`; the node tells that request at its next dispatch.
         let handed = node.table.take_answers();
@@ -415,17 +378,15 @@ impl World {
             Ok(Acquired::Granted(lock)) => {
                 if from == n {
                     node.held.record(lock.clone());
-                    self.on_local_grant(n, lock.lease);
                 }
-                let transit = lock.in_transit(now);
                 self.granted(n, term);
-                reply(self, Ok((transit, 0)));
+                self.answer_on_record(n, lock, origin, made, true);
             }
             Ok(Acquired::Waiting(w)) => {
-                node.waiters.insert(w, origin);
+                node.waiters.insert(w, (origin, made));
             }
-            Err(AcquireError::Held(_)) => reply(self, Err(Refusal::Held)),
-            Err(_) => reply(self, Err(Refusal::Unavailable)),
+            Err(AcquireError::Held(_)) => self.answer(n, origin, Err(Refusal::Held)),
+            Err(_) => self.answer(n, origin, Err(Refusal::Unavailable)),
         }
     }
 
@@ -439,24 +400,9 @@ impl World {
         let now = node.mono(t);
         if let Ok(lock) = node.table.release(name, id, now) {
             node.held.remove(id);
-            // As the node does: a lock granted this term is in the record
-            // of its node only (the sim has no renewals through other
-            // nodes); one from an earlier term may be in anyone's.
-            let this_term = Some(lock.fence.epoch()) == node.speaking;
-            let left = lock.expires.saturating_duration_since(now);
-            for other in 1..=self.config.nodes {
-                if other != n && (!this_term || other == lock.node) {
-                    self.send(
-                        Some(n),
-                        To::Node(other),
-                        Msg::Forget {
-                            name: name.to_string(),
-                            id,
-                            left,
-                        },
-                    );
-                }
-            }
+            node.copies.remove(id);
+            let to = self.forget_to(n, &lock);
+            self.send_forgets(n, name, &lock, to);
         }
         self.dispatch(n);
     }
@@ -476,11 +422,16 @@ impl World {
             Msg::Acquire { client, req, ask } => match self.nodes[&n].raft.current_leader() {
                 Some(l) if l == n => self.speak_acquire(n, n, client, req, ask),
                 Some(l) => {
-                    self.nodes
-                        .get_mut(&n)
-                        .expect("member")
-                        .pending
-                        .insert(req, (t, t));
+                    let node = self.nodes.get_mut(&n).expect("member");
+                    let read_before = node.read_by;
+                    node.pending.insert(
+                        req,
+                        Forwarded {
+                            sent: t,
+                            read_before,
+                            renewing: None,
+                        },
+                    );
                     let from = n;
                     self.send(
                         Some(n),
@@ -512,27 +463,38 @@ impl World {
                 client,
                 req,
                 result,
+            } => self.forward_answered(n, client, req, result),
+            Msg::Renew {
+                client,
+                req,
+                name,
+                id,
+                lease_ms,
+            } => self.renew(n, client, req, (name, id, lease_ms)),
+            Msg::ForwardRenew {
+                from,
+                client,
+                req,
+                name,
+                id,
+                lease_ms,
+                record,
             } => {
-                let node = self.nodes.get_mut(&n).expect("member");
-                let Some((sent, arrived)) = node.pending.remove(&req) else {
-                    return;
-                };
-                let result = match result {
-                    Ok((transit, served)) => {
-                        // Counted from the send plus the speaker's time.
-                        let lock = transit.arrive(node.mono(sent + served));
-                        let now = node.mono(t);
-                        let view = lock.in_transit(now);
-                        node.held.record(lock);
-                        Ok((view, t - arrived))
-                    }
-                    Err(e) => Err(e),
-                };
-                self.send(Some(n), To::Client(client), Msg::Reply { req, result });
+                let now = self.nodes[&n].mono(t);
+                let record = record.map(|r| r.arrive(now));
+                self.speak_renew(n, from, client, req, (name, id, lease_ms), record);
             }
+            Msg::Copy {
+                from,
+                key,
+                term,
+                lock,
+            } => self.take_copy(n, from, key, term, lock),
+            Msg::CopyAck { from, key, ok } => self.copy_answered(n, key, from, ok),
             Msg::Release { name, id } => {
                 let node = self.nodes.get_mut(&n).expect("member");
                 node.held.remove(id);
+                node.copies.remove(id);
                 match node.raft.current_leader() {
                     Some(l) if l == n => self.speak_release(n, &name, id),
                     Some(l) => self.send(Some(n), To::Node(l), Msg::ForwardRelease { name, id }),
@@ -544,6 +506,7 @@ impl World {
                 let node = self.nodes.get_mut(&n).expect("member");
                 let now = node.mono(t);
                 node.held.remove(id);
+                node.copies.remove(id);
                 node.table.forget(&name, id, left, now);
                 self.dispatch(n);
             }
@@ -555,7 +518,11 @@ impl World {
                 // `deposed_by`: a member still speaking for an older term
                 // drops its table before it answers.
                 let read_term = !self.config.sabotaged(Sabotage::NoReadTerm);
-                if read_term && self.nodes[&n].speaking.is_some_and(|own| own < term) {
+                let node = self.nodes.get_mut(&n).expect("member");
+                if read_term {
+                    node.read_by = node.read_by.max(term);
+                }
+                if read_term && node.speaking.is_some_and(|own| own < term) {
                     self.note(|| {
                         format!("node {n}: read by the speaker of term {term}, drops its table")
                     });
@@ -583,6 +550,7 @@ impl World {
                 let node = self.nodes.get_mut(&n).expect("member");
                 for id in ids {
                     node.held.remove(id);
+                    node.copies.remove(id);
                 }
             }
             Msg::Reply { .. } => {}

@@ -25,6 +25,8 @@ pub(crate) type ReqId = u64;
 pub(crate) enum Refusal {
     Held,
     Unavailable,
+    /// A renewal of a lock the speaker does not hold (nor could reclaim).
+    NotHeld,
 }
 
 /// A grant as it travels back: the lock, and how long the speaker (and a
@@ -51,6 +53,13 @@ pub(crate) enum Msg {
         name: String,
         id: LockId,
     },
+    Renew {
+        client: ClientId,
+        req: ReqId,
+        name: String,
+        id: LockId,
+        lease_ms: u64,
+    },
     Reply {
         req: ReqId,
         result: Answer,
@@ -62,10 +71,33 @@ pub(crate) enum Msg {
         req: ReqId,
         ask: Ask,
     },
+    /// The answer to a forwarded acquire or renewal.
     ForwardReply {
         client: ClientId,
         req: ReqId,
         result: Answer,
+    },
+    ForwardRenew {
+        from: NodeId,
+        client: ClientId,
+        req: ReqId,
+        name: String,
+        id: LockId,
+        lease_ms: u64,
+        /// The renewing node's record of the lock, if it has one.
+        record: Option<LockInTransit>,
+    },
+    /// A copy of a grant or renewal by the speaker of `term`.
+    Copy {
+        from: NodeId,
+        key: u64,
+        term: u64,
+        lock: LockInTransit,
+    },
+    CopyAck {
+        from: NodeId,
+        key: u64,
+        ok: bool,
     },
     ForwardRelease {
         name: String,
@@ -131,6 +163,15 @@ pub(crate) enum Event {
     Wake(NodeId, u64),
     /// The last fault has healed: the quiet tail begins.
     Quiet,
+    /// A node (this incarnation) sends the copies it queued.
+    CopyFlush(NodeId, u64),
+    /// A node (this incarnation) stops waiting for a member's
+    /// acknowledgement of the copy `key`.
+    CopyTimeout(NodeId, u64, u64, NodeId),
+    /// A holder renews the lock won by this request, if it still holds it.
+    ClientRenew(ClientId, ReqId),
+    /// A holder stops waiting for the answer to this renewal attempt.
+    RenewGiveUp(ClientId, ReqId),
 }
 
 pub(crate) struct World {
@@ -145,6 +186,7 @@ pub(crate) struct World {
     pub(crate) next_req: ReqId,
     pub(crate) next_lock: u128,
     pub(crate) next_attempt: u64,
+    pub(crate) next_copy: u64,
     /// Directed links cut by partitions, with how many partitions cut each.
     pub(crate) cuts: BTreeMap<(NodeId, NodeId), u32>,
     /// When the faults injected so far have all healed.
@@ -174,6 +216,7 @@ pub fn run(seed: u64, config: &Config) -> Report {
         next_req: 0,
         next_lock: 0,
         next_attempt: 0,
+        next_copy: 0,
         cuts: BTreeMap::new(),
         last_heal: 0,
         quiet_since: None,
@@ -256,6 +299,17 @@ impl World {
         }
         if self.quiet_since.is_none() && self.rng.gen_bool(self.config.loss) {
             self.report.lost_messages += 1;
+            let unheard = match (&msg, to) {
+                (Msg::ReadReport { .. }, To::Node(m)) => Some(m),
+                (Msg::Report { from, .. }, _) => Some(*from),
+                _ => None,
+            };
+            if let Some(m) = unheard {
+                self.history.unheard.push((m, self.t));
+                self.note(|| {
+                    format!("the network loses a rebuild's read of node {m} or its report")
+                });
+            }
             return;
         }
         let delay = self.rng.gen_range(1..=self.config.max_delay_ms);
@@ -343,6 +397,26 @@ impl World {
                 }
             }
             Event::Quiet => self.quiet(),
+            Event::CopyFlush(n, incarnation) => {
+                let node = &self.nodes[&n];
+                if node.alive && node.incarnation == incarnation {
+                    match self.node_ready(n) {
+                        Some(true) => self.flush_copies(n),
+                        _ => self.park(n, Event::CopyFlush(n, incarnation)),
+                    }
+                }
+            }
+            Event::CopyTimeout(n, incarnation, key, member) => {
+                let node = &self.nodes[&n];
+                if node.alive && node.incarnation == incarnation {
+                    match self.node_ready(n) {
+                        Some(true) => self.copy_answered(n, key, member, false),
+                        _ => self.park(n, Event::CopyTimeout(n, incarnation, key, member)),
+                    }
+                }
+            }
+            Event::ClientRenew(c, req) => self.client_renew(c, req),
+            Event::RenewGiveUp(c, req) => self.renew_give_up(c, req),
         }
     }
 

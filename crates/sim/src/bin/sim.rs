@@ -1,11 +1,11 @@
 //! Runs simulation seeds:
 //!
 //! ```text
-//! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost|slow-reports]
-//!     [--sabotage RULE[,RULE...]] [--strict]
+//! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost|slow-reports|speaker-crashes]
+//!     [--sabotage RULE[,RULE...]] [--strict] [--copies C]
 //!
 //! RULE: skip-rebuild, ignore-lease, no-retry, no-restart-wait, no-read-term,
-//! short-hold, count-from-send.
+//! short-hold, count-from-send, unacked-copies.
 //! sim --reproduce S [--trace] [...]
 //! ```
 
@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         Some("blip") => Scenario::QuorumBlip,
         Some("acks-lost") => Scenario::AcksLost,
         Some("slow-reports") => Scenario::SlowReports,
+        Some("speaker-crashes") => Scenario::SpeakerCrashes,
         Some(other) => {
             eprintln!("unknown scenario {other}");
             return ExitCode::FAILURE;
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
             "no-read-term" => Sabotage::NoReadTerm,
             "short-hold" => Sabotage::ShortStrictHold,
             "count-from-send" => Sabotage::CountFromSend,
+            "unacked-copies" => Sabotage::UnackedCopies,
             other => {
                 eprintln!("unknown sabotage {other}");
                 return ExitCode::FAILURE;
@@ -69,6 +71,14 @@ fn main() -> ExitCode {
         let mut config = Config::scenario(seed, scenario);
         config.sabotage = sabotage.clone();
         config.strict |= strict;
+        if let Some(copies) = value("--copies") {
+            let quorum = config.nodes / 2 + 1;
+            if copies == 0 || copies > quorum {
+                eprintln!("seed {seed}: --copies {copies} is not within 1..={quorum}");
+                return ExitCode::FAILURE;
+            }
+            config.copies = copies as usize;
+        }
         config.trace = trace;
         let mut report = run(seed, &config);
         totals.add(
@@ -90,8 +100,9 @@ fn main() -> ExitCode {
         "{count} seeds from {start} ({scenario:?}{}): {:.0} s simulated, {} faults \
          ({} crashes, {} graceful stops, {} pauses, {} partitions, {} quorum blips), \
          {} elections, {} failed rebuild attempts retried, {} step-downs, {} grants held; \
-         {} overlaps ({} explained by rebuilds that missed members); {} violations \
-         (seeds with: {} overlaps, {} fence inversions, {} deposed grants, {} deposed open guards, {} liveness); \
+         {} overlaps ({} explained by rebuilds that missed as many members as copies); {} violations \
+         (seeds with: {} overlaps, {} fence inversions, {} deposed grants, {} deposed open guards, {} lost locks, {} liveness); \
+         {} renewed locks lost with as many members failed as copies ({} of them with a member unheard); \
          liveness worst case {} ms (bound {}..{} ms); {} seeds failed {:?}",
         if sabotage.is_empty() {
             String::new()
@@ -116,7 +127,10 @@ fn main() -> ExitCode {
         totals.inversions,
         totals.deposed,
         totals.deposed_guards,
+        totals.lost,
         totals.liveness,
+        totals.excused_losses,
+        totals.unheard_losses,
         totals.liveness_ms,
         totals.bound_min,
         totals.bound_max,
@@ -150,6 +164,9 @@ struct Totals {
     inversions: usize,
     deposed: usize,
     deposed_guards: usize,
+    lost: usize,
+    excused_losses: usize,
+    unheard_losses: usize,
     liveness: usize,
     liveness_ms: u64,
     bound_min: u64,
@@ -176,6 +193,9 @@ impl Totals {
         self.inversions += usize::from(!r.fence_inversions.is_empty());
         self.deposed += usize::from(!r.deposed_grants.is_empty());
         self.deposed_guards += usize::from(!r.deposed_speakers.is_empty());
+        self.lost += usize::from(!r.lost_locks.is_empty());
+        self.excused_losses += r.excused_losses;
+        self.unheard_losses += r.unheard_losses;
         self.liveness += usize::from(!r.liveness.is_empty());
         self.liveness_ms = self.liveness_ms.max(r.liveness_ms);
         self.bound_min = if self.bound_min == 0 {
