@@ -620,6 +620,17 @@ impl Node {
                 state.table.reclaim(record, now).map_err(lock_error)?;
                 state.table.renew(name, id, lease, node, now)
             }
+            Err(LockError::NotHeld) if state.table.new_grants_held_until(now).is_some() => {
+                // The last rebuild missed as many members as there are
+                // copies: one of them may have this lock on record, and a
+                // renewal through it reclaims it. Not "not held" yet.
+                return Err(ApiError::new(
+                    ErrorCode::NotRebuilt,
+                    "this lock is not in the table rebuilt without some members, which may \
+                     have it on record; new grants are held back meanwhile: retry (through \
+                     another node)",
+                ));
+            }
             other => other,
         }
         .map_err(lock_error)?;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{PeerLock, RebuildReport};
 use leasehold_raft::codec::CodecError;
 use leasehold_raft::{leader_state, ReadPolicy};
@@ -14,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::RebuildMode;
 use crate::node::Node;
+use crate::peers::PeerError;
 use crate::report::{self, MemberReport, ReportHeader, ReportLock};
 
 /// How often the speaker task looks at Raft's view of the leader.
@@ -310,45 +312,41 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
 
 type Reports = Vec<(NodeId, MemberReport)>;
 
+/// How long a rebuild waits before it reads again a member whose read
+/// failed.
+const READ_AGAIN_AFTER: Duration = Duration::from_millis(50);
+
 /// Reads every member's report in parallel, up to the rebuild timeout. A
 /// member that does not answer, or restarted less than the longest lease
 /// ago (its memory of its clients' locks is incomplete), is missing.
 ///
+/// A member whose read failed is read again until the timeout while the
+/// members failing, with those missing already, are as many as there are
+/// copies: then each one read makes the difference between a rebuild that
+/// has seen every grant and one that has not. With fewer, the rebuild has
+/// seen every grant without them, and does not wait.
+///
 /// The read carries `term`: a member still speaking for an older term drops
 /// its table before it answers, so it grants nothing after its report.
 async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
-    let timeout = node.config.rebuild_timeout;
+    let deadline = Instant::now() + node.config.rebuild_timeout;
+    let copies = node.config.copies();
     let max_lease = node.config.lease.max;
-    let mut reads = Vec::new();
-    for (id, addr) in node.config.peers.clone() {
-        let node = Arc::clone(node);
-        reads.push(async move {
-            let started = Instant::now();
-            let report = if id == node.id() {
-                // Read by this term like any member: an answer from an older
-                // speaker arriving after this is not recorded (`record_held`)
-                // and a copy from one is refused (`take_copies`).
-                node.deposed_by(term);
-                Ok(node.own_report())
-            } else {
-                node.peers
-                    .report(
-                        &addr,
-                        term,
-                        timeout,
-                        node.config.report_frame_bytes,
-                        node.clock,
-                    )
-                    .await
-            };
-            (id, started.elapsed(), report)
-        });
-    }
+    let read_after =
+        |id, addr, delay| read_member(Arc::clone(node), id, addr, term, deadline, delay);
+    let mut reads: FuturesUnordered<_> = node
+        .config
+        .peers
+        .iter()
+        .map(|(id, addr)| read_after(*id, addr.clone(), None))
+        .collect();
     let mut read = Vec::new();
     let mut missing = Vec::new();
-    for (id, took, report) in futures::future::join_all(reads).await {
+    let mut failing: BTreeMap<NodeId, String> = BTreeMap::new();
+    while let Some((id, addr, took, report)) = reads.next().await {
         match report {
             Ok(report) => {
+                failing.remove(&id);
                 tracing::info!(
                     member = id,
                     locks = report.locks.len(),
@@ -363,13 +361,60 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
                 }
                 read.push((id, report));
             }
+            Err(e) if Instant::now() + READ_AGAIN_AFTER < deadline => {
+                failing.insert(id, e.to_string());
+                reads.push(read_after(id, addr, Some(READ_AGAIN_AFTER)));
+            }
             Err(e) => {
-                tracing::warn!(member = id, %e, "member missing at the rebuild");
-                missing.push(id);
+                failing.insert(id, e.to_string());
             }
         }
+        let only_failing_left = reads.len() <= failing.len();
+        if only_failing_left && missing.len() + failing.len() < copies {
+            break;
+        }
+    }
+    for (id, e) in failing {
+        tracing::warn!(member = id, %e, "member missing at the rebuild");
+        missing.push(id);
     }
     (read, missing)
+}
+
+/// One read of member `id`'s report (after `delay`, if given), bounded by
+/// `deadline`: the member, its address, how long the read took, and the
+/// report.
+async fn read_member(
+    node: Arc<Node>,
+    id: NodeId,
+    addr: String,
+    term: u64,
+    deadline: Instant,
+    delay: Option<Duration>,
+) -> (NodeId, String, Duration, Result<MemberReport, PeerError>) {
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    let started = Instant::now();
+    let report = if id == node.id() {
+        // Read by this term like any member: an answer from an older
+        // speaker arriving after this is not recorded (`record_held`)
+        // and a copy from one is refused (`take_copies`).
+        node.deposed_by(term);
+        Ok(node.own_report())
+    } else {
+        let timeout = deadline.saturating_duration_since(started);
+        node.peers
+            .report(
+                &addr,
+                term,
+                timeout,
+                node.config.report_frame_bytes,
+                node.clock,
+            )
+            .await
+    };
+    (id, addr, started.elapsed(), report)
 }
 
 async fn tell_losers(node: &Arc<Node>, lost: Vec<Lock>) {
