@@ -2,7 +2,7 @@
 //! or term, rebuild from every member before granting, and retry the
 //! rebuild for as long as this node leads that term without serving.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -342,8 +342,12 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
         .collect();
     let mut read = Vec::new();
     let mut missing = Vec::new();
+    // Members not read yet whose first read has not ended, and members
+    // whose last read failed, with why.
+    let mut unanswered: BTreeSet<NodeId> = node.config.peers.keys().copied().collect();
     let mut failing: BTreeMap<NodeId, String> = BTreeMap::new();
     while let Some((id, addr, took, report)) = reads.next().await {
+        unanswered.remove(&id);
         match report {
             Ok(report) => {
                 failing.remove(&id);
@@ -361,22 +365,24 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
                 }
                 read.push((id, report));
             }
-            Err(e) if Instant::now() + READ_AGAIN_AFTER < deadline => {
-                failing.insert(id, e.to_string());
-                reads.push(read_after(id, addr, Some(READ_AGAIN_AFTER)));
-            }
             Err(e) => {
+                if Instant::now() + READ_AGAIN_AFTER < deadline {
+                    reads.push(read_after(id, addr, Some(READ_AGAIN_AFTER)));
+                }
                 failing.insert(id, e.to_string());
             }
         }
-        let only_failing_left = reads.len() <= failing.len();
-        if only_failing_left && missing.len() + failing.len() < copies {
+        if unanswered.is_empty() && missing.len() + failing.len() < copies {
             break;
         }
     }
-    for (id, e) in failing {
-        tracing::warn!(member = id, %e, "member missing at the rebuild");
-        missing.push(id);
+    // Every member not read is missing, whatever stopped the reads.
+    for id in node.config.peers.keys() {
+        if !read.iter().any(|(r, _)| r == id) {
+            let why = failing.get(id).map_or("no answer", String::as_str);
+            tracing::warn!(member = id, e = why, "member missing at the rebuild");
+            missing.push(*id);
+        }
     }
     (read, missing)
 }
