@@ -643,6 +643,12 @@ impl Table {
         let lost = settle_into(&mut self.slots, from.locks, now, LeaseRule::LONGEST, |id| {
             forgotten.contains(id, now)
         });
+        // A loser's other records (copies, a `Held` not dropped yet) must
+        // not bring it back once the name is free again.
+        for lock in &lost {
+            self.forgotten
+                .insert(lock.id, lock.expires + Self::FORGET_MARGIN, now);
+        }
         self.reindex_expiries();
         let slots = &self.slots;
         self.retained.retain(|id, l| {

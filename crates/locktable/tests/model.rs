@@ -408,6 +408,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         expected.get(&lost.name).is_some_and(|k| k.id != lost.id),
                         "only a loser is returned"
                     );
+                    // A loser is forgotten as a release is, and other
+                    // records of it may still be reported later.
+                    model.released.insert(lost.id, lost.clone());
+                    released_locks.insert(lost.id, lost.clone());
                 }
                 last_fence = last_fence.max(max_reported);
                 model.locks = expected;

@@ -682,6 +682,19 @@ fn a_conflict_keeps_the_lock_held_longest_and_returns_the_other() {
     }
 }
 
+/// A lock a rebuild settled as lost stays lost: once the kept lock is
+/// released, a record of the loser another node still has (a copy, a
+/// `Held` its node had not dropped yet) does not bring it back.
+#[test]
+fn a_lock_settled_as_lost_is_not_reclaimed_later() {
+    let older = held_lock("a", 1, 2, t(0), t(30), Fence::new(1, 5).0);
+    let newer = held_lock("a", 2, 3, t(4), t(30), Fence::new(2, 1).0);
+    let mut table = rebuilt_table(3, vec![older.clone(), newer.clone()], t(5));
+    assert!(table.is_forgotten(newer.id, t(5)));
+    table.release("a", older.id, t(6)).unwrap();
+    assert_eq!(table.reclaim(newer, t(7)), Err(LockError::NotHeld));
+}
+
 /// Two grants of one name from one term cannot both be live: that
 /// speaker's table granted the name again only once the first grant ended
 /// (released or expired). The earlier is a stale record (a copy, or a

@@ -620,10 +620,14 @@ impl Node {
                 state.table.reclaim(record, now).map_err(lock_error)?;
                 state.table.renew(name, id, lease, node, now)
             }
-            Err(LockError::NotHeld) if state.table.new_grants_held_until(now).is_some() => {
+            Err(LockError::NotHeld)
+                if state.table.new_grants_held_until(now).is_some()
+                    && !state.table.is_forgotten(id, now) =>
+            {
                 // The last rebuild missed as many members as there are
                 // copies: one of them may have this lock on record, and a
-                // renewal through it reclaims it. Not "not held" yet.
+                // renewal through it reclaims it. Not "not held" yet,
+                // unless it was released or settled as lost.
                 return Err(ApiError::new(
                     ErrorCode::NotRebuilt,
                     "this lock is not in the table rebuilt without some members, which may \
@@ -759,7 +763,12 @@ impl Node {
     /// This node's record of `id`: its client's, or a copy.
     pub(crate) fn held_record(&self, id: LockId) -> Option<Lock> {
         let state = self.state();
-        state.held.get(id).or_else(|| state.copies.get(id))
+        // A node may keep both (a `Held` from before the lock moved away,
+        // a copy of a later renewal): the one whose lease ends last.
+        match (state.held.get(id), state.copies.get(id)) {
+            (Some(held), Some(copy)) if copy.expires > held.expires => Some(copy),
+            (held, copy) => held.or(copy),
+        }
     }
 
     /// Drops this node's record of `id`.
