@@ -10,10 +10,16 @@
 //!   runs) while fewer members failed than there are copies. Failed is
 //!   judged from the world, not from the protocol's count of missing
 //!   members: a member failed if it was crashed, paused, stopping or at
-//!   either end of a cut link, or the network lost a rebuild's read of it
-//!   or its report, at any time from the longest lease before the grant to
-//!   the loss. Losses excused by a lost read or report alone are counted
-//!   apart: the rebuild reads each member once.
+//!   either end of a cut link at any time from the longest lease before
+//!   the grant to the loss. The network losing a rebuild's read of a
+//!   member, or its report, is no excuse: the rebuild reads a member again
+//!   until its timeout while that member could make the difference
+//!   (`read_check`), so only a run of lost reads across the whole rebuild
+//!   window could miss a member that did not fail. No seed needed such an
+//!   excuse (10000 mixed seeds, 3000 of each scenario, strict and not),
+//!   where the node that read each member once lost renewed locks to one
+//!   crash and one lost read (seed 442 of speaker crashes, strict; the
+//!   `ReadOnce` sabotage).
 //! - *Exclusion of speakers*: no node grants for a term once a leader of a
 //!   later term has been elected, nor could (its table rebuilt and its
 //!   guard open, looked at every tick): the guard's premise is that no
@@ -63,9 +69,6 @@ pub(crate) struct History {
     /// paused, stopping gracefully (until restarted), or at either end of a
     /// cut link.
     pub(crate) faults: Vec<(NodeId, u64, u64)>,
-    /// Members a rebuild could not hear, and when: the network lost its
-    /// read of them or their report (a cut link is a fault already).
-    pub(crate) unheard: Vec<(NodeId, u64)>,
     /// When rebuilds that missed as many members as there are copies (or
     /// more) finished.
     pub(crate) missing_rebuilds: Vec<u64>,
@@ -103,12 +106,8 @@ pub struct Report {
     /// faulted meanwhile than there are copies.
     pub lost_locks: Vec<String>,
     /// Locks lost while their holders kept renewing, with as many members
-    /// failed meanwhile as there are copies, or more.
+    /// faulted meanwhile as there are copies, or more.
     pub excused_losses: usize,
-    /// Of those, the ones with fewer members faulted than copies: a
-    /// rebuild could not hear some member because the network lost its
-    /// read or its report (the rebuild reads each member once).
-    pub unheard_losses: usize,
     /// Nodes that served no grant within the bound after the last fault
     /// healed.
     pub liveness: Vec<String>,
@@ -219,9 +218,9 @@ impl World {
     /// No lock whose holder kept renewing is lost while fewer than
     /// `copies` members failed. A member failed if, at any time from the
     /// longest lease before the grant (a rebuild then under way may miss
-    /// it) to the loss, it was faulted (crashed, paused, stopping, at
-    /// either end of a cut link) or a rebuild could not hear it (the
-    /// network lost its read or its report).
+    /// it) to the loss, it was faulted: crashed, paused, stopping, or at
+    /// either end of a cut link. Reads the network lost are no excuse: a
+    /// rebuild reads again a member it could not read.
     fn check_lost(&mut self) {
         let copies = self.config.copies;
         let report = &mut self.report;
@@ -229,23 +228,15 @@ impl World {
         for lost in &self.history.lost {
             let from = lost.granted.saturating_sub(MAX_LEASE_MS);
             let during = |start: u64, end: u64| start <= lost.lost && end >= from;
-            let faulted: BTreeSet<NodeId> = self
+            let failed: BTreeSet<NodeId> = self
                 .history
                 .faults
                 .iter()
                 .filter(|(_, start, end)| during(*start, *end))
                 .map(|(n, _, _)| *n)
                 .collect();
-            let unheard = self
-                .history
-                .unheard
-                .iter()
-                .filter(|(_, at)| during(*at, *at))
-                .map(|(n, _)| *n);
-            let failed: BTreeSet<NodeId> = faulted.iter().copied().chain(unheard).collect();
             if failed.len() >= copies {
                 report.excused_losses += 1;
-                report.unheard_losses += usize::from(faulted.len() < copies);
                 continue;
             }
             push_capped(&mut report.lost_locks, &mut violations, || {

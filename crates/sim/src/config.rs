@@ -59,6 +59,15 @@ pub enum Sabotage {
     /// The speaker answers its own client at once and sends the copy
     /// without waiting for its acknowledgement.
     UnackedCopies,
+    /// A rebuild reads each member once (no read again after a failed
+    /// read, no early end): one crash and one lost read miss two members
+    /// (the node before 2201560).
+    ReadOnce,
+    /// A renewal of a lock the table lacks, with no record from the
+    /// renewing node, is answered "not held" during the strict hold, though
+    /// a member the rebuild missed may have it on record (the node before
+    /// 2201560).
+    NotHeldInHold,
 }
 
 /// The faults a run injects.
@@ -188,6 +197,9 @@ pub(crate) mod timing {
     pub const HANDOVER_PATIENCE_MS: u64 = 2_000;
     /// How long a new speaker waits for each member's report.
     pub const REBUILD_TIMEOUT_MS: u64 = 300;
+    /// How long a rebuild waits before it reads a member again whose read
+    /// failed (`READ_AGAIN_AFTER`).
+    pub const READ_AGAIN_AFTER_MS: u64 = 50;
     /// The clients' lease.
     pub const LEASE_MS: u64 = 1_000;
     /// The longest lease (`--max-lease`).
@@ -226,8 +238,11 @@ pub(crate) mod timing {
 ///   after it saw a greater log), pre-vote and vote take two round trips;
 ///   three such rounds are allowed for split votes;
 /// - a rebuild attempt that was under way fails after one leader lease
-///   (ReadIndex) or the rebuild timeout, and the next one starts after the
-///   longest backoff; it then confirms and reads in two round trips;
+///   (ReadIndex) or the rebuild timeout (reading failed members again
+///   happens within that timeout, and ending the reads early only
+///   shortens it), and the next one starts after the longest backoff; it
+///   then confirms and reads in two round trips (no message is lost in the
+///   quiet tail, so no member is read again);
 /// - in strict mode, a rebuild within the longest lease of a restart
 ///   misses that member and holds new grants back for the strict hold;
 /// - the probe asks every `PROBE_EVERY_MS`, through a forward: two round

@@ -111,6 +111,13 @@ impl World {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
         node.alive = false;
+        // Reads that waited for it while it was paused fail with it.
+        let parked = std::mem::take(&mut node.parked);
+        for event in &parked {
+            if let Event::Deliver(to, msg) = event {
+                self.read_failed(msg, *to);
+            }
+        }
         self.faulted(n, t + length);
         self.report.crashes += 1;
         self.note(|| format!("node {n} crashes for {length} ms"));

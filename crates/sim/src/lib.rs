@@ -1,7 +1,8 @@
 //! A deterministic simulation of leasehold's speaker protocol: the real
 //! lock table (`locktable`) on every node, with the node's role logic
 //! around it (drop on every change of term, rebuild with ReadIndex and
-//! every member's report, retries while the term lasts, step-down,
+//! every member's report, each failed read tried again within the rebuild
+//! timeout, retries while the term lasts, step-down,
 //! forwarding, renewals, copies, expiry, the leader-lease guard), under a
 //! simulated clock and network that loses, delays and reorders messages,
 //! and nodes that crash, restart, pause, are cut off and shut down

@@ -69,11 +69,43 @@ pub(crate) struct Forwarded {
 pub(crate) enum Phase {
     /// Waiting for ReadIndex.
     Confirming,
-    /// Reading the members: each report, whether its member restarted
-    /// lately, and when it arrived.
-    Reading(BTreeMap<NodeId, (Vec<LockInTransit>, bool, u64)>),
+    /// Reading the members.
+    Reading(Reads),
     /// Over; the watch loop takes the outcome at its next turn.
     Done(Outcome),
+}
+
+/// A rebuild's reads of the members (`read_members`).
+pub(crate) struct Reads {
+    /// Each report read, whether its member restarted lately, and when it
+    /// arrived.
+    pub(crate) reports: BTreeMap<NodeId, (Vec<LockInTransit>, bool, u64)>,
+    /// The members not read yet.
+    pub(crate) unread: BTreeMap<NodeId, Unread>,
+    /// When the reads end (`--rebuild-timeout` after they began).
+    pub(crate) deadline: u64,
+}
+
+/// A member a rebuild has not read yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Unread {
+    /// A read of it failed (`failing`): its first read has ended.
+    pub(crate) failing: bool,
+    /// The network lost its read under way or the answer, or the member
+    /// was down when the read came: the read has failed, and the speaker
+    /// learns so at its next look (`ReadCheck`).
+    pub(crate) lost: bool,
+}
+
+impl Reads {
+    /// The node's condition to stop reading early: every member's first
+    /// read has ended (answered or failed), and the members failing, with
+    /// those that answered but restarted lately, are fewer than `copies`.
+    pub(crate) fn enough(&self, copies: usize) -> bool {
+        let restarted = self.reports.values().filter(|r| r.1).count();
+        self.unread.is_empty()
+            || (self.unread.values().all(|u| u.failing) && restarted + self.unread.len() < copies)
+    }
 }
 
 /// How a rebuild attempt ended.

@@ -1,6 +1,8 @@
 //! Renewals, as the node serves them: through the speaker, which renews
 //! the lock in its table (moving it to the renewing node, or reclaiming it
-//! from that node's record when the table lacks it) and answers once the
+//! from that node's record when the table lacks it; without a record,
+//! during a strict hold, it answers "unavailable", as the node's 503
+//! `not_rebuilt`, for a missed member may have the lock) and answers once the
 //! renewal is on record with enough members; through a follower, which
 //! forwards its record of the lock and keeps the renewed lock in `Held`
 //! unless a newer speaker read it meanwhile. The forwarding node's side of
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use locktable::{Lock, LockError, LockId, NodeId};
 
+use crate::config::Sabotage;
 use crate::node::{Forwarded, Origin};
 use crate::world::{Answer, ClientId, Msg, Refusal, ReqId, To, World};
 
@@ -50,12 +53,24 @@ impl World {
         let now = node.mono(t);
         let lease = Some(Duration::from_millis(lease_ms));
         let before = node.table.held_through(&name, id);
+        let not_held_in_hold = self.config.sabotaged(Sabotage::NotHeldInHold);
         let renewed = match node.table.renew(&name, id, lease, from, now) {
             Err(LockError::NotHeld) if record.is_some() => {
                 let record = record.expect("checked");
                 node.table
                     .reclaim(record, now)
                     .and_then(|_| node.table.renew(&name, id, lease, from, now))
+            }
+            Err(LockError::NotHeld)
+                if !not_held_in_hold && node.table.new_grants_held_until(now).is_some() =>
+            {
+                // The last rebuild missed as many members as there are
+                // copies: one of them may have this lock on record, and a
+                // renewal through it reclaims it. The node answers 503
+                // `not_rebuilt`: the holder tries another node.
+                self.note(|| format!("node {n}: renewal of {name} not in the held-back table"));
+                self.answer(n, origin, Err(Refusal::Unavailable));
+                return;
             }
             other => other,
         };

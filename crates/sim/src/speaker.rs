@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use locktable::{AcquireError, Acquired, LockId, NodeId, RebuildFrom, Request};
 
-use crate::config::timing::{MAX_LEASE_MS, REBUILD_TIMEOUT_MS, STRICT_HOLD_MS};
+use crate::config::timing::{
+    MAX_LEASE_MS, READ_AGAIN_AFTER_MS, REBUILD_TIMEOUT_MS, STRICT_HOLD_MS,
+};
 use crate::config::Sabotage;
-use crate::node::{Attempt, Forwarded, Origin, Outcome, Phase, Retry};
+use crate::node::{Attempt, Forwarded, Origin, Outcome, Phase, Reads, Retry, Unread};
 use crate::world::{Ask, ClientId, Event, Msg, Refusal, ReqId, To, World};
 
 impl World {
@@ -123,7 +125,9 @@ impl World {
         self.flush_raft(n);
     }
 
-    /// ReadIndex of attempt `id` ended: read every member, or fail.
+    /// ReadIndex of attempt `id` ended: read every member, or fail. A
+    /// member whose read fails is read again every `READ_AGAIN_AFTER_MS`
+    /// until the rebuild timeout (`read_check`).
     pub(crate) fn read_confirmed(&mut self, n: NodeId, id: u64, confirmed: bool) {
         let t = self.t;
         let nodes = self.config.nodes;
@@ -143,21 +147,100 @@ impl World {
         let (locks, restarted) = node.report(t);
         let mut reports = BTreeMap::new();
         reports.insert(n, (locks, restarted, t));
-        node.attempt.as_mut().expect("checked").phase = Phase::Reading(reports);
+        let deadline = t + REBUILD_TIMEOUT_MS;
+        let unread = (1..=nodes)
+            .filter(|&m| m != n)
+            .map(|m| (m, Unread::default()))
+            .collect();
+        node.attempt.as_mut().expect("checked").phase = Phase::Reading(Reads {
+            reports,
+            unread,
+            deadline,
+        });
         for member in 1..=nodes {
             if member != n {
-                self.send(
-                    Some(n),
-                    To::Node(member),
-                    Msg::ReadReport {
-                        leader: n,
-                        term,
-                        attempt: id,
-                    },
-                );
+                self.read_member(n, term, id, member);
             }
         }
-        self.at(t + REBUILD_TIMEOUT_MS, Event::ReadDeadline(n, id));
+        if !self.config.sabotaged(Sabotage::ReadOnce) {
+            self.at(t + READ_AGAIN_AFTER_MS, Event::ReadCheck(n, id));
+        }
+        self.at(deadline, Event::ReadDeadline(n, id));
+    }
+
+    fn read_member(&mut self, n: NodeId, term: u64, attempt: u64, member: NodeId) {
+        let msg = Msg::ReadReport {
+            leader: n,
+            term,
+            attempt,
+        };
+        self.send(Some(n), To::Node(member), msg);
+    }
+
+    /// The read of `member` by node `n`'s rebuild attempt `id` failed: the
+    /// network lost it or its answer, or the member was down.
+    pub(crate) fn read_lost(&mut self, n: NodeId, id: u64, member: NodeId) {
+        let Some(node) = self.nodes.get_mut(&n) else {
+            return;
+        };
+        if let Some(Attempt {
+            phase: Phase::Reading(reads),
+            ..
+        }) = node.attempt.as_mut().filter(|a| a.id == id)
+        {
+            if let Some(unread) = reads.unread.get_mut(&member) {
+                unread.lost = true;
+                self.note(|| format!("node {n}'s read of node {member} fails"));
+            }
+        }
+    }
+
+    /// Every `READ_AGAIN_AFTER_MS` of attempt `id`'s reads: the members
+    /// whose reads failed since are failing, and read again (the node
+    /// learns of a failed read at once and reads again that much later;
+    /// the simulated network loses messages silently, so a failure is
+    /// noticed here); the reads end early once every member's first read
+    /// has ended and the members failing, with those restarted lately, are
+    /// fewer than `copies`, as the node's do.
+    pub(crate) fn read_check(&mut self, n: NodeId, id: u64) {
+        let t = self.t;
+        let copies = self.config.copies;
+        let node = self.nodes.get_mut(&n).expect("member");
+        let Some(Attempt {
+            term,
+            phase: Phase::Reading(reads),
+            ..
+        }) = node.attempt.as_mut().filter(|a| a.id == id)
+        else {
+            return;
+        };
+        let term = *term;
+        let mut again = Vec::new();
+        for (&member, unread) in &mut reads.unread {
+            if std::mem::take(&mut unread.lost) {
+                unread.failing = true;
+                if t < reads.deadline {
+                    again.push(member);
+                }
+            }
+        }
+        let enough = reads.enough(copies);
+        let next = t + READ_AGAIN_AFTER_MS;
+        let more = next < reads.deadline;
+        if enough {
+            self.note(|| format!("node {n}: reads end early, enough members read"));
+            self.finish_reads(n, id);
+            return;
+        }
+        if !again.is_empty() {
+            self.note(|| format!("node {n}: reads {again:?} again"));
+        }
+        for member in again {
+            self.read_member(n, term, id, member);
+        }
+        if more {
+            self.at(next, Event::ReadCheck(n, id));
+        }
     }
 
     /// A member's report for attempt `id` arrived.
@@ -169,23 +252,27 @@ impl World {
         report: (Vec<locktable::LockInTransit>, bool),
     ) {
         let t = self.t;
-        let nodes = self.config.nodes;
+        let copies = self.config.copies;
         let node = self.nodes.get_mut(&n).expect("member");
         let Some(Attempt {
-            phase: Phase::Reading(reports),
+            phase: Phase::Reading(reads),
             ..
         }) = node.attempt.as_mut().filter(|a| a.id == id)
         else {
             return;
         };
-        reports.insert(from, (report.0, report.1, t));
-        if reports.len() as u64 == nodes {
+        if reads.unread.remove(&from).is_none() {
+            return;
+        }
+        reads.reports.insert(from, (report.0, report.1, t));
+        if reads.enough(copies) {
             self.finish_reads(n, id);
         }
     }
 
-    /// Every member answered, or the rebuild timeout passed: rebuild the
-    /// table for the attempt's term, unless leadership moved on.
+    /// Every member answered, enough did (`Reads::enough`), or the rebuild
+    /// timeout passed: rebuild the table for the attempt's term, unless
+    /// leadership moved on. Every member not read is missing.
     pub(crate) fn finish_reads(&mut self, n: NodeId, id: u64) {
         let t = self.t;
         let strict = self.config.strict;
@@ -206,10 +293,13 @@ impl World {
         else {
             return;
         };
-        let Phase::Reading(reports) = std::mem::replace(
+        let Phase::Reading(Reads {
+            reports, unread, ..
+        }) = std::mem::replace(
             &mut attempt.phase,
             Phase::Done(Outcome::Failed("leadership moved on during the rebuild")),
-        ) else {
+        )
+        else {
             unreachable!("matched above");
         };
         let (term, generation) = (attempt.term, attempt.generation);
@@ -220,6 +310,7 @@ impl World {
         let now = node.mono(t);
         let mut locks = Vec::new();
         let mut absent: Vec<NodeId> = (1..=nodes).filter(|m| !reports.contains_key(m)).collect();
+        debug_assert_eq!(absent, unread.keys().copied().collect::<Vec<_>>());
         // This node's own report went in when the reads were sent.
         let sent = reports.get(&n).map_or(t, |own| own.2);
         for (member, (report, restarted, arrived)) in reports {

@@ -144,6 +144,9 @@ pub(crate) enum Event {
     RaftStart(NodeId, u64),
     /// A rebuild attempt's reads are due.
     ReadDeadline(NodeId, u64),
+    /// A rebuild attempt's speaker looks at its reads: those that failed
+    /// are tried again (`read_check`).
+    ReadCheck(NodeId, u64),
     ClientWake(ClientId),
     /// A client stops waiting for the answer to this request.
     ClientGiveUp(ClientId, ReqId),
@@ -291,29 +294,31 @@ impl World {
     /// lost with the run's loss rate (before the quiet tail) or on a cut
     /// link, otherwise delayed.
     pub(crate) fn send(&mut self, from: Option<NodeId>, to: To, msg: Msg) {
-        if let (Some(from), To::Node(to)) = (from, to) {
-            if self.cuts.contains_key(&(from, to)) {
-                self.report.lost_messages += 1;
-                return;
-            }
-        }
-        if self.quiet_since.is_none() && self.rng.gen_bool(self.config.loss) {
+        let cut =
+            matches!((from, to), (Some(from), To::Node(to)) if self.cuts.contains_key(&(from, to)));
+        if cut || (self.quiet_since.is_none() && self.rng.gen_bool(self.config.loss)) {
             self.report.lost_messages += 1;
-            let unheard = match (&msg, to) {
-                (Msg::ReadReport { .. }, To::Node(m)) => Some(m),
-                (Msg::Report { from, .. }, _) => Some(*from),
-                _ => None,
-            };
-            if let Some(m) = unheard {
-                self.history.unheard.push((m, self.t));
-                self.note(|| {
-                    format!("the network loses a rebuild's read of node {m} or its report")
-                });
-            }
+            self.read_failed(&msg, to);
             return;
         }
         let delay = self.rng.gen_range(1..=self.config.max_delay_ms);
         self.at(self.t + delay, Event::Deliver(to, Box::new(msg)));
+    }
+
+    /// A rebuild's read `msg` to `to`, or its answer, is lost (or its
+    /// member is down): the read failed.
+    pub(crate) fn read_failed(&mut self, msg: &Msg, to: To) {
+        let (leader, attempt, member) = match (msg, to) {
+            (
+                Msg::ReadReport {
+                    leader, attempt, ..
+                },
+                To::Node(m),
+            ) => (*leader, *attempt, m),
+            (Msg::Report { from, attempt, .. }, To::Node(leader)) => (leader, *attempt, *from),
+            _ => return,
+        };
+        self.read_lost(leader, attempt, member);
     }
 
     /// Sends what node `n`'s Raft queued, and hands its finished reads and
@@ -350,7 +355,7 @@ impl World {
         match event {
             Event::Deliver(To::Client(c), msg) => self.client_message(c, *msg),
             Event::Deliver(To::Node(n), msg) => match self.node_ready(n) {
-                None => {}
+                None => self.read_failed(&msg, To::Node(n)),
                 Some(false) => self.park(n, Event::Deliver(To::Node(n), msg)),
                 Some(true) => self.node_message(n, *msg),
             },
@@ -371,6 +376,11 @@ impl World {
             Event::ReadDeadline(n, attempt) => match self.node_ready(n) {
                 Some(true) => self.finish_reads(n, attempt),
                 Some(false) => self.park(n, Event::ReadDeadline(n, attempt)),
+                None => {}
+            },
+            Event::ReadCheck(n, attempt) => match self.node_ready(n) {
+                Some(true) => self.read_check(n, attempt),
+                Some(false) => self.park(n, Event::ReadCheck(n, attempt)),
                 None => {}
             },
             Event::ClientWake(c) => self.client_wake(c),

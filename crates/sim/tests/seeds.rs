@@ -213,3 +213,46 @@ fn unacked_copies_are_caught_by_the_renewal_property() {
     });
     assert!(caught.is_some(), "UnackedCopies went unnoticed in 20 seeds");
 }
+
+/// Issue 1 of the copies work: a rebuild that read each member once missed
+/// two members to one crash and one lost read, counted itself incomplete
+/// and, in proceed mode, answered the holder's next renewal "not held"
+/// although only one member failed. Reading a failed member again within
+/// the rebuild timeout (2201560) keeps it; the checker no longer excuses
+/// losses to lost reads, and catches the node that read once.
+#[test]
+fn reading_each_member_once_is_caught_by_the_renewal_property() {
+    let caught = first_caught(Scenario::SpeakerCrashes, Sabotage::ReadOnce, 300, |r| {
+        !r.lost_locks.is_empty()
+    });
+    assert!(caught.is_some(), "ReadOnce went unnoticed in 300 seeds");
+}
+
+/// In strict mode either fix of 2201560 alone keeps such locks: a renewal
+/// refused during the strict hold ("unavailable", the node's 503) moves on
+/// to the member the rebuild missed, which reclaims the lock from its
+/// record. The node before it, which read each member once and answered
+/// "not held" during the hold, lost them (seed 442 of speaker crashes,
+/// strict, the first).
+#[test]
+fn the_strict_node_before_the_read_fixes_is_caught_by_the_renewal_property() {
+    let lost = |seed: u64, sabotage: Vec<Sabotage>| {
+        let mut config = Config::scenario(seed, Scenario::SpeakerCrashes);
+        config.strict = true;
+        config.sabotage = sabotage;
+        !run(seed, &config).lost_locks.is_empty()
+    };
+    let caught =
+        (0..1000).find(|&seed| lost(seed, vec![Sabotage::ReadOnce, Sabotage::NotHeldInHold]));
+    println!("ReadOnce and NotHeldInHold, strict: first caught at seed {caught:?}");
+    let seed = caught.expect("the old node went unnoticed in 1000 strict seeds");
+    assert!(
+        !lost(seed, vec![Sabotage::ReadOnce]),
+        "reads once, 503 in the hold: kept"
+    );
+    assert!(
+        !lost(seed, vec![Sabotage::NotHeldInHold]),
+        "reads again: kept"
+    );
+    assert!(!lost(seed, vec![]), "the node now: kept");
+}

@@ -5,7 +5,7 @@
 //!     [--sabotage RULE[,RULE...]] [--strict] [--copies C]
 //!
 //! RULE: skip-rebuild, ignore-lease, no-retry, no-restart-wait, no-read-term,
-//! short-hold, count-from-send, unacked-copies.
+//! short-hold, count-from-send, unacked-copies, read-once, not-held-in-hold.
 //! sim --reproduce S [--trace] [...]
 //! ```
 
@@ -50,6 +50,8 @@ fn main() -> ExitCode {
             "short-hold" => Sabotage::ShortStrictHold,
             "count-from-send" => Sabotage::CountFromSend,
             "unacked-copies" => Sabotage::UnackedCopies,
+            "read-once" => Sabotage::ReadOnce,
+            "not-held-in-hold" => Sabotage::NotHeldInHold,
             other => {
                 eprintln!("unknown sabotage {other}");
                 return ExitCode::FAILURE;
@@ -102,7 +104,7 @@ fn main() -> ExitCode {
          {} elections, {} failed rebuild attempts retried, {} step-downs, {} grants held; \
          {} overlaps ({} explained by rebuilds that missed as many members as copies); {} violations \
          (seeds with: {} overlaps, {} fence inversions, {} deposed grants, {} deposed open guards, {} lost locks, {} liveness); \
-         {} renewed locks lost with as many members failed as copies ({} of them with a member unheard); \
+         {} renewed locks lost with as many members faulted as copies; \
          liveness worst case {} ms (bound {}..{} ms); {} seeds failed {:?}",
         if sabotage.is_empty() {
             String::new()
@@ -130,7 +132,6 @@ fn main() -> ExitCode {
         totals.lost,
         totals.liveness,
         totals.excused_losses,
-        totals.unheard_losses,
         totals.liveness_ms,
         totals.bound_min,
         totals.bound_max,
@@ -166,7 +167,6 @@ struct Totals {
     deposed_guards: usize,
     lost: usize,
     excused_losses: usize,
-    unheard_losses: usize,
     liveness: usize,
     liveness_ms: u64,
     bound_min: u64,
@@ -195,7 +195,6 @@ impl Totals {
         self.deposed_guards += usize::from(!r.deposed_speakers.is_empty());
         self.lost += usize::from(!r.lost_locks.is_empty());
         self.excused_losses += r.excused_losses;
-        self.unheard_losses += r.unheard_losses;
         self.liveness += usize::from(!r.liveness.is_empty());
         self.liveness_ms = self.liveness_ms.max(r.liveness_ms);
         self.bound_min = if self.bound_min == 0 {
