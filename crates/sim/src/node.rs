@@ -276,7 +276,10 @@ impl Node {
 
     /// This node's record of `id`: its client's, or a copy.
     pub(crate) fn held_record(&self, id: LockId) -> Option<locktable::Lock> {
-        self.held.get(id).or_else(|| self.copies.get(id))
+        match (self.held.get(id), self.copies.get(id)) {
+            (Some(held), Some(copy)) if copy.expires > held.expires => Some(copy),
+            (held, copy) => held.or(copy),
+        }
     }
 
     /// `Node::may_speak`: this node leads the term its table is for, and a

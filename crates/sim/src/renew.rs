@@ -62,7 +62,9 @@ impl World {
                     .and_then(|_| node.table.renew(&name, id, lease, from, now))
             }
             Err(LockError::NotHeld)
-                if !not_held_in_hold && node.table.new_grants_held_until(now).is_some() =>
+                if !not_held_in_hold
+                    && node.table.new_grants_held_until(now).is_some()
+                    && !node.table.is_forgotten(id, now) =>
             {
                 // The last rebuild missed as many members as there are
                 // copies: one of them may have this lock on record, and a
