@@ -366,7 +366,9 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
                 read.push((id, report));
             }
             Err(e) => {
-                if Instant::now() + READ_AGAIN_AFTER < deadline {
+                // Members missing for having restarted may already be as
+                // many as copies: then no read can change the outcome.
+                if missing.len() < copies && Instant::now() + READ_AGAIN_AFTER < deadline {
                     reads.push(read_after(id, addr, Some(READ_AGAIN_AFTER)));
                 }
                 failing.insert(id, e.to_string());
