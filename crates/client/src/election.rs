@@ -1,7 +1,9 @@
 //! Leader election on a lock: the candidate holding it leads; its data is
 //! the leader's value.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::Stream;
 use leasehold_api::LockView;
@@ -71,7 +73,7 @@ impl Client {
         value: &str,
         options: CampaignOptions,
     ) -> Result<Leadership, Error> {
-        let give_up = options.give_up_after.map(|d| Instant::now() + d);
+        let give_up = options.give_up_after.map(crate::after);
         loop {
             let wait = match give_up {
                 Some(at) => at

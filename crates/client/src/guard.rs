@@ -1,11 +1,12 @@
 //! A held lock: renewed in the background, released when dropped.
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_api::{ErrorCode, LockView, ReleaseBody, RenewBody};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::transport::{CallError, Transport};
@@ -17,6 +18,83 @@ const MAX_LAPSE_MARGIN: Duration = Duration::from_secs(2);
 
 /// The longest one renewal attempt may take before another node is tried.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The shortest time one attempt is given, however many endpoints share
+/// what is left.
+const SHORTEST_ATTEMPT: Duration = Duration::from_millis(100);
+
+/// How long one attempt may take with `left` before the deadline: a share
+/// of it for each endpoint, so a node that hangs leaves time to try the
+/// others.
+fn attempt_timeout(left: Duration, transport: &dyn Transport) -> Duration {
+    let share = left / transport.endpoints().max(1) as u32;
+    share.max(SHORTEST_ATTEMPT).min(left).min(ATTEMPT_TIMEOUT)
+}
+
+/// When a guard renews, and how long before the lease's end an unrenewed
+/// lock counts as lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Schedule {
+    pub(crate) every: Duration,
+    pub(crate) margin: Duration,
+}
+
+impl Schedule {
+    /// The schedule `options` ask for under `lease`, or why it cannot keep
+    /// the lock: a renewal at least twice a lease, a margin under half of
+    /// it, and the first renewal due before the lapse.
+    pub(crate) fn checked(lease: Duration, options: &AcquireOptions) -> Result<Schedule, String> {
+        let schedule = Schedule::asked(lease, options);
+        let Schedule { every, margin } = schedule;
+        if every.is_zero() || every > lease / 2 {
+            return Err(format!(
+                "a renewal every {every:?} is too slow for a {lease:?} lease: renew at least twice a lease"
+            ));
+        }
+        if margin >= lease / 2 {
+            return Err(format!(
+                "a lapse margin of {margin:?} is too long for a {lease:?} lease: keep it under half"
+            ));
+        }
+        if every + margin >= lease {
+            return Err(format!(
+                "a renewal every {every:?} with a lapse margin of {margin:?} lapses a {lease:?} lease \
+                 before its first renewal"
+            ));
+        }
+        Ok(schedule)
+    }
+
+    /// The schedule for a granted `lease`: as asked where it fits, cut to
+    /// fit where the cluster granted less than was assumed.
+    fn fitted(lease: Duration, options: &AcquireOptions) -> Schedule {
+        Schedule::checked(lease, options)
+            .unwrap_or_else(|_| {
+                let asked = Schedule::asked(lease, options);
+                Schedule {
+                    every: asked.every.min(lease / 3),
+                    margin: asked.margin.min(lease / 4),
+                }
+            })
+            .at_least_a_millisecond()
+    }
+
+    fn asked(lease: Duration, options: &AcquireOptions) -> Schedule {
+        Schedule {
+            every: options.renew_every.unwrap_or(lease / 3),
+            margin: options
+                .lapse_margin
+                .unwrap_or((lease / 10).min(MAX_LAPSE_MARGIN)),
+        }
+    }
+
+    fn at_least_a_millisecond(self) -> Schedule {
+        Schedule {
+            every: self.every.max(Duration::from_millis(1)),
+            margin: self.margin,
+        }
+    }
+}
 
 /// What the renewal task is asked to do when the guard goes.
 enum Stop {
@@ -74,17 +152,14 @@ impl LockGuard {
         sent: Instant,
         options: &AcquireOptions,
     ) -> Result<LockGuard, Error> {
-        let lease = Duration::from_millis(granted.lease_ms.max(1));
-        let ttl = Duration::from_millis(granted.ttl_ms);
-        let ends = sent + ttl;
-        let margin = options
-            .lapse_margin
-            .unwrap_or((lease / 10).min(MAX_LAPSE_MARGIN));
-        let every = options
-            .renew_every
-            .unwrap_or(lease / 3)
-            .min(lease / 2)
+        // Never counted past the lease asked for, whatever an answer says.
+        let granted_lease = Duration::from_millis(granted.lease_ms.max(1));
+        let lease = options
+            .lease
+            .map_or(granted_lease, |asked| asked.min(granted_lease))
             .max(Duration::from_millis(1));
+        let ends = sent + Duration::from_millis(granted.ttl_ms).min(lease);
+        let Schedule { every, margin } = Schedule::fitted(lease, options);
         if Instant::now() + margin >= ends {
             // The grant came too late to be used: give it back.
             let body = ReleaseBody {
@@ -115,10 +190,7 @@ impl LockGuard {
             ends,
             shared_ends: shared_ends.clone(),
         };
-        // A grant that waited has used part of its lease on our count:
-        // renew at once so the lease is counted from a fresh send.
-        let renew_now = ends.saturating_duration_since(Instant::now()) < lease / 2;
-        let task = tokio::spawn(renewal.run(stopped, renew_now));
+        let task = tokio::spawn(renewal.run(stopped));
         Ok(LockGuard {
             view,
             ends: shared_ends,
@@ -151,8 +223,11 @@ impl LockGuard {
     }
 
     /// When the lease ends on this client's clock, as of the last renewal.
-    pub fn lease_ends(&self) -> Instant {
-        *self.ends.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn lease_ends(&self) -> std::time::Instant {
+        self.ends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .into_std()
     }
 
     /// A token cancelled when the lock is lost or about to lapse.
@@ -202,16 +277,12 @@ impl Drop for LockGuard {
 }
 
 impl Renewal {
-    async fn run(mut self, mut stopped: oneshot::Receiver<Stop>, renew_now: bool) {
-        let mut next = if renew_now {
-            Instant::now()
-        } else {
-            Instant::now() + self.every
-        };
+    async fn run(mut self, mut stopped: oneshot::Receiver<Stop>) {
+        let mut next = self.next_renewal();
         loop {
             let lapse = self.ends.checked_sub(self.margin).unwrap_or(self.ends);
             tokio::select! {
-                _ = tokio::time::sleep_until(next.min(lapse).into()) => {}
+                _ = tokio::time::sleep_until(next.min(lapse)) => {}
                 stop = &mut stopped => {
                     let reply = match stop {
                         Ok(Stop::Release(reply)) => reply,
@@ -233,7 +304,7 @@ impl Renewal {
                 return;
             }
             match self.renew(lapse).await {
-                Ok(()) => next = Instant::now() + self.every,
+                Ok(()) => next = self.next_renewal(),
                 Err(loss) => {
                     self.lose(loss);
                     let _ = self.release_when_stopped(stopped).await;
@@ -241,6 +312,16 @@ impl Renewal {
                 }
             }
         }
+    }
+
+    /// When to renew next: a period from now, but early enough that a
+    /// whole period is left before the lapse (at once, for a grant that
+    /// came with little of its lease left).
+    fn next_renewal(&self) -> Instant {
+        let lapse = self.ends.checked_sub(self.margin).unwrap_or(self.ends);
+        let now = Instant::now();
+        let early = lapse.checked_sub(self.every).unwrap_or(now).max(now);
+        (now + self.every).min(early)
     }
 
     fn lose(&self, loss: Loss) {
@@ -261,10 +342,10 @@ impl Renewal {
                 id: self.id.clone(),
                 lease_ms: Some(self.lease.as_millis() as u64),
             };
-            let timeout = lapse.saturating_duration_since(sent).min(ATTEMPT_TIMEOUT);
+            let timeout = attempt_timeout(lapse.saturating_duration_since(sent), &*self.transport);
             match self.transport.renew(body, timeout).await {
                 Ok(view) => {
-                    self.ends = sent + Duration::from_millis(view.ttl_ms);
+                    self.ends = sent + Duration::from_millis(view.ttl_ms).min(self.lease);
                     *self.shared_ends.lock().unwrap_or_else(|p| p.into_inner()) = self.ends;
                     *self.view.lock().unwrap_or_else(|p| p.into_inner()) = view;
                     return Ok(());
@@ -293,23 +374,26 @@ impl Renewal {
             name: self.name.clone(),
             id: self.id.clone(),
         };
+        // Whether an earlier attempt may have released it unseen.
+        let mut unknown = false;
         loop {
             let now = Instant::now();
             if now >= self.ends {
                 // The lease is over anyway.
                 return Ok(());
             }
-            let timeout = self
-                .ends
-                .saturating_duration_since(now)
-                .min(ATTEMPT_TIMEOUT);
+            let timeout =
+                attempt_timeout(self.ends.saturating_duration_since(now), &*self.transport);
             match self.transport.release(body.clone(), timeout).await {
                 Ok(_) => return Ok(()),
+                // An earlier attempt went through, its answer lost.
+                Err(CallError::Api(e)) if e.error == ErrorCode::NotHeld && unknown => return Ok(()),
                 Err(CallError::Api(e)) if e.error == ErrorCode::NotHeld => return Err(Error::Lost),
                 Err(CallError::Api(e)) if !e.error.retryable() => {
                     return Err(Error::BadRequest(e.message))
                 }
-                Err(_) => {
+                Err(e) => {
+                    unknown |= matches!(e, CallError::NoAnswer(_));
                     self.transport.move_on();
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }

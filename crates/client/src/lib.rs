@@ -22,7 +22,9 @@ mod guard;
 mod transport;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use leasehold_api::{AcquireBody, ClusterAnswer, ErrorCode, LockView, ReleaseBody};
 use tokio_util::sync::CancellationToken;
@@ -85,8 +87,20 @@ const ASSUMED_DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// can serve (a speaker change takes well under a second).
 const RETRY_FOR: Duration = Duration::from_secs(10);
 
+/// The longest wait of one watch (the node's limit).
+const MAX_WATCH: Duration = Duration::from_secs(60);
+
 /// The time allowed one request beyond any wait it asks for.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest any deadline is set ahead: a wait of `Duration::MAX` means
+/// "as long as it takes", not an overflow.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The instant `d` from now, saturating.
+pub(crate) fn after(d: Duration) -> Instant {
+    Instant::now() + d.min(FOREVER)
+}
 
 /// A client of a leasehold cluster.
 #[derive(Clone)]
@@ -161,13 +175,7 @@ impl Client {
     /// renews it until it is released or dropped.
     pub async fn acquire(&self, name: &str, options: AcquireOptions) -> Result<LockGuard, Error> {
         let expected_lease = options.lease.unwrap_or(ASSUMED_DEFAULT_LEASE);
-        if let Some(every) = options.renew_every {
-            if every.is_zero() || every > expected_lease / 2 {
-                return Err(Error::BadRequest(format!(
-                    "a renewal every {every:?} is too slow for a {expected_lease:?} lease: renew at least twice a lease"
-                )));
-            }
-        }
+        guard::Schedule::checked(expected_lease, &options).map_err(Error::BadRequest)?;
         let body = AcquireBody {
             name: name.to_string(),
             holder: options.holder.clone(),
@@ -175,16 +183,18 @@ impl Client {
             wait_ms: None,
             data: options.data.clone(),
         };
-        let until = Instant::now() + options.wait + RETRY_FOR;
-        let wait_until = Instant::now() + options.wait;
+        let until = after(options.wait.saturating_add(RETRY_FOR));
+        let wait_until = after(options.wait);
         let mut sent = Instant::now();
         let granted = self
             .retrying(until, |_| {
                 sent = Instant::now();
                 let mut body = body.clone();
                 let wait = wait_until.saturating_duration_since(sent);
-                body.wait_ms = (!wait.is_zero()).then_some(wait.as_millis() as u64);
-                self.transport.acquire(body, wait + REQUEST_TIMEOUT)
+                body.wait_ms =
+                    (!wait.is_zero()).then(|| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+                self.transport
+                    .acquire(body, wait.saturating_add(REQUEST_TIMEOUT))
             })
             .await
             .map_err(refused)?;
@@ -215,8 +225,9 @@ impl Client {
     /// given a token cancelled the moment the lock is lost or its lease is
     /// about to lapse unrenewed (on this client's clock, even with no node
     /// answering). Work that does not finish by the time the lease itself
-    /// ends is stopped (dropped); either way the call answers
-    /// [`Error::Lost`].
+    /// ends is stopped (dropped); work whose renewal was refused (another
+    /// may hold the lock already) is stopped at once. Either way the call
+    /// answers [`Error::Lost`].
     pub async fn with_lock<F, Fut, T>(
         &self,
         name: &str,
@@ -235,7 +246,11 @@ impl Client {
             out = &mut work => Ok(out),
             _ = lost.cancelled() => {
                 // Let the work see the token and stop, until the lease ends.
-                let _ = tokio::time::timeout_at(guard.lease_ends().into(), &mut work).await;
+                // A refused renewal means another may hold it already: stop
+                // now. A lapse leaves the work until the lease ends.
+                if guard.loss() != Some(Loss::Refused) {
+                    let _ = tokio::time::timeout_at(guard.lease_ends().into(), &mut work).await;
+                }
                 Err(Error::Lost)
             }
         };
@@ -271,7 +286,8 @@ impl Client {
         after_fence: u64,
         wait: Duration,
     ) -> Result<Option<LockView>, Error> {
-        let until = Instant::now() + wait + RETRY_FOR;
+        let wait = wait.min(MAX_WATCH);
+        let until = after(wait + RETRY_FOR);
         self.retrying(until, |_| {
             self.transport.get(
                 name.to_string(),

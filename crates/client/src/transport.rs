@@ -67,6 +67,11 @@ pub trait Transport: Send + Sync + 'static {
     /// Says the node last used did not serve (no answer, or no speaker):
     /// the next call should try another.
     fn move_on(&self) {}
+    /// How many endpoints calls may go to (a caller with a deadline gives
+    /// each a share of it).
+    fn endpoints(&self) -> usize {
+        1
+    }
 }
 
 /// The API over HTTP, to whichever of several endpoints answers.
@@ -132,15 +137,37 @@ impl HttpTransport {
         })
     }
 
-    fn base(&self) -> &str {
-        &self.endpoints[self.current.load(Ordering::Relaxed) % self.endpoints.len()]
+    /// The endpoint calls go to now: its place in the rotation, and its URL.
+    fn base(&self) -> (usize, &str) {
+        let at = self.current.load(Ordering::Relaxed);
+        (at, &self.endpoints[at % self.endpoints.len()])
     }
 
+    /// Sends `request`, made for the endpoint at place `at`. A call the
+    /// endpoint did not serve (no answer, or an error worth retrying
+    /// elsewhere) moves the rotation on from that place only: callers
+    /// failing at once move it once, not once each, and never back onto
+    /// the endpoint that failed.
     async fn send<T: DeserializeOwned>(
+        &self,
+        (at, request): (usize, reqwest::RequestBuilder),
+    ) -> Result<T, CallError> {
+        let result = self.exchange(request).await;
+        let served = match &result {
+            Err(CallError::NoAnswer(_)) => false,
+            Err(CallError::Api(e)) => !e.error.retryable(),
+            Ok(_) => true,
+        };
+        if !served {
+            move_on_from(&self.current, at);
+        }
+        result
+    }
+
+    async fn exchange<T: DeserializeOwned>(
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<T, CallError> {
-        // Moving to another node is the caller's choice (`move_on`).
         let response = request
             .send()
             .await
@@ -165,12 +192,26 @@ impl HttpTransport {
         path: &str,
         body: &B,
         timeout: Duration,
-    ) -> reqwest::RequestBuilder {
-        self.http
-            .post(format!("{}{path}", self.base()))
+    ) -> (usize, reqwest::RequestBuilder) {
+        let (at, base) = self.base();
+        let request = self
+            .http
+            .post(format!("{base}{path}"))
             .json(body)
-            .timeout(timeout)
+            .timeout(timeout);
+        (at, request)
     }
+
+    fn get_url(&self, path: &str, timeout: Duration) -> (usize, reqwest::RequestBuilder) {
+        let (at, base) = self.base();
+        (at, self.http.get(format!("{base}{path}")).timeout(timeout))
+    }
+}
+
+/// Moves the rotation `current` on from place `at`, unless another caller
+/// that failed there moved it already.
+fn move_on_from(current: &AtomicUsize, at: usize) {
+    let _ = current.compare_exchange(at, at.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed);
 }
 
 /// Percent-encodes a name as one path segment.
@@ -233,17 +274,14 @@ impl Transport for HttpTransport {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
         Box::pin(async move {
-            let mut url = format!("{}/v1/locks/{}", self.base(), segment(&name));
+            let mut path = format!("/v1/locks/{}", segment(&name));
             if let Some((wait, after)) = watch {
-                url.push_str(&format!(
+                path.push_str(&format!(
                     "?wait_ms={}&after_fence={after}",
                     wait.as_millis()
                 ));
             }
-            match self
-                .send::<LockAnswer>(self.http.get(url).timeout(timeout))
-                .await
-            {
+            match self.send::<LockAnswer>(self.get_url(&path, timeout)).await {
                 Ok(answer) => Ok(Some(answer.lock)),
                 Err(CallError::Api(e)) if e.error == leasehold_api::ErrorCode::NotHeld => Ok(None),
                 Err(e) => Err(e),
@@ -258,31 +296,41 @@ impl Transport for HttpTransport {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
         Box::pin(async move {
-            let url = format!(
-                "{}/v1/locks?prefix={}&limit={limit}",
-                self.base(),
-                segment(&prefix)
-            );
-            let answer: LocksAnswer = self.send(self.http.get(url).timeout(timeout)).await?;
+            let path = format!("/v1/locks?prefix={}&limit={limit}", segment(&prefix));
+            let answer: LocksAnswer = self.send(self.get_url(&path, timeout)).await?;
             Ok(answer.locks)
         })
     }
 
     fn cluster(&self, timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
-        Box::pin(async move {
-            let url = format!("{}/v1/cluster", self.base());
-            self.send(self.http.get(url).timeout(timeout)).await
-        })
+        Box::pin(async move { self.send(self.get_url("/v1/cluster", timeout)).await })
     }
 
-    fn move_on(&self) {
-        self.current.fetch_add(1, Ordering::Relaxed);
+    /// Nothing: a call the endpoint did not serve has moved on already,
+    /// from the place that failed (`send`).
+    fn move_on(&self) {}
+
+    fn endpoints(&self) -> usize {
+        self.endpoints.len()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::first_endpoint;
+    use super::{first_endpoint, move_on_from};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Callers that fail on one endpoint at once move on once: with two
+    /// endpoints, moving once per failure would land back on the dead one.
+    #[test]
+    fn concurrent_failures_move_on_once() {
+        let current = AtomicUsize::new(4);
+        move_on_from(&current, 4);
+        move_on_from(&current, 4);
+        assert_eq!(current.load(Ordering::Relaxed), 5);
+        move_on_from(&current, 5);
+        assert_eq!(current.load(Ordering::Relaxed), 6);
+    }
 
     #[test]
     fn clients_start_at_every_endpoint() {

@@ -1,0 +1,330 @@
+//! The guard's rules over a fake transport on tokio's paused clock: how the
+//! lease is counted, when renewals go out, when the lock counts as lost,
+//! and what `with_lock` does then. Every time here is virtual, so the
+//! tests assert exact schedules without waiting for them.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_api::{
+    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, LockView, ReleaseBody, RenewBody,
+};
+use leasehold_client::{AcquireOptions, BoxFuture, CallError, Client, Error, Loss, Transport};
+use tokio::time::Instant;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// How the fake answers one call.
+#[derive(Debug, Clone, Copy)]
+enum Reply {
+    /// A lock with this much of its lease left.
+    Ttl(u64),
+    /// `404 not_held`.
+    NotHeld,
+    /// Nothing until the caller's timeout, then no answer.
+    Silence,
+}
+
+type Script = Box<dyn FnMut(usize) -> Reply + Send>;
+
+/// A cluster of `endpoints` nodes that answer as scripted: each script is
+/// given the endpoint the call went to.
+struct Fake {
+    lease_ms: u64,
+    endpoints: usize,
+    current: AtomicUsize,
+    acquire: Mutex<Script>,
+    renew: Mutex<Script>,
+    release: Mutex<Script>,
+    renewals: AtomicUsize,
+    /// (endpoint, when) of every renewal sent.
+    renew_log: Mutex<Vec<(usize, Instant)>>,
+}
+
+impl Fake {
+    fn new(lease_ms: u64) -> Fake {
+        Fake {
+            lease_ms,
+            endpoints: 1,
+            current: AtomicUsize::new(0),
+            acquire: Mutex::new(Box::new(move |_| Reply::Ttl(lease_ms))),
+            renew: Mutex::new(Box::new(move |_| Reply::Ttl(lease_ms))),
+            release: Mutex::new(Box::new(move |_| Reply::Ttl(0))),
+            renewals: AtomicUsize::new(0),
+            renew_log: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn view(&self, ttl_ms: u64) -> LockView {
+        LockView {
+            name: "n".into(),
+            id: "01JD0000000000000000000000".into(),
+            node: 1,
+            holder: String::new(),
+            fence: 7,
+            lease_ms: self.lease_ms,
+            ttl_ms,
+            acquired_at: String::new(),
+            expires_at: String::new(),
+            data: None,
+        }
+    }
+
+    async fn answer(&self, reply: Reply, timeout: Duration) -> Result<LockView, CallError> {
+        match reply {
+            Reply::Ttl(ttl) => Ok(self.view(ttl)),
+            Reply::NotHeld => Err(CallError::Api(ErrorBody::new(
+                ErrorCode::NotHeld,
+                "the lock is not held under that id",
+            ))),
+            Reply::Silence => {
+                tokio::time::sleep(timeout).await;
+                Err(CallError::NoAnswer("timed out".into()))
+            }
+        }
+    }
+
+    fn at(&self) -> usize {
+        self.current.load(Ordering::Relaxed) % self.endpoints
+    }
+
+    fn client(self) -> (Client, Arc<Fake>) {
+        let fake = Arc::new(self);
+        (Client::with_transport(fake.clone()), fake)
+    }
+}
+
+impl Transport for Fake {
+    fn acquire(
+        &self,
+        _body: AcquireBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
+        let reply = (self.acquire.lock().unwrap())(self.at());
+        Box::pin(async move { Ok((self.answer(reply, timeout).await?, Duration::ZERO)) })
+    }
+
+    fn release(
+        &self,
+        _body: ReleaseBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        let reply = (self.release.lock().unwrap())(self.at());
+        Box::pin(self.answer(reply, timeout))
+    }
+
+    fn renew(
+        &self,
+        _body: RenewBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        self.renewals.fetch_add(1, Ordering::Relaxed);
+        self.renew_log
+            .lock()
+            .unwrap()
+            .push((self.at(), Instant::now()));
+        let reply = (self.renew.lock().unwrap())(self.at());
+        Box::pin(self.answer(reply, timeout))
+    }
+
+    fn get(
+        &self,
+        _name: String,
+        watch: Option<(Duration, u64)>,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
+        Box::pin(async move {
+            if let Some((wait, _)) = watch {
+                tokio::time::sleep(wait).await;
+            }
+            Ok(None)
+        })
+    }
+
+    fn list(
+        &self,
+        _prefix: String,
+        _limit: usize,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn cluster(&self, _timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
+        Box::pin(async { Err(CallError::NoAnswer("not in this fake".into())) })
+    }
+
+    fn move_on(&self) {
+        self.current.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn endpoints(&self) -> usize {
+        self.endpoints
+    }
+}
+
+fn lease(lease_ms: u64) -> AcquireOptions {
+    AcquireOptions::default().lease(ms(lease_ms))
+}
+
+/// An answer's `ttl_ms` is never counted past the lease asked for.
+#[tokio::test(start_paused = true)]
+async fn a_huge_ttl_is_not_counted_past_the_lease_asked_for() {
+    let fake = Fake::new(1_000);
+    *fake.acquire.lock().unwrap() = Box::new(|_| Reply::Ttl(3_600_000));
+    *fake.renew.lock().unwrap() = Box::new(|_| Reply::Ttl(3_600_000));
+    let (client, _) = fake.client();
+    let sent = Instant::now();
+    let guard = client.acquire("n", lease(1_000)).await.unwrap();
+    assert!(guard.lease_ends() <= (sent + ms(1_000)).into_std());
+    tokio::time::sleep(ms(500)).await;
+    let renewed = Instant::now();
+    assert!(guard.lease_ends() <= (renewed + ms(1_000)).into_std());
+}
+
+/// Work that ignores its token: a refused renewal means another may hold
+/// the lock already, and `with_lock` stops the work at once (at the first
+/// renewal, a third of the lease in); a lapse (no renewal got through)
+/// leaves it running until the lease itself ends, and no longer.
+#[tokio::test(start_paused = true)]
+async fn with_lock_stops_work_at_a_refusal_at_once_and_at_a_lapse_at_the_lease_end() {
+    for (reply, stopped_after) in [(Reply::NotHeld, 3_000), (Reply::Silence, 9_000)] {
+        let fake = Fake::new(9_000);
+        *fake.renew.lock().unwrap() = Box::new(move |_| reply);
+        let (client, _) = fake.client();
+        let start = Instant::now();
+        let outcome = client
+            .with_lock("n", lease(9_000), |_token| std::future::pending::<()>())
+            .await;
+        assert!(matches!(outcome, Err(Error::Lost)), "{outcome:?}");
+        assert_eq!(start.elapsed(), ms(stopped_after), "{reply:?}");
+    }
+}
+
+/// A guard tells a refused renewal from a lapse.
+#[tokio::test(start_paused = true)]
+async fn a_guard_says_why_it_lost_its_lock() {
+    for (reply, loss) in [
+        (Reply::NotHeld, Loss::Refused),
+        (Reply::Silence, Loss::Lapsed),
+    ] {
+        let fake = Fake::new(3_000);
+        *fake.renew.lock().unwrap() = Box::new(move |_| reply);
+        let (client, _) = fake.client();
+        let guard = client.acquire("n", lease(3_000)).await.unwrap();
+        guard.lost().await;
+        assert_eq!(guard.loss(), Some(loss));
+    }
+}
+
+/// A grant that arrives with little of its lease left is renewed at once,
+/// not a whole period later (when it would have lapsed).
+#[tokio::test(start_paused = true)]
+async fn a_grant_with_little_lease_left_is_renewed_before_it_lapses() {
+    let fake = Fake::new(1_000);
+    *fake.acquire.lock().unwrap() = Box::new(|_| Reply::Ttl(550));
+    let (client, fake) = fake.client();
+    let options = AcquireOptions {
+        renew_every: Some(ms(500)),
+        ..lease(1_000)
+    };
+    let start = Instant::now();
+    let guard = client.acquire("n", options).await.unwrap();
+    tokio::time::sleep(ms(3_000)).await;
+    assert!(
+        !guard.is_lost(),
+        "lost with {} renewals",
+        fake.renewals.load(Ordering::Relaxed)
+    );
+    let first = fake.renew_log.lock().unwrap()[0].1;
+    assert!(
+        first - start < ms(450),
+        "first renewal after {:?}",
+        first - start
+    );
+}
+
+/// A schedule whose first renewal would come after the lapse is refused
+/// before any request is sent.
+#[tokio::test(start_paused = true)]
+async fn a_schedule_that_lapses_before_its_first_renewal_is_refused() {
+    let (client, _) = Fake::new(600).client();
+    let options = AcquireOptions {
+        renew_every: Some(ms(300)),
+        lapse_margin: Some(ms(350)),
+        ..lease(600)
+    };
+    let refused = client.acquire("n", options).await;
+    assert!(
+        matches!(refused, Err(Error::BadRequest(_))),
+        "{:?}",
+        refused.err()
+    );
+}
+
+/// A node that hangs does not use up the whole time left: each attempt
+/// gets a share of it per endpoint, and the renewal reaches a healthy node
+/// before the lapse.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_node_leaves_time_for_the_others() {
+    let mut fake = Fake::new(3_000);
+    fake.endpoints = 3;
+    *fake.renew.lock().unwrap() = Box::new(|at| {
+        if at == 0 {
+            Reply::Silence
+        } else {
+            Reply::Ttl(3_000)
+        }
+    });
+    let (client, fake) = fake.client();
+    let guard = client.acquire("n", lease(3_000)).await.unwrap();
+    tokio::time::sleep(ms(6_000)).await;
+    assert!(!guard.is_lost());
+    assert!(fake
+        .renew_log
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(at, _)| *at != 0));
+}
+
+/// A release whose first attempt got no answer (it went through; the
+/// answer was lost) and whose retry finds the lock gone reports it
+/// released, not lost.
+#[tokio::test(start_paused = true)]
+async fn a_retried_release_that_finds_the_first_went_through_is_a_release() {
+    let fake = Fake::new(9_000);
+    let tries = Arc::new(AtomicUsize::new(0));
+    let seen = tries.clone();
+    *fake.release.lock().unwrap() = Box::new(move |_| {
+        if seen.fetch_add(1, Ordering::Relaxed) == 0 {
+            Reply::Silence
+        } else {
+            Reply::NotHeld
+        }
+    });
+    let (client, _) = fake.client();
+    let guard = client.acquire("n", lease(9_000)).await.unwrap();
+    assert!(guard.release().await.is_ok());
+    assert_eq!(tries.load(Ordering::Relaxed), 2);
+}
+
+/// Waits of `Duration::MAX` mean "as long as it takes", not a panic.
+#[tokio::test(start_paused = true)]
+async fn the_longest_waits_do_not_overflow() {
+    let (client, _) = Fake::new(9_000).client();
+    let guard = client
+        .acquire("n", lease(9_000).wait(Duration::MAX))
+        .await
+        .unwrap();
+    drop(guard);
+    assert!(client.watch("n", 0, Duration::MAX).await.is_ok());
+    let options = leasehold_client::CampaignOptions {
+        lease: Some(ms(9_000)),
+        give_up_after: Some(Duration::MAX),
+    };
+    assert!(client.campaign("e", "v", options).await.is_ok());
+}
