@@ -104,19 +104,26 @@ impl Client {
     }
 
     /// Who leads election `name`, as it changes: first the leader now (or
-    /// none), then each change, in fence order, without polling. A leader
-    /// that held for less than one round trip may be missed; leaders are
-    /// never reported out of order.
+    /// none), then each change as the speaker's table made it, without
+    /// polling. A leader that held for less than one round trip may be
+    /// missed. Fences increase from one item to the next, except in
+    /// `proceed` mode just after a rebuild that missed members, when an
+    /// older grant may surface as the leader again. After a failed call
+    /// (an `Err` item) the next one waits, 50 ms doubling to 2 s, so a call
+    /// refused at once is not repeated in a tight loop.
     pub fn observe(
         &self,
         name: &str,
     ) -> impl Stream<Item = Result<Option<LockView>, Error>> + Send + 'static {
         let client = self.clone();
         let name = name.to_string();
-        futures::stream::unfold(None::<u64>, move |seen| {
+        futures::stream::unfold((None::<u64>, 0u32), move |(seen, failures)| {
             let client = client.clone();
             let name = name.clone();
             async move {
+                if failures > 0 {
+                    tokio::time::sleep(observe_backoff(failures)).await;
+                }
                 loop {
                     let result = match seen {
                         None => client.get(&name).await,
@@ -126,13 +133,19 @@ impl Client {
                         Ok(current) => {
                             let fence = current.as_ref().map_or(0, |l| l.fence);
                             if seen != Some(fence) {
-                                return Some((Ok(current), Some(fence)));
+                                return Some((Ok(current), (Some(fence), 0)));
                             }
                         }
-                        Err(e) => return Some((Err(e), seen)),
+                        Err(e) => return Some((Err(e), (seen, failures.saturating_add(1)))),
                     }
                 }
             }
         })
     }
+}
+
+/// The wait before an observer's next call after `failures` failed in a
+/// row.
+fn observe_backoff(failures: u32) -> Duration {
+    Duration::from_millis(50u64 << failures.saturating_sub(1).min(6)).min(Duration::from_secs(2))
 }

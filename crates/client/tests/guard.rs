@@ -40,6 +40,9 @@ struct Fake {
     renew: Mutex<Script>,
     release: Mutex<Script>,
     renewals: AtomicUsize,
+    /// Whether `get` is refused (`400`).
+    refuse_gets: bool,
+    gets: AtomicUsize,
     /// (endpoint, when) of every renewal sent.
     renew_log: Mutex<Vec<(usize, Instant)>>,
 }
@@ -54,6 +57,8 @@ impl Fake {
             renew: Mutex::new(Box::new(move |_| Reply::Ttl(lease_ms))),
             release: Mutex::new(Box::new(move |_| Reply::Ttl(0))),
             renewals: AtomicUsize::new(0),
+            refuse_gets: false,
+            gets: AtomicUsize::new(0),
             renew_log: Mutex::new(Vec::new()),
         }
     }
@@ -136,7 +141,14 @@ impl Transport for Fake {
         watch: Option<(Duration, u64)>,
         _timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
         Box::pin(async move {
+            if self.refuse_gets {
+                return Err(CallError::Api(ErrorBody::new(
+                    ErrorCode::BadRequest,
+                    "an empty name",
+                )));
+            }
             if let Some((wait, _)) = watch {
                 tokio::time::sleep(wait).await;
             }
@@ -327,4 +339,22 @@ async fn the_longest_waits_do_not_overflow() {
         give_up_after: Some(Duration::MAX),
     };
     assert!(client.campaign("e", "v", options).await.is_ok());
+}
+
+/// An observer whose calls are refused at once does not repeat them in a
+/// tight loop: the calls after a failure back off.
+#[tokio::test(start_paused = true)]
+async fn a_refused_observer_backs_off() {
+    use futures::StreamExt;
+    let mut fake = Fake::new(9_000);
+    fake.refuse_gets = true;
+    let (client, fake) = fake.client();
+    let mut leaders = std::pin::pin!(client.observe("n"));
+    let start = Instant::now();
+    for _ in 0..6 {
+        assert!(leaders.next().await.expect("never ends").is_err());
+    }
+    // 50 + 100 + 200 + 400 + 800 ms between the six calls.
+    assert!(start.elapsed() >= ms(1_550), "{:?}", start.elapsed());
+    assert_eq!(fake.gets.load(Ordering::Relaxed), 6);
 }
