@@ -20,10 +20,25 @@ pub enum Error {
     /// out; it was released and is not held.
     #[error("the grant arrived after its lease had run out; it was released")]
     ArrivedLate,
-    /// No node answered, or none could serve, before the call's time ran
-    /// out. For an acquire or a release the outcome is unknown.
+    /// Nodes answered, but none could serve (no speaker yet, `503`),
+    /// before the call's time ran out: nothing was done. Retry later.
     #[error("the cluster is unavailable: {0}")]
     Unavailable(String),
+    /// No node answered before the call's time ran out (unreachable, timed
+    /// out). For an acquire or a release the outcome is unknown: the lock
+    /// may have been granted (its lease then runs out unrenewed) or
+    /// released.
+    #[error("no answer from the cluster: {0}")]
+    NoAnswer(String),
+    /// The cluster refused the credentials (`401`): a token is missing or
+    /// wrong. Retrying will not help.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// A node failed (`500`), is not a member of the cluster the client
+    /// was given (`409 wrong_member`), or answered without what its answer
+    /// must carry. Retrying elsewhere may help; the operator should look.
+    #[error("the node failed: {0}")]
+    Server(String),
     /// The request was refused as malformed, or the options are invalid.
     #[error("bad request: {0}")]
     BadRequest(String),

@@ -120,13 +120,15 @@ fn refused(e: CallError) -> Error {
         CallError::Api(body) => match body.error {
             ErrorCode::Held => match body.lock {
                 Some(lock) => Error::Held(Box::new(lock)),
-                None => Error::Unavailable(body.message),
+                None => Error::Server(format!("a held answer without its lock: {}", body.message)),
             },
             ErrorCode::NotHeld => Error::NotHeld,
             ErrorCode::BadRequest | ErrorCode::TooLarge => Error::BadRequest(body.message),
-            _ => Error::Unavailable(body.message),
+            ErrorCode::Unauthorized => Error::Unauthorized(body.message),
+            ErrorCode::NotRebuilt | ErrorCode::NoLeader => Error::Unavailable(body.message),
+            ErrorCode::WrongMember | ErrorCode::Internal => Error::Server(body.message),
         },
-        CallError::NoAnswer(e) => Error::Unavailable(e),
+        CallError::NoAnswer(e) => Error::NoAnswer(e),
     }
 }
 
@@ -330,5 +332,54 @@ impl Client {
         })
         .await
         .map_err(refused)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_api::ErrorBody;
+
+    fn api(code: ErrorCode) -> CallError {
+        CallError::Api(ErrorBody::new(code, "m"))
+    }
+
+    /// Callers branch on what went wrong: each answer has its own kind.
+    #[test]
+    fn each_failure_has_a_kind_callers_can_branch_on() {
+        assert!(matches!(refused(api(ErrorCode::NotHeld)), Error::NotHeld));
+        assert!(matches!(
+            refused(api(ErrorCode::BadRequest)),
+            Error::BadRequest(_)
+        ));
+        assert!(matches!(
+            refused(api(ErrorCode::TooLarge)),
+            Error::BadRequest(_)
+        ));
+        assert!(matches!(
+            refused(api(ErrorCode::Unauthorized)),
+            Error::Unauthorized(_)
+        ));
+        assert!(matches!(
+            refused(api(ErrorCode::NotRebuilt)),
+            Error::Unavailable(_)
+        ));
+        assert!(matches!(
+            refused(api(ErrorCode::NoLeader)),
+            Error::Unavailable(_)
+        ));
+        assert!(matches!(
+            refused(api(ErrorCode::Internal)),
+            Error::Server(_)
+        ));
+        assert!(matches!(
+            refused(api(ErrorCode::WrongMember)),
+            Error::Server(_)
+        ));
+        assert!(matches!(refused(api(ErrorCode::Held)), Error::Server(_)));
+        assert!(matches!(
+            refused(CallError::NoAnswer("timed out".into())),
+            Error::NoAnswer(_)
+        ));
     }
 }
