@@ -9,12 +9,16 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::suspend::SuspendClock;
 use crate::transport::{CallError, Transport};
 use crate::{AcquireOptions, Error};
 
 /// The longest margin before a lease's end at which an unrenewed lock
 /// counts as lost.
 const MAX_LAPSE_MARGIN: Duration = Duration::from_secs(2);
+
+/// The longest the renewal task sleeps without looking at the lapse.
+const LOOK_AT_MOST: Duration = Duration::from_millis(250);
 
 /// The longest one renewal attempt may take before another node is tried.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -120,36 +124,93 @@ pub enum Loss {
 /// is lost, or its lease is about to lapse unrenewed on this client's clock.
 pub struct LockGuard {
     view: Arc<Mutex<LockView>>,
-    ends: Arc<Mutex<Instant>>,
-    lost: CancellationToken,
-    loss: Arc<OnceLock<Loss>>,
+    lease: Arc<LeaseCount>,
     stop: Option<oneshot::Sender<Stop>>,
     task: Option<JoinHandle<()>>,
+}
+
+/// Where a lease is counted from: when it ends on the runtime's clock, and
+/// how long the machine had been suspended at the send it is counted from.
+#[derive(Debug, Clone, Copy)]
+struct Count {
+    ends: Instant,
+    suspended_at_send: Duration,
+}
+
+/// The lease as this client counts it, shared by the guard and its
+/// renewal task, and whether (and why) the lock is lost.
+struct LeaseCount {
+    count: Mutex<Count>,
+    margin: Duration,
+    suspends: Arc<dyn SuspendClock>,
+    lost: CancellationToken,
+    loss: OnceLock<Loss>,
+}
+
+impl LeaseCount {
+    /// When the lease ends, on the runtime's clock, less any suspend since
+    /// the send it is counted from (the runtime's clock stood still then).
+    fn ends(&self) -> Instant {
+        let count = *self.count.lock().unwrap_or_else(|p| p.into_inner());
+        let suspended = self
+            .suspends
+            .suspended()
+            .saturating_sub(count.suspended_at_send);
+        count
+            .ends
+            .checked_sub(suspended)
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// When the unrenewed lock counts as lost.
+    fn lapse(&self) -> Instant {
+        let ends = self.ends();
+        ends.checked_sub(self.margin).unwrap_or(ends)
+    }
+
+    /// The lease now runs for `left` from a send at `sent`.
+    fn counted_from(&self, sent: Instant, suspended_at_send: Duration, left: Duration) {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) = Count {
+            ends: sent + left,
+            suspended_at_send,
+        };
+    }
+
+    fn lose(&self, loss: Loss) {
+        let _ = self.loss.set(loss);
+        self.lost.cancel();
+    }
+
+    /// Whether the lock is lost, judged now: a lapse is seen the moment it
+    /// is due, whether or not the renewal task has run since (it may have
+    /// been starved, or the machine suspended).
+    fn is_lost(&self) -> bool {
+        if !self.lost.is_cancelled() && Instant::now() >= self.lapse() {
+            self.lose(Loss::Lapsed);
+        }
+        self.lost.is_cancelled()
+    }
 }
 
 /// The renewal task's view of the lock.
 struct Renewal {
     transport: Arc<dyn Transport>,
     view: Arc<Mutex<LockView>>,
-    lost: CancellationToken,
-    loss: Arc<OnceLock<Loss>>,
+    lease_count: Arc<LeaseCount>,
     name: String,
     id: String,
     lease: Duration,
     every: Duration,
-    margin: Duration,
-    /// When the lease ends on this client's clock.
-    ends: Instant,
-    /// The same, for the guard to read.
-    shared_ends: Arc<Mutex<Instant>>,
 }
 
 impl LockGuard {
-    /// Starts guarding `granted`, whose request was sent at `sent`.
+    /// Starts guarding `granted`, whose request was sent at `sent`, when
+    /// the machine had been suspended for `suspended_at_send`.
     pub(crate) fn start(
         transport: Arc<dyn Transport>,
+        suspends: Arc<dyn SuspendClock>,
         granted: LockView,
-        sent: Instant,
+        (sent, suspended_at_send): (Instant, Duration),
         options: &AcquireOptions,
     ) -> Result<LockGuard, Error> {
         // Never counted past the lease asked for, whatever an answer says.
@@ -158,9 +219,18 @@ impl LockGuard {
             .lease
             .map_or(granted_lease, |asked| asked.min(granted_lease))
             .max(Duration::from_millis(1));
-        let ends = sent + Duration::from_millis(granted.ttl_ms).min(lease);
         let Schedule { every, margin } = Schedule::fitted(lease, options);
-        if Instant::now() + margin >= ends {
+        let lease_count = Arc::new(LeaseCount {
+            count: Mutex::new(Count {
+                ends: sent + Duration::from_millis(granted.ttl_ms).min(lease),
+                suspended_at_send,
+            }),
+            margin,
+            suspends,
+            lost: CancellationToken::new(),
+            loss: OnceLock::new(),
+        });
+        if Instant::now() >= lease_count.lapse() {
             // The grant came too late to be used: give it back.
             let body = ReleaseBody {
                 name: granted.name.clone(),
@@ -173,29 +243,20 @@ impl LockGuard {
             return Err(Error::ArrivedLate);
         }
         let view = Arc::new(Mutex::new(granted.clone()));
-        let shared_ends = Arc::new(Mutex::new(ends));
-        let lost = CancellationToken::new();
-        let loss = Arc::new(OnceLock::new());
         let (stop, stopped) = oneshot::channel();
         let renewal = Renewal {
             transport,
             view: view.clone(),
-            lost: lost.clone(),
-            loss: loss.clone(),
+            lease_count: lease_count.clone(),
             name: granted.name.clone(),
             id: granted.id.clone(),
             lease,
             every,
-            margin,
-            ends,
-            shared_ends: shared_ends.clone(),
         };
         let task = tokio::spawn(renewal.run(stopped));
         Ok(LockGuard {
             view,
-            ends: shared_ends,
-            lost,
-            loss,
+            lease: lease_count,
             stop: Some(stop),
             task: Some(task),
         })
@@ -222,33 +283,34 @@ impl LockGuard {
         self.lock().fence
     }
 
-    /// When the lease ends on this client's clock, as of the last renewal.
+    /// When the lease ends on this client's clock, as of the last renewal
+    /// (earlier by any time the machine spent suspended since).
     pub fn lease_ends(&self) -> std::time::Instant {
-        self.ends
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .into_std()
+        self.lease.ends().into_std()
     }
 
     /// A token cancelled when the lock is lost or about to lapse.
     pub fn lost_token(&self) -> CancellationToken {
-        self.lost.clone()
+        self.lease.lost.clone()
     }
 
-    /// Whether the lock is lost.
+    /// Whether the lock is lost, or about to lapse: judged now on the
+    /// client's clock (suspends included), not only as last seen by the
+    /// renewal task.
     pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        self.lease.is_lost()
     }
 
     /// Why the lock was lost, once it was (`None` while it is held, and
     /// after a release).
     pub fn loss(&self) -> Option<Loss> {
-        self.loss.get().copied()
+        self.lease.is_lost();
+        self.lease.loss.get().copied()
     }
 
     /// Waits until the lock is lost.
     pub async fn lost(&self) {
-        self.lost.cancelled().await
+        self.lease.lost.cancelled().await
     }
 
     /// Stops renewing and releases the lock.
@@ -280,9 +342,12 @@ impl Renewal {
     async fn run(mut self, mut stopped: oneshot::Receiver<Stop>) {
         let mut next = self.next_renewal();
         loop {
-            let lapse = self.ends.checked_sub(self.margin).unwrap_or(self.ends);
+            // Looked at again every so often: a suspend moves the lapse
+            // closer without any timer noticing.
+            let lapse = self.lease_count.lapse();
+            let look = Instant::now() + self.look_every();
             tokio::select! {
-                _ = tokio::time::sleep_until(next.min(lapse)) => {}
+                _ = tokio::time::sleep_until(next.min(lapse).min(look)) => {}
                 stop = &mut stopped => {
                     let reply = match stop {
                         Ok(Stop::Release(reply)) => reply,
@@ -292,21 +357,25 @@ impl Renewal {
                     if let Some(reply) = reply {
                         let _ = reply.send(result);
                     }
-                    self.lost.cancel();
+                    self.lease_count.lost.cancel();
                     return;
                 }
             }
+            let lapse = self.lease_count.lapse();
             if Instant::now() >= lapse {
                 tracing::warn!(name = %self.name, "lock lapsed: no renewal got through in time");
-                self.lose(Loss::Lapsed);
+                self.lease_count.lose(Loss::Lapsed);
                 // Nothing to release; a later release() answers Lost.
                 let _ = self.release_when_stopped(stopped).await;
                 return;
             }
+            if Instant::now() < next {
+                continue;
+            }
             match self.renew(lapse).await {
                 Ok(()) => next = self.next_renewal(),
                 Err(loss) => {
-                    self.lose(loss);
+                    self.lease_count.lose(loss);
                     let _ = self.release_when_stopped(stopped).await;
                     return;
                 }
@@ -314,19 +383,20 @@ impl Renewal {
         }
     }
 
+    /// How often the task looks at the lapse between renewals: often
+    /// enough that a suspend is seen within half the margin of waking.
+    fn look_every(&self) -> Duration {
+        (self.lease_count.margin / 2).clamp(Duration::from_millis(10), LOOK_AT_MOST)
+    }
+
     /// When to renew next: a period from now, but early enough that a
     /// whole period is left before the lapse (at once, for a grant that
     /// came with little of its lease left).
     fn next_renewal(&self) -> Instant {
-        let lapse = self.ends.checked_sub(self.margin).unwrap_or(self.ends);
+        let lapse = self.lease_count.lapse();
         let now = Instant::now();
         let early = lapse.checked_sub(self.every).unwrap_or(now).max(now);
         (now + self.every).min(early)
-    }
-
-    fn lose(&self, loss: Loss) {
-        let _ = self.loss.set(loss);
-        self.lost.cancel();
     }
 
     /// Renews, trying node after node, until it gets through or `lapse`.
@@ -334,6 +404,7 @@ impl Renewal {
         let mut attempt = 0u32;
         loop {
             let sent = Instant::now();
+            let suspended_at_send = self.lease_count.suspends.suspended();
             if sent >= lapse {
                 return Err(Loss::Lapsed);
             }
@@ -345,8 +416,8 @@ impl Renewal {
             let timeout = attempt_timeout(lapse.saturating_duration_since(sent), &*self.transport);
             match self.transport.renew(body, timeout).await {
                 Ok(view) => {
-                    self.ends = sent + Duration::from_millis(view.ttl_ms).min(self.lease);
-                    *self.shared_ends.lock().unwrap_or_else(|p| p.into_inner()) = self.ends;
+                    let left = Duration::from_millis(view.ttl_ms).min(self.lease);
+                    self.lease_count.counted_from(sent, suspended_at_send, left);
                     *self.view.lock().unwrap_or_else(|p| p.into_inner()) = view;
                     return Ok(());
                 }
@@ -378,12 +449,12 @@ impl Renewal {
         let mut unknown = false;
         loop {
             let now = Instant::now();
-            if now >= self.ends {
+            let ends = self.lease_count.ends();
+            if now >= ends {
                 // The lease is over anyway.
                 return Ok(());
             }
-            let timeout =
-                attempt_timeout(self.ends.saturating_duration_since(now), &*self.transport);
+            let timeout = attempt_timeout(ends.saturating_duration_since(now), &*self.transport);
             match self.transport.release(body.clone(), timeout).await {
                 Ok(_) => return Ok(()),
                 // An earlier attempt went through, its answer lost.

@@ -19,6 +19,7 @@
 mod election;
 mod error;
 mod guard;
+mod suspend;
 mod transport;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ pub use election::{CampaignOptions, Leadership};
 pub use error::Error;
 pub use guard::{LockGuard, Loss};
 pub use leasehold_api::LockView as Lock;
+pub use suspend::{BootClock, SuspendClock};
 pub use transport::{BoxFuture, CallError, EndpointError, HttpTransport, Transport};
 
 /// How a lock is asked for.
@@ -106,6 +108,7 @@ pub(crate) fn after(d: Duration) -> Instant {
 #[derive(Clone)]
 pub struct Client {
     transport: Arc<dyn Transport>,
+    suspends: Arc<dyn SuspendClock>,
 }
 
 fn retryable(e: &CallError) -> bool {
@@ -148,7 +151,17 @@ impl Client {
 
     /// A client over any transport (an embedded node's, for one).
     pub fn with_transport(transport: Arc<dyn Transport>) -> Self {
-        Client { transport }
+        Client {
+            transport,
+            suspends: Arc::new(BootClock::new()),
+        }
+    }
+
+    /// This client, with `suspends` telling how long the machine has been
+    /// suspended (the default, [`BootClock`], reads `CLOCK_BOOTTIME`; tests
+    /// give a clock of their own to simulate a suspend).
+    pub fn with_suspend_clock(self, suspends: Arc<dyn SuspendClock>) -> Self {
+        Client { suspends, ..self }
     }
 
     /// Runs `call` until it succeeds, is refused for good, or `until`
@@ -187,12 +200,12 @@ impl Client {
         };
         let until = after(options.wait.saturating_add(RETRY_FOR));
         let wait_until = after(options.wait);
-        let mut sent = Instant::now();
+        let mut sent = (Instant::now(), self.suspends.suspended());
         let granted = self
             .retrying(until, |_| {
-                sent = Instant::now();
+                sent = (Instant::now(), self.suspends.suspended());
                 let mut body = body.clone();
-                let wait = wait_until.saturating_duration_since(sent);
+                let wait = wait_until.saturating_duration_since(sent.0);
                 body.wait_ms =
                     (!wait.is_zero()).then(|| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
                 self.transport
@@ -203,7 +216,13 @@ impl Client {
         let (granted, served) = granted;
         // The node got the request no earlier than it was sent and held it
         // `served`: the lease is counted from there.
-        LockGuard::start(self.transport.clone(), granted, sent + served, &options)
+        LockGuard::start(
+            self.transport.clone(),
+            self.suspends.clone(),
+            granted,
+            (sent.0 + served, sent.1),
+            &options,
+        )
     }
 
     /// Acquires `name` if it is free now; otherwise fails at once with

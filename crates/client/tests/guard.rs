@@ -358,3 +358,58 @@ async fn a_refused_observer_backs_off() {
     assert!(start.elapsed() >= ms(1_550), "{:?}", start.elapsed());
     assert_eq!(fake.gets.load(Ordering::Relaxed), 6);
 }
+
+/// A suspend clock the test moves by hand.
+struct FakeSuspend(AtomicUsize);
+
+impl leasehold_client::SuspendClock for FakeSuspend {
+    fn suspended(&self) -> Duration {
+        ms(self.0.load(Ordering::Relaxed) as u64)
+    }
+}
+
+/// The runtime's clock (and its timers) stands still while the machine is
+/// suspended; the cluster's leases do not. A suspend longer than what was
+/// left of the lease loses the lock the moment the machine wakes: `is_lost`
+/// says so at once, and the renewal task within a fraction of the margin.
+#[tokio::test(start_paused = true)]
+async fn a_suspend_longer_than_the_lease_left_loses_the_lock_on_waking() {
+    let (client, fake) = Fake::new(10_000).client();
+    let suspend = Arc::new(FakeSuspend(AtomicUsize::new(0)));
+    let client = client.with_suspend_clock(suspend.clone());
+    let guard = client.acquire("n", lease(10_000)).await.unwrap();
+    let watcher = client.acquire("w", lease(10_000)).await.unwrap();
+    tokio::time::sleep(ms(1_000)).await;
+    assert!(!guard.is_lost());
+    suspend.0.store(20_000, Ordering::Relaxed);
+    assert!(guard.is_lost(), "seen at once, whether the task ran or not");
+    assert_eq!(guard.loss(), Some(Loss::Lapsed));
+    tokio::time::timeout(ms(600), watcher.lost())
+        .await
+        .expect("the renewal task sees the suspend too");
+    assert_eq!(watcher.loss(), Some(Loss::Lapsed));
+    let renewals = fake.renewals.load(Ordering::Relaxed);
+    tokio::time::sleep(ms(10_000)).await;
+    assert_eq!(
+        fake.renewals.load(Ordering::Relaxed),
+        renewals,
+        "a lost lock is not renewed"
+    );
+}
+
+/// A suspend shorter than what was left is survived, and the renewal after
+/// it counts the lease afresh.
+#[tokio::test(start_paused = true)]
+async fn a_short_suspend_is_survived_and_the_next_renewal_counts_afresh() {
+    let (client, _) = Fake::new(10_000).client();
+    let suspend = Arc::new(FakeSuspend(AtomicUsize::new(0)));
+    let client = client.with_suspend_clock(suspend.clone());
+    let guard = client.acquire("n", lease(10_000)).await.unwrap();
+    tokio::time::sleep(ms(1_000)).await;
+    suspend.0.store(5_000, Ordering::Relaxed);
+    assert!(!guard.is_lost());
+    // The renewal at a third of the lease (runtime clock) goes through.
+    tokio::time::sleep(ms(20_000)).await;
+    assert!(!guard.is_lost());
+    assert!(guard.lease_ends() > (Instant::now() + ms(5_000)).into_std());
+}
