@@ -4,10 +4,12 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use leasehold_client::{AcquireOptions, CampaignOptions, Client, Error};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use leasehold_client::{AcquireOptions, CampaignOptions, Client, Error, Loss};
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag};
+use nix::unistd::{getpid, getppid, Pid};
 use tokio::process::Command;
+use tokio::signal::unix;
 use tokio_util::sync::CancellationToken;
 
 /// Exit statuses of their own (sysexits.h): the command's status otherwise.
@@ -44,7 +46,13 @@ pub async fn lock(
         Err(e) => return refused(&format!("could not lock {name}"), &e),
     };
     eprintln!("leasehold: holding {name} (fence {})", guard.fence());
-    let code = run(command, guard.lost_token(), &|| guard.lease_ends()).await;
+    let held = Held {
+        lost: guard.lost_token(),
+        lease: Duration::from_millis(guard.lock().lease_ms),
+        lease_ends: &|| guard.lease_ends(),
+        loss: &|| guard.loss(),
+    };
+    let code = run(command, held).await;
     let _ = guard.release().await;
     code
 }
@@ -65,27 +73,154 @@ pub async fn elect(
         "leasehold: leading {name} as {value:?} (fence {})",
         leadership.fence()
     );
-    let code = run(command, leadership.lost_token(), &|| {
-        leadership.lease_ends()
-    })
-    .await;
+    let held = Held {
+        lost: leadership.lost_token(),
+        lease: Duration::from_millis(leadership.lock().lease_ms),
+        lease_ends: &|| leadership.lease_ends(),
+        // Leadership does not say why it was lost: see `Held::loss_now`.
+        loss: &|| None,
+    };
+    let code = run(command, held).await;
     let _ = leadership.resign().await;
     code
 }
 
-/// Runs `command` until it exits, or the lock is lost (then: SIGTERM, and
-/// SIGKILL if it is still running when the lease ends).
-async fn run(
-    command: &[String],
+/// The longest margin before the lease's end at which the client counts an
+/// unrenewed lock as lost (its default: a tenth of the lease, at most 2 s).
+const MAX_LAPSE_MARGIN: Duration = Duration::from_secs(2);
+
+/// The least time before the lease's end at which the command's process
+/// group is SIGKILLed.
+const MIN_KILL_MARGIN: Duration = Duration::from_millis(10);
+
+/// The client's margin before the lease's end at which an unrenewed lock
+/// counts as lost (the loss signal), for a `lease`.
+fn lapse_margin(lease: Duration) -> Duration {
+    (lease / 10).min(MAX_LAPSE_MARGIN)
+}
+
+/// How long before the lease's end the command's process group is
+/// SIGKILLed: half the lapse margin (so a lapsed lock gives the command
+/// the other half to stop after SIGTERM), and at least 10 ms.
+fn kill_margin(lease: Duration) -> Duration {
+    (lapse_margin(lease) / 2).max(MIN_KILL_MARGIN)
+}
+
+/// What the command runs under: a lock, or a leadership.
+struct Held<'a> {
+    /// Cancelled when it is lost, or about to lapse (the loss signal).
     lost: CancellationToken,
-    lease_ends: &(dyn Fn() -> Instant + Sync),
-) -> ExitCode {
+    /// The lease granted.
+    lease: Duration,
+    /// When the lease ends on this client's clock.
+    lease_ends: &'a (dyn Fn() -> Instant + Sync),
+    /// Why it was lost, if known.
+    loss: &'a (dyn Fn() -> Option<Loss> + Sync),
+}
+
+impl Held<'_> {
+    /// When the command's group is SIGKILLed at the latest: the lease's
+    /// end less the kill margin.
+    fn kill_at(&self) -> Instant {
+        let ends = (self.lease_ends)();
+        ends.checked_sub(kill_margin(self.lease)).unwrap_or(ends)
+    }
+
+    /// Why it was lost, once the loss signal came. A leadership does not
+    /// say; a loss seen while more than the lapse margin is left cannot be
+    /// a lapse (the client declares one only within the margin), so it was
+    /// refused.
+    fn loss_now(&self) -> Loss {
+        (self.loss)().unwrap_or_else(|| {
+            if Instant::now() + lapse_margin(self.lease) < (self.lease_ends)() {
+                Loss::Refused
+            } else {
+                Loss::Lapsed
+            }
+        })
+    }
+}
+
+/// Why the command is being stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stopping {
+    /// The lock was lost (or is about to lapse).
+    Lost,
+    /// This process was interrupted (SIGINT, SIGTERM, SIGHUP).
+    Interrupted,
+}
+
+/// The signals that ask this process to stop: passed on to the command as
+/// SIGTERM (a second one as SIGKILL). The command runs in a process group
+/// of its own, so a terminal's Ctrl-C reaches this process only.
+struct Interrupts {
+    interrupt: unix::Signal,
+    terminate: unix::Signal,
+    hangup: unix::Signal,
+}
+
+impl Interrupts {
+    fn listen() -> std::io::Result<Interrupts> {
+        Ok(Interrupts {
+            interrupt: unix::signal(unix::SignalKind::interrupt())?,
+            terminate: unix::signal(unix::SignalKind::terminate())?,
+            hangup: unix::signal(unix::SignalKind::hangup())?,
+        })
+    }
+
+    /// Waits for the next one.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+            _ = self.hangup.recv() => {}
+        }
+    }
+}
+
+/// The command's process group (its pid: it leads the group).
+#[derive(Clone, Copy)]
+struct Group(Pid);
+
+impl Group {
+    fn signal(self, sig: Signal) {
+        // The group cannot have been reused: its leader is not reaped
+        // before the last signal (see `exited`).
+        let _ = killpg(self.0, sig);
+    }
+
+    /// Waits until the leader has exited, without reaping it: while it is
+    /// a zombie its pid, and so the group's id, cannot be reused.
+    async fn exited(self) {
+        let wait = tokio::task::spawn_blocking(move || loop {
+            match waitid(Id::Pid(self.0), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                _ => return,
+            }
+        });
+        let _ = wait.await;
+    }
+}
+
+/// Runs `command` in a process group of its own until it exits, the lock
+/// is lost, or this process is interrupted. Then: SIGTERM to the group at
+/// once, and SIGKILL to it at `lease_ends - kill_margin` at the latest (at
+/// once after a refused renewal, or a second interrupt). Whatever of the
+/// group is left when the command exits is SIGKILLed too.
+async fn run(command: &[String], held: Held<'_>) -> ExitCode {
     let Some((program, args)) = command.split_first() else {
         eprintln!("leasehold: no command given (put it after --)");
         return ExitCode::from(exit::USAGE);
     };
+    let mut interrupts = match Interrupts::listen() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("leasehold: cannot listen for signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut command = Command::new(program);
-    command.args(args).kill_on_drop(true);
+    command.args(args).kill_on_drop(true).process_group(0);
     die_with_parent(&mut command);
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -94,43 +229,116 @@ async fn run(
             return ExitCode::from(127);
         }
     };
-    let pid = child.id().map(|id| Pid::from_raw(id as i32));
-    let terminate = |sig: Signal| {
-        if let Some(pid) = pid {
-            let _ = kill(pid, sig);
-        }
+    let Some(pid) = child.id() else {
+        return status_code(child.wait().await);
     };
-    tokio::select! {
-        status = child.wait() => return status_code(status),
-        _ = lost.cancelled() => {}
-        _ = tokio::signal::ctrl_c() => {
-            terminate(Signal::SIGTERM);
-            return status_code(child.wait().await);
+    let group = Group(Pid::from_raw(pid as i32));
+    let exited = group.exited();
+    tokio::pin!(exited);
+    let why = tokio::select! {
+        _ = &mut exited => None,
+        _ = held.lost.cancelled() => Some(Stopping::Lost),
+        _ = interrupts.next() => Some(Stopping::Interrupted),
+    };
+    if let Some(why) = why {
+        stop(group, why, &held, &mut interrupts, exited).await;
+    }
+    // Nothing of the group runs on after the command: the lock is released
+    // (or lost) now.
+    group.signal(Signal::SIGKILL);
+    let status = child.wait().await;
+    if held.lost.is_cancelled() {
+        ExitCode::from(exit::LOST)
+    } else {
+        status_code(status)
+    }
+}
+
+/// Stops the command's group: SIGTERM now, SIGKILL before the lease ends
+/// (now if the lock was refused, or on a second interrupt); returns once
+/// the group's leader has exited.
+async fn stop(
+    group: Group,
+    mut why: Stopping,
+    held: &Held<'_>,
+    interrupts: &mut Interrupts,
+    mut exited: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) {
+    // Leases only grow while renewed: the deadline as it stands now is the
+    // latest one, interrupted or lost.
+    let kill_at = held.kill_at();
+    let mut kill_now = false;
+    loop {
+        match why {
+            Stopping::Lost if held.loss_now() == Loss::Refused => {
+                eprintln!(
+                    "leasehold: the cluster refused to renew the lock: it is gone and another may hold it already; killing the command now"
+                );
+                kill_now = true;
+            }
+            Stopping::Lost => eprintln!(
+                "leasehold: the lock was lost (no renewal got through in time); stopping the command (SIGTERM), SIGKILL {} ms before the lease ends",
+                kill_margin(held.lease).as_millis()
+            ),
+            Stopping::Interrupted => eprintln!(
+                "leasehold: interrupted; stopping the command (SIGTERM), SIGKILL at the latest {} ms before the lease ends",
+                kill_margin(held.lease).as_millis()
+            ),
+        }
+        group.signal(Signal::SIGTERM);
+        if kill_now {
+            break;
+        }
+        let lost = held.lost.clone();
+        let already_lost = lost.is_cancelled();
+        tokio::select! {
+            _ = &mut exited => return,
+            _ = tokio::time::sleep_until(kill_at.into()) => break,
+            _ = lost.cancelled(), if !already_lost => why = Stopping::Lost,
+            _ = interrupts.next() => {
+                eprintln!("leasehold: interrupted again; killing the command now");
+                kill_now = true;
+                break;
+            }
         }
     }
-    eprintln!("leasehold: the lock was lost; stopping the command");
-    terminate(Signal::SIGTERM);
-    let deadline = lease_ends().max(Instant::now() + Duration::from_millis(100));
-    if tokio::time::timeout_at(deadline.into(), child.wait())
-        .await
-        .is_err()
-    {
-        terminate(Signal::SIGKILL);
-        let _ = child.wait().await;
+    if !kill_now {
+        eprintln!("leasehold: the command did not stop after SIGTERM");
     }
-    ExitCode::from(exit::LOST)
+    group.signal(Signal::SIGKILL);
+    let now = Instant::now();
+    let ends = (held.lease_ends)();
+    match ends.checked_duration_since(now) {
+        Some(left) if !left.is_zero() => eprintln!(
+            "leasehold: killed the command's process group {} ms before the lease ends",
+            left.as_millis()
+        ),
+        _ => eprintln!(
+            "leasehold: killed the command's process group {} ms after the lease ended (this process was held up)",
+            now.saturating_duration_since(ends).as_millis()
+        ),
+    }
+    exited.await;
 }
 
 /// Has the kernel kill the command if this process dies without stopping
 /// it (SIGKILL, a crash): the command must never outlive the lock's keeper.
+/// This reaches the command itself only, not what it started (see
+/// docs/client.md).
 #[allow(unsafe_code)]
 fn die_with_parent(command: &mut Command) {
+    let parent = getpid();
     // SAFETY: the closure runs in the child between fork and exec; it only
-    // makes the prctl(2) system call, which is async-signal-safe, and
-    // allocates nothing.
+    // makes the prctl(2) and getppid(2) system calls, which are
+    // async-signal-safe, and allocates nothing.
     unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            if getppid() != parent {
+                // This process died before the signal was asked for.
+                return Err(std::io::Error::other("leasehold exited"));
+            }
+            Ok(())
         });
     }
 }
