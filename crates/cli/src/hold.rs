@@ -48,7 +48,7 @@ pub async fn lock(
     eprintln!("leasehold: holding {name} (fence {})", guard.fence());
     let held = Held {
         lost: guard.lost_token(),
-        lease: Duration::from_millis(guard.lock().lease_ms),
+        lapse_margin: guard.lapse_margin(),
         lease_ends: &|| guard.lease_ends(),
         loss: &|| guard.loss(),
     };
@@ -75,43 +75,32 @@ pub async fn elect(
     );
     let held = Held {
         lost: leadership.lost_token(),
-        lease: Duration::from_millis(leadership.lock().lease_ms),
+        lapse_margin: leadership.lapse_margin(),
         lease_ends: &|| leadership.lease_ends(),
-        // Leadership does not say why it was lost: see `Held::loss_now`.
-        loss: &|| None,
+        loss: &|| leadership.loss(),
     };
     let code = run(command, held).await;
     let _ = leadership.resign().await;
     code
 }
 
-/// The longest margin before the lease's end at which the client counts an
-/// unrenewed lock as lost (its default: a tenth of the lease, at most 2 s).
-const MAX_LAPSE_MARGIN: Duration = Duration::from_secs(2);
-
 /// The least time before the lease's end at which the command's process
 /// group is SIGKILLed.
 const MIN_KILL_MARGIN: Duration = Duration::from_millis(10);
 
-/// The client's margin before the lease's end at which an unrenewed lock
-/// counts as lost (the loss signal), for a `lease`.
-fn lapse_margin(lease: Duration) -> Duration {
-    (lease / 10).min(MAX_LAPSE_MARGIN)
-}
-
 /// How long before the lease's end the command's process group is
-/// SIGKILLed: half the lapse margin (so a lapsed lock gives the command
-/// the other half to stop after SIGTERM), and at least 10 ms.
-fn kill_margin(lease: Duration) -> Duration {
-    (lapse_margin(lease) / 2).max(MIN_KILL_MARGIN)
+/// SIGKILLed: half the client's lapse margin (so a lapsed lock gives the
+/// command the other half to stop after SIGTERM), and at least 10 ms.
+fn kill_margin(lapse_margin: Duration) -> Duration {
+    (lapse_margin / 2).max(MIN_KILL_MARGIN)
 }
 
 /// What the command runs under: a lock, or a leadership.
 struct Held<'a> {
     /// Cancelled when it is lost, or about to lapse (the loss signal).
     lost: CancellationToken,
-    /// The lease granted.
-    lease: Duration,
+    /// How long before the lease's end the client counts it lost.
+    lapse_margin: Duration,
     /// When the lease ends on this client's clock.
     lease_ends: &'a (dyn Fn() -> Instant + Sync),
     /// Why it was lost, if known.
@@ -123,21 +112,13 @@ impl Held<'_> {
     /// end less the kill margin.
     fn kill_at(&self) -> Instant {
         let ends = (self.lease_ends)();
-        ends.checked_sub(kill_margin(self.lease)).unwrap_or(ends)
+        ends.checked_sub(kill_margin(self.lapse_margin))
+            .unwrap_or(ends)
     }
 
-    /// Why it was lost, once the loss signal came. A leadership does not
-    /// say; a loss seen while more than the lapse margin is left cannot be
-    /// a lapse (the client declares one only within the margin), so it was
-    /// refused.
+    /// Why it was lost, once the loss signal came.
     fn loss_now(&self) -> Loss {
-        (self.loss)().unwrap_or_else(|| {
-            if Instant::now() + lapse_margin(self.lease) < (self.lease_ends)() {
-                Loss::Refused
-            } else {
-                Loss::Lapsed
-            }
-        })
+        (self.loss)().unwrap_or(Loss::Lapsed)
     }
 }
 
@@ -278,11 +259,11 @@ async fn stop(
             }
             Stopping::Lost => eprintln!(
                 "leasehold: the lock was lost (no renewal got through in time); stopping the command (SIGTERM), SIGKILL {} ms before the lease ends",
-                kill_margin(held.lease).as_millis()
+                kill_margin(held.lapse_margin).as_millis()
             ),
             Stopping::Interrupted => eprintln!(
                 "leasehold: interrupted; stopping the command (SIGTERM), SIGKILL at the latest {} ms before the lease ends",
-                kill_margin(held.lease).as_millis()
+                kill_margin(held.lapse_margin).as_millis()
             ),
         }
         group.signal(Signal::SIGTERM);

@@ -9,7 +9,7 @@ use futures::Stream;
 use leasehold_api::LockView;
 use tokio_util::sync::CancellationToken;
 
-use crate::{AcquireOptions, Client, Error, LockGuard};
+use crate::{AcquireOptions, Client, Error, LockGuard, Loss};
 
 /// How a candidate campaigns.
 #[derive(Debug, Clone, Default)]
@@ -50,6 +50,16 @@ impl Leadership {
     /// Waits until leadership is lost.
     pub async fn lost(&self) {
         self.guard.lost().await
+    }
+
+    /// Why leadership was lost, once it was (see [`LockGuard::loss`]).
+    pub fn loss(&self) -> Option<Loss> {
+        self.guard.loss()
+    }
+
+    /// How long before the lease's end unrenewed leadership counts as lost.
+    pub fn lapse_margin(&self) -> Duration {
+        self.guard.lapse_margin()
     }
 
     /// Gives leadership up at once, so another candidate can take over.

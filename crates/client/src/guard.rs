@@ -313,6 +313,12 @@ impl LockGuard {
         self.lease.lost.cancelled().await
     }
 
+    /// How long before the lease's end an unrenewed lock counts as lost
+    /// (the schedule's lapse margin, as fitted to the lease granted).
+    pub fn lapse_margin(&self) -> Duration {
+        self.lease.margin
+    }
+
     /// Stops renewing and releases the lock.
     pub async fn release(mut self) -> Result<(), Error> {
         let (tx, rx) = oneshot::channel();
