@@ -245,8 +245,9 @@ async fn stop(
     interrupts: &mut Interrupts,
     mut exited: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
 ) {
-    // Leases only grow while renewed: the deadline as it stands now is the
-    // latest one, interrupted or lost.
+    // The deadline as it stands now is the latest one, interrupted or lost
+    // (renewals may move it later; a suspend moves it earlier, so it is
+    // looked at again while waiting).
     let kill_at = held.kill_at();
     let mut kill_now = false;
     loop {
@@ -274,7 +275,7 @@ async fn stop(
         let already_lost = lost.is_cancelled();
         tokio::select! {
             _ = &mut exited => return,
-            _ = tokio::time::sleep_until(kill_at.into()) => break,
+            _ = kill_due(held, kill_at) => break,
             _ = lost.cancelled(), if !already_lost => why = Stopping::Lost,
             _ = interrupts.next() => {
                 eprintln!("leasehold: interrupted again; killing the command now");
@@ -300,6 +301,19 @@ async fn stop(
         ),
     }
     exited.await;
+}
+
+/// Resolves at `first`, or earlier if the lease's end (less the kill
+/// margin) has moved earlier since (a suspend): looked at every 100 ms.
+async fn kill_due(held: &Held<'_>, first: Instant) {
+    loop {
+        let at = first.min(held.kill_at());
+        let now = Instant::now();
+        if now >= at {
+            return;
+        }
+        tokio::time::sleep_until(at.min(now + Duration::from_millis(100)).into()).await;
+    }
 }
 
 /// Has the kernel kill the command if this process dies without stopping

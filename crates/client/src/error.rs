@@ -21,7 +21,10 @@ pub enum Error {
     #[error("the grant arrived after its lease had run out; it was released")]
     ArrivedLate,
     /// Nodes answered, but none could serve (no speaker yet, `503`),
-    /// before the call's time ran out: nothing was done. Retry later.
+    /// before the call's time ran out, and every attempt was answered.
+    /// Retry later. (A follower may answer `503` after the speaker granted
+    /// a lock, if a newer speaker read it meanwhile: that grant is never
+    /// answered to anyone, and its lease runs out unrenewed.)
     #[error("the cluster is unavailable: {0}")]
     Unavailable(String),
     /// No node answered before the call's time ran out (unreachable, timed

@@ -11,11 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::suspend::SuspendClock;
 use crate::transport::{CallError, Transport};
-use crate::{AcquireOptions, Error};
+use crate::{refused, retryable, AcquireOptions, Error};
 
 /// The longest margin before a lease's end at which an unrenewed lock
 /// counts as lost.
 const MAX_LAPSE_MARGIN: Duration = Duration::from_secs(2);
+
+/// The shortest renewal period a schedule may ask for.
+const MIN_RENEW_EVERY: Duration = Duration::from_millis(10);
 
 /// The longest the renewal task sleeps without looking at the lapse.
 const LOOK_AT_MOST: Duration = Duration::from_millis(250);
@@ -28,11 +31,16 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 const SHORTEST_ATTEMPT: Duration = Duration::from_millis(100);
 
 /// How long one attempt may take with `left` before the deadline: a share
-/// of it for each endpoint, so a node that hangs leaves time to try the
-/// others.
-fn attempt_timeout(left: Duration, transport: &dyn Transport) -> Duration {
-    let share = left / transport.endpoints().max(1) as u32;
+/// of it for each endpoint not tried yet in this round, so a node that
+/// hangs leaves time to try the others (at least 100 ms, or what is left).
+fn attempt_timeout(left: Duration, tries_left: usize) -> Duration {
+    let share = left / u32::try_from(tries_left.max(1)).unwrap_or(u32::MAX);
     share.max(SHORTEST_ATTEMPT).min(left).min(ATTEMPT_TIMEOUT)
+}
+
+/// A duration in whole milliseconds, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// When a guard renews, and how long before the lease's end an unrenewed
@@ -45,14 +53,18 @@ pub(crate) struct Schedule {
 
 impl Schedule {
     /// The schedule `options` ask for under `lease`, or why it cannot keep
-    /// the lock: a renewal at least twice a lease, a margin under half of
-    /// it, and the first renewal due before the lapse.
+    /// the lock: a renewal at least twice a lease and at most every 10 ms,
+    /// a margin under half of it, and room for a whole period between a
+    /// renewal and the lapse, less half a period at most (a renewal is
+    /// sent a period before the lapse at the latest: with less room,
+    /// renewals would come back to back).
     pub(crate) fn checked(lease: Duration, options: &AcquireOptions) -> Result<Schedule, String> {
         let schedule = Schedule::asked(lease, options);
         let Schedule { every, margin } = schedule;
-        if every.is_zero() || every > lease / 2 {
+        if every < MIN_RENEW_EVERY || every > lease / 2 {
             return Err(format!(
-                "a renewal every {every:?} is too slow for a {lease:?} lease: renew at least twice a lease"
+                "a renewal every {every:?} does not fit a {lease:?} lease: renew at least twice \
+                 a lease, and at most every {MIN_RENEW_EVERY:?}"
             ));
         }
         if margin >= lease / 2 {
@@ -60,10 +72,10 @@ impl Schedule {
                 "a lapse margin of {margin:?} is too long for a {lease:?} lease: keep it under half"
             ));
         }
-        if every + margin >= lease {
+        if every + every / 2 + margin > lease {
             return Err(format!(
-                "a renewal every {every:?} with a lapse margin of {margin:?} lapses a {lease:?} lease \
-                 before its first renewal"
+                "a renewal every {every:?} with a lapse margin of {margin:?} leaves too little of a \
+                 {lease:?} lease between renewals: shorten one of them"
             ));
         }
         Ok(schedule)
@@ -179,6 +191,30 @@ impl LeaseCount {
     fn lose(&self, loss: Loss) {
         let _ = self.loss.set(loss);
         self.lost.cancel();
+    }
+
+    /// Resolves once the lapse has come (looked at every so often: a
+    /// suspend moves it closer without any timer noticing), or the lock was
+    /// declared lost.
+    async fn lapsed(&self) {
+        self.passed(|| self.lapse()).await
+    }
+
+    /// Resolves once the lease has ended, as [`LeaseCount::lapsed`].
+    async fn ended(&self) {
+        self.passed(|| self.ends()).await
+    }
+
+    async fn passed(&self, deadline: impl Fn() -> Instant) {
+        loop {
+            let at = deadline();
+            let now = Instant::now();
+            if now >= at {
+                return;
+            }
+            let look = (self.margin / 2).clamp(Duration::from_millis(10), LOOK_AT_MOST);
+            tokio::time::sleep_until(at.min(now + look)).await;
+        }
     }
 
     /// Whether the lock is lost, judged now: a lapse is seen the moment it
@@ -313,6 +349,12 @@ impl LockGuard {
         self.lease.lost.cancelled().await
     }
 
+    /// Waits until the lease has ended on this client's clock (suspends
+    /// included: looked at again every so often, not set once).
+    pub async fn lease_ended(&self) {
+        self.lease.ended().await
+    }
+
     /// How long before the lease's end an unrenewed lock counts as lost
     /// (the schedule's lapse margin, as fitted to the lease granted).
     pub fn lapse_margin(&self) -> Duration {
@@ -368,17 +410,20 @@ impl Renewal {
                 }
             }
             let lapse = self.lease_count.lapse();
-            if Instant::now() >= lapse {
+            if Instant::now() >= lapse || self.lease_count.lost.is_cancelled() {
                 tracing::warn!(name = %self.name, "lock lapsed: no renewal got through in time");
                 self.lease_count.lose(Loss::Lapsed);
                 // Nothing to release; a later release() answers Lost.
                 let _ = self.release_when_stopped(stopped).await;
                 return;
             }
+            // A suspend may have moved the lapse closer than the renewal
+            // planned: renew early enough still.
+            next = next.min(self.next_renewal());
             if Instant::now() < next {
                 continue;
             }
-            match self.renew(lapse).await {
+            match self.renew().await {
                 Ok(()) => next = self.next_renewal(),
                 Err(loss) => {
                     self.lease_count.lose(loss);
@@ -406,39 +451,56 @@ impl Renewal {
     }
 
     /// Renews, trying node after node, until it gets through or `lapse`.
-    async fn renew(&mut self, lapse: Instant) -> Result<(), Loss> {
+    async fn renew(&mut self) -> Result<(), Loss> {
         let mut attempt = 0u32;
         loop {
+            // Looked at again before every attempt, and raced against it: a
+            // suspend meanwhile moves the lapse closer.
+            let lapse = self.lease_count.lapse();
             let sent = Instant::now();
             let suspended_at_send = self.lease_count.suspends.suspended();
-            if sent >= lapse {
+            if sent >= lapse || self.lease_count.lost.is_cancelled() {
                 return Err(Loss::Lapsed);
             }
             let body = RenewBody {
                 name: self.name.clone(),
                 id: self.id.clone(),
-                lease_ms: Some(self.lease.as_millis() as u64),
+                lease_ms: Some(millis(self.lease)),
             };
-            let timeout = attempt_timeout(lapse.saturating_duration_since(sent), &*self.transport);
-            match self.transport.renew(body, timeout).await {
+            let tries_left = self.transport.endpoints().max(1)
+                - attempt as usize % self.transport.endpoints().max(1);
+            let timeout = attempt_timeout(lapse.saturating_duration_since(sent), tries_left);
+            let answer = tokio::select! {
+                answer = self.transport.renew(body, timeout) => answer,
+                _ = self.lease_count.lapsed() => return Err(Loss::Lapsed),
+            };
+            match answer {
+                // Declared lost meanwhile (`is_lost` saw the lapse): lost
+                // it stays, whatever the cluster says.
+                Ok(_) if self.lease_count.lost.is_cancelled() => return Err(Loss::Lapsed),
                 Ok(view) => {
                     let left = Duration::from_millis(view.ttl_ms).min(self.lease);
                     self.lease_count.counted_from(sent, suspended_at_send, left);
                     *self.view.lock().unwrap_or_else(|p| p.into_inner()) = view;
                     return Ok(());
                 }
-                Err(CallError::Api(e)) if !e.error.retryable() => {
+                Err(CallError::Api(e))
+                    if matches!(e.error, ErrorCode::NotHeld | ErrorCode::Held) =>
+                {
                     tracing::warn!(name = %self.name, error = %e.error, "renewal refused: the lock is lost");
                     return Err(Loss::Refused);
                 }
                 Err(e) => {
-                    // Unknown outcome or no speaker: not lost until the
-                    // lease really runs out; try another node.
+                    // Unknown outcome, no speaker, or a node that failed:
+                    // not lost until the lease really runs out; try
+                    // another node.
                     tracing::debug!(name = %self.name, %e, "renewal did not get through; retrying");
                     self.transport.move_on();
                     let pause = Duration::from_millis((25u64 << attempt.min(3)).min(200));
-                    tokio::time::sleep(pause.min(lapse.saturating_duration_since(Instant::now())))
-                        .await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.lease_count.lapsed() => return Err(Loss::Lapsed),
+                    }
                     attempt += 1;
                 }
             }
@@ -460,15 +522,16 @@ impl Renewal {
                 // The lease is over anyway.
                 return Ok(());
             }
-            let timeout = attempt_timeout(ends.saturating_duration_since(now), &*self.transport);
+            let timeout = attempt_timeout(
+                ends.saturating_duration_since(now),
+                self.transport.endpoints(),
+            );
             match self.transport.release(body.clone(), timeout).await {
                 Ok(_) => return Ok(()),
                 // An earlier attempt went through, its answer lost.
                 Err(CallError::Api(e)) if e.error == ErrorCode::NotHeld && unknown => return Ok(()),
                 Err(CallError::Api(e)) if e.error == ErrorCode::NotHeld => return Err(Error::Lost),
-                Err(CallError::Api(e)) if !e.error.retryable() => {
-                    return Err(Error::BadRequest(e.message))
-                }
+                Err(e @ CallError::Api(_)) if !retryable(&e) => return Err(refused(e)),
                 Err(e) => {
                     unknown |= matches!(e, CallError::NoAnswer(_));
                     self.transport.move_on();

@@ -172,14 +172,27 @@ impl Client {
         Fut: std::future::Future<Output = Result<T, CallError>>,
     {
         let mut attempt = 0;
+        // An attempt that got no answer may have gone through: if one did,
+        // the outcome stays unknown whatever the later ones say.
+        let mut unanswered = None;
         loop {
             let left = until.saturating_duration_since(Instant::now());
             let result = call(left.max(Duration::from_millis(100))).await;
             match result {
                 Err(e) if retryable(&e) && Instant::now() < until => {
+                    if let CallError::NoAnswer(why) = &e {
+                        unanswered = Some(why.clone());
+                    }
                     self.transport.move_on();
                     backoff(attempt).await;
                     attempt += 1;
+                }
+                Err(CallError::Api(e)) if e.error.retryable() && unanswered.is_some() => {
+                    let first = unanswered.unwrap_or_default();
+                    return Err(CallError::NoAnswer(format!(
+                        "{first} (then: {})",
+                        e.message
+                    )));
                 }
                 other => return other,
             }
@@ -270,7 +283,10 @@ impl Client {
                 // A refused renewal means another may hold it already: stop
                 // now. A lapse leaves the work until the lease ends.
                 if guard.loss() != Some(Loss::Refused) {
-                    let _ = tokio::time::timeout_at(guard.lease_ends().into(), &mut work).await;
+                    tokio::select! {
+                        _ = &mut work => {}
+                        _ = guard.lease_ended() => {}
+                    }
                 }
                 Err(Error::Lost)
             }
@@ -278,7 +294,7 @@ impl Client {
         match outcome {
             // Work that returned because it saw the token still ran on a
             // lost lock: say so.
-            Ok(_) if lost.is_cancelled() => Err(Error::Lost),
+            Ok(_) if guard.is_lost() => Err(Error::Lost),
             Ok(out) => {
                 // The work is done; a failed release only leaves the lease
                 // to run out.

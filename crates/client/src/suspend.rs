@@ -1,12 +1,10 @@
-//! Time the machine spent suspended (a laptop's lid closed, a VM paused by
-//! its host). The monotonic clock, and so every timer of the runtime, does
+//! Time the machine spent suspended (a laptop's lid closed, a VM suspended
+//! from inside). The monotonic clock, and so every timer of the runtime, does
 //! not count it; the cluster's leases run on meanwhile. A guard adds it to
 //! its own count of the lease, so that a suspend longer than what was left
 //! of the lease loses the lock the moment the machine resumes.
 
-use std::time::Duration;
-
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How long this machine has been suspended since the clock began.
 pub trait SuspendClock: Send + Sync + 'static {
@@ -14,12 +12,15 @@ pub trait SuspendClock: Send + Sync + 'static {
     fn suspended(&self) -> Duration;
 }
 
-/// `CLOCK_BOOTTIME` (counts suspend) against the runtime's clock
-/// (`CLOCK_MONOTONIC`, does not). Where there is no `CLOCK_BOOTTIME`, no
-/// suspend is seen.
+/// `CLOCK_BOOTTIME` (counts suspend) against the monotonic clock
+/// (`CLOCK_MONOTONIC`, does not; read directly, not through the runtime,
+/// whose clock a test may pause). Where there is no `CLOCK_BOOTTIME`, no
+/// suspend is seen. A virtual machine paused by its host is not suspended
+/// inside it: neither clock sees the pause (fencing tokens are the defence
+/// there).
 pub struct BootClock {
     boot: Duration,
-    runtime: Instant,
+    monotonic: Instant,
 }
 
 impl BootClock {
@@ -27,7 +28,7 @@ impl BootClock {
     pub fn new() -> Self {
         BootClock {
             boot: boottime(),
-            runtime: Instant::now(),
+            monotonic: Instant::now(),
         }
     }
 }
@@ -42,7 +43,7 @@ impl SuspendClock for BootClock {
     fn suspended(&self) -> Duration {
         boottime()
             .saturating_sub(self.boot)
-            .saturating_sub(self.runtime.elapsed())
+            .saturating_sub(self.monotonic.elapsed())
     }
 }
 

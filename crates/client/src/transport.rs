@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorBody, LockAnswer, LockView, LocksAnswer, ReleaseBody,
-    RenewBody,
+    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, LockAnswer, LockView, LocksAnswer,
+    ReleaseBody, RenewBody,
 };
 use serde::de::DeserializeOwned;
 
@@ -153,9 +153,14 @@ impl HttpTransport {
         (at, request): (usize, reqwest::RequestBuilder),
     ) -> Result<T, CallError> {
         let result = self.exchange(request).await;
+        // A refusal about the call itself is an answer; no speaker, a
+        // failed node, or one that does not know this client is not.
         let served = match &result {
             Err(CallError::NoAnswer(_)) => false,
-            Err(CallError::Api(e)) => !e.error.retryable(),
+            Err(CallError::Api(e)) => matches!(
+                e.error,
+                ErrorCode::Held | ErrorCode::NotHeld | ErrorCode::BadRequest | ErrorCode::TooLarge
+            ),
             Ok(_) => true,
         };
         if !served {

@@ -24,6 +24,8 @@ enum Reply {
     Ttl(u64),
     /// `404 not_held`.
     NotHeld,
+    /// `500 internal`: a node that failed.
+    Failed,
     /// Nothing until the caller's timeout, then no answer.
     Silence,
 }
@@ -84,6 +86,10 @@ impl Fake {
             Reply::NotHeld => Err(CallError::Api(ErrorBody::new(
                 ErrorCode::NotHeld,
                 "the lock is not held under that id",
+            ))),
+            Reply::Failed => Err(CallError::Api(ErrorBody::new(
+                ErrorCode::Internal,
+                "the node failed",
             ))),
             Reply::Silence => {
                 tokio::time::sleep(timeout).await;
@@ -185,7 +191,8 @@ fn lease(lease_ms: u64) -> AcquireOptions {
 /// An answer's `ttl_ms` is never counted past the lease asked for.
 #[tokio::test(start_paused = true)]
 async fn a_huge_ttl_is_not_counted_past_the_lease_asked_for() {
-    let fake = Fake::new(1_000);
+    // The fake grants a minute (more than asked) and claims an hour left.
+    let fake = Fake::new(60_000);
     *fake.acquire.lock().unwrap() = Box::new(|_| Reply::Ttl(3_600_000));
     *fake.renew.lock().unwrap() = Box::new(|_| Reply::Ttl(3_600_000));
     let (client, _) = fake.client();
@@ -259,22 +266,58 @@ async fn a_grant_with_little_lease_left_is_renewed_before_it_lapses() {
     );
 }
 
-/// A schedule whose first renewal would come after the lapse is refused
-/// before any request is sent.
+/// A schedule that cannot keep the lock is refused before any request is
+/// sent: a margin of half the lease or more, a period over half the lease
+/// or under 10 ms, and a period and margin that leave too little room
+/// between renewals (they would come back to back).
 #[tokio::test(start_paused = true)]
-async fn a_schedule_that_lapses_before_its_first_renewal_is_refused() {
-    let (client, _) = Fake::new(600).client();
-    let options = AcquireOptions {
-        renew_every: Some(ms(300)),
-        lapse_margin: Some(ms(350)),
-        ..lease(600)
+async fn a_schedule_that_cannot_keep_the_lock_is_refused() {
+    let (client, fake) = Fake::new(10_000).client();
+    for (lease_ms, every_ms, margin_ms) in [
+        (600, 200, 350),
+        (600, 301, 10),
+        (10_000, 5, 100),
+        (10_000, 5_000, 4_990),
+        (10_000, 4_000, 4_500),
+    ] {
+        let options = AcquireOptions {
+            renew_every: Some(ms(every_ms)),
+            lapse_margin: Some(ms(margin_ms)),
+            ..lease(lease_ms)
+        };
+        let refused = client.acquire("n", options).await;
+        assert!(
+            matches!(refused, Err(Error::BadRequest(_))),
+            "{lease_ms}/{every_ms}/{margin_ms}: {:?}",
+            refused.err()
+        );
+    }
+    assert_eq!(fake.renewals.load(Ordering::Relaxed), 0);
+    let fits = AcquireOptions {
+        renew_every: Some(ms(5_000)),
+        lapse_margin: Some(ms(1_000)),
+        ..lease(10_000)
     };
-    let refused = client.acquire("n", options).await;
-    assert!(
-        matches!(refused, Err(Error::BadRequest(_))),
-        "{:?}",
-        refused.err()
-    );
+    assert!(client.acquire("n", fits).await.is_ok());
+}
+
+/// A node that fails (`500`) is not a refusal: the renewal goes on through
+/// another node, and the lock is kept.
+#[tokio::test(start_paused = true)]
+async fn a_failed_node_is_not_a_refused_renewal() {
+    let mut fake = Fake::new(3_000);
+    fake.endpoints = 2;
+    *fake.renew.lock().unwrap() = Box::new(|at| {
+        if at == 0 {
+            Reply::Failed
+        } else {
+            Reply::Ttl(3_000)
+        }
+    });
+    let (client, _) = fake.client();
+    let guard = client.acquire("n", lease(3_000)).await.unwrap();
+    tokio::time::sleep(ms(6_000)).await;
+    assert!(!guard.is_lost(), "{:?}", guard.loss());
 }
 
 /// A node that hangs does not use up the whole time left: each attempt
@@ -412,4 +455,41 @@ async fn a_short_suspend_is_survived_and_the_next_renewal_counts_afresh() {
     tokio::time::sleep(ms(20_000)).await;
     assert!(!guard.is_lost());
     assert!(guard.lease_ends() > (Instant::now() + ms(5_000)).into_std());
+}
+
+/// A suspend while a renewal is under way (no node answers) is seen at
+/// once, not when the attempts give up at the old lapse.
+#[tokio::test(start_paused = true)]
+async fn a_suspend_during_a_renewal_is_seen_at_once() {
+    let fake = Fake::new(30_000);
+    *fake.renew.lock().unwrap() = Box::new(|_| Reply::Silence);
+    let (client, fake) = fake.client();
+    let suspend = Arc::new(FakeSuspend(AtomicUsize::new(0)));
+    let client = client.with_suspend_clock(suspend.clone());
+    let guard = client.acquire("n", lease(30_000)).await.unwrap();
+    // The first renewal goes out at 10 s, and gets no answer.
+    tokio::time::sleep(ms(10_500)).await;
+    assert_eq!(fake.renewals.load(Ordering::Relaxed), 1);
+    suspend.0.store(60_000, Ordering::Relaxed);
+    tokio::time::timeout(ms(600), guard.lost())
+        .await
+        .expect("seen within a look of waking");
+    assert_eq!(guard.loss(), Some(Loss::Lapsed));
+}
+
+/// A suspend that moves the lapse before the renewal planned is survived:
+/// the renewal is sent early enough.
+#[tokio::test(start_paused = true)]
+async fn a_suspend_before_the_planned_renewal_brings_the_renewal_forward() {
+    let (client, fake) = Fake::new(30_000).client();
+    let suspend = Arc::new(FakeSuspend(AtomicUsize::new(0)));
+    let client = client.with_suspend_clock(suspend.clone());
+    let guard = client.acquire("n", lease(30_000)).await.unwrap();
+    // At 5 s (renewal planned at 10 s), 20 s suspended: the lease now ends
+    // at 10 s, its lapse at 8 s.
+    tokio::time::sleep(ms(5_000)).await;
+    suspend.0.store(20_000, Ordering::Relaxed);
+    tokio::time::sleep(ms(1_000)).await;
+    assert!(fake.renewals.load(Ordering::Relaxed) >= 1);
+    assert!(!guard.is_lost(), "{:?}", guard.loss());
 }
