@@ -81,15 +81,23 @@ impl Schedule {
         Ok(schedule)
     }
 
-    /// The schedule for a granted `lease`: as asked where it fits, cut to
-    /// fit where the cluster granted less than was assumed.
+    /// The schedule for a granted `lease`: as asked where it fits. Where
+    /// the cluster granted less than was assumed, the margin asked for (the
+    /// caller's time to stop its work) is kept if it is under half the
+    /// lease, and the period is shortened to fit around it.
     fn fitted(lease: Duration, options: &AcquireOptions) -> Schedule {
         Schedule::checked(lease, options)
             .unwrap_or_else(|_| {
                 let asked = Schedule::asked(lease, options);
+                let margin = if asked.margin < lease / 2 {
+                    asked.margin
+                } else {
+                    lease / 4
+                };
+                let room = lease.saturating_sub(margin) * 2 / 3;
                 Schedule {
-                    every: asked.every.min(lease / 3),
-                    margin: asked.margin.min(lease / 4),
+                    every: asked.every.min(lease / 2).min(room),
+                    margin,
                 }
             })
             .at_least_a_millisecond()

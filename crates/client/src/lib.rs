@@ -214,18 +214,29 @@ impl Client {
         let until = after(options.wait.saturating_add(RETRY_FOR));
         let wait_until = after(options.wait);
         let mut sent = (Instant::now(), self.suspends.suspended());
-        let granted = self
-            .retrying(until, |_| {
-                sent = (Instant::now(), self.suspends.suspended());
-                let mut body = body.clone();
-                let wait = wait_until.saturating_duration_since(sent.0);
-                body.wait_ms =
-                    (!wait.is_zero()).then(|| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
-                self.transport
-                    .acquire(body, wait.saturating_add(REQUEST_TIMEOUT))
-            })
-            .await
-            .map_err(refused)?;
+        let granted = loop {
+            let answer = self
+                .retrying(until, |_| {
+                    sent = (Instant::now(), self.suspends.suspended());
+                    let mut body = body.clone();
+                    let wait = wait_until.saturating_duration_since(sent.0);
+                    body.wait_ms = (!wait.is_zero())
+                        .then(|| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+                    self.transport
+                        .acquire(body, wait.saturating_add(REQUEST_TIMEOUT))
+                })
+                .await;
+            match answer {
+                // A node waits at most `MAX_WAIT_MS` at a time: ask again
+                // while this call's own wait lasts.
+                Err(CallError::Api(e))
+                    if e.error == ErrorCode::Held && Instant::now() < wait_until =>
+                {
+                    backoff(0).await;
+                }
+                other => break other.map_err(refused)?,
+            }
+        };
         let (granted, served) = granted;
         // The node got the request no earlier than it was sent and held it
         // `served`: the lease is counted from there.

@@ -26,6 +26,8 @@ enum Reply {
     NotHeld,
     /// `500 internal`: a node that failed.
     Failed,
+    /// `409 held`, by another client.
+    Held,
     /// Nothing until the caller's timeout, then no answer.
     Silence,
 }
@@ -91,6 +93,10 @@ impl Fake {
                 ErrorCode::Internal,
                 "the node failed",
             ))),
+            Reply::Held => Err(CallError::Api(ErrorBody {
+                lock: Some(self.view(1_000)),
+                ..ErrorBody::new(ErrorCode::Held, "held")
+            })),
             Reply::Silence => {
                 tokio::time::sleep(timeout).await;
                 Err(CallError::NoAnswer("timed out".into()))
@@ -492,4 +498,32 @@ async fn a_suspend_before_the_planned_renewal_brings_the_renewal_forward() {
     tokio::time::sleep(ms(1_000)).await;
     assert!(fake.renewals.load(Ordering::Relaxed) >= 1);
     assert!(!guard.is_lost(), "{:?}", guard.loss());
+}
+
+/// A node waits at most ten minutes at a time (`MAX_WAIT_MS`): an acquire
+/// that may wait longer asks again while its own wait lasts.
+#[tokio::test(start_paused = true)]
+async fn a_wait_longer_than_a_node_waits_asks_again() {
+    let fake = Fake::new(9_000);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let count = asked.clone();
+    *fake.acquire.lock().unwrap() = Box::new(move |_| {
+        if count.fetch_add(1, Ordering::Relaxed) < 3 {
+            Reply::Held
+        } else {
+            Reply::Ttl(9_000)
+        }
+    });
+    let (client, _) = fake.client();
+    let guard = client
+        .acquire("n", lease(9_000).wait(ms(3_600_000)))
+        .await
+        .unwrap();
+    assert_eq!(asked.load(Ordering::Relaxed), 4);
+    drop(guard);
+    let refused = client.acquire("n", lease(9_000)).await;
+    assert!(
+        matches!(refused, Ok(_)),
+        "a fifth ask is granted by the fake"
+    );
 }
