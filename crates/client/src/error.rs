@@ -20,8 +20,9 @@ pub enum Error {
     /// out; it was released and is not held.
     #[error("the grant arrived after its lease had run out; it was released")]
     ArrivedLate,
-    /// Nodes answered, but none could serve (no speaker yet, `503`),
-    /// before the call's time ran out, and every attempt was answered.
+    /// Nodes answered, but none could serve (no speaker yet, `503`), or
+    /// could not be reached at all, before the call's time ran out, and no
+    /// attempt was left without an answer after it was sent.
     /// Retry later. (A follower may answer `503` after the speaker granted
     /// a lock, if a newer speaker read it meanwhile: that grant is never
     /// answered to anyone, and its lease runs out unrenewed.)

@@ -113,7 +113,7 @@ pub struct Client {
 
 fn retryable(e: &CallError) -> bool {
     match e {
-        CallError::NoAnswer(_) => true,
+        CallError::NoAnswer(_) | CallError::NotSent(_) => true,
         CallError::Api(body) => body.error.retryable(),
     }
 }
@@ -132,6 +132,7 @@ fn refused(e: CallError) -> Error {
             ErrorCode::WrongMember | ErrorCode::Internal => Error::Server(body.message),
         },
         CallError::NoAnswer(e) => Error::NoAnswer(e),
+        CallError::NotSent(e) => Error::Unavailable(e),
     }
 }
 
@@ -426,6 +427,10 @@ mod tests {
         assert!(matches!(
             refused(CallError::NoAnswer("timed out".into())),
             Error::NoAnswer(_)
+        ));
+        assert!(matches!(
+            refused(CallError::NotSent("connection refused".into())),
+            Error::Unavailable(_)
         ));
     }
 }

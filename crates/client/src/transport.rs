@@ -21,9 +21,14 @@ pub enum CallError {
     /// A node answered with an error.
     #[error("{}: {}", .0.error, .0.message)]
     Api(ErrorBody),
-    /// No node answered (unreachable, timed out): the outcome is unknown.
+    /// No node answered (timed out, or the connection broke after the
+    /// request was sent): the outcome is unknown.
     #[error("no answer: {0}")]
     NoAnswer(String),
+    /// The request never reached a node (the connection could not be
+    /// made): nothing was done.
+    #[error("not sent: {0}")]
+    NotSent(String),
 }
 
 /// A way to make the API's calls.
@@ -156,7 +161,7 @@ impl HttpTransport {
         // A refusal about the call itself is an answer; no speaker, a
         // failed node, or one that does not know this client is not.
         let served = match &result {
-            Err(CallError::NoAnswer(_)) => false,
+            Err(CallError::NoAnswer(_) | CallError::NotSent(_)) => false,
             Err(CallError::Api(e)) => matches!(
                 e.error,
                 ErrorCode::Held | ErrorCode::NotHeld | ErrorCode::BadRequest | ErrorCode::TooLarge
@@ -173,10 +178,13 @@ impl HttpTransport {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<T, CallError> {
-        let response = request
-            .send()
-            .await
-            .map_err(|e| CallError::NoAnswer(e.to_string()))?;
+        let response = request.send().await.map_err(|e| {
+            if e.is_connect() {
+                CallError::NotSent(e.to_string())
+            } else {
+                CallError::NoAnswer(e.to_string())
+            }
+        })?;
         let ok = response.status().is_success();
         let bytes = response
             .bytes()

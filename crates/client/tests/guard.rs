@@ -30,6 +30,8 @@ enum Reply {
     Held,
     /// Nothing until the caller's timeout, then no answer.
     Silence,
+    /// The connection refused: the request never left.
+    Refused,
 }
 
 type Script = Box<dyn FnMut(usize) -> Reply + Send>;
@@ -97,6 +99,7 @@ impl Fake {
                 lock: Some(self.view(1_000)),
                 ..ErrorBody::new(ErrorCode::Held, "held")
             })),
+            Reply::Refused => Err(CallError::NotSent("connection refused".into())),
             Reply::Silence => {
                 tokio::time::sleep(timeout).await;
                 Err(CallError::NoAnswer("timed out".into()))
@@ -370,6 +373,27 @@ async fn a_retried_release_that_finds_the_first_went_through_is_a_release() {
     let (client, _) = fake.client();
     let guard = client.acquire("n", lease(9_000)).await.unwrap();
     assert!(guard.release().await.is_ok());
+    assert_eq!(tries.load(Ordering::Relaxed), 2);
+}
+
+/// A release whose first attempt never left (the connection refused) and
+/// whose retry finds the lock gone reports it lost: nothing this client
+/// sent released it.
+#[tokio::test(start_paused = true)]
+async fn a_release_that_finds_the_lock_gone_after_a_refused_connection_is_a_loss() {
+    let fake = Fake::new(9_000);
+    let tries = Arc::new(AtomicUsize::new(0));
+    let seen = tries.clone();
+    *fake.release.lock().unwrap() = Box::new(move |_| {
+        if seen.fetch_add(1, Ordering::Relaxed) == 0 {
+            Reply::Refused
+        } else {
+            Reply::NotHeld
+        }
+    });
+    let (client, _) = fake.client();
+    let guard = client.acquire("n", lease(9_000)).await.unwrap();
+    assert!(matches!(guard.release().await, Err(Error::Lost)));
     assert_eq!(tries.load(Ordering::Relaxed), 2);
 }
 
