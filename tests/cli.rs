@@ -372,36 +372,80 @@ fn stubborn(pid_file: &std::path::Path, marker: &std::path::Path) -> String {
     )
 }
 
+/// Runs `leasehold lock NAME --lease LEASE_MS -- sh -c SCRIPT` through
+/// `nodes`, its stderr to `stderr` (or nowhere), and waits until the script
+/// wrote a pid (its own, or a child's) to `pid_file`: the holder, a reaper
+/// that kills both in the end, and that pid.
+async fn lock_running(
+    cluster: &Cluster,
+    nodes: &[u64],
+    (name, lease_ms): (&str, &str),
+    script: &str,
+    pid_file: &std::path::Path,
+    stderr: Option<&std::path::Path>,
+) -> (std::process::Child, Reap, u32) {
+    let args = ["lock", name, "--lease", lease_ms, "--", "sh", "-c", script];
+    let err = match stderr {
+        Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+        None => Stdio::null(),
+    };
+    let holder = leasehold(cluster, nodes, &args)
+        .stdin(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .unwrap();
+    let mut reap = Reap(vec![holder.id()]);
+    let pid = read_pid(pid_file).await;
+    reap.0.push(pid);
+    (holder, reap, pid)
+}
+
+/// A [`stubborn`] command under `leasehold lock NAME --lease LEASE_MS`
+/// through `nodes`: the holder, its reaper, the command's pid, the file it
+/// notes SIGTERM in, and the file leasehold's stderr goes to.
+struct Stubborn {
+    holder: std::process::Child,
+    _reap: Reap,
+    command: u32,
+    marker: std::path::PathBuf,
+    stderr: std::path::PathBuf,
+}
+
+async fn lock_stubborn(cluster: &Cluster, nodes: &[u64], name_lease: (&str, &str)) -> Stubborn {
+    let pid_file = cluster.dir.path().join("cmd.pid");
+    let marker = cluster.dir.path().join("got-term");
+    let stderr = cluster.dir.path().join("lock.err");
+    let script = stubborn(&pid_file, &marker);
+    let (holder, _reap, command) = lock_running(
+        cluster,
+        nodes,
+        name_lease,
+        &script,
+        &pid_file,
+        Some(&stderr),
+    )
+    .await;
+    Stubborn {
+        holder,
+        _reap,
+        command,
+        marker,
+        stderr,
+    }
+}
+
 /// Ctrl-C passes on as SIGTERM to the command; a command that ignores it
 /// is SIGKILLed before the lease (as it stood) ends, not waited on forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_stops_a_command_that_ignores_sigterm_before_the_lease_ends() {
     let cluster = Cluster::start(3).await;
-    let pid_file = cluster.dir.path().join("cmd.pid");
-    let marker = cluster.dir.path().join("got-term");
-    let stderr = cluster.dir.path().join("lock.err");
-    let script = stubborn(&pid_file, &marker);
-    let mut holder = leasehold(
-        &cluster,
-        &[1, 2, 3],
-        &[
-            "lock",
-            "cli/ctrl-c",
-            "--lease",
-            "2000",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .stdin(Stdio::null())
-    .stderr(std::fs::File::create(&stderr).unwrap())
-    .spawn()
-    .unwrap();
-    let mut reap = Reap(vec![holder.id()]);
-    let command = read_pid(&pid_file).await;
-    reap.0.push(command);
+    let Stubborn {
+        mut holder,
+        _reap,
+        command,
+        marker,
+        stderr,
+    } = lock_stubborn(&cluster, &[1, 2, 3], ("cli/ctrl-c", "2000")).await;
 
     signal(holder.id(), "-INT");
     let status = exit_within(&mut holder, Duration::from_secs(20)).await;
@@ -431,32 +475,14 @@ async fn a_lost_lock_kills_a_command_that_ignores_sigterm_before_the_lease_ends(
     let mut cluster = Cluster::start(3).await;
     let (speaker, _) = cluster.speaker().await;
     let follower = cluster.live().into_iter().find(|&i| i != speaker).unwrap();
-    let pid_file = cluster.dir.path().join("cmd.pid");
-    let marker = cluster.dir.path().join("got-term");
-    let stderr = cluster.dir.path().join("lock.err");
-    let script = stubborn(&pid_file, &marker);
     // This holder can reach only one node, which then dies.
-    let mut holder = leasehold(
-        &cluster,
-        &[follower],
-        &[
-            "lock",
-            "cli/lapse",
-            "--lease",
-            "2000",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .stdin(Stdio::null())
-    .stderr(std::fs::File::create(&stderr).unwrap())
-    .spawn()
-    .unwrap();
-    let mut reap = Reap(vec![holder.id()]);
-    let command = read_pid(&pid_file).await;
-    reap.0.push(command);
+    let Stubborn {
+        mut holder,
+        _reap,
+        command,
+        marker,
+        stderr,
+    } = lock_stubborn(&cluster, &[follower], ("cli/lapse", "2000")).await;
 
     cluster.kill(follower);
     // Take the lock as soon as the cluster lets anyone: the command must
@@ -503,27 +529,15 @@ async fn a_lost_lock_stops_the_commands_children_too() {
         "(trap '' TERM; exec sleep 60) & echo $! > {}; wait",
         pid_file.display()
     );
-    let mut holder = leasehold(
+    let (mut holder, _reap, grandchild) = lock_running(
         &cluster,
         &[follower],
-        &[
-            "lock",
-            "cli/group",
-            "--lease",
-            "2000",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
+        ("cli/group", "2000"),
+        &script,
+        &pid_file,
+        None,
     )
-    .stdin(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut reap = Reap(vec![holder.id()]);
-    let grandchild = read_pid(&pid_file).await;
-    reap.0.push(grandchild);
+    .await;
     assert!(running(grandchild));
 
     cluster.kill(follower);
@@ -541,33 +555,15 @@ async fn a_lost_lock_stops_the_commands_children_too() {
 async fn a_refused_renewal_stops_the_command_at_once() {
     let cluster = Cluster::start(3).await;
     let (speaker, _) = cluster.speaker().await;
-    let pid_file = cluster.dir.path().join("cmd.pid");
-    let marker = cluster.dir.path().join("got-term");
-    let stderr = cluster.dir.path().join("lock.err");
-    let script = stubborn(&pid_file, &marker);
     // A 30 s lease: renewed every 10 s, so the old lease ends 20 s or more
     // after a release that comes between two renewals.
-    let mut holder = leasehold(
-        &cluster,
-        &[1, 2, 3],
-        &[
-            "lock",
-            "cli/refused",
-            "--lease",
-            "30000",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .stdin(Stdio::null())
-    .stderr(std::fs::File::create(&stderr).unwrap())
-    .spawn()
-    .unwrap();
-    let mut reap = Reap(vec![holder.id()]);
-    let command = read_pid(&pid_file).await;
-    reap.0.push(command);
+    let Stubborn {
+        mut holder,
+        _reap,
+        command,
+        marker: _,
+        stderr,
+    } = lock_stubborn(&cluster, &[1, 2, 3], ("cli/refused", "30000")).await;
 
     // An operator releases it by name and id.
     let (status, body) = cluster.get(speaker, "/v1/locks/cli%2Frefused").await;
