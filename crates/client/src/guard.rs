@@ -220,9 +220,14 @@ impl LeaseCount {
             if now >= at {
                 return;
             }
-            let look = (self.margin / 2).clamp(Duration::from_millis(10), LOOK_AT_MOST);
-            tokio::time::sleep_until(at.min(now + look)).await;
+            tokio::time::sleep_until(at.min(now + self.look_every())).await;
         }
+    }
+
+    /// How often a wait looks at the lease again: often enough that a
+    /// suspend is seen within half the margin of waking.
+    fn look_every(&self) -> Duration {
+        (self.margin / 2).clamp(Duration::from_millis(10), LOOK_AT_MOST)
     }
 
     /// Whether the lock is lost, judged now: a lapse is seen the moment it
@@ -401,7 +406,7 @@ impl Renewal {
             // Looked at again every so often: a suspend moves the lapse
             // closer without any timer noticing.
             let lapse = self.lease_count.lapse();
-            let look = Instant::now() + self.look_every();
+            let look = Instant::now() + self.lease_count.look_every();
             tokio::select! {
                 _ = tokio::time::sleep_until(next.min(lapse).min(look)) => {}
                 stop = &mut stopped => {
@@ -442,12 +447,6 @@ impl Renewal {
         }
     }
 
-    /// How often the task looks at the lapse between renewals: often
-    /// enough that a suspend is seen within half the margin of waking.
-    fn look_every(&self) -> Duration {
-        (self.lease_count.margin / 2).clamp(Duration::from_millis(10), LOOK_AT_MOST)
-    }
-
     /// When to renew next: a period from now, but early enough that a
     /// whole period is left before the lapse (at once, for a grant that
     /// came with little of its lease left).
@@ -475,8 +474,8 @@ impl Renewal {
                 id: self.id.clone(),
                 lease_ms: Some(millis(self.lease)),
             };
-            let tries_left = self.transport.endpoints().max(1)
-                - attempt as usize % self.transport.endpoints().max(1);
+            let endpoints = self.transport.endpoints().max(1);
+            let tries_left = endpoints - attempt as usize % endpoints;
             let timeout = attempt_timeout(lapse.saturating_duration_since(sent), tries_left);
             let answer = tokio::select! {
                 answer = self.transport.renew(body, timeout) => answer,
