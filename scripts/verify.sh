@@ -11,12 +11,14 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== locktable stays free of I/O runtimes"
-if cargo tree -p locktable -e normal --prefix none | grep -Eq '^(tokio|mio|async-std|smol) '; then
-    echo "locktable must not depend on an async runtime:" >&2
-    cargo tree -p locktable -e normal >&2
-    exit 1
-fi
+echo "== locktable and the protocol stay free of I/O runtimes"
+for pure in locktable leasehold-protocol; do
+    if cargo tree -p "$pure" -e normal --prefix none | grep -Eq '^(tokio|mio|async-std|smol|reqwest|hyper|axum) '; then
+        echo "$pure must not depend on an async runtime or a network stack:" >&2
+        cargo tree -p "$pure" -e normal >&2
+        exit 1
+    fi
+done
 
 echo "== cargo doc"
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --locked --quiet

@@ -14,7 +14,8 @@ use locktable::{LockId, LockInTransit};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use crate::error::ApiError;
-use crate::node::{AcquireRequest, Node};
+use crate::node::Node;
+use crate::speak::AcquireRequest;
 
 /// Most calls in one batch.
 const MAX_BATCH: usize = 256;

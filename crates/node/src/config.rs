@@ -7,18 +7,7 @@ use std::time::Duration;
 use leasehold_raft::RaftTimings;
 use locktable::{LeaseRule, NodeId};
 
-/// What a rebuild that could not read every member does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RebuildMode {
-    /// Serve with what was read (the seed's behaviour): a lock held through
-    /// a member that did not answer may be granted again until the next
-    /// rebuild settles it.
-    #[default]
-    Proceed,
-    /// Also refuse new grants for the longest lease while holders reclaim,
-    /// so no two holders ever overlap.
-    Strict,
-}
+pub use leasehold_protocol::RebuildMode;
 
 /// One node's settings.
 #[derive(Debug, Clone)]

@@ -1,38 +1,21 @@
-//! Copies: every grant and renewal is known to `--copies` members before
-//! its client hears of it, so that no single crash loses a lock.
-//!
-//! A lock is on record with the speaker (its table and `Granted`) and with
-//! the holder's node (its `Held`, once the answer reaches it). When those
-//! are fewer than `--copies` members (always for a client of the speaker
-//! itself), the speaker sends the lock to more members, which keep it as a
-//! *copy* until its lease ends, and answers only once they acknowledged it.
-//! Copies travel in batches, one queue and one sender per member.
-//!
-//! A member refuses copies from a speaker of an older term than one it has
-//! seen or been read by: a copy is either in the report a newer speaker
-//! reads, or refused (and then never answered to its client).
-//!
-//! Every member a copy is sent to is noted with the lock before it is
-//! sent, acknowledged or not, so that a release (or a grant taken back)
-//! reaches every member that may keep one.
+//! Copies on their way: one queue and one sender per member, in
+//! batches. Which members a grant needs and when it may be answered are the
+//! protocol's (`leasehold_protocol::CopyRound`); this module sends.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{ErrorCode, PeerLock, MAX_BODY_BYTES};
+use leasehold_protocol::{CopyStep, Made, Refusal, COPY_TIMEOUT};
 use leasehold_raft::WatchReceiver;
-use locktable::{Lock, LockInTransit, NodeId, Table};
+use locktable::{Lock, LockInTransit, NodeId};
 use tokio::sync::{oneshot, watch};
 
 use crate::batch::{drain_in_batches, Queue};
 use crate::error::ApiError;
-use crate::node::{Made, Node};
+use crate::node::Node;
 
-/// How long a member has to acknowledge a copy before another is tried;
-/// a copy not sent by then is not sent at all.
-const COPY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most copies in one batch.
 const MAX_BATCH: usize = 256;
 /// Batches on their way to one member at once.
@@ -46,11 +29,9 @@ pub(crate) struct PendingCopy {
     acked: oneshot::Sender<bool>,
 }
 
-/// One queue per other member, and the members that failed a copy and
-/// have not acknowledged one since.
+/// One queue of copies per other member.
 pub(crate) struct Copier {
     queues: BTreeMap<NodeId, Queue<PendingCopy>>,
-    suspects: Mutex<BTreeSet<NodeId>>,
 }
 
 impl Copier {
@@ -62,42 +43,8 @@ impl Copier {
                 .filter(|id| **id != me)
                 .map(|id| (*id, Queue::new()))
                 .collect(),
-            suspects: Mutex::new(BTreeSet::new()),
         }
     }
-
-    /// The members that may take a copy of a lock held through `holder`,
-    /// in the order to try them: after `me` in id order (so that speakers
-    /// spread their copies), suspects last.
-    fn candidates(&self, me: NodeId, holder: NodeId) -> Vec<NodeId> {
-        let mut order: Vec<NodeId> = self
-            .queues
-            .keys()
-            .copied()
-            .filter(|id| *id != holder)
-            .collect();
-        let before_me = order.iter().take_while(|id| **id < me).count();
-        order.rotate_left(before_me);
-        let suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
-        order.sort_by_key(|id| suspects.contains(id));
-        order
-    }
-
-    fn note(&self, member: NodeId, acked: bool) {
-        let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
-        if acked {
-            suspects.remove(&member);
-        } else {
-            suspects.insert(member);
-        }
-    }
-}
-
-/// How many members beyond the speaker and the holder's node (one member
-/// when they are the same) must acknowledge a copy.
-fn copies_needed(copies: usize, speaker: NodeId, holder: NodeId) -> usize {
-    let records = if holder == speaker { 1 } else { 2 };
-    copies.saturating_sub(records)
 }
 
 impl Node {
@@ -110,55 +57,38 @@ impl Node {
         holder: NodeId,
         made: Made,
     ) -> Result<(), ApiError> {
-        let needed = copies_needed(self.config.copies(), self.id(), holder);
-        if needed > 0 && !self.peers.faults().skip_copies() {
+        let mut round = self.state().member.copy_round(holder);
+        // Skipping copies is a chaos-only sabotage: the grant is answered
+        // on the guard alone.
+        let skip = self.peers.faults().skip_copies();
+        if round.needed() > 0 && !skip {
             let term = made.term.ok_or_else(ApiError::not_rebuilt)?;
-            let acked = self.copy_to_members(lock, holder, needed, term).await;
-            if acked.len() < needed {
-                return Err(ApiError::new(
-                    ErrorCode::NotRebuilt,
-                    format!(
-                        "the lock reached {} of the {needed} other members it must reach \
-                         before it is answered (--copies {}); retry",
-                        acked.len(),
-                        self.config.copies()
-                    ),
-                ));
+            let mut sent = FuturesUnordered::new();
+            for member in round.start() {
+                sent.push(self.copy_one(member, lock, term));
             }
-        }
-        if !self.still_speaks_for(made) {
-            return Err(ApiError::not_rebuilt());
-        }
-        Ok(())
-    }
-
-    /// Sends `lock` to members until `needed` acknowledged it or none is
-    /// left to try; answers the members that did.
-    async fn copy_to_members(
-        &self,
-        lock: &Lock,
-        holder: NodeId,
-        needed: usize,
-        term: u64,
-    ) -> Vec<NodeId> {
-        let mut candidates = self.copier.candidates(self.id(), holder).into_iter();
-        let mut sent = FuturesUnordered::new();
-        for member in candidates.by_ref().take(needed) {
-            sent.push(self.copy_one(member, lock, term));
-        }
-        let mut acked = Vec::with_capacity(needed);
-        while let Some((member, ok)) = sent.next().await {
-            self.copier.note(member, ok);
-            if ok {
-                acked.push(member);
-                if acked.len() == needed {
-                    break;
+            while let Some((member, acked)) = sent.next().await {
+                self.state().member.copy_answered(member, acked);
+                match round.answered(member, acked) {
+                    CopyStep::Done | CopyStep::GiveUp => break,
+                    CopyStep::SendTo(next) => sent.push(self.copy_one(next, lock, term)),
+                    CopyStep::Wait => {}
                 }
-            } else if let Some(next) = candidates.next() {
-                sent.push(self.copy_one(next, lock, term));
             }
         }
-        acked
+        let guard = self.guard();
+        let now = self.clock.now();
+        let state = self.state();
+        let on_record = if skip {
+            match state.member.still_speaks_for(made, &guard, now) {
+                true => Ok(()),
+                false => Err(Refusal::NotRebuilt),
+            }
+        } else {
+            state.member.on_record(&round, made, &guard, now)
+        };
+        drop(state);
+        on_record.map_err(|r| self.refused(r))
     }
 
     /// Queues one copy for `member`, noted first as a member that may keep
@@ -167,13 +97,9 @@ impl Node {
         let Some(queue) = self.copier.queues.get(&member) else {
             return (member, false);
         };
-        // Its lease there is counted from its arrival, at most a request's
-        // timeout after it is sent, and it is sent within that of now.
-        self.note_record_on(
-            member,
-            lock,
-            lock.expires + Table::FORGET_MARGIN + 2 * COPY_TIMEOUT,
-        );
+        self.state()
+            .member
+            .copy_sent(member, lock, self.clock.now());
         let (tx, rx) = oneshot::channel();
         let pending = PendingCopy {
             lock: lock.clone(),
@@ -251,9 +177,8 @@ impl Node {
         }
     }
 
-    /// As a member: keeps copies sent by the speaker of `term`, unless this
-    /// node has seen a newer term or been read by one (under the same lock
-    /// a read takes, so a copy is either in that report or refused).
+    /// As a member: keeps copies sent by the speaker of `term` (see
+    /// [`leasehold_protocol::Member::take_copies`]).
     pub(crate) fn take_copies(&self, term: u64, locks: Vec<PeerLock>) -> Result<(), ApiError> {
         let now = self.clock.now();
         let locks = locks
@@ -261,57 +186,8 @@ impl Node {
             .map(|l| LockInTransit::try_from(l).map(|l| l.arrive(now)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
-        let mut state = self.state();
-        let seen = self
-            .read_by_term()
-            .max(self.raft.metrics().borrow_watched().current_term);
-        if term < seen {
-            return Err(ApiError::new(
-                ErrorCode::NotRebuilt,
-                format!("copies from the speaker of term {term}, but term {seen} has begun"),
-            ));
-        }
-        // A copy that arrives after its release was heard of stays released.
-        for lock in locks {
-            if !state.table.is_forgotten(lock.id, now) {
-                state.copies.record(lock);
-            }
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn copier(members: u64) -> Copier {
-        let peers = (1..=members).map(|i| (i, format!("h:{i}"))).collect();
-        Copier::new(&peers, 2)
-    }
-
-    #[test]
-    fn a_client_of_the_speaker_needs_one_copy_more() {
-        assert_eq!(copies_needed(2, 1, 1), 1);
-        assert_eq!(copies_needed(2, 1, 3), 0);
-        assert_eq!(copies_needed(3, 1, 3), 1);
-        assert_eq!(copies_needed(1, 1, 1), 0);
-    }
-
-    #[test]
-    fn copies_go_to_the_members_after_the_speaker_then_to_suspects() {
-        let c = copier(5);
-        assert_eq!(c.candidates(2, 2), vec![3, 4, 5, 1]);
-        assert_eq!(c.candidates(2, 4), vec![3, 5, 1]);
-        c.note(3, false);
-        assert_eq!(c.candidates(2, 2), vec![4, 5, 1, 3]);
-        c.note(4, true);
-        assert_eq!(
-            c.candidates(2, 2),
-            vec![4, 5, 1, 3],
-            "a suspect stays one until it acks"
-        );
-        c.note(3, true);
-        assert_eq!(c.candidates(2, 2), vec![3, 4, 5, 1]);
+        let seen = self.raft.metrics().borrow_watched().current_term;
+        let taken = self.state().member.take_copies(term, locks, seen, now);
+        taken.map_err(|r| self.refused(r))
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::{millis_ceil, Forget};
+use leasehold_protocol::Members;
 use locktable::{LockId, MonoTime, NodeId, Table};
 use tokio::sync::{mpsc, watch};
 
@@ -32,28 +33,6 @@ const SPREAD_AFTER: Duration = Duration::from_millis(50);
 /// of a peer's body.
 const BATCH_BYTES: usize = 48 * 1024;
 
-/// Members of the cluster as bits: bit `i` is the `i`-th member of
-/// `--peers` in id order. Copy, and no allocation: the release path builds
-/// one per release.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Members(u64);
-
-impl Members {
-    /// Every member.
-    pub(crate) const ALL: Members = Members(u64::MAX);
-
-    /// Both sets.
-    pub(crate) fn with(self, other: Members) -> Members {
-        Members(self.0 | other.0)
-    }
-
-    /// Whether the `index`-th member is in the set; a member past the
-    /// 64th always is (no narrower set is known for it).
-    fn contains(self, index: usize) -> bool {
-        index >= 64 || self.0 & (1 << index) != 0
-    }
-}
-
 /// A release on its way to one member.
 pub(crate) struct Release {
     name: String,
@@ -66,6 +45,17 @@ pub(crate) struct Release {
 }
 
 impl Release {
+    /// The same release, given to another member after its own failed to
+    /// acknowledge it (marked so it is not spread again).
+    fn again(&self) -> Release {
+        Release {
+            name: self.name.clone(),
+            id: self.id,
+            ends: self.ends,
+            spread: true,
+        }
+    }
+
     /// Whether every record of the released lease has ended by `now`, so no
     /// rebuild can bring it back: the forget is no longer needed.
     fn ended(&self, now: MonoTime) -> bool {
@@ -94,42 +84,28 @@ impl Outbox {
         }
     }
 
-    /// The member `id` as a set; every member if `id` is not one of the
-    /// first 64 members (then nothing narrower is known).
-    pub(crate) fn member(&self, id: NodeId) -> Members {
-        match self.members.iter().position(|(m, _, _)| *m == id) {
-            Some(i) if i < 64 => Members(1 << i),
-            _ => Members::ALL,
-        }
-    }
-
     /// Queues the release of `name` held under `id`, whose lease ends at
     /// `ends`, for every member of `to` but this node.
     pub(crate) fn push(&self, to: Members, name: &str, id: LockId, ends: MonoTime) {
-        self.queue(to, name, id, ends, false);
-    }
-
-    /// Queues a release that member `failed` did not acknowledge for every
-    /// other member (but this node), marked so it is not spread again.
-    fn spread(&self, failed: NodeId, release: &Release) {
-        let mut to = Members::ALL;
-        if let Some(i) = self.members.iter().position(|(m, _, _)| *m == failed) {
-            if i < 64 {
-                to = Members(!(1 << i));
-            }
-        }
-        self.queue(to, &release.name, release.id, release.ends, true);
-    }
-
-    fn queue(&self, to: Members, name: &str, id: LockId, ends: MonoTime, spread: bool) {
         for (i, (member, _, queue)) in self.members.iter().enumerate() {
             if to.contains(i) && *member != self.me {
                 queue.push(Release {
                     name: name.to_string(),
                     id,
                     ends,
-                    spread,
+                    spread: false,
                 });
+            }
+        }
+    }
+
+    /// Queues a release that member `failed` did not acknowledge for every
+    /// other member (but this node), marked so it is not spread again.
+    fn spread(&self, failed: NodeId, release: &Release) {
+        let failed = self.members.iter().position(|(m, _, _)| *m == failed);
+        for (i, (member, _, queue)) in self.members.iter().enumerate() {
+            if Some(i) != failed && *member != self.me {
+                queue.push(release.again());
             }
         }
     }
@@ -365,19 +341,6 @@ mod tests {
         assert!(taken > 50 && taken < 1000, "{taken}");
     }
 
-    #[test]
-    fn members_are_bits_in_id_order() {
-        let peers: BTreeMap<NodeId, String> =
-            [(7, "a".into()), (3, "b".into()), (9, "c".into())].into();
-        let outbox = Outbox::new(&peers, 3);
-        assert_eq!(outbox.member(3), Members(0b001));
-        assert_eq!(outbox.member(7), Members(0b010));
-        assert_eq!(outbox.member(9).with(outbox.member(7)), Members(0b110));
-        assert_eq!(outbox.member(4), Members::ALL, "not a member: everyone");
-        assert!(Members(0b010).contains(1) && !Members(0b010).contains(0));
-        assert!(Members(0).contains(64), "past the 64th: always");
-    }
-
     /// A sender for member 2 of members 1 (this node), 2 and 3, on a
     /// clock that follows tokio's (paused in these tests); the receiver of
     /// member 3's queue shows what was spread.
@@ -410,7 +373,7 @@ mod tests {
         /// Releases lock `id` for member 2, its lease ending in `left`.
         fn release(&self, id: u128, left: Duration) {
             let ends = self.now() + left;
-            let to = self.outbox.member(2);
+            let to = Members::only(1);
             self.outbox.push(to, "x", LockId::from_u128(id), ends);
         }
 
@@ -568,7 +531,7 @@ mod tests {
             .map(|(_, _, q)| q.take_receiver().unwrap())
             .collect();
         let id = LockId::from_u128(5);
-        outbox.push(outbox.member(2).with(outbox.member(1)), "x", id, ms(9));
+        outbox.push(Members::only(1).with(Members::only(0)), "x", id, ms(9));
         assert!(rx[0].try_recv().is_err(), "never to this node");
         let to_two = rx[1].try_recv().unwrap();
         assert!(!to_two.spread && to_two.id == id && to_two.ends == ms(9));

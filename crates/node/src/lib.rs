@@ -17,6 +17,7 @@ mod node;
 mod peers;
 mod report;
 mod service;
+mod speak;
 mod speaker;
 
 use std::collections::BTreeMap;

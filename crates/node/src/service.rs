@@ -15,7 +15,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
-use crate::node::{AcquireRequest, Node};
+use crate::node::Node;
+use crate::speak::AcquireRequest;
 
 /// The longest a watching get waits for a change.
 pub const MAX_WATCH: Duration = Duration::from_secs(60);
@@ -273,10 +274,10 @@ impl Node {
             node: self.id(),
             leader: metrics.current_leader,
             term: metrics.current_term,
-            rebuilt: state.table.is_rebuilt(),
-            generation: state.table.generation(),
+            rebuilt: state.member.is_rebuilt(),
+            generation: state.member.generation(),
             members,
-            last_rebuild: state.last_rebuild.clone(),
+            last_rebuild: state.member.last_rebuild().cloned(),
         }
     }
 }

@@ -1,0 +1,278 @@
+//! The speaker's and a member's operations as the driver runs them: each
+//! asks the protocol under the node's lock, then carries out what it says
+//! (answers to waiters, copies, releases passed on).
+
+use std::time::Duration;
+
+use leasehold_api::ErrorCode;
+use leasehold_protocol::{Made, Refusal, Renewal};
+use locktable::{AcquireError, Acquired, Lock, LockId, NodeId, Request, WaiterId};
+use tokio::sync::oneshot;
+
+use crate::clock::Clock;
+use crate::error::ApiError;
+use crate::node::Node;
+
+/// A lock request as the node receives it, validated.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    /// The name.
+    pub name: String,
+    /// Who asks.
+    pub holder: String,
+    /// The lease asked for.
+    pub lease: Option<Duration>,
+    /// How long to wait.
+    pub wait: Duration,
+    /// Data to keep with the lock.
+    pub data: Option<String>,
+}
+
+impl Node {
+    /// A refusal as the API answers it.
+    pub(crate) fn refused(&self, refusal: Refusal) -> ApiError {
+        match refusal {
+            Refusal::Held(lock) => ApiError::held(self.view(&lock)),
+            Refusal::NotRebuilt => ApiError::not_rebuilt(),
+            Refusal::NotHeld => ApiError::not_held(),
+            other => ApiError::new(ErrorCode::NotRebuilt, other.to_string()),
+        }
+    }
+
+    /// Grants a lock as the speaker, for a client of `node`.
+    pub(crate) async fn speak_acquire(
+        &self,
+        request: AcquireRequest,
+        node: NodeId,
+    ) -> Result<Lock, ApiError> {
+        let id = LockId::from_parts(Clock::wall_ms(), rand::random::<u128>());
+        let wait = request.wait;
+        let name = request.name.clone();
+        let guard = self.guard();
+        let waiting = {
+            let mut state = self.state();
+            let outcome = state.member.acquire(
+                Request {
+                    name: request.name,
+                    id,
+                    node,
+                    holder: request.holder,
+                    lease: request.lease,
+                    wait,
+                    data: request.data,
+                },
+                &guard,
+                self.clock.now(),
+            );
+            let outcome = match outcome {
+                Ok((Acquired::Granted(lock), made)) => Err((lock, made)),
+                Ok((Acquired::Waiting(waiter), made)) => {
+                    let (tx, rx) = oneshot::channel();
+                    state.waiters.insert(waiter, tx);
+                    Ok((rx, waiter, made))
+                }
+                Err(refusal) => {
+                    drop(state);
+                    return Err(self.refused(refusal));
+                }
+            };
+            self.changed(&state);
+            outcome
+        };
+        let (rx, waiter, made) = match waiting {
+            Ok(waiting) => waiting,
+            Err((granted, made)) => return self.copied_grant(granted, node, made).await,
+        };
+        // If the client goes away, stop waiting for it (and take back a
+        // grant that came meanwhile).
+        let mut cancel = CancelOnDrop {
+            node: self,
+            name: &name,
+            waiter: Some(waiter),
+            answer: Some(rx),
+        };
+        let answer = tokio::time::timeout(
+            wait + Duration::from_secs(5),
+            cancel.answer.as_mut().expect("just set"),
+        )
+        .await;
+        let Ok(answer) = answer else {
+            return Err(ApiError::not_rebuilt());
+        };
+        cancel.waiter = None;
+        cancel.answer = None;
+        match answer {
+            Ok(Ok(lock)) => self.copied_grant(lock, node, made).await,
+            Ok(Err(AcquireError::Held(lock))) => Err(self.refused(Refusal::Held(lock))),
+            Ok(Err(_)) | Err(_) => Err(ApiError::not_rebuilt()),
+        }
+    }
+
+    /// `lock`, once it is on record with enough members; a grant that
+    /// could not be, or whose caller went away meanwhile, is taken back
+    /// (its client never hears of it).
+    async fn copied_grant(&self, lock: Lock, node: NodeId, made: Made) -> Result<Lock, ApiError> {
+        let mut take_back = TakeBackOnDrop {
+            node: self,
+            lock: Some(lock),
+        };
+        let lock = take_back.lock.as_ref().expect("just set");
+        self.ensure_on_record(lock, node, made).await?;
+        Ok(take_back.lock.take().expect("still set"))
+    }
+
+    /// Releases a grant its client never heard of, and tells the members
+    /// that may keep a record of it.
+    pub(crate) fn take_back(&self, lock: &Lock) {
+        let to = {
+            let mut state = self.state();
+            let to = state.member.take_back(lock, self.clock.now());
+            self.dispatch(&mut state);
+            self.changed(&state);
+            to
+        };
+        self.forgets.push(to, &lock.name, lock.id, lock.expires);
+    }
+
+    /// Releases a lock as the speaker, and tells the members that may keep
+    /// a record of it to forget it.
+    pub(crate) fn speak_release(&self, name: &str, id: LockId) -> Result<Lock, ApiError> {
+        let guard = self.guard();
+        let (lock, to) = {
+            let mut state = self.state();
+            let released = state.member.release(name, id, &guard, self.clock.now());
+            if released.is_ok() {
+                self.dispatch(&mut state);
+                self.changed(&state);
+            }
+            released
+        }
+        .map_err(|r| self.refused(r))?;
+        // Passed on in batches by one sender per member (`pass_on_releases`).
+        self.forgets.push(to, name, id, lock.expires);
+        Ok(lock)
+    }
+
+    /// Renews a lock as the speaker, and answers once the renewal is on
+    /// record with enough members; a lock this table lacks is reclaimed
+    /// from `record`, the renewing node's view of it.
+    pub(crate) async fn speak_renew(
+        &self,
+        name: &str,
+        id: LockId,
+        lease: Option<Duration>,
+        node: NodeId,
+        record: Option<Lock>,
+    ) -> Result<Lock, ApiError> {
+        let guard = self.guard();
+        let (renewed, made) = {
+            let mut state = self.state();
+            let renewal = Renewal {
+                name,
+                id,
+                lease,
+                node,
+                record,
+            };
+            let renewed = state.member.renew(renewal, &guard, self.clock.now());
+            if renewed.is_ok() {
+                self.changed(&state);
+            }
+            renewed
+        }
+        .map_err(|r| self.refused(r))?;
+        self.ensure_on_record(&renewed, node, made).await?;
+        Ok(renewed)
+    }
+
+    /// The lock `name`, as the speaker has it.
+    pub(crate) fn speak_get(&self, name: &str) -> Result<Option<Lock>, ApiError> {
+        let guard = self.guard();
+        let state = self.state();
+        let found = state.member.get(name, &guard, self.clock.now());
+        drop(state);
+        found.map_err(|r| self.refused(r))
+    }
+
+    /// The locks under `prefix`, as the speaker has them.
+    pub(crate) fn speak_list(&self, prefix: &str, limit: usize) -> Result<Vec<Lock>, ApiError> {
+        let guard = self.guard();
+        let state = self.state();
+        let found = state.member.list(prefix, limit, &guard, self.clock.now());
+        drop(state);
+        found.map_err(|r| self.refused(r))
+    }
+
+    /// A release heard of from the speaker, with the time the released
+    /// lease had left when it was sent: the lock is gone everywhere.
+    pub(crate) fn forget(&self, name: &str, id: LockId, left: Duration) {
+        let mut state = self.state();
+        state.member.forget(name, id, left, self.clock.now());
+        self.dispatch(&mut state);
+        self.changed(&state);
+    }
+
+    /// Locks a rebuild found another grant held longer: their clients lost them.
+    pub(crate) fn lost(&self, ids: impl IntoIterator<Item = LockId>) {
+        let lost = self.state().member.lost(ids);
+        for lock in lost {
+            tracing::warn!(name = %lock.name, id = %lock.id, "lock lost to an older grant at a rebuild");
+        }
+    }
+
+    /// Records in this node's `Held` a lock its client was granted (or
+    /// renewed) through the speaker, unless a newer speaker read this node
+    /// since `read_before` (see [`leasehold_protocol::Member::record_held`]).
+    pub(crate) fn record_held(&self, lock: Lock, read_before: u64) -> Result<(), ApiError> {
+        let recorded = self.state().member.record_held(lock, read_before);
+        recorded.map_err(|r| self.refused(r))
+    }
+
+    /// This node's record of `id`: its client's, or a copy.
+    pub(crate) fn held_record(&self, id: LockId) -> Option<Lock> {
+        self.state().member.held_record(id)
+    }
+
+    /// Drops this node's record of `id`.
+    pub(crate) fn drop_held(&self, id: LockId) {
+        self.state().member.drop_held(id);
+    }
+}
+
+/// Takes a grant back unless it was handed to its client: the grant could
+/// not be put on record with enough members, or whoever waited for it went
+/// away meanwhile.
+struct TakeBackOnDrop<'a> {
+    node: &'a Node,
+    lock: Option<Lock>,
+}
+
+impl Drop for TakeBackOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            self.node.take_back(&lock);
+        }
+    }
+}
+
+/// Cancels a waiting request whose client went away, and takes back a
+/// grant that reached it too late to be handed on.
+struct CancelOnDrop<'a> {
+    node: &'a Node,
+    name: &'a str,
+    waiter: Option<WaiterId>,
+    answer: Option<oneshot::Receiver<Result<Lock, AcquireError>>>,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(waiter) = self.waiter.take() {
+            let mut state = self.node.state();
+            state.member.cancel(self.name, waiter);
+            state.waiters.remove(&waiter);
+        }
+        if let Some(Ok(Ok(lock))) = self.answer.as_mut().map(|rx| rx.try_recv()) {
+            self.node.take_back(&lock);
+        }
+    }
+}

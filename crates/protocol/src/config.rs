@@ -1,0 +1,46 @@
+//! What a member needs to know of its cluster and settings.
+
+use std::time::Duration;
+
+use locktable::{LeaseRule, NodeId};
+
+/// What a rebuild that could not read every member does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RebuildMode {
+    /// Serve with what was read (the seed's behaviour): a lock held through
+    /// a member that did not answer may be granted again until the next
+    /// rebuild settles it.
+    #[default]
+    Proceed,
+    /// Also refuse new grants for the longest lease while holders reclaim,
+    /// so no two holders ever overlap.
+    Strict,
+}
+
+/// One member's settings, as the protocol uses them.
+#[derive(Debug, Clone)]
+pub struct MemberConfig {
+    /// This member's id.
+    pub id: NodeId,
+    /// Every member's id, this one's included.
+    pub members: Vec<NodeId>,
+    /// How many members hold a record of every grant and renewal before
+    /// its client hears of it.
+    pub copies: usize,
+    /// The default and longest leases.
+    pub lease: LeaseRule,
+    /// What a rebuild that missed members does.
+    pub rebuild_mode: RebuildMode,
+    /// How long after a quorum's acknowledgement no other leader can
+    /// exist (openraft's `election_timeout_max`).
+    pub leader_lease: Duration,
+}
+
+impl MemberConfig {
+    /// The members in id order, without duplicates.
+    pub(crate) fn sorted(mut self) -> Self {
+        self.members.sort_unstable();
+        self.members.dedup();
+        self
+    }
+}

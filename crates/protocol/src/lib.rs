@@ -1,0 +1,39 @@
+//! The leasehold member protocol above the lock table, with no I/O: a
+//! [`Member`] takes events (leadership facts from Raft as a [`Guard`],
+//! client calls, peer messages, reports) with the time they happen at, and
+//! answers what to do. The node drives it on tokio and HTTP; the
+//! simulation drives the same code on a simulated clock and network.
+//!
+//! What lives here is every rule of the speaker protocol that the lock
+//! table (`locktable`) does not own:
+//! - the grant guard: a speaker grants only for the term its table was
+//!   rebuilt in, while a quorum's last acknowledgement is fresh
+//!   ([`guard`]);
+//! - when a table is dropped, and when a rebuild is tried, retried and
+//!   given up on ([`Leadership`]);
+//! - which members a rebuild must read and when it has read enough
+//!   ([`Reads`]), and what the rebuilt table holds back ([`Member::rebuild`]);
+//! - the holder's node's record (`Held`) and copies, which member may keep
+//!   a record of a lock, and who hears of a release ([`Members`]);
+//! - how many copies a grant needs and where they go ([`CopyRound`]).
+//!
+//! Nothing here reads a clock, sleeps or sends: every method takes `now`
+//! (the lease clock, [`locktable::MonoTime`]) and returns what to send.
+
+mod config;
+mod copies;
+pub mod guard;
+mod leadership;
+mod member;
+mod members;
+mod rebuild;
+mod refusal;
+
+pub use config::{MemberConfig, RebuildMode};
+pub use copies::{copies_needed, CopyRound, CopyStep, COPY_TIMEOUT};
+pub use guard::{Guard, Leader, LEASE_MARGIN};
+pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};
+pub use member::{Made, Member, Polled, Renewal};
+pub use members::Members;
+pub use rebuild::{MemberRead, Reads, RebuildDone, RebuildInput, READ_AGAIN_AFTER};
+pub use refusal::Refusal;

@@ -1,0 +1,329 @@
+//! The rebuild: which members a new speaker reads, when it has read
+//! enough, and the table it rebuilds from what it read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use leasehold_api::RebuildReport;
+use locktable::{Lock, MonoTime, NodeId, RebuildError, RebuildFrom};
+
+use crate::config::RebuildMode;
+use crate::guard::Guard;
+use crate::leadership::Attempt;
+use crate::member::Member;
+
+/// How long a rebuild waits before it reads again a member whose read
+/// failed.
+pub const READ_AGAIN_AFTER: Duration = Duration::from_millis(50);
+
+/// A rebuild's reads of every member.
+///
+/// A member that does not answer, or restarted less than the longest lease
+/// ago (its memory of its clients' locks is incomplete), is missing.
+///
+/// A member whose read failed is read again until the deadline while the
+/// members failing, with those missing already, are as many as there are
+/// copies: then each one read makes the difference between a rebuild that
+/// has seen every grant and one that has not. With fewer, the rebuild has
+/// seen every grant without them, and does not wait.
+#[derive(Debug, Clone)]
+pub struct Reads {
+    copies: usize,
+    max_lease: Duration,
+    deadline: MonoTime,
+    members: Vec<NodeId>,
+    read: BTreeSet<NodeId>,
+    /// Members read but restarted too recently.
+    restarted: Vec<NodeId>,
+    /// Members whose first read has not ended.
+    unanswered: BTreeSet<NodeId>,
+    /// Members whose last read failed, with why.
+    failing: BTreeMap<NodeId, String>,
+}
+
+impl Reads {
+    /// Reads of `members` (every member, this one's included) until
+    /// `deadline`, by a speaker whose longest lease is `max_lease`.
+    pub fn new(members: &[NodeId], copies: usize, max_lease: Duration, deadline: MonoTime) -> Self {
+        Reads {
+            copies,
+            max_lease,
+            deadline,
+            members: members.to_vec(),
+            read: BTreeSet::new(),
+            restarted: Vec::new(),
+            unanswered: members.iter().copied().collect(),
+            failing: BTreeMap::new(),
+        }
+    }
+
+    /// The members to read first: all of them.
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    /// `member` answered with a report from a process up for `uptime`
+    /// (`first_start`: its data directory is new), whose longest lease is
+    /// `max_lease`.
+    pub fn answered(
+        &mut self,
+        member: NodeId,
+        uptime: Duration,
+        first_start: bool,
+        max_lease: Duration,
+    ) {
+        self.unanswered.remove(&member);
+        self.failing.remove(&member);
+        let longest = self.max_lease.max(max_lease);
+        if !first_start && uptime < longest {
+            self.restarted.push(member);
+        }
+        self.read.insert(member);
+    }
+
+    /// A read of `member` failed at `now` (`why`); answers whether to read
+    /// it again after [`READ_AGAIN_AFTER`]. Members missing for having
+    /// restarted may already be as many as copies: then no read can change
+    /// the outcome.
+    pub fn failed(&mut self, member: NodeId, why: String, now: MonoTime) -> bool {
+        self.unanswered.remove(&member);
+        self.failing.insert(member, why);
+        self.restarted.len() < self.copies && now + READ_AGAIN_AFTER < self.deadline
+    }
+
+    /// Whether the reads may stop before the deadline: every member's
+    /// first read has ended, and the members failing, with those that
+    /// restarted lately, are fewer than copies.
+    pub fn enough(&self) -> bool {
+        self.unanswered.is_empty() && self.restarted.len() + self.failing.len() < self.copies
+    }
+
+    /// The members read, and those missing: restarted lately, or not read
+    /// (whatever stopped the reads), each with why it was not read.
+    pub fn finish(self) -> (Vec<NodeId>, Vec<NodeId>, Vec<(NodeId, String)>) {
+        let mut missing = self.restarted;
+        let mut unread = Vec::new();
+        for id in &self.members {
+            if !self.read.contains(id) {
+                let why = self
+                    .failing
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| "no answer".to_string());
+                unread.push((*id, why));
+                missing.push(*id);
+            }
+        }
+        (self.read.into_iter().collect(), missing, unread)
+    }
+}
+
+/// One member's report, as the rebuild uses it.
+#[derive(Debug, Clone)]
+pub struct MemberRead {
+    /// The member.
+    pub member: NodeId,
+    /// Its `--max-lease`.
+    pub max_lease: Duration,
+    /// Its `--copies`.
+    pub copies: usize,
+    /// Its clients' locks, copies and grants, each lease counted from when
+    /// the part of the report it came in arrived.
+    pub locks: Vec<Lock>,
+}
+
+/// What a rebuild attempt read.
+#[derive(Debug, Clone)]
+pub struct RebuildInput {
+    /// The term it rebuilds for.
+    pub term: u64,
+    /// The table's generation when the attempt began.
+    pub generation: u64,
+    /// The reports read.
+    pub reads: Vec<MemberRead>,
+    /// The members missing.
+    pub missing: Vec<NodeId>,
+    /// How long the attempt has taken so far.
+    pub took: Duration,
+}
+
+/// A rebuilt table's outcome.
+#[derive(Debug, Clone)]
+pub struct RebuildDone {
+    /// What the rebuild did, for operators.
+    pub report: RebuildReport,
+    /// Locks a rebuild found another grant held longer, by the node whose
+    /// client held them: to be told they are lost.
+    pub lost: BTreeMap<NodeId, Vec<Lock>>,
+}
+
+impl Member {
+    /// Rebuilds the table for `input.term` from what was read, unless
+    /// leadership or the table moved on meanwhile.
+    ///
+    /// Every grant answered to a client is on record with `copies`
+    /// members: a rebuild that missed fewer has read every one of them.
+    /// Otherwise a lease granted before this rebuild ends by `now +` the
+    /// longest lease; an old speaker missing from the rebuild may have
+    /// granted until its guard ran out, at most one leader lease before
+    /// this term began: strict mode holds new grants back that long.
+    pub fn rebuild(
+        &mut self,
+        input: RebuildInput,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<RebuildDone, Attempt> {
+        let ours = self.config().lease.max;
+        let mut longest_lease = ours;
+        let mut fewest_copies = self.config().copies;
+        let mut members_read = Vec::with_capacity(input.reads.len());
+        let mut locks = Vec::with_capacity(input.reads.iter().map(|r| r.locks.len()).sum());
+        for read in input.reads {
+            members_read.push(read.member);
+            if read.max_lease != ours {
+                tracing::error!(
+                    member = read.member,
+                    theirs_ms = read.max_lease.as_millis() as u64,
+                    ours_ms = ours.as_millis() as u64,
+                    "members run with different --max-lease: the strict hold covers the longest \
+                     of the members read, not of a missing one; run one value cluster-wide"
+                );
+            }
+            longest_lease = longest_lease.max(read.max_lease);
+            if read.copies != self.config().copies {
+                tracing::error!(
+                    member = read.member,
+                    theirs = read.copies,
+                    ours = self.config().copies,
+                    "members run with different --copies: a rebuild counts on the fewest of the \
+                     members read, not of a missing one; run one value cluster-wide"
+                );
+            }
+            fewest_copies = fewest_copies.min(read.copies);
+            locks.extend(read.locks);
+        }
+        let mut missing = input.missing;
+        let all_seen = missing.len() < fewest_copies;
+        let held_back = match self.config().rebuild_mode {
+            RebuildMode::Strict if !all_seen => Some(longest_lease + self.config().leader_lease),
+            _ => None,
+        };
+        let term = input.term;
+        if guard.leader_term() != Some(term) || self.speaking != Some(term) {
+            tracing::info!(term, "rebuild discarded: leadership moved on");
+            return Err(Attempt::Failed("leadership moved on during the rebuild"));
+        }
+        let rebuilt = self
+            .table
+            .rebuild(
+                RebuildFrom {
+                    generation: input.generation,
+                    epoch: term,
+                    locks,
+                    hold_new_grants_until: held_back.map(|hold| now + hold),
+                    seen_all: all_seen,
+                },
+                now,
+            )
+            .map_err(|e| match e {
+                RebuildError::Stale(_) => {
+                    Attempt::Failed("the table was dropped again during the rebuild")
+                }
+                // Another node spoke in a later term: Raft will depose this one.
+                RebuildError::NewerTerm { .. } => {
+                    Attempt::Failed("a member reported a lock of a later term")
+                }
+                e => Attempt::CannotSpeak(e.to_string()),
+            })?;
+        missing.sort_unstable();
+        members_read.sort_unstable();
+        let report = RebuildReport {
+            term,
+            members_read,
+            members_missing: missing,
+            all_seen,
+            locks: rebuilt.locks as u64,
+            conflicts: rebuilt.lost.len() as u64,
+            held_back_ms: held_back.map_or(0, |d| d.as_millis() as u64),
+            took_ms: input.took.as_millis() as u64,
+        };
+        tracing::info!(?report, "failover report: lock table rebuilt");
+        self.last_rebuild = Some(report.clone());
+        let mut lost: BTreeMap<NodeId, Vec<Lock>> = BTreeMap::new();
+        for lock in rebuilt.lost {
+            lost.entry(lock.node).or_default().push(lock);
+        }
+        Ok(RebuildDone { report, lost })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(10);
+
+    fn at(ms: u64) -> MonoTime {
+        MonoTime::from_nanos((1 << 40) + ms * 1_000_000)
+    }
+
+    fn up() -> Duration {
+        Duration::from_secs(3600)
+    }
+
+    #[test]
+    fn with_two_copies_every_member_answering_is_enough() {
+        let mut reads = Reads::new(&[1, 2, 3], 2, LEASE, at(1_000));
+        reads.answered(1, up(), false, LEASE);
+        assert!(!reads.enough(), "2 and 3 not answered yet");
+        reads.answered(2, up(), false, LEASE);
+        assert!(
+            reads.failed(3, "refused".into(), at(10)),
+            "read again if waited for"
+        );
+        assert!(
+            reads.enough(),
+            "but one missing < two copies: no need to wait"
+        );
+        let (read, missing, unread) = reads.finish();
+        assert_eq!((read, missing), (vec![1, 2], vec![3]));
+        assert_eq!(unread, vec![(3, "refused".to_string())]);
+    }
+
+    #[test]
+    fn a_failed_read_is_retried_while_it_decides_whether_every_grant_was_seen() {
+        let mut reads = Reads::new(&[1, 2, 3], 2, LEASE, at(1_000));
+        reads.answered(1, up(), false, LEASE);
+        // 2 and 3 restarted within the longest lease: missing already.
+        reads.answered(2, Duration::from_secs(1), false, LEASE);
+        reads.answered(3, Duration::from_secs(1), false, LEASE);
+        assert!(
+            !reads.failed(1, "refused".into(), at(10)),
+            "missing already reach copies: no read can change the outcome"
+        );
+        let mut reads = Reads::new(&[1, 2, 3], 2, LEASE, at(1_000));
+        reads.answered(1, up(), false, LEASE);
+        assert!(reads.failed(2, "refused".into(), at(10)));
+        assert!(reads.failed(3, "timed out".into(), at(10)));
+        assert!(!reads.enough(), "two failing with two copies: read again");
+        assert!(
+            !reads.failed(3, "timed out".into(), at(951)),
+            "not once the next read would pass the deadline"
+        );
+        reads.answered(2, up(), false, LEASE);
+        assert!(reads.enough());
+    }
+
+    #[test]
+    fn a_first_start_is_not_missing_however_young() {
+        let mut reads = Reads::new(&[1, 2], 2, LEASE, at(1_000));
+        reads.answered(1, Duration::ZERO, true, LEASE);
+        reads.answered(2, Duration::from_secs(9), false, Duration::from_secs(20));
+        let (_, missing, _) = reads.finish();
+        assert_eq!(
+            missing,
+            vec![2],
+            "counted against the longer of both leases"
+        );
+    }
+}

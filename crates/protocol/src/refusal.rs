@@ -1,0 +1,54 @@
+//! Why a member refuses a call: typed, so the driver maps each to its
+//! answer and callers can branch on it.
+
+use locktable::Lock;
+
+/// A call the protocol refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// This member cannot grant now: it does not speak, its table is not
+    /// rebuilt, its guard has run out, or the table moved on since.
+    #[error("the cluster lock table is not rebuilt from the nodes yet; retry")]
+    NotRebuilt,
+    /// The name is held by another lock.
+    #[error("{} is held by another", .0.name)]
+    Held(Box<Lock>),
+    /// No lock of that name and id.
+    #[error("the lock is not held under that id")]
+    NotHeld,
+    /// A renewal of a lock the table lacks while new grants are held back:
+    /// a member the rebuild missed may have it on record.
+    #[error(
+        "this lock is not in the table rebuilt without some members, which may have it on \
+         record; new grants are held back meanwhile: retry (through another node)"
+    )]
+    MayBeOnRecordElsewhere,
+    /// A newer speaker read this member while a grant's answer was on its
+    /// way: that rebuild did not see it, so its client must not hear of it.
+    #[error("the speaker of term {read} read this node while the answer was on its way; retry")]
+    ReadMeanwhile {
+        /// The term that read this member.
+        read: u64,
+    },
+    /// Copies from a speaker older than a term this member has seen.
+    #[error("copies from the speaker of term {term}, but term {seen} has begun")]
+    StaleCopies {
+        /// The sender's term.
+        term: u64,
+        /// The newest term this member has seen or been read by.
+        seen: u64,
+    },
+    /// A grant reached too few members to be answered.
+    #[error(
+        "the lock reached {reached} of the {needed} other members it must reach before it is \
+         answered (--copies {copies}); retry"
+    )]
+    TooFewCopies {
+        /// Members that acknowledged a copy.
+        reached: usize,
+        /// Members that had to.
+        needed: usize,
+        /// The setting.
+        copies: usize,
+    },
+}
