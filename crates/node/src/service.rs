@@ -9,6 +9,7 @@ use leasehold_api::{
     AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardCall,
     ForwardRelease, ForwardRenew, Granted, Member, PeerLock, ReleaseBody, RenewBody,
 };
+use leasehold_protocol::{Forwarded, Refusal};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockId, LockInTransit};
 use serde::de::DeserializeOwned;
@@ -70,6 +71,15 @@ fn malformed(e: impl std::fmt::Display) -> ApiError {
 const FORWARD_SLACK: Duration = Duration::from_secs(5);
 
 impl Node {
+    /// A call about to be forwarded to the speaker: sent now, with the
+    /// highest term that has read this node so far.
+    fn forwarding(&self) -> Forwarded {
+        Forwarded {
+            sent: self.clock.now(),
+            read_before: self.read_by_term(),
+        }
+    }
+
     /// Forwards `body` to the speaker's `path`, for requests this node
     /// cannot serve itself.
     pub(crate) async fn forward<B: Serialize, R: DeserializeOwned>(
@@ -96,8 +106,7 @@ impl Node {
         if self.is_leader() {
             return self.speak_acquire(request, self.id()).await;
         }
-        let sent = self.clock.now();
-        let read_before = self.read_by_term();
+        let call = self.forwarding();
         let forwarded = ForwardAcquire {
             body,
             node: self.id(),
@@ -112,13 +121,12 @@ impl Node {
                 .await?
         };
         let served = Duration::from_millis(granted.served_ms);
-        let lock = LockInTransit::try_from(granted.lock)
-            .map_err(malformed)?
-            .arrive(sent + served);
-        // A grant's fence names the term that made it: a read by that term
-        // (the speaker's own rebuild) came before the grant.
-        self.record_held(lock.clone(), read_before.max(lock.fence.epoch()))?;
-        Ok(lock)
+        let lock = LockInTransit::try_from(granted.lock).map_err(malformed)?;
+        let recorded =
+            self.state()
+                .member
+                .granted_through_speaker(call, lock, served, self.clock.now());
+        recorded.map_err(|r| self.refused(r))
     }
 
     /// Releases a lock by name and id.
@@ -152,14 +160,13 @@ impl Node {
                 .speak_renew(&body.name, id, body.lease(), self.id(), record)
                 .await;
         }
-        let sent = self.clock.now();
-        let read_before = self.read_by_term();
+        let call = self.forwarding();
         let forwarded = ForwardRenew {
             name: body.name.clone(),
             id: body.id.clone(),
             lease_ms: body.lease_ms,
             node: self.id(),
-            record: record.map(|l| PeerLock::from(l.in_transit(sent))),
+            record: record.map(|l| PeerLock::from(l.in_transit(call.sent))),
         };
         let renewed = self
             .forward_call(ForwardCall::Renew(forwarded))
@@ -167,15 +174,16 @@ impl Node {
             .and_then(forwarded_lock);
         match renewed {
             Ok(renewed) => {
-                let lock = LockInTransit::try_from(renewed)
-                    .map_err(malformed)?
-                    .arrive(sent);
-                self.record_held(lock.clone(), read_before)?;
-                Ok(lock)
+                let lock = LockInTransit::try_from(renewed).map_err(malformed)?;
+                let recorded =
+                    self.state()
+                        .member
+                        .renewed_through_speaker(call, lock, self.clock.now());
+                recorded.map_err(|r| self.refused(r))
             }
             Err(e) => {
                 if e.body.error == ErrorCode::NotHeld {
-                    self.drop_held(id);
+                    self.state().member.renewal_refused(id, &Refusal::NotHeld);
                 }
                 Err(e)
             }

@@ -220,14 +220,6 @@ impl Node {
         }
     }
 
-    /// Records in this node's `Held` a lock its client was granted (or
-    /// renewed) through the speaker, unless a newer speaker read this node
-    /// since `read_before` (see [`leasehold_protocol::Member::record_held`]).
-    pub(crate) fn record_held(&self, lock: Lock, read_before: u64) -> Result<(), ApiError> {
-        let recorded = self.state().member.record_held(lock, read_before);
-        recorded.map_err(|r| self.refused(r))
-    }
-
     /// This node's record of `id`: its client's, or a copy.
     pub(crate) fn held_record(&self, id: LockId) -> Option<Lock> {
         self.state().member.held_record(id)

@@ -33,7 +33,7 @@ pub use config::{MemberConfig, RebuildMode};
 pub use copies::{copies_needed, CopyRound, CopyStep, COPY_TIMEOUT};
 pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};
-pub use member::{Made, Member, Polled, Renewal};
+pub use member::{Forwarded, Made, Member, Polled, Renewal};
 pub use members::Members;
 pub use rebuild::{MemberRead, Reads, RebuildDone, RebuildInput, READ_AGAIN_AFTER};
 pub use refusal::Refusal;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use leasehold_api::RebuildReport;
 use locktable::{
-    AcquireError, Acquired, Answer, Held, HeldLock, Lock, LockError, LockId, MonoTime, NodeId,
-    Request, Table, WaiterId,
+    AcquireError, Acquired, Answer, Held, HeldLock, Lock, LockError, LockId, LockInTransit,
+    MonoTime, NodeId, Request, Table, WaiterId,
 };
 
 use crate::config::MemberConfig;
@@ -51,6 +51,17 @@ pub struct Renewal<'a> {
     pub node: NodeId,
     /// That node's record of the lock, if it has one.
     pub record: Option<Lock>,
+}
+
+/// A call this member forwarded to the speaker, as it left: when, and the
+/// highest term that had read this member then (read from
+/// [`Member::read_by`], or a mirror of it, before the call is sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forwarded {
+    /// When the call was sent.
+    pub sent: MonoTime,
+    /// The highest term whose speaker had read this member when it was.
+    pub read_before: u64,
 }
 
 /// What [`Member::poll`] did.
@@ -177,15 +188,10 @@ impl Member {
     /// Whether this member leads the term its table speaks for and its
     /// guard lets it grant at `now`, rebuilt or not.
     pub fn may_speak(&self, guard: &Guard, now: MonoTime) -> bool {
-        if self.stopping {
-            return false;
-        }
-        match (guard.leader_term(), self.speaking) {
-            (Some(leads), Some(speaks)) if leads == speaks => {
-                guard.allows(speaks, self.config.leader_lease, now)
-            }
-            _ => false,
-        }
+        !self.stopping
+            && self
+                .speaking
+                .is_some_and(|term| guard.allows(term, self.config.leader_lease, now))
     }
 
     /// `Ok` if this member may grant from its table at `now`.
@@ -512,13 +518,56 @@ impl Member {
     /// member since `read_before` (the term that had read it when the call
     /// left): that rebuild did not see this record, so its client must not
     /// hear of the grant (a newer speaker may grant the name again).
-    pub fn record_held(&mut self, lock: Lock, read_before: u64) -> Result<(), Refusal> {
+    fn record_held(&mut self, lock: Lock, read_before: u64) -> Result<(), Refusal> {
         if self.read_by > read_before {
             return Err(Refusal::ReadMeanwhile { read: self.read_by });
         }
         self.copies.remove(lock.id);
         self.held.record(lock);
         Ok(())
+    }
+
+    /// A grant the speaker answered to a call this member forwarded: its
+    /// lease counted from the call's send plus the time the speaker says
+    /// it held the request (`served`, a wait; the speaker received it no
+    /// earlier than it was sent), never from the answer's arrival at
+    /// `_arrived`. Recorded in `Held` unless a newer speaker read this
+    /// member meanwhile; a grant's fence names the term that made it, and a
+    /// read by that term (the speaker's own rebuild) came before the grant.
+    pub fn granted_through_speaker(
+        &mut self,
+        call: Forwarded,
+        lock: LockInTransit,
+        served: Duration,
+        _arrived: MonoTime,
+    ) -> Result<Lock, Refusal> {
+        let lock = lock.arrive(call.sent + served);
+        let read_before = call.read_before.max(lock.fence.epoch());
+        self.record_held(lock.clone(), read_before)?;
+        Ok(lock)
+    }
+
+    /// A renewal the speaker answered to a call this member forwarded: its
+    /// lease counted from the call's send, never from the answer's arrival
+    /// at `_arrived` (the speaker renewed it no earlier than it was sent).
+    /// Recorded in `Held` unless a newer speaker read this member meanwhile.
+    pub fn renewed_through_speaker(
+        &mut self,
+        call: Forwarded,
+        lock: LockInTransit,
+        _arrived: MonoTime,
+    ) -> Result<Lock, Refusal> {
+        let lock = lock.arrive(call.sent);
+        self.record_held(lock.clone(), call.read_before)?;
+        Ok(lock)
+    }
+
+    /// The speaker refused a renewal this member forwarded: a lock "not
+    /// held" there is held nowhere, and this member's record of it goes.
+    pub fn renewal_refused(&mut self, id: LockId, refusal: &Refusal) {
+        if *refusal == Refusal::NotHeld {
+            self.drop_held(id);
+        }
     }
 
     /// This member's record of `id`: its client's, or a copy.
