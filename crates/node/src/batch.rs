@@ -3,7 +3,7 @@
 //! one request for however many of its clients asked while its earlier
 //! batches were on their way, and the speaker answers them in one pass.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{
@@ -11,10 +11,11 @@ use leasehold_api::{
     PeerLock,
 };
 use locktable::{LockId, LockInTransit};
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch};
 
 use crate::error::ApiError;
-use crate::node::Node;
+use crate::node::{Node, Pending};
+use crate::queue::drain_in_batches;
 use crate::speak::AcquireRequest;
 
 /// Most calls in one batch.
@@ -22,39 +23,6 @@ const MAX_BATCH: usize = 256;
 /// Batches on their way at once; calls that come meanwhile wait for the
 /// next.
 const IN_FLIGHT: usize = 4;
-
-type Reply = oneshot::Sender<Result<ForwardAnswer, ApiError>>;
-
-/// A forwarded call waiting for a batch, and where its answer goes.
-pub(crate) type Pending = (ForwardCall, Reply);
-
-/// Items waiting for the one task that sends them on in batches.
-pub(crate) struct Queue<T> {
-    tx: mpsc::UnboundedSender<T>,
-    /// The other end, taken by that task.
-    rx: Mutex<Option<mpsc::UnboundedReceiver<T>>>,
-}
-
-impl<T> Queue<T> {
-    pub(crate) fn new() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        Queue {
-            tx,
-            rx: Mutex::new(Some(rx)),
-        }
-    }
-
-    /// Queues `item`; false once the task is gone.
-    pub(crate) fn push(&self, item: T) -> bool {
-        self.tx.send(item).is_ok()
-    }
-
-    /// The receiving end, for the task that sends the batches; `None` once
-    /// taken.
-    pub(crate) fn take_receiver(&self) -> Option<mpsc::UnboundedReceiver<T>> {
-        self.rx.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
 
 impl Node {
     /// Sends `call` to the speaker in the next batch, and waits for its
@@ -178,61 +146,6 @@ impl Node {
     pub(crate) fn transit(&self, lock: &locktable::Lock) -> PeerLock {
         PeerLock::from(lock.in_transit(self.clock.now()))
     }
-}
-
-/// Takes the items of `rx` in batches of at most `max` (see [`next_batch`])
-/// and hands each batch to `send` in a task of its own, with at most
-/// `in_flight` under way at once (items that come meanwhile wait for the
-/// next batch), until `rx` closes or `stop` changes.
-pub(crate) async fn drain_in_batches<T, F, Fut>(
-    mut rx: mpsc::UnboundedReceiver<T>,
-    max: usize,
-    in_flight: usize,
-    mut stop: watch::Receiver<bool>,
-    mut send: F,
-) where
-    F: FnMut(Vec<T>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let in_flight = Arc::new(Semaphore::new(in_flight));
-    loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&in_flight).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => return,
-            },
-            _ = stop.changed() => return,
-        };
-        let Some(batch) = next_batch(&mut rx, max, &mut stop).await else {
-            return;
-        };
-        let sent = send(batch);
-        tokio::spawn(async move {
-            sent.await;
-            drop(permit);
-        });
-    }
-}
-
-/// Waits for the next item on `rx`, then takes whatever else is already
-/// queued, up to `max` in all; `None` once `rx` closes or `stop` changes.
-pub(crate) async fn next_batch<T>(
-    rx: &mut mpsc::UnboundedReceiver<T>,
-    max: usize,
-    stop: &mut watch::Receiver<bool>,
-) -> Option<Vec<T>> {
-    let first = tokio::select! {
-        next = rx.recv() => next?,
-        _ = stop.changed() => return None,
-    };
-    let mut batch = vec![first];
-    while batch.len() < max {
-        match rx.try_recv() {
-            Ok(next) => batch.push(next),
-            Err(_) => break,
-        }
-    }
-    Some(batch)
 }
 
 fn parse_id(id: &str) -> Result<LockId, ApiError> {

@@ -2,7 +2,6 @@
 //! batches. Which members a grant needs and when it may be answered are the
 //! protocol's (`leasehold_protocol::CopyRound`); this module sends.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -12,40 +11,15 @@ use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, NodeId};
 use tokio::sync::{oneshot, watch};
 
-use crate::batch::{drain_in_batches, Queue};
+use crate::copier::PendingCopy;
 use crate::error::ApiError;
 use crate::node::Node;
+use crate::queue::{drain_in_batches, Queue};
 
 /// Most copies in one batch.
 const MAX_BATCH: usize = 256;
 /// Batches on their way to one member at once.
 const IN_FLIGHT: usize = 4;
-
-/// A copy waiting for its batch: the lock, the term whose speaker granted
-/// or renewed it, and where the acknowledgement goes.
-pub(crate) struct PendingCopy {
-    lock: Lock,
-    term: u64,
-    acked: oneshot::Sender<bool>,
-}
-
-/// One queue of copies per other member.
-pub(crate) struct Copier {
-    queues: BTreeMap<NodeId, Queue<PendingCopy>>,
-}
-
-impl Copier {
-    /// Queues for every member of `peers` but `me`.
-    pub(crate) fn new(peers: &BTreeMap<NodeId, String>, me: NodeId) -> Self {
-        Copier {
-            queues: peers
-                .keys()
-                .filter(|id| **id != me)
-                .map(|id| (*id, Queue::new()))
-                .collect(),
-        }
-    }
-}
 
 impl Node {
     /// Makes sure `lock`, just granted or renewed by the table `made` for

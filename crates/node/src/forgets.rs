@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::{millis_ceil, Forget};
@@ -13,8 +12,9 @@ use leasehold_protocol::Members;
 use locktable::{LockId, MonoTime, NodeId, Table};
 use tokio::sync::{mpsc, watch};
 
-use crate::batch::Queue;
-use crate::node::Node;
+use crate::clock::Clock;
+use crate::peers::Peers;
+use crate::queue::Queue;
 
 /// The first wait before a member that did not acknowledge is tried again;
 /// it doubles with every failure, up to [`RETRY_MAX`].
@@ -149,33 +149,28 @@ fn encode(pending: &VecDeque<Release>, now: MonoTime) -> (Option<Vec<u8>>, usize
     ((sending > 0).then_some(body), taken)
 }
 
-impl Node {
-    /// Passes releases on to the other members, one sender per member, so
-    /// a member that cannot be reached holds up no other.
-    pub(crate) async fn pass_on_releases(self: Arc<Self>, stop: watch::Receiver<bool>) {
-        let now = || self.clock.now();
-        let senders: Vec<_> = self
-            .forgets
-            .members
-            .iter()
-            .filter(|(id, _, _)| *id != self.id())
-            .filter_map(|(id, addr, queue)| {
-                let rx = queue.take_receiver()?;
-                let peers = &self.peers;
-                let addr = addr.as_str();
-                let send = move |body| peers.forget(addr, body, SEND_TIMEOUT);
-                Some(send_releases(
-                    &self.forgets,
-                    *id,
-                    now,
-                    send,
-                    rx,
-                    stop.clone(),
-                ))
-            })
-            .collect();
-        futures::future::join_all(senders).await;
-    }
+/// Passes releases on to the other members through `peers`, one sender
+/// per member, so a member that cannot be reached holds up no other; until
+/// `stop`.
+pub(crate) async fn pass_on_releases(
+    outbox: &Outbox,
+    peers: &Peers,
+    clock: Clock,
+    stop: watch::Receiver<bool>,
+) {
+    let now = || clock.now();
+    let senders: Vec<_> = outbox
+        .members
+        .iter()
+        .filter(|(id, _, _)| *id != outbox.me)
+        .filter_map(|(id, addr, queue)| {
+            let rx = queue.take_receiver()?;
+            let addr = addr.as_str();
+            let send = move |body| peers.forget(addr, body, SEND_TIMEOUT);
+            Some(send_releases(outbox, *id, now, send, rx, stop.clone()))
+        })
+        .collect();
+    futures::future::join_all(senders).await;
 }
 
 /// Sends member `member` the releases queued for it (`rx`) with `send`, in

@@ -7,6 +7,7 @@
 mod batch;
 mod clock;
 mod config;
+mod copier;
 mod copies;
 mod embedded;
 mod error;
@@ -15,6 +16,7 @@ mod http;
 mod identity;
 mod node;
 mod peers;
+mod queue;
 mod report;
 mod service;
 mod speak;
@@ -216,7 +218,10 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         stopped.clone(),
     ));
     let expiry = tokio::spawn(speaker::run_expiry(Arc::clone(&node), stopped.clone()));
-    let releases = tokio::spawn(Arc::clone(&node).pass_on_releases(stopped.clone()));
+    let releases = tokio::spawn({
+        let (node, stop) = (Arc::clone(&node), stopped.clone());
+        async move { forgets::pass_on_releases(&node.forgets, &node.peers, node.clock, stop).await }
+    });
     let batches = tokio::spawn(Arc::clone(&node).send_batches(stopped.clone()));
     let mut tasks = vec![server, leadership, expiry, releases, batches];
     for (member, addr) in node.config.peers.clone() {

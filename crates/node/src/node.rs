@@ -6,18 +6,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use leasehold_api::LockView;
+use leasehold_api::{ForwardAnswer, ForwardCall, LockView};
 use leasehold_protocol::{Guard, Leader, Member, MemberConfig};
 use leasehold_raft::{leader_state, Identity, Raft, WatchReceiver};
 use locktable::{AcquireError, Lock, MonoTime, NodeId, WaiterId};
 use tokio::sync::{oneshot, watch, Notify};
 
-use crate::batch::{Pending, Queue};
 use crate::clock::{Clock, SuspendWatch};
 use crate::config::NodeConfig;
-use crate::copies::Copier;
+use crate::copier::Copier;
+use crate::error::ApiError;
 use crate::forgets::Outbox;
 use crate::peers::Peers;
+use crate::queue::Queue;
+
+/// A forwarded call waiting for a batch, and where its answer goes.
+pub(crate) type Pending = (
+    ForwardCall,
+    oneshot::Sender<Result<ForwardAnswer, ApiError>>,
+);
 
 /// What a node keeps behind its one lock: the protocol's state, and where
 /// the answers to waiting requests go.
