@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_api::{ErrorBody, Lost, PeerLock, ReportRequest};
 
@@ -210,11 +210,9 @@ impl Peers {
             if !response.status().is_success() {
                 return Err(peer_error(addr, "the member refused to report"));
             }
-            let mut reader = ReportReader::new(frame_limit, clock);
+            let mut reader = ReportReader::new(frame_limit, || clock.now());
             while let Some(piece) = response.chunk().await.map_err(|e| peer_error(addr, e))? {
-                reader
-                    .push(&piece, Instant::now())
-                    .map_err(|e| peer_error(addr, e))?;
+                reader.push(&piece).map_err(|e| peer_error(addr, e))?;
             }
             reader.finish().map_err(|e| peer_error(addr, e))
         };

@@ -9,13 +9,11 @@
 //! it never holds more than one frame of a report's bytes, however many
 //! locks the member holds.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_raft::codec::{Chunk, ChunkReader, ChunkWriter, CodecError};
 use locktable::{Fence, HeldLock, Lock, LockId, LockInTransit, MonoTime, NodeId};
 use serde::{Deserialize, Serialize};
-
-use crate::clock::Clock;
 
 /// What a member says of itself, ahead of its locks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,18 +135,19 @@ pub(crate) struct MemberReport {
 /// Takes a report in as its bytes arrive: each frame is decoded once whole
 /// and its locks put on this node's clock, so only the frame being received
 /// is held as bytes.
-pub(crate) struct ReportReader {
+pub(crate) struct ReportReader<C> {
     stream: ChunkReader<ReportHeader, ReportLock>,
-    clock: Clock,
+    /// Reads the lease clock when bytes arrive.
+    clock: C,
     report: Option<MemberReport>,
     frames: usize,
     locks: Vec<Lock>,
 }
 
-impl ReportReader {
-    /// A reader refusing frames over `limit` bytes, counting leases on
-    /// `clock`.
-    pub(crate) fn new(limit: usize, clock: Clock) -> Self {
+impl<C: FnMut() -> MonoTime> ReportReader<C> {
+    /// A reader refusing frames over `limit` bytes, counting leases from
+    /// `clock`'s reading when each part of the report arrives.
+    pub(crate) fn new(limit: usize, clock: C) -> Self {
         ReportReader {
             stream: ChunkReader::new(limit),
             clock,
@@ -158,17 +157,18 @@ impl ReportReader {
         }
     }
 
-    /// Takes in bytes of the report that arrived at `arrived`: the locks of
-    /// every frame they complete are counted from then.
+    /// Takes in bytes of the report that just arrived: the locks of every
+    /// frame they complete are counted from now (the reader's clock is
+    /// read here, so no caller can count them from anything else).
     ///
     /// The member measured each lease's time left when it wrote the frame,
     /// before the frame arrived; counting from the frame's own arrival puts
     /// the lease's end no earlier than the member's (a later frame of the
     /// same report is counted from later, never from the first frame's
     /// arrival, which would end its leases early).
-    pub(crate) fn push(&mut self, bytes: &[u8], arrived: Instant) -> Result<(), CodecError> {
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<(), CodecError> {
         self.stream.push(bytes);
-        let arrived = self.clock.at(arrived);
+        let arrived = (self.clock)();
         while let Some(chunk) = self.stream.next_chunk()? {
             match chunk {
                 Chunk::Header(header) => {
@@ -206,6 +206,7 @@ impl ReportReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
 
     fn lock(i: u64, at: MonoTime) -> Lock {
         Lock {
@@ -246,20 +247,23 @@ mod tests {
         assert!(frames.len() > 5, "{} frames", frames.len());
         assert!(frames.iter().all(|f| f.len() <= limit + 4));
 
-        // The frames arrive a second apart, cut into pieces of 1000 bytes.
-        let start = Instant::now();
-        let mut reader = ReportReader::new(limit, clock);
+        // The pieces arrive a second apart, cut to 1000 bytes each.
+        let start = sent + Duration::from_millis(500);
+        let arrivals = std::cell::Cell::new(0u32);
+        let mut reader = ReportReader::new(limit, || {
+            let i = arrivals.get();
+            arrivals.set(i + 1);
+            start + Duration::from_secs(u64::from(i))
+        });
         let bytes: Vec<u8> = frames.concat();
-        for (i, piece) in bytes.chunks(1000).enumerate() {
-            reader
-                .push(piece, start + Duration::from_secs(i as u64))
-                .unwrap();
+        for piece in bytes.chunks(1000) {
+            reader.push(piece).unwrap();
         }
         let report = reader.finish().unwrap();
         assert_eq!(report.header, header());
         assert_eq!(report.frames, frames.len() - 2, "all but header and end");
         assert_eq!(report.locks.len(), locks.len());
-        let base = clock.at(start);
+        let base = start;
         let mut last_delay = Duration::ZERO;
         for (got, sent_lock) in report.locks.iter().zip(&locks) {
             // The same lock, moved later by its frame's arrival.
@@ -298,8 +302,8 @@ mod tests {
             .unwrap()
             .concat();
         let read = |bytes: &[u8]| {
-            let mut reader = ReportReader::new(512, clock);
-            reader.push(bytes, Instant::now())?;
+            let mut reader = ReportReader::new(512, || clock.now());
+            reader.push(bytes)?;
             reader.finish()
         };
         assert_eq!(read(&bytes).unwrap().locks.len(), 40);
