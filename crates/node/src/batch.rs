@@ -11,7 +11,8 @@ use leasehold_api::{
     PeerLock,
 };
 use locktable::{LockId, LockInTransit};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::node::{Node, Pending};
@@ -37,11 +38,12 @@ impl Node {
     }
 
     /// Sends the queued calls in batches until `stop`.
-    pub(crate) async fn send_batches(self: Arc<Self>, stop: watch::Receiver<bool>) {
+    pub(crate) async fn send_batches(self: Arc<Self>, stop: CancellationToken) {
         let Some(rx) = self.batches.take_receiver() else {
             return;
         };
-        drain_in_batches(rx, MAX_BATCH, IN_FLIGHT, stop, move |batch| {
+        let tasks = self.tasks.clone();
+        drain_in_batches(rx, MAX_BATCH, IN_FLIGHT, stop, &tasks, move |batch| {
             let node = Arc::clone(&self);
             async move { node.send_batch(batch).await }
         })

@@ -9,7 +9,8 @@ use leasehold_api::{ErrorCode, PeerLock, MAX_BODY_BYTES};
 use leasehold_protocol::{CopyStep, Made, Refusal, COPY_TIMEOUT};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, NodeId};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use crate::copier::PendingCopy;
 use crate::error::ApiError;
@@ -92,7 +93,7 @@ impl Node {
         self: Arc<Self>,
         member: NodeId,
         addr: String,
-        stop: watch::Receiver<bool>,
+        stop: CancellationToken,
     ) {
         let Some(rx) = self
             .copier
@@ -102,7 +103,8 @@ impl Node {
         else {
             return;
         };
-        drain_in_batches(rx, MAX_BATCH, IN_FLIGHT, stop, move |batch| {
+        let tasks = self.tasks.clone();
+        drain_in_batches(rx, MAX_BATCH, IN_FLIGHT, stop, &tasks, move |batch| {
             let node = Arc::clone(&self);
             let addr = addr.clone();
             async move { node.send_copy_batch(&addr, batch).await }

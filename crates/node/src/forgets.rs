@@ -10,7 +10,8 @@ use std::time::Duration;
 use leasehold_api::{millis_ceil, Forget};
 use leasehold_protocol::Members;
 use locktable::{LockId, MonoTime, NodeId, Table};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::peers::Peers;
@@ -156,7 +157,7 @@ pub(crate) async fn pass_on_releases(
     outbox: &Outbox,
     peers: &Peers,
     clock: Clock,
-    stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) {
     let now = || clock.now();
     let senders: Vec<_> = outbox
@@ -189,7 +190,7 @@ async fn send_releases<S, F, E>(
     now: impl Fn() -> MonoTime,
     mut send: S,
     mut rx: mpsc::UnboundedReceiver<Release>,
-    mut stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) where
     S: FnMut(Vec<u8>) -> F,
     F: Future<Output = Result<(), E>>,
@@ -222,7 +223,7 @@ async fn send_releases<S, F, E>(
                     Some(release) => arrived(release, down, &mut pending),
                     None => return,
                 },
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
             }
         }
         while let Ok(release) = rx.try_recv() {
@@ -269,7 +270,7 @@ async fn send_releases<S, F, E>(
                     tokio::select! {
                         _ = &mut pause => break,
                         Some(release) = rx.recv() => arrived(release, true, &mut pending),
-                        _ = stop.changed() => return,
+                        _ = stop.cancelled() => return,
                     }
                 }
                 wait = (wait * 2).min(RETRY_MAX);
@@ -395,7 +396,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_batch_not_taken_is_sent_again_with_backoff_until_taken() {
         let rig = Rig::new();
-        let (stop_tx, stop) = watch::channel(false);
+        let stop = CancellationToken::new();
+        let stop_tx = stop.clone();
         let sent: Sent = Default::default();
         let origin = rig.origin;
         let send = |body: Vec<u8>| {
@@ -415,7 +417,7 @@ mod tests {
         let sender = send_releases(&rig.outbox, 2, || rig.now(), send, rx, stop);
         let script = async {
             tokio::time::sleep(Duration::from_secs(5)).await;
-            let _ = stop_tx.send(true);
+            stop_tx.cancel();
         };
         tokio::join!(sender, script);
         let sent = sent.borrow().clone();
@@ -430,7 +432,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_release_whose_lease_ended_is_no_longer_sent() {
         let rig = Rig::new();
-        let (stop_tx, stop) = watch::channel(false);
+        let stop = CancellationToken::new();
+        let stop_tx = stop.clone();
         let sent: Sent = Default::default();
         let origin = rig.origin;
         let send = |body: Vec<u8>| {
@@ -448,7 +451,7 @@ mod tests {
         let sender = send_releases(&rig.outbox, 2, || rig.now(), send, rx, stop);
         let script = async {
             tokio::time::sleep(Duration::from_secs(10)).await;
-            let _ = stop_tx.send(true);
+            stop_tx.cancel();
         };
         tokio::join!(sender, script);
         let sent = sent.borrow().clone();
@@ -467,7 +470,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_slow_members_releases_are_spread_as_they_come() {
         let rig = Rig::new();
-        let (stop_tx, stop) = watch::channel(false);
+        let stop = CancellationToken::new();
+        let stop_tx = stop.clone();
         // The first batch takes 2 s to fail; later ones are taken at once.
         let calls = std::cell::Cell::new(0);
         let send = |_body: Vec<u8>| {
@@ -500,7 +504,7 @@ mod tests {
             rig.release(3, Duration::from_secs(30));
             tokio::time::sleep(Duration::from_secs(1)).await;
             spread.borrow_mut().push(("4 s", rig.spread_ids()));
-            let _ = stop_tx.send(true);
+            stop_tx.cancel();
         };
         tokio::join!(sender, script);
         assert_eq!(

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_raft::identity::{ClusterId, RefusedAs};
-use tokio::sync::watch;
 
 use crate::node::Node;
 use crate::peers::Probe;
+use tokio_util::sync::CancellationToken;
 
 /// How long each member has to answer a probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -35,11 +35,11 @@ pub(crate) async fn check_at_start(node: &Node) -> Result<bool, String> {
 
 /// Probes the members every second until one answers; a refusal marks this
 /// node refused (see [`crate::RunningNode::failed`]).
-pub(crate) async fn probe_until_answered(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn probe_until_answered(node: Arc<Node>, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = stop.changed() => return,
+            _ = stop.cancelled() => return,
         }
         let probes = probe_all(&node).await;
         if let Err(why) = verdict(&probes, node.config.peers.len()) {
@@ -115,10 +115,7 @@ pub(crate) fn may_bootstrap(
 /// Waits until this node (the lowest id) may bootstrap the cluster, and
 /// names it; `None` if the cluster exists already, this node is refused,
 /// or it is stopping.
-pub(crate) async fn await_bootstrap(
-    node: &Node,
-    mut stop: watch::Receiver<bool>,
-) -> Option<ClusterId> {
+pub(crate) async fn await_bootstrap(node: &Node, stop: CancellationToken) -> Option<ClusterId> {
     let mut pause = Duration::from_millis(100);
     loop {
         if node.raft.is_initialized().await.unwrap_or(true) || node.identity.is_refused() {
@@ -141,7 +138,7 @@ pub(crate) async fn await_bootstrap(
         }
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
-            _ = stop.changed() => return None,
+            _ = stop.cancelled() => return None,
         }
         pause = (pause * 2).min(Duration::from_secs(1));
     }

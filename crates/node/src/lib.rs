@@ -29,8 +29,7 @@ use std::time::Duration;
 
 use leasehold_raft::{BasicNode, Faults, WatchReceiver};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 pub use clock::Clock;
 pub use config::{ConfigError, NodeConfig, RebuildMode};
@@ -63,8 +62,6 @@ pub enum StartError {
 pub struct RunningNode {
     node: Arc<Node>,
     addr: SocketAddr,
-    stop: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
     store_closed: leasehold_raft::StoreClosed,
 }
 
@@ -118,9 +115,14 @@ impl RunningNode {
         }
         let raft = self.node.raft.clone();
         let _ = raft.shutdown().await;
-        let _ = self.stop.send(true);
-        for task in self.tasks {
-            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        self.node.stop.cancel();
+        self.node.tasks.close();
+        let waited = tokio::time::timeout(Duration::from_secs(5), self.node.tasks.wait()).await;
+        if waited.is_err() {
+            tracing::warn!(
+                left = self.node.tasks.len(),
+                "shutdown: tasks still running after 5 s"
+            );
         }
         if !self.store_closed.wait(Duration::from_secs(5)).await {
             tracing::warn!("shutdown: the Raft store is still open");
@@ -202,49 +204,38 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
             return Err(StartError::Refused(why));
         }
     };
-    let (stop, stopped) = watch::channel(false);
     let app = http::router(Arc::clone(&node));
-    let mut server_stop = stopped.clone();
-    let server = tokio::spawn(async move {
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-            let _ = server_stop.changed().await;
-        });
+    let (tasks, stop) = (&node.tasks, &node.stop);
+    let server_stop = stop.clone();
+    tasks.spawn(async move {
+        let serve =
+            axum::serve(listener, app).with_graceful_shutdown(server_stop.cancelled_owned());
         if let Err(e) = serve.await {
             tracing::error!(%e, "http server stopped");
         }
     });
-    let leadership = tokio::spawn(speaker::watch_leadership(
-        Arc::clone(&node),
-        stopped.clone(),
-    ));
-    let expiry = tokio::spawn(speaker::run_expiry(Arc::clone(&node), stopped.clone()));
-    let releases = tokio::spawn({
-        let (node, stop) = (Arc::clone(&node), stopped.clone());
+    tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()));
+    tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()));
+    tasks.spawn({
+        let (node, stop) = (Arc::clone(&node), stop.clone());
         async move { forgets::pass_on_releases(&node.forgets, &node.peers, node.clock, stop).await }
     });
-    let batches = tokio::spawn(Arc::clone(&node).send_batches(stopped.clone()));
-    let mut tasks = vec![server, leadership, expiry, releases, batches];
+    tasks.spawn(Arc::clone(&node).send_batches(stop.clone()));
     for (member, addr) in node.config.peers.clone() {
         if member != node.id() {
-            tasks.push(tokio::spawn(Arc::clone(&node).send_copies(
-                member,
-                addr,
-                stopped.clone(),
-            )));
+            tasks.spawn(Arc::clone(&node).send_copies(member, addr, stop.clone()));
         }
     }
     if !answered {
-        tasks.push(tokio::spawn(identity::probe_until_answered(
+        tasks.spawn(identity::probe_until_answered(
             Arc::clone(&node),
-            stopped.clone(),
-        )));
+            stop.clone(),
+        ));
     }
-    tasks.push(tokio::spawn(run_raft(Arc::clone(&node), stopped)));
+    tasks.spawn(run_raft(Arc::clone(&node), stop.clone()));
     Ok(RunningNode {
         node,
         addr,
-        stop,
-        tasks,
         store_closed,
     })
 }
@@ -261,7 +252,7 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
 /// anything since) keeps the premise. Raft messages that arrive meanwhile
 /// wait in openraft's queue. A first start waits too: a wiped data
 /// directory looks the same.
-async fn run_raft(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
+async fn run_raft(node: Arc<Node>, stop: CancellationToken) {
     let wait = node.config.timings.leader_lease();
     tracing::info!(
         ?wait,
@@ -269,7 +260,7 @@ async fn run_raft(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
     );
     tokio::select! {
         _ = tokio::time::sleep(wait) => {}
-        _ = stop.changed() => return,
+        _ = stop.cancelled() => return,
     }
     let raft = node.raft.clone();
     raft.run();

@@ -11,6 +11,8 @@ use leasehold_protocol::{Guard, Leader, Member, MemberConfig};
 use leasehold_raft::{leader_state, Identity, Raft, WatchReceiver};
 use locktable::{AcquireError, Lock, MonoTime, NodeId, WaiterId};
 use tokio::sync::{oneshot, watch, Notify};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::clock::{Clock, SuspendWatch};
 use crate::config::NodeConfig;
@@ -61,6 +63,10 @@ pub struct Node {
     pub(crate) batches: Queue<Pending>,
     /// Copies on their way to the other members.
     pub(crate) copier: Copier,
+    /// Every task the node started, so that a shutdown waits for them.
+    pub(crate) tasks: TaskTracker,
+    /// Cancelled when the node stops: every task it started ends on it.
+    pub(crate) stop: CancellationToken,
 }
 
 impl Node {
@@ -98,6 +104,8 @@ impl Node {
             expiry_armed: AtomicU64::new(0),
             read_by: watch::Sender::new(0),
             batches: Queue::new(),
+            tasks: TaskTracker::new(),
+            stop: CancellationToken::new(),
         })
     }
 

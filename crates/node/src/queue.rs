@@ -3,7 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Items waiting for the one task that sends them on in batches.
 pub(crate) struct Queue<T> {
@@ -36,12 +38,14 @@ impl<T> Queue<T> {
 /// Takes the items of `rx` in batches of at most `max` (see [`next_batch`])
 /// and hands each batch to `send` in a task of its own, with at most
 /// `in_flight` under way at once (items that come meanwhile wait for the
-/// next batch), until `rx` closes or `stop` changes.
+/// next batch), until `rx` closes or `stop` is cancelled. The sending
+/// tasks are `tasks`'s.
 pub(crate) async fn drain_in_batches<T, F, Fut>(
     mut rx: mpsc::UnboundedReceiver<T>,
     max: usize,
     in_flight: usize,
-    mut stop: watch::Receiver<bool>,
+    stop: CancellationToken,
+    tasks: &TaskTracker,
     mut send: F,
 ) where
     F: FnMut(Vec<T>) -> Fut,
@@ -54,13 +58,13 @@ pub(crate) async fn drain_in_batches<T, F, Fut>(
                 Ok(permit) => permit,
                 Err(_) => return,
             },
-            _ = stop.changed() => return,
+            _ = stop.cancelled() => return,
         };
-        let Some(batch) = next_batch(&mut rx, max, &mut stop).await else {
+        let Some(batch) = next_batch(&mut rx, max, &stop).await else {
             return;
         };
         let sent = send(batch);
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             sent.await;
             drop(permit);
         });
@@ -68,15 +72,15 @@ pub(crate) async fn drain_in_batches<T, F, Fut>(
 }
 
 /// Waits for the next item on `rx`, then takes whatever else is already
-/// queued, up to `max` in all; `None` once `rx` closes or `stop` changes.
+/// queued, up to `max` in all; `None` once `rx` closes or `stop` is cancelled.
 pub(crate) async fn next_batch<T>(
     rx: &mut mpsc::UnboundedReceiver<T>,
     max: usize,
-    stop: &mut watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> Option<Vec<T>> {
     let first = tokio::select! {
         next = rx.recv() => next?,
-        _ = stop.changed() => return None,
+        _ = stop.cancelled() => return None,
     };
     let mut batch = vec![first];
     while batch.len() < max {

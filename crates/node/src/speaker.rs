@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use crate::node::Node;
 use crate::peers::PeerError;
 use crate::report::{self, MemberReport, ReportHeader, ReportLock};
+use tokio_util::sync::CancellationToken;
 
 /// The longest the speaker task sleeps without looking: its guard can run
 /// out (and a shutdown begin) with no event to wake it.
@@ -35,10 +36,7 @@ type Running = Option<(u64, JoinHandle<()>)>;
 /// rebuild it while this node leads and it is not rebuilt, retry, and step
 /// down. Wakes when Raft's server state changes, when an attempt ends, when
 /// a retry falls due, and at least every [`LOOK_AT_LEAST_EVERY`].
-pub(crate) async fn watch_leadership(
-    node: Arc<Node>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
     let mut lead = Leadership::new();
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<(u64, Attempt)>();
     let mut attempt: Running = None;
@@ -87,7 +85,7 @@ pub(crate) async fn watch_leadership(
             _ = tokio::time::sleep(sleep) => {}
             _ = server.changed() => {}
             Some(outcome) = ended_rx.recv() => ended = Some(outcome),
-            _ = stop.changed() => {
+            _ = stop.cancelled() => {
                 if let Some((_, attempt)) = attempt.take() {
                     attempt.abort();
                 }
@@ -114,9 +112,9 @@ async fn carry_out(
             *attempts += 1;
             let id = *attempts;
             let generation = node.generation();
-            let (node, ended) = (Arc::clone(node), ended.clone());
-            let task = tokio::spawn(async move {
-                let outcome = AssertUnwindSafe(rebuild(node, term, generation))
+            let (rebuilder, ended) = (Arc::clone(node), ended.clone());
+            let task = node.tasks.spawn(async move {
+                let outcome = AssertUnwindSafe(rebuild(rebuilder, term, generation))
                     .catch_unwind()
                     .await
                     .unwrap_or(Attempt::Failed("panicked"));
@@ -362,7 +360,7 @@ impl Node {
 
 /// Ends leases and waits on time: sleeps until the table's next deadline or
 /// until the table changes.
-pub(crate) async fn run_expiry(node: Arc<Node>, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn run_expiry(node: Arc<Node>, stop: CancellationToken) {
     loop {
         node.expiry_armed
             .store(0, std::sync::atomic::Ordering::Release);
@@ -379,7 +377,7 @@ pub(crate) async fn run_expiry(node: Arc<Node>, mut stop: tokio::sync::watch::Re
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
             _ = node.table_changed.notified() => {}
-            _ = stop.changed() => return,
+            _ = stop.cancelled() => return,
         }
     }
 }

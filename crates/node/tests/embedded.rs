@@ -111,3 +111,40 @@ async fn embedded_nodes_lock_and_elect_through_the_client() {
         node.shutdown().await;
     }
 }
+
+/// A shutdown ends every task the node started: once it returns, nothing
+/// of the node is left running (every task holds the node, so a task that
+/// outlived the shutdown would keep it alive).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_leaves_no_task_of_the_node_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three_nodes(dir.path()).await;
+    {
+        let client = nodes[1].node().client();
+        let lock = client
+            .acquire(
+                "embedded/tasks",
+                AcquireOptions {
+                    wait: Duration::from_secs(20),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        lock.release().await.unwrap();
+    }
+    let nodes_left: Vec<_> = nodes
+        .iter()
+        .map(|n| std::sync::Arc::downgrade(n.node()))
+        .collect();
+    for node in nodes {
+        node.shutdown().await;
+    }
+    for (i, node) in nodes_left.iter().enumerate() {
+        assert!(
+            node.upgrade().is_none(),
+            "node {} is still held by a task after its shutdown",
+            i + 1
+        );
+    }
+}
