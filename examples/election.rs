@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use leasehold_client::CampaignOptions;
-use leasehold_node::{NodeConfig, RebuildMode};
-use leasehold_raft::RaftTimings;
-use locktable::LeaseRule;
+use leasehold_node::NodeConfig;
 
 const ELECTION: &str = "example/leader";
 
@@ -79,19 +77,12 @@ fn member(args: &[String]) -> ExitCode {
             (id.parse().expect("id"), addr.to_string())
         })
         .collect();
-    let config = NodeConfig {
+    let config = NodeConfig::new(
         id,
-        peers: peers.clone(),
-        data_dir: std::path::Path::new(&args[2]).join(format!("node-{id}")),
-        cluster_token: "example-token".into(),
-        lease: LeaseRule::default(),
-        rebuild_timeout: Duration::from_secs(2),
-        rebuild_mode: RebuildMode::Proceed,
-        timings: RaftTimings::default(),
-        chaos: false,
-        report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
-        copies: None,
-    };
+        peers.clone(),
+        std::path::Path::new(&args[2]).join(format!("node-{id}")),
+        "example-token",
+    );
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&peers[&id])

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use leasehold_node::{NodeConfig, RebuildMode, RunningNode};
-use leasehold_raft::{RaftTimings, WatchReceiver};
+use leasehold_raft::WatchReceiver;
 use locktable::LeaseRule;
 
 /// What a rebuild that missed members does.
@@ -16,6 +16,29 @@ pub enum Mode {
     Proceed,
     /// Also hold new grants back for the longest lease.
     Strict,
+}
+
+impl From<RebuildMode> for Mode {
+    fn from(mode: RebuildMode) -> Self {
+        match mode {
+            RebuildMode::Proceed => Mode::Proceed,
+            RebuildMode::Strict => Mode::Strict,
+        }
+    }
+}
+
+impl From<Mode> for RebuildMode {
+    fn from(mode: Mode) -> Self {
+        match mode {
+            Mode::Proceed => RebuildMode::Proceed,
+            Mode::Strict => RebuildMode::Strict,
+        }
+    }
+}
+
+/// A default of the node's, as the flags give it: whole milliseconds.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The flags of `serve`.
@@ -37,16 +60,16 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_CLUSTER_TOKEN", hide_env_values = true)]
     cluster_token: String,
     /// The lease of a request naming none, in ms.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = millis(LeaseRule::DEFAULT_LEASE))]
     default_lease: u64,
     /// The longest lease granted, in ms.
-    #[arg(long, default_value_t = 600_000)]
+    #[arg(long, default_value_t = millis(LeaseRule::MAX_LEASE))]
     max_lease: u64,
     /// How long a new speaker waits for every member, in ms.
-    #[arg(long, default_value_t = 2_000)]
+    #[arg(long, default_value_t = millis(NodeConfig::DEFAULT_REBUILD_TIMEOUT))]
     rebuild_timeout: u64,
     /// What a rebuild that missed members does.
-    #[arg(long, value_enum, default_value = "proceed")]
+    #[arg(long, value_enum, default_value_t = RebuildMode::default().into())]
     rebuild_mode: Mode,
     /// Accept fault injection on /internal/chaos (chaos tests only).
     #[arg(long, hide = true)]
@@ -79,25 +102,21 @@ fn parse_peer(s: &str) -> Result<(u64, String), String> {
 impl ServeArgs {
     /// The node configuration these flags ask for (not yet validated).
     pub fn config(&self) -> NodeConfig {
-        NodeConfig {
-            id: self.id,
-            peers: self.peers.iter().cloned().collect(),
-            data_dir: self.data_dir.clone(),
-            cluster_token: self.cluster_token.clone(),
-            lease: LeaseRule {
-                default: Duration::from_millis(self.default_lease),
-                max: Duration::from_millis(self.max_lease),
-            },
-            rebuild_timeout: Duration::from_millis(self.rebuild_timeout),
-            rebuild_mode: match self.rebuild_mode {
-                Mode::Proceed => RebuildMode::Proceed,
-                Mode::Strict => RebuildMode::Strict,
-            },
-            timings: RaftTimings::default(),
-            chaos: self.chaos,
-            report_frame_bytes: self.report_frame_bytes,
-            copies: self.copies,
-        }
+        NodeConfig::new(
+            self.id,
+            self.peers.iter().cloned(),
+            &self.data_dir,
+            &self.cluster_token,
+        )
+        .with_lease(LeaseRule {
+            default: Duration::from_millis(self.default_lease),
+            max: Duration::from_millis(self.max_lease),
+        })
+        .with_rebuild_timeout(Duration::from_millis(self.rebuild_timeout))
+        .with_rebuild_mode(self.rebuild_mode.into())
+        .with_chaos(self.chaos)
+        .with_report_frame_bytes(self.report_frame_bytes)
+        .with_copies(self.copies)
     }
 }
 
@@ -138,19 +157,7 @@ pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result
         .collect();
     let mut running = Vec::new();
     for (id, addr) in &peers {
-        let config = NodeConfig {
-            id: *id,
-            peers: peers.clone(),
-            data_dir: root.join(format!("node-{id}")),
-            cluster_token: token.clone(),
-            lease: LeaseRule::default(),
-            rebuild_timeout: Duration::from_secs(2),
-            rebuild_mode: RebuildMode::Proceed,
-            timings: RaftTimings::default(),
-            chaos: false,
-            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
-            copies: None,
-        };
+        let config = NodeConfig::new(*id, peers.clone(), root.join(format!("node-{id}")), &token);
         running.push(start(config, addr).await?);
         println!("node {id}: http://{addr}");
     }
@@ -192,5 +199,36 @@ async fn stop_signal() -> &'static str {
             let _ = tokio::signal::ctrl_c().await;
             "SIGINT"
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// `serve`'s flags on their own.
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    #[test]
+    fn serve_without_optional_flags_runs_the_nodes_defaults() {
+        let serve = Serve::try_parse_from([
+            "serve",
+            "--id=1",
+            "--listen=127.0.0.1:1",
+            "--peers=1=127.0.0.1:1",
+            "--data-dir=data",
+            "--cluster-token=secret",
+        ])
+        .unwrap();
+        assert_eq!(
+            serve.args.config(),
+            NodeConfig::new(1, [(1, "127.0.0.1:1")], "data", "secret")
+        );
     }
 }

@@ -169,7 +169,7 @@ impl Client {
     /// passes; moves to another node after each failure.
     async fn retrying<T, F, Fut>(&self, until: Instant, mut call: F) -> Result<T, CallError>
     where
-        F: FnMut(Duration) -> Fut,
+        F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, CallError>>,
     {
         let mut attempt = 0;
@@ -177,9 +177,7 @@ impl Client {
         // the outcome stays unknown whatever the later ones say.
         let mut unanswered = None;
         loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let result = call(left.max(Duration::from_millis(100))).await;
-            match result {
+            match call().await {
                 Err(e) if retryable(&e) && Instant::now() < until => {
                     if let CallError::NoAnswer(why) = &e {
                         unanswered = Some(why.clone());
@@ -217,7 +215,7 @@ impl Client {
         let mut sent = (Instant::now(), self.suspends.suspended());
         let granted = loop {
             let answer = self
-                .retrying(until, |_| {
+                .retrying(until, || {
                     sent = (Instant::now(), self.suspends.suspended());
                     let mut body = body.clone();
                     let wait = wait_until.saturating_duration_since(sent.0);
@@ -320,7 +318,7 @@ impl Client {
     /// The lock `name`, if held.
     pub async fn get(&self, name: &str) -> Result<Option<LockView>, Error> {
         let until = Instant::now() + RETRY_FOR;
-        self.retrying(until, |_| {
+        self.retrying(until, || {
             self.transport.get(name.to_string(), None, REQUEST_TIMEOUT)
         })
         .await
@@ -337,7 +335,7 @@ impl Client {
     ) -> Result<Option<LockView>, Error> {
         let wait = wait.min(MAX_WATCH);
         let until = after(wait + RETRY_FOR);
-        self.retrying(until, |_| {
+        self.retrying(until, || {
             self.transport.get(
                 name.to_string(),
                 Some((wait, after_fence)),
@@ -351,7 +349,7 @@ impl Client {
     /// The locks whose names start with `prefix`, at most `limit`.
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, Error> {
         let until = Instant::now() + RETRY_FOR;
-        self.retrying(until, |_| {
+        self.retrying(until, || {
             self.transport
                 .list(prefix.to_string(), limit, REQUEST_TIMEOUT)
         })
@@ -362,7 +360,7 @@ impl Client {
     /// The cluster as the node reached sees it.
     pub async fn cluster(&self) -> Result<ClusterAnswer, Error> {
         let until = Instant::now() + RETRY_FOR;
-        self.retrying(until, |_| self.transport.cluster(REQUEST_TIMEOUT))
+        self.retrying(until, || self.transport.cluster(REQUEST_TIMEOUT))
             .await
             .map_err(refused)
     }
@@ -374,7 +372,7 @@ impl Client {
             name: name.to_string(),
             id: id.to_string(),
         };
-        self.retrying(until, |_| {
+        self.retrying(until, || {
             self.transport.release(body.clone(), REQUEST_TIMEOUT)
         })
         .await

@@ -269,11 +269,6 @@ impl Table {
         }
     }
 
-    /// The lease rule the table grants by.
-    pub fn lease_rule(&self) -> LeaseRule {
-        self.rule
-    }
-
     /// The generation a rebuild is for: the nodes are read after it is, and
     /// the table is rebuilt from them only if it was not dropped meanwhile.
     pub fn generation(&self) -> u64 {

@@ -9,8 +9,10 @@ use locktable::{LeaseRule, NodeId};
 
 pub use leasehold_protocol::RebuildMode;
 
-/// One node's settings.
-#[derive(Debug, Clone)]
+/// One node's settings. Build one with [`NodeConfig::new`] (the settings
+/// every node must be given) and the `with_` setters; what is not set is
+/// what `leasehold serve` runs with when its flag is not given.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeConfig {
     /// This node's id.
     pub id: NodeId,
@@ -92,6 +94,9 @@ pub const REBUILD_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(10), Duration::from_secs(600));
 
 impl NodeConfig {
+    /// How long a new speaker waits for every member's report unless told
+    /// otherwise (`--rebuild-timeout`).
+    pub const DEFAULT_REBUILD_TIMEOUT: Duration = Duration::from_secs(2);
     /// The report frame size nodes run with: about 14 000 locks of short
     /// names a frame.
     pub const DEFAULT_REPORT_FRAME_BYTES: usize = 1 << 20;
@@ -100,6 +105,79 @@ impl NodeConfig {
     pub const MIN_REPORT_FRAME_BYTES: usize = 64 << 10;
     /// The number of copies when none is given (fewer for a single node).
     pub const DEFAULT_COPIES: usize = 2;
+
+    /// A node `id` of the cluster `peers` (every member's id and
+    /// `host:port`, this node's included), keeping its vote and log in
+    /// `data_dir`, with the cluster's secret `cluster_token`; every other
+    /// setting at its default. Not checked until [`NodeConfig::validate`]
+    /// (which `start` calls).
+    pub fn new<A: Into<String>>(
+        id: NodeId,
+        peers: impl IntoIterator<Item = (NodeId, A)>,
+        data_dir: impl Into<PathBuf>,
+        cluster_token: impl Into<String>,
+    ) -> Self {
+        NodeConfig {
+            id,
+            peers: peers
+                .into_iter()
+                .map(|(id, addr)| (id, addr.into()))
+                .collect(),
+            data_dir: data_dir.into(),
+            cluster_token: cluster_token.into(),
+            lease: LeaseRule::default(),
+            rebuild_timeout: Self::DEFAULT_REBUILD_TIMEOUT,
+            rebuild_mode: RebuildMode::default(),
+            timings: RaftTimings::default(),
+            chaos: false,
+            report_frame_bytes: Self::DEFAULT_REPORT_FRAME_BYTES,
+            copies: None,
+        }
+    }
+
+    /// With these default and longest leases.
+    pub fn with_lease(self, lease: LeaseRule) -> Self {
+        NodeConfig { lease, ..self }
+    }
+
+    /// With this wait for every member's report at a rebuild.
+    pub fn with_rebuild_timeout(self, rebuild_timeout: Duration) -> Self {
+        NodeConfig {
+            rebuild_timeout,
+            ..self
+        }
+    }
+
+    /// With this answer to a rebuild that missed members.
+    pub fn with_rebuild_mode(self, rebuild_mode: RebuildMode) -> Self {
+        NodeConfig {
+            rebuild_mode,
+            ..self
+        }
+    }
+
+    /// With these Raft heartbeat and election timeouts.
+    pub fn with_timings(self, timings: RaftTimings) -> Self {
+        NodeConfig { timings, ..self }
+    }
+
+    /// With fault injection on `/internal/chaos` allowed or not.
+    pub fn with_chaos(self, chaos: bool) -> Self {
+        NodeConfig { chaos, ..self }
+    }
+
+    /// With this largest report frame (the same on every member).
+    pub fn with_report_frame_bytes(self, report_frame_bytes: usize) -> Self {
+        NodeConfig {
+            report_frame_bytes,
+            ..self
+        }
+    }
+
+    /// With this many copies of every grant (`None`: the default).
+    pub fn with_copies(self, copies: Option<usize>) -> Self {
+        NodeConfig { copies, ..self }
+    }
 
     /// A quorum of the members.
     pub fn quorum(&self) -> usize {
@@ -151,19 +229,7 @@ mod tests {
 
     /// A valid configuration of a one-node cluster.
     fn single_node() -> NodeConfig {
-        NodeConfig {
-            id: 1,
-            peers: BTreeMap::from([(1, "127.0.0.1:1".to_string())]),
-            data_dir: PathBuf::from("unused"),
-            cluster_token: "t".into(),
-            lease: LeaseRule::default(),
-            rebuild_timeout: Duration::from_secs(2),
-            rebuild_mode: RebuildMode::Proceed,
-            timings: RaftTimings::default(),
-            chaos: false,
-            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
-            copies: None,
-        }
+        NodeConfig::new(1, [(1, "127.0.0.1:1")], "unused", "t")
     }
 
     #[test]

@@ -282,3 +282,10 @@ async fn run_raft(node: Arc<Node>, stop: CancellationToken) {
         Err(e) => tracing::info!(%e, "cluster already initialized"),
     }
 }
+
+/// The Rust examples of `docs/client.md`, compiled (and the ones not marked
+/// `no_run` run) by `cargo test --doc -p leasehold-node`: this crate sees
+/// every type they use, the client's included.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/client.md")]
+pub struct ClientDocs;

@@ -5,9 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_client::{AcquireOptions, CampaignOptions, Error};
-use leasehold_node::{NodeConfig, RebuildMode, RunningNode};
-use leasehold_raft::RaftTimings;
-use locktable::LeaseRule;
+use leasehold_node::{NodeConfig, RunningNode};
 use tokio::net::TcpListener;
 
 async fn three_nodes(dir: &std::path::Path) -> Vec<RunningNode> {
@@ -23,19 +21,12 @@ async fn three_nodes(dir: &std::path::Path) -> Vec<RunningNode> {
     let mut nodes = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
         let id = i as u64 + 1;
-        let config = NodeConfig {
+        let config = NodeConfig::new(
             id,
-            peers: peers.clone(),
-            data_dir: dir.join(format!("node-{id}")),
-            cluster_token: "embedded-test".into(),
-            lease: LeaseRule::default(),
-            rebuild_timeout: Duration::from_secs(2),
-            rebuild_mode: RebuildMode::Proceed,
-            timings: RaftTimings::default(),
-            chaos: false,
-            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
-            copies: None,
-        };
+            peers.clone(),
+            dir.join(format!("node-{id}")),
+            "embedded-test",
+        );
         nodes.push(leasehold_node::start(config, listener).await.unwrap());
     }
     nodes

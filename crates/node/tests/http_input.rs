@@ -3,12 +3,9 @@
 //! error; nothing is answered 5xx, no connection is dropped, and the lock
 //! held before is intact after.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_node::{NodeConfig, RebuildMode};
-use leasehold_raft::RaftTimings;
-use locktable::LeaseRule;
+use leasehold_node::NodeConfig;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -29,19 +26,8 @@ fn start() -> Node {
     let base = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let config = NodeConfig {
-            id: 1,
-            peers: BTreeMap::from([(1, addr.clone())]),
-            data_dir: dir.path().join("node-1"),
-            cluster_token: "prop".into(),
-            lease: LeaseRule::default(),
-            rebuild_timeout: Duration::from_secs(1),
-            rebuild_mode: RebuildMode::Proceed,
-            timings: RaftTimings::default(),
-            chaos: false,
-            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
-            copies: None,
-        };
+        let config = NodeConfig::new(1, [(1, addr.clone())], dir.path().join("node-1"), "prop")
+            .with_rebuild_timeout(Duration::from_secs(1));
         let running = leasehold_node::start(config, listener).await.unwrap();
         std::mem::forget(running); // runs until the runtime stops
         format!("http://{addr}")

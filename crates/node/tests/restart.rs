@@ -6,26 +6,18 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use leasehold_node::{NodeConfig, RebuildMode};
+use leasehold_node::NodeConfig;
 use leasehold_raft::{LogId, RaftTimings, Vote, WatchReceiver};
-use locktable::LeaseRule;
 use openraft::raft::VoteRequest;
 use tokio::net::TcpListener;
 
 fn config(id: u64, peers: &BTreeMap<u64, String>, dir: &std::path::Path) -> NodeConfig {
-    NodeConfig {
+    NodeConfig::new(
         id,
-        peers: peers.clone(),
-        data_dir: dir.join(format!("node-{id}")),
-        cluster_token: "restart-test".into(),
-        lease: LeaseRule::default(),
-        rebuild_timeout: Duration::from_secs(2),
-        rebuild_mode: RebuildMode::Proceed,
-        timings: RaftTimings::default(),
-        chaos: false,
-        report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
-        copies: None,
-    }
+        peers.clone(),
+        dir.join(format!("node-{id}")),
+        "restart-test",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,16 +45,10 @@ openraft::declare_raft_types!(
 
 /// A node id.
 pub type NodeId = u64;
-/// A node's address record, `addr` being `host:port`.
-pub type Node = openraft::BasicNode;
 /// A running (or built) Raft member.
 pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
-/// What [`Raft::as_leader`] returns while this node is the leader.
-pub type Leader = openraft::raft::Leader<TypeConfig, StateMachine>;
 /// A leader id: the term and the node elected in it.
 pub type LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>;
-/// The committed form of a [`LeaderId`] as carried in log ids (just the term).
-pub type CommittedLeaderId = openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig>;
 /// A vote: a leader id plus whether a quorum granted it.
 pub type Vote = openraft::impls::Vote<LeaderId>;
 /// A log id: committed leader id plus index.
@@ -69,31 +63,10 @@ pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>
 pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, Vec<u8>>;
 /// The full metrics of a Raft node.
 pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
-/// The role/vote/membership metrics, which change only when those do.
-pub type RaftServerMetrics = openraft::metrics::RaftServerMetrics<TypeConfig>;
-/// What `Raft::metrics()` returns (read it with [`WatchReceiver`]).
-pub type MetricsReceiver = openraft::type_config::alias::WatchReceiverOf<TypeConfig, RaftMetrics>;
-/// What `Raft::server_metrics()` returns (read it with [`WatchReceiver`]).
-pub type ServerMetricsReceiver =
-    openraft::type_config::alias::WatchReceiverOf<TypeConfig, RaftServerMetrics>;
 /// The trait giving `changed().await` / `borrow_watched()` on metrics receivers.
 pub use openraft::async_runtime::WatchReceiver;
-/// The monotonic instant type openraft uses (a wrapper of `tokio::time::Instant`).
-pub type Instant = openraft::type_config::alias::InstantOf<TypeConfig>;
-/// Handle keeping an `on_leader_change` / `on_cluster_leader_change` watcher alive.
-pub type WatchChangeHandle = openraft::WatchChangeHandle<TypeConfig>;
-/// The trait giving `term()` / `node_id()` on [`LeaderId`].
-pub use openraft::vote::RaftLeaderId;
-/// The trait giving `leader_id()` / `is_committed()` / `term()` on [`Vote`].
-pub use openraft::vote::RaftVote;
 /// A node record with an address.
 pub use openraft::BasicNode;
-/// openraft's configuration struct (build one with [`crate::RaftTimings::config`]).
-pub use openraft::Config;
-/// The openraft trait that gives `Instant::now()` / `elapsed()` on [`Instant`].
-pub use openraft::Instant as InstantExt;
-/// Options for [`Raft::ensure_linearizable`] and friends.
-pub use openraft::LinearizerOption;
 /// How a linearizable read ensures leadership (`ReadIndex` or `LeaseRead`).
 pub use openraft::ReadPolicy;
 /// The role of a node (`Leader`, `Follower`, `Candidate`, `Learner`, `Shutdown`).
@@ -109,16 +82,4 @@ pub mod errors {
     pub type Fatal = openraft::error::Fatal<TypeConfig>;
     /// Why `initialize` refused (`NotAllowed` on an initialized node is fine).
     pub type InitializeError = openraft::error::InitializeError<TypeConfig>;
-    /// `initialize` on a node that already has state.
-    pub type NotAllowed = openraft::error::NotAllowed<TypeConfig>;
-    /// Why a client write failed.
-    pub type ClientWriteError = openraft::error::ClientWriteError<TypeConfig>;
-    /// Why a linearizable read (or `ensure_linearizable`) failed.
-    pub type LinearizableReadError = openraft::error::LinearizableReadError<TypeConfig>;
-    /// This node is not the leader; maybe it knows who is.
-    pub type ForwardToLeader = openraft::error::ForwardToLeader<TypeConfig>;
-    /// openraft's stand-in for "no API error".
-    pub use openraft::error::Infallible;
-    /// openraft's configuration validation error.
-    pub use openraft::ConfigError;
 }
