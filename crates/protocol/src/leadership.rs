@@ -247,7 +247,10 @@ mod tests {
             None,
             "one attempt at a time"
         );
+        assert_eq!(lead.attempt_ended(Attempt::Failed("x"), at(2)), None);
+        assert_eq!(lead.failures(), 1);
         assert_eq!(lead.leads(None), Some(Step::Drop(None)));
+        assert_eq!(lead.failures(), 0);
     }
 
     #[test]
@@ -272,6 +275,7 @@ mod tests {
             now += 10;
         }
         assert_eq!(&starts[..6], &[0, 50, 150, 350, 750, 1_550]);
+        assert_eq!(lead.speaking(), Some(2));
         assert_eq!(starts[6] - starts[5], 1_000, "at most a second apart");
         let (when, step) = stepped.expect("stepped down");
         assert!((10_000..11_100).contains(&when), "{when}");

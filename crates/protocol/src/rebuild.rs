@@ -285,6 +285,7 @@ mod tests {
             reads.enough(),
             "but one missing < two copies: no need to wait"
         );
+        assert_eq!(reads.members(), &[1, 2, 3]);
         let (read, missing, unread) = reads.finish();
         assert_eq!((read, missing), (vec![1, 2], vec![3]));
         assert_eq!(unread, vec![(3, "refused".to_string())]);

@@ -1,0 +1,108 @@
+//! What the protocol's tests share: a member of three on a fake clock.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use leasehold_protocol::{
+    Guard, Leader, Member, MemberConfig, MemberRead, RebuildInput, RebuildMode,
+};
+use locktable::{Acquired, Fence, LeaseRule, Lock, LockId, LockInTransit, MonoTime, Request};
+
+pub const LEADER_LEASE: Duration = Duration::from_millis(1_000);
+pub const LEASE: Duration = Duration::from_secs(10);
+pub const MAX_LEASE: Duration = Duration::from_secs(60);
+
+pub fn at(ms: u64) -> MonoTime {
+    MonoTime::from_nanos((1 << 40) + ms * 1_000_000)
+}
+
+pub fn member(id: u64, mode: RebuildMode) -> Member {
+    Member::new(MemberConfig {
+        id,
+        members: vec![1, 2, 3],
+        copies: 2,
+        lease: LeaseRule {
+            default: LEASE,
+            max: MAX_LEASE,
+        },
+        rebuild_mode: mode,
+        leader_lease: LEADER_LEASE,
+    })
+}
+
+pub fn leading(term: u64, acked: MonoTime) -> Guard {
+    Guard {
+        leader: Some(Leader {
+            term,
+            quorum_acked_at: Some(acked),
+        }),
+        resumed_at: None,
+    }
+}
+
+/// Member `id` rebuilt as the speaker of `term` at `now`, with `missing`
+/// members not read and `locks` read.
+pub fn speaker(id: u64, term: u64, now: MonoTime, missing: Vec<u64>, mode: RebuildMode) -> Member {
+    let mut m = member(id, mode);
+    m.drop_table(Some(term), now);
+    let reads = [1, 2, 3]
+        .into_iter()
+        .filter(|r| !missing.contains(r))
+        .map(|r| MemberRead {
+            member: r,
+            max_lease: MAX_LEASE,
+            copies: 2,
+            locks: Vec::new(),
+        })
+        .collect();
+    let input = RebuildInput {
+        term,
+        generation: m.generation(),
+        reads,
+        missing,
+        took: Duration::ZERO,
+    };
+    m.rebuild(input, &leading(term, now), now).expect("rebuilt");
+    m
+}
+
+pub fn request(name: &str, id: u128, node: u64) -> Request {
+    Request {
+        name: name.into(),
+        id: LockId::from_u128(id),
+        node,
+        holder: "h".into(),
+        lease: None,
+        wait: Duration::ZERO,
+        data: None,
+    }
+}
+
+pub fn granted(
+    m: &mut Member,
+    name: &str,
+    id: u128,
+    node: u64,
+    guard: &Guard,
+    now: MonoTime,
+) -> Lock {
+    match m.acquire(request(name, id, node), guard, now) {
+        Ok((Acquired::Granted(lock), _)) => lock,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+pub fn in_transit(id: u128, epoch: u64, ttl: Duration) -> LockInTransit {
+    LockInTransit {
+        name: "jobs/1".into(),
+        id: LockId::from_u128(id),
+        node: 2,
+        holder: "h".into(),
+        fence: Fence::new(epoch, 1),
+        lease: ttl,
+        ttl,
+        held_for: Duration::ZERO,
+        data: None,
+    }
+}

@@ -1,0 +1,529 @@
+//! A member's operations, one behaviour each: what the speaker keeps of its
+//! own clients, when a grant may still be answered, what a drop, a stop and
+//! a newer speaker's read do, and what a renewal reclaims.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use leasehold_protocol::{CopyStep, Guard, Members, RebuildMode, Refusal, Renewal};
+use locktable::{AcquireError, Acquired, LockId, MonoTime, Request};
+
+fn wait_for(name: &str, id: u128, node: u64) -> Request {
+    Request {
+        wait: Duration::from_secs(5),
+        ..request(name, id, node)
+    }
+}
+
+#[test]
+fn the_speaker_keeps_its_own_clients_locks_in_held_and_not_others() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let own = granted(&mut m, "a", 1, 1, &guard, now);
+    let other = granted(&mut m, "b", 2, 2, &guard, now);
+    assert_eq!(m.held_record(own.id).map(|l| l.id), Some(own.id));
+    assert!(m.held_record(other.id).is_none());
+    // Renewed for a client of another node: that node keeps it now.
+    let renewal = Renewal {
+        name: "a",
+        id: own.id,
+        lease: None,
+        node: 2,
+        record: None,
+    };
+    m.renew(renewal, &guard, now).unwrap();
+    assert!(m.held_record(own.id).is_none());
+    let back = Renewal {
+        name: "a",
+        id: own.id,
+        lease: None,
+        node: 1,
+        record: None,
+    };
+    m.renew(back, &guard, now).unwrap();
+    assert!(m.held_record(own.id).is_some());
+}
+
+#[test]
+fn a_waiter_granted_later_is_answered_and_a_client_of_the_speaker_recorded() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let first = granted(&mut m, "a", 1, 2, &guard, now);
+    let Ok((Acquired::Waiting(waiter), _)) = m.acquire(wait_for("a", 2, 1), &guard, now) else {
+        panic!("waits")
+    };
+    m.release("a", first.id, &guard, now).unwrap();
+    let answers = m.take_answers();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].waiter, waiter);
+    let lock = answers[0].result.clone().unwrap();
+    assert_eq!(lock.id, LockId::from_u128(2));
+    assert!(m.held_record(lock.id).is_some(), "a client of the speaker");
+}
+
+#[test]
+fn a_cancelled_waiter_is_never_granted() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let first = granted(&mut m, "a", 1, 2, &guard, now);
+    let Ok((Acquired::Waiting(waiter), _)) = m.acquire(wait_for("a", 2, 2), &guard, now) else {
+        panic!("waits")
+    };
+    m.cancel("a", waiter);
+    m.release("a", first.id, &guard, now).unwrap();
+    assert!(m.take_answers().is_empty());
+    assert_eq!(m.get("a", &guard, now), Ok(None));
+}
+
+#[test]
+fn a_grant_may_be_answered_only_while_the_table_that_made_it_speaks() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let Ok((Acquired::Granted(_), made)) = m.acquire(request("a", 1, 2), &guard, now) else {
+        panic!("granted")
+    };
+    assert!(m.still_speaks_for(made, &guard, now));
+    let late = now + LEADER_LEASE;
+    assert!(
+        !m.still_speaks_for(made, &leading(3, now), late),
+        "guard ran out"
+    );
+    m.drop_table(Some(3), now);
+    assert!(!m.still_speaks_for(made, &guard, now), "dropped");
+    // Rebuilt again in the same term: another table, which may have settled
+    // the grant as lost.
+    let again = speaker_again(&mut m, 3, now);
+    assert!(!m.still_speaks_for(made, &guard, now));
+    assert!(m.still_speaks_for(again, &guard, now));
+}
+
+/// Rebuilds `m`'s table for `term` from nothing, every member read.
+fn speaker_again(
+    m: &mut leasehold_protocol::Member,
+    term: u64,
+    now: MonoTime,
+) -> leasehold_protocol::Made {
+    use leasehold_protocol::{MemberRead, RebuildInput};
+    let input = RebuildInput {
+        term,
+        generation: m.generation(),
+        reads: [1, 2, 3]
+            .into_iter()
+            .map(|member| MemberRead {
+                member,
+                max_lease: MAX_LEASE,
+                copies: 2,
+                locks: Vec::new(),
+            })
+            .collect(),
+        missing: Vec::new(),
+        took: Duration::ZERO,
+    };
+    m.rebuild(input, &leading(term, now), now).unwrap();
+    assert!(m.is_rebuilt());
+    m.made()
+}
+
+#[test]
+fn a_grant_short_of_copies_or_from_a_dropped_table_is_not_answered() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let Ok((Acquired::Granted(lock), made)) = m.acquire(request("a", 1, 1), &guard, now) else {
+        panic!("granted")
+    };
+    let mut round = m.copy_round(1);
+    assert_eq!(round.needed(), 1, "a client of the speaker: one copy more");
+    for member in round.start() {
+        m.copy_sent(member, &lock, now);
+        assert_eq!(round.answered(member, false), CopyStep::SendTo(3));
+    }
+    assert_eq!(
+        m.on_record(&round, made, &guard, now),
+        Err(Refusal::TooFewCopies {
+            reached: 0,
+            needed: 1,
+            copies: 2
+        })
+    );
+    assert_eq!(round.answered(3, true), CopyStep::Done);
+    assert_eq!(m.on_record(&round, made, &guard, now), Ok(()));
+    m.drop_table(Some(3), now);
+    assert_eq!(
+        m.on_record(&round, made, &guard, now),
+        Err(Refusal::NotRebuilt)
+    );
+}
+
+#[test]
+fn a_member_that_failed_a_copy_is_tried_last_until_it_acknowledges_one() {
+    let mut m = member(1, RebuildMode::Proceed);
+    let first = |m: &leasehold_protocol::Member| m.copy_round(1).start();
+    assert_eq!(first(&m), vec![2]);
+    m.copy_answered(2, false);
+    assert_eq!(first(&m), vec![3]);
+    m.copy_answered(2, true);
+    assert_eq!(first(&m), vec![2]);
+}
+
+#[test]
+fn a_copy_that_fails_while_another_is_out_waits_for_it() {
+    // Four members, three copies: a client of the speaker needs two more.
+    let mut m = member4(1, 3);
+    let mut round = m.copy_round(1);
+    assert_eq!(round.start(), vec![2, 3]);
+    assert_eq!(round.answered(2, false), CopyStep::SendTo(4));
+    assert_eq!(round.answered(3, false), CopyStep::Wait, "4 is still out");
+    assert_eq!(round.answered(4, true), CopyStep::GiveUp);
+    m.copy_answered(2, false);
+}
+
+fn member4(id: u64, copies: usize) -> leasehold_protocol::Member {
+    use leasehold_protocol::MemberConfig;
+    leasehold_protocol::Member::new(MemberConfig {
+        id,
+        members: vec![1, 2, 3, 4],
+        copies,
+        lease: locktable::LeaseRule::default(),
+        rebuild_mode: RebuildMode::Proceed,
+        leader_lease: LEADER_LEASE,
+    })
+}
+
+#[test]
+fn a_copy_holder_hears_of_a_release_until_the_end_of_the_lease_it_holds() {
+    let now = at(0);
+    let guard_at = |t: MonoTime| leading(3, t);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let lock = granted(&mut m, "a", 1, 1, &guard_at(now), now);
+    m.copy_sent(2, &lock, now);
+    // Released a second before its lease ends.
+    let late = lock.expires - Duration::from_secs(1);
+    let (_, to) = m.release("a", lock.id, &guard_at(late), late).unwrap();
+    assert_eq!(to, m.member(1).with(m.member(2)));
+}
+
+#[test]
+fn a_rebuild_retried_in_the_same_term_keeps_where_locks_moved_from() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let lock = granted(&mut m, "a", 1, 3, &guard, now);
+    let renewal = Renewal {
+        name: "a",
+        id: lock.id,
+        lease: None,
+        node: 2,
+        record: None,
+    };
+    let (renewed, _) = m.renew(renewal, &guard, now).unwrap();
+    // The table is dropped and rebuilt in term 3, reading the lock back.
+    m.drop_table(Some(3), now);
+    let input = leasehold_protocol::RebuildInput {
+        term: 3,
+        generation: m.generation(),
+        reads: vec![leasehold_protocol::MemberRead {
+            member: 2,
+            max_lease: MAX_LEASE,
+            copies: 2,
+            locks: vec![renewed],
+        }],
+        missing: vec![],
+        took: Duration::ZERO,
+    };
+    m.rebuild(input, &guard, now).unwrap();
+    let (_, to) = m.release("a", lock.id, &guard, now).unwrap();
+    assert_eq!(
+        to,
+        m.member(2).with(m.member(3)),
+        "3 may still keep its Held"
+    );
+    // A new term forgets it: every member hears of an earlier term's lock.
+    m.drop_table(Some(4), now);
+    assert_eq!(m.speaking(), Some(4));
+}
+
+#[test]
+fn what_a_renewal_reclaims_and_what_it_refuses() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    // The renewing node's record brings back a lock the table lacks.
+    let record = in_transit(7, 3, LEASE).arrive(now);
+    let renewal = Renewal {
+        name: "jobs/1",
+        id: record.id,
+        lease: None,
+        node: 2,
+        record: Some(record.clone()),
+    };
+    let (renewed, _) = m.renew(renewal, &guard, now).unwrap();
+    assert_eq!(renewed.fence, record.fence);
+    assert_eq!(
+        m.get("jobs/1", &guard, now).unwrap().map(|l| l.id),
+        Some(record.id)
+    );
+    // Without one, a lock the table lacks is not held.
+    let unknown = Renewal {
+        name: "b",
+        id: LockId::from_u128(99),
+        lease: None,
+        node: 2,
+        record: None,
+    };
+    assert_eq!(m.renew(unknown, &guard, now).err(), Some(Refusal::NotHeld));
+
+    // During a strict hold, a released lock is not held; an unknown one
+    // may be on record with a member the rebuild missed.
+    let mut strict = speaker(1, 3, now, vec![2, 3], RebuildMode::Strict);
+    let hold_end = now + MAX_LEASE + LEADER_LEASE;
+    strict.forget("x", LockId::from_u128(5), LEASE, now);
+    let released = Renewal {
+        name: "x",
+        id: LockId::from_u128(5),
+        lease: None,
+        node: 2,
+        record: None,
+    };
+    assert_eq!(
+        strict.renew(released, &guard, now).err(),
+        Some(Refusal::NotHeld)
+    );
+    let after = Renewal {
+        name: "y",
+        id: LockId::from_u128(6),
+        lease: None,
+        node: 2,
+        record: None,
+    };
+    assert_eq!(
+        strict.renew(after, &leading(3, hold_end), hold_end).err(),
+        Some(Refusal::NotHeld),
+        "the hold is over"
+    );
+}
+
+#[test]
+fn get_and_list_answer_the_speakers_table() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let a = granted(&mut m, "jobs/a", 1, 2, &guard, now);
+    granted(&mut m, "jobs/b", 2, 2, &guard, now);
+    granted(&mut m, "other", 3, 2, &guard, now);
+    assert_eq!(
+        m.get("jobs/a", &guard, now).unwrap().map(|l| l.id),
+        Some(a.id)
+    );
+    let names: Vec<String> = m
+        .list("jobs/", 10, &guard, now)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(names, ["jobs/a", "jobs/b"]);
+    assert_eq!(
+        m.get("jobs/a", &Guard::FOLLOWER, now),
+        Err(Refusal::NotRebuilt)
+    );
+    assert_eq!(
+        m.list("jobs/", 10, &Guard::FOLLOWER, now),
+        Err(Refusal::NotRebuilt)
+    );
+}
+
+#[test]
+fn poll_ends_leases_says_so_and_keeps_the_next_deadline() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let lock = granted(&mut m, "a", 1, 1, &guard, now);
+    assert_eq!(m.table_size(), (1, 0));
+    assert_eq!(m.next_deadline(), Some(lock.expires));
+    let polled = m.poll(&guard, now);
+    assert!(!polled.changed);
+    assert_eq!(polled.next, Some(lock.expires));
+    let end = lock.expires;
+    let polled = m.poll(&leading(3, end), end);
+    assert!(polled.changed, "the lease ended");
+    assert_eq!(m.table_size(), (0, 0));
+    assert!(
+        m.held_record(lock.id).is_none(),
+        "and the Held record with it"
+    );
+    // A table that may not grant has no deadline to keep, and turns
+    // waiters away.
+    let g = leading(3, end);
+    let holder = granted(&mut m, "b", 2, 2, &g, end);
+    m.acquire(wait_for("b", 3, 2), &g, end).unwrap();
+    let polled = m.poll(&Guard::FOLLOWER, end);
+    assert_eq!(polled.next, None);
+    let answers = m.take_answers();
+    assert!(matches!(
+        answers[0].result,
+        Err(AcquireError::NotRebuilt(_))
+    ));
+    assert!(holder.expires > end);
+}
+
+#[test]
+fn a_stopping_member_never_speaks_again() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    assert!(!m.is_stopping());
+    m.stop_speaking(now);
+    assert!(m.is_stopping());
+    assert!(!m.is_rebuilt());
+    assert!(!m.may_speak(&guard, now));
+}
+
+#[test]
+fn a_read_by_a_newer_term_drops_an_older_speakers_table_and_not_its_own() {
+    let now = at(0);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let generation = m.generation();
+    assert!(m.deposed_by(3, now), "first read");
+    assert!(!m.deposed_by(3, now), "not newer");
+    assert_eq!(m.read_by(), 3);
+    assert!(m.is_rebuilt(), "its own term's read keeps the table");
+    assert!(m.deposed_by(4, now));
+    assert!(!m.is_rebuilt());
+    assert!(m.generation() > generation);
+    assert_eq!(
+        m.speaking(),
+        Some(3),
+        "still its term: its grants stay in Granted"
+    );
+}
+
+#[test]
+fn records_of_other_members_outlive_pruning_while_live() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    // More live records than the first pruning size: pruning keeps them.
+    let first = granted(&mut m, "keep", 0, 1, &guard, now);
+    m.copy_sent(2, &first, now);
+    for i in 1..5_000u128 {
+        let lock = granted(&mut m, &format!("n/{i}"), i, 1, &guard, now);
+        m.copy_sent(3, &lock, now);
+    }
+    let (_, to) = m.release("keep", first.id, &guard, now).unwrap();
+    assert_eq!(to, m.member(1).with(m.member(2)));
+}
+
+#[test]
+fn members_are_numbered_in_id_order() {
+    let m = member(2, RebuildMode::Proceed);
+    assert_eq!(m.id(), 2);
+    assert_eq!(m.member(1), Members::only(0));
+    assert_eq!(m.member(3), Members::only(2));
+    assert_eq!(m.member(9), Members::ALL, "not a member: everyone");
+}
+
+#[test]
+fn a_records_lease_is_the_later_of_the_clients_and_the_copys() {
+    let mut m = member(2, RebuildMode::Proceed);
+    let call = leasehold_protocol::Forwarded {
+        sent: at(0),
+        read_before: 0,
+    };
+    let held = m
+        .renewed_through_speaker(call, in_transit(7, 1, LEASE), at(1))
+        .unwrap();
+    // A later renewal through another node, copied here.
+    let copy = in_transit(7, 1, LEASE * 2).arrive(at(0));
+    m.take_copies(1, vec![copy.clone()], 1, at(0)).unwrap();
+    assert_eq!(m.held_record(held.id).unwrap().expires, copy.expires);
+    // An older copy does not hide the client's later renewal.
+    let mut other = member(2, RebuildMode::Proceed);
+    let held = other
+        .renewed_through_speaker(call, in_transit(8, 1, LEASE * 2), at(1))
+        .unwrap();
+    let older = in_transit(8, 1, LEASE).arrive(at(0));
+    other.take_copies(1, vec![older], 1, at(0)).unwrap();
+    assert_eq!(other.held_record(held.id).unwrap().expires, held.expires);
+}
+
+#[test]
+fn a_release_heard_of_ends_every_record_and_a_late_copy_of_it() {
+    let mut m = member(2, RebuildMode::Proceed);
+    let call = leasehold_protocol::Forwarded {
+        sent: at(0),
+        read_before: 0,
+    };
+    let lock = m
+        .renewed_through_speaker(call, in_transit(7, 1, LEASE), at(1))
+        .unwrap();
+    m.forget(&lock.name, lock.id, LEASE, at(2));
+    assert!(m.held_record(lock.id).is_none());
+    let late = in_transit(7, 1, LEASE).arrive(at(3));
+    m.take_copies(1, vec![late], 1, at(3)).unwrap();
+    assert!(m.held_record(lock.id).is_none(), "stays released");
+    assert!(m.own_report(at(3)).is_empty());
+}
+
+#[test]
+fn a_lock_lost_at_a_rebuild_leaves_this_members_records() {
+    let mut m = member(2, RebuildMode::Proceed);
+    let call = leasehold_protocol::Forwarded {
+        sent: at(0),
+        read_before: 0,
+    };
+    let lock = m
+        .renewed_through_speaker(call, in_transit(7, 1, LEASE), at(1))
+        .unwrap();
+    let lost = m.lost([lock.id, LockId::from_u128(99)]);
+    assert_eq!(lost.iter().map(|l| l.id).collect::<Vec<_>>(), [lock.id]);
+    assert!(m.held_record(lock.id).is_none());
+}
+
+#[test]
+fn a_report_carries_the_clients_locks_the_copies_and_what_was_granted() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let own = granted(&mut m, "own", 1, 1, &guard, now);
+    let theirs = granted(&mut m, "theirs", 2, 2, &guard, now);
+    let copy = in_transit(3, 3, LEASE).arrive(now);
+    m.take_copies(3, vec![copy.clone()], 3, now).unwrap();
+    let (held, granted) = m.report(now);
+    let mut held: Vec<LockId> = held.map(|l| l.id()).collect();
+    held.sort();
+    assert_eq!(held, [own.id, copy.id]);
+    let mut granted: Vec<LockId> = granted.into_iter().map(|l| l.id).collect();
+    granted.sort();
+    assert_eq!(granted, [own.id, theirs.id]);
+    let mut all: Vec<LockId> = m.own_report(now).into_iter().map(|l| l.id).collect();
+    all.sort();
+    assert_eq!(all, [own.id, own.id, theirs.id, copy.id]);
+}
+
+#[test]
+fn a_rebuild_is_discarded_when_leadership_moved_on_while_members_were_read() {
+    let now = at(0);
+    let input = |m: &leasehold_protocol::Member, term| leasehold_protocol::RebuildInput {
+        term,
+        generation: m.generation(),
+        reads: Vec::new(),
+        missing: Vec::new(),
+        took: Duration::ZERO,
+    };
+    let mut m = member(1, RebuildMode::Proceed);
+    m.drop_table(Some(3), now);
+    let moved_on = m.rebuild(input(&m, 3), &leading(4, now), now);
+    assert!(moved_on.is_err(), "Raft says term 4");
+    m.drop_table(Some(4), now);
+    let stale = m.rebuild(input(&m, 3), &leading(3, now), now);
+    assert!(stale.is_err(), "the table speaks for term 4");
+    assert!(!m.is_rebuilt());
+    m.rebuild(input(&m, 4), &leading(4, now), now).unwrap();
+    assert!(m.is_rebuilt());
+}
