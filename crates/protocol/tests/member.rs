@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use leasehold_protocol::{CopyStep, Guard, Members, RebuildMode, Refusal, Renewal};
+use leasehold_protocol::{CopyStep, Guard, Members, RebuildMode, Refusal};
 use locktable::{AcquireError, Acquired, LockId, MonoTime, Request};
 
 fn wait_for(name: &str, id: u128, node: u64) -> Request {
@@ -27,22 +27,10 @@ fn the_speaker_keeps_its_own_clients_locks_in_held_and_not_others() {
     assert_eq!(m.held_record(own.id).map(|l| l.id), Some(own.id));
     assert!(m.held_record(other.id).is_none());
     // Renewed for a client of another node: that node keeps it now.
-    let renewal = Renewal {
-        name: "a",
-        id: own.id,
-        lease: None,
-        node: 2,
-        record: None,
-    };
-    m.renew(renewal, &guard, now).unwrap();
+    let renewing = renewal("a", own.id, 2, None);
+    m.renew(renewing, &guard, now).unwrap();
     assert!(m.held_record(own.id).is_none());
-    let back = Renewal {
-        name: "a",
-        id: own.id,
-        lease: None,
-        node: 1,
-        record: None,
-    };
+    let back = renewal("a", own.id, 1, None);
     m.renew(back, &guard, now).unwrap();
     assert!(m.held_record(own.id).is_some());
 }
@@ -215,14 +203,8 @@ fn a_rebuild_retried_in_the_same_term_keeps_where_locks_moved_from() {
     let guard = leading(3, now);
     let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
     let lock = granted(&mut m, "a", 1, 3, &guard, now);
-    let renewal = Renewal {
-        name: "a",
-        id: lock.id,
-        lease: None,
-        node: 2,
-        record: None,
-    };
-    let (renewed, _) = m.renew(renewal, &guard, now).unwrap();
+    let renewing = renewal("a", lock.id, 2, None);
+    let (renewed, _) = m.renew(renewing, &guard, now).unwrap();
     // The table is dropped and rebuilt in term 3, reading the lock back.
     m.drop_table(Some(3), now);
     let input = leasehold_protocol::RebuildInput {
@@ -256,27 +238,15 @@ fn what_a_renewal_reclaims_and_what_it_refuses() {
     let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
     // The renewing node's record brings back a lock the table lacks.
     let record = in_transit(7, 3, LEASE).arrive(now);
-    let renewal = Renewal {
-        name: "jobs/1",
-        id: record.id,
-        lease: None,
-        node: 2,
-        record: Some(record.clone()),
-    };
-    let (renewed, _) = m.renew(renewal, &guard, now).unwrap();
+    let renewing = renewal("jobs/1", record.id, 2, Some(record.clone()));
+    let (renewed, _) = m.renew(renewing, &guard, now).unwrap();
     assert_eq!(renewed.fence, record.fence);
     assert_eq!(
         m.get("jobs/1", &guard, now).unwrap().map(|l| l.id),
         Some(record.id)
     );
     // Without one, a lock the table lacks is not held.
-    let unknown = Renewal {
-        name: "b",
-        id: LockId::from_u128(99),
-        lease: None,
-        node: 2,
-        record: None,
-    };
+    let unknown = renewal("b", LockId::from_u128(99), 2, None);
     assert_eq!(m.renew(unknown, &guard, now).err(), Some(Refusal::NotHeld));
 
     // During a strict hold, a released lock is not held; an unknown one
@@ -284,24 +254,12 @@ fn what_a_renewal_reclaims_and_what_it_refuses() {
     let mut strict = speaker(1, 3, now, vec![2, 3], RebuildMode::Strict);
     let hold_end = now + MAX_LEASE + LEADER_LEASE;
     strict.forget("x", LockId::from_u128(5), LEASE, now);
-    let released = Renewal {
-        name: "x",
-        id: LockId::from_u128(5),
-        lease: None,
-        node: 2,
-        record: None,
-    };
+    let released = renewal("x", LockId::from_u128(5), 2, None);
     assert_eq!(
         strict.renew(released, &guard, now).err(),
         Some(Refusal::NotHeld)
     );
-    let after = Renewal {
-        name: "y",
-        id: LockId::from_u128(6),
-        lease: None,
-        node: 2,
-        record: None,
-    };
+    let after = renewal("y", LockId::from_u128(6), 2, None);
     assert_eq!(
         strict.renew(after, &leading(3, hold_end), hold_end).err(),
         Some(Refusal::NotHeld),
@@ -431,22 +389,14 @@ fn members_are_numbered_in_id_order() {
 #[test]
 fn a_records_lease_is_the_later_of_the_clients_and_the_copys() {
     let mut m = member(2, RebuildMode::Proceed);
-    let call = leasehold_protocol::Forwarded {
-        sent: at(0),
-        read_before: 0,
-    };
-    let held = m
-        .renewed_through_speaker(call, in_transit(7, 1, LEASE), at(1))
-        .unwrap();
+    let held = held_through_speaker(&mut m, 7, LEASE);
     // A later renewal through another node, copied here.
     let copy = in_transit(7, 1, LEASE * 2).arrive(at(0));
     m.take_copies(1, vec![copy.clone()], 1, at(0)).unwrap();
     assert_eq!(m.held_record(held.id).unwrap().expires, copy.expires);
     // An older copy does not hide the client's later renewal.
     let mut other = member(2, RebuildMode::Proceed);
-    let held = other
-        .renewed_through_speaker(call, in_transit(8, 1, LEASE * 2), at(1))
-        .unwrap();
+    let held = held_through_speaker(&mut other, 8, LEASE * 2);
     let older = in_transit(8, 1, LEASE).arrive(at(0));
     other.take_copies(1, vec![older], 1, at(0)).unwrap();
     assert_eq!(other.held_record(held.id).unwrap().expires, held.expires);
@@ -455,13 +405,7 @@ fn a_records_lease_is_the_later_of_the_clients_and_the_copys() {
 #[test]
 fn a_release_heard_of_ends_every_record_and_a_late_copy_of_it() {
     let mut m = member(2, RebuildMode::Proceed);
-    let call = leasehold_protocol::Forwarded {
-        sent: at(0),
-        read_before: 0,
-    };
-    let lock = m
-        .renewed_through_speaker(call, in_transit(7, 1, LEASE), at(1))
-        .unwrap();
+    let lock = held_through_speaker(&mut m, 7, LEASE);
     m.forget(&lock.name, lock.id, LEASE, at(2));
     assert!(m.held_record(lock.id).is_none());
     let late = in_transit(7, 1, LEASE).arrive(at(3));
@@ -473,13 +417,7 @@ fn a_release_heard_of_ends_every_record_and_a_late_copy_of_it() {
 #[test]
 fn a_lock_lost_at_a_rebuild_leaves_this_members_records() {
     let mut m = member(2, RebuildMode::Proceed);
-    let call = leasehold_protocol::Forwarded {
-        sent: at(0),
-        read_before: 0,
-    };
-    let lock = m
-        .renewed_through_speaker(call, in_transit(7, 1, LEASE), at(1))
-        .unwrap();
+    let lock = held_through_speaker(&mut m, 7, LEASE);
     let lost = m.lost([lock.id, LockId::from_u128(99)]);
     assert_eq!(lost.iter().map(|l| l.id).collect::<Vec<_>>(), [lock.id]);
     assert!(m.held_record(lock.id).is_none());

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{Forwarded, Guard, Members, RebuildMode, Refusal, Renewal, LEASE_MARGIN};
+use leasehold_protocol::{Forwarded, Guard, Members, RebuildMode, Refusal, LEASE_MARGIN};
 use locktable::{Fence, Lock, LockId};
 
 mod common;
@@ -136,14 +136,8 @@ fn a_rebuild_that_missed_fewer_members_than_copies_holds_nothing_back() {
 fn a_renewal_of_a_lock_the_held_back_table_lacks_is_not_answered_not_held() {
     let now = at(0);
     let mut m = speaker(1, 3, now, vec![2, 3], RebuildMode::Strict);
-    let renewal = Renewal {
-        name: "a",
-        id: LockId::from_u128(9),
-        lease: None,
-        node: 2,
-        record: None,
-    };
-    let refused = m.renew(renewal, &leading(3, now), now);
+    let renewing = renewal("a", LockId::from_u128(9), 2, None);
+    let refused = m.renew(renewing, &leading(3, now), now);
     assert_eq!(refused.err(), Some(Refusal::MayBeOnRecordElsewhere));
 }
 
@@ -154,14 +148,8 @@ fn a_release_reaches_the_holders_node_the_members_it_moved_from_and_the_copy_hol
     let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
     // Held through node 3, then renewed through node 2.
     let lock = granted(&mut m, "a", 1, 3, &guard, now);
-    let renewal = Renewal {
-        name: "a",
-        id: lock.id,
-        lease: None,
-        node: 2,
-        record: None,
-    };
-    m.renew(renewal, &guard, now).unwrap();
+    let renewing = renewal("a", lock.id, 2, None);
+    m.renew(renewing, &guard, now).unwrap();
     let (_, to) = m.release("a", lock.id, &guard, now).unwrap();
     assert_eq!(to, m.member(2).with(m.member(3)));
     // A client of the speaker, its copy sent to member 2.

@@ -106,3 +106,30 @@ pub fn in_transit(id: u128, epoch: u64, ttl: Duration) -> LockInTransit {
         data: None,
     }
 }
+
+/// A renewal of `name` under `id` for a client of `node`, with `record`.
+pub fn renewal(
+    name: &str,
+    id: LockId,
+    node: u64,
+    record: Option<Lock>,
+) -> leasehold_protocol::Renewal<'_> {
+    leasehold_protocol::Renewal {
+        name,
+        id,
+        lease: None,
+        node,
+        record,
+    }
+}
+
+/// Member 2's record of lock `id` (of term 1, lease `ttl`), renewed through
+/// the speaker by a call sent at 0 and answered at 1 ms.
+pub fn held_through_speaker(m: &mut Member, id: u128, ttl: Duration) -> Lock {
+    let call = leasehold_protocol::Forwarded {
+        sent: at(0),
+        read_before: 0,
+    };
+    m.renewed_through_speaker(call, in_transit(id, 1, ttl), at(1))
+        .unwrap()
+}
