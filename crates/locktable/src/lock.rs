@@ -40,13 +40,9 @@ impl LockId {
 impl fmt::Display for LockId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut out = [0u8; 26];
+        // 26 digits of 5 bits: the first carries the top 3 bits (125..128).
         for (i, c) in out.iter_mut().enumerate() {
-            let shift = 125 - 5 * i as i32;
-            let bits = if shift >= 0 {
-                (self.0 >> shift) & 0x1F
-            } else {
-                (self.0 << -shift) & 0x1F
-            };
+            let bits = (self.0 >> (125 - 5 * i)) & 0x1F;
             *c = CROCKFORD[bits as usize];
         }
         f.write_str(std::str::from_utf8(&out).expect("ascii"))

@@ -1,12 +1,14 @@
 //! Property tests: random sequences of table operations against a simple
 //! model of the seed's rules.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use locktable::{
-    AcquireError, Acquired, Fence, LeaseRule, Lock, LockError, LockId, MonoTime, RebuildFrom,
-    Request, Table, WaiterId,
+    AcquireError, Acquired, Fence, Lock, LockError, LockId, MonoTime, RebuildFrom, Request,
+    WaiterId,
 };
 use proptest::prelude::*;
 
@@ -144,22 +146,9 @@ fn ms(n: u64) -> Duration {
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut now = MonoTime::from_nanos(1_000_000_000_000);
-    let mut table = Table::new(LeaseRule::default());
     let mut model = Model::default();
     let mut epoch = 1;
-    table.drop_table(now);
-    table
-        .rebuild(
-            RebuildFrom {
-                generation: table.generation(),
-                epoch,
-                locks: vec![],
-                hold_new_grants_until: None,
-                seen_all: false,
-            },
-            now,
-        )
-        .unwrap();
+    let mut table = common::rebuilt_table(epoch, vec![], now);
     let mut next_id = 0u128;
     let mut ids_by_name: HashMap<String, Vec<LockId>> = HashMap::new();
     let mut last_fence = Fence::default();

@@ -5,83 +5,12 @@ use std::time::Duration;
 
 use locktable::{
     AcquireError, Acquired, Answer, Fence, Held, LeaseRule, Lock, LockError, LockId, LockInTransit,
-    MonoTime, NotRebuilt, RebuildError, RebuildFrom, Request, Table,
+    MonoTime, NotRebuilt, RebuildError, RebuildFrom, Table,
 };
 
-const SEC: Duration = Duration::from_secs(1);
+mod common;
 
-fn t(secs: u64) -> MonoTime {
-    MonoTime::from_nanos(1_000_000_000_000) + Duration::from_secs(secs)
-}
-
-fn req(name: &str, id: u128, node: u64) -> Request {
-    Request {
-        name: name.into(),
-        id: LockId::from_u128(id),
-        node,
-        holder: format!("client-{id}"),
-        lease: Some(10 * SEC),
-        wait: Duration::ZERO,
-        data: None,
-    }
-}
-
-fn waiting(mut r: Request, wait: Duration) -> Request {
-    r.wait = wait;
-    r
-}
-
-fn rebuilt_table(epoch: u64, locks: Vec<Lock>, now: MonoTime) -> Table {
-    rebuilt_table_as(epoch, locks, now, false)
-}
-
-/// A table rebuilt for `epoch` from `locks`, by a read that saw every
-/// answered grant or not.
-fn rebuilt_table_as(epoch: u64, locks: Vec<Lock>, now: MonoTime, seen_all: bool) -> Table {
-    let mut table = Table::new(LeaseRule::default());
-    table.drop_table(now);
-    table
-        .rebuild(
-            RebuildFrom {
-                generation: table.generation(),
-                epoch,
-                locks,
-                hold_new_grants_until: None,
-                seen_all,
-            },
-            now,
-        )
-        .unwrap();
-    table
-}
-
-fn granted(result: Result<Acquired, AcquireError>) -> Lock {
-    match result {
-        Ok(Acquired::Granted(lock)) => lock,
-        other => panic!("expected a grant, got {other:?}"),
-    }
-}
-
-fn held_lock(
-    name: &str,
-    id: u128,
-    node: u64,
-    acquired: MonoTime,
-    expires: MonoTime,
-    fence: u64,
-) -> Lock {
-    Lock {
-        name: name.into(),
-        id: LockId::from_u128(id),
-        node,
-        holder: String::new(),
-        fence: Fence(fence),
-        lease: expires.saturating_duration_since(acquired),
-        acquired,
-        expires,
-        data: None,
-    }
-}
+use common::*;
 
 // "A lock is granted for a lease, and lapses when the lease ends whatever
 // its holder became: a process that died holding one does not hold it

@@ -1,0 +1,96 @@
+//! Behaviours at the table's edges that mutation testing found unguarded:
+//! a lock reported twice, the first and last fences of a term, the largest
+//! term, and fields longer than a slot keeps.
+
+mod common;
+
+use common::*;
+use locktable::{Fence, Held, Lock, LockId, RebuildError, RebuildFrom, Request, Table};
+
+#[test]
+fn a_lock_reported_twice_keeps_its_latest_lease_through_the_node_that_renewed_it_last() {
+    // The holder's old node and the node a renewal moved it to both report
+    // it; whichever comes first, the later lease is kept.
+    let old = held_lock("a", 5, 2, t(0), t(20), Fence::new(1, 3).0);
+    let moved = Lock {
+        node: 3,
+        ..held_lock("a", 5, 3, t(0), t(40), Fence::new(1, 3).0)
+    };
+    for reports in [
+        vec![old.clone(), moved.clone()],
+        vec![moved.clone(), old.clone()],
+    ] {
+        let table = rebuilt_table(2, reports, t(1));
+        let lock = table.get("a", t(1)).unwrap().expect("kept");
+        assert_eq!((lock.expires, lock.node), (t(40), 3));
+        assert_eq!(lock.acquired, t(0));
+    }
+    // Not a lease that ended with the older report's.
+    let table = rebuilt_table(2, vec![moved, old], t(1));
+    assert!(table.get("a", t(30)).unwrap().is_some());
+}
+
+#[test]
+fn a_terms_first_grant_carries_the_first_fence_of_the_term() {
+    let mut table = rebuilt_table(7, vec![], t(0));
+    let first = granted(table.acquire(req("a", 1, 1), t(0)));
+    let second = granted(table.acquire(req("b", 2, 1), t(0)));
+    assert_eq!(first.fence, Fence::new(7, 1));
+    assert_eq!(second.fence, Fence::new(7, 2));
+    assert_eq!(first.fence.epoch(), 7);
+}
+
+#[test]
+fn the_largest_term_is_the_last_the_fences_bits_can_carry() {
+    assert_eq!(Fence::MAX_EPOCH, (1 << 24) - 1);
+    let mut table = Table::new(locktable::LeaseRule::default());
+    table.drop_table(t(0));
+    let err = table
+        .rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch: 1 << 24,
+                locks: vec![],
+                hold_new_grants_until: None,
+                seen_all: false,
+            },
+            t(0),
+        )
+        .unwrap_err();
+    assert_eq!(err, RebuildError::EpochTooLarge(1 << 24));
+}
+
+#[test]
+fn a_field_longer_than_a_slot_keeps_is_cut_at_a_character_boundary() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    // 70 000 bytes of two-byte characters: cut below 65 535 bytes, whole
+    // characters only.
+    let holder = "é".repeat(35_000);
+    let request = Request {
+        holder: holder.clone(),
+        ..req("a", 1, 1)
+    };
+    granted(table.acquire(request, t(0)));
+    let lock = table.get("a", t(0)).unwrap().expect("held");
+    assert!(lock.holder.len() <= u16::MAX as usize);
+    assert!(lock.holder.len() >= u16::MAX as usize - 1);
+    assert!(holder.starts_with(&lock.holder));
+    let short = Request {
+        holder: "short".into(),
+        ..req("b", 2, 1)
+    };
+    granted(table.acquire(short, t(0)));
+    assert_eq!(table.get("b", t(0)).unwrap().unwrap().holder, "short");
+}
+
+#[test]
+fn an_empty_held_says_so() {
+    let mut held = Held::new();
+    assert!(held.is_empty());
+    held.record(held_lock("a", 1, 1, t(0), t(10), 1));
+    assert!(!held.is_empty());
+    assert_eq!(
+        format!("{:?}", LockId::from_u128(1)),
+        format!("LockId({})", LockId::from_u128(1))
+    );
+}
