@@ -6,6 +6,8 @@
 //! a user); a forwarded client request is validated again with its
 //! `validate` method by the speaker.
 
+use std::time::Duration;
+
 use locktable::NodeId;
 use serde::{Deserialize, Serialize};
 
@@ -124,6 +126,49 @@ pub struct ForwardAnswers {
     pub answers: Vec<ForwardAnswer>,
 }
 
+/// A get that waits for the lock to change: it answers once the lock's
+/// fence differs from `after_fence` (no lock counts as fence 0), or when
+/// `wait` runs out, with the lock as it then is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watch {
+    /// How long to wait for a change.
+    pub wait: Duration,
+    /// The fence the caller last saw.
+    pub after_fence: u64,
+}
+
+/// A get a follower hands to the speaker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardGet {
+    /// The name locked.
+    pub name: String,
+    /// The change to wait for, if any.
+    pub watch: Option<Watch>,
+}
+
+/// A listing a follower hands to the speaker. On the wire it is the pair
+/// `[prefix, limit]`, as every node sends and reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(String, usize)", into = "(String, usize)")]
+pub struct ForwardList {
+    /// Only names starting with this.
+    pub prefix: String,
+    /// At most this many locks.
+    pub limit: usize,
+}
+
+impl From<(String, usize)> for ForwardList {
+    fn from((prefix, limit): (String, usize)) -> Self {
+        ForwardList { prefix, limit }
+    }
+}
+
+impl From<ForwardList> for (String, usize) {
+    fn from(list: ForwardList) -> Self {
+        (list.prefix, list.limit)
+    }
+}
+
 /// A rebuilding speaker's read of a member's report (`/internal/held`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReportRequest {
@@ -229,6 +274,17 @@ mod tests {
             serde_json::to_string(&Lost::default()).unwrap(),
             r#"{"locks":[]}"#
         );
+    }
+
+    #[test]
+    fn a_listing_travels_as_a_pair() {
+        let list = ForwardList {
+            prefix: "jobs/".into(),
+            limit: 10,
+        };
+        let json = serde_json::to_string(&list).unwrap();
+        assert_eq!(json, r#"["jobs/",10]"#);
+        assert_eq!(serde_json::from_str::<ForwardList>(&json).unwrap(), list);
     }
 
     #[test]

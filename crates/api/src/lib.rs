@@ -11,7 +11,8 @@
 //!   or a [`BadRequest`] naming the problem.
 //! * [`ErrorCode`], [`ErrorBody`]: every failure.
 //! * [`LockAnswer`], [`LocksAnswer`], [`ClusterAnswer`]: every success.
-//! * [`PeerLock`] and the [`internal`] bodies: peer traffic.
+//! * [`PeerLock`] and the [`internal`] bodies: peer traffic, on the
+//!   [`routes`] under `/internal/`.
 //!
 //! Unknown fields in any body are ignored, for forward compatibility: an
 //! older node accepts a newer client's request, minus what it does not know.
@@ -22,13 +23,15 @@ pub mod internal;
 pub mod lock;
 pub mod peer;
 pub mod request;
+pub mod routes;
 pub mod time;
 
 pub use answer::{ClusterAnswer, LockAnswer, LocksAnswer, Member, RebuildReport};
 pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
     Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
-    ForwardCall, ForwardRelease, ForwardRenew, Granted, Lost, ReportRequest,
+    ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, Lost,
+    ReportRequest, Watch,
 };
 pub use lock::LockView;
 pub use peer::PeerLock;

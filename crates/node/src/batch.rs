@@ -84,7 +84,7 @@ impl Node {
         let count = calls.len();
         let answered = self
             .forward::<_, ForwardAnswers>(
-                "/internal/forward/batch",
+                leasehold_api::routes::FORWARD_BATCH,
                 &ForwardBatch { calls },
                 Duration::ZERO,
             )

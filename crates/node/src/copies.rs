@@ -242,7 +242,7 @@ impl Node {
             body.extend_from_slice(b"]}");
             let acked = self
                 .peers
-                .post_json(addr, "/internal/copies", body, COPY_TIMEOUT)
+                .post_json(addr, leasehold_api::routes::COPIES, body, COPY_TIMEOUT)
                 .await
                 .is_ok();
             for reply in replies {

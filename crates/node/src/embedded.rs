@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::{
-    AcquireBody, Body, ClusterAnswer, ErrorCode, LockView, ReleaseBody, RenewBody,
+    AcquireBody, Body, ClusterAnswer, ErrorCode, LockView, ReleaseBody, RenewBody, Watch,
 };
 use leasehold_client::{BoxFuture, CallError, Client, Transport};
 use locktable::Lock;
 
 use crate::error::ApiError;
 use crate::node::Node;
-use crate::service::Watch;
 
 /// A [`Transport`] to a node running in this process.
 pub struct Embedded {

@@ -11,16 +11,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use leasehold_api::{
-    millis_floor, parse_body, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer,
-    ForwardAnswers, ForwardBatch, ForwardCall, Granted, ListQuery, LockAnswer, LocksAnswer,
-    PeerLock, ReleaseBody, RenewBody, MAX_BODY_BYTES,
+    millis_floor, parse_body, routes, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire,
+    ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall, ForwardGet, ForwardList, Granted,
+    ListQuery, LockAnswer, LocksAnswer, PeerLock, ReleaseBody, RenewBody, Watch, MAX_BODY_BYTES,
 };
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
 use locktable::{Lock, LockId};
 
 use crate::error::ApiError;
 use crate::node::Node;
-use crate::service::{ForwardGet, Watch};
 
 type Shared = Arc<Node>;
 
@@ -34,27 +33,27 @@ const READ_LIMIT_BYTES: usize = 4 << 20;
 /// cluster token.
 pub fn router(node: Shared) -> Router {
     let internal = Router::new()
-        .route("/internal/held", post(internal_held))
+        .route(routes::HELD, post(internal_held))
         .route(
-            "/internal/forward/acquire",
+            routes::FORWARD_ACQUIRE,
             post(forward_acquire).layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&node),
                 delay_answer,
             )),
         )
         .route(
-            "/internal/forward/batch",
+            routes::FORWARD_BATCH,
             post(forward_batch).layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&node),
                 delay_answer,
             )),
         )
-        .route("/internal/forward/get", post(forward_get))
-        .route("/internal/forward/list", post(forward_list))
-        .route("/internal/forget", post(internal_forget))
-        .route("/internal/lost", post(internal_lost))
-        .route("/internal/copies", post(internal_copies))
-        .route("/internal/identity", post(internal_identity))
+        .route(routes::FORWARD_GET, post(forward_get))
+        .route(routes::FORWARD_LIST, post(forward_list))
+        .route(routes::FORGET, post(internal_forget))
+        .route(routes::LOST, post(internal_lost))
+        .route(routes::COPIES, post(internal_copies))
+        .route(routes::IDENTITY, post(internal_identity))
         .with_state(Arc::clone(&node))
         .merge(raft_router(node.raft.clone()))
         .layer(axum::middleware::from_fn_with_state(
@@ -63,7 +62,7 @@ pub fn router(node: Shared) -> Router {
         ))
         // An operator's (or a test's) route, not a member's: no identity.
         .route(
-            "/internal/chaos",
+            routes::CHAOS,
             post(internal_chaos).with_state(Arc::clone(&node)),
         )
         .layer(axum::middleware::from_fn_with_state(
@@ -127,7 +126,7 @@ async fn delay_answer(State(node): State<Shared>, request: Request, next: Next) 
 /// No route matched: `404`, or `401` under `/internal` without the token
 /// (so the peer routes' names do not show).
 async fn no_such_route(State(node): State<Shared>, request: Request) -> ApiError {
-    if request.uri().path().starts_with("/internal") {
+    if request.uri().path().starts_with(routes::PREFIX) {
         if let Some(refused) = refuse_without_token(&node, &request) {
             return refused;
         }
@@ -332,9 +331,9 @@ async fn forward_list(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Vec<PeerLock>>, ApiError> {
-    let (prefix, limit): (String, usize) = peer_body(&bytes)?;
+    let list: ForwardList = peer_body(&bytes)?;
     let now = node.clock.now();
-    let locks = node.speak_list(&prefix, limit)?;
+    let locks = node.speak_list(&list.prefix, list.limit)?;
     Ok(Json(
         locks
             .iter()

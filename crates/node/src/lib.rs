@@ -33,8 +33,9 @@ pub use clock::Clock;
 pub use config::{ConfigError, NodeConfig, RebuildMode};
 pub use embedded::Embedded;
 pub use error::ApiError;
+pub use leasehold_api::Watch;
 pub use node::Node;
-pub use service::{Watch, MAX_WATCH};
+pub use service::MAX_WATCH;
 
 /// Why a node did not start.
 #[derive(Debug, thiserror::Error)]

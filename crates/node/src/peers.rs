@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_api::{ErrorBody, Lost, PeerLock, ReportRequest};
+use leasehold_api::{routes, ErrorBody, Lost, PeerLock, ReportRequest};
 
 use crate::clock::Clock;
 use crate::report::{MemberReport, ReportReader};
@@ -139,7 +139,7 @@ impl Peers {
 
     /// Asks the member at `addr` whether it admits this node, within `timeout`.
     pub(crate) async fn probe(&self, addr: &str, timeout: Duration) -> Probe {
-        match self.send(addr, "/internal/identity", None, timeout).await {
+        match self.send(addr, routes::IDENTITY, None, timeout).await {
             Ok(response) if response.status().is_success() => Probe::Admitted {
                 cluster: Stamp::read(response.headers()).ok().and_then(|s| s.cluster),
             },
@@ -204,9 +204,7 @@ impl Peers {
         let read = async {
             let body =
                 serde_json::to_vec(&ReportRequest { term }).map_err(|e| peer_error(addr, e))?;
-            let mut response = self
-                .send(addr, "/internal/held", Some(body), timeout)
-                .await?;
+            let mut response = self.send(addr, routes::HELD, Some(body), timeout).await?;
             if !response.status().is_success() {
                 return Err(peer_error(addr, "the member refused to report"));
             }
@@ -250,9 +248,7 @@ impl Peers {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<(), PeerError> {
-        let (ok, answer) = self
-            .post(addr, "/internal/forget", Some(body), timeout)
-            .await?;
+        let (ok, answer) = self.post(addr, routes::FORGET, Some(body), timeout).await?;
         if ok {
             return Ok(());
         }
@@ -267,7 +263,7 @@ impl Peers {
     pub async fn lost(&self, addr: &str, locks: Vec<PeerLock>) {
         let body = Lost { locks };
         if let Err(e) = self
-            .call::<_, serde_json::Value>(addr, "/internal/lost", &body, Duration::from_secs(2))
+            .call::<_, serde_json::Value>(addr, routes::LOST, &body, Duration::from_secs(2))
             .await
         {
             tracing::debug!(%e, "could not report lost locks");

@@ -6,37 +6,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardCall,
-    ForwardRelease, ForwardRenew, Granted, Member, PeerLock, ReleaseBody, RenewBody,
+    routes, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardCall,
+    ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, Member, PeerLock, ReleaseBody,
+    RenewBody, Watch,
 };
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockId, LockInTransit};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::ApiError;
 use crate::node::{AcquireRequest, Node};
 
 /// The longest a watching get waits for a change.
 pub const MAX_WATCH: Duration = Duration::from_secs(60);
-
-/// A get that waits for the lock to change: it answers once the lock's
-/// fence differs from `after_fence` (no lock counts as fence 0), or when
-/// `wait` runs out, with the lock as it then is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Watch {
-    /// How long to wait for a change.
-    pub wait: Duration,
-    /// The fence the caller last saw.
-    pub after_fence: u64,
-}
-
-/// A forwarded get: the name, and the watch if any.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ForwardGet {
-    pub(crate) name: String,
-    pub(crate) watch: Option<Watch>,
-}
 
 fn unanswered(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(
@@ -107,7 +90,7 @@ impl Node {
                 other => return Err(unexpected(other)),
             }
         } else {
-            self.forward("/internal/forward/acquire", &forwarded, request.wait)
+            self.forward(routes::FORWARD_ACQUIRE, &forwarded, request.wait)
                 .await?
         };
         let served = Duration::from_millis(granted.served_ms);
@@ -196,9 +179,7 @@ impl Node {
             watch,
         };
         let wait = watch.map(|w| w.wait).unwrap_or_default();
-        let found: Option<PeerLock> = self
-            .forward("/internal/forward/get", &forwarded, wait)
-            .await?;
+        let found: Option<PeerLock> = self.forward(routes::FORWARD_GET, &forwarded, wait).await?;
         found
             .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
             .transpose()
@@ -238,8 +219,11 @@ impl Node {
         let sent = self.clock.now();
         let found: Vec<PeerLock> = self
             .forward(
-                "/internal/forward/list",
-                &(prefix.to_string(), limit),
+                routes::FORWARD_LIST,
+                &ForwardList {
+                    prefix: prefix.to_string(),
+                    limit,
+                },
                 Duration::ZERO,
             )
             .await?;
