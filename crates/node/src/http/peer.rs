@@ -1,38 +1,31 @@
-//! The HTTP API of SPEC §2 and the peer routes under `/internal/`.
+//! The peer routes under `/internal/` ([`leasehold_api::routes`], and
+//! Raft's), behind the cluster token and the identity guard.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use axum::{Json, Router};
 use leasehold_api::{
-    millis_floor, parse_body, routes, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire,
-    ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall, ForwardGet, ForwardList, Granted,
-    ListQuery, LockAnswer, LocksAnswer, PeerLock, ReleaseBody, RenewBody, Watch, MAX_BODY_BYTES,
+    routes, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
+    ForwardGet, ForwardList, Granted, PeerLock,
 };
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
-use locktable::{Lock, LockId};
+use locktable::LockId;
 
+use super::{bad, raw, Shared};
 use crate::error::ApiError;
 use crate::node::Node;
 
-type Shared = Arc<Node>;
-
-/// How much of a body is read before answering: bodies over
-/// `MAX_BODY_BYTES` but under this are read whole and answered `413` as
-/// JSON on a connection that stays usable; a client still sending a larger
-/// body when the answer goes may see the connection close instead.
-const READ_LIMIT_BYTES: usize = 4 << 20;
-
-/// The node's router: the public API, and the peer routes behind the
-/// cluster token.
-pub fn router(node: Shared) -> Router {
-    let internal = Router::new()
+/// The peer routes, each behind the cluster token; all but the
+/// operator's also behind the identity guard.
+pub(super) fn router(node: Shared) -> Router {
+    Router::new()
         .route(routes::HELD, post(internal_held))
         .route(
             routes::FORWARD_ACQUIRE,
@@ -68,19 +61,7 @@ pub fn router(node: Shared) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&node),
             guard_internal,
-        ));
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/v1/locks/acquire", post(acquire))
-        .route("/v1/locks/release", post(release))
-        .route("/v1/locks/renew", post(renew))
-        .route("/v1/locks", get(list))
-        .route("/v1/locks/{name}", get(get_lock))
-        .route("/v1/cluster", get(cluster))
-        .fallback(no_such_route)
-        .with_state(node)
-        .merge(internal)
-        .layer(axum::extract::DefaultBodyLimit::max(READ_LIMIT_BYTES))
+        ))
 }
 
 /// Every request under `/internal/`, whatever its path or method, needs the
@@ -96,7 +77,7 @@ async fn guard_internal(State(node): State<Shared>, request: Request, next: Next
 
 /// `401` for a request without the cluster token (the caller has checked
 /// that the request is for the peer routes).
-fn refuse_without_token(node: &Node, request: &Request) -> Option<ApiError> {
+pub(super) fn refuse_without_token(node: &Node, request: &Request) -> Option<ApiError> {
     let given = request
         .headers()
         .get(TOKEN_HEADER)
@@ -123,39 +104,6 @@ async fn delay_answer(State(node): State<Shared>, request: Request, next: Next) 
     response
 }
 
-/// No route matched: `404`, or `401` under `/internal` without the token
-/// (so the peer routes' names do not show).
-async fn no_such_route(State(node): State<Shared>, request: Request) -> ApiError {
-    if request.uri().path().starts_with(routes::PREFIX) {
-        if let Some(refused) = refuse_without_token(&node, &request) {
-            return refused;
-        }
-    }
-    ApiError::new(ErrorCode::NotHeld, "no such route")
-}
-
-/// The body's bytes, or a JSON error: `413 too_large` past
-/// `MAX_BODY_BYTES`, `400` when it could not be read.
-fn raw(bytes: &Result<Bytes, BytesRejection>) -> Result<&Bytes, ApiError> {
-    match bytes {
-        Ok(bytes) if bytes.len() <= MAX_BODY_BYTES => Ok(bytes),
-        Ok(_) => Err(too_large()),
-        Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => Err(too_large()),
-        Err(e) => Err(ApiError::new(ErrorCode::BadRequest, e.body_text())),
-    }
-}
-
-fn too_large() -> ApiError {
-    ApiError::new(
-        ErrorCode::TooLarge,
-        format!("the body is larger than {MAX_BODY_BYTES} bytes"),
-    )
-}
-
-fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    parse_body(raw(bytes)?).map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
-}
-
 /// A peer's body: peers are trusted to send well-formed JSON.
 fn peer_body<T: serde::de::DeserializeOwned>(
     bytes: &Result<Bytes, BytesRejection>,
@@ -163,102 +111,6 @@ fn peer_body<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(raw(bytes)?)
         .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
 }
-
-fn bad(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(ErrorCode::BadRequest, e.to_string())
-}
-
-fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
-    Json(LockAnswer {
-        lock: node.view(lock),
-        served_ms: 0,
-    })
-}
-
-async fn acquire(
-    State(node): State<Shared>,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let received = Instant::now();
-    let request: AcquireBody = body(&bytes)?;
-    let lock = node.acquire(request).await?;
-    Ok(Json(LockAnswer {
-        lock: node.view(&lock),
-        served_ms: millis_floor(received.elapsed()),
-    }))
-}
-
-async fn release(
-    State(node): State<Shared>,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let request: ReleaseBody = body(&bytes)?;
-    let lock = node.release(request).await?;
-    Ok(answer(&node, &lock))
-}
-
-async fn renew(
-    State(node): State<Shared>,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let request: RenewBody = body(&bytes)?;
-    let lock = node.renew(request).await?;
-    Ok(answer(&node, &lock))
-}
-
-/// `?wait_ms=&after_fence=`: wait for the lock to change (long poll).
-fn watch_query(raw: Option<&str>) -> Result<Option<Watch>, ApiError> {
-    let mut wait = None;
-    let mut after_fence = 0;
-    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let number = |field: &str| {
-            value.parse::<u64>().map_err(|_| {
-                bad(format!(
-                    "`{field}` must be a non-negative integer that fits in 64 bits"
-                ))
-            })
-        };
-        match key {
-            "wait_ms" => wait = Some(Duration::from_millis(number("wait_ms")?)),
-            "after_fence" => after_fence = number("after_fence")?,
-            _ => {}
-        }
-    }
-    Ok(wait.map(|wait| Watch { wait, after_fence }))
-}
-
-async fn get_lock(
-    State(node): State<Shared>,
-    name: Result<Path<String>, PathRejection>,
-    RawQuery(raw): RawQuery,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let Path(name) = name.map_err(|e| bad(format!("the name in the path: {}", e.body_text())))?;
-    leasehold_api::validate_name(&name).map_err(bad)?;
-    let watch = watch_query(raw.as_deref())?;
-    let lock = node.get(&name, watch).await?;
-    lock.map(|l| answer(&node, &l))
-        .ok_or_else(ApiError::not_held)
-}
-
-async fn list(
-    State(node): State<Shared>,
-    RawQuery(raw): RawQuery,
-) -> Result<Json<LocksAnswer>, ApiError> {
-    let query = ListQuery::parse(raw.as_deref()).map_err(bad)?;
-    query.validate().map_err(bad)?;
-    let locks = node.list(query.prefix(), query.limit()).await?;
-    Ok(Json(LocksAnswer {
-        locks: locks.iter().map(|l| node.view(l)).collect(),
-    }))
-}
-
-async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
-    Json(node.cluster())
-}
-
-// ---- peer routes ----
-
 /// This node's report to a rebuilding speaker, in bincode frames of at
 /// most `--report-frame-bytes` (see `report`): each frame is sent, and
 /// freed, on its own. The read carries the reader's term: a node still
@@ -384,13 +236,13 @@ async fn internal_lost(
     Ok(Json(serde_json::json!({})))
 }
 
-/// Sets this node's fault plan; only a node started with `--chaos` accepts.
 /// A member asking whether this node admits it: the identity guard has
 /// answered by the time this runs.
 async fn internal_identity() -> Json<serde_json::Value> {
     Json(serde_json::json!({}))
 }
 
+/// Sets this node's fault plan; only a node started with `--chaos` accepts.
 async fn internal_chaos(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
