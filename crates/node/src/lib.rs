@@ -46,9 +46,6 @@ pub enum StartError {
     /// Raft could not start (data directory, config).
     #[error(transparent)]
     Raft(#[from] leasehold_raft::StartError),
-    /// The HTTP client could not be built.
-    #[error("http client: {0}")]
-    Http(#[from] reqwest::Error),
     /// The listener has no address.
     #[error("listener: {0}")]
     Listener(#[from] std::io::Error),
@@ -173,25 +170,20 @@ pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningN
         leasehold_raft::LogStore::read_node_id(&config.data_dir),
         Ok(None)
     );
-    let faults = Faults::default();
     let leasehold_raft::Built {
         raft,
         closed: store_closed,
         identity,
+        http,
     } = leasehold_raft::build(
         config.id,
         &config.data_dir,
         &config.timings,
         &config.cluster_token,
-        faults.clone(),
+        Faults::default(),
     )
     .await?;
-    let peers = peers::Peers::new(
-        &config.cluster_token,
-        &config.peers,
-        faults,
-        identity.clone(),
-    )?;
+    let peers = peers::Peers::new(&config.peers, http);
     let node = Node::new(config, raft.clone(), peers, identity, first_start);
     let answered = match identity::check_at_start(&node).await {
         Ok(answered) => answered,

@@ -2,7 +2,6 @@
 //! forwarded requests, and releases and losses to pass on.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{routes, ErrorBody, Lost, PeerLock, ReportRequest};
@@ -10,7 +9,8 @@ use leasehold_api::{routes, ErrorBody, Lost, PeerLock, ReportRequest};
 use crate::clock::Clock;
 use crate::report::{MemberReport, ReportReader};
 use leasehold_raft::identity::{ClusterId, RefusedAs, Stamp};
-use leasehold_raft::{Faults, Identity, TOKEN_HEADER};
+use leasehold_raft::peer_http::{PeerBody, SendError};
+use leasehold_raft::{Faults, PeerHttp};
 use locktable::NodeId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -48,48 +48,30 @@ pub(crate) enum Probe {
     Silent,
 }
 
-/// The HTTP client for peer traffic.
+/// The node's peer requests, sent through the node's one [`PeerHttp`].
 #[derive(Clone)]
 pub struct Peers {
-    http: reqwest::Client,
-    token: String,
+    http: PeerHttp,
     /// Each member's id by address, to apply the fault plan and check answers.
     ids: BTreeMap<String, NodeId>,
-    faults: Faults,
-    identity: Arc<Identity>,
 }
 
 impl Peers {
-    /// A client carrying `token` and this node's stamp (from `identity`) to
-    /// the members `peers` (id to address), sending through the fault plan
-    /// `faults`, and checking each answer's stamp.
-    pub fn new(
-        token: &str,
-        peers: &BTreeMap<NodeId, String>,
-        faults: Faults,
-        identity: Arc<Identity>,
-    ) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()?;
-        Ok(Peers {
+    /// Requests to the members `peers` (id to address), sent through `http`.
+    pub fn new(peers: &BTreeMap<NodeId, String>, http: PeerHttp) -> Self {
+        Peers {
             http,
-            token: token.to_string(),
             ids: peers.iter().map(|(id, addr)| (addr.clone(), *id)).collect(),
-            faults,
-            identity,
-        })
+        }
     }
 
     /// The fault plan this node's peer traffic goes through.
     pub fn faults(&self) -> &Faults {
-        &self.faults
+        self.http.faults()
     }
 
-    /// Sends a POST to `path` on `addr` through the fault plan, with the
-    /// cluster token; answers with the response, its body still to come.
+    /// Sends a POST to `path` on `addr` through [`PeerHttp`]; answers with
+    /// the response, its body still to come.
     async fn send(
         &self,
         addr: &str,
@@ -97,44 +79,19 @@ impl Peers {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<reqwest::Response, PeerError> {
-        if let Some(id) = self.ids.get(addr) {
-            self.faults
-                .before_send(*id)
-                .await
-                .map_err(|e| peer_error(addr, e))?;
-        }
-        let mut stamp = reqwest::header::HeaderMap::new();
-        self.identity.stamp().write(&mut stamp);
-        let mut request = self
-            .http
-            .post(format!("http://{addr}{path}"))
-            .header(TOKEN_HEADER, &self.token)
-            .headers(stamp)
-            .timeout(timeout);
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body);
-        }
-        let response = request.send().await.map_err(|e| peer_error(addr, e))?;
-        // A member at an address the configuration does not name (one the
-        // membership gave) is known by the id its answer names.
-        let id = match self.ids.get(addr) {
-            Some(&id) => id,
-            None => Stamp::read(response.headers()).map_or(NodeId::MAX, |s| s.from),
-        };
-        if let Err(reason) = self
-            .identity
-            .check_answer(id, response.status(), response.headers())
+        let body = body.map_or(PeerBody::Empty, PeerBody::Json);
+        let target = self.ids.get(addr).copied();
+        self.http
+            .post(target, addr, path, body, timeout)
             .await
-        {
-            return Err(PeerError {
-                addr: addr.to_string(),
-                reason,
-                refused: RefusedAs::read(response.headers()),
-            });
-        }
-        Ok(response)
+            .map_err(|e| match e {
+                SendError::Stamp { reason, refused } => PeerError {
+                    addr: addr.to_string(),
+                    reason,
+                    refused,
+                },
+                e => peer_error(addr, e),
+            })
     }
 
     /// Asks the member at `addr` whether it admits this node, within `timeout`.
