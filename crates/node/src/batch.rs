@@ -140,9 +140,7 @@ impl Node {
         received: Instant,
         may_wait: bool,
     ) -> Result<ForwardAnswer, ApiError> {
-        forwarded
-            .validate()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        forwarded.validate()?;
         let mut request = AcquireRequest::from(&forwarded.body);
         if !may_wait {
             request.wait = Duration::ZERO;
@@ -163,8 +161,7 @@ impl Node {
         let record = forwarded
             .record
             .map(LockInTransit::try_from)
-            .transpose()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?
+            .transpose()?
             .map(|l| l.arrive(now));
         let lease = forwarded.lease_ms.map(Duration::from_millis);
         let lock = self
@@ -235,6 +232,5 @@ pub(crate) async fn next_batch<T>(
 }
 
 fn parse_id(id: &str) -> Result<LockId, ApiError> {
-    id.parse()
-        .map_err(|e: locktable::BadLockId| ApiError::new(ErrorCode::BadRequest, e.to_string()))
+    Ok(id.parse()?)
 }

@@ -259,8 +259,7 @@ impl Node {
         let locks = locks
             .into_iter()
             .map(|l| LockInTransit::try_from(l).map(|l| l.arrive(now)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+            .collect::<Result<Vec<_>, _>>()?;
         let mut state = self.state();
         let seen = self
             .read_by_term()

@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::{
-    AcquireBody, Body, ClusterAnswer, ErrorCode, LockView, ReleaseBody, RenewBody, Watch,
-};
+use leasehold_api::{AcquireBody, Body, ClusterAnswer, LockView, ReleaseBody, RenewBody, Watch};
 use leasehold_client::{BoxFuture, CallError, Client, Transport};
 use locktable::Lock;
 
@@ -36,8 +34,8 @@ fn refused(e: ApiError) -> CallError {
     CallError::Api(*e.body)
 }
 
-fn invalid(e: impl std::fmt::Display) -> CallError {
-    refused(ApiError::new(ErrorCode::BadRequest, e.to_string()))
+fn invalid(e: leasehold_api::BadRequest) -> CallError {
+    refused(ApiError::from(e))
 }
 
 async fn within<T>(

@@ -105,9 +105,7 @@ impl Node {
 
     /// Releases a lock by name and id.
     pub async fn release(self: &Arc<Self>, body: ReleaseBody) -> Result<Lock, ApiError> {
-        let id: LockId = body
-            .lock_id()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let id: LockId = body.lock_id()?;
         if self.is_leader() {
             return self.speak_release(&body.name, id);
         }
@@ -125,9 +123,7 @@ impl Node {
 
     /// Renews a lock by name and id; this node keeps its record from now on.
     pub async fn renew(self: &Arc<Self>, body: RenewBody) -> Result<Lock, ApiError> {
-        let id: LockId = body
-            .lock_id()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        let id: LockId = body.lock_id()?;
         let record = self.held_record(id);
         if self.is_leader() {
             return self

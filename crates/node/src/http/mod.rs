@@ -53,7 +53,7 @@ fn raw(bytes: &Result<Bytes, BytesRejection>) -> Result<&Bytes, ApiError> {
         Ok(bytes) if bytes.len() <= MAX_BODY_BYTES => Ok(bytes),
         Ok(_) => Err(too_large()),
         Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => Err(too_large()),
-        Err(e) => Err(ApiError::new(ErrorCode::BadRequest, e.body_text())),
+        Err(e) => Err(ApiError::bad_request(e.body_text())),
     }
 }
 
@@ -62,8 +62,4 @@ fn too_large() -> ApiError {
         ErrorCode::TooLarge,
         format!("the body is larger than {MAX_BODY_BYTES} bytes"),
     )
-}
-
-fn bad(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(ErrorCode::BadRequest, e.to_string())
 }

@@ -18,7 +18,7 @@ use leasehold_api::{
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
 use locktable::LockId;
 
-use super::{bad, raw, Shared};
+use super::{raw, Shared};
 use crate::error::ApiError;
 use crate::node::Node;
 
@@ -108,8 +108,7 @@ async fn delay_answer(State(node): State<Shared>, request: Request, next: Next) 
 fn peer_body<T: serde::de::DeserializeOwned>(
     bytes: &Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
-    serde_json::from_slice(raw(bytes)?)
-        .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
+    serde_json::from_slice(raw(bytes)?).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 /// This node's report to a rebuilding speaker, in bincode frames of at
 /// most `--report-frame-bytes` (see `report`): each frame is sent, and
@@ -210,7 +209,7 @@ async fn internal_forget(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let batch: leasehold_api::Forgets = peer_body(&bytes)?;
     for forget in batch.forgets {
-        let id: LockId = forget.id.parse().map_err(bad)?;
+        let id: LockId = forget.id.parse()?;
         // Counted from now, after the sender's send: no record of the
         // lease outlives it. An older sender says nothing: the longest.
         let left = forget
@@ -230,8 +229,7 @@ async fn internal_lost(
         .locks
         .iter()
         .map(|l| l.id.parse::<LockId>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(bad)?;
+        .collect::<Result<Vec<_>, _>>()?;
     node.lost(ids);
     Ok(Json(serde_json::json!({})))
 }

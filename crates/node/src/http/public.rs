@@ -8,12 +8,12 @@ use axum::extract::{Path, RawQuery, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use leasehold_api::{
-    millis_floor, parse_body, AcquireBody, ClusterAnswer, ErrorCode, ListQuery, LockAnswer,
-    LocksAnswer, ReleaseBody, RenewBody, Watch,
+    millis_floor, parse_body, AcquireBody, ClusterAnswer, ListQuery, LockAnswer, LocksAnswer,
+    ReleaseBody, RenewBody, Watch,
 };
 use locktable::Lock;
 
-use super::{bad, raw, Shared};
+use super::{raw, Shared};
 use crate::error::ApiError;
 use crate::node::Node;
 
@@ -30,7 +30,7 @@ pub(super) fn router() -> Router<Shared> {
 }
 
 fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    parse_body(raw(bytes)?).map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
+    Ok(parse_body(raw(bytes)?)?)
 }
 
 fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
@@ -79,7 +79,7 @@ fn watch_query(raw: Option<&str>) -> Result<Option<Watch>, ApiError> {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let number = |field: &str| {
             value.parse::<u64>().map_err(|_| {
-                bad(format!(
+                ApiError::bad_request(format!(
                     "`{field}` must be a non-negative integer that fits in 64 bits"
                 ))
             })
@@ -98,8 +98,9 @@ async fn get_lock(
     name: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<LockAnswer>, ApiError> {
-    let Path(name) = name.map_err(|e| bad(format!("the name in the path: {}", e.body_text())))?;
-    leasehold_api::validate_name(&name).map_err(bad)?;
+    let Path(name) = name
+        .map_err(|e| ApiError::bad_request(format!("the name in the path: {}", e.body_text())))?;
+    leasehold_api::validate_name(&name)?;
     let watch = watch_query(raw.as_deref())?;
     let lock = node.get(&name, watch).await?;
     lock.map(|l| answer(&node, &l))
@@ -110,8 +111,8 @@ async fn list(
     State(node): State<Shared>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<LocksAnswer>, ApiError> {
-    let query = ListQuery::parse(raw.as_deref()).map_err(bad)?;
-    query.validate().map_err(bad)?;
+    let query = ListQuery::parse(raw.as_deref())?;
+    query.validate()?;
     let locks = node.list(query.prefix(), query.limit()).await?;
     Ok(Json(LocksAnswer {
         locks: locks.iter().map(|l| node.view(l)).collect(),
