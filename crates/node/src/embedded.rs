@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::{AcquireBody, Body, ClusterAnswer, LockView, ReleaseBody, RenewBody, Watch};
+use leasehold_api::{AcquireBody, ClusterAnswer, LockView, ReleaseBody, RenewBody, Watch};
 use leasehold_client::{BoxFuture, CallError, Client, Transport};
 use locktable::Lock;
 
@@ -34,10 +34,6 @@ fn refused(e: ApiError) -> CallError {
     CallError::Api(*e.body)
 }
 
-fn invalid(e: leasehold_api::BadRequest) -> CallError {
-    refused(ApiError::from(e))
-}
-
 async fn within<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = Result<T, ApiError>>,
@@ -62,7 +58,6 @@ impl Transport for Embedded {
     ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
         Box::pin(async move {
             let started = std::time::Instant::now();
-            body.validate().map_err(invalid)?;
             let lock = within(timeout, self.node.acquire(body)).await?;
             Ok((self.view(&lock), started.elapsed()))
         })
@@ -74,7 +69,6 @@ impl Transport for Embedded {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<LockView, CallError>> {
         Box::pin(async move {
-            body.validate().map_err(invalid)?;
             let lock = within(timeout, self.node.release(body)).await?;
             Ok(self.view(&lock))
         })
@@ -86,7 +80,6 @@ impl Transport for Embedded {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<LockView, CallError>> {
         Box::pin(async move {
-            body.validate().map_err(invalid)?;
             let lock = within(timeout, self.node.renew(body)).await?;
             Ok(self.view(&lock))
         })
@@ -99,7 +92,6 @@ impl Transport for Embedded {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
         Box::pin(async move {
-            leasehold_api::validate_name(&name).map_err(invalid)?;
             let watch = watch.map(|(wait, after_fence)| Watch { wait, after_fence });
             let lock = within(timeout, self.node.get(&name, watch)).await?;
             Ok(lock.map(|l| self.view(&l)))

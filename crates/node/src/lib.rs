@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use clock::Clock;
-pub use config::{ConfigError, NodeConfig, RebuildMode};
+pub use config::{ConfigError, NodeConfig, RebuildMode, ValidConfig};
 pub use embedded::Embedded;
 pub use error::ApiError;
 pub use leasehold_api::Watch;
@@ -52,6 +52,13 @@ pub enum StartError {
     /// The cluster does not know this data directory (see [`leasehold_raft::Identity`]).
     #[error("refused by the cluster: {0}")]
     Refused(String),
+}
+
+/// A [`ValidConfig`] given to [`start`] cannot fail its check.
+impl From<std::convert::Infallible> for StartError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
 }
 
 /// A node running in this process.
@@ -163,8 +170,15 @@ const HANDOVER_PATIENCE: Duration = Duration::from_secs(2);
 /// Starts a node serving on `listener`. The cluster forms from
 /// `config.peers` on first start (the lowest id initializes it); a restarted
 /// node keeps its identity and membership from its data directory.
-pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningNode, StartError> {
-    config.validate()?;
+///
+/// `config` is a [`NodeConfig`], checked here before anything is opened,
+/// or a [`ValidConfig`], checked already.
+pub async fn start<C>(config: C, listener: TcpListener) -> Result<RunningNode, StartError>
+where
+    C: TryInto<ValidConfig>,
+    StartError: From<C::Error>,
+{
+    let config = config.try_into()?.into_inner();
     let addr = listener.local_addr()?;
     let first_start = matches!(
         leasehold_raft::LogStore::read_node_id(&config.data_dir),

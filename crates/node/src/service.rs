@@ -1,14 +1,14 @@
 //! What a client can ask of any node: served here when this node speaks,
 //! forwarded to the speaker otherwise. The HTTP API and an embedded client
-//! both call these.
+//! both call these, and the values of a request are checked here, once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{
-    routes, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardCall,
-    ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, Member, PeerLock, ReleaseBody,
-    RenewBody, Watch,
+    routes, AcquireBody, Body, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer,
+    ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, Member, PeerLock,
+    ReleaseBody, RenewBody, Watch,
 };
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockId, LockInTransit};
@@ -74,6 +74,7 @@ impl Node {
     /// plus the time the speaker says it held the request (a wait): the
     /// speaker received it no earlier than it was sent.
     pub async fn acquire(self: &Arc<Self>, body: AcquireBody) -> Result<Lock, ApiError> {
+        body.validate()?;
         let request = AcquireRequest::from(&body);
         if self.is_leader() {
             return self.speak_acquire(request, self.id()).await;
@@ -105,6 +106,7 @@ impl Node {
 
     /// Releases a lock by name and id.
     pub async fn release(self: &Arc<Self>, body: ReleaseBody) -> Result<Lock, ApiError> {
+        body.validate()?;
         let id: LockId = body.lock_id()?;
         if self.is_leader() {
             return self.speak_release(&body.name, id);
@@ -123,6 +125,7 @@ impl Node {
 
     /// Renews a lock by name and id; this node keeps its record from now on.
     pub async fn renew(self: &Arc<Self>, body: RenewBody) -> Result<Lock, ApiError> {
+        body.validate()?;
         let id: LockId = body.lock_id()?;
         let record = self.held_record(id);
         if self.is_leader() {
@@ -166,6 +169,7 @@ impl Node {
         name: &str,
         watch: Option<Watch>,
     ) -> Result<Option<Lock>, ApiError> {
+        leasehold_api::validate_name(name)?;
         if self.is_leader() {
             return self.speak_watch(name, watch).await;
         }

@@ -8,7 +8,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use leasehold_api::{
-    millis_floor, parse_body, AcquireBody, ClusterAnswer, ListQuery, LockAnswer, LocksAnswer,
+    millis_floor, read_body, AcquireBody, ClusterAnswer, ListQuery, LockAnswer, LocksAnswer,
     ReleaseBody, RenewBody, Watch,
 };
 use locktable::Lock;
@@ -30,7 +30,7 @@ pub(super) fn router() -> Router<Shared> {
 }
 
 fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    Ok(parse_body(raw(bytes)?)?)
+    Ok(read_body(raw(bytes)?)?)
 }
 
 fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
@@ -100,7 +100,6 @@ async fn get_lock(
 ) -> Result<Json<LockAnswer>, ApiError> {
     let Path(name) = name
         .map_err(|e| ApiError::bad_request(format!("the name in the path: {}", e.body_text())))?;
-    leasehold_api::validate_name(&name)?;
     let watch = watch_query(raw.as_deref())?;
     let lock = node.get(&name, watch).await?;
     lock.map(|l| answer(&node, &l))
@@ -112,7 +111,6 @@ async fn list(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<LocksAnswer>, ApiError> {
     let query = ListQuery::parse(raw.as_deref())?;
-    query.validate()?;
     let locks = node.list(query.prefix(), query.limit()).await?;
     Ok(Json(LocksAnswer {
         locks: locks.iter().map(|l| node.view(l)).collect(),
