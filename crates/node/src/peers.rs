@@ -15,22 +15,45 @@ use locktable::NodeId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// A peer that did not give an answer (unreachable, timed out, or spoke
-/// nonsense): the outcome of a forwarded request is unknown.
+/// A peer that did not give the answer asked for: the outcome of a
+/// forwarded request is unknown.
 #[derive(Debug, thiserror::Error)]
 #[error("peer {addr}: {reason}")]
 pub struct PeerError {
     addr: String,
+    kind: PeerErrorKind,
     reason: String,
-    /// Set when the peer refused this node's identity.
-    refused: Option<RefusedAs>,
 }
 
-fn peer_error(addr: &str, reason: impl std::fmt::Display) -> PeerError {
-    PeerError {
-        addr: addr.to_string(),
-        reason: reason.to_string(),
-        refused: None,
+/// What went wrong with a peer request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerErrorKind {
+    /// No answer came: the fault plan dropped the request, no connection
+    /// was made, or it timed out or was cut off.
+    NoAnswer,
+    /// The member refused this node's data directory or cluster.
+    Refused(RefusedAs),
+    /// The answer came from another member than the one asked, or from
+    /// one this node does not admit.
+    Stranger,
+    /// The member answered with an error.
+    Answered,
+    /// A body could not be written, or the answer could not be read.
+    Malformed,
+}
+
+impl PeerError {
+    fn new(addr: &str, kind: PeerErrorKind, reason: impl std::fmt::Display) -> Self {
+        PeerError {
+            addr: addr.to_string(),
+            kind,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> PeerErrorKind {
+        self.kind
     }
 }
 
@@ -84,13 +107,15 @@ impl Peers {
         self.http
             .post(target, addr, path, body, timeout)
             .await
-            .map_err(|e| match e {
-                SendError::Stamp { reason, refused } => PeerError {
-                    addr: addr.to_string(),
-                    reason,
-                    refused,
-                },
-                e => peer_error(addr, e),
+            .map_err(|e| {
+                let kind = match &e {
+                    SendError::Dropped(_) | SendError::Http(_) => PeerErrorKind::NoAnswer,
+                    SendError::Stamp {
+                        refused: Some(how), ..
+                    } => PeerErrorKind::Refused(*how),
+                    SendError::Stamp { refused: None, .. } => PeerErrorKind::Stranger,
+                };
+                PeerError::new(addr, kind, e)
             })
     }
 
@@ -101,11 +126,10 @@ impl Peers {
                 cluster: Stamp::read(response.headers()).ok().and_then(|s| s.cluster),
             },
             Ok(_) => Probe::Silent,
-            Err(PeerError {
-                refused: Some(kind),
-                ..
-            }) => Probe::Refused(kind),
-            Err(_) => Probe::Silent,
+            Err(e) => match e.kind() {
+                PeerErrorKind::Refused(how) => Probe::Refused(how),
+                _ => Probe::Silent,
+            },
         }
     }
 
@@ -120,7 +144,10 @@ impl Peers {
     ) -> Result<(bool, axum::body::Bytes), PeerError> {
         let response = self.send(addr, path, body, timeout).await?;
         let ok = response.status().is_success();
-        let bytes = response.bytes().await.map_err(|e| peer_error(addr, e))?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| PeerError::new(addr, PeerErrorKind::NoAnswer, e))?;
         Ok((ok, bytes))
     }
 
@@ -133,17 +160,13 @@ impl Peers {
         body: &B,
         timeout: Duration,
     ) -> Result<Result<R, ErrorBody>, PeerError> {
-        let fail = |reason: String| peer_error(addr, reason);
-        let json = serde_json::to_vec(body).map_err(|e| fail(e.to_string()))?;
+        let fail = |e: serde_json::Error| PeerError::new(addr, PeerErrorKind::Malformed, e);
+        let json = serde_json::to_vec(body).map_err(fail)?;
         let (ok, bytes) = self.post(addr, path, Some(json), timeout).await?;
         if ok {
-            serde_json::from_slice(&bytes)
-                .map(Ok)
-                .map_err(|e| fail(e.to_string()))
+            serde_json::from_slice(&bytes).map(Ok).map_err(fail)
         } else {
-            serde_json::from_slice(&bytes)
-                .map(Err)
-                .map_err(|e| fail(e.to_string()))
+            serde_json::from_slice(&bytes).map(Err).map_err(fail)
         }
     }
 
@@ -158,28 +181,40 @@ impl Peers {
         frame_limit: usize,
         clock: Clock,
     ) -> Result<MemberReport, PeerError> {
+        use PeerErrorKind::{Answered, Malformed, NoAnswer};
         let read = async {
-            let body =
-                serde_json::to_vec(&ReportRequest { term }).map_err(|e| peer_error(addr, e))?;
+            let body = serde_json::to_vec(&ReportRequest { term })
+                .map_err(|e| PeerError::new(addr, Malformed, e))?;
             let mut response = self.send(addr, routes::HELD, Some(body), timeout).await?;
             if !response.status().is_success() {
-                return Err(peer_error(addr, "the member refused to report"));
+                return Err(PeerError::new(
+                    addr,
+                    Answered,
+                    "the member refused to report",
+                ));
             }
             let mut reader = ReportReader::new(frame_limit, clock);
-            while let Some(piece) = response.chunk().await.map_err(|e| peer_error(addr, e))? {
+            while let Some(piece) = response
+                .chunk()
+                .await
+                .map_err(|e| PeerError::new(addr, NoAnswer, e))?
+            {
                 reader
                     .push(&piece, Instant::now())
-                    .map_err(|e| peer_error(addr, e))?;
+                    .map_err(|e| PeerError::new(addr, Malformed, e))?;
             }
-            reader.finish().map_err(|e| peer_error(addr, e))
+            reader
+                .finish()
+                .map_err(|e| PeerError::new(addr, Malformed, e))
         };
-        tokio::time::timeout(timeout, read)
-            .await
-            .map_err(|_| peer_error(addr, format!("no whole report within {timeout:?}")))?
+        tokio::time::timeout(timeout, read).await.map_err(|_| {
+            let reason = format!("no whole report within {timeout:?}");
+            PeerError::new(addr, NoAnswer, reason)
+        })?
     }
 
     /// Posts a JSON `body` to `path` on `addr`: `Ok` once the member
-    /// answered with success.
+    /// answered with success; an error answer is an error.
     pub(crate) async fn post_json(
         &self,
         addr: &str,
@@ -191,29 +226,23 @@ impl Peers {
         if ok {
             return Ok(());
         }
-        let reason = serde_json::from_slice::<ErrorBody>(&answer)
-            .map_or_else(|_| "the member refused".to_string(), |e| e.message);
-        Err(peer_error(addr, reason))
+        let reason = serde_json::from_slice::<ErrorBody>(&answer).map_or_else(
+            |_| format!("the member refused {path}"),
+            |e| format!("the member refused {path}: {}", e.message),
+        );
+        Err(PeerError::new(addr, PeerErrorKind::Answered, reason))
     }
 
     /// Tells the member at `addr` of releases: `body` is a
     /// [`leasehold_api::Forgets`] in JSON. `Ok` once the member says it
-    /// took them; an error answer is an error.
+    /// took them.
     pub(crate) async fn forget(
         &self,
         addr: &str,
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<(), PeerError> {
-        let (ok, answer) = self.post(addr, routes::FORGET, Some(body), timeout).await?;
-        if ok {
-            return Ok(());
-        }
-        let reason = serde_json::from_slice::<ErrorBody>(&answer).map_or_else(
-            |_| "the member refused the releases".to_string(),
-            |e| format!("the member refused the releases: {}", e.message),
-        );
-        Err(peer_error(addr, reason))
+        self.post_json(addr, routes::FORGET, body, timeout).await
     }
 
     /// Tells a member its clients lost these locks.
