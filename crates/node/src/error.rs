@@ -52,6 +52,11 @@ impl ApiError {
         Self::new(ErrorCode::NotHeld, "the lock is not held under that id")
     }
 
+    /// `404 not_held` for a get of `name`, which no one holds.
+    pub fn free(name: &str) -> Self {
+        Self::new(ErrorCode::NotHeld, format!("{name} is not held"))
+    }
+
     /// `503 no_leader`.
     pub fn no_leader() -> Self {
         Self::new(ErrorCode::NoLeader, "no speaker is known; retry")

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
+use axum::http::{Method, Uri};
 use axum::Router;
 use leasehold_api::{routes, ErrorCode, MAX_BODY_BYTES};
 
@@ -35,15 +36,33 @@ pub fn router(node: Shared) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(READ_LIMIT_BYTES))
 }
 
-/// No route matched: `404`, or `401` under `/internal` without the token
-/// (so the peer routes' names do not show).
+/// No route matched: `404 unknown_route`, or `401` under `/internal`
+/// without the token (so the peer routes' names do not show).
 async fn no_such_route(State(node): State<Shared>, request: Request) -> ApiError {
-    if request.uri().path().starts_with(routes::PREFIX) {
+    let path = request.uri().path();
+    if path.starts_with(routes::PREFIX) {
         if let Some(refused) = peer::refuse_without_token(&node, &request) {
             return refused;
         }
     }
-    ApiError::new(ErrorCode::NotHeld, "no such route")
+    let hint = if path.starts_with("/v1/locks/") {
+        " (a lock's name is one segment of the path: send `/` in it as %2F)"
+    } else {
+        ""
+    };
+    ApiError::new(
+        ErrorCode::UnknownRoute,
+        format!("no such route: {path}{hint}"),
+    )
+}
+
+/// A route that does not take the method: `405 method_not_allowed` (axum
+/// adds the `Allow` header).
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
 }
 
 /// The body's bytes, or a JSON error: `413 too_large` past

@@ -18,14 +18,14 @@ use leasehold_api::{
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
 use locktable::LockId;
 
-use super::{raw, Shared};
+use super::{raw, wrong_method, Shared};
 use crate::error::ApiError;
 use crate::node::Node;
 
 /// The peer routes, each behind the cluster token; all but the
 /// operator's also behind the identity guard.
 pub(super) fn router(node: Shared) -> Router {
-    Router::new()
+    let members = Router::new()
         .route(routes::HELD, post(internal_held))
         .route(
             routes::FORWARD_ACQUIRE,
@@ -49,19 +49,21 @@ pub(super) fn router(node: Shared) -> Router {
         .route(routes::IDENTITY, post(internal_identity))
         .with_state(Arc::clone(&node))
         .merge(raft_router(node.raft.clone()))
+        .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&node.identity),
             leasehold_raft::identity::guard,
-        ))
-        // An operator's (or a test's) route, not a member's: no identity.
-        .route(
-            routes::CHAOS,
-            post(internal_chaos).with_state(Arc::clone(&node)),
-        )
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&node),
-            guard_internal,
-        ))
+        ));
+    // An operator's (or a test's) route, not a member's: no identity.
+    let operator = Router::new()
+        .route(routes::CHAOS, post(internal_chaos))
+        .method_not_allowed_fallback(wrong_method)
+        .with_state(Arc::clone(&node));
+    // The answers to a wrong method are set before the guards wrap the
+    // routes, so that the guards come first.
+    members
+        .merge(operator)
+        .layer(axum::middleware::from_fn_with_state(node, guard_internal))
 }
 
 /// Every request under `/internal/`, whatever its path or method, needs the
@@ -247,7 +249,7 @@ async fn internal_chaos(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     if !node.config.chaos {
         return Err(ApiError::new(
-            ErrorCode::NotHeld,
+            ErrorCode::Disabled,
             "fault injection is off (start the node with --chaos)",
         ));
     }

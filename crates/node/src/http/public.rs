@@ -13,7 +13,7 @@ use leasehold_api::{
 };
 use locktable::Lock;
 
-use super::{raw, Shared};
+use super::{raw, wrong_method, Shared};
 use crate::error::ApiError;
 use crate::node::Node;
 
@@ -27,6 +27,7 @@ pub(super) fn router() -> Router<Shared> {
         .route("/v1/locks", get(list))
         .route("/v1/locks/{name}", get(get_lock))
         .route("/v1/cluster", get(cluster))
+        .method_not_allowed_fallback(wrong_method)
 }
 
 fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
@@ -103,7 +104,7 @@ async fn get_lock(
     let watch = watch_query(raw.as_deref())?;
     let lock = node.get(&name, watch).await?;
     lock.map(|l| answer(&node, &l))
-        .ok_or_else(ApiError::not_held)
+        .ok_or_else(|| ApiError::free(&name))
 }
 
 async fn list(
