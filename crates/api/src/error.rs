@@ -133,23 +133,6 @@ impl ErrorBody {
         }
     }
 
-    /// `409 held`, showing the lock as it is held.
-    pub fn held(lock: LockView) -> Self {
-        ErrorBody {
-            error: ErrorCode::Held,
-            message: format!("{:?} is held", lock.name),
-            lock: Some(lock),
-        }
-    }
-
-    /// `413 too_large` for a body over [`crate::MAX_BODY_BYTES`].
-    pub fn too_large() -> Self {
-        ErrorBody::new(
-            ErrorCode::TooLarge,
-            format!("the body is larger than {} bytes", crate::MAX_BODY_BYTES),
-        )
-    }
-
     /// The HTTP status to answer with.
     pub fn http_status(&self) -> u16 {
         self.error.http_status()
@@ -221,7 +204,7 @@ mod tests {
             r#"{"error":"bad_request","message":"field `name` must not be empty"}"#
         );
         assert_eq!(body.http_status(), 400);
-        assert_eq!(ErrorBody::too_large().http_status(), 413);
+        assert_eq!(ErrorBody::new(ErrorCode::TooLarge, "m").http_status(), 413);
         let lock = crate::LockView {
             name: "a".into(),
             id: "00000000000000000000000001".into(),
@@ -234,7 +217,10 @@ mod tests {
             expires_at: "1970-01-01T00:00:00.001Z".into(),
             data: None,
         };
-        let held = ErrorBody::held(lock.clone());
+        let held = ErrorBody {
+            lock: Some(lock.clone()),
+            ..ErrorBody::new(ErrorCode::Held, "held")
+        };
         let json = serde_json::to_value(&held).unwrap();
         assert_eq!(json["error"], "held");
         assert_eq!(json["lock"]["name"], "a");

@@ -3,8 +3,8 @@
 //! a node what it forgot or lost.
 //!
 //! Peer bodies are read with `serde_json` directly (the sender is a node, not
-//! a user); a forwarded client request is validated again with its
-//! `validate` method by the speaker.
+//! a user); the speaker checks a forwarded acquire's body again with
+//! [`Body::validate`](crate::Body::validate), and parses the ids it serves.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorBody;
 use crate::peer::PeerLock;
-use crate::request::{validate_id, validate_name, AcquireBody, BadRequest, Body};
+use crate::request::AcquireBody;
 
 /// The speaker's answer to a forwarded acquire.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,13 +34,6 @@ pub struct ForwardAcquire {
     pub node: NodeId,
 }
 
-impl ForwardAcquire {
-    /// Checks the client's request again.
-    pub fn validate(&self) -> Result<(), BadRequest> {
-        self.body.validate()
-    }
-}
-
 /// A renew a follower hands to the speaker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwardRenew {
@@ -59,14 +52,6 @@ pub struct ForwardRenew {
     pub record: Option<PeerLock>,
 }
 
-impl ForwardRenew {
-    /// Checks the name and id.
-    pub fn validate(&self) -> Result<(), BadRequest> {
-        validate_name(&self.name)?;
-        validate_id(&self.id).map(drop)
-    }
-}
-
 /// A release a follower hands to the speaker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwardRelease {
@@ -76,14 +61,6 @@ pub struct ForwardRelease {
     pub id: String,
     /// The forwarding node.
     pub node: NodeId,
-}
-
-impl ForwardRelease {
-    /// Checks the name and id.
-    pub fn validate(&self) -> Result<(), BadRequest> {
-        validate_name(&self.name)?;
-        validate_id(&self.id).map(drop)
-    }
 }
 
 /// A forwarded request the speaker answers at once: an acquire that does
@@ -241,7 +218,7 @@ mod tests {
         let json = serde_json::to_string(&fwd).unwrap();
         assert_eq!(json, r#"{"body":{"name":"a","lease_ms":10},"node":2}"#);
         assert_eq!(serde_json::from_str::<ForwardAcquire>(&json).unwrap(), fwd);
-        assert!(fwd.validate().is_ok());
+        assert!(crate::Body::validate(&fwd.body).is_ok());
 
         let renew = ForwardRenew {
             name: "a".into(),
@@ -252,13 +229,6 @@ mod tests {
         };
         let json = serde_json::to_string(&renew).unwrap();
         assert_eq!(serde_json::from_str::<ForwardRenew>(&json).unwrap(), renew);
-        assert!(renew.validate().is_ok());
-        let bad = ForwardRelease {
-            name: "a".into(),
-            id: "zz".into(),
-            node: 1,
-        };
-        assert_eq!(bad.validate(), Err(BadRequest::BadId));
 
         let forget = Forget {
             name: "a".into(),

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leasehold_api::{
-    millis_floor, ErrorCode, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall, Granted,
-    PeerLock,
+    millis_floor, Body, ErrorCode, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
+    Granted, PeerLock,
 };
 use locktable::{LockId, LockInTransit};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
@@ -140,7 +140,7 @@ impl Node {
         received: Instant,
         may_wait: bool,
     ) -> Result<ForwardAnswer, ApiError> {
-        forwarded.validate()?;
+        forwarded.body.validate()?;
         let mut request = AcquireRequest::from(&forwarded.body);
         if !may_wait {
             request.wait = Duration::ZERO;
