@@ -144,19 +144,8 @@ pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result
         .collect();
     let mut running = Vec::new();
     for (id, addr) in &peers {
-        let config = NodeConfig {
-            id: *id,
-            peers: peers.clone(),
-            data_dir: root.join(format!("node-{id}")),
-            cluster_token: token.clone(),
-            lease: LeaseRule::default(),
-            rebuild_timeout: Duration::from_secs(2),
-            rebuild_mode: RebuildMode::Proceed,
-            timings: RaftTimings::default(),
-            chaos: false,
-            report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
-            copies: None,
-        };
+        let data_dir = root.join(format!("node-{id}"));
+        let config = NodeConfig::new(*id, peers.clone(), data_dir, token.clone());
         running.push(start(config, addr).await?);
         println!("node {id}: http://{addr}");
     }

@@ -317,20 +317,21 @@ async fn a_schedule_that_cannot_keep_the_lock_is_refused() {
     assert!(client.acquire("n", fits).await.is_ok());
 }
 
+/// Two endpoints, leases of 3 s: renewals through the first are answered
+/// `first`, through the second granted.
+fn renewals_fail_at_the_first_of_two(first: Reply) -> Fake {
+    let mut fake = Fake::new(3_000);
+    fake.endpoints = 2;
+    *fake.renew.lock().unwrap() =
+        Box::new(move |at| if at == 0 { first } else { Reply::Ttl(3_000) });
+    fake
+}
+
 /// A node that fails (`500`) is not a refusal: the renewal goes on through
 /// another node, and the lock is kept.
 #[tokio::test(start_paused = true)]
 async fn a_failed_node_is_not_a_refused_renewal() {
-    let mut fake = Fake::new(3_000);
-    fake.endpoints = 2;
-    *fake.renew.lock().unwrap() = Box::new(|at| {
-        if at == 0 {
-            Reply::Failed
-        } else {
-            Reply::Ttl(3_000)
-        }
-    });
-    let (client, _) = fake.client();
+    let (client, _) = renewals_fail_at_the_first_of_two(Reply::Failed).client();
     let guard = client.acquire("n", lease(3_000)).await.unwrap();
     tokio::time::sleep(ms(6_000)).await;
     assert!(!guard.is_lost(), "{:?}", guard.loss());
@@ -350,16 +351,7 @@ async fn an_unknown_route_is_neither_not_held_nor_a_refused_renewal() {
         "{refused:?}"
     );
 
-    let mut fake = Fake::new(3_000);
-    fake.endpoints = 2;
-    *fake.renew.lock().unwrap() = Box::new(|at| {
-        if at == 0 {
-            Reply::UnknownRoute
-        } else {
-            Reply::Ttl(3_000)
-        }
-    });
-    let (client, _) = fake.client();
+    let (client, _) = renewals_fail_at_the_first_of_two(Reply::UnknownRoute).client();
     let guard = client.acquire("n", lease(3_000)).await.unwrap();
     tokio::time::sleep(ms(6_000)).await;
     assert!(!guard.is_lost(), "{:?}", guard.loss());

@@ -112,6 +112,29 @@ impl NodeConfig {
     /// The number of copies when none is given (fewer for a single node).
     pub const DEFAULT_COPIES: usize = 2;
 
+    /// Member `id` of `peers`, keeping its data in `data_dir`, with
+    /// `cluster_token`; everything else as `leasehold serve` defaults it.
+    pub fn new(
+        id: NodeId,
+        peers: BTreeMap<NodeId, String>,
+        data_dir: PathBuf,
+        cluster_token: impl Into<String>,
+    ) -> Self {
+        NodeConfig {
+            id,
+            peers,
+            data_dir,
+            cluster_token: cluster_token.into(),
+            lease: LeaseRule::default(),
+            rebuild_timeout: Duration::from_secs(2),
+            rebuild_mode: RebuildMode::Proceed,
+            timings: RaftTimings::default(),
+            chaos: false,
+            report_frame_bytes: Self::DEFAULT_REPORT_FRAME_BYTES,
+            copies: None,
+        }
+    }
+
     /// A quorum of the members.
     pub fn quorum(&self) -> usize {
         self.peers.len() / 2 + 1

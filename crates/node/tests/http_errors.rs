@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use leasehold_client::{AcquireOptions, Client, Error};
-use leasehold_node::{NodeConfig, RebuildMode, RunningNode};
-use leasehold_raft::RaftTimings;
-use locktable::LeaseRule;
+use leasehold_node::{NodeConfig, RunningNode};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "errors";
@@ -26,28 +24,12 @@ async fn start() -> Node {
     let dir = tempfile::tempdir().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let config = NodeConfig {
-        id: 1,
-        peers: BTreeMap::from([(1, addr.clone())]),
-        data_dir: dir.path().join("node-1"),
-        cluster_token: TOKEN.into(),
-        lease: LeaseRule::default(),
-        rebuild_timeout: Duration::from_secs(1),
-        rebuild_mode: RebuildMode::Proceed,
-        timings: RaftTimings::default(),
-        chaos: false,
-        report_frame_bytes: NodeConfig::DEFAULT_REPORT_FRAME_BYTES,
-        copies: None,
-    };
+    let peers = BTreeMap::from([(1, addr.clone())]);
+    let config = NodeConfig::new(1, peers, dir.path().join("node-1"), TOKEN);
     let running = leasehold_node::start(config, listener).await.unwrap();
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
     Node {
         base: format!("http://{addr}"),
-        http,
+        http: reqwest::Client::builder().no_proxy().build().unwrap(),
         _running: running,
         _dir: dir,
     }
@@ -64,7 +46,8 @@ impl Node {
     ) -> (u16, reqwest::header::HeaderMap, Value) {
         let mut request = self
             .http
-            .request(method.parse().unwrap(), format!("{}{path}", self.base));
+            .request(method.parse().unwrap(), format!("{}{path}", self.base))
+            .timeout(Duration::from_secs(10));
         if token {
             request = request.header("x-leasehold-token", TOKEN);
         }
