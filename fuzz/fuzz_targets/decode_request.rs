@@ -12,7 +12,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = parse_body::<RenewBody>(data);
     if let Ok(text) = std::str::from_utf8(data) {
         if let Ok(query) = ListQuery::parse(Some(text)) {
-            let _ = query.validate();
             let _ = (query.prefix(), query.limit());
         }
         let _ = text.parse::<LockId>();

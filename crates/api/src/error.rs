@@ -35,11 +35,19 @@ pub enum ErrorCode {
     WrongMember,
     /// The node failed: `500`.
     Internal,
+    /// No route has that path (a lock name with an unencoded `/`, a wrong
+    /// URL): `404`.
+    UnknownRoute,
+    /// The route does not take that method: `405`.
+    MethodNotAllowed,
+    /// The route is off on this node (`/internal/chaos` without
+    /// `--chaos`): `403`.
+    Disabled,
 }
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 9] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::BadRequest,
         ErrorCode::Held,
         ErrorCode::NotHeld,
@@ -49,6 +57,9 @@ impl ErrorCode {
         ErrorCode::TooLarge,
         ErrorCode::WrongMember,
         ErrorCode::Internal,
+        ErrorCode::UnknownRoute,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::Disabled,
     ];
 
     /// The HTTP status answered with this code.
@@ -56,11 +67,13 @@ impl ErrorCode {
         match self {
             ErrorCode::BadRequest => 400,
             ErrorCode::Held | ErrorCode::WrongMember => 409,
-            ErrorCode::NotHeld => 404,
+            ErrorCode::NotHeld | ErrorCode::UnknownRoute => 404,
             ErrorCode::NotRebuilt | ErrorCode::NoLeader => 503,
             ErrorCode::Unauthorized => 401,
             ErrorCode::TooLarge => 413,
             ErrorCode::Internal => 500,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::Disabled => 403,
         }
     }
 
@@ -84,6 +97,9 @@ impl ErrorCode {
             ErrorCode::TooLarge => "too_large",
             ErrorCode::WrongMember => "wrong_member",
             ErrorCode::Internal => "internal",
+            ErrorCode::UnknownRoute => "unknown_route",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Disabled => "disabled",
         }
     }
 }
@@ -115,23 +131,6 @@ impl ErrorBody {
             message: message.into(),
             lock: None,
         }
-    }
-
-    /// `409 held`, showing the lock as it is held.
-    pub fn held(lock: LockView) -> Self {
-        ErrorBody {
-            error: ErrorCode::Held,
-            message: format!("{:?} is held", lock.name),
-            lock: Some(lock),
-        }
-    }
-
-    /// `413 too_large` for a body over [`crate::MAX_BODY_BYTES`].
-    pub fn too_large() -> Self {
-        ErrorBody::new(
-            ErrorCode::TooLarge,
-            format!("the body is larger than {} bytes", crate::MAX_BODY_BYTES),
-        )
     }
 
     /// The HTTP status to answer with.
@@ -179,6 +178,25 @@ mod tests {
     }
 
     #[test]
+    fn the_codes_of_requests_no_route_serves() {
+        for (code, text, status) in [
+            (ErrorCode::UnknownRoute, "unknown_route", 404),
+            (ErrorCode::MethodNotAllowed, "method_not_allowed", 405),
+            (ErrorCode::Disabled, "disabled", 403),
+        ] {
+            assert!(ErrorCode::ALL.contains(&code));
+            assert_eq!(serde_json::to_value(code).unwrap(), text);
+            assert_eq!(code.as_str(), text);
+            assert_eq!(
+                serde_json::from_value::<ErrorCode>(text.into()).unwrap(),
+                code
+            );
+            assert_eq!(code.http_status(), status);
+            assert!(!code.retryable());
+        }
+    }
+
+    #[test]
     fn bodies() {
         let body = ErrorBody::from(BadRequest::EmptyName);
         assert_eq!(
@@ -186,7 +204,7 @@ mod tests {
             r#"{"error":"bad_request","message":"field `name` must not be empty"}"#
         );
         assert_eq!(body.http_status(), 400);
-        assert_eq!(ErrorBody::too_large().http_status(), 413);
+        assert_eq!(ErrorBody::new(ErrorCode::TooLarge, "m").http_status(), 413);
         let lock = crate::LockView {
             name: "a".into(),
             id: "00000000000000000000000001".into(),
@@ -199,7 +217,10 @@ mod tests {
             expires_at: "1970-01-01T00:00:00.001Z".into(),
             data: None,
         };
-        let held = ErrorBody::held(lock.clone());
+        let held = ErrorBody {
+            lock: Some(lock.clone()),
+            ..ErrorBody::new(ErrorCode::Held, "held")
+        };
         let json = serde_json::to_value(&held).unwrap();
         assert_eq!(json["error"], "held");
         assert_eq!(json["lock"]["name"], "a");

@@ -3,15 +3,17 @@
 //! a node what it forgot or lost.
 //!
 //! Peer bodies are read with `serde_json` directly (the sender is a node, not
-//! a user); a forwarded client request is validated again with its
-//! `validate` method by the speaker.
+//! a user); the speaker checks a forwarded acquire's body again with
+//! [`Body::validate`](crate::Body::validate), and parses the ids it serves.
+
+use std::time::Duration;
 
 use locktable::NodeId;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorBody;
 use crate::peer::PeerLock;
-use crate::request::{validate_id, validate_name, AcquireBody, BadRequest, Body};
+use crate::request::AcquireBody;
 
 /// The speaker's answer to a forwarded acquire.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,13 +34,6 @@ pub struct ForwardAcquire {
     pub node: NodeId,
 }
 
-impl ForwardAcquire {
-    /// Checks the client's request again.
-    pub fn validate(&self) -> Result<(), BadRequest> {
-        self.body.validate()
-    }
-}
-
 /// A renew a follower hands to the speaker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwardRenew {
@@ -57,14 +52,6 @@ pub struct ForwardRenew {
     pub record: Option<PeerLock>,
 }
 
-impl ForwardRenew {
-    /// Checks the name and id.
-    pub fn validate(&self) -> Result<(), BadRequest> {
-        validate_name(&self.name)?;
-        validate_id(&self.id).map(drop)
-    }
-}
-
 /// A release a follower hands to the speaker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwardRelease {
@@ -74,14 +61,6 @@ pub struct ForwardRelease {
     pub id: String,
     /// The forwarding node.
     pub node: NodeId,
-}
-
-impl ForwardRelease {
-    /// Checks the name and id.
-    pub fn validate(&self) -> Result<(), BadRequest> {
-        validate_name(&self.name)?;
-        validate_id(&self.id).map(drop)
-    }
 }
 
 /// A forwarded request the speaker answers at once: an acquire that does
@@ -122,6 +101,49 @@ pub struct ForwardBatch {
 pub struct ForwardAnswers {
     /// The answers.
     pub answers: Vec<ForwardAnswer>,
+}
+
+/// A get that waits for the lock to change: it answers once the lock's
+/// fence differs from `after_fence` (no lock counts as fence 0), or when
+/// `wait` runs out, with the lock as it then is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watch {
+    /// How long to wait for a change.
+    pub wait: Duration,
+    /// The fence the caller last saw.
+    pub after_fence: u64,
+}
+
+/// A get a follower hands to the speaker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardGet {
+    /// The name locked.
+    pub name: String,
+    /// The change to wait for, if any.
+    pub watch: Option<Watch>,
+}
+
+/// A listing a follower hands to the speaker. On the wire it is the pair
+/// `[prefix, limit]`, as every node sends and reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(String, usize)", into = "(String, usize)")]
+pub struct ForwardList {
+    /// Only names starting with this.
+    pub prefix: String,
+    /// At most this many locks.
+    pub limit: usize,
+}
+
+impl From<(String, usize)> for ForwardList {
+    fn from((prefix, limit): (String, usize)) -> Self {
+        ForwardList { prefix, limit }
+    }
+}
+
+impl From<ForwardList> for (String, usize) {
+    fn from(list: ForwardList) -> Self {
+        (list.prefix, list.limit)
+    }
 }
 
 /// A rebuilding speaker's read of a member's report (`/internal/held`).
@@ -196,7 +218,7 @@ mod tests {
         let json = serde_json::to_string(&fwd).unwrap();
         assert_eq!(json, r#"{"body":{"name":"a","lease_ms":10},"node":2}"#);
         assert_eq!(serde_json::from_str::<ForwardAcquire>(&json).unwrap(), fwd);
-        assert!(fwd.validate().is_ok());
+        assert!(crate::Body::validate(&fwd.body).is_ok());
 
         let renew = ForwardRenew {
             name: "a".into(),
@@ -207,13 +229,6 @@ mod tests {
         };
         let json = serde_json::to_string(&renew).unwrap();
         assert_eq!(serde_json::from_str::<ForwardRenew>(&json).unwrap(), renew);
-        assert!(renew.validate().is_ok());
-        let bad = ForwardRelease {
-            name: "a".into(),
-            id: "zz".into(),
-            node: 1,
-        };
-        assert_eq!(bad.validate(), Err(BadRequest::BadId));
 
         let forget = Forget {
             name: "a".into(),
@@ -229,6 +244,17 @@ mod tests {
             serde_json::to_string(&Lost::default()).unwrap(),
             r#"{"locks":[]}"#
         );
+    }
+
+    #[test]
+    fn a_listing_travels_as_a_pair() {
+        let list = ForwardList {
+            prefix: "jobs/".into(),
+            limit: 10,
+        };
+        let json = serde_json::to_string(&list).unwrap();
+        assert_eq!(json, r#"["jobs/",10]"#);
+        assert_eq!(serde_json::from_str::<ForwardList>(&json).unwrap(), list);
     }
 
     #[test]

@@ -7,11 +7,13 @@
 //!
 //! * [`LockView`]: a lock as every answer shows it.
 //! * [`AcquireBody`], [`ReleaseBody`], [`RenewBody`], [`ListQuery`]: what
-//!   clients send; [`parse_body`] turns request bytes into one, validated,
-//!   or a [`BadRequest`] naming the problem.
+//!   clients send; [`read_body`] turns request bytes into one and
+//!   [`Body::validate`] checks its values ([`parse_body`] does both), or a
+//!   [`BadRequest`] names the problem.
 //! * [`ErrorCode`], [`ErrorBody`]: every failure.
 //! * [`LockAnswer`], [`LocksAnswer`], [`ClusterAnswer`]: every success.
-//! * [`PeerLock`] and the [`internal`] bodies: peer traffic.
+//! * [`PeerLock`] and the [`internal`] bodies: peer traffic, on the
+//!   [`routes`] under `/internal/`.
 //!
 //! Unknown fields in any body are ignored, for forward compatibility: an
 //! older node accepts a newer client's request, minus what it does not know.
@@ -22,21 +24,23 @@ pub mod internal;
 pub mod lock;
 pub mod peer;
 pub mod request;
+pub mod routes;
 pub mod time;
 
 pub use answer::{ClusterAnswer, LockAnswer, LocksAnswer, Member, RebuildReport};
 pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
     Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
-    ForwardCall, ForwardRelease, ForwardRenew, Granted, Lost, ReportRequest,
+    ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, Lost,
+    ReportRequest, Watch,
 };
 pub use lock::LockView;
 pub use peer::PeerLock;
 pub use request::{
-    parse_body, parse_body_checked, validate_data, validate_holder, validate_id, validate_name,
-    AcquireBody, BadRequest, Body, Field, FieldKind, ListQuery, ReleaseBody, RenewBody,
-    DEFAULT_LIST_LIMIT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT,
-    MAX_NAME_BYTES, MAX_WAIT_MS,
+    parse_body, parse_body_checked, read_body, validate_data, validate_holder, validate_id,
+    validate_name, AcquireBody, BadRequest, Body, Field, FieldKind, ListQuery, ReleaseBody,
+    RenewBody, DEFAULT_LIST_LIMIT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES,
+    MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_WAIT_MS,
 };
 pub use time::format_rfc3339_ms;
 

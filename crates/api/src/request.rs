@@ -1,10 +1,12 @@
 //! What clients send, and its validation: the one place a request is judged.
 //!
-//! A body is read by [`parse_body`], which refuses, with a [`BadRequest`]
-//! naming the field and the fault: malformed JSON, a body that is not an
-//! object, a missing or mistyped field, a negative, fractional or oversize
-//! duration, an empty or oversize name, an oversize holder or data, an id
-//! that is not a ULID. Unknown fields are skipped unread (forward compatibility);
+//! A body is read by [`read_body`] and its values checked by
+//! [`Body::validate`] ([`parse_body`] does both); each refuses with a
+//! [`BadRequest`] naming the field and the fault: malformed JSON, a body
+//! that is not an object, a missing or mistyped field, a negative,
+//! fractional or oversize duration (the reader), an empty or oversize name,
+//! an oversize holder or data, an id that is not a ULID (the check).
+//! Unknown fields are skipped unread (forward compatibility);
 //! `null` for an optional field means it is absent. When a key appears twice
 //! the last one counts.
 
@@ -124,7 +126,7 @@ const fn field(name: &'static str, kind: FieldKind, required: bool) -> Field {
     }
 }
 
-/// A request body [`parse_body`] can read: its fields, and the checks of
+/// A request body [`read_body`] can read: its fields, and the checks of
 /// their values.
 pub trait Body: DeserializeOwned {
     /// The fields, checked for presence and type in this order.
@@ -133,18 +135,28 @@ pub trait Body: DeserializeOwned {
     fn validate(&self) -> Result<(), BadRequest>;
 }
 
-/// Reads a request body: JSON, of the right shape, with valid values.
+/// Reads a request body and checks its values: [`read_body`], then
+/// [`Body::validate`].
+pub fn parse_body<T: Body>(bytes: &[u8]) -> Result<T, BadRequest> {
+    let body: T = read_body(bytes)?;
+    body.validate()?;
+    Ok(body)
+}
+
+/// Reads a request body: JSON, of the right shape. Its values are left to
+/// [`Body::validate`], which the node runs on every request, however it
+/// came.
 ///
 /// The server checks the size ([`MAX_BODY_BYTES`]) before calling this.
 ///
 /// A well-formed object is read in one pass straight into `T`; anything
-/// serde refuses is read again through [`parse_body_checked`] for the
-/// message naming the field. The one pass accepts only what the checked
-/// path accepts (serde's derived reader takes strings for strings and
-/// unsigned 64-bit integers for milliseconds, reads `-0` as a float, and
-/// refuses a repeated key, which the checked path then reads last-wins);
-/// a test holds the two to the same answers.
-pub fn parse_body<T: Body>(bytes: &[u8]) -> Result<T, BadRequest> {
+/// serde refuses is read again field by field (as [`parse_body_checked`]
+/// does) for the message naming the field. The one pass accepts only what
+/// the checked path accepts (serde's derived reader takes strings for
+/// strings and unsigned 64-bit integers for milliseconds, reads `-0` as a
+/// float, and refuses a repeated key, which the checked path then reads
+/// last-wins); a test holds the two to the same answers.
+pub fn read_body<T: Body>(bytes: &[u8]) -> Result<T, BadRequest> {
     // serde would also read a struct from an array: only objects go first.
     let object = bytes
         .iter()
@@ -152,17 +164,23 @@ pub fn parse_body<T: Body>(bytes: &[u8]) -> Result<T, BadRequest> {
         == Some(&b'{');
     if object {
         if let Ok(body) = serde_json::from_slice::<T>(bytes) {
-            body.validate()?;
             return Ok(body);
         }
     }
-    parse_body_checked(bytes)
+    read_body_checked(bytes)
 }
 
-/// Reads a request body field by field: the path that names what is wrong.
-/// Fields the body type does not name are skipped unread, as serde's
-/// derived reader skips them.
+/// Reads a request body field by field, and checks its values: the path
+/// that names what is wrong. Fields the body type does not name are
+/// skipped unread, as serde's derived reader skips them.
 pub fn parse_body_checked<T: Body>(bytes: &[u8]) -> Result<T, BadRequest> {
+    let body: T = read_body_checked(bytes)?;
+    body.validate()?;
+    Ok(body)
+}
+
+/// [`parse_body_checked`] without the check of the values.
+fn read_body_checked<T: Body>(bytes: &[u8]) -> Result<T, BadRequest> {
     let mut reader = serde_json::Deserializer::from_slice(bytes);
     let top = TopLevel(T::FIELDS)
         .deserialize(&mut reader)
@@ -172,10 +190,7 @@ pub fn parse_body_checked<T: Body>(bytes: &[u8]) -> Result<T, BadRequest> {
         return Err(BadRequest::NotAnObject);
     };
     check_fields(&map, T::FIELDS)?;
-    let body: T = serde_json::from_value(Value::Object(map))
-        .map_err(|e| BadRequest::Invalid(e.to_string()))?;
-    body.validate()?;
-    Ok(body)
+    serde_json::from_value(Value::Object(map)).map_err(|e| BadRequest::Invalid(e.to_string()))
 }
 
 /// Reads a body's top level: the values of the named fields (the last of a
@@ -496,7 +511,7 @@ impl ListQuery {
     }
 
     /// Checks the values.
-    pub fn validate(&self) -> Result<(), BadRequest> {
+    fn validate(&self) -> Result<(), BadRequest> {
         if self.limit == Some(0) {
             return Err(BadRequest::BadQuery {
                 field: "limit",

@@ -29,7 +29,7 @@ pub fn refused(what: &str, e: &Error) -> ExitCode {
     eprintln!("leasehold: {what}: {e}");
     ExitCode::from(match e {
         Error::Held(_) => exit::HELD,
-        Error::BadRequest(_) => exit::USAGE,
+        Error::BadRequest(_) | Error::UnknownRoute(_) => exit::USAGE,
         _ => exit::UNAVAILABLE,
     })
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use leasehold_node::{NodeConfig, RebuildMode, RunningNode};
+use leasehold_node::{NodeConfig, RebuildMode, RunningNode, StartError, ValidConfig};
 use leasehold_raft::WatchReceiver;
 use locktable::LeaseRule;
 
@@ -120,7 +120,11 @@ impl ServeArgs {
     }
 }
 
-async fn start(config: NodeConfig, listen: &str) -> Result<RunningNode, String> {
+async fn start<C>(config: C, listen: &str) -> Result<RunningNode, String>
+where
+    C: TryInto<ValidConfig>,
+    StartError: From<C::Error>,
+{
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -129,8 +133,10 @@ async fn start(config: NodeConfig, listen: &str) -> Result<RunningNode, String> 
         .map_err(|e| format!("node did not start: {e}"))
 }
 
-pub async fn serve(args: ServeArgs) -> Result<(), String> {
-    let node = start(args.config(), &args.listen).await?;
+/// `leasehold serve`: runs the node `args` ask for, `config` being their
+/// configuration, checked.
+pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> {
+    let node = start(config, &args.listen).await?;
     tracing::info!(addr = %node.addr(), id = args.id, "serving");
     tokio::select! {
         signal = stop_signal() => {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use leasehold_client::{AcquireOptions, CampaignOptions, Client};
+use leasehold_node::ValidConfig;
 
 /// A cluster lock service.
 #[derive(Parser)]
@@ -127,11 +128,14 @@ async fn dispatch(command: Command) -> ExitCode {
         } => local::up(nodes, base_port, data_dir).await,
         Command::Serve(args) => {
             // A flag value the node cannot run with is bad usage.
-            if let Err(e) = args.config().validate() {
-                eprintln!("leasehold: {e}");
-                return ExitCode::from(hold::exit::USAGE);
-            }
-            local::serve(args).await
+            let config = match ValidConfig::try_from(args.config()) {
+                Ok(config) => config,
+                Err(e) => {
+                    eprintln!("leasehold: {e}");
+                    return ExitCode::from(hold::exit::USAGE);
+                }
+            };
+            local::serve(&args, config).await
         }
         Command::Lock {
             name,

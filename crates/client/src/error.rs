@@ -46,4 +46,10 @@ pub enum Error {
     /// The request was refused as malformed, or the options are invalid.
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// The node serves no such call (`404 unknown_route`, `405
+    /// method_not_allowed`): the endpoint is not a node's address (a path
+    /// after `host:port`, a proxy in between), or the node is of a version
+    /// without it. Nothing was done; retrying will not help.
+    #[error("the node serves no such call (is the endpoint a leasehold node's address?): {0}")]
+    UnknownRoute(String),
 }

@@ -129,7 +129,12 @@ fn refused(e: CallError) -> Error {
             ErrorCode::BadRequest | ErrorCode::TooLarge => Error::BadRequest(body.message),
             ErrorCode::Unauthorized => Error::Unauthorized(body.message),
             ErrorCode::NotRebuilt | ErrorCode::NoLeader => Error::Unavailable(body.message),
-            ErrorCode::WrongMember | ErrorCode::Internal => Error::Server(body.message),
+            ErrorCode::WrongMember | ErrorCode::Internal | ErrorCode::Disabled => {
+                Error::Server(body.message)
+            }
+            ErrorCode::UnknownRoute | ErrorCode::MethodNotAllowed => {
+                Error::UnknownRoute(body.message)
+            }
         },
         CallError::NoAnswer(e) => Error::NoAnswer(e),
         CallError::NotSent(e) => Error::Unavailable(e),
@@ -429,6 +434,22 @@ mod tests {
         assert!(matches!(
             refused(CallError::NotSent("connection refused".into())),
             Error::Unavailable(_)
+        ));
+    }
+
+    /// A call to a route or with a method the node does not serve (a wrong
+    /// URL) is told apart from every answer about a lock.
+    #[test]
+    fn a_route_the_node_does_not_serve_is_its_own_failure() {
+        for code in [ErrorCode::UnknownRoute, ErrorCode::MethodNotAllowed] {
+            assert!(
+                matches!(refused(api(code)), Error::UnknownRoute(_)),
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            refused(api(ErrorCode::Disabled)),
+            Error::Server(_)
         ));
     }
 }

@@ -32,6 +32,9 @@ enum Reply {
     Silence,
     /// The connection refused: the request never left.
     Refused,
+    /// `404 unknown_route`: an endpoint that is not a node's API (a wrong
+    /// URL).
+    UnknownRoute,
 }
 
 type Script = Box<dyn FnMut(usize) -> Reply + Send>;
@@ -100,6 +103,10 @@ impl Fake {
                 ..ErrorBody::new(ErrorCode::Held, "held")
             })),
             Reply::Refused => Err(CallError::NotSent("connection refused".into())),
+            Reply::UnknownRoute => Err(CallError::Api(ErrorBody::new(
+                ErrorCode::UnknownRoute,
+                "no such route: /wrong/v1/locks/renew",
+            ))),
             Reply::Silence => {
                 tokio::time::sleep(timeout).await;
                 Err(CallError::NoAnswer("timed out".into()))
@@ -310,20 +317,41 @@ async fn a_schedule_that_cannot_keep_the_lock_is_refused() {
     assert!(client.acquire("n", fits).await.is_ok());
 }
 
+/// Two endpoints, leases of 3 s: renewals through the first are answered
+/// `first`, through the second granted.
+fn renewals_fail_at_the_first_of_two(first: Reply) -> Fake {
+    let mut fake = Fake::new(3_000);
+    fake.endpoints = 2;
+    *fake.renew.lock().unwrap() =
+        Box::new(move |at| if at == 0 { first } else { Reply::Ttl(3_000) });
+    fake
+}
+
 /// A node that fails (`500`) is not a refusal: the renewal goes on through
 /// another node, and the lock is kept.
 #[tokio::test(start_paused = true)]
 async fn a_failed_node_is_not_a_refused_renewal() {
-    let mut fake = Fake::new(3_000);
-    fake.endpoints = 2;
-    *fake.renew.lock().unwrap() = Box::new(|at| {
-        if at == 0 {
-            Reply::Failed
-        } else {
-            Reply::Ttl(3_000)
-        }
-    });
+    let (client, _) = renewals_fail_at_the_first_of_two(Reply::Failed).client();
+    let guard = client.acquire("n", lease(3_000)).await.unwrap();
+    tokio::time::sleep(ms(6_000)).await;
+    assert!(!guard.is_lost(), "{:?}", guard.loss());
+}
+
+/// An endpoint with no such route (a wrong URL) answers nothing about the
+/// lock: an acquire through it fails with `UnknownRoute` (not `NotHeld`),
+/// and a renewal through it goes on through another node, the lock kept.
+#[tokio::test(start_paused = true)]
+async fn an_unknown_route_is_neither_not_held_nor_a_refused_renewal() {
+    let fake = Fake::new(3_000);
+    *fake.acquire.lock().unwrap() = Box::new(|_| Reply::UnknownRoute);
     let (client, _) = fake.client();
+    let refused = client.acquire("n", lease(3_000)).await.err();
+    assert!(
+        matches!(refused, Some(Error::UnknownRoute(_))),
+        "{refused:?}"
+    );
+
+    let (client, _) = renewals_fail_at_the_first_of_two(Reply::UnknownRoute).client();
     let guard = client.acquire("n", lease(3_000)).await.unwrap();
     tokio::time::sleep(ms(6_000)).await;
     assert!(!guard.is_lost(), "{:?}", guard.loss());

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{
-    millis_floor, ErrorCode, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall, Granted,
-    PeerLock,
+    millis_floor, Body, ErrorCode, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
+    Granted, PeerLock,
 };
 use locktable::{LockId, LockInTransit};
 use tokio::sync::oneshot;
@@ -55,7 +55,7 @@ impl Node {
         let count = calls.len();
         let answered = self
             .forward::<_, ForwardAnswers>(
-                "/internal/forward/batch",
+                leasehold_api::routes::FORWARD_BATCH,
                 &ForwardBatch { calls },
                 Duration::ZERO,
             )
@@ -111,9 +111,7 @@ impl Node {
         received: Instant,
         may_wait: bool,
     ) -> Result<ForwardAnswer, ApiError> {
-        forwarded
-            .validate()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        forwarded.body.validate()?;
         let mut request = AcquireRequest::from(&forwarded.body);
         if !may_wait {
             request.wait = Duration::ZERO;
@@ -134,8 +132,7 @@ impl Node {
         let record = forwarded
             .record
             .map(LockInTransit::try_from)
-            .transpose()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?
+            .transpose()?
             .map(|l| l.arrive(now));
         let lease = forwarded.lease_ms.map(Duration::from_millis);
         let lock = self
@@ -151,6 +148,5 @@ impl Node {
 }
 
 fn parse_id(id: &str) -> Result<LockId, ApiError> {
-    id.parse()
-        .map_err(|e: locktable::BadLockId| ApiError::new(ErrorCode::BadRequest, e.to_string()))
+    Ok(id.parse()?)
 }

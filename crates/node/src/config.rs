@@ -223,6 +223,35 @@ impl NodeConfig {
     }
 }
 
+/// A configuration that passed [`NodeConfig::validate`]: [`crate::start`]
+/// runs one without checking it again.
+#[derive(Debug, Clone)]
+pub struct ValidConfig(NodeConfig);
+
+impl TryFrom<NodeConfig> for ValidConfig {
+    type Error = ConfigError;
+
+    fn try_from(config: NodeConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(ValidConfig(config))
+    }
+}
+
+impl ValidConfig {
+    /// The configuration.
+    pub fn into_inner(self) -> NodeConfig {
+        self.0
+    }
+}
+
+impl std::ops::Deref for ValidConfig {
+    type Target = NodeConfig;
+
+    fn deref(&self) -> &NodeConfig {
+        &self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use leasehold_api::{ErrorCode, PeerLock, MAX_BODY_BYTES};
+use leasehold_api::{PeerLock, MAX_BODY_BYTES};
 use leasehold_protocol::{CopyStep, Made, Refusal, COPY_TIMEOUT};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, NodeId};
@@ -144,7 +144,7 @@ impl Node {
             body.extend_from_slice(b"]}");
             let acked = self
                 .peers
-                .post_json(addr, "/internal/copies", body, COPY_TIMEOUT)
+                .post_json(addr, leasehold_api::routes::COPIES, body, COPY_TIMEOUT)
                 .await
                 .is_ok();
             for reply in replies {
@@ -160,8 +160,7 @@ impl Node {
         let locks = locks
             .into_iter()
             .map(|l| LockInTransit::try_from(l).map(|l| l.arrive(now)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+            .collect::<Result<Vec<_>, _>>()?;
         let seen = self.raft.metrics().borrow_watched().current_term;
         let taken = self.state().member.take_copies(term, locks, seen, now);
         taken.map_err(|r| self.refused(r))

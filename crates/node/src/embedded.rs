@@ -4,15 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::{
-    AcquireBody, Body, ClusterAnswer, ErrorCode, LockView, ReleaseBody, RenewBody,
-};
+use leasehold_api::{AcquireBody, ClusterAnswer, LockView, ReleaseBody, RenewBody, Watch};
 use leasehold_client::{BoxFuture, CallError, Client, Transport};
 use locktable::Lock;
 
 use crate::error::ApiError;
 use crate::node::Node;
-use crate::service::Watch;
 
 /// A [`Transport`] to a node running in this process.
 pub struct Embedded {
@@ -35,10 +32,6 @@ impl Node {
 
 fn refused(e: ApiError) -> CallError {
     CallError::Api(*e.body)
-}
-
-fn invalid(e: impl std::fmt::Display) -> CallError {
-    refused(ApiError::new(ErrorCode::BadRequest, e.to_string()))
 }
 
 async fn within<T>(
@@ -65,7 +58,6 @@ impl Transport for Embedded {
     ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
         Box::pin(async move {
             let started = std::time::Instant::now();
-            body.validate().map_err(invalid)?;
             let lock = within(timeout, self.node.acquire(body)).await?;
             Ok((self.view(&lock), started.elapsed()))
         })
@@ -77,7 +69,6 @@ impl Transport for Embedded {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<LockView, CallError>> {
         Box::pin(async move {
-            body.validate().map_err(invalid)?;
             let lock = within(timeout, self.node.release(body)).await?;
             Ok(self.view(&lock))
         })
@@ -89,7 +80,6 @@ impl Transport for Embedded {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<LockView, CallError>> {
         Box::pin(async move {
-            body.validate().map_err(invalid)?;
             let lock = within(timeout, self.node.renew(body)).await?;
             Ok(self.view(&lock))
         })
@@ -102,7 +92,6 @@ impl Transport for Embedded {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
         Box::pin(async move {
-            leasehold_api::validate_name(&name).map_err(invalid)?;
             let watch = watch.map(|(wait, after_fence)| Watch { wait, after_fence });
             let lock = within(timeout, self.node.get(&name, watch)).await?;
             Ok(lock.map(|l| self.view(&l)))

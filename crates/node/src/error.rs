@@ -3,7 +3,8 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use leasehold_api::{ErrorBody, ErrorCode, LockView, RETRY_AFTER_SECS};
+use leasehold_api::{BadRequest, ErrorBody, ErrorCode, LockView, RETRY_AFTER_SECS};
+use locktable::BadLockId;
 
 /// A failed request: a code from SPEC §2, a message, and for `held` the
 /// lock that holds the name.
@@ -23,6 +24,12 @@ impl ApiError {
                 lock: None,
             }),
         }
+    }
+
+    /// `400 bad_request`, for input that is not a [`BadRequest`] (a body
+    /// axum could not read, a peer's malformed JSON, a query or a path).
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadRequest, message)
     }
 
     /// `409 held`, with the lock holding the name.
@@ -45,6 +52,11 @@ impl ApiError {
         Self::new(ErrorCode::NotHeld, "the lock is not held under that id")
     }
 
+    /// `404 not_held` for a get of `name`, which no one holds.
+    pub fn free(name: &str) -> Self {
+        Self::new(ErrorCode::NotHeld, format!("{name} is not held"))
+    }
+
     /// `503 no_leader`.
     pub fn no_leader() -> Self {
         Self::new(ErrorCode::NoLeader, "no speaker is known; retry")
@@ -62,6 +74,20 @@ impl From<ErrorBody> for ApiError {
         ApiError {
             body: Box::new(body),
         }
+    }
+}
+
+/// `400 bad_request`, the message naming the field and the fault.
+impl From<BadRequest> for ApiError {
+    fn from(e: BadRequest) -> Self {
+        ApiError::from(ErrorBody::from(e))
+    }
+}
+
+/// `400 bad_request`: an id in a request (a peer's) that is not a lock id.
+impl From<BadLockId> for ApiError {
+    fn from(e: BadLockId) -> Self {
+        ApiError::bad_request(e.to_string())
     }
 }
 

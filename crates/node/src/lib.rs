@@ -32,11 +32,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use clock::Clock;
-pub use config::{ConfigError, NodeConfig, RebuildMode};
+pub use config::{ConfigError, NodeConfig, RebuildMode, ValidConfig};
 pub use embedded::Embedded;
 pub use error::ApiError;
+pub use leasehold_api::Watch;
 pub use node::Node;
-pub use service::{Watch, MAX_WATCH};
+pub use service::MAX_WATCH;
 
 /// Why a node did not start.
 #[derive(Debug, thiserror::Error)]
@@ -47,15 +48,19 @@ pub enum StartError {
     /// Raft could not start (data directory, config).
     #[error(transparent)]
     Raft(#[from] leasehold_raft::StartError),
-    /// The HTTP client could not be built.
-    #[error("http client: {0}")]
-    Http(#[from] reqwest::Error),
     /// The listener has no address.
     #[error("listener: {0}")]
     Listener(#[from] std::io::Error),
     /// The cluster does not know this data directory (see [`leasehold_raft::Identity`]).
     #[error("refused by the cluster: {0}")]
     Refused(String),
+}
+
+/// A [`ValidConfig`] given to [`start`] cannot fail its check.
+impl From<std::convert::Infallible> for StartError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
 }
 
 /// A node running in this process.
@@ -170,32 +175,34 @@ const HANDOVER_PATIENCE: Duration = Duration::from_secs(2);
 /// Starts a node serving on `listener`. The cluster forms from
 /// `config.peers` on first start (the lowest id initializes it); a restarted
 /// node keeps its identity and membership from its data directory.
-pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<RunningNode, StartError> {
-    config.validate()?;
+///
+/// `config` is a [`NodeConfig`], checked here before anything is opened,
+/// or a [`ValidConfig`], checked already.
+pub async fn start<C>(config: C, listener: TcpListener) -> Result<RunningNode, StartError>
+where
+    C: TryInto<ValidConfig>,
+    StartError: From<C::Error>,
+{
+    let config = config.try_into()?.into_inner();
     let addr = listener.local_addr()?;
     let first_start = matches!(
         leasehold_raft::LogStore::read_node_id(&config.data_dir),
         Ok(None)
     );
-    let faults = Faults::default();
     let leasehold_raft::Built {
         raft,
         closed: store_closed,
         identity,
+        http,
     } = leasehold_raft::build(
         config.id,
         &config.data_dir,
         &config.timings,
         &config.cluster_token,
-        faults.clone(),
+        Faults::default(),
     )
     .await?;
-    let peers = peers::Peers::new(
-        &config.cluster_token,
-        &config.peers,
-        faults,
-        identity.clone(),
-    )?;
+    let peers = peers::Peers::new(&config.peers, http);
     let node = Node::new(config, raft.clone(), peers, identity, first_start);
     let answered = match identity::check_at_start(&node).await {
         Ok(answered) => answered,

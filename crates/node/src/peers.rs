@@ -2,35 +2,58 @@
 //! forwarded requests, and releases and losses to pass on.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::{ErrorBody, Lost, PeerLock, ReportRequest};
+use leasehold_api::{routes, ErrorBody, Lost, PeerLock, ReportRequest};
 
 use crate::clock::Clock;
 use crate::report::{MemberReport, ReportReader};
 use leasehold_raft::identity::{ClusterId, RefusedAs, Stamp};
-use leasehold_raft::{Faults, Identity, TOKEN_HEADER};
+use leasehold_raft::peer_http::{PeerBody, SendError};
+use leasehold_raft::{Faults, PeerHttp};
 use locktable::NodeId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// A peer that did not give an answer (unreachable, timed out, or spoke
-/// nonsense): the outcome of a forwarded request is unknown.
+/// A peer that did not give the answer asked for: the outcome of a
+/// forwarded request is unknown.
 #[derive(Debug, thiserror::Error)]
 #[error("peer {addr}: {reason}")]
 pub struct PeerError {
     addr: String,
+    kind: PeerErrorKind,
     reason: String,
-    /// Set when the peer refused this node's identity.
-    refused: Option<RefusedAs>,
 }
 
-fn peer_error(addr: &str, reason: impl std::fmt::Display) -> PeerError {
-    PeerError {
-        addr: addr.to_string(),
-        reason: reason.to_string(),
-        refused: None,
+/// What went wrong with a peer request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerErrorKind {
+    /// No answer came: the fault plan dropped the request, no connection
+    /// was made, or it timed out or was cut off.
+    NoAnswer,
+    /// The member refused this node's data directory or cluster.
+    Refused(RefusedAs),
+    /// The answer came from another member than the one asked, or from
+    /// one this node does not admit.
+    Stranger,
+    /// The member answered with an error.
+    Answered,
+    /// A body could not be written, or the answer could not be read.
+    Malformed,
+}
+
+impl PeerError {
+    fn new(addr: &str, kind: PeerErrorKind, reason: impl std::fmt::Display) -> Self {
+        PeerError {
+            addr: addr.to_string(),
+            kind,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> PeerErrorKind {
+        self.kind
     }
 }
 
@@ -48,48 +71,30 @@ pub(crate) enum Probe {
     Silent,
 }
 
-/// The HTTP client for peer traffic.
+/// The node's peer requests, sent through the node's one [`PeerHttp`].
 #[derive(Clone)]
 pub struct Peers {
-    http: reqwest::Client,
-    token: String,
+    http: PeerHttp,
     /// Each member's id by address, to apply the fault plan and check answers.
     ids: BTreeMap<String, NodeId>,
-    faults: Faults,
-    identity: Arc<Identity>,
 }
 
 impl Peers {
-    /// A client carrying `token` and this node's stamp (from `identity`) to
-    /// the members `peers` (id to address), sending through the fault plan
-    /// `faults`, and checking each answer's stamp.
-    pub fn new(
-        token: &str,
-        peers: &BTreeMap<NodeId, String>,
-        faults: Faults,
-        identity: Arc<Identity>,
-    ) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()?;
-        Ok(Peers {
+    /// Requests to the members `peers` (id to address), sent through `http`.
+    pub fn new(peers: &BTreeMap<NodeId, String>, http: PeerHttp) -> Self {
+        Peers {
             http,
-            token: token.to_string(),
             ids: peers.iter().map(|(id, addr)| (addr.clone(), *id)).collect(),
-            faults,
-            identity,
-        })
+        }
     }
 
     /// The fault plan this node's peer traffic goes through.
     pub fn faults(&self) -> &Faults {
-        &self.faults
+        self.http.faults()
     }
 
-    /// Sends a POST to `path` on `addr` through the fault plan, with the
-    /// cluster token; answers with the response, its body still to come.
+    /// Sends a POST to `path` on `addr` through [`PeerHttp`]; answers with
+    /// the response, its body still to come.
     async fn send(
         &self,
         addr: &str,
@@ -97,58 +102,34 @@ impl Peers {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<reqwest::Response, PeerError> {
-        if let Some(id) = self.ids.get(addr) {
-            self.faults
-                .before_send(*id)
-                .await
-                .map_err(|e| peer_error(addr, e))?;
-        }
-        let mut stamp = reqwest::header::HeaderMap::new();
-        self.identity.stamp().write(&mut stamp);
-        let mut request = self
-            .http
-            .post(format!("http://{addr}{path}"))
-            .header(TOKEN_HEADER, &self.token)
-            .headers(stamp)
-            .timeout(timeout);
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body);
-        }
-        let response = request.send().await.map_err(|e| peer_error(addr, e))?;
-        // A member at an address the configuration does not name (one the
-        // membership gave) is known by the id its answer names.
-        let id = match self.ids.get(addr) {
-            Some(&id) => id,
-            None => Stamp::read(response.headers()).map_or(NodeId::MAX, |s| s.from),
-        };
-        if let Err(reason) = self
-            .identity
-            .check_answer(id, response.status(), response.headers())
+        let body = body.map_or(PeerBody::Empty, PeerBody::Json);
+        let target = self.ids.get(addr).copied();
+        self.http
+            .post(target, addr, path, body, timeout)
             .await
-        {
-            return Err(PeerError {
-                addr: addr.to_string(),
-                reason,
-                refused: RefusedAs::read(response.headers()),
-            });
-        }
-        Ok(response)
+            .map_err(|e| {
+                let kind = match &e {
+                    SendError::Dropped(_) | SendError::Http(_) => PeerErrorKind::NoAnswer,
+                    SendError::Stamp {
+                        refused: Some(how), ..
+                    } => PeerErrorKind::Refused(*how),
+                    SendError::Stamp { refused: None, .. } => PeerErrorKind::Stranger,
+                };
+                PeerError::new(addr, kind, e)
+            })
     }
 
     /// Asks the member at `addr` whether it admits this node, within `timeout`.
     pub(crate) async fn probe(&self, addr: &str, timeout: Duration) -> Probe {
-        match self.send(addr, "/internal/identity", None, timeout).await {
+        match self.send(addr, routes::IDENTITY, None, timeout).await {
             Ok(response) if response.status().is_success() => Probe::Admitted {
                 cluster: Stamp::read(response.headers()).ok().and_then(|s| s.cluster),
             },
             Ok(_) => Probe::Silent,
-            Err(PeerError {
-                refused: Some(kind),
-                ..
-            }) => Probe::Refused(kind),
-            Err(_) => Probe::Silent,
+            Err(e) => match e.kind() {
+                PeerErrorKind::Refused(how) => Probe::Refused(how),
+                _ => Probe::Silent,
+            },
         }
     }
 
@@ -163,7 +144,10 @@ impl Peers {
     ) -> Result<(bool, axum::body::Bytes), PeerError> {
         let response = self.send(addr, path, body, timeout).await?;
         let ok = response.status().is_success();
-        let bytes = response.bytes().await.map_err(|e| peer_error(addr, e))?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| PeerError::new(addr, PeerErrorKind::NoAnswer, e))?;
         Ok((ok, bytes))
     }
 
@@ -176,17 +160,13 @@ impl Peers {
         body: &B,
         timeout: Duration,
     ) -> Result<Result<R, ErrorBody>, PeerError> {
-        let fail = |reason: String| peer_error(addr, reason);
-        let json = serde_json::to_vec(body).map_err(|e| fail(e.to_string()))?;
+        let fail = |e: serde_json::Error| PeerError::new(addr, PeerErrorKind::Malformed, e);
+        let json = serde_json::to_vec(body).map_err(fail)?;
         let (ok, bytes) = self.post(addr, path, Some(json), timeout).await?;
         if ok {
-            serde_json::from_slice(&bytes)
-                .map(Ok)
-                .map_err(|e| fail(e.to_string()))
+            serde_json::from_slice(&bytes).map(Ok).map_err(fail)
         } else {
-            serde_json::from_slice(&bytes)
-                .map(Err)
-                .map_err(|e| fail(e.to_string()))
+            serde_json::from_slice(&bytes).map(Err).map_err(fail)
         }
     }
 
@@ -201,28 +181,40 @@ impl Peers {
         frame_limit: usize,
         clock: Clock,
     ) -> Result<MemberReport, PeerError> {
+        use PeerErrorKind::{Answered, Malformed, NoAnswer};
         let read = async {
-            let body =
-                serde_json::to_vec(&ReportRequest { term }).map_err(|e| peer_error(addr, e))?;
-            let mut response = self
-                .send(addr, "/internal/held", Some(body), timeout)
-                .await?;
+            let body = serde_json::to_vec(&ReportRequest { term })
+                .map_err(|e| PeerError::new(addr, Malformed, e))?;
+            let mut response = self.send(addr, routes::HELD, Some(body), timeout).await?;
             if !response.status().is_success() {
-                return Err(peer_error(addr, "the member refused to report"));
+                return Err(PeerError::new(
+                    addr,
+                    Answered,
+                    "the member refused to report",
+                ));
             }
             let mut reader = ReportReader::new(frame_limit, || clock.now());
-            while let Some(piece) = response.chunk().await.map_err(|e| peer_error(addr, e))? {
-                reader.push(&piece).map_err(|e| peer_error(addr, e))?;
+            while let Some(piece) = response
+                .chunk()
+                .await
+                .map_err(|e| PeerError::new(addr, NoAnswer, e))?
+            {
+                reader
+                    .push(&piece)
+                    .map_err(|e| PeerError::new(addr, Malformed, e))?;
             }
-            reader.finish().map_err(|e| peer_error(addr, e))
+            reader
+                .finish()
+                .map_err(|e| PeerError::new(addr, Malformed, e))
         };
-        tokio::time::timeout(timeout, read)
-            .await
-            .map_err(|_| peer_error(addr, format!("no whole report within {timeout:?}")))?
+        tokio::time::timeout(timeout, read).await.map_err(|_| {
+            let reason = format!("no whole report within {timeout:?}");
+            PeerError::new(addr, NoAnswer, reason)
+        })?
     }
 
     /// Posts a JSON `body` to `path` on `addr`: `Ok` once the member
-    /// answered with success.
+    /// answered with success; an error answer is an error.
     pub(crate) async fn post_json(
         &self,
         addr: &str,
@@ -234,38 +226,30 @@ impl Peers {
         if ok {
             return Ok(());
         }
-        let reason = serde_json::from_slice::<ErrorBody>(&answer)
-            .map_or_else(|_| "the member refused".to_string(), |e| e.message);
-        Err(peer_error(addr, reason))
+        let reason = serde_json::from_slice::<ErrorBody>(&answer).map_or_else(
+            |_| format!("the member refused {path}"),
+            |e| format!("the member refused {path}: {}", e.message),
+        );
+        Err(PeerError::new(addr, PeerErrorKind::Answered, reason))
     }
 
     /// Tells the member at `addr` of releases: `body` is a
     /// [`leasehold_api::Forgets`] in JSON. `Ok` once the member says it
-    /// took them; an error answer is an error.
+    /// took them.
     pub(crate) async fn forget(
         &self,
         addr: &str,
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<(), PeerError> {
-        let (ok, answer) = self
-            .post(addr, "/internal/forget", Some(body), timeout)
-            .await?;
-        if ok {
-            return Ok(());
-        }
-        let reason = serde_json::from_slice::<ErrorBody>(&answer).map_or_else(
-            |_| "the member refused the releases".to_string(),
-            |e| format!("the member refused the releases: {}", e.message),
-        );
-        Err(peer_error(addr, reason))
+        self.post_json(addr, routes::FORGET, body, timeout).await
     }
 
     /// Tells a member its clients lost these locks.
     pub async fn lost(&self, addr: &str, locks: Vec<PeerLock>) {
         let body = Lost { locks };
         if let Err(e) = self
-            .call::<_, serde_json::Value>(addr, "/internal/lost", &body, Duration::from_secs(2))
+            .call::<_, serde_json::Value>(addr, routes::LOST, &body, Duration::from_secs(2))
             .await
         {
             tracing::debug!(%e, "could not report lost locks");

@@ -1,19 +1,20 @@
 //! What a client can ask of any node: served here when this node speaks,
 //! forwarded to the speaker otherwise. The HTTP API and an embedded client
-//! both call these.
+//! both call these, and the values of a request are checked here, once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardCall,
-    ForwardRelease, ForwardRenew, Granted, Member, PeerLock, ReleaseBody, RenewBody,
+    routes, AcquireBody, Body, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer,
+    ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, Member, PeerLock,
+    ReleaseBody, RenewBody, Watch,
 };
 use leasehold_protocol::{Forwarded, Refusal};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockId, LockInTransit};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::ApiError;
 use crate::node::Node;
@@ -21,24 +22,6 @@ use crate::speak::AcquireRequest;
 
 /// The longest a watching get waits for a change.
 pub const MAX_WATCH: Duration = Duration::from_secs(60);
-
-/// A get that waits for the lock to change: it answers once the lock's
-/// fence differs from `after_fence` (no lock counts as fence 0), or when
-/// `wait` runs out, with the lock as it then is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Watch {
-    /// How long to wait for a change.
-    pub wait: Duration,
-    /// The fence the caller last saw.
-    pub after_fence: u64,
-}
-
-/// A forwarded get: the name, and the watch if any.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ForwardGet {
-    pub(crate) name: String,
-    pub(crate) watch: Option<Watch>,
-}
 
 fn unanswered(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(
@@ -102,6 +85,7 @@ impl Node {
     /// plus the time the speaker says it held the request (a wait): the
     /// speaker received it no earlier than it was sent.
     pub async fn acquire(self: &Arc<Self>, body: AcquireBody) -> Result<Lock, ApiError> {
+        body.validate()?;
         let request = AcquireRequest::from(&body);
         if self.is_leader() {
             return self.speak_acquire(request, self.id()).await;
@@ -117,7 +101,7 @@ impl Node {
                 other => return Err(unexpected(other)),
             }
         } else {
-            self.forward("/internal/forward/acquire", &forwarded, request.wait)
+            self.forward(routes::FORWARD_ACQUIRE, &forwarded, request.wait)
                 .await?
         };
         let served = Duration::from_millis(granted.served_ms);
@@ -131,9 +115,8 @@ impl Node {
 
     /// Releases a lock by name and id.
     pub async fn release(self: &Arc<Self>, body: ReleaseBody) -> Result<Lock, ApiError> {
-        let id: LockId = body
-            .lock_id()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        body.validate()?;
+        let id: LockId = body.lock_id()?;
         if self.is_leader() {
             return self.speak_release(&body.name, id);
         }
@@ -151,9 +134,8 @@ impl Node {
 
     /// Renews a lock by name and id; this node keeps its record from now on.
     pub async fn renew(self: &Arc<Self>, body: RenewBody) -> Result<Lock, ApiError> {
-        let id: LockId = body
-            .lock_id()
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))?;
+        body.validate()?;
+        let id: LockId = body.lock_id()?;
         let record = self.held_record(id);
         if self.is_leader() {
             return self
@@ -196,6 +178,7 @@ impl Node {
         name: &str,
         watch: Option<Watch>,
     ) -> Result<Option<Lock>, ApiError> {
+        leasehold_api::validate_name(name)?;
         if self.is_leader() {
             return self.speak_watch(name, watch).await;
         }
@@ -205,9 +188,7 @@ impl Node {
             watch,
         };
         let wait = watch.map(|w| w.wait).unwrap_or_default();
-        let found: Option<PeerLock> = self
-            .forward("/internal/forward/get", &forwarded, wait)
-            .await?;
+        let found: Option<PeerLock> = self.forward(routes::FORWARD_GET, &forwarded, wait).await?;
         found
             .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
             .transpose()
@@ -247,8 +228,11 @@ impl Node {
         let sent = self.clock.now();
         let found: Vec<PeerLock> = self
             .forward(
-                "/internal/forward/list",
-                &(prefix.to_string(), limit),
+                routes::FORWARD_LIST,
+                &ForwardList {
+                    prefix: prefix.to_string(),
+                    limit,
+                },
                 Duration::ZERO,
             )
             .await?;

@@ -8,14 +8,16 @@
 //! - [`LogStore`]: the durable vote and log (redb), which also pins a data
 //!   directory to one node id.
 //! - [`StateMachine`]: in memory; last applied id and membership only.
-//! - [`NetworkFactory`] / [`raft_router`]: the HTTP peer network, both sides.
+//! - [`NetworkFactory`] / [`raft_router`]: the HTTP peer network, both sides;
+//!   [`PeerHttp`]: the one peer HTTP client, which the node's own peer
+//!   requests share.
 //! - [`RaftTimings`] / [`raft_config`]: the openraft config leasehold runs with.
 //! - [`leader_state`]: this node's leadership and lease, for the speaker's guard.
 //!
 //! # Running a node
 //!
 //! ```text
-//! let Built { raft, closed, identity } = leasehold_raft::build(id, &data_dir, &RaftTimings::default(), &token, Faults::default()).await?;
+//! let Built { raft, closed, identity, http } = leasehold_raft::build(id, &data_dir, &RaftTimings::default(), &token, Faults::default()).await?;
 //! // Serve the peer routes (wrap /internal/ with the token check, then the identity guard) ...
 //! let app = axum::Router::new()
 //!     .merge(leasehold_raft::raft_router(raft.clone()))
@@ -35,6 +37,7 @@ pub mod identity;
 pub mod lease;
 pub mod log_store;
 pub mod network;
+pub mod peer_http;
 pub mod routes;
 pub mod server;
 pub mod state_machine;
@@ -54,7 +57,8 @@ pub use log_store::LogStore;
 pub use log_store::StoreClosed;
 pub use log_store::StoreError;
 pub use network::NetworkFactory;
-pub use network::NetworkInitError;
+pub use peer_http::NetworkInitError;
+pub use peer_http::PeerHttp;
 pub use server::raft_router;
 pub use state_machine::StateMachine;
 pub use types::*;
@@ -85,6 +89,9 @@ pub struct Built {
     pub closed: StoreClosed,
     /// The data directory's identity, for the peer server's [`identity::guard`].
     pub identity: std::sync::Arc<Identity>,
+    /// The peer HTTP client the Raft network sends through, for the node's
+    /// own peer requests.
+    pub http: PeerHttp,
 }
 
 /// Builds (but does not start) node `node_id` with its store in `data_dir`.
@@ -109,11 +116,13 @@ pub async fn build(
         })??;
     let closed = store.closed();
     let identity = std::sync::Arc::new(store.identity());
-    let network = NetworkFactory::new(identity.clone(), cluster_token, faults)?;
+    let http = PeerHttp::new(identity.clone(), cluster_token, faults)?;
+    let network = NetworkFactory::new(http.clone());
     let raft = Raft::build(node_id, config, network, store, StateMachine::new()).await?;
     Ok(Built {
         raft,
         closed,
         identity,
+        http,
     })
 }

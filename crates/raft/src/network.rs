@@ -1,6 +1,6 @@
 //! The HTTP client side of the Raft network.
 //!
-//! One pooled `reqwest::Client` is shared by every peer connection. Each
+//! Every peer connection sends through the node's one [`PeerHttp`]. Each
 //! RPC is a `POST` of a [`codec`]-encoded body to a route in
 //! [`crate::routes`], with the cluster token header; the peer answers the
 //! whole openraft `Result` encoded the same way, so openraft errors (such as
@@ -13,7 +13,6 @@
 //! reported as `Unreachable`.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::NetworkError;
@@ -23,8 +22,6 @@ use openraft::error::StreamingError;
 use openraft::error::Timeout;
 use openraft::error::Unreachable;
 
-use crate::faults::Faults;
-use crate::identity::Identity;
 use openraft::network::RPCOption;
 use openraft::raft::AppendEntriesRequest;
 use openraft::raft::AppendEntriesResponse;
@@ -37,12 +34,11 @@ use openraft::OptionalSend;
 use openraft::RPCTypes;
 use openraft::RaftNetworkFactory;
 use openraft::RaftNetworkV2;
-use reqwest::header::HeaderValue;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::auth::TOKEN_HEADER;
 use crate::codec;
+use crate::peer_http::{PeerBody, PeerHttp, SendError};
 use crate::routes;
 use crate::types::errors::Fatal;
 use crate::types::errors::RaftError;
@@ -52,48 +48,16 @@ use crate::types::Snapshot;
 use crate::types::TypeConfig;
 use crate::types::Vote;
 
-/// Why the network could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum NetworkInitError {
-    /// The cluster token cannot be sent as an HTTP header value.
-    #[error("cluster token is not a valid HTTP header value")]
-    BadToken,
-    /// The HTTP client could not be built.
-    #[error("http client: {0}")]
-    Client(#[from] reqwest::Error),
-}
-
 /// Creates peer connections; give one to `Raft::new` / `Raft::build`.
 #[derive(Debug, Clone)]
 pub struct NetworkFactory {
-    client: reqwest::Client,
-    token: HeaderValue,
-    identity: Arc<Identity>,
-    faults: Faults,
+    http: PeerHttp,
 }
 
 impl NetworkFactory {
-    /// A factory for the node `identity` names, sending `cluster_token` and
-    /// its stamp with every request and checking every answer's stamp.
-    pub fn new(
-        identity: Arc<Identity>,
-        cluster_token: &str,
-        faults: Faults,
-    ) -> Result<Self, NetworkInitError> {
-        let mut token =
-            HeaderValue::from_str(cluster_token).map_err(|_| NetworkInitError::BadToken)?;
-        token.set_sensitive(true);
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()?;
-        Ok(Self {
-            client,
-            token,
-            identity,
-            faults,
-        })
+    /// A factory whose connections send through `http`.
+    pub fn new(http: PeerHttp) -> Self {
+        Self { http }
     }
 }
 
@@ -102,12 +66,9 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
         PeerClient {
-            client: self.client.clone(),
-            token: self.token.clone(),
-            base_url: format!("http://{}", node.addr),
-            identity: Arc::clone(&self.identity),
+            http: self.http.clone(),
+            addr: node.addr.clone(),
             target,
-            faults: self.faults.clone(),
         }
     }
 }
@@ -115,12 +76,9 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 /// A connection to one peer (cheap: the HTTP client is shared and pooled).
 #[derive(Debug, Clone)]
 pub struct PeerClient {
-    client: reqwest::Client,
-    token: HeaderValue,
-    base_url: String,
-    identity: Arc<Identity>,
+    http: PeerHttp,
+    addr: String,
     target: NodeId,
-    faults: Faults,
 }
 
 impl PeerClient {
@@ -136,19 +94,14 @@ impl PeerClient {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned,
     {
-        self.faults
-            .before_send(self.target)
-            .await
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
         let body = codec::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let url = format!("{}{}", self.base_url, path);
         let classify = |e: reqwest::Error| -> RPCError<TypeConfig> {
             if e.is_connect() {
                 RPCError::Unreachable(Unreachable::new(&e))
             } else if e.is_timeout() {
                 RPCError::Timeout(Timeout {
                     action,
-                    id: self.identity.node(),
+                    id: self.http.identity().node(),
                     target: self.target,
                     timeout,
                 })
@@ -156,28 +109,23 @@ impl PeerClient {
                 RPCError::Network(NetworkError::new(&e))
             }
         };
-        let mut headers = reqwest::header::HeaderMap::new();
-        self.identity.stamp().write(&mut headers);
         let resp = self
-            .client
-            .post(url)
-            .timeout(timeout)
-            .header(TOKEN_HEADER, self.token.clone())
-            .headers(headers)
-            .header(reqwest::header::CONTENT_TYPE, routes::CONTENT_TYPE)
-            .body(body)
-            .send()
+            .http
+            .post(
+                Some(self.target),
+                &self.addr,
+                path,
+                PeerBody::Codec(body),
+                timeout,
+            )
             .await
-            .map_err(classify)?;
-        // An answer from a member on another data directory than the one
-        // this node knew (a wiped one forgot its votes) is not counted.
-        if let Err(why) = self
-            .identity
-            .check_answer(self.target, resp.status(), resp.headers())
-            .await
-        {
-            return Err(RPCError::Unreachable(Unreachable::from_string(why)));
-        }
+            .map_err(|e| match e {
+                SendError::Dropped(dropped) => RPCError::Unreachable(Unreachable::new(&dropped)),
+                SendError::Http(e) => classify(e),
+                SendError::Stamp { reason, .. } => {
+                    RPCError::Unreachable(Unreachable::from_string(reason))
+                }
+            })?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(classify)?;
         if !status.is_success() {

@@ -1,87 +1,69 @@
-//! The HTTP API of SPEC §2 and the peer routes under `/internal/`.
+//! The peer routes under `/internal/` ([`leasehold_api::routes`], and
+//! Raft's), behind the cluster token and the identity guard.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use axum::{Json, Router};
 use leasehold_api::{
-    millis_floor, parse_body, AcquireBody, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer,
-    ForwardAnswers, ForwardBatch, ForwardCall, Granted, ListQuery, LockAnswer, LocksAnswer,
-    PeerLock, ReleaseBody, RenewBody, MAX_BODY_BYTES,
+    routes, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
+    ForwardGet, ForwardList, Granted, PeerLock,
 };
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
-use locktable::{Lock, LockId};
+use locktable::LockId;
 
+use super::{raw, wrong_method, Shared};
 use crate::error::ApiError;
 use crate::node::Node;
-use crate::service::{ForwardGet, Watch};
 
-type Shared = Arc<Node>;
-
-/// How much of a body is read before answering: bodies over
-/// `MAX_BODY_BYTES` but under this are read whole and answered `413` as
-/// JSON on a connection that stays usable; a client still sending a larger
-/// body when the answer goes may see the connection close instead.
-const READ_LIMIT_BYTES: usize = 4 << 20;
-
-/// The node's router: the public API, and the peer routes behind the
-/// cluster token.
-pub fn router(node: Shared) -> Router {
-    let internal = Router::new()
-        .route("/internal/held", post(internal_held))
+/// The peer routes, each behind the cluster token; all but the
+/// operator's also behind the identity guard.
+pub(super) fn router(node: Shared) -> Router {
+    let members = Router::new()
+        .route(routes::HELD, post(internal_held))
         .route(
-            "/internal/forward/acquire",
+            routes::FORWARD_ACQUIRE,
             post(forward_acquire).layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&node),
                 delay_answer,
             )),
         )
         .route(
-            "/internal/forward/batch",
+            routes::FORWARD_BATCH,
             post(forward_batch).layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&node),
                 delay_answer,
             )),
         )
-        .route("/internal/forward/get", post(forward_get))
-        .route("/internal/forward/list", post(forward_list))
-        .route("/internal/forget", post(internal_forget))
-        .route("/internal/lost", post(internal_lost))
-        .route("/internal/copies", post(internal_copies))
-        .route("/internal/identity", post(internal_identity))
+        .route(routes::FORWARD_GET, post(forward_get))
+        .route(routes::FORWARD_LIST, post(forward_list))
+        .route(routes::FORGET, post(internal_forget))
+        .route(routes::LOST, post(internal_lost))
+        .route(routes::COPIES, post(internal_copies))
+        .route(routes::IDENTITY, post(internal_identity))
         .with_state(Arc::clone(&node))
         .merge(raft_router(node.raft.clone()))
+        .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&node.identity),
             leasehold_raft::identity::guard,
-        ))
-        // An operator's (or a test's) route, not a member's: no identity.
-        .route(
-            "/internal/chaos",
-            post(internal_chaos).with_state(Arc::clone(&node)),
-        )
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&node),
-            guard_internal,
         ));
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/v1/locks/acquire", post(acquire))
-        .route("/v1/locks/release", post(release))
-        .route("/v1/locks/renew", post(renew))
-        .route("/v1/locks", get(list))
-        .route("/v1/locks/{name}", get(get_lock))
-        .route("/v1/cluster", get(cluster))
-        .fallback(no_such_route)
-        .with_state(node)
-        .merge(internal)
-        .layer(axum::extract::DefaultBodyLimit::max(READ_LIMIT_BYTES))
+    // An operator's (or a test's) route, not a member's: no identity.
+    let operator = Router::new()
+        .route(routes::CHAOS, post(internal_chaos))
+        .method_not_allowed_fallback(wrong_method)
+        .with_state(Arc::clone(&node));
+    // The answers to a wrong method are set before the guards wrap the
+    // routes, so that the guards come first.
+    members
+        .merge(operator)
+        .layer(axum::middleware::from_fn_with_state(node, guard_internal))
 }
 
 /// Every request under `/internal/`, whatever its path or method, needs the
@@ -97,7 +79,7 @@ async fn guard_internal(State(node): State<Shared>, request: Request, next: Next
 
 /// `401` for a request without the cluster token (the caller has checked
 /// that the request is for the peer routes).
-fn refuse_without_token(node: &Node, request: &Request) -> Option<ApiError> {
+pub(super) fn refuse_without_token(node: &Node, request: &Request) -> Option<ApiError> {
     let given = request
         .headers()
         .get(TOKEN_HEADER)
@@ -124,142 +106,12 @@ async fn delay_answer(State(node): State<Shared>, request: Request, next: Next) 
     response
 }
 
-/// No route matched: `404`, or `401` under `/internal` without the token
-/// (so the peer routes' names do not show).
-async fn no_such_route(State(node): State<Shared>, request: Request) -> ApiError {
-    if request.uri().path().starts_with("/internal") {
-        if let Some(refused) = refuse_without_token(&node, &request) {
-            return refused;
-        }
-    }
-    ApiError::new(ErrorCode::NotHeld, "no such route")
-}
-
-/// The body's bytes, or a JSON error: `413 too_large` past
-/// `MAX_BODY_BYTES`, `400` when it could not be read.
-fn raw(bytes: &Result<Bytes, BytesRejection>) -> Result<&Bytes, ApiError> {
-    match bytes {
-        Ok(bytes) if bytes.len() <= MAX_BODY_BYTES => Ok(bytes),
-        Ok(_) => Err(too_large()),
-        Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => Err(too_large()),
-        Err(e) => Err(ApiError::new(ErrorCode::BadRequest, e.body_text())),
-    }
-}
-
-fn too_large() -> ApiError {
-    ApiError::new(
-        ErrorCode::TooLarge,
-        format!("the body is larger than {MAX_BODY_BYTES} bytes"),
-    )
-}
-
-fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    parse_body(raw(bytes)?).map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
-}
-
 /// A peer's body: peers are trusted to send well-formed JSON.
 fn peer_body<T: serde::de::DeserializeOwned>(
     bytes: &Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
-    serde_json::from_slice(raw(bytes)?)
-        .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
+    serde_json::from_slice(raw(bytes)?).map_err(|e| ApiError::bad_request(e.to_string()))
 }
-
-fn bad(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(ErrorCode::BadRequest, e.to_string())
-}
-
-fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
-    Json(LockAnswer {
-        lock: node.view(lock),
-        served_ms: 0,
-    })
-}
-
-async fn acquire(
-    State(node): State<Shared>,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let received = Instant::now();
-    let request: AcquireBody = body(&bytes)?;
-    let lock = node.acquire(request).await?;
-    Ok(Json(LockAnswer {
-        lock: node.view(&lock),
-        served_ms: millis_floor(received.elapsed()),
-    }))
-}
-
-async fn release(
-    State(node): State<Shared>,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let request: ReleaseBody = body(&bytes)?;
-    let lock = node.release(request).await?;
-    Ok(answer(&node, &lock))
-}
-
-async fn renew(
-    State(node): State<Shared>,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let request: RenewBody = body(&bytes)?;
-    let lock = node.renew(request).await?;
-    Ok(answer(&node, &lock))
-}
-
-/// `?wait_ms=&after_fence=`: wait for the lock to change (long poll).
-fn watch_query(raw: Option<&str>) -> Result<Option<Watch>, ApiError> {
-    let mut wait = None;
-    let mut after_fence = 0;
-    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let number = |field: &str| {
-            value.parse::<u64>().map_err(|_| {
-                bad(format!(
-                    "`{field}` must be a non-negative integer that fits in 64 bits"
-                ))
-            })
-        };
-        match key {
-            "wait_ms" => wait = Some(Duration::from_millis(number("wait_ms")?)),
-            "after_fence" => after_fence = number("after_fence")?,
-            _ => {}
-        }
-    }
-    Ok(wait.map(|wait| Watch { wait, after_fence }))
-}
-
-async fn get_lock(
-    State(node): State<Shared>,
-    name: Result<Path<String>, PathRejection>,
-    RawQuery(raw): RawQuery,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let Path(name) = name.map_err(|e| bad(format!("the name in the path: {}", e.body_text())))?;
-    leasehold_api::validate_name(&name).map_err(bad)?;
-    let watch = watch_query(raw.as_deref())?;
-    let lock = node.get(&name, watch).await?;
-    lock.map(|l| answer(&node, &l))
-        .ok_or_else(ApiError::not_held)
-}
-
-async fn list(
-    State(node): State<Shared>,
-    RawQuery(raw): RawQuery,
-) -> Result<Json<LocksAnswer>, ApiError> {
-    let query = ListQuery::parse(raw.as_deref()).map_err(bad)?;
-    query.validate().map_err(bad)?;
-    let locks = node.list(query.prefix(), query.limit()).await?;
-    Ok(Json(LocksAnswer {
-        locks: locks.iter().map(|l| node.view(l)).collect(),
-    }))
-}
-
-async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
-    Json(node.cluster())
-}
-
-// ---- peer routes ----
-
 /// This node's report to a rebuilding speaker, in bincode frames of at
 /// most `--report-frame-bytes` (see `report`): each frame is sent, and
 /// freed, on its own. The read carries the reader's term: a node still
@@ -332,9 +184,9 @@ async fn forward_list(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Vec<PeerLock>>, ApiError> {
-    let (prefix, limit): (String, usize) = peer_body(&bytes)?;
+    let list: ForwardList = peer_body(&bytes)?;
     let now = node.clock.now();
-    let locks = node.speak_list(&prefix, limit)?;
+    let locks = node.speak_list(&list.prefix, list.limit)?;
     Ok(Json(
         locks
             .iter()
@@ -359,7 +211,7 @@ async fn internal_forget(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let batch: leasehold_api::Forgets = peer_body(&bytes)?;
     for forget in batch.forgets {
-        let id: LockId = forget.id.parse().map_err(bad)?;
+        let id: LockId = forget.id.parse()?;
         // Counted from now, after the sender's send: no record of the
         // lease outlives it. An older sender says nothing: the longest.
         let left = forget
@@ -379,26 +231,25 @@ async fn internal_lost(
         .locks
         .iter()
         .map(|l| l.id.parse::<LockId>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(bad)?;
+        .collect::<Result<Vec<_>, _>>()?;
     node.lost(ids);
     Ok(Json(serde_json::json!({})))
 }
 
-/// Sets this node's fault plan; only a node started with `--chaos` accepts.
 /// A member asking whether this node admits it: the identity guard has
 /// answered by the time this runs.
 async fn internal_identity() -> Json<serde_json::Value> {
     Json(serde_json::json!({}))
 }
 
+/// Sets this node's fault plan; only a node started with `--chaos` accepts.
 async fn internal_chaos(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     if !node.config.chaos {
         return Err(ApiError::new(
-            ErrorCode::NotHeld,
+            ErrorCode::Disabled,
             "fault injection is off (start the node with --chaos)",
         ));
     }

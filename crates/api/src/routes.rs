@@ -1,0 +1,32 @@
+//! The node's peer routes under `/internal/` (Raft's are in
+//! `leasehold_raft::routes`): each path, with the body it takes and the
+//! answer it gives. All `POST`, bodies in JSON unless said otherwise; a
+//! refusal is an [`ErrorBody`](crate::ErrorBody).
+
+/// Every peer route starts with this: the cluster token guards all of it.
+pub const PREFIX: &str = "/internal";
+
+/// [`ReportRequest`](crate::ReportRequest) → the member's `Held` and
+/// `Granted`, a stream of length-prefixed bincode frames.
+pub const HELD: &str = "/internal/held";
+/// [`ForwardAcquire`](crate::ForwardAcquire) → [`Granted`](crate::Granted):
+/// an acquire that may wait.
+pub const FORWARD_ACQUIRE: &str = "/internal/forward/acquire";
+/// [`ForwardBatch`](crate::ForwardBatch) →
+/// [`ForwardAnswers`](crate::ForwardAnswers): calls answered at once.
+pub const FORWARD_BATCH: &str = "/internal/forward/batch";
+/// [`ForwardGet`](crate::ForwardGet) → `Option<`[`PeerLock`](crate::PeerLock)`>`.
+pub const FORWARD_GET: &str = "/internal/forward/get";
+/// [`ForwardList`](crate::ForwardList) → `Vec<`[`PeerLock`](crate::PeerLock)`>`.
+pub const FORWARD_LIST: &str = "/internal/forward/list";
+/// [`Forgets`](crate::Forgets) → `{}`.
+pub const FORGET: &str = "/internal/forget";
+/// [`Lost`](crate::Lost) → `{}`.
+pub const LOST: &str = "/internal/lost";
+/// [`Copies`](crate::Copies) → `{}`.
+pub const COPIES: &str = "/internal/copies";
+/// No body → `{}`: whether the member admits the sender's identity.
+pub const IDENTITY: &str = "/internal/identity";
+/// `leasehold_raft::FaultPlan` → `{}`: an operator's route (token only, no
+/// identity), served by a node started with `--chaos`.
+pub const CHAOS: &str = "/internal/chaos";

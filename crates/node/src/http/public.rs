@@ -1,0 +1,123 @@
+//! The public HTTP API of SPEC §2 (docs/api.md): what clients call.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, RawQuery, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use leasehold_api::{
+    millis_floor, read_body, AcquireBody, ClusterAnswer, ListQuery, LockAnswer, LocksAnswer,
+    ReleaseBody, RenewBody, Watch,
+};
+use locktable::Lock;
+
+use super::{raw, wrong_method, Shared};
+use crate::error::ApiError;
+use crate::node::Node;
+
+/// The public routes, their state still to be given.
+pub(super) fn router() -> Router<Shared> {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/v1/locks/acquire", post(acquire))
+        .route("/v1/locks/release", post(release))
+        .route("/v1/locks/renew", post(renew))
+        .route("/v1/locks", get(list))
+        .route("/v1/locks/{name}", get(get_lock))
+        .route("/v1/cluster", get(cluster))
+        .method_not_allowed_fallback(wrong_method)
+}
+
+fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    Ok(read_body(raw(bytes)?)?)
+}
+
+fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
+    Json(LockAnswer {
+        lock: node.view(lock),
+        served_ms: 0,
+    })
+}
+
+async fn acquire(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<LockAnswer>, ApiError> {
+    let received = Instant::now();
+    let request: AcquireBody = body(&bytes)?;
+    let lock = node.acquire(request).await?;
+    Ok(Json(LockAnswer {
+        lock: node.view(&lock),
+        served_ms: millis_floor(received.elapsed()),
+    }))
+}
+
+async fn release(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<LockAnswer>, ApiError> {
+    let request: ReleaseBody = body(&bytes)?;
+    let lock = node.release(request).await?;
+    Ok(answer(&node, &lock))
+}
+
+async fn renew(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<LockAnswer>, ApiError> {
+    let request: RenewBody = body(&bytes)?;
+    let lock = node.renew(request).await?;
+    Ok(answer(&node, &lock))
+}
+
+/// `?wait_ms=&after_fence=`: wait for the lock to change (long poll).
+fn watch_query(raw: Option<&str>) -> Result<Option<Watch>, ApiError> {
+    let mut wait = None;
+    let mut after_fence = 0;
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let number = |field: &str| {
+            value.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "`{field}` must be a non-negative integer that fits in 64 bits"
+                ))
+            })
+        };
+        match key {
+            "wait_ms" => wait = Some(Duration::from_millis(number("wait_ms")?)),
+            "after_fence" => after_fence = number("after_fence")?,
+            _ => {}
+        }
+    }
+    Ok(wait.map(|wait| Watch { wait, after_fence }))
+}
+
+async fn get_lock(
+    State(node): State<Shared>,
+    name: Result<Path<String>, PathRejection>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<LockAnswer>, ApiError> {
+    let Path(name) = name
+        .map_err(|e| ApiError::bad_request(format!("the name in the path: {}", e.body_text())))?;
+    let watch = watch_query(raw.as_deref())?;
+    let lock = node.get(&name, watch).await?;
+    lock.map(|l| answer(&node, &l))
+        .ok_or_else(|| ApiError::free(&name))
+}
+
+async fn list(
+    State(node): State<Shared>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<LocksAnswer>, ApiError> {
+    let query = ListQuery::parse(raw.as_deref())?;
+    let locks = node.list(query.prefix(), query.limit()).await?;
+    Ok(Json(LocksAnswer {
+        locks: locks.iter().map(|l| node.view(l)).collect(),
+    }))
+}
+
+async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
+    Json(node.cluster())
+}

@@ -1,0 +1,197 @@
+//! The answers of a running node to requests no route takes: an unknown
+//! route, a name with an unencoded slash, a wrong method, the chaos route
+//! on a node without `--chaos`; a free lock's answer; and what the client
+//! makes of an unknown route.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use leasehold_client::{AcquireOptions, Client, Error};
+use leasehold_node::{NodeConfig, RunningNode};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "errors";
+
+struct Node {
+    base: String,
+    http: reqwest::Client,
+    _running: RunningNode,
+    _dir: tempfile::TempDir,
+}
+
+/// A one-node cluster on loopback.
+async fn start() -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let peers = BTreeMap::from([(1, addr.clone())]);
+    let config = NodeConfig::new(1, peers, dir.path().join("node-1"), TOKEN);
+    let running = leasehold_node::start(config, listener).await.unwrap();
+    Node {
+        base: format!("http://{addr}"),
+        http: reqwest::Client::builder().no_proxy().build().unwrap(),
+        _running: running,
+        _dir: dir,
+    }
+}
+
+impl Node {
+    /// Sends `method path` (with the cluster token if `token`); the status,
+    /// the headers and the body as JSON.
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: bool,
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
+        let mut request = self
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", self.base))
+            .timeout(Duration::from_secs(10));
+        if token {
+            request = request.header("x-leasehold-token", TOKEN);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        let body = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{method} {path}: not JSON: {text:?}"));
+        (status, headers, body)
+    }
+
+    /// Waits until the node grants (it speaks, rebuilt).
+    async fn serving(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let answer = self
+                .http
+                .post(format!("{}/v1/locks/acquire", self.base))
+                .json(&json!({"name": "warm-up"}))
+                .send()
+                .await;
+            if answer.is_ok_and(|r| r.status() == 200) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the node never served");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_route_is_a_404_of_its_own() {
+    let node = start().await;
+    for (method, path) in [
+        ("GET", "/nothing/here"),
+        ("POST", "/v1/lock/acquire"),
+        ("GET", "/v1/locks/"),
+        ("GET", "/v2/locks/a"),
+    ] {
+        let (status, _, body) = node.call(method, path, false).await;
+        assert_eq!(status, 404, "{method} {path}: {body}");
+        assert_eq!(body["error"], json!("unknown_route"), "{method} {path}");
+        assert!(body["message"].is_string(), "{body}");
+    }
+    // Under /internal with the token, the same: no route, not no lock.
+    let (status, _, body) = node.call("POST", "/internal/no/such", true).await;
+    assert_eq!((status, &body["error"]), (404, &json!("unknown_route")));
+}
+
+/// A name with a slash must be percent-encoded as one segment; unencoded,
+/// the path names no route, and is not answered as a free lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_with_an_unencoded_slash_is_not_read_as_a_free_lock() {
+    let node = start().await;
+    node.serving().await;
+    let (status, _, body) = node.call("GET", "/v1/locks/jobs/42", false).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"], json!("unknown_route"), "{body}");
+    assert_ne!(body["error"], json!("not_held"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_method_is_a_json_405() {
+    let node = start().await;
+    for (method, path, token) in [
+        ("GET", "/v1/locks/acquire", false),
+        ("DELETE", "/v1/locks/a", false),
+        ("POST", "/v1/cluster", false),
+        ("PUT", "/v1/locks", false),
+        ("GET", "/internal/chaos", true),
+    ] {
+        let (status, headers, body) = node.call(method, path, token).await;
+        assert_eq!(status, 405, "{method} {path}: {body}");
+        assert_eq!(
+            body["error"],
+            json!("method_not_allowed"),
+            "{method} {path}"
+        );
+        assert!(body["message"].as_str().unwrap().contains(method), "{body}");
+        assert!(
+            headers.contains_key("allow"),
+            "{method} {path}: {headers:?}"
+        );
+    }
+    // The peer routes still show nothing without the token.
+    let (status, _, body) = node.call("GET", "/internal/held", false).await;
+    assert_eq!((status, &body["error"]), (401, &json!("unauthorized")));
+}
+
+/// A get of a free lock is `404 not_held`, as clients expect, with a
+/// message about the name, not about an id the caller never gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_lock_is_not_held_by_its_name() {
+    let node = start().await;
+    node.serving().await;
+    let (status, _, body) = node.call("GET", "/v1/locks/jobs%2F42", false).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"], json!("not_held"));
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("jobs/42"), "{message}");
+    assert!(!message.contains(" id"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chaos_route_of_a_node_without_chaos_says_it_is_disabled() {
+    let node = start().await;
+    let response = node
+        .http
+        .post(format!("{}/internal/chaos", node.base))
+        .header("x-leasehold-token", TOKEN)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], json!("disabled"), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("--chaos"));
+}
+
+/// A client given a wrong URL (a path after host:port) hears that the node
+/// has no such route: not that the lock is free, nor that it is not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_at_a_wrong_url_is_told_so() {
+    let node = start().await;
+    node.serving().await;
+    let client = Client::http([format!("{}/leasehold", node.base)]).unwrap();
+    match client.get("jobs/42").await {
+        Err(Error::UnknownRoute(message)) => assert!(!message.is_empty()),
+        other => panic!("a get at a wrong URL answered {other:?}"),
+    }
+    match client
+        .try_acquire("jobs/42", AcquireOptions::default())
+        .await
+    {
+        Err(Error::UnknownRoute(_)) => {}
+        other => panic!("an acquire at a wrong URL answered {:?}", other.err()),
+    }
+    match client
+        .release("jobs/42", "01JD0000000000000000000000")
+        .await
+    {
+        Err(Error::UnknownRoute(_)) => {}
+        other => panic!("a release at a wrong URL answered {other:?}"),
+    }
+}
