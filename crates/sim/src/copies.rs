@@ -225,7 +225,8 @@ impl World {
     pub(crate) fn send_forgets(&mut self, n: NodeId, lock: &Lock, to: Members) {
         let node = &self.nodes[&n];
         let left = lock.expires.saturating_duration_since(node.mono(self.t));
-        for member in node.others_in(to) {
+        let others: Vec<NodeId> = node.member.others_in(to).collect();
+        for member in others {
             let msg = Msg::Forget {
                 name: lock.name.clone(),
                 id: lock.id,

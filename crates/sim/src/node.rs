@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold_protocol::{
     Attempt, CopyRound, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig,
-    MemberRead, Members, Reads, RebuildMode,
+    MemberRead, Reads, RebuildMode,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
@@ -97,8 +97,28 @@ pub(crate) struct Reading {
     pub(crate) got: Vec<MemberRead>,
     /// Members whose read is on its way, or waits to be sent again.
     pub(crate) outstanding: BTreeSet<NodeId>,
-    /// When the reads were sent.
-    pub(crate) began: u64,
+    /// When the reads were sent, on this node's clock.
+    pub(crate) began: MonoTime,
+}
+
+impl Reading {
+    /// `member`'s report was read: its header goes to `Reads`, its locks
+    /// (on this node's clock) to the rebuild.
+    pub(crate) fn read(&mut self, member: NodeId, header: ReportHeader, locks: Vec<Lock>) {
+        let ReportHeader {
+            uptime,
+            first_start,
+            max_lease,
+            copies,
+        } = header;
+        self.reads.answered(member, uptime, first_start, max_lease);
+        self.got.push(MemberRead {
+            member,
+            max_lease,
+            copies,
+            locks,
+        });
+    }
 }
 
 /// One rebuild attempt.
@@ -253,6 +273,21 @@ impl Node {
         }
     }
 
+    /// The term and outcome of the rebuild attempt that ended, taken.
+    pub(crate) fn ended_attempt(&mut self) -> Option<(u64, Attempt)> {
+        match self.attempt.take() {
+            Some(RebuildAttempt {
+                term,
+                phase: Phase::Done(outcome),
+                ..
+            }) => Some((term, outcome)),
+            other => {
+                self.attempt = other;
+                None
+            }
+        }
+    }
+
     /// What this node tells a rebuilding speaker of itself at `t`.
     pub(crate) fn report_header(&self, t: u64) -> ReportHeader {
         let config = self.member.config();
@@ -262,17 +297,5 @@ impl Node {
             max_lease: config.lease.max,
             copies: config.copies,
         }
-    }
-
-    /// The members of `to` other than this one, by id.
-    pub(crate) fn others_in(&self, to: Members) -> Vec<NodeId> {
-        let config = self.member.config();
-        config
-            .members
-            .iter()
-            .enumerate()
-            .filter(|(i, m)| to.contains(*i) && **m != config.id)
-            .map(|(_, m)| *m)
-            .collect()
     }
 }

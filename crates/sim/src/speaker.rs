@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{Attempt, MemberRead, Reads, RebuildInput, Step};
+use leasehold_protocol::{Attempt, Reads, RebuildInput, Step};
 use locktable::{LockInTransit, NodeId};
 
 use crate::config::timing::{LEADER_LEASE_MS, READ_AGAIN_AFTER_MS, REBUILD_TIMEOUT_MS};
@@ -44,15 +44,7 @@ impl World {
             self.carry_out(n, step);
         }
         let node = self.nodes.get_mut(&n).expect("member");
-        if let Some(Phase::Done(_)) = node.attempt.as_ref().map(|a| &a.phase) {
-            let Some(RebuildAttempt {
-                term,
-                phase: Phase::Done(outcome),
-                ..
-            }) = node.attempt.take()
-            else {
-                unreachable!("matched above");
-            };
+        if let Some((term, outcome)) = node.ended_attempt() {
             if let Attempt::Failed(why) = &outcome {
                 node.failed_in_term = true;
                 self.report.failed_rebuilds += 1;
@@ -172,7 +164,7 @@ impl World {
         let term = attempt.term;
         let now = node.mono(t);
         let config = node.member.config();
-        let mut reads = Reads::new(
+        let reads = Reads::new(
             &config.members,
             config.copies,
             config.lease.max,
@@ -180,21 +172,15 @@ impl World {
         );
         let others: Vec<NodeId> = config.members.iter().copied().filter(|m| *m != n).collect();
         node.member.deposed_by(term, now);
-        let header = node.report_header(t);
-        reads.answered(n, header.uptime, header.first_start, header.max_lease);
-        let own = MemberRead {
-            member: n,
-            max_lease: header.max_lease,
-            copies: header.copies,
-            locks: node.member.own_report(now),
-        };
-        let attempt = node.attempt.as_mut().expect("checked");
-        attempt.phase = Phase::Reading(Reading {
+        let mut reading = Reading {
             reads,
-            got: vec![own],
+            got: Vec::new(),
             outstanding: others.iter().copied().collect(),
-            began: t,
-        });
+            began: now,
+        };
+        reading.read(n, node.report_header(t), node.member.own_report(now));
+        let attempt = node.attempt.as_mut().expect("checked");
+        attempt.phase = Phase::Reading(reading);
         for &member in &others {
             self.send_read(n, term, id, member);
         }
@@ -265,7 +251,6 @@ impl World {
         let node = &self.nodes[&n];
         let now = node.mono(t);
         let count_from_send = self.config.sabotaged(Sabotage::CountFromSend);
-        let offset = node.offset_ms;
         let Some((_, reading)) = self.reading(n, id) else {
             return;
         };
@@ -274,24 +259,9 @@ impl World {
         }
         // Counted from the report's arrival: the speaker's table must not
         // end a lease before its holder's own count does.
-        let counted_from = if count_from_send {
-            locktable::MonoTime::from_nanos((offset + reading.began) * 1_000_000)
-        } else {
-            now
-        };
-        let ReportHeader {
-            uptime,
-            first_start,
-            max_lease,
-            copies,
-        } = header;
-        reading.reads.answered(from, uptime, first_start, max_lease);
-        reading.got.push(MemberRead {
-            member: from,
-            max_lease,
-            copies,
-            locks: locks.into_iter().map(|l| l.arrive(counted_from)).collect(),
-        });
+        let counted_from = if count_from_send { reading.began } else { now };
+        let locks = locks.into_iter().map(|l| l.arrive(counted_from)).collect();
+        reading.read(from, header, locks);
         self.reads_moved_on(n, id);
     }
 
