@@ -1,7 +1,9 @@
 //! The simulated world: a clock, an event queue, the network between nodes
-//! and clients, and the run loop. The nodes' protocol is in `speaker`, the
-//! Raft model in `raft`, the clients in `client`, the faults in `faults`,
-//! and the checker in `check`.
+//! and clients, and the run loop. Each node (`node`) drives
+//! `leasehold_protocol`: its speaker task in `speaker`, its calls and
+//! messages in `serve`, its copies in `copies`. The Raft model is in
+//! `raft`, the clients in `client`, the faults in `faults`, and the checker
+//! in `check`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
