@@ -65,6 +65,21 @@ impl World {
         }
     }
 
+    /// A lease of the name asked for that ran out is handed to a waiting
+    /// request inside `acquire` and `renew`, whatever they answer: granted
+    /// now (the checker counts it at once), told at the next dispatch, as
+    /// the node does.
+    fn handed_over(&mut self, n: NodeId) {
+        let node = self.nodes.get_mut(&n).expect("member");
+        let term = node.member.speaking().unwrap_or(0);
+        let handed = node.member.take_answers();
+        let granted = handed.iter().filter(|a| a.result.is_ok()).count();
+        node.undelivered.extend(handed);
+        for _ in 0..granted {
+            self.granted(n, term);
+        }
+    }
+
     /// A grant or refusal as the speaker, for a client of `from`.
     fn speak_acquire(&mut self, n: NodeId, from: NodeId, client: ClientId, req: ReqId, ask: Ask) {
         let t = self.t;
@@ -83,19 +98,13 @@ impl World {
             wait: Duration::from_millis(ask.wait_ms),
             data: None,
         };
-        let (acquired, made) = match node.member.acquire(request, &guard, now) {
+        let acquired = node.member.acquire(request, &guard, now);
+        self.handed_over(n);
+        let (acquired, made) = match acquired {
             Ok(outcome) => outcome,
             Err(refusal) => return self.answer(n, origin, Err(wire(&refusal))),
         };
         let term = made.term.unwrap_or(0);
-        // A lease that ran out is handed to a waiting request inside
-        // `acquire`; the node tells that request at its next dispatch.
-        let handed = node.member.take_answers();
-        let handed_over = handed.iter().filter(|a| a.result.is_ok()).count();
-        node.undelivered.extend(handed);
-        for _ in 0..handed_over {
-            self.granted(n, term);
-        }
         match acquired {
             Acquired::Granted(lock) => {
                 self.granted(n, term);
@@ -140,7 +149,9 @@ impl World {
             node: from,
             record,
         };
-        match node.member.renew(renewal, &guard, now) {
+        let renewed = node.member.renew(renewal, &guard, now);
+        self.handed_over(n);
+        match renewed {
             Ok((renewed, made)) => {
                 let fence = renewed.fence.0;
                 self.note(|| format!("node {n} renews {name} (fence {fence}) for node {from}"));
