@@ -151,6 +151,7 @@ pub(crate) struct ReportHeader {
     pub(crate) copies: usize,
 }
 
+/// One process of a member, as the simulation runs it.
 pub(crate) struct Node {
     pub(crate) id: NodeId,
     /// Counts the node's processes: events for an earlier one are void.

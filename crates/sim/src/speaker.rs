@@ -371,13 +371,13 @@ impl World {
         let (held, granted) = node.member.report(now);
         let mut locks: Vec<LockInTransit> = held.map(|l| l.to_lock().in_transit(now)).collect();
         locks.extend(granted.iter().map(|l| l.in_transit(now)));
-        let header = node.report_header(t);
-        let msg = Msg::Report {
-            from: n,
+        let (from, header) = (n, node.report_header(t));
+        let report = Msg::Report {
+            from,
             attempt,
             header,
             locks,
         };
-        self.send(Some(n), To::Node(leader), msg);
+        self.send(Some(n), To::Node(leader), report);
     }
 }
