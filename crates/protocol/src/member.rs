@@ -136,6 +136,18 @@ impl Member {
         }
     }
 
+    /// The members of `to` other than this one, in id order: where a
+    /// release this member passes on goes.
+    pub fn others_in(&self, to: Members) -> impl Iterator<Item = NodeId> + '_ {
+        let me = self.config.id;
+        self.config
+            .members
+            .iter()
+            .enumerate()
+            .filter(move |(i, id)| to.contains(*i) && **id != me)
+            .map(|(_, id)| *id)
+    }
+
     /// Whether the table is rebuilt (it may still be barred from granting
     /// by the guard).
     pub fn is_rebuilt(&self) -> bool {

@@ -157,12 +157,14 @@ fn a_release_reaches_the_holders_node_the_members_it_moved_from_and_the_copy_hol
     m.copy_sent(2, &own, now);
     let (_, to) = m.release("b", own.id, &guard, now).unwrap();
     assert_eq!(to, m.member(1).with(m.member(2)));
+    assert_eq!(m.others_in(to).collect::<Vec<_>>(), [2], "never itself");
     // A lock granted in an earlier term may be on record anywhere.
     let old = Lock {
         fence: Fence::new(2, 1),
         ..granted(&mut m, "c", 3, 2, &guard, now)
     };
     assert_eq!(m.take_back(&old, now), Members::ALL);
+    assert_eq!(m.others_in(Members::ALL).collect::<Vec<_>>(), [2, 3]);
 }
 
 #[test]

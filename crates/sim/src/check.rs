@@ -14,7 +14,7 @@
 //!   the grant to the loss. The network losing a rebuild's read of a
 //!   member, or its report, is no excuse: the rebuild reads a member again
 //!   until its timeout while that member could make the difference
-//!   (`read_check`), so only a run of lost reads across the whole rebuild
+//!   (`Reads::failed`), so only a run of lost reads across the whole rebuild
 //!   window could miss a member that did not fail. No seed needed such an
 //!   excuse (10000 mixed seeds, 3000 of each scenario, strict and not),
 //!   where the node that read each member once lost renewed locks to one
@@ -32,7 +32,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use locktable::NodeId;
 
 use crate::config::timing::MAX_LEASE_MS;
-use crate::config::Sabotage;
 use crate::world::World;
 
 /// How many violations of one kind a report spells out.
@@ -284,9 +283,9 @@ impl World {
     /// and term.
     pub(crate) fn check_guard(&mut self, n: NodeId) {
         let t = self.t;
-        let ignore = self.config.sabotaged(Sabotage::IgnoreLeaderLease);
+        let guard = self.guard(n);
         let node = &self.nodes[&n];
-        let Some(term) = node.speaking else {
+        let Some(term) = node.member.speaking() else {
             return;
         };
         let Some((newest, elected, leader)) =
@@ -294,7 +293,8 @@ impl World {
         else {
             return;
         };
-        if !node.may_speak(t, ignore) || !self.history.deposed.insert((n, term)) {
+        let may_grant = node.member.is_rebuilt() && node.member.may_speak(&guard, node.mono(t));
+        if !may_grant || !self.history.deposed.insert((n, term)) {
             return;
         }
         let acked = node.raft.last_quorum_acked();
@@ -352,22 +352,23 @@ impl World {
         if speaker.raft.leader_term().is_none() {
             return format!("{role} does not lead any more (term {term})");
         }
-        if speaker.table.is_rebuilt() {
-            let guard = if speaker.may_speak(t, false) {
+        if speaker.member.is_rebuilt() {
+            let guard = speaker.guard(t, false);
+            let guard = if speaker.member.may_speak(&guard, speaker.mono(t)) {
                 "open"
             } else {
                 "closed"
             };
             return format!("{role} leads term {term} with its table rebuilt, guard {guard}");
         }
-        let next = if speaker.retry.next == u64::MAX {
-            "and tries no more".to_string()
-        } else {
-            format!("next attempt at {}", speaker.retry.next)
+        let next = match speaker.lead.next_due() {
+            Some(due) => format!("next attempt at {}", speaker.sim_ms(due)),
+            None if speaker.attempt.is_some() => "an attempt under way".to_string(),
+            None => "no attempt under way or due".to_string(),
         };
         format!(
             "{role} leads term {term} without a rebuilt table ({} rebuild attempts failed), {next}",
-            speaker.retry.failures
+            speaker.lead.failures()
         )
     }
 }

@@ -33,40 +33,51 @@ pub struct Config {
     pub trace: bool,
 }
 
-/// Rules the simulation can break, to prove its checker is not blind.
+/// Rules the simulation can break, to prove its checker is not blind. Each
+/// is a broken driver: the node lies to `leasehold_protocol` or skips a
+/// step of it, as a buggy node would; the protocol itself is never changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sabotage {
-    /// A new speaker serves from an empty table instead of rebuilding.
+    /// A new speaker serves from an empty table instead of rebuilding: the
+    /// rebuild is handed no reports and no member missing.
     SkipRebuild,
-    /// A speaker grants without checking its leader lease.
+    /// A speaker grants without checking its leader lease: its guard says
+    /// a quorum acknowledged it just now.
     IgnoreLeaderLease,
     /// A rebuild that failed is not tried again while the node leads the
     /// same term (the node before issue 10: it rebuilt only on a change of
-    /// term, finding 1).
+    /// term, finding 1): `Step::Rebuild` is ignored after a failed attempt
+    /// in the term.
     NoRebuildRetry,
     /// Raft runs as soon as a (re)started node is up, instead of one leader
     /// lease later (finding 2: openraft reloads a vote with a zero lease).
     NoRestartWait,
     /// A member read by a newer term's speaker keeps speaking for its own
-    /// (the read carries no term).
+    /// (the read carries no term): `deposed_by` is not called on a read.
     NoReadTerm,
     /// The strict hold lasts the longest lease only, without the leader
-    /// lease an old speaker's guard may run past the new term's start.
+    /// lease an old speaker's guard may run past the new term's start. The
+    /// hold's length is the protocol's alone, so the driver stamps its
+    /// rebuild one leader lease early instead: the hold, counted from that
+    /// instant, ends as much sooner (the table's locks, read with their
+    /// own ends, are kept a little longer, never less).
     ShortStrictHold,
     /// A rebuild counts reported leases from when it sent its reads, not
     /// from each report's arrival (a bug the simulation once found).
     CountFromSend,
-    /// The speaker answers its own client at once and sends the copy
-    /// without waiting for its acknowledgement.
+    /// The speaker answers its own client at once (if its table still
+    /// speaks) and sends the copy without waiting for its acknowledgement.
     UnackedCopies,
     /// A rebuild reads each member once (no read again after a failed
-    /// read, no early end): one crash and one lost read miss two members
-    /// (the node before 2201560).
+    /// read, no early end: the reads wait for every answer or the
+    /// deadline): one crash and one lost read miss two members (the node
+    /// before 2201560).
     ReadOnce,
     /// A renewal of a lock the table lacks, with no record from the
     /// renewing node, is answered "not held" during the strict hold, though
     /// a member the rebuild missed may have it on record (the node before
-    /// 2201560).
+    /// 2201560): `Refusal::MayBeOnRecordElsewhere` goes on the wire as not
+    /// held.
     NotHeldInHold,
 }
 
@@ -178,8 +189,6 @@ pub(crate) mod timing {
     pub const ELECTION_MAX_MS: u64 = 300;
     /// openraft's leader lease (`election_timeout_max`).
     pub const LEADER_LEASE_MS: u64 = ELECTION_MAX_MS;
-    /// What the speaker leaves unused of the leader lease.
-    pub const LEASE_MARGIN_MS: u64 = 75;
     /// A candidate that saw a greater log waits this much longer
     /// (openraft's `smaller_log_timeout`).
     pub const SMALLER_LOG_MS: u64 = 2 * ELECTION_MAX_MS;
@@ -187,19 +196,15 @@ pub(crate) mod timing {
     pub const RAFT_TICK_MS: u64 = 10;
     /// How often the speaker task looks at Raft (`WATCH_EVERY`).
     pub const WATCH_MS: u64 = 10;
-    /// The first wait before a failed rebuild is tried again.
-    pub const RETRY_FIRST_MS: u64 = 50;
-    /// The longest wait between two rebuild attempts.
-    pub const RETRY_AT_MOST_MS: u64 = 1_000;
-    /// How long a leader may fail to rebuild before it hands leadership on.
-    pub const STEP_DOWN_AFTER_MS: u64 = 10_000;
+    /// The longest wait between two rebuild attempts (the protocol's).
+    pub const RETRY_AT_MOST_MS: u64 = leasehold_protocol::RETRY_AT_MOST.as_millis() as u64;
     /// How long a stopping leader waits for another leader.
     pub const HANDOVER_PATIENCE_MS: u64 = 2_000;
     /// How long a new speaker waits for each member's report.
     pub const REBUILD_TIMEOUT_MS: u64 = 300;
     /// How long a rebuild waits before it reads a member again whose read
-    /// failed (`READ_AGAIN_AFTER`).
-    pub const READ_AGAIN_AFTER_MS: u64 = 50;
+    /// failed (the protocol's).
+    pub const READ_AGAIN_AFTER_MS: u64 = leasehold_protocol::READ_AGAIN_AFTER.as_millis() as u64;
     /// The clients' lease.
     pub const LEASE_MS: u64 = 1_000;
     /// The longest lease (`--max-lease`).

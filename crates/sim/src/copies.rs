@@ -1,42 +1,21 @@
-//! Copies, as `crates/node/src/copies.rs` makes them: a grant or renewal
-//! is answered only once `copies` members hold a record of it. A grant
-//! through a follower has two (the speaker's table, the follower's `Held`
-//! once the answer reaches it); a client of the speaker itself needs a
-//! copy on another member, tried after the speaker in id order, suspects
-//! last. Copies leave in a queue flushed a moment later (a crash loses what
-//! is queued). Once enough members acknowledged, the table that made the
-//! grant must still speak; otherwise the grant is taken back and refused (a
-//! renewal is refused only). A member refuses copies from a speaker of a
-//! term older than it has seen or been read by.
+//! Copies, as `crates/node/src/copies.rs` drives the protocol: the
+//! member's `CopyRound` says how many members must acknowledge a copy and
+//! which to try next, `copy_sent` notes each before it leaves, and
+//! `on_record` says whether the grant may then be answered. The driver
+//! queues copies for a flush a moment later (a crash loses what is
+//! queued), times out members that do not acknowledge, takes back a grant
+//! that was not put on record, and passes releases on.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
+use leasehold_protocol::{CopyStep, Made, Members};
 use locktable::{Lock, LockInTransit, NodeId};
 
 use crate::config::timing::{COPY_QUEUE_MS, COPY_TIMEOUT_MS};
 use crate::config::Sabotage;
-use crate::node::{Made, Origin};
-use crate::world::{Answer, Event, Msg, Refusal, To, World};
-
-/// A grant or renewal waiting for its copies' acknowledgements.
-pub(crate) struct CopyWait {
-    lock: Lock,
-    origin: Origin,
-    made: Made,
-    term: u64,
-    grant: bool,
-    needed: usize,
-    acked: Vec<NodeId>,
-    untried: VecDeque<NodeId>,
-    in_flight: BTreeSet<NodeId>,
-}
-
-/// How many members beyond the speaker and the holder's node (one member
-/// when they are the same) must acknowledge a copy.
-fn copies_needed(copies: usize, speaker: NodeId, holder: NodeId) -> usize {
-    let records = if holder == speaker { 1 } else { 2 };
-    copies.saturating_sub(records)
-}
+use crate::node::{CopyWait, Origin};
+use crate::serve::wire;
+use crate::world::{Answer, Event, Msg, To, World};
 
 impl World {
     /// `ensure_on_record`: answers `origin` with `lock`, just granted
@@ -50,77 +29,65 @@ impl World {
         made: Made,
         grant: bool,
     ) {
-        let needed = copies_needed(self.config.copies, n, origin.node(n));
-        let Some(term) = made.term.filter(|_| needed > 0) else {
-            let acked = needed == 0;
-            self.on_record(n, lock, origin, made, grant, acked);
-            return;
-        };
+        let round = self.nodes[&n].member.copy_round(origin.node(n));
         self.next_copy += 1;
         let key = self.next_copy;
-        let unacked = self.config.sabotaged(Sabotage::UnackedCopies);
         let mut wait = CopyWait {
-            untried: self.candidates(n, origin.node(n)).into(),
             lock,
             origin,
             made,
-            term,
+            term: made.term.unwrap_or(0),
             grant,
-            needed,
-            acked: Vec::new(),
-            in_flight: BTreeSet::new(),
+            out: BTreeSet::new(),
+            round,
         };
-        while wait.in_flight.len() < needed {
-            let Some(member) = wait.untried.pop_front() else {
-                break;
-            };
-            wait.in_flight.insert(member);
-            self.send_copy(n, key, term, &wait.lock, member, !unacked);
+        // Without a term the table made nothing: the round's outcome
+        // refuses it.
+        let first = if made.term.is_some() {
+            wait.round.start()
+        } else {
+            Vec::new()
+        };
+        // A node that answers before the copies are acknowledged sends them
+        // all the same, and waits for none.
+        let unacked = self.config.sabotaged(Sabotage::UnackedCopies);
+        for &member in &first {
+            self.send_copy(n, key, &wait, member, !unacked);
+            wait.out.insert(member);
         }
         if unacked {
-            self.on_record(n, wait.lock, origin, made, grant, true);
-        } else if wait.in_flight.is_empty() {
-            self.on_record(n, wait.lock, origin, made, grant, false);
+            let guard = self.guard(n);
+            let node = &self.nodes[&n];
+            let now = node.mono(self.t);
+            let speaks = node.member.still_speaks_for(made, &guard, now);
+            let result = speaks
+                .then_some(())
+                .ok_or(leasehold_protocol::Refusal::NotRebuilt);
+            self.conclude(n, wait, result);
+        } else if wait.out.is_empty() {
+            self.on_record(n, wait);
         } else {
             let node = self.nodes.get_mut(&n).expect("member");
             node.copying.insert(key, wait);
         }
     }
 
-    /// The members that may take a copy of a lock held through `holder`,
-    /// in the order to try them: after `n` in id order, suspects last.
-    fn candidates(&self, n: NodeId, holder: NodeId) -> Vec<NodeId> {
-        let node = &self.nodes[&n];
-        let mut order: Vec<NodeId> = (1..=self.config.nodes)
-            .filter(|&m| m != n && m != holder)
-            .collect();
-        let before = order.iter().take_while(|&&m| m < n).count();
-        order.rotate_left(before);
-        order.sort_by_key(|m| node.suspects.contains(m));
-        order
-    }
-
-    /// Queues a copy of `lock` for `member`, noted first as a member that
-    /// may keep it; if `wait`, gives the member a while to acknowledge.
-    fn send_copy(
-        &mut self,
-        n: NodeId,
-        key: u64,
-        term: u64,
-        lock: &Lock,
-        member: NodeId,
-        wait: bool,
-    ) {
+    /// Queues a copy of `wait`'s lock for `member`, noted first as a
+    /// member that may keep it; if `timed`, gives the member a while to
+    /// acknowledge.
+    fn send_copy(&mut self, n: NodeId, key: u64, wait: &CopyWait, member: NodeId, timed: bool) {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
-        node.moved.entry(lock.id).or_default().insert(member);
+        let now = node.mono(t);
+        node.member.copy_sent(member, &wait.lock, now);
         if node.copy_queue.is_empty() {
             let incarnation = node.incarnation;
             self.at(t + COPY_QUEUE_MS, Event::CopyFlush(n, incarnation));
         }
         let node = self.nodes.get_mut(&n).expect("member");
-        node.copy_queue.push((member, key, term, lock.clone()));
-        if wait {
+        node.copy_queue
+            .push((member, key, wait.term, wait.lock.clone()));
+        if timed {
             let incarnation = node.incarnation;
             self.at(
                 t + COPY_TIMEOUT_MS,
@@ -147,69 +114,77 @@ impl World {
     }
 
     /// `member` acknowledged the copy `key` (`ok`), refused it, or let it
-    /// time out: try the next candidate, or answer.
+    /// time out: the round says whether to try another member, wait, or
+    /// answer.
     pub(crate) fn copy_answered(&mut self, n: NodeId, key: u64, member: NodeId, ok: bool) {
         let node = self.nodes.get_mut(&n).expect("member");
         let Some(wait) = node.copying.get_mut(&key) else {
             return;
         };
-        if !wait.in_flight.remove(&member) {
+        // An acknowledgement after its timeout, or a timeout after it.
+        if !wait.out.remove(&member) {
             return;
         }
-        let done = if ok {
-            node.suspects.remove(&member);
-            wait.acked.push(member);
-            (wait.acked.len() == wait.needed).then_some(true)
-        } else {
-            node.suspects.insert(member);
-            match wait.untried.pop_front() {
-                Some(next) => {
-                    wait.in_flight.insert(next);
-                    let (term, lock) = (wait.term, wait.lock.clone());
-                    self.send_copy(n, key, term, &lock, next, true);
-                    None
-                }
-                None => wait.in_flight.is_empty().then_some(false),
+        node.member.copy_answered(member, ok);
+        match wait.round.answered(member, ok) {
+            CopyStep::Wait => {}
+            CopyStep::SendTo(next) => {
+                wait.out.insert(next);
+                let wait = node.copying.remove(&key).expect("waiting");
+                self.send_copy(n, key, &wait, next, true);
+                let node = self.nodes.get_mut(&n).expect("member");
+                node.copying.insert(key, wait);
             }
-        };
-        if let Some(acked) = done {
-            let node = self.nodes.get_mut(&n).expect("member");
-            let wait = node.copying.remove(&key).expect("waiting");
-            let (name, on) = (&wait.lock.name, &wait.acked);
-            self.note(|| format!("node {n}: {name} copied to {on:?}"));
-            self.on_record(n, wait.lock, wait.origin, wait.made, wait.grant, acked);
+            CopyStep::Done | CopyStep::GiveUp => {
+                let wait = node.copying.remove(&key).expect("waiting");
+                let (name, on) = (&wait.lock.name, wait.round.acked());
+                self.note(|| format!("node {n}: {name} copied to {on:?}"));
+                self.on_record(n, wait);
+            }
         }
     }
 
-    /// The copies are acknowledged (`acked`) or cannot be: answer the
-    /// client if the table that made the lock still speaks; otherwise take
-    /// a grant back, and refuse.
-    fn on_record(
+    /// The copies are acknowledged, or cannot be: the member says whether
+    /// the client may hear of the lock.
+    fn on_record(&mut self, n: NodeId, wait: CopyWait) {
+        let guard = self.guard(n);
+        let node = &self.nodes[&n];
+        let now = node.mono(self.t);
+        let result = node.member.on_record(&wait.round, wait.made, &guard, now);
+        self.conclude(n, wait, result);
+    }
+
+    /// Answers the client if the lock is on record (`result`); otherwise
+    /// takes a grant back, and refuses.
+    fn conclude(
         &mut self,
         n: NodeId,
-        lock: Lock,
-        origin: Origin,
-        made: Made,
-        grant: bool,
-        acked: bool,
+        wait: CopyWait,
+        result: Result<(), leasehold_protocol::Refusal>,
     ) {
         let t = self.t;
-        let ignore = self.config.sabotaged(Sabotage::IgnoreLeaderLease);
-        let node = &self.nodes[&n];
-        if acked && node.still_speaks_for(made, t, ignore) {
-            let transit = node.lock_view(&lock, t);
-            let lease = lock.lease;
-            self.answer(n, origin, Ok((transit, t - origin.arrived())));
-            if grant && matches!(origin, Origin::Local { .. }) {
-                self.on_local_answer(n, lease);
+        let CopyWait {
+            lock,
+            origin,
+            grant,
+            ..
+        } = wait;
+        match result {
+            Ok(()) => {
+                let transit = lock.in_transit(self.nodes[&n].mono(t));
+                self.answer(n, origin, Ok((transit, t - origin.arrived())));
+                if grant && matches!(origin, Origin::Local { .. }) {
+                    self.on_local_answer(n, lock.lease);
+                }
             }
-            return;
+            Err(refusal) => {
+                self.note(|| format!("node {n}: {} not on record ({refusal}), refused", lock.name));
+                if grant {
+                    self.take_back(n, &lock);
+                }
+                self.answer(n, origin, Err(wire(&refusal)));
+            }
         }
-        self.note(|| format!("node {n}: {} not on record, refused", lock.name));
-        if grant {
-            self.take_back(n, &lock);
-        }
-        self.answer(n, origin, Err(Refusal::Unavailable));
     }
 
     /// Sends `result` to whoever asked: the client, or the forwarding node.
@@ -236,52 +211,24 @@ impl World {
     }
 
     /// Releases a grant its client never heard of, and tells the members
-    /// that may keep a record of it; a table dropped meanwhile forgets it,
-    /// and every member is told.
+    /// the member names.
     fn take_back(&mut self, n: NodeId, lock: &Lock) {
-        let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
-        let now = node.mono(t);
-        node.held.remove(lock.id);
-        node.copies.remove(lock.id);
-        let released = node.table.release(&lock.name, lock.id, now);
-        let to = match released {
-            Ok(released) => self.forget_to(n, &released),
-            Err(_) => {
-                let node = self.nodes.get_mut(&n).expect("member");
-                node.table.forget(&lock.name, lock.id, lock.ttl(now), now);
-                node.moved.remove(&lock.id);
-                (1..=self.config.nodes).filter(|&m| m != n).collect()
-            }
-        };
-        self.send_forgets(n, &lock.name, lock, to);
+        let now = node.mono(self.t);
+        let to = node.member.take_back(lock, now);
+        self.send_forgets(n, lock, to);
         self.dispatch(n);
     }
 
-    /// The members other than `n` that may keep a record of `lock`,
-    /// released now: a lock of this term was granted here, and only the
-    /// nodes it was held through and the members sent a copy have a record
-    /// of it; one from an earlier term may be in any member's.
-    pub(crate) fn forget_to(&mut self, n: NodeId, lock: &Lock) -> Vec<NodeId> {
-        let node = self.nodes.get_mut(&n).expect("member");
-        let moved = node.moved.remove(&lock.id).unwrap_or_default();
-        let mut to: BTreeSet<NodeId> = if Some(lock.fence.epoch()) == node.speaking {
-            moved.into_iter().chain([lock.node]).collect()
-        } else {
-            (1..=self.config.nodes).collect()
-        };
-        to.remove(&n);
-        to.into_iter().collect()
-    }
-
-    /// Tells `to` that `lock` was released, with the time its lease had
-    /// left at the send.
-    pub(crate) fn send_forgets(&mut self, n: NodeId, name: &str, lock: &Lock, to: Vec<NodeId>) {
-        let now = self.nodes[&n].mono(self.t);
-        let left = lock.expires.saturating_duration_since(now);
-        for member in to {
+    /// Tells the members of `to` but `n` that `lock` was released, with
+    /// the time its lease had left at the send.
+    pub(crate) fn send_forgets(&mut self, n: NodeId, lock: &Lock, to: Members) {
+        let node = &self.nodes[&n];
+        let left = lock.expires.saturating_duration_since(node.mono(self.t));
+        let others: Vec<NodeId> = node.member.others_in(to).collect();
+        for member in others {
             let msg = Msg::Forget {
-                name: name.to_string(),
+                name: lock.name.clone(),
                 id: lock.id,
                 left,
             };
@@ -299,17 +246,13 @@ impl World {
         term: u64,
         lock: LockInTransit,
     ) {
-        let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
-        let seen = node.read_by.max(node.raft.term());
-        let ok = term >= seen;
-        if ok {
-            let now = node.mono(t);
-            let lock = lock.arrive(now);
-            if !node.table.is_forgotten(lock.id, now) {
-                node.copies.record(lock);
-            }
-        }
+        let now = node.mono(self.t);
+        let seen = node.raft.term();
+        let ok = node
+            .member
+            .take_copies(term, vec![lock.arrive(now)], seen, now)
+            .is_ok();
         self.send(Some(n), To::Node(from), Msg::CopyAck { from: n, key, ok });
     }
 }

@@ -48,14 +48,14 @@ impl World {
         let t = self.t;
         self.nodes
             .values()
-            .filter(|n| !n.alive || n.paused_until > t || n.stopping)
+            .filter(|n| !n.alive || n.paused_until > t || n.member.is_stopping())
             .count() as u64
     }
 
     /// Whether node `n` is up, awake and not stopping: it may be faulted.
     fn fit(&self, n: NodeId) -> bool {
         let node = &self.nodes[&n];
-        node.alive && node.paused_until <= self.t && !node.stopping
+        node.alive && node.paused_until <= self.t && !node.member.is_stopping()
     }
 
     /// The node that leads the highest term among those that run.
@@ -211,11 +211,12 @@ impl World {
         let t = self.t;
         self.report.graceful_stops += 1;
         let node = self.nodes.get_mut(&n).expect("member");
-        node.stopping = true;
+        let now = node.mono(t);
+        node.member.stop_speaking(now);
         node.restart_after = length;
         self.faulted(n, t + HANDOVER_PATIENCE_MS + RAFT_TICK_MS + length);
         self.note(|| format!("node {n} shuts down"));
-        self.drop_table(n);
+        self.dispatch(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let handed_over = match node.raft.transfer_target() {
             Some(to) if node.raft.leader_term().is_some() => node.raft.transfer_leader(to),
@@ -256,7 +257,7 @@ impl World {
         let incarnation = old.incarnation + 1;
         let offset = self.rng.gen_range(1_000_000..1_000_000_000);
         let seed = self.rng.gen();
-        let mut node = Node::start(n, self.config.nodes, offset, Some(store), seed, t);
+        let mut node = Node::start(n, &self.config, offset, Some(store), seed, t);
         node.incarnation = incarnation;
         self.nodes.insert(n, node);
         self.note(|| format!("node {n} restarts"));

@@ -1,28 +1,30 @@
-//! A deterministic simulation of leasehold's speaker protocol: the real
-//! lock table (`locktable`) on every node, with the node's role logic
-//! around it (drop on every change of term, rebuild with ReadIndex and
-//! every member's report, each failed read tried again within the rebuild
-//! timeout, retries while the term lasts, step-down,
-//! forwarding, renewals, copies, expiry, the leader-lease guard), under a
-//! simulated clock and network that loses, delays and reorders messages,
-//! and nodes that crash, restart, pause, are cut off and shut down
-//! gracefully. Everything comes from one seed, so a failure replays
-//! exactly.
+//! A deterministic simulation of leasehold's speaker protocol. Every
+//! simulated node drives `leasehold_protocol`, the crate `crates/node`
+//! drives: a `Member` (its table, `Held`, copies, who may keep a record of
+//! each lock, the grant guard, the rebuild, the follower's side) and a
+//! `Leadership` (drop, rebuild, retry, step down), with the protocol's
+//! `Reads` while a rebuild reads the members and a `CopyRound` while a
+//! grant's copies are on their way. The simulation keeps no rule of its
+//! own: it carries reads, reports, copies, forwards, releases and losses as
+//! messages, calls the member's method when one arrives with that node's
+//! clock, and builds each node's `Guard` from its model of Raft.
 //!
-//! Copies (`copies`) are modelled as the node makes them: a grant or
-//! renewal is answered only once `copies` members hold a record of it, a
-//! rebuild that misses fewer members has seen every grant (no strict hold,
-//! nothing excused), and releases reach the copy holders. Holders renew
-//! through their node (`renew`), moving to another when it does not answer.
+//! What the simulation owns is the world around the protocol: a clock per
+//! node, a network that loses, delays and reorders messages, nodes that
+//! crash, restart, pause, are cut off and shut down gracefully, clients
+//! that acquire, renew (moving to another node when theirs does not
+//! answer) and release, and a model of Raft as openraft 0.10.0-alpha.37
+//! behaves, not as the guard wishes (`raft`): votes carry leases that
+//! followers honour and restarts and transfers lose, a leader keeps its
+//! term without a quorum, ReadIndex gives up after one leader lease.
+//! Everything comes from one seed, so a failure replays exactly.
 //!
-//! Raft is modelled as openraft 0.10.0-alpha.37 behaves, not as the guard
-//! wishes (`raft`): votes carry leases that followers honour and restarts
-//! and transfers lose, a leader keeps its term without a quorum, ReadIndex
-//! gives up after one leader lease. The checker (`check`) looks at holders
-//! (no overlap, fences in order), renewed locks (none lost while fewer
-//! members failed than there are copies), speakers (none grants once a
-//! later term has a leader) and liveness (every node serves again after
-//! the last fault heals).
+//! The checker (`check`) looks at holders (no overlap, fences in order),
+//! renewed locks (none lost while fewer members failed than there are
+//! copies), speakers (none grants once a later term has a leader) and
+//! liveness (every node serves again after the last fault heals). Each
+//! [`Sabotage`] breaks the driver as a broken node would (it lies to the
+//! protocol, or skips a step), to show the checker catches it.
 
 mod check;
 mod client;
@@ -31,7 +33,7 @@ mod copies;
 mod faults;
 mod node;
 mod raft;
-mod renew;
+mod serve;
 mod speaker;
 mod world;
 

@@ -1,18 +1,20 @@
-//! One leasehold process: its Raft, its table and `Held`, and the speaker
-//! task's state (`crates/node/src/node.rs` and `speaker.rs`).
+//! One leasehold process as the simulation runs it: its model of Raft, the
+//! protocol's `Member` and `Leadership` (`leasehold_protocol`, the crate
+//! `crates/node` drives), and the driver's plumbing around them: the
+//! rebuild attempt under way, copies on their way, calls waiting for their
+//! answers, and the guard's facts taken from the Raft model.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use locktable::{
-    Answer, Held, LeaseRule, LockId, LockInTransit, MonoTime, NodeId, Table, WaiterId,
+use leasehold_protocol::{
+    Attempt, CopyRound, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig,
+    MemberRead, Reads, RebuildMode,
 };
+use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
-use crate::config::timing::{
-    LEADER_LEASE_MS, LEASE_MARGIN_MS, LEASE_MS, MAX_LEASE_MS, RETRY_AT_MOST_MS, RETRY_FIRST_MS,
-    STEP_DOWN_AFTER_MS,
-};
-use crate::copies::CopyWait;
+use crate::config::timing::{LEADER_LEASE_MS, LEASE_MS, MAX_LEASE_MS};
+use crate::config::Config;
 use crate::raft::{Persisted, Raft};
 use crate::world::{ClientId, Event, ReqId};
 
@@ -33,6 +35,24 @@ pub(crate) enum Origin {
 }
 
 impl Origin {
+    /// Whoever asked node `n`: its own client, or a client of `from`.
+    pub(crate) fn of(n: NodeId, from: NodeId, client: ClientId, req: ReqId, arrived: u64) -> Self {
+        if from == n {
+            Origin::Local {
+                client,
+                req,
+                arrived,
+            }
+        } else {
+            Origin::Forwarded {
+                node: from,
+                client,
+                req,
+                arrived,
+            }
+        }
+    }
+
     /// The node whose client asked: the holder's node.
     pub(crate) fn node(&self, speaker: NodeId) -> NodeId {
         match self {
@@ -48,19 +68,13 @@ impl Origin {
     }
 }
 
-/// The table a grant or renewal was made by: its term and generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Made {
-    pub(crate) term: Option<u64>,
-    pub(crate) generation: u64,
-}
-
 /// A call this node forwarded to the speaker, waiting for its answer.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Forwarded {
+pub(crate) struct Pending {
+    /// As the protocol counts it.
+    pub(crate) call: Forwarded,
+    /// When it left, in simulated time.
     pub(crate) sent: u64,
-    /// The highest term that had read this node when the call left.
-    pub(crate) read_before: u64,
     /// The lock a forwarded renewal is for.
     pub(crate) renewing: Option<LockId>,
 }
@@ -70,93 +84,74 @@ pub(crate) enum Phase {
     /// Waiting for ReadIndex.
     Confirming,
     /// Reading the members.
-    Reading(Reads),
+    Reading(Reading),
     /// Over; the watch loop takes the outcome at its next turn.
-    Done(Outcome),
+    Done(Attempt),
 }
 
-/// A rebuild's reads of the members (`read_members`).
-pub(crate) struct Reads {
-    /// Each report read, whether its member restarted lately, and when it
-    /// arrived.
-    pub(crate) reports: BTreeMap<NodeId, (Vec<LockInTransit>, bool, u64)>,
-    /// The members not read yet.
-    pub(crate) unread: BTreeMap<NodeId, Unread>,
-    /// When the reads end (`--rebuild-timeout` after they began).
-    pub(crate) deadline: u64,
+/// A rebuild's reads under way: the protocol's `Reads`, and what the
+/// driver keeps around them.
+pub(crate) struct Reading {
+    pub(crate) reads: Reads,
+    /// The reports read.
+    pub(crate) got: Vec<MemberRead>,
+    /// Members whose read is on its way, or waits to be sent again.
+    pub(crate) outstanding: BTreeSet<NodeId>,
+    /// When the reads were sent, on this node's clock.
+    pub(crate) began: MonoTime,
 }
 
-/// A member a rebuild has not read yet.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Unread {
-    /// A read of it failed (`failing`): its first read has ended.
-    pub(crate) failing: bool,
-    /// The network lost its read under way or the answer, or the member
-    /// was down when the read came: the read has failed, and the speaker
-    /// learns so at its next look (`ReadCheck`).
-    pub(crate) lost: bool,
-}
-
-impl Reads {
-    /// The node's condition to stop reading early: every member's first
-    /// read has ended (answered or failed), and the members failing, with
-    /// those that answered but restarted lately, are fewer than `copies`.
-    pub(crate) fn enough(&self, copies: usize) -> bool {
-        let restarted = self.reports.values().filter(|r| r.1).count();
-        self.unread.is_empty()
-            || (self.unread.values().all(|u| u.failing) && restarted + self.unread.len() < copies)
+impl Reading {
+    /// `member`'s report was read: its header goes to `Reads`, its locks
+    /// (on this node's clock) to the rebuild.
+    pub(crate) fn read(&mut self, member: NodeId, header: ReportHeader, locks: Vec<Lock>) {
+        let ReportHeader {
+            uptime,
+            first_start,
+            max_lease,
+            copies,
+        } = header;
+        self.reads.answered(member, uptime, first_start, max_lease);
+        self.got.push(MemberRead {
+            member,
+            max_lease,
+            copies,
+            locks,
+        });
     }
 }
 
-/// How a rebuild attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Rebuilt,
-    Failed(&'static str),
-}
-
-/// One rebuild attempt (`speaker.rs`, `rebuild`).
-pub(crate) struct Attempt {
+/// One rebuild attempt.
+pub(crate) struct RebuildAttempt {
     pub(crate) id: u64,
     pub(crate) term: u64,
     pub(crate) generation: u64,
+    pub(crate) started: u64,
     pub(crate) phase: Phase,
 }
 
-/// When the next rebuild attempt of this term may start (`Retry`).
-pub(crate) struct Retry {
-    pub(crate) failures: u32,
-    pub(crate) next: u64,
-    pub(crate) failing_since: Option<u64>,
+/// A grant or renewal waiting for its copies' acknowledgements.
+pub(crate) struct CopyWait {
+    pub(crate) lock: Lock,
+    pub(crate) origin: Origin,
+    pub(crate) made: Made,
+    pub(crate) term: u64,
+    pub(crate) grant: bool,
+    pub(crate) round: CopyRound,
+    /// Members sent a copy that have not answered, nor timed out.
+    pub(crate) out: BTreeSet<NodeId>,
 }
 
-impl Retry {
-    pub(crate) fn new(now: u64) -> Retry {
-        Retry {
-            failures: 0,
-            next: now,
-            failing_since: None,
-        }
-    }
-
-    pub(crate) fn due(&self, now: u64) -> bool {
-        now >= self.next
-    }
-
-    /// 50 ms doubling to 1 s, as the node.
-    pub(crate) fn failed(&mut self, now: u64) {
-        let wait = (RETRY_FIRST_MS << self.failures.min(16)).min(RETRY_AT_MOST_MS);
-        self.failures += 1;
-        self.next = now + wait;
-        self.failing_since.get_or_insert(now);
-    }
-
-    pub(crate) fn hopeless(&self, now: u64) -> bool {
-        self.failing_since
-            .is_some_and(|since| now - since >= STEP_DOWN_AFTER_MS)
-    }
+/// What a member says of itself ahead of its report.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReportHeader {
+    pub(crate) uptime: Duration,
+    pub(crate) first_start: bool,
+    pub(crate) max_lease: Duration,
+    pub(crate) copies: usize,
 }
 
+/// One process of a member, as the simulation runs it.
 pub(crate) struct Node {
     pub(crate) id: NodeId,
     /// Counts the node's processes: events for an earlier one are void.
@@ -174,45 +169,53 @@ pub(crate) struct Node {
     /// Whether it is the node's first process (a new data directory).
     pub(crate) first_start: bool,
     pub(crate) raft: Raft,
-    pub(crate) table: Table,
-    pub(crate) held: Held,
-    /// Copies of locks held through other nodes, sent by a speaker.
-    pub(crate) copies: Held,
-    /// The highest term whose speaker has read this node's report.
-    pub(crate) read_by: u64,
-    /// Members other than a lock's node that may keep a record of a lock
-    /// granted this term (a renewal moved it from them, or they took a
-    /// copy): a release is passed on to them too.
-    pub(crate) moved: BTreeMap<LockId, BTreeSet<NodeId>>,
-    /// Members that failed a copy and have not acknowledged one since.
-    pub(crate) suspects: BTreeSet<NodeId>,
-    /// Grants and renewals waiting for their copies' acknowledgements.
-    pub(crate) copying: BTreeMap<u64, CopyWait>,
-    /// Copies queued for their members, sent at the next flush: (member,
-    /// key, term, lock).
-    pub(crate) copy_queue: Vec<(NodeId, u64, u64, locktable::Lock)>,
-    /// The term whose speaker this table is (or is being rebuilt for).
-    pub(crate) speaking: Option<u64>,
-    /// Shutting down: speaks no more.
-    pub(crate) stopping: bool,
+    /// The protocol's state: table, `Held`, copies, who may keep a record.
+    pub(crate) member: Member,
+    /// The speaker task's decisions.
+    pub(crate) lead: Leadership,
+    /// A rebuild attempt of the term spoken for failed.
+    pub(crate) failed_in_term: bool,
     /// When a shutdown began, and how long after it stops the node starts
     /// again.
     pub(crate) stop_began: u64,
     pub(crate) restart_after: u64,
-    pub(crate) attempt: Option<Attempt>,
-    pub(crate) retry: Retry,
+    pub(crate) attempt: Option<RebuildAttempt>,
+    /// Grants and renewals waiting for their copies' acknowledgements.
+    pub(crate) copying: BTreeMap<u64, CopyWait>,
+    /// Copies queued for their members, sent at the next flush: (member,
+    /// key, term, lock).
+    pub(crate) copy_queue: Vec<(NodeId, u64, u64, Lock)>,
     pub(crate) waiters: HashMap<WaiterId, (Origin, Made)>,
     /// Answers the table gave inside an acquire, told at the next dispatch.
     pub(crate) undelivered: Vec<Answer>,
     /// Forwarded acquires and renewals.
-    pub(crate) pending: HashMap<ReqId, Forwarded>,
+    pub(crate) pending: HashMap<ReqId, Pending>,
+}
+
+/// Member `id`'s settings in a run of `config`.
+fn member_config(id: NodeId, config: &Config) -> MemberConfig {
+    MemberConfig {
+        id,
+        members: (1..=config.nodes).collect(),
+        copies: config.copies,
+        lease: LeaseRule {
+            default: Duration::from_millis(LEASE_MS),
+            max: Duration::from_millis(MAX_LEASE_MS),
+        },
+        rebuild_mode: if config.strict {
+            RebuildMode::Strict
+        } else {
+            RebuildMode::Proceed
+        },
+        leader_lease: Duration::from_millis(LEADER_LEASE_MS),
+    }
 }
 
 impl Node {
     /// A process of node `id` starting now, with what its store kept.
     pub(crate) fn start(
         id: NodeId,
-        voters: u64,
+        config: &Config,
         offset_ms: u64,
         store: Option<Persisted>,
         seed: u64,
@@ -228,94 +231,72 @@ impl Node {
             dozing: false,
             started_at: now,
             first_start: store.is_none(),
-            raft: Raft::load(id, voters, store, seed, now),
-            table: Table::new(LeaseRule {
-                default: Duration::from_millis(LEASE_MS),
-                max: Duration::from_millis(MAX_LEASE_MS),
-            }),
-            held: Held::new(),
-            copies: Held::new(),
-            read_by: 0,
-            moved: BTreeMap::new(),
-            suspects: BTreeSet::new(),
-            copying: BTreeMap::new(),
-            copy_queue: Vec::new(),
-            speaking: None,
-            stopping: false,
+            raft: Raft::load(id, config.nodes, store, seed, now),
+            member: Member::new(member_config(id, config)),
+            lead: Leadership::new(),
+            failed_in_term: false,
             stop_began: 0,
             restart_after: 0,
             attempt: None,
-            retry: Retry::new(now),
+            copying: BTreeMap::new(),
+            copy_queue: Vec::new(),
             waiters: HashMap::new(),
             undelivered: Vec::new(),
             pending: HashMap::new(),
         }
     }
 
+    /// Simulated time `t` on this node's clock.
     pub(crate) fn mono(&self, t: u64) -> MonoTime {
         MonoTime::from_nanos((self.offset_ms + t) * 1_000_000)
     }
 
-    pub(crate) fn made(&self) -> Made {
-        Made {
-            term: self.speaking,
-            generation: self.table.generation(),
+    /// An instant on this node's clock in simulated time.
+    pub(crate) fn sim_ms(&self, at: MonoTime) -> u64 {
+        (at.as_nanos() / 1_000_000).saturating_sub(self.offset_ms)
+    }
+
+    /// The guard's facts at `t`, from the Raft model: the term this node
+    /// leads and when a quorum last acknowledged it. A node that ignores
+    /// its leader lease (`lying`) says a quorum acknowledged it just now.
+    pub(crate) fn guard(&self, t: u64, lying: bool) -> Guard {
+        Guard {
+            leader: self.raft.leader_term().map(|term| Leader {
+                term,
+                quorum_acked_at: if lying {
+                    Some(self.mono(t))
+                } else {
+                    self.raft.last_quorum_acked().map(|at| self.mono(at))
+                },
+            }),
+            // The simulation pauses processes; it suspends no machine.
+            resumed_at: None,
         }
     }
 
-    /// `still_speaks_for`: the table that made a grant still speaks,
-    /// rebuilt and within its guard.
-    pub(crate) fn still_speaks_for(&self, made: Made, t: u64, ignore_lease: bool) -> bool {
-        made == self.made() && self.may_speak(t, ignore_lease)
-    }
-
-    /// `lock` as this node sends it at `t`.
-    pub(crate) fn lock_view(&self, lock: &locktable::Lock, t: u64) -> LockInTransit {
-        lock.in_transit(self.mono(t))
-    }
-
-    /// This node's record of `id`: its client's, or a copy.
-    pub(crate) fn held_record(&self, id: LockId) -> Option<locktable::Lock> {
-        match (self.held.get(id), self.copies.get(id)) {
-            (Some(held), Some(copy)) if copy.expires > held.expires => Some(copy),
-            (held, copy) => held.or(copy),
+    /// The term and outcome of the rebuild attempt that ended, taken.
+    pub(crate) fn ended_attempt(&mut self) -> Option<(u64, Attempt)> {
+        match self.attempt.take() {
+            Some(RebuildAttempt {
+                term,
+                phase: Phase::Done(outcome),
+                ..
+            }) => Some((term, outcome)),
+            other => {
+                self.attempt = other;
+                None
+            }
         }
     }
 
-    /// `Node::may_speak`: this node leads the term its table is for, and a
-    /// quorum acknowledged it recently enough that no other leader can
-    /// exist yet.
-    pub(crate) fn may_speak(&self, t: u64, ignore_lease: bool) -> bool {
-        if self.stopping || !self.table.is_rebuilt() {
-            return false;
+    /// What this node tells a rebuilding speaker of itself at `t`.
+    pub(crate) fn report_header(&self, t: u64) -> ReportHeader {
+        let config = self.member.config();
+        ReportHeader {
+            uptime: Duration::from_millis(t - self.started_at),
+            first_start: self.first_start,
+            max_lease: config.lease.max,
+            copies: config.copies,
         }
-        let Some(term) = self.raft.leader_term() else {
-            return false;
-        };
-        if self.speaking != Some(term) {
-            return false;
-        }
-        ignore_lease
-            || self
-                .raft
-                .last_quorum_acked()
-                .is_some_and(|acked| t < acked + LEADER_LEASE_MS - LEASE_MARGIN_MS)
-    }
-
-    /// What this node tells a rebuilding speaker: its clients' locks, its
-    /// copies and what it granted, and whether it restarted less than the longest
-    /// lease ago.
-    pub(crate) fn report(&self, t: u64) -> (Vec<LockInTransit>, bool) {
-        let now = self.mono(t);
-        let mut locks: Vec<LockInTransit> = self
-            .held
-            .live(now)
-            .iter()
-            .map(|l| l.in_transit(now))
-            .collect();
-        locks.extend(self.copies.live(now).iter().map(|l| l.in_transit(now)));
-        locks.extend(self.table.granted(now).iter().map(|l| l.in_transit(now)));
-        let restarted = !self.first_start && t < self.started_at + MAX_LEASE_MS;
-        (locks, restarted)
     }
 }

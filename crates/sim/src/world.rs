@@ -1,7 +1,9 @@
 //! The simulated world: a clock, an event queue, the network between nodes
-//! and clients, and the run loop. The nodes' protocol is in `speaker`, the
-//! Raft model in `raft`, the clients in `client`, the faults in `faults`,
-//! and the checker in `check`.
+//! and clients, and the run loop. Each node (`node`) drives
+//! `leasehold_protocol`: its speaker task in `speaker`, its calls and
+//! messages in `serve`, its copies in `copies`. The Raft model is in
+//! `raft`, the clients in `client`, the faults in `faults`, and the checker
+//! in `check`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -14,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use crate::check::{History, Report};
 use crate::client::Client;
 use crate::config::{liveness_bound_ms, timing, Config, Sabotage};
-use crate::node::Node;
+use crate::node::{Node, ReportHeader};
 use crate::raft::RaftMsg;
 
 pub(crate) type ClientId = usize;
@@ -117,8 +119,8 @@ pub(crate) enum Msg {
     Report {
         from: NodeId,
         attempt: u64,
+        header: ReportHeader,
         locks: Vec<LockInTransit>,
-        restarted: bool,
     },
     Lost {
         ids: Vec<LockId>,
@@ -144,9 +146,10 @@ pub(crate) enum Event {
     RaftStart(NodeId, u64),
     /// A rebuild attempt's reads are due.
     ReadDeadline(NodeId, u64),
-    /// A rebuild attempt's speaker looks at its reads: those that failed
-    /// are tried again (`read_check`).
-    ReadCheck(NodeId, u64),
+    /// A rebuild attempt's speaker learns that its read of a member failed.
+    ReadFailed(NodeId, u64, NodeId),
+    /// A rebuild attempt's speaker reads a member again.
+    ReadAgain(NodeId, u64, NodeId),
     ClientWake(ClientId),
     /// A client stops waiting for the answer to this request.
     ClientGiveUp(ClientId, ReqId),
@@ -237,7 +240,7 @@ pub fn run(seed: u64, config: &Config) -> Report {
         let seed = world.rng.gen();
         world
             .nodes
-            .insert(id, Node::start(id, config.nodes, offset, None, seed, 0));
+            .insert(id, Node::start(id, config, offset, None, seed, 0));
         world.schedule_raft_start(id);
         world.at(id, Event::Tick(id));
     }
@@ -378,9 +381,14 @@ impl World {
                 Some(false) => self.park(n, Event::ReadDeadline(n, attempt)),
                 None => {}
             },
-            Event::ReadCheck(n, attempt) => match self.node_ready(n) {
-                Some(true) => self.read_check(n, attempt),
-                Some(false) => self.park(n, Event::ReadCheck(n, attempt)),
+            Event::ReadFailed(n, attempt, member) => match self.node_ready(n) {
+                Some(true) => self.read_failed_at(n, attempt, member),
+                Some(false) => self.park(n, Event::ReadFailed(n, attempt, member)),
+                None => {}
+            },
+            Event::ReadAgain(n, attempt, member) => match self.node_ready(n) {
+                Some(true) => self.read_again(n, attempt, member),
+                Some(false) => self.park(n, Event::ReadAgain(n, attempt, member)),
                 None => {}
             },
             Event::ClientWake(c) => self.client_wake(c),
