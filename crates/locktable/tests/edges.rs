@@ -94,3 +94,62 @@ fn an_empty_held_says_so() {
         format!("LockId({})", LockId::from_u128(1))
     );
 }
+
+#[test]
+fn a_listing_of_exactly_its_limit_is_whole_and_in_order() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    for (i, name) in ["c", "a", "b"].into_iter().enumerate() {
+        granted(table.acquire(req(name, i as u128 + 1, 1), t(0)));
+    }
+    let names = |limit| -> Vec<String> {
+        table
+            .list("", limit, t(0))
+            .unwrap()
+            .into_iter()
+            .map(|l| l.name)
+            .collect()
+    };
+    assert_eq!(names(3), ["a", "b", "c"]);
+    assert_eq!(names(2), ["a", "b"]);
+    assert_eq!(
+        (table.len(), table.is_empty(), table.waiting()),
+        (3, false, 0)
+    );
+}
+
+#[test]
+fn granted_names_each_live_grant_once() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let lock = granted(table.acquire(req("a", 1, 1), t(0)));
+    table.drop_table(t(1));
+    // Rebuilt in the next term from the holder's report of the same grant.
+    let table = {
+        let mut t2 = table;
+        let g = t2.generation();
+        t2.rebuild(
+            RebuildFrom {
+                generation: g,
+                epoch: 2,
+                locks: vec![lock.clone()],
+                hold_new_grants_until: None,
+                seen_all: false,
+            },
+            t(1),
+        )
+        .unwrap();
+        t2
+    };
+    let ids: Vec<LockId> = table.granted(t(1)).into_iter().map(|l| l.id).collect();
+    assert_eq!(ids, [lock.id]);
+    assert!(!table.is_forgotten(lock.id, t(1)));
+}
+
+#[test]
+fn the_largest_term_rebuilds_and_the_longest_lease_is_a_day() {
+    let table = rebuilt_table(Fence::MAX_EPOCH, vec![], t(0));
+    assert!(table.is_rebuilt());
+    assert_eq!(
+        locktable::LeaseRule::LONGEST,
+        std::time::Duration::from_secs(86_400)
+    );
+}
