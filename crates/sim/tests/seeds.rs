@@ -128,6 +128,23 @@ fn skipping_the_rebuild_is_caught_by_exclusion() {
     assert!(caught.is_some(), "SkipRebuild went unnoticed in 100 seeds");
 }
 
+/// The checker's proceed-mode excuse is not blind either: it excuses only
+/// overlaps near a rebuild that missed as many members as there are copies.
+/// A speaker serving from an empty table having read every member is no
+/// such rebuild, so the overlaps it makes stay unexplained in proceed mode
+/// too (an excuse widened to every proceed-mode overlap fails this test).
+#[test]
+fn skipping_the_rebuild_is_caught_in_proceed_mode_too() {
+    let caught = (0..100).find(|&seed| {
+        let mut config = Config::from_seed(seed);
+        config.sabotage = vec![Sabotage::SkipRebuild];
+        config.strict = false;
+        !run(seed, &config).unexplained.is_empty()
+    });
+    println!("SkipRebuild (proceed): first caught at seed {caught:?}");
+    assert!(caught.is_some(), "SkipRebuild went unnoticed in 100 seeds");
+}
+
 /// A speaker paused for longer than a strict hold wakes to requests queued
 /// while it slept; without the guard it grants them from its old table, to
 /// clients of names the new speaker has granted since. With copies those
