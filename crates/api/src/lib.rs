@@ -23,6 +23,7 @@ pub mod error;
 pub mod internal;
 pub mod lock;
 pub mod peer;
+pub mod query;
 pub mod request;
 pub mod routes;
 pub mod time;
@@ -36,11 +37,12 @@ pub use internal::{
 };
 pub use lock::LockView;
 pub use peer::PeerLock;
+pub use query::ListQuery;
 pub use request::{
     parse_body, parse_body_checked, read_body, validate_data, validate_holder, validate_id,
-    validate_name, AcquireBody, BadRequest, Body, Field, FieldKind, ListQuery, ReleaseBody,
-    RenewBody, DEFAULT_LIST_LIMIT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES,
-    MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_WAIT_MS,
+    validate_name, AcquireBody, BadRequest, Body, Field, FieldKind, ReleaseBody, RenewBody,
+    DEFAULT_LIST_LIMIT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT,
+    MAX_NAME_BYTES, MAX_WAIT_MS,
 };
 pub use time::format_rfc3339_ms;
 
