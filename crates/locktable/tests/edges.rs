@@ -153,3 +153,52 @@ fn the_largest_term_rebuilds_and_the_longest_lease_is_a_day() {
         std::time::Duration::from_secs(86_400)
     );
 }
+
+#[test]
+fn a_lost_lock_reported_twice_is_lost_with_its_latest_lease_and_node() {
+    // The winner was held longest; the loser was renewed through node 3
+    // after node 2 had it, and both report it.
+    let winner = held_lock("a", 1, 1, t(0), t(30), Fence::new(1, 1).0);
+    let old = held_lock("a", 5, 2, t(5), t(20), Fence::new(2, 1).0);
+    let moved = held_lock("a", 5, 3, t(5), t(40), Fence::new(2, 1).0);
+    for reports in [
+        vec![winner.clone(), old.clone(), moved.clone()],
+        vec![winner.clone(), moved.clone(), old.clone()],
+    ] {
+        let mut table = Table::new(locktable::LeaseRule::default());
+        table.drop_table(t(6));
+        let g = table.generation();
+        let rebuilt = table
+            .rebuild(
+                RebuildFrom {
+                    generation: g,
+                    epoch: 3,
+                    locks: reports,
+                    hold_new_grants_until: None,
+                    seen_all: false,
+                },
+                t(6),
+            )
+            .unwrap();
+        let lost: Vec<(LockId, u64, locktable::MonoTime)> = rebuilt
+            .lost
+            .iter()
+            .map(|l| (l.id, l.node, l.expires))
+            .collect();
+        assert_eq!(lost, [(LockId::from_u128(5), 3, t(40))]);
+    }
+}
+
+#[test]
+fn a_waiting_request_is_counted_until_answered() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let held = granted(table.acquire(req("a", 1, 1), t(0)));
+    let waiting = Request {
+        wait: std::time::Duration::from_secs(5),
+        ..req("a", 2, 1)
+    };
+    assert!(table.acquire(waiting, t(0)).is_ok());
+    assert_eq!(table.waiting(), 1);
+    table.release("a", held.id, t(1)).unwrap();
+    assert_eq!(table.waiting(), 0);
+}
