@@ -8,8 +8,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use leasehold_api::{millis_ceil, Forget};
-use leasehold_protocol::Members;
-use locktable::{LockId, MonoTime, NodeId, Table};
+use leasehold_protocol::{Members, Release, ReleaseSender};
+use locktable::{LockId, MonoTime, NodeId};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -17,52 +17,11 @@ use crate::clock::Clock;
 use crate::peers::Peers;
 use crate::queue::Queue;
 
-/// The first wait before a member that did not acknowledge is tried again;
-/// it doubles with every failure, up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(50);
-/// The longest wait between tries to one member.
-const RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long a member has to acknowledge a batch.
 const SEND_TIMEOUT: Duration = Duration::from_secs(2);
-/// A batch a member has not acknowledged this soon is passed on to every
-/// other member too. A later speaker can exist no sooner than 75 ms after
-/// this one's last release (a follower votes only `election_timeout_max`
-/// after the last heartbeat it took; a speaker releases only until 75 ms
-/// before that), so the other members usually hear of it first.
-const SPREAD_AFTER: Duration = Duration::from_millis(50);
 /// The most bytes of JSON in one batch: well under the 64 KiB a node reads
 /// of a peer's body.
 const BATCH_BYTES: usize = 48 * 1024;
-
-/// A release on its way to one member.
-pub(crate) struct Release {
-    name: String,
-    id: LockId,
-    /// When the released lease would have ended, on this node's clock.
-    ends: MonoTime,
-    /// Whether the other members were given it too (after this member
-    /// failed to acknowledge it).
-    spread: bool,
-}
-
-impl Release {
-    /// The same release, given to another member after its own failed to
-    /// acknowledge it (marked so it is not spread again).
-    fn again(&self) -> Release {
-        Release {
-            name: self.name.clone(),
-            id: self.id,
-            ends: self.ends,
-            spread: true,
-        }
-    }
-
-    /// Whether every record of the released lease has ended by `now`, so no
-    /// rebuild can bring it back: the forget is no longer needed.
-    fn ended(&self, now: MonoTime) -> bool {
-        now >= self.ends + Table::FORGET_MARGIN
-    }
-}
 
 /// One queue of releases per member, each emptied by its own sender.
 pub(crate) struct Outbox {
@@ -106,7 +65,10 @@ impl Outbox {
         let failed = self.members.iter().position(|(m, _, _)| *m == failed);
         for (i, (member, _, queue)) in self.members.iter().enumerate() {
             if Some(i) != failed && *member != self.me {
-                queue.push(release.again());
+                queue.push(Release {
+                    spread: true,
+                    ..release.clone()
+                });
             }
         }
     }
@@ -177,10 +139,11 @@ pub(crate) async fn pass_on_releases(
 /// Sends member `member` the releases queued for it (`rx`) with `send`, in
 /// batches of those that came while the last was on its way, until `stop`.
 /// A batch not acknowledged (no answer, or an error) is sent again, after a
-/// wait that doubles up to [`RETRY_MAX`], until it is acknowledged or the
+/// wait that doubles up to [`ReleaseSender::RETRY_MAX`], until it is acknowledged or the
 /// leases it cancels have ended (by `now`, the node's clock).
 ///
-/// A batch the member has not acknowledged within [`SPREAD_AFTER`] is also
+/// A batch the member has not acknowledged within
+/// [`ReleaseSender::SPREAD_AFTER`] is also
 /// given to every other member through `outbox`, and so is every release
 /// for the member that comes while it stays slow or failing, at once: the
 /// next speaker, whichever it is, then knows of them.
@@ -196,47 +159,39 @@ async fn send_releases<S, F, E>(
     F: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let spread = |releases: &mut dyn Iterator<Item = &mut Release>| {
-        let now = now();
-        for release in releases {
-            if !release.spread && !release.ended(now) {
-                release.spread = true;
-                outbox.spread(member, release);
-            }
+    let spread = |releases: Vec<Release>| {
+        for release in &releases {
+            outbox.spread(member, release);
         }
     };
-    // Queues a release; while the member is down, spreads it at once.
-    let arrived = |mut release: Release, down: bool, pending: &mut VecDeque<Release>| {
-        if down {
-            spread(&mut std::iter::once(&mut release));
+    let mut sender = ReleaseSender::new();
+    let arrived = |sender: &mut ReleaseSender, release: Release| {
+        if let Some(release) = sender.push(release, now()) {
+            outbox.spread(member, &release);
         }
-        pending.push_back(release);
     };
-    let mut pending: VecDeque<Release> = VecDeque::new();
-    let mut wait = RETRY_FIRST;
-    // The member is slow or failing: releases are spread as they come.
-    let mut down = false;
     loop {
-        if pending.is_empty() {
+        if sender.pending().is_empty() {
             tokio::select! {
                 next = rx.recv() => match next {
-                    Some(release) => arrived(release, down, &mut pending),
+                    Some(release) => arrived(&mut sender, release),
                     None => return,
                 },
                 _ = stop.cancelled() => return,
             }
         }
         while let Ok(release) = rx.try_recv() {
-            arrived(release, down, &mut pending);
+            arrived(&mut sender, release);
         }
-        let (body, taken) = encode(&pending, now());
+        let (body, taken) = encode(sender.pending(), now());
         let Some(body) = body else {
-            pending.drain(..taken);
+            sender.skip(taken);
             continue;
         };
+        sender.sending(taken, now());
         let sending = send(body);
         tokio::pin!(sending);
-        let slow = tokio::time::sleep(SPREAD_AFTER);
+        let slow = tokio::time::sleep(ReleaseSender::SPREAD_AFTER);
         tokio::pin!(slow);
         let mut late = false;
         let sent = loop {
@@ -244,36 +199,26 @@ async fn send_releases<S, F, E>(
                 sent = &mut sending => break sent,
                 _ = &mut slow, if !late => {
                     late = true;
-                    down = true;
-                    spread(&mut pending.iter_mut().take(taken));
+                    spread(sender.late(now()));
                 }
-                Some(release) = rx.recv(), if down => arrived(release, true, &mut pending),
+                Some(release) = rx.recv(), if sender.is_down() => arrived(&mut sender, release),
             }
         };
-        match sent {
-            Ok(()) => {
-                pending.drain(..taken);
-                wait = RETRY_FIRST;
-                down = false;
-            }
-            Err(e) => {
-                tracing::debug!(member, %e, queued = pending.len(), "a member did not take releases; retrying");
-                down = true;
-                spread(&mut pending.iter_mut().take(taken));
-                // Releases whose lease has ended meanwhile need no more
-                // tries: the queue keeps only live ones.
-                let now = now();
-                pending.retain(|r| !r.ended(now));
-                let pause = tokio::time::sleep(wait);
-                tokio::pin!(pause);
-                loop {
-                    tokio::select! {
-                        _ = &mut pause => break,
-                        Some(release) = rx.recv() => arrived(release, true, &mut pending),
-                        _ = stop.cancelled() => return,
-                    }
-                }
-                wait = (wait * 2).min(RETRY_MAX);
+        if let Err(e) = &sent {
+            tracing::debug!(member, %e, queued = sender.pending().len(), "a member did not take releases; retrying");
+        }
+        let (to_spread, pause) = sender.sent(sent.is_ok(), now());
+        spread(to_spread);
+        let Some(pause) = pause else {
+            continue;
+        };
+        let pause = tokio::time::sleep(pause);
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                _ = &mut pause => break,
+                Some(release) = rx.recv() => arrived(&mut sender, release),
+                _ = stop.cancelled() => return,
             }
         }
     }

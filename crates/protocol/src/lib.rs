@@ -15,7 +15,10 @@
 //!   ([`Reads`]), and what the rebuilt table holds back ([`Member::rebuild`]);
 //! - the holder's node's record (`Held`) and copies, which member may keep
 //!   a record of a lock, and who hears of a release ([`Members`]);
-//! - how many copies a grant needs and where they go ([`CopyRound`]).
+//! - how many copies a grant needs and where they go ([`CopyRound`]);
+//! - how a release is passed on to a member: retried with backoff until
+//!   acknowledged or ended, and given to every other member while that one
+//!   is slow or failing ([`ReleaseSender`]).
 //!
 //! Nothing here reads a clock, sleeps or sends: every method takes `now`
 //! (the lease clock, [`locktable::MonoTime`]) and returns what to send.
@@ -28,6 +31,7 @@ mod member;
 mod members;
 mod rebuild;
 mod refusal;
+mod releases;
 
 pub use config::{MemberConfig, RebuildMode};
 pub use copies::{copies_needed, CopyRound, CopyStep, COPY_TIMEOUT};
@@ -37,3 +41,4 @@ pub use member::{Forwarded, Made, Member, Polled, Renewal};
 pub use members::Members;
 pub use rebuild::{MemberRead, Reads, RebuildDone, RebuildInput, READ_AGAIN_AFTER};
 pub use refusal::Refusal;
+pub use releases::{Release, ReleaseSender};
