@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use leasehold_protocol::{CopyStep, Made, Members};
+use leasehold_protocol::{CopyStep, Made};
 use locktable::{Lock, LockInTransit, NodeId};
 
 use crate::config::timing::{COPY_QUEUE_MS, COPY_TIMEOUT_MS};
@@ -218,22 +218,6 @@ impl World {
         let to = node.member.take_back(lock, now);
         self.send_forgets(n, lock, to);
         self.dispatch(n);
-    }
-
-    /// Tells the members of `to` but `n` that `lock` was released, with
-    /// the time its lease had left at the send.
-    pub(crate) fn send_forgets(&mut self, n: NodeId, lock: &Lock, to: Members) {
-        let node = &self.nodes[&n];
-        let left = lock.expires.saturating_duration_since(node.mono(self.t));
-        let others: Vec<NodeId> = node.member.others_in(to).collect();
-        for member in others {
-            let msg = Msg::Forget {
-                name: lock.name.clone(),
-                id: lock.id,
-                left,
-            };
-            self.send(Some(n), To::Node(member), msg);
-        }
     }
 
     /// As a member: keeps a copy sent by the speaker of `term`, unless this

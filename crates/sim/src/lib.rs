@@ -33,6 +33,7 @@ mod copies;
 mod faults;
 mod node;
 mod raft;
+mod releases;
 mod serve;
 mod speaker;
 mod world;

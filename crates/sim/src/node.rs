@@ -16,6 +16,7 @@ use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 use crate::config::timing::{LEADER_LEASE_MS, LEASE_MS, MAX_LEASE_MS};
 use crate::config::Config;
 use crate::raft::{Persisted, Raft};
+use crate::releases::Outgoing;
 use crate::world::{ClientId, Event, ReqId};
 
 /// Who is waiting for a table answer.
@@ -190,6 +191,8 @@ pub(crate) struct Node {
     pub(crate) undelivered: Vec<Answer>,
     /// Forwarded acquires and renewals.
     pub(crate) pending: HashMap<ReqId, Pending>,
+    /// Releases on their way to each member.
+    pub(crate) releases: BTreeMap<NodeId, Outgoing>,
 }
 
 /// Member `id`'s settings in a run of `config`.
@@ -243,6 +246,7 @@ impl Node {
             waiters: HashMap::new(),
             undelivered: Vec::new(),
             pending: HashMap::new(),
+            releases: BTreeMap::new(),
         }
     }
 

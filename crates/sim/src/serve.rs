@@ -340,12 +340,8 @@ impl World {
                 }
             }
             Msg::ForwardRelease { name, id } => self.speak_release(n, &name, id),
-            Msg::Forget { name, id, left } => {
-                let node = self.nodes.get_mut(&n).expect("member");
-                let now = node.mono(t);
-                node.member.forget(&name, id, left, now);
-                self.dispatch(n);
-            }
+            Msg::Forgets { from, key, forgets } => self.take_forgets(n, from, key, forgets),
+            Msg::ForgetAck { from, key } => self.forgets_answered(n, from, key, true),
             Msg::ReadReport {
                 leader,
                 term,

@@ -105,11 +105,17 @@ pub(crate) enum Msg {
         name: String,
         id: LockId,
     },
-    Forget {
-        name: String,
-        id: LockId,
-        /// The time the released lease had left at the send.
-        left: Duration,
+    /// Releases passed on, each with the time its lease had left at the
+    /// send, as batch `key`.
+    Forgets {
+        from: NodeId,
+        key: u64,
+        forgets: Vec<(String, LockId, Duration)>,
+    },
+    /// A member took the batch of releases `key`.
+    ForgetAck {
+        from: NodeId,
+        key: u64,
     },
     ReadReport {
         leader: NodeId,
@@ -174,6 +180,14 @@ pub(crate) enum Event {
     /// A node (this incarnation) stops waiting for a member's
     /// acknowledgement of the copy `key`.
     CopyTimeout(NodeId, u64, u64, NodeId),
+    /// A node (this incarnation) sees whether a member took the releases
+    /// `key` soon enough.
+    ForgetLate(NodeId, u64, NodeId, u64),
+    /// A node (this incarnation) stops waiting for a member to take the
+    /// releases `key`.
+    ForgetTimeout(NodeId, u64, NodeId, u64),
+    /// A node (this incarnation) tries a member's releases again.
+    ForgetRetry(NodeId, u64, NodeId),
     /// A holder renews the lock won by this request, if it still holds it.
     ClientRenew(ClientId, ReqId),
     /// A holder stops waiting for the answer to this renewal attempt.
@@ -430,6 +444,33 @@ impl World {
                     match self.node_ready(n) {
                         Some(true) => self.copy_answered(n, key, member, false),
                         _ => self.park(n, Event::CopyTimeout(n, incarnation, key, member)),
+                    }
+                }
+            }
+            Event::ForgetLate(n, incarnation, member, key) => {
+                let node = &self.nodes[&n];
+                if node.alive && node.incarnation == incarnation {
+                    match self.node_ready(n) {
+                        Some(true) => self.forgets_late(n, member, key),
+                        _ => self.park(n, Event::ForgetLate(n, incarnation, member, key)),
+                    }
+                }
+            }
+            Event::ForgetTimeout(n, incarnation, member, key) => {
+                let node = &self.nodes[&n];
+                if node.alive && node.incarnation == incarnation {
+                    match self.node_ready(n) {
+                        Some(true) => self.forgets_answered(n, member, key, false),
+                        _ => self.park(n, Event::ForgetTimeout(n, incarnation, member, key)),
+                    }
+                }
+            }
+            Event::ForgetRetry(n, incarnation, member) => {
+                let node = &self.nodes[&n];
+                if node.alive && node.incarnation == incarnation {
+                    match self.node_ready(n) {
+                        Some(true) => self.forgets_retry(n, member),
+                        _ => self.park(n, Event::ForgetRetry(n, incarnation, member)),
                     }
                 }
             }

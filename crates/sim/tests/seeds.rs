@@ -239,17 +239,17 @@ fn unacked_copies_are_caught_by_the_renewal_property() {
 /// losses to lost reads, and catches the node that read once.
 #[test]
 fn reading_each_member_once_is_caught_by_the_renewal_property() {
-    let caught = first_caught(Scenario::SpeakerCrashes, Sabotage::ReadOnce, 300, |r| {
+    let caught = first_caught(Scenario::SpeakerCrashes, Sabotage::ReadOnce, 1000, |r| {
         !r.lost_locks.is_empty()
     });
-    assert!(caught.is_some(), "ReadOnce went unnoticed in 300 seeds");
+    assert!(caught.is_some(), "ReadOnce went unnoticed in 1000 seeds");
 }
 
 /// In strict mode either fix of 2201560 alone keeps such locks: a renewal
 /// refused during the strict hold ("unavailable", the node's 503) moves on
 /// to the member the rebuild missed, which reclaims the lock from its
 /// record. The node before it, which read each member once and answered
-/// "not held" during the hold, lost them (seed 442 of speaker crashes,
+/// "not held" during the hold, lost them (seed 244 of speaker crashes,
 /// strict, the first).
 #[test]
 fn the_strict_node_before_the_read_fixes_is_caught_by_the_renewal_property() {
