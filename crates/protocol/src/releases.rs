@@ -214,7 +214,9 @@ mod tests {
         s.push(release(2, 60_000), at(0));
         s.sending(1, at(0));
         assert_eq!(s.late_at(), Some(at(50)));
+        assert!(!s.is_down());
         assert_eq!(ids(&s.late(at(50))), [1], "only the batch under way");
+        assert!(s.is_down(), "what comes now is spread as it comes");
         let spread = s.push(release(3, 60_000), at(60)).unwrap();
         assert!(spread.spread && spread.id == LockId::from_u128(3));
         let (spread, _) = s.sent(false, at(2_000));
