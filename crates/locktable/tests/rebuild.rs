@@ -1,0 +1,339 @@
+//! The seed's sentences about rebuilds, one test each: generations, the
+//! reports a rebuild settles, conflicts, fences across speakers, strict
+//! holds. (The other sentences are in `seed.rs`.)
+
+use locktable::{AcquireError, Fence, LeaseRule, LockError, RebuildError, RebuildFrom, Table};
+
+mod common;
+
+use common::*;
+
+// "Generation returns the generation a rebuild is for: the nodes are read
+// after it is, and the table is rebuilt from them only if it was not
+// dropped meanwhile." / "It says false, and changes nothing, when the table
+// was dropped since generation."
+#[test]
+fn a_rebuild_for_a_generation_that_moved_on_changes_nothing() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let read_for = table.generation();
+    // While the nodes are read, the node stops and starts speaking again.
+    table.drop_table(t(1));
+    let lock = held_lock("a", 1, 2, t(0), t(30), Fence::new(1, 1).0);
+    let err = table
+        .rebuild(
+            RebuildFrom {
+                generation: read_for,
+                epoch: 3,
+                locks: vec![lock],
+                hold_new_grants_until: None,
+                seen_all: false,
+            },
+            t(1),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, RebuildError::Stale(s) if s.asked == read_for && s.current == read_for + 1)
+    );
+    assert!(!table.is_rebuilt());
+    assert!(table.is_empty());
+}
+
+// "Rebuild replaces the locks of the table with the ones the nodes say
+// their clients hold, and marks it rebuilt."
+#[test]
+fn rebuild_replaces_the_table_with_the_reports() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    granted(table.acquire(req("old", 1, 1), t(0)));
+    table.drop_table(t(0));
+    let g = table.generation();
+    let reported = held_lock("a", 5, 2, t(0), t(20), Fence::new(1, 9).0);
+    let out = table
+        .rebuild(
+            RebuildFrom {
+                generation: g,
+                epoch: 2,
+                locks: vec![reported.clone()],
+                hold_new_grants_until: None,
+                seen_all: false,
+            },
+            t(1),
+        )
+        .unwrap();
+    assert!(table.is_rebuilt());
+    assert_eq!(out.locks, 1);
+    assert!(out.lost.is_empty());
+    assert_eq!(table.get("a", t(1)).unwrap(), Some(reported));
+    assert_eq!(
+        table.get("old", t(1)).unwrap(),
+        None,
+        "what was not reported is not in the table"
+    );
+}
+
+#[test]
+fn rebuild_leaves_out_ended_leases_and_cuts_overlong_ones() {
+    let ended = held_lock("a", 1, 2, t(0), t(5), 1);
+    let overlong = held_lock("b", 2, 2, t(0), t(100_000), 2);
+    // Longer than this table's own maximum, within the longest any node
+    // may grant: another member's speaker may have granted it.
+    let long = held_lock("c", 3, 2, t(0), t(3_600), 3);
+    let table = rebuilt_table(1, vec![ended, overlong, long.clone()], t(6));
+    assert_eq!(table.get("a", t(6)).unwrap(), None);
+    assert_eq!(
+        table.get("b", t(6)).unwrap().unwrap().expires,
+        t(6) + LeaseRule::LONGEST
+    );
+    assert_eq!(table.get("c", t(6)).unwrap().unwrap().expires, long.expires);
+}
+
+// "Two nodes saying they hold the same lock is a lock two speakers granted
+// apart, which only the end of one of the leases settles: the one held the
+// longest is kept, and the other is still held by its client, which is
+// returned."
+#[test]
+fn a_conflict_keeps_the_lock_held_longest_and_returns_the_other() {
+    let older = held_lock("a", 1, 2, t(0), t(30), Fence::new(1, 5).0);
+    let newer = held_lock("a", 2, 3, t(4), t(30), Fence::new(2, 1).0);
+    for reports in [
+        vec![older.clone(), newer.clone()],
+        vec![newer.clone(), older.clone()],
+    ] {
+        let mut table = Table::new(LeaseRule::default());
+        table.drop_table(t(5));
+        let out = table
+            .rebuild(
+                RebuildFrom {
+                    generation: 1,
+                    epoch: 3,
+                    locks: reports,
+                    hold_new_grants_until: None,
+                    seen_all: false,
+                },
+                t(5),
+            )
+            .unwrap();
+        assert_eq!(table.get("a", t(5)).unwrap().unwrap().id, older.id);
+        assert_eq!(
+            out.lost,
+            vec![newer.clone()],
+            "returned so its node can tell its client"
+        );
+    }
+}
+
+/// A lock a rebuild settled as lost stays lost: once the kept lock is
+/// released, a record of the loser another node still has (a copy, a
+/// `Held` its node had not dropped yet) does not bring it back.
+#[test]
+fn a_lock_settled_as_lost_is_not_reclaimed_later() {
+    let older = held_lock("a", 1, 2, t(0), t(30), Fence::new(1, 5).0);
+    let newer = held_lock("a", 2, 3, t(4), t(30), Fence::new(2, 1).0);
+    let mut table = rebuilt_table(3, vec![older.clone(), newer.clone()], t(5));
+    assert!(table.is_forgotten(newer.id, t(5)));
+    table.release("a", older.id, t(6)).unwrap();
+    assert_eq!(table.reclaim(newer, t(7)), Err(LockError::NotHeld));
+}
+
+/// Two grants of one name from one term cannot both be live: that
+/// speaker's table granted the name again only once the first grant ended
+/// (released or expired). The earlier is a stale record (a copy, or a
+/// `Held` the release had not reached yet) and must not beat the live one,
+/// however long ago it was acquired.
+#[test]
+fn of_two_grants_of_one_name_in_one_term_the_later_is_kept() {
+    let released = held_lock("a", 1, 1, t(0), t(30), Fence::new(4, 1).0);
+    let live = held_lock("a", 2, 1, t(3), t(30), Fence::new(4, 2).0);
+    for reports in [
+        vec![released.clone(), live.clone()],
+        vec![live.clone(), released.clone()],
+    ] {
+        let table = rebuilt_table(5, reports, t(5));
+        assert_eq!(table.get("a", t(5)).unwrap().unwrap().id, live.id);
+    }
+}
+
+/// A speaker that rebuilt having seen every grant answered before it (as
+/// many copies as members missing, less one) granted a name knowing every
+/// live lock: a lock of an earlier term found beside its grant later was
+/// never answered to a client (a grant its old speaker made but could not
+/// deliver). The later grant is kept, not the one held longest.
+#[test]
+fn a_grant_made_after_seeing_all_wins_over_an_earlier_terms_lock() {
+    let undelivered = held_lock("a", 1, 1, t(0), t(30), Fence::new(4, 9).0);
+    let mut table = rebuilt_table_as(5, vec![], t(1), true);
+    let live = granted(table.acquire(req("a", 2, 2), t(2)));
+    assert!(live.fence.seen_all());
+    assert_eq!(live.fence.epoch(), 5);
+    for reports in [
+        vec![undelivered.clone(), live.clone()],
+        vec![live.clone(), undelivered.clone()],
+    ] {
+        let later = rebuilt_table(6, reports.clone(), t(3));
+        assert_eq!(later.get("a", t(3)).unwrap().unwrap().id, live.id);
+    }
+    // Without the mark, the seed's rule: the one held longest.
+    let mut unmarked = live.clone();
+    unmarked.fence = Fence::new(5, 1);
+    let later = rebuilt_table(6, vec![unmarked, undelivered.clone()], t(3));
+    assert_eq!(later.get("a", t(3)).unwrap().unwrap().id, undelivered.id);
+}
+
+/// A term that used its last fence grants nothing more, rather than hand
+/// out a fence of the next term.
+#[test]
+fn a_term_out_of_fences_grants_nothing_more() {
+    let last = (1 << Fence::COUNTER_BITS) - 1;
+    let at_end = held_lock("a", 1, 1, t(0), t(30), Fence::new(5, last).0);
+    let mut table = rebuilt_table(5, vec![at_end], t(1));
+    assert_eq!(
+        table.acquire(req("b", 2, 1), t(1)),
+        Err(AcquireError::FencesExhausted)
+    );
+}
+
+#[test]
+fn two_reports_of_one_grant_are_one_lock_with_the_latest_lease() {
+    // The speaker's grant record and the holder's node, which renewed
+    // through another node since: one lock, recorded where it was renewed.
+    let granted_view = held_lock("a", 1, 2, t(0), t(10), 7);
+    let mut renewed_view = granted_view.clone();
+    renewed_view.node = 3;
+    renewed_view.expires = t(25);
+    let table = rebuilt_table(2, vec![granted_view, renewed_view], t(5));
+    let lock = table.get("a", t(5)).unwrap().unwrap();
+    assert_eq!((lock.node, lock.expires), (3, t(25)));
+}
+
+// "The grants are read too because a lock granted to a request a node
+// handed over is held before that node hears of it."
+#[test]
+fn a_grant_the_holders_node_has_not_heard_of_survives_through_granted() {
+    let mut old = rebuilt_table(1, vec![], t(0));
+    let lock = granted(old.acquire(req("a", 1, 2), t(0)));
+    old.drop_table(t(1));
+    // Node 2 never got the answer; the next speaker reads node 2's Held
+    // (empty) and the old speaker's Granted.
+    let next = rebuilt_table(2, old.granted(t(1)), t(1));
+    assert_eq!(next.get("a", t(1)).unwrap().unwrap().id, lock.id);
+}
+
+#[test]
+fn fences_increase_across_speakers() {
+    let mut first = rebuilt_table(1, vec![], t(0));
+    let mut fences = vec![];
+    for i in 0..3 {
+        fences.push(granted(first.acquire(req(&format!("n{i}"), i, 1), t(0))).fence);
+    }
+    first.drop_table(t(0));
+    let mut second = rebuilt_table(2, first.granted(t(0)), t(0));
+    for i in 3..6 {
+        fences.push(granted(second.acquire(req(&format!("n{i}"), i, 1), t(0))).fence);
+    }
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    assert_eq!(fences[3].epoch(), 2);
+}
+
+#[test]
+fn fences_stay_above_every_reported_fence() {
+    // A report carrying a fence of this very term (which a correct cluster
+    // never produces) still cannot make fences go backwards.
+    let odd = held_lock("a", 1, 2, t(0), t(30), Fence::new(4, 10).0);
+    let mut table = rebuilt_table(4, vec![odd.clone()], t(0));
+    let next = granted(table.acquire(req("b", 2, 1), t(0)));
+    assert!(next.fence > odd.fence);
+}
+
+// Beyond the seed: a report of a lock granted in a later term means another
+// node spoke since; the rebuild is refused (and the table stays as it was),
+// so a deposed node never keeps a later speaker's grant in its `Granted`.
+#[test]
+fn a_report_from_a_later_term_refuses_the_rebuild() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let later = held_lock("a", 1, 2, t(0), t(30), Fence::new(5, 1).0);
+    let older = held_lock("b", 2, 2, t(0), t(30), Fence::new(3, 1).0);
+    let err = table
+        .rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch: 4,
+                locks: vec![older, later],
+                hold_new_grants_until: None,
+                seen_all: false,
+            },
+            t(1),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RebuildError::NewerTerm {
+            term: 4,
+            reported: 5
+        }
+    );
+    assert!(!table.is_rebuilt());
+    assert!(table.is_empty());
+    assert!(table.granted(t(1)).is_empty());
+}
+
+#[test]
+fn a_term_too_large_for_a_fence_is_refused() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let err = table
+        .rebuild(
+            RebuildFrom {
+                generation: 1,
+                epoch: Fence::MAX_EPOCH + 1,
+                locks: vec![],
+                hold_new_grants_until: None,
+                seen_all: false,
+            },
+            t(0),
+        )
+        .unwrap_err();
+    assert_eq!(err, RebuildError::EpochTooLarge(Fence::MAX_EPOCH + 1));
+}
+
+#[test]
+fn strict_mode_holds_new_grants_back_but_takes_reclaims_and_renewals() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let present = held_lock("a", 1, 2, t(0), t(30), 1);
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: 1,
+                epoch: 2,
+                locks: vec![present.clone()],
+                hold_new_grants_until: Some(t(60)),
+                seen_all: false,
+            },
+            t(0),
+        )
+        .unwrap();
+    assert_eq!(
+        table.acquire(req("x", 5, 1), t(1)),
+        Err(AcquireError::HeldBack { until: t(60) })
+    );
+    assert!(table.renew("a", present.id, None, 2, t(1)).is_ok());
+    // A lock held through a member that was missing comes back on renewal.
+    let missing = held_lock("b", 2, 3, t(0), t(20), 2);
+    assert_eq!(table.reclaim(missing.clone(), t(2)).unwrap().id, missing.id);
+    assert!(table.renew("b", missing.id, None, 3, t(2)).is_ok());
+    // A second lock of a held name is lost, not reclaimed.
+    let rival = held_lock("b", 3, 4, t(1), t(20), 3);
+    assert_eq!(table.reclaim(rival, t(2)), Err(LockError::NotHeld));
+    granted(table.acquire(req("x", 5, 1), t(60)));
+}
+
+#[test]
+fn released_or_ended_locks_are_not_reclaimed() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let a = granted(table.acquire(req("a", 1, 1), t(0)));
+    table.release("a", a.id, t(1)).unwrap();
+    assert_eq!(table.reclaim(a.clone(), t(2)), Err(LockError::NotHeld));
+    let ended = held_lock("b", 2, 1, t(0), t(3), 1);
+    assert_eq!(table.reclaim(ended, t(3)), Err(LockError::NotHeld));
+}
