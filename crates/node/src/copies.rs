@@ -52,8 +52,9 @@ impl Node {
             }
         }
         let guard = self.guard();
-        let now = self.clock.now();
         let state = self.state();
+        // Read under the lock, as every grant's guard check is.
+        let now = self.clock.now();
         let on_record = if skip {
             match state.member.still_speaks_for(made, &guard, now) {
                 true => Ok(()),

@@ -70,6 +70,14 @@ pub struct RunningNode {
     store_closed: leasehold_raft::StoreClosed,
 }
 
+/// A node whose handle is dropped without [`RunningNode::shutdown`] stops
+/// too: every task it started ends (without handing leadership on).
+impl Drop for RunningNode {
+    fn drop(&mut self) {
+        self.node.stop.cancel();
+    }
+}
+
 impl RunningNode {
     /// The node.
     pub fn node(&self) -> &Arc<Node> {

@@ -43,6 +43,7 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
     let mut attempts = 0u64;
     let mut ended: Option<(u64, Attempt)> = None;
     let mut server = node.raft.server_metrics();
+    let mut raft_alive = true;
     loop {
         let term = if node.is_stopping() {
             None
@@ -83,7 +84,9 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
         }
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
-            _ = server.changed() => {}
+            // Once the Raft core is gone its metrics never change again,
+            // and `changed` would answer at once forever: sleep instead.
+            changed = server.changed(), if raft_alive => raft_alive = changed.is_ok(),
             Some(outcome) = ended_rx.recv() => ended = Some(outcome),
             _ = stop.cancelled() => {
                 if let Some((_, attempt)) = attempt.take() {
