@@ -4,7 +4,7 @@
 //! batches were on their way, and the speaker answers them in one pass.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_api::{
     millis_floor, Body, ErrorCode, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
@@ -12,6 +12,7 @@ use leasehold_api::{
 };
 use locktable::{LockId, LockInTransit};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;

@@ -3,20 +3,32 @@
 //! suspends that the guard's Raft timestamps cannot see.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use locktable::MonoTime;
 use nix::time::{clock_gettime, ClockId};
+use tokio::time::Instant;
 
 /// Reads the process's lease clock as the table's [`MonoTime`].
 ///
-/// The clock is `CLOCK_BOOTTIME`: monotonic, not stepped by NTP or an
-/// operator, and (unlike `CLOCK_MONOTONIC`, which `std::time::Instant` and
-/// tokio read) still running while the machine or VM is suspended. A lease
-/// counted on it ends on time even across a suspend.
+/// In production the clock is `CLOCK_BOOTTIME`: monotonic, not stepped by
+/// NTP or an operator, and (unlike `CLOCK_MONOTONIC`, which
+/// `std::time::Instant` and tokio read) still running while the machine or
+/// VM is suspended. A lease counted on it ends on time even across a
+/// suspend. Under a simulator the clock is tokio's ([`Clock::tokio`]),
+/// which the simulator moves.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
-    origin: Duration,
+    source: Source,
+}
+
+/// Where a [`Clock`] reads the time.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// `CLOCK_BOOTTIME`, from `origin` (a reading of it).
+    Boot { origin: Duration },
+    /// tokio's clock, from `origin`.
+    Tokio { origin: Instant },
 }
 
 /// Where the process's clock starts on the table's scale: far enough from
@@ -34,21 +46,50 @@ fn boottime() -> Duration {
 }
 
 impl Clock {
-    /// A clock whose origin is now.
+    /// The production clock (`CLOCK_BOOTTIME`), whose origin is now.
     pub fn new() -> Self {
-        Clock { origin: boottime() }
+        Clock {
+            source: Source::Boot { origin: boottime() },
+        }
+    }
+
+    /// A clock on tokio's time, whose origin is now: the clock of a node
+    /// run under a simulator that drives tokio's time. It sees no suspend
+    /// (a simulated host is never suspended; a paused one is the
+    /// simulator's to model), so a node on it runs no [`SuspendWatch`].
+    pub fn tokio() -> Self {
+        Clock {
+            source: Source::Tokio {
+                origin: Instant::now(),
+            },
+        }
+    }
+
+    /// Whether the clock counts time the machine spent suspended, which
+    /// tokio's timestamps (and openraft's) do not: then the node needs a
+    /// [`SuspendWatch`].
+    pub fn counts_suspends(&self) -> bool {
+        matches!(self.source, Source::Boot { .. })
+    }
+
+    /// How long since the clock's origin.
+    fn since_origin(&self) -> Duration {
+        match self.source {
+            Source::Boot { origin } => boottime().saturating_sub(origin),
+            Source::Tokio { origin } => origin.elapsed(),
+        }
     }
 
     /// The current time on the lease clock.
     pub fn now(&self) -> MonoTime {
-        let since = boottime().saturating_sub(self.origin);
+        let since = self.since_origin();
         MonoTime::from_nanos(
             ORIGIN_NANOS.saturating_add(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)),
         )
     }
 
-    /// `instant` (a `CLOCK_MONOTONIC` reading, past or future) on the lease
-    /// clock, by its distance from now.
+    /// `instant` (a reading of tokio's clock, as openraft's timestamps are;
+    /// past or future) on the lease clock, by its distance from now.
     pub fn at(&self, instant: Instant) -> MonoTime {
         let mono_now = Instant::now();
         let now = self.now();
@@ -58,9 +99,10 @@ impl Clock {
         }
     }
 
-    /// How long the process has been running (suspends included).
+    /// How long the process has been running (suspends included on the
+    /// production clock).
     pub fn uptime(&self) -> Duration {
-        boottime().saturating_sub(self.origin)
+        self.since_origin()
     }
 
     /// Milliseconds since the Unix epoch on the wall clock (display only).

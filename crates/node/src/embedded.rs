@@ -57,7 +57,7 @@ impl Transport for Embedded {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
         Box::pin(async move {
-            let started = std::time::Instant::now();
+            let started = tokio::time::Instant::now();
             let lock = within(timeout, self.node.acquire(body)).await?;
             Ok((self.view(&lock), started.elapsed()))
         })

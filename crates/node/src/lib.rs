@@ -191,6 +191,38 @@ where
     C: TryInto<ValidConfig>,
     StartError: From<C::Error>,
 {
+    start_with(config, listener, Seams::production()).await
+}
+
+/// What a simulator swaps to run the node's own code: everything else is
+/// the same in production and under simulation.
+#[derive(Debug, Clone)]
+pub struct Seams {
+    /// The lease clock.
+    pub clock: Clock,
+}
+
+impl Seams {
+    /// The machine's: `CLOCK_BOOTTIME`.
+    pub fn production() -> Self {
+        Seams {
+            clock: Clock::new(),
+        }
+    }
+}
+
+/// [`start`], on any listener axum can serve, with `seams` (a simulated
+/// network's listener and clock, in the whole-node simulation).
+pub async fn start_with<C, L>(
+    config: C,
+    listener: L,
+    seams: Seams,
+) -> Result<RunningNode, StartError>
+where
+    C: TryInto<ValidConfig>,
+    StartError: From<C::Error>,
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
     let config = config.try_into()?.into_inner();
     let addr = listener.local_addr()?;
     let first_start = matches!(
@@ -211,7 +243,14 @@ where
     )
     .await?;
     let peers = peers::Peers::new(&config.peers, http);
-    let node = Node::new(config, raft.clone(), peers, identity, first_start);
+    let node = Node::new(
+        config,
+        raft.clone(),
+        peers,
+        identity,
+        first_start,
+        seams.clock,
+    );
     let answered = match identity::check_at_start(&node).await {
         Ok(answered) => answered,
         Err(why) => {

@@ -40,8 +40,9 @@ pub struct Node {
     pub(crate) config: NodeConfig,
     pub(crate) raft: Raft,
     pub(crate) clock: Clock,
-    /// Notices suspends, which Raft's acknowledgement times cannot show.
-    suspends: SuspendWatch,
+    /// Notices suspends, which Raft's acknowledgement times cannot show
+    /// (none on a clock that counts no suspends).
+    suspends: Option<SuspendWatch>,
     pub(crate) peers: Peers,
     /// This node's data directory's identity and what it knows of the others'.
     pub(crate) identity: Arc<Identity>,
@@ -76,6 +77,7 @@ impl Node {
         peers: Peers,
         identity: Arc<Identity>,
         first_start: bool,
+        clock: Clock,
     ) -> Arc<Self> {
         let member = Member::new(MemberConfig {
             id: config.id,
@@ -94,8 +96,8 @@ impl Node {
             copier: Copier::new(&config.peers, config.id),
             config,
             raft,
-            clock: Clock::new(),
-            suspends: SuspendWatch::new(),
+            clock,
+            suspends: clock.counts_suspends().then(SuspendWatch::new),
             peers,
             identity,
             first_start,
@@ -132,7 +134,11 @@ impl Node {
                 term: l.term(),
                 quorum_acked_at: l.quorum_acked_at.map(|at| self.clock.at(at)),
             }),
-            resumed_at: self.suspends.last_resume().map(|at| self.clock.at(at)),
+            resumed_at: self
+                .suspends
+                .as_ref()
+                .and_then(SuspendWatch::last_resume)
+                .map(|at| self.clock.at(at)),
         }
     }
 

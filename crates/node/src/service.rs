@@ -3,7 +3,7 @@
 //! both call these, and the values of a request are checked here, once.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_api::{
     routes, AcquireBody, Body, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer,
@@ -15,6 +15,7 @@ use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockId, LockInTransit};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::time::Instant;
 
 use crate::error::ApiError;
 use crate::node::Node;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
@@ -18,6 +18,7 @@ use leasehold_raft::{ReadPolicy, WatchReceiver};
 use locktable::{Lock, NodeId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::node::Node;
 use crate::peers::PeerError;

@@ -1,4 +1,6 @@
-//! This node's leadership, read from openraft in plain std types.
+//! This node's leadership, read from openraft in plain tokio types (on
+//! tokio's clock, which is the machine's monotonic clock unless a
+//! simulator drives it).
 //!
 //! For the speaker's guard: grant only while [`leader_state`] names the
 //! generation (term) the table was rebuilt in and
@@ -20,7 +22,7 @@ pub struct LeaderState {
     pub leader_id: LeaderId,
     /// When a quorum last acknowledged this leader (the *send* time of the
     /// acknowledged heartbeat), or `None` if no quorum has acknowledged it yet.
-    pub quorum_acked_at: Option<std::time::Instant>,
+    pub quorum_acked_at: Option<tokio::time::Instant>,
 }
 
 impl LeaderState {
@@ -33,7 +35,11 @@ impl LeaderState {
     ///
     /// `lease` is `election_timeout_max` ([`crate::RaftTimings::leader_lease`]).
     /// `None` (not yet acknowledged) means: not a valid leader.
-    pub fn lease_deadline(&self, lease: Duration, margin: Duration) -> Option<std::time::Instant> {
+    pub fn lease_deadline(
+        &self,
+        lease: Duration,
+        margin: Duration,
+    ) -> Option<tokio::time::Instant> {
         let acked = self.quorum_acked_at?;
         (acked + lease).checked_sub(margin)
     }
@@ -61,13 +67,13 @@ pub fn leader_state(raft: &Raft) -> Option<LeaderState> {
     if sole_voter {
         return Some(LeaderState {
             leader_id: *leader.leader_id(),
-            quorum_acked_at: Some(std::time::Instant::now()),
+            quorum_acked_at: Some(tokio::time::Instant::now()),
         });
     }
     let quorum_acked_at = leader.last_quorum_acked().and_then(|acked| {
         // openraft's instant is tokio's; carry it over as an age.
         let age = acked.elapsed();
-        std::time::Instant::now().checked_sub(age)
+        tokio::time::Instant::now().checked_sub(age)
     });
     Some(LeaderState {
         leader_id: *leader.leader_id(),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use axum::extract::Request;
 use axum::http::StatusCode;

@@ -2,7 +2,7 @@
 //! Raft's), behind the cluster token and the identity guard.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -17,6 +17,7 @@ use leasehold_api::{
 };
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
 use locktable::LockId;
+use tokio::time::Instant;
 
 use super::{raw, wrong_method, Shared};
 use crate::error::ApiError;

@@ -1,6 +1,6 @@
 //! The public HTTP API of SPEC §2 (docs/api.md): what clients call.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -12,6 +12,7 @@ use leasehold_api::{
     ReleaseBody, RenewBody, Watch,
 };
 use locktable::Lock;
+use tokio::time::Instant;
 
 use super::{raw, wrong_method, Shared};
 use crate::error::ApiError;
