@@ -191,6 +191,22 @@ where
     C: TryInto<ValidConfig>,
     StartError: From<C::Error>,
 {
+    let transport = leasehold_raft::ReqwestTransport::new()
+        .map_err(|e| leasehold_raft::StartError::from(leasehold_raft::NetworkInitError::from(e)))?;
+    start_with_transport(config, listener, Arc::new(transport)).await
+}
+
+/// As [`start`], the node's peer requests (Raft's and its own) carried by
+/// `transport` instead of a [`leasehold_raft::ReqwestTransport`].
+pub async fn start_with_transport<C>(
+    config: C,
+    listener: TcpListener,
+    transport: Arc<dyn leasehold_raft::Transport>,
+) -> Result<RunningNode, StartError>
+where
+    C: TryInto<ValidConfig>,
+    StartError: From<C::Error>,
+{
     let config = config.try_into()?.into_inner();
     let addr = listener.local_addr()?;
     let first_start = matches!(
@@ -202,12 +218,13 @@ where
         closed: store_closed,
         identity,
         http,
-    } = leasehold_raft::build(
+    } = leasehold_raft::build_with_transport(
         config.id,
         &config.data_dir,
         &config.timings,
         &config.cluster_token,
         Faults::default(),
+        transport,
     )
     .await?;
     let peers = peers::Peers::new(&config.peers, http);
