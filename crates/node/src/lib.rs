@@ -191,7 +191,8 @@ where
     C: TryInto<ValidConfig>,
     StartError: From<C::Error>,
 {
-    start_with(config, listener, Seams::production()).await
+    let seams = Seams::production().map_err(leasehold_raft::StartError::from)?;
+    start_with(config, listener, seams).await
 }
 
 /// What a simulator swaps to run the node's own code: everything else is
@@ -200,19 +201,22 @@ where
 pub struct Seams {
     /// The lease clock.
     pub clock: Clock,
+    /// What carries the node's peer requests (Raft's and its own).
+    pub transport: Arc<dyn leasehold_raft::Transport>,
 }
 
 impl Seams {
-    /// The machine's: `CLOCK_BOOTTIME`.
-    pub fn production() -> Self {
-        Seams {
+    /// The machine's: `CLOCK_BOOTTIME`, and HTTP over TCP.
+    pub fn production() -> Result<Self, leasehold_raft::NetworkInitError> {
+        Ok(Seams {
             clock: Clock::new(),
-        }
+            transport: Arc::new(leasehold_raft::ReqwestTransport::new()?),
+        })
     }
 }
 
 /// [`start`], on any listener axum can serve, with `seams` (a simulated
-/// network's listener and clock, in the whole-node simulation).
+/// network's listener, transport and clock, in the whole-node simulation).
 pub async fn start_with<C, L>(
     config: C,
     listener: L,
@@ -234,12 +238,13 @@ where
         closed: store_closed,
         identity,
         http,
-    } = leasehold_raft::build(
+    } = leasehold_raft::build_with_transport(
         config.id,
         &config.data_dir,
         &config.timings,
         &config.cluster_token,
         Faults::default(),
+        seams.transport,
     )
     .await?;
     let peers = peers::Peers::new(&config.peers, http);

@@ -8,9 +8,10 @@ use leasehold_api::{routes, ErrorBody, Lost, PeerLock, ReportRequest};
 
 use crate::clock::Clock;
 use crate::report::{MemberReport, ReportReader};
+use futures::TryStreamExt;
 use leasehold_raft::identity::{ClusterId, RefusedAs, Stamp};
 use leasehold_raft::peer_http::{PeerBody, SendError};
-use leasehold_raft::{Faults, PeerHttp};
+use leasehold_raft::{Faults, PeerHttp, PeerResponse, StreamedResponse};
 use locktable::NodeId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -57,6 +58,18 @@ impl PeerError {
     }
 }
 
+/// The [`PeerError`] for a request to `addr` that got no answer to read.
+fn send_error(addr: &str, e: SendError) -> PeerError {
+    let kind = match &e {
+        SendError::Dropped(_) | SendError::Transport(_) => PeerErrorKind::NoAnswer,
+        SendError::Stamp {
+            refused: Some(how), ..
+        } => PeerErrorKind::Refused(*how),
+        SendError::Stamp { refused: None, .. } => PeerErrorKind::Stranger,
+    };
+    PeerError::new(addr, kind, e)
+}
+
 /// What a member answered to an identity probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Probe {
@@ -94,36 +107,44 @@ impl Peers {
     }
 
     /// Sends a POST to `path` on `addr` through [`PeerHttp`]; answers with
-    /// the response, its body still to come.
+    /// the whole response.
     async fn send(
         &self,
         addr: &str,
         path: &str,
         body: Option<Vec<u8>>,
         timeout: Duration,
-    ) -> Result<reqwest::Response, PeerError> {
+    ) -> Result<PeerResponse, PeerError> {
         let body = body.map_or(PeerBody::Empty, PeerBody::Json);
         let target = self.ids.get(addr).copied();
         self.http
             .post(target, addr, path, body, timeout)
             .await
-            .map_err(|e| {
-                let kind = match &e {
-                    SendError::Dropped(_) | SendError::Http(_) => PeerErrorKind::NoAnswer,
-                    SendError::Stamp {
-                        refused: Some(how), ..
-                    } => PeerErrorKind::Refused(*how),
-                    SendError::Stamp { refused: None, .. } => PeerErrorKind::Stranger,
-                };
-                PeerError::new(addr, kind, e)
-            })
+            .map_err(|e| send_error(addr, e))
+    }
+
+    /// Sends a POST as [`Peers::send`] does; answers with the response, its
+    /// body to be read as it arrives.
+    async fn send_streamed(
+        &self,
+        addr: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<StreamedResponse, PeerError> {
+        let body = body.map_or(PeerBody::Empty, PeerBody::Json);
+        let target = self.ids.get(addr).copied();
+        self.http
+            .post_streamed(target, addr, path, body, timeout)
+            .await
+            .map_err(|e| send_error(addr, e))
     }
 
     /// Asks the member at `addr` whether it admits this node, within `timeout`.
     pub(crate) async fn probe(&self, addr: &str, timeout: Duration) -> Probe {
         match self.send(addr, routes::IDENTITY, None, timeout).await {
-            Ok(response) if response.status().is_success() => Probe::Admitted {
-                cluster: Stamp::read(response.headers()).ok().and_then(|s| s.cluster),
+            Ok(response) if response.status.is_success() => Probe::Admitted {
+                cluster: Stamp::read(&response.headers).ok().and_then(|s| s.cluster),
             },
             Ok(_) => Probe::Silent,
             Err(e) => match e.kind() {
@@ -143,12 +164,7 @@ impl Peers {
         timeout: Duration,
     ) -> Result<(bool, axum::body::Bytes), PeerError> {
         let response = self.send(addr, path, body, timeout).await?;
-        let ok = response.status().is_success();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| PeerError::new(addr, PeerErrorKind::NoAnswer, e))?;
-        Ok((ok, bytes))
+        Ok((response.status.is_success(), response.body))
     }
 
     /// Posts `body` to `path` on `addr` and decodes the answer: `Ok(Ok)` on
@@ -185,8 +201,10 @@ impl Peers {
         let read = async {
             let body = serde_json::to_vec(&ReportRequest { term })
                 .map_err(|e| PeerError::new(addr, Malformed, e))?;
-            let mut response = self.send(addr, routes::HELD, Some(body), timeout).await?;
-            if !response.status().is_success() {
+            let mut response = self
+                .send_streamed(addr, routes::HELD, Some(body), timeout)
+                .await?;
+            if !response.status.is_success() {
                 return Err(PeerError::new(
                     addr,
                     Answered,
@@ -195,7 +213,8 @@ impl Peers {
             }
             let mut reader = ReportReader::new(frame_limit, || clock.now());
             while let Some(piece) = response
-                .chunk()
+                .body
+                .try_next()
                 .await
                 .map_err(|e| PeerError::new(addr, NoAnswer, e))?
             {

@@ -10,7 +10,8 @@
 //! - [`StateMachine`]: in memory; last applied id and membership only.
 //! - [`NetworkFactory`] / [`raft_router`]: the HTTP peer network, both sides;
 //!   [`PeerHttp`]: the one peer HTTP client, which the node's own peer
-//!   requests share.
+//!   requests share; [`Transport`]: the round trip under it
+//!   ([`ReqwestTransport`] in production).
 //! - [`RaftTimings`] / [`raft_config`]: the openraft config leasehold runs with.
 //! - [`leader_state`]: this node's leadership and lease, for the speaker's guard.
 //!
@@ -41,9 +42,11 @@ pub mod peer_http;
 pub mod routes;
 pub mod server;
 pub mod state_machine;
+pub mod transport;
 pub mod types;
 
 use std::path::Path;
+use std::sync::Arc;
 
 pub use auth::token_matches;
 pub use auth::TOKEN_HEADER;
@@ -61,6 +64,9 @@ pub use peer_http::NetworkInitError;
 pub use peer_http::PeerHttp;
 pub use server::raft_router;
 pub use state_machine::StateMachine;
+pub use transport::{
+    PeerRequest, PeerResponse, ReqwestTransport, StreamedResponse, Transport, TransportError,
+};
 pub use types::*;
 
 /// Why [`build`] failed.
@@ -88,13 +94,14 @@ pub struct Built {
     /// Says when the store is closed after [`Raft::shutdown`].
     pub closed: StoreClosed,
     /// The data directory's identity, for the peer server's [`identity::guard`].
-    pub identity: std::sync::Arc<Identity>,
+    pub identity: Arc<Identity>,
     /// The peer HTTP client the Raft network sends through, for the node's
     /// own peer requests.
     pub http: PeerHttp,
 }
 
-/// Builds (but does not start) node `node_id` with its store in `data_dir`.
+/// Builds (but does not start) node `node_id` with its store in `data_dir`,
+/// its peer requests over a [`ReqwestTransport`].
 ///
 /// Nothing runs until [`Raft::run`] is called, so the HTTP server and the
 /// speaker task can hold the handle before the node can campaign. Peer
@@ -106,6 +113,20 @@ pub async fn build(
     cluster_token: &str,
     faults: Faults,
 ) -> Result<Built, StartError> {
+    let transport = Arc::new(ReqwestTransport::new().map_err(NetworkInitError::Client)?);
+    build_with_transport(node_id, data_dir, timings, cluster_token, faults, transport).await
+}
+
+/// As [`build`], its peer requests (Raft's and, through [`Built::http`],
+/// the node's own) carried by `transport`.
+pub async fn build_with_transport(
+    node_id: NodeId,
+    data_dir: &Path,
+    timings: &RaftTimings,
+    cluster_token: &str,
+    faults: Faults,
+    transport: Arc<dyn Transport>,
+) -> Result<Built, StartError> {
     let config = timings.config()?;
     let dir = data_dir.to_path_buf();
     let store = tokio::task::spawn_blocking(move || LogStore::open(&dir, node_id))
@@ -115,8 +136,8 @@ pub async fn build(
             source: std::io::Error::other(e),
         })??;
     let closed = store.closed();
-    let identity = std::sync::Arc::new(store.identity());
-    let http = PeerHttp::new(identity.clone(), cluster_token, faults)?;
+    let identity = Arc::new(store.identity());
+    let http = PeerHttp::with_transport(identity.clone(), cluster_token, faults, transport)?;
     let network = NetworkFactory::new(http.clone());
     let raft = Raft::build(node_id, config, network, store, StateMachine::new()).await?;
     Ok(Built {

@@ -40,6 +40,7 @@ use serde::Serialize;
 use crate::codec;
 use crate::peer_http::{PeerBody, PeerHttp, SendError};
 use crate::routes;
+use crate::transport::TransportError;
 use crate::types::errors::Fatal;
 use crate::types::errors::RaftError;
 use crate::types::BasicNode;
@@ -95,20 +96,6 @@ impl PeerClient {
         Resp: DeserializeOwned,
     {
         let body = codec::encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let classify = |e: reqwest::Error| -> RPCError<TypeConfig> {
-            if e.is_connect() {
-                RPCError::Unreachable(Unreachable::new(&e))
-            } else if e.is_timeout() {
-                RPCError::Timeout(Timeout {
-                    action,
-                    id: self.http.identity().node(),
-                    target: self.target,
-                    timeout,
-                })
-            } else {
-                RPCError::Network(NetworkError::new(&e))
-            }
-        };
         let resp = self
             .http
             .post(
@@ -121,13 +108,12 @@ impl PeerClient {
             .await
             .map_err(|e| match e {
                 SendError::Dropped(dropped) => RPCError::Unreachable(Unreachable::new(&dropped)),
-                SendError::Http(e) => classify(e),
+                SendError::Transport(e) => self.failed(e, action, timeout),
                 SendError::Stamp { reason, .. } => {
                     RPCError::Unreachable(Unreachable::from_string(reason))
                 }
             })?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(classify)?;
+        let (status, bytes) = (resp.status, resp.body);
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned();
             return Err(RPCError::Network(NetworkError::from_string(format!(
@@ -152,6 +138,27 @@ impl PeerClient {
     {
         let res: Result<T, RaftError> = self.call(action, path, req, timeout).await?;
         res.map_err(|e| self.remote_fatal(e.unwrap_fatal()))
+    }
+
+    /// The openraft error for a request `action` that got no whole answer:
+    /// no connection is `Unreachable`, the `timeout` passing is `Timeout`,
+    /// anything else a `NetworkError`.
+    fn failed(
+        &self,
+        error: TransportError,
+        action: RPCTypes,
+        timeout: Duration,
+    ) -> RPCError<TypeConfig> {
+        match error {
+            TransportError::Connect(_) => RPCError::Unreachable(Unreachable::new(&error)),
+            TransportError::Timeout => RPCError::Timeout(Timeout {
+                action,
+                id: self.http.identity().node(),
+                target: self.target,
+                timeout,
+            }),
+            TransportError::Other(_) => RPCError::Network(NetworkError::new(&error)),
+        }
     }
 
     /// A peer whose Raft stopped cannot serve: treat it as unreachable.

@@ -1,17 +1,22 @@
 //! The one HTTP client for peer traffic, Raft's ([`crate::network`]) and
 //! the node's own: every request goes through the fault plan, carries the
 //! cluster token and this node's identity stamp, and every answer's stamp
-//! is checked before the caller sees it.
+//! is checked before the caller sees it. The round trip itself is a
+//! [`Transport`]'s.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, HeaderValue, StatusCode};
 
 use crate::auth::TOKEN_HEADER;
 use crate::faults::{Dropped, Faults};
 use crate::identity::{Identity, RefusedAs, Stamp};
 use crate::routes;
+use crate::transport::{
+    PeerRequest, PeerResponse, ReqwestTransport, StreamedResponse, Transport, TransportError,
+};
 use crate::types::NodeId;
 
 /// Why the peer client could not be set up.
@@ -44,7 +49,7 @@ pub enum SendError {
     Dropped(#[from] Dropped),
     /// It failed on the way: no connection, timed out, cut off.
     #[error(transparent)]
-    Http(#[from] reqwest::Error),
+    Transport(#[from] TransportError),
     /// The answer's stamp was refused: the member refused this node
     /// (`refused` says how, when it said), or it answered as a stranger.
     #[error("{reason}")]
@@ -57,10 +62,10 @@ pub enum SendError {
 }
 
 /// The HTTP client every peer request goes through; cheap to clone (the
-/// connections are pooled and shared).
+/// transport, and so its connections, are shared).
 #[derive(Debug, Clone)]
 pub struct PeerHttp {
-    client: reqwest::Client,
+    transport: Arc<dyn Transport>,
     token: HeaderValue,
     identity: Arc<Identity>,
     faults: Faults,
@@ -68,22 +73,29 @@ pub struct PeerHttp {
 
 impl PeerHttp {
     /// A client for the node `identity` names, sending `cluster_token` and
-    /// its stamp with every request, through the fault plan `faults`.
+    /// its stamp with every request, through the fault plan `faults`, over
+    /// a [`ReqwestTransport`].
     pub fn new(
         identity: Arc<Identity>,
         cluster_token: &str,
         faults: Faults,
     ) -> Result<Self, NetworkInitError> {
+        let transport = Arc::new(ReqwestTransport::new()?);
+        Self::with_transport(identity, cluster_token, faults, transport)
+    }
+
+    /// As [`PeerHttp::new`], over `transport`.
+    pub fn with_transport(
+        identity: Arc<Identity>,
+        cluster_token: &str,
+        faults: Faults,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Self, NetworkInitError> {
         let mut token =
             HeaderValue::from_str(cluster_token).map_err(|_| NetworkInitError::BadToken)?;
         token.set_sensitive(true);
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()?;
         Ok(PeerHttp {
-            client,
+            transport,
             token,
             identity,
             faults,
@@ -101,9 +113,9 @@ impl PeerHttp {
     }
 
     /// POSTs `body` to `path` on `addr` within `timeout`, and answers with
-    /// the response, its body still to come. The fault plan applies when
-    /// the member's id `target` is known; without it, the answer's stamp
-    /// names the member whose answer is checked.
+    /// the whole response. The fault plan applies when the member's id
+    /// `target` is known; without it, the answer's stamp names the member
+    /// whose answer is checked.
     pub async fn post(
         &self,
         target: Option<NodeId>,
@@ -111,42 +123,88 @@ impl PeerHttp {
         path: &str,
         body: PeerBody,
         timeout: Duration,
-    ) -> Result<reqwest::Response, SendError> {
+    ) -> Result<PeerResponse, SendError> {
+        let request = self.request(target, addr, path, body, timeout).await?;
+        let response = self.transport.send(request).await?;
+        self.check(target, response.status, &response.headers)
+            .await?;
+        Ok(response)
+    }
+
+    /// As [`PeerHttp::post`], but answers once the status and headers have
+    /// come (and their stamp is checked), the body to be read as it
+    /// arrives, within `timeout`.
+    pub async fn post_streamed(
+        &self,
+        target: Option<NodeId>,
+        addr: &str,
+        path: &str,
+        body: PeerBody,
+        timeout: Duration,
+    ) -> Result<StreamedResponse, SendError> {
+        let request = self.request(target, addr, path, body, timeout).await?;
+        let response = self.transport.send_streamed(request).await?;
+        self.check(target, response.status, &response.headers)
+            .await?;
+        Ok(response)
+    }
+
+    /// The request for `body` to `path` on `addr`, with the token, this
+    /// node's stamp and the content type, once the fault plan let it go.
+    async fn request(
+        &self,
+        target: Option<NodeId>,
+        addr: &str,
+        path: &str,
+        body: PeerBody,
+        timeout: Duration,
+    ) -> Result<PeerRequest, Dropped> {
         if let Some(id) = target {
             self.faults.before_send(id).await?;
         }
-        let mut stamp = HeaderMap::new();
-        self.identity.stamp().write(&mut stamp);
-        let request = self
-            .client
-            .post(format!("http://{addr}{path}"))
-            .timeout(timeout)
-            .header(TOKEN_HEADER, self.token.clone())
-            .headers(stamp);
-        let request = match body {
-            PeerBody::Empty => request,
-            PeerBody::Json(bytes) => request.header(CONTENT_TYPE, "application/json").body(bytes),
-            PeerBody::Codec(bytes) => request
-                .header(CONTENT_TYPE, routes::CONTENT_TYPE)
-                .body(bytes),
+        let mut headers = HeaderMap::new();
+        headers.insert(TOKEN_HEADER, self.token.clone());
+        self.identity.stamp().write(&mut headers);
+        let body = match body {
+            PeerBody::Empty => Vec::new(),
+            PeerBody::Json(bytes) => {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                bytes
+            }
+            PeerBody::Codec(bytes) => {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static(routes::CONTENT_TYPE));
+                bytes
+            }
         };
-        let response = request.send().await?;
+        Ok(PeerRequest {
+            addr: addr.to_string(),
+            path: path.to_string(),
+            headers,
+            body,
+            timeout,
+        })
+    }
+
+    /// Checks the answer's stamp: `target`'s, or, unknown, the member's the
+    /// stamp names.
+    async fn check(
+        &self,
+        target: Option<NodeId>,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Result<(), SendError> {
         let id = match target {
             Some(id) => id,
-            None => Stamp::read(response.headers()).map_or(NodeId::MAX, |s| s.from),
+            None => Stamp::read(headers).map_or(NodeId::MAX, |s| s.from),
         };
         // An answer from a member on another data directory than the one
         // this node knew (a wiped one forgot its votes) is not counted.
-        if let Err(reason) = self
-            .identity
-            .check_answer(id, response.status(), response.headers())
+        self.identity
+            .check_answer(id, status, headers)
             .await
-        {
-            return Err(SendError::Stamp {
+            .map_err(|reason| SendError::Stamp {
                 reason,
-                refused: RefusedAs::read(response.headers()),
-            });
-        }
-        Ok(response)
+                refused: RefusedAs::read(headers),
+            })
     }
 }

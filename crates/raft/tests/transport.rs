@@ -1,0 +1,290 @@
+//! A [`Transport`] given to [`PeerHttp`] carries everything it sends, the
+//! Raft network's RPCs included: a test double records the requests and
+//! answers with a canned response or failure. And [`ReqwestTransport`]
+//! tells its failures apart as the Raft network needs them told.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use leasehold_raft::codec;
+use leasehold_raft::identity::{Stamp, StoreId};
+use leasehold_raft::peer_http::{PeerBody, SendError};
+use leasehold_raft::types::errors::RaftError;
+use leasehold_raft::*;
+use openraft::error::RPCError;
+use openraft::network::RPCOption;
+use openraft::raft::{VoteRequest, VoteResponse};
+use openraft::{RPCTypes, RaftNetworkFactory, RaftNetworkV2};
+use reqwest::header::{HeaderMap, CONTENT_TYPE};
+use reqwest::StatusCode;
+
+const TOKEN: &str = "test-cluster-token";
+const PEER: NodeId = 2;
+const PEER_ADDR: &str = "10.0.0.2:7000";
+
+/// Records each request and answers every one alike.
+#[derive(Debug)]
+struct Canned {
+    sent: Mutex<Vec<PeerRequest>>,
+    answer: Result<PeerResponse, TransportError>,
+}
+
+impl Canned {
+    fn new(answer: Result<PeerResponse, TransportError>) -> Arc<Self> {
+        Arc::new(Canned {
+            sent: Mutex::default(),
+            answer,
+        })
+    }
+
+    fn only_request(&self) -> PeerRequest {
+        let sent = self.sent.lock().unwrap();
+        assert_eq!(sent.len(), 1, "one request sent");
+        sent[0].clone()
+    }
+}
+
+impl Transport for Canned {
+    fn send(&self, request: PeerRequest) -> BoxFuture<'_, Result<PeerResponse, TransportError>> {
+        self.sent.lock().unwrap().push(request);
+        let answer = self.answer.clone();
+        async move { answer }.boxed()
+    }
+}
+
+/// A successful answer stamped by member `from`.
+fn answer_from(from: NodeId, body: Vec<u8>) -> PeerResponse {
+    let mut headers = HeaderMap::new();
+    Stamp {
+        from,
+        store: StoreId(7),
+        cluster: None,
+    }
+    .write(&mut headers);
+    PeerResponse {
+        status: StatusCode::OK,
+        headers,
+        body: body.into(),
+    }
+}
+
+/// Node 1's store (kept open: answers' stamps are recorded in it) and a
+/// [`PeerHttp`] over `transport`.
+fn node_one(transport: Arc<Canned>) -> (tempfile::TempDir, LogStore, PeerHttp) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LogStore::open(dir.path(), 1).unwrap();
+    let identity = Arc::new(store.identity());
+    let http = PeerHttp::with_transport(identity, TOKEN, Faults::default(), transport).unwrap();
+    (dir, store, http)
+}
+
+#[tokio::test]
+async fn peer_http_sends_through_the_transport_it_was_given() {
+    let transport = Canned::new(Ok(answer_from(PEER, b"{\"ok\":true}".to_vec())));
+    let (_dir, _store, http) = node_one(transport.clone());
+    let timeout = Duration::from_millis(1500);
+
+    let response = http
+        .post(
+            Some(PEER),
+            PEER_ADDR,
+            "/internal/somewhere",
+            PeerBody::Json(b"{\"ask\":1}".to_vec()),
+            timeout,
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(&response.body[..], b"{\"ok\":true}");
+
+    let sent = transport.only_request();
+    assert_eq!(sent.addr, PEER_ADDR);
+    assert_eq!(sent.path, "/internal/somewhere");
+    assert_eq!(sent.timeout, timeout);
+    assert_eq!(sent.body, b"{\"ask\":1}");
+    assert_eq!(sent.headers[TOKEN_HEADER], TOKEN);
+    assert!(sent.headers[TOKEN_HEADER].is_sensitive());
+    assert_eq!(sent.headers[CONTENT_TYPE], "application/json");
+    assert_eq!(Stamp::read(&sent.headers), Ok(http.identity().stamp()));
+}
+
+#[tokio::test]
+async fn an_answer_stamped_by_another_member_is_refused() {
+    let transport = Canned::new(Ok(answer_from(3, Vec::new())));
+    let (_dir, _store, http) = node_one(transport);
+    let sent = http
+        .post(
+            Some(PEER),
+            PEER_ADDR,
+            "/internal/somewhere",
+            PeerBody::Empty,
+            Duration::from_secs(1),
+        )
+        .await;
+    assert!(
+        matches!(sent, Err(SendError::Stamp { refused: None, .. })),
+        "{sent:?}"
+    );
+}
+
+/// Asks member 2 for a vote through the Raft network over `transport`.
+async fn ask_vote(
+    transport: Arc<Canned>,
+    option: RPCOption,
+) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+    let (_dir, _store, http) = node_one(transport);
+    let node = BasicNode {
+        addr: PEER_ADDR.to_string(),
+    };
+    let mut client = NetworkFactory::new(http).new_client(PEER, &node).await;
+    client
+        .vote(VoteRequest::new(Vote::new(5, 1), None), option)
+        .await
+}
+
+#[tokio::test]
+async fn a_raft_rpc_goes_through_the_transport() {
+    let granted = VoteResponse::<TypeConfig>::new(Vote::new(5, 1), None, true);
+    let body = codec::encode(&Ok::<_, RaftError>(granted.clone())).unwrap();
+    let transport = Canned::new(Ok(answer_from(PEER, body)));
+    let option = RPCOption::new(Duration::from_secs(2));
+
+    let answer = ask_vote(transport.clone(), option.clone()).await.unwrap();
+    assert_eq!(answer, granted);
+
+    let sent = transport.only_request();
+    assert_eq!(sent.addr, PEER_ADDR);
+    assert_eq!(sent.path, routes::VOTE);
+    assert_eq!(sent.timeout, option.soft_ttl());
+    assert_eq!(sent.headers[CONTENT_TYPE], routes::CONTENT_TYPE);
+    assert_eq!(sent.headers[TOKEN_HEADER], TOKEN);
+    let asked: VoteRequest<TypeConfig> = codec::decode(&sent.body).unwrap();
+    assert_eq!(asked.vote, Vote::new(5, 1));
+}
+
+#[tokio::test]
+async fn transport_failures_reach_raft_as_their_kinds() {
+    let option = RPCOption::new(Duration::from_secs(2));
+    let failed = |error| ask_vote(Canned::new(Err(error)), option.clone());
+
+    match failed(TransportError::Timeout).await {
+        Err(RPCError::Timeout(timeout)) => {
+            assert_eq!(timeout.action, RPCTypes::Vote);
+            assert_eq!((timeout.id, timeout.target), (1, PEER));
+            assert_eq!(timeout.timeout, option.soft_ttl());
+        }
+        other => panic!("a timeout is openraft's Timeout, not {other:?}"),
+    }
+    let refused = failed(TransportError::Connect("connection refused".into())).await;
+    assert!(
+        matches!(refused, Err(RPCError::Unreachable(_))),
+        "{refused:?}"
+    );
+    let cut = failed(TransportError::Other("connection reset".into())).await;
+    assert!(matches!(cut, Err(RPCError::Network(_))), "{cut:?}");
+}
+
+#[tokio::test]
+async fn a_transport_that_does_not_stream_answers_in_one_piece() {
+    use futures::TryStreamExt;
+    let transport = Canned::new(Ok(answer_from(PEER, b"whole".to_vec())));
+    let (_dir, _store, http) = node_one(transport);
+    let response = http
+        .post_streamed(
+            Some(PEER),
+            PEER_ADDR,
+            "/internal/somewhere",
+            PeerBody::Empty,
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+    let pieces: Vec<_> = response.body.try_collect().await.unwrap();
+    assert_eq!(pieces, [&b"whole"[..]]);
+}
+
+/// A loopback server: `/slow` answers after two seconds, `/stalls` sends
+/// its headers and one piece of body and then nothing, anything else
+/// echoes the request's body.
+async fn loopback() -> String {
+    use axum::body::{Body, Bytes};
+    use axum::routing::post;
+    let app = axum::Router::new()
+        .route(
+            "/slow",
+            post(|| async {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                "late"
+            }),
+        )
+        .route(
+            "/stalls",
+            post(|| async {
+                let first = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from("a"))]);
+                Body::from_stream(futures::StreamExt::chain(first, futures::stream::pending()))
+            }),
+        )
+        .fallback(post(|body: Bytes| async move { body }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+fn to(addr: &str, path: &str, body: &[u8], timeout: Duration) -> PeerRequest {
+    PeerRequest {
+        addr: addr.to_string(),
+        path: path.to_string(),
+        headers: HeaderMap::new(),
+        body: body.to_vec(),
+        timeout,
+    }
+}
+
+#[tokio::test]
+async fn reqwest_failures_are_told_apart() {
+    let transport = ReqwestTransport::new().unwrap();
+    let addr = loopback().await;
+    let quick = Duration::from_millis(300);
+
+    let echoed = transport
+        .send(to(&addr, "/echo", b"hello", quick))
+        .await
+        .unwrap();
+    assert_eq!(
+        (echoed.status, &echoed.body[..]),
+        (StatusCode::OK, &b"hello"[..])
+    );
+
+    let late = transport.send(to(&addr, "/slow", b"", quick)).await;
+    assert_eq!(late.unwrap_err(), TransportError::Timeout);
+
+    let stalled = transport.send(to(&addr, "/stalls", b"", quick)).await;
+    assert_eq!(stalled.unwrap_err(), TransportError::Timeout);
+
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let refused = transport.send(to(&closed, "/echo", b"", quick)).await;
+    assert!(
+        matches!(refused, Err(TransportError::Connect(_))),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn reqwest_streams_a_body_as_it_arrives() {
+    use futures::TryStreamExt;
+    let transport = ReqwestTransport::new().unwrap();
+    let addr = loopback().await;
+    let mut stalled = transport
+        .send_streamed(to(&addr, "/stalls", b"", Duration::from_millis(300)))
+        .await
+        .unwrap();
+    assert_eq!(stalled.status, StatusCode::OK);
+    assert_eq!(&stalled.body.try_next().await.unwrap().unwrap()[..], b"a");
+    assert_eq!(stalled.body.try_next().await, Err(TransportError::Timeout));
+}
