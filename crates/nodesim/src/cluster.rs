@@ -1,0 +1,83 @@
+//! A simulated cluster: one turmoil host per node, each running the node's
+//! own start path on a data directory that survives the host's crashes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_node::{Clock, NodeConfig, RebuildMode, Seams};
+
+use crate::net::{SimListener, SimTransport};
+
+/// The port every simulated node listens on.
+pub const PORT: u16 = 7700;
+
+/// The cluster token of every simulated cluster.
+const TOKEN: &str = "simulated-cluster-token";
+
+/// The host name of node `id`.
+pub fn host(id: u64) -> String {
+    format!("n{id}")
+}
+
+/// The `host:port` of node `id`.
+pub fn addr(id: u64) -> String {
+    format!("n{id}:{PORT}")
+}
+
+/// What a simulated cluster is made of.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Nodes, with ids from 1.
+    pub nodes: u64,
+    /// The seed of every random choice turmoil makes.
+    pub seed: u64,
+    /// How the speaker rebuilds after missing members.
+    pub mode: RebuildMode,
+    /// `--copies` (`None`: the default).
+    pub copies: Option<usize>,
+    /// The longest simulated time a run may take.
+    pub duration: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            nodes: 3,
+            seed: 1,
+            mode: RebuildMode::default(),
+            copies: None,
+            duration: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A simulation with one host per node of `options`, each keeping its
+/// data under `dirs`. Clients are the caller's to add.
+pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
+    let mut sim = turmoil::Builder::new()
+        .simulation_duration(options.duration)
+        .rng_seed(options.seed)
+        .build();
+    let peers: Vec<(u64, String)> = (1..=options.nodes).map(|id| (id, addr(id))).collect();
+    for id in 1..=options.nodes {
+        let config = NodeConfig::new(id, peers.clone(), dirs.join(host(id)), TOKEN)
+            .with_rebuild_mode(options.mode)
+            .with_copies(options.copies);
+        sim.host(host(id), move || serve(config.clone()));
+    }
+    sim
+}
+
+/// A node's life on its host: started as `leasehold serve` starts it, and
+/// serving until the host crashes.
+async fn serve(config: NodeConfig) -> turmoil::Result {
+    let listener = SimListener::bind(PORT).await?;
+    let seams = Seams {
+        clock: Clock::tokio(),
+        transport: Arc::new(SimTransport),
+    };
+    let _node = leasehold_node::start_with(config, listener, seams).await?;
+    std::future::pending::<()>().await;
+    Ok(())
+}
