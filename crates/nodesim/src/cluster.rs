@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_node::{Clock, NodeConfig, RebuildMode, Seams};
+use locktable::LeaseRule;
 
 use crate::net::{SimListener, SimTransport};
 
@@ -36,6 +37,8 @@ pub struct Options {
     pub mode: RebuildMode,
     /// `--copies` (`None`: the default).
     pub copies: Option<usize>,
+    /// The default and longest leases.
+    pub lease: LeaseRule,
     /// The longest simulated time a run may take.
     pub duration: Duration,
 }
@@ -47,6 +50,7 @@ impl Default for Options {
             seed: 1,
             mode: RebuildMode::default(),
             copies: None,
+            lease: LeaseRule::default(),
             duration: Duration::from_secs(120),
         }
     }
@@ -58,12 +62,16 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
     let mut sim = turmoil::Builder::new()
         .simulation_duration(options.duration)
         .rng_seed(options.seed)
+        // Connections queued behind a held link arrive at once when it is
+        // released; turmoil panics when a listener's queue overflows.
+        .tcp_capacity(1 << 16)
         .build();
     let peers: Vec<(u64, String)> = (1..=options.nodes).map(|id| (id, addr(id))).collect();
     for id in 1..=options.nodes {
         let config = NodeConfig::new(id, peers.clone(), dirs.join(host(id)), TOKEN)
             .with_rebuild_mode(options.mode)
-            .with_copies(options.copies);
+            .with_copies(options.copies)
+            .with_lease(options.lease);
         sim.host(host(id), move || serve(config.clone()));
     }
     sim

@@ -12,7 +12,13 @@
 //! node already has seams for (tokio's clock, a TCP socket, a listener)
 //! and needs no patched tokio: the node's dependencies (openraft, axum,
 //! hyper, redb) build unchanged.
+//!
+//! [`run::run`] is one seeded run with faults; [`check::check`] reads what
+//! its clients saw.
 
+pub mod check;
 pub mod client;
 pub mod cluster;
+pub mod history;
 pub mod net;
+pub mod run;

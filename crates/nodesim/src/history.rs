@@ -1,0 +1,77 @@
+//! What the simulated clients saw, in simulated time: the record the
+//! checks read.
+
+use std::time::Duration;
+
+/// A call a client made and the answer it acted on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// Which client.
+    pub client: usize,
+    /// The node that answered.
+    pub node: u64,
+    /// The lock's name.
+    pub name: String,
+    /// The grant's id.
+    pub id: String,
+    /// When the client sent it.
+    pub sent: Duration,
+    /// When the answer came.
+    pub at: Duration,
+}
+
+/// What a client saw, stamped with simulated time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A grant, or a renewal of it.
+    Held {
+        /// The acquire or the renewal.
+        call: Call,
+        /// The fence it answered.
+        fence: u64,
+        /// The end of the lease on the holder's count: `served_ms +
+        /// ttl_ms` after it sent the call.
+        ends: Duration,
+        /// A renewal, not the grant.
+        renewal: bool,
+    },
+    /// A renewal answered `404 not_held`: the grant is gone.
+    NotHeld(Call),
+    /// A release, from when it was sent: the client holds nothing since.
+    Released {
+        /// The lock's name.
+        name: String,
+        /// The grant's id.
+        id: String,
+        /// When the client sent it.
+        sent: Duration,
+    },
+    /// After the faults healed, a node served its first grant.
+    Served {
+        /// The node.
+        node: u64,
+        /// When the faults healed.
+        healed: Duration,
+        /// When its grant was answered.
+        at: Duration,
+    },
+}
+
+/// The events of a run, in the order they happened.
+#[derive(Debug, Default, Clone)]
+pub struct History {
+    /// Every event.
+    pub events: Vec<Event>,
+}
+
+impl History {
+    /// Adds `event`.
+    pub fn push(&mut self, event: Event) {
+        self.events.push(event);
+    }
+}
+
+/// The simulated time now (inside the simulation).
+pub fn now() -> Duration {
+    turmoil::sim_elapsed().unwrap_or_default()
+}

@@ -1,0 +1,476 @@
+//! One seeded run: a cluster, clients taking, renewing and releasing
+//! locks through random nodes, and faults on one member at a time (crash
+//! and restart, partitions both ways and one way, held links); then the
+//! faults heal and every node must serve again. The checks of
+//! [`crate::check`] read what the clients saw.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper::{Method, StatusCode};
+use leasehold_node::RebuildMode;
+use locktable::LeaseRule;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use crate::check::check;
+use crate::client::CALL;
+use crate::cluster::{self, Options};
+use crate::history::{now, Call, Event, History};
+use crate::net::call;
+
+/// How soon after the faults heal every node must serve a grant.
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(10);
+
+/// The leases of a run: short, so that many come and go.
+const LEASE: LeaseRule = LeaseRule {
+    default: Duration::from_secs(2),
+    max: Duration::from_secs(3),
+};
+
+/// What one run does.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The seed of every choice.
+    pub seed: u64,
+    /// The rebuild mode.
+    pub mode: RebuildMode,
+    /// `--copies`: `None` for the default (2); `Some(1)` is the sabotage
+    /// the checks must catch.
+    pub copies: Option<usize>,
+    /// Clients.
+    pub clients: usize,
+    /// Fault episodes before the faults heal for good.
+    pub faults: usize,
+}
+
+impl RunOptions {
+    /// A run of `seed` with the defaults.
+    pub fn new(seed: u64) -> Self {
+        RunOptions {
+            seed,
+            mode: RebuildMode::Proceed,
+            copies: None,
+            clients: 4,
+            faults: 4,
+        }
+    }
+}
+
+/// What a run came to.
+#[derive(Debug)]
+pub struct Outcome {
+    /// What the checks found; empty when the run passed.
+    pub violations: Vec<String>,
+    /// What the clients saw.
+    pub history: History,
+    /// The faults, in words, from when until when in simulated time.
+    pub faults: Vec<String>,
+    /// Simulated time the run took.
+    pub simulated: Duration,
+    /// The longest a node took to serve after the faults healed.
+    pub liveness_worst: Duration,
+}
+
+impl Outcome {
+    /// A digest of what the clients saw and of the faults: two runs of one
+    /// seed that replay alike have the same.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same in every process.
+        #[allow(deprecated)]
+        let mut hasher = std::hash::SipHasher::new();
+        format!("{:?}", self.history.events).hash(&mut hasher);
+        self.faults.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Grants answered to clients.
+    pub fn grants(&self) -> usize {
+        self.history
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Held { renewal: false, .. }))
+            .count()
+    }
+}
+
+/// A fault on one member.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Killed, then restarted on its data directory.
+    Crash,
+    /// Cut off from every other member both ways.
+    Isolate,
+    /// Nothing it sends arrives.
+    Mute,
+    /// Nothing sent to it arrives.
+    Deaf,
+    /// Its links hold every message until the fault ends.
+    Hold,
+}
+
+/// One fault: what, to whom (the speaker, as last seen, or a member),
+/// from when, for how long.
+#[derive(Debug, Clone, Copy)]
+struct Episode {
+    fault: Fault,
+    speaker: bool,
+    member: u64,
+    start: Duration,
+    length: Duration,
+}
+
+/// The faults of `seed`: one member at a time, each healed before the
+/// next, and after a restart a wait of the longest lease (a restarted
+/// member counts as missing from rebuilds for that long, and a second
+/// missing member would be as many as there are copies).
+fn schedule(rng: &mut StdRng, count: usize, nodes: u64) -> Vec<Episode> {
+    let mut at = Duration::from_secs(3);
+    (0..count)
+        .map(|_| {
+            let fault = *[
+                Fault::Crash,
+                Fault::Isolate,
+                Fault::Mute,
+                Fault::Deaf,
+                Fault::Hold,
+            ]
+            .choose(rng)
+            .expect("faults");
+            let episode = Episode {
+                fault,
+                speaker: rng.gen_bool(0.7),
+                member: rng.gen_range(1..=nodes),
+                start: at,
+                length: Duration::from_millis(rng.gen_range(300..4_000)),
+            };
+            let rest = match fault {
+                Fault::Crash => LEASE.max + Duration::from_secs(1),
+                _ => Duration::from_millis(rng.gen_range(500..2_000)),
+            };
+            at = episode.start + episode.length + rest;
+            episode
+        })
+        .collect()
+}
+
+/// What the driver and the clients share.
+#[derive(Debug, Default)]
+struct Shared {
+    history: History,
+    /// The speaker the observer saw last.
+    speaker: Option<u64>,
+    /// When the last fault healed.
+    healed: Option<Duration>,
+}
+
+/// Runs `options` in a fresh simulation with its data in a temporary
+/// directory.
+pub fn run(options: &RunOptions) -> Outcome {
+    let dirs = tempfile::tempdir().expect("a temporary directory");
+    let nodes = 3;
+    let cluster_options = Options {
+        nodes,
+        seed: options.seed,
+        mode: options.mode,
+        copies: options.copies,
+        lease: LEASE,
+        duration: Duration::from_secs(600),
+    };
+    let mut rng = StdRng::seed_from_u64(options.seed);
+    let episodes = schedule(&mut rng, options.faults, nodes);
+    let mut sim = cluster::build(&cluster_options, dirs.path());
+    let shared = Arc::new(Mutex::new(Shared::default()));
+
+    let observer = Arc::clone(&shared);
+    sim.client("observer", async move {
+        let mut ask = 1;
+        while observer.lock().unwrap().healed.is_none() {
+            if let Some(s) = crate::client::speaker(ask).await {
+                observer.lock().unwrap().speaker = Some(s);
+            }
+            ask = ask % nodes + 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    });
+    for client in 0..options.clients {
+        let seed = rng.gen();
+        let shared = Arc::clone(&shared);
+        sim.client(format!("client{client}"), async move {
+            work(client, nodes, seed, shared).await;
+            Ok(())
+        });
+    }
+    for node in 1..=nodes {
+        let shared = Arc::clone(&shared);
+        sim.client(format!("probe{node}"), async move {
+            probe(node, shared).await;
+            Ok(())
+        });
+    }
+
+    let mut faults: Vec<String> = Vec::new();
+    let mut next = 0;
+    let mut active: Option<(Episode, u64)> = None;
+    let mut failed = None;
+    loop {
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                failed = Some(format!("the simulation failed: {e}"));
+                break;
+            }
+        }
+        let t = sim.elapsed();
+        if let Some((episode, victim)) = active {
+            if t >= episode.start + episode.length {
+                heal(&mut sim, episode.fault, victim, nodes);
+                if let Some(last) = faults.last_mut() {
+                    last.push_str(&format!(" until {t:?}"));
+                }
+                active = None;
+                if next == episodes.len() {
+                    shared.lock().unwrap().healed = Some(t);
+                }
+            }
+        } else if let Some(episode) = episodes.get(next).filter(|e| t >= e.start) {
+            let seen = shared.lock().unwrap().speaker;
+            let victim = match (episode.speaker, seen) {
+                (true, Some(s)) => s,
+                _ => episode.member,
+            };
+            inflict(&mut sim, episode.fault, victim, nodes);
+            faults.push(format!("{t:?}: {:?} of n{victim}", episode.fault));
+            active = Some((*episode, victim));
+            next += 1;
+        }
+        if episodes.is_empty() && shared.lock().unwrap().healed.is_none() {
+            shared.lock().unwrap().healed = Some(t);
+        }
+    }
+
+    let simulated = sim.elapsed();
+    let history = shared.lock().unwrap().history.clone();
+    let mut violations = check(&history, nodes, LIVENESS_BOUND);
+    violations.extend(failed);
+    let liveness_worst = history
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Served { healed, at, .. } => Some(at.saturating_sub(*healed)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or_default();
+    Outcome {
+        violations,
+        history,
+        faults,
+        simulated,
+        liveness_worst,
+    }
+}
+
+/// The other members of `victim`'s cluster, as host names.
+fn others(victim: u64, nodes: u64) -> Vec<String> {
+    (1..=nodes)
+        .filter(|n| *n != victim)
+        .map(cluster::host)
+        .collect()
+}
+
+fn inflict(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
+    let host = cluster::host(victim);
+    for other in others(victim, nodes) {
+        let (a, b) = (host.as_str(), other.as_str());
+        match fault {
+            Fault::Crash => {}
+            Fault::Isolate => sim.partition(a, b),
+            Fault::Mute => sim.partition_oneway(a, b),
+            Fault::Deaf => sim.partition_oneway(b, a),
+            Fault::Hold => sim.hold(a, b),
+        }
+    }
+    if let Fault::Crash = fault {
+        sim.crash(host.as_str());
+    }
+}
+
+fn heal(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
+    let host = cluster::host(victim);
+    for other in others(victim, nodes) {
+        let (a, b) = (host.as_str(), other.as_str());
+        match fault {
+            Fault::Crash => {}
+            Fault::Isolate | Fault::Mute | Fault::Deaf => sim.repair(a, b),
+            Fault::Hold => sim.release(a, b),
+        }
+    }
+    if let Fault::Crash = fault {
+        sim.bounce(host.as_str());
+    }
+}
+
+/// A client's calls through one node after another (in a random order)
+/// until one answers other than `503` or not at all: the node and the
+/// answer, or `None` when none did.
+async fn through_any(
+    rng: &mut StdRng,
+    nodes: u64,
+    path: &str,
+    body: &Value,
+) -> Option<(u64, Duration, StatusCode, Value)> {
+    let mut order: Vec<u64> = (1..=nodes).collect();
+    order.shuffle(rng);
+    for node in order {
+        let sent = now();
+        match call(
+            &cluster::addr(node),
+            Method::POST,
+            path,
+            Some(body.clone()),
+            CALL,
+        )
+        .await
+        {
+            Ok((StatusCode::SERVICE_UNAVAILABLE, _)) | Err(_) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok((status, answer)) => return Some((node, sent, status, answer)),
+        }
+    }
+    None
+}
+
+fn lease_end(sent: Duration, answer: &Value) -> Duration {
+    let served = answer["served_ms"].as_u64().unwrap_or(0);
+    let ttl = answer["lock"]["ttl_ms"].as_u64().unwrap_or(0);
+    sent + Duration::from_millis(served + ttl)
+}
+
+/// One client's work until the faults have healed and a little after:
+/// take a random name, hold it for a while renewing a third of a lease
+/// apart, then release it or let it expire.
+async fn work(client: usize, nodes: u64, seed: u64, shared: Arc<Mutex<Shared>>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let done = |shared: &Arc<Mutex<Shared>>| {
+        shared
+            .lock()
+            .unwrap()
+            .healed
+            .is_some_and(|h| now() > h + Duration::from_secs(3))
+    };
+    while !done(&shared) {
+        let name = format!("jobs/{}", rng.gen_range(0..2));
+        let lease_ms: u64 = rng.gen_range(1_500..=3_000);
+        let body = json!({"name": name, "holder": format!("client{client}"), "lease_ms": lease_ms});
+        let Some((node, sent, status, answer)) =
+            through_any(&mut rng, nodes, "/v1/locks/acquire", &body).await
+        else {
+            continue;
+        };
+        if status != StatusCode::OK {
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(20..150))).await;
+            continue;
+        }
+        let lock = &answer["lock"];
+        let id = lock["id"].as_str().unwrap_or_default().to_string();
+        let fence = lock["fence"].as_u64().unwrap_or(0);
+        let mut ends = lease_end(sent, &answer);
+        let held = |node, sent| Call {
+            client,
+            node,
+            name: name.clone(),
+            id: id.clone(),
+            sent,
+            at: now(),
+        };
+        shared.lock().unwrap().history.push(Event::Held {
+            call: held(node, sent),
+            fence,
+            ends,
+            renewal: false,
+        });
+        let renewals = rng.gen_range(0..6);
+        let mut kept = true;
+        for _ in 0..renewals {
+            tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
+            if now() >= ends {
+                kept = false;
+                break;
+            }
+            let body = json!({"name": name, "id": id, "lease_ms": lease_ms});
+            match through_any(&mut rng, nodes, "/v1/locks/renew", &body).await {
+                Some((node, sent, StatusCode::OK, answer)) => {
+                    ends = lease_end(sent, &answer);
+                    shared.lock().unwrap().history.push(Event::Held {
+                        call: held(node, sent),
+                        fence: answer["lock"]["fence"].as_u64().unwrap_or(0),
+                        ends,
+                        renewal: true,
+                    });
+                }
+                Some((node, sent, StatusCode::NOT_FOUND, _)) => {
+                    shared
+                        .lock()
+                        .unwrap()
+                        .history
+                        .push(Event::NotHeld(held(node, sent)));
+                    kept = false;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if kept && rng.gen_bool(0.7) {
+            shared.lock().unwrap().history.push(Event::Released {
+                name: name.clone(),
+                id: id.clone(),
+                sent: now(),
+            });
+            let body = json!({"name": name, "id": id});
+            let _ = through_any(&mut rng, nodes, "/v1/locks/release", &body).await;
+        } else {
+            // Let it expire: wait out the lease on the holder's count.
+            let left = ends.saturating_sub(now());
+            tokio::time::sleep(left).await;
+        }
+    }
+}
+
+/// Once the faults have healed, takes a fresh name through `node` until
+/// it is granted, and notes when.
+async fn probe(node: u64, shared: Arc<Mutex<Shared>>) {
+    let healed = loop {
+        if let Some(h) = shared.lock().unwrap().healed {
+            break h;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let name = format!("probe/{node}");
+    while now() < healed + LIVENESS_BOUND * 3 {
+        let body = json!({"name": name, "lease_ms": 1000});
+        let answer = call(
+            &cluster::addr(node),
+            Method::POST,
+            "/v1/locks/acquire",
+            Some(body),
+            CALL,
+        )
+        .await;
+        if let Ok((StatusCode::OK, _)) = answer {
+            shared.lock().unwrap().history.push(Event::Served {
+                node,
+                healed,
+                at: now(),
+            });
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
