@@ -1,6 +1,6 @@
 //! The node's clocks: leases on a monotonic clock that counts suspend
-//! (`CLOCK_BOOTTIME`), the wall clock only for display, and a watch for
-//! suspends that the guard's Raft timestamps cannot see.
+//! (`CLOCK_BOOTTIME`), the wall clock for display and lock ids, and a
+//! watch for suspends that the guard's Raft timestamps cannot see.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -34,6 +34,10 @@ enum Source {
 /// Where the process's clock starts on the table's scale: far enough from
 /// zero that subtracting a time held never saturates.
 const ORIGIN_NANOS: u64 = 1 << 62;
+
+/// A tokio clock's wall time at its origin: 2026-01-01T00:00:00Z, in
+/// milliseconds since the Unix epoch.
+const TOKIO_WALL_ORIGIN_MS: u64 = 1_767_225_600_000;
 
 /// `CLOCK_BOOTTIME` as a duration since boot.
 fn boottime() -> Duration {
@@ -105,12 +109,19 @@ impl Clock {
         self.since_origin()
     }
 
-    /// Milliseconds since the Unix epoch on the wall clock (display only).
-    pub fn wall_ms() -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
+    /// Milliseconds since the Unix epoch on the wall clock (for display and
+    /// lock ids; no lease reads it): the system's on the production clock;
+    /// on a tokio clock, 2026-01-01T00:00:00Z at its origin plus tokio's
+    /// time since, so a simulated run reads the same wall times every time.
+    pub fn wall_ms(&self) -> u64 {
+        match self.source {
+            Source::Boot { .. } => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            Source::Tokio { origin } => TOKIO_WALL_ORIGIN_MS
+                .saturating_add(u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)),
+        }
     }
 }
 
@@ -223,6 +234,25 @@ mod tests {
         let b = clock.now();
         assert!(b > a);
         assert!(b.saturating_duration_since(a) >= Duration::from_millis(5));
+    }
+
+    #[test]
+    fn the_production_wall_clock_is_the_systems() {
+        let system = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let wall = Clock::new().wall_ms();
+        assert!(wall.abs_diff(system.as_millis() as u64) < 60_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tokio_clocks_wall_time_moves_with_tokios_time() {
+        let clock = Clock::tokio();
+        assert_eq!(clock.wall_ms(), TOKIO_WALL_ORIGIN_MS);
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        assert_eq!(clock.wall_ms(), TOKIO_WALL_ORIGIN_MS + 1_500);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(clock.wall_ms(), TOKIO_WALL_ORIGIN_MS + 61_500);
+        let later = Clock::tokio();
+        assert_eq!(later.wall_ms(), TOKIO_WALL_ORIGIN_MS, "its own origin");
     }
 
     const fn ms(n: u64) -> Duration {

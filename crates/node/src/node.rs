@@ -145,7 +145,7 @@ impl Node {
     /// A lock as this node shows it to a client.
     pub(crate) fn view(&self, lock: &Lock) -> LockView {
         let step = self.peers.faults().wall_step_ms();
-        let wall = Clock::wall_ms().saturating_add_signed(step);
+        let wall = self.clock.wall_ms().saturating_add_signed(step);
         LockView::from_lock(lock, self.clock.now(), wall)
     }
 

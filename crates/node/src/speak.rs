@@ -9,7 +9,6 @@ use leasehold_protocol::{Made, Refusal, Renewal};
 use locktable::{AcquireError, Acquired, Lock, LockId, NodeId, Request, WaiterId};
 use tokio::sync::oneshot;
 
-use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::node::Node;
 
@@ -45,7 +44,7 @@ impl Node {
         request: AcquireRequest,
         node: NodeId,
     ) -> Result<Lock, ApiError> {
-        let id = LockId::from_parts(Clock::wall_ms(), rand::random::<u128>());
+        let id = LockId::from_parts(self.clock.wall_ms(), leasehold_raft::entropy::random_u128());
         let wait = request.wait;
         let name = request.name.clone();
         let guard = self.guard();

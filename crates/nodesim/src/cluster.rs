@@ -58,7 +58,12 @@ impl Default for Options {
 
 /// A simulation with one host per node of `options`, each keeping its
 /// data under `dirs`. Clients are the caller's to add.
+///
+/// Seeds this thread's [`entropy`](leasehold_raft::entropy) with the
+/// options' seed, so the nodes' ids and openraft's election timeouts
+/// replay with it: run the simulation on this thread.
 pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
+    leasehold_raft::entropy::seed(options.seed);
     let mut sim = turmoil::Builder::new()
         .simulation_duration(options.duration)
         .rng_seed(options.seed)

@@ -6,7 +6,10 @@
 //! Only the seams differ from production (`leasehold_node::Seams`): the
 //! network is [turmoil]'s simulated TCP ([`net`]), and the lease clock is
 //! tokio's, which turmoil moves. Simulated clients speak the public HTTP
-//! API over the same network ([`net::call`]).
+//! API over the same network ([`net::call`]). Every random draw (store,
+//! cluster and lock ids, openraft's election timeouts) comes from
+//! `leasehold_raft::entropy`, which [`cluster::build`] seeds with the
+//! simulation's seed, and a tokio clock's wall time starts at a fixed date.
 //!
 //! turmoil was chosen over madsim because it simulates at the level the
 //! node already has seams for (tokio's clock, a TCP socket, a listener)

@@ -350,7 +350,7 @@ impl Identity {
         if let Some(cluster) = self.cluster() {
             return Ok(cluster);
         }
-        let cluster = ClusterId(rand::random());
+        let cluster = ClusterId(crate::entropy::random_u128());
         self.record(Recorded {
             cluster: Some(cluster),
             members: BTreeMap::new(),

@@ -14,6 +14,8 @@
 //!   ([`ReqwestTransport`] in production).
 //! - [`RaftTimings`] / [`raft_config`]: the openraft config leasehold runs with.
 //! - [`leader_state`]: this node's leadership and lease, for the speaker's guard.
+//! - [`entropy`]: every random draw (ids, openraft's election timeouts
+//!   through [`EntropyRuntime`]), seedable per thread for a simulator.
 //!
 //! # Running a node
 //!
@@ -33,6 +35,7 @@
 pub mod auth;
 pub mod codec;
 pub mod config;
+pub mod entropy;
 pub mod faults;
 pub mod identity;
 pub mod lease;
@@ -40,6 +43,7 @@ pub mod log_store;
 pub mod network;
 pub mod peer_http;
 pub mod routes;
+pub mod runtime;
 pub mod server;
 pub mod state_machine;
 pub mod transport;
@@ -62,6 +66,7 @@ pub use log_store::StoreError;
 pub use network::NetworkFactory;
 pub use peer_http::NetworkInitError;
 pub use peer_http::PeerHttp;
+pub use runtime::EntropyRuntime;
 pub use server::raft_router;
 pub use state_machine::StateMachine;
 pub use transport::{
@@ -129,7 +134,8 @@ pub async fn build_with_transport(
 ) -> Result<Built, StartError> {
     let config = timings.config()?;
     let dir = data_dir.to_path_buf();
-    let store = tokio::task::spawn_blocking(move || LogStore::open(&dir, node_id))
+    let fresh = identity::StoreId(entropy::random_u128());
+    let store = tokio::task::spawn_blocking(move || LogStore::open_named(&dir, node_id, fresh))
         .await
         .map_err(|e| StoreError::Io {
             path: data_dir.to_path_buf(),

@@ -206,6 +206,17 @@ impl LogStore {
     /// different id fails with [`StoreError::NodeIdMismatch`], so a data
     /// directory keeps the identity it was created with.
     pub fn open(dir: &Path, node_id: NodeId) -> Result<Self, StoreError> {
+        Self::open_named(dir, node_id, StoreId(crate::entropy::random_u128()))
+    }
+
+    /// As [`LogStore::open`], naming a store it creates `fresh`: drawn by
+    /// the caller, so on the caller's thread (a seeded one, under a
+    /// simulator) rather than the blocking task's that opens the store.
+    pub(crate) fn open_named(
+        dir: &Path,
+        node_id: NodeId,
+        fresh: StoreId,
+    ) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
             path: dir.to_path_buf(),
             source,
@@ -236,9 +247,8 @@ impl LogStore {
             let store_id = match store_id {
                 Some(id) => id,
                 None => {
-                    let id = StoreId(rand::random());
-                    put_meta(&mut meta, KEY_STORE_ID, &id).map_err(|e| io_to_store(&path, e))?;
-                    id
+                    put_meta(&mut meta, KEY_STORE_ID, &fresh).map_err(|e| io_to_store(&path, e))?;
+                    fresh
                 }
             };
             (stored, store_id, recorded)

@@ -34,6 +34,7 @@ openraft::declare_raft_types!(
     ///
     /// The `std` leader id makes a term name exactly one leader, so the term
     /// can serve as the speaker's generation and the high bits of a fence.
+    /// The runtime is tokio, with its randomness from [`crate::entropy`].
     pub TypeConfig:
         D = Command,
         R = CommandResponse,
@@ -41,6 +42,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Term = u64,
         LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+        AsyncRuntime = crate::runtime::EntropyRuntime,
 );
 
 /// A node id.
