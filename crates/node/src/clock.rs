@@ -60,7 +60,7 @@ impl Clock {
     /// A clock on tokio's time, whose origin is now: the clock of a node
     /// run under a simulator that drives tokio's time. It sees no suspend
     /// (a simulated host is never suspended; a paused one is the
-    /// simulator's to model), so a node on it runs no [`SuspendWatch`].
+    /// simulator's to model), so a node on it runs no suspend watch.
     pub fn tokio() -> Self {
         Clock {
             source: Source::Tokio {
@@ -71,7 +71,7 @@ impl Clock {
 
     /// Whether the clock counts time the machine spent suspended, which
     /// tokio's timestamps (and openraft's) do not: then the node needs a
-    /// [`SuspendWatch`].
+    /// suspend watch.
     pub fn counts_suspends(&self) -> bool {
         matches!(self.source, Source::Boot { .. })
     }
@@ -93,13 +93,40 @@ impl Clock {
     }
 
     /// `instant` (a reading of tokio's clock, as openraft's timestamps are;
-    /// past or future) on the lease clock, by its distance from now.
-    pub fn at(&self, instant: Instant) -> MonoTime {
+    /// past or future) on the lease clock, by its distance from now, never
+    /// later than it was: the lease clock is read before tokio's, so a stall
+    /// between the reads moves the answer earlier. For a time a lease is
+    /// counted from (an acknowledgement).
+    pub fn at_or_before(&self, instant: Instant) -> MonoTime {
+        let now = self.now();
+        let mono_now = Instant::now();
+        Self::shift(now, mono_now, instant)
+    }
+
+    /// As [`Clock::at_or_before`], but never earlier than it was (tokio's
+    /// clock is read first). For a time only what follows counts (a
+    /// resume).
+    pub fn at_or_after(&self, instant: Instant) -> MonoTime {
         let mono_now = Instant::now();
         let now = self.now();
+        Self::shift(now, mono_now, instant)
+    }
+
+    /// `instant` moved onto the lease clock by its distance from
+    /// `mono_now`, read at `now`.
+    fn shift(now: MonoTime, mono_now: Instant, instant: Instant) -> MonoTime {
         match instant.checked_duration_since(mono_now) {
             Some(ahead) => now + ahead,
             None => now - mono_now.duration_since(instant),
+        }
+    }
+
+    /// The same clock, its origin moved to now: a node's uptime counts from
+    /// its own start.
+    pub fn restarted(&self) -> Self {
+        match self.source {
+            Source::Boot { .. } => Clock::new(),
+            Source::Tokio { .. } => Clock::tokio(),
         }
     }
 
@@ -253,6 +280,39 @@ mod tests {
         assert_eq!(clock.wall_ms(), TOKIO_WALL_ORIGIN_MS + 61_500);
         let later = Clock::tokio();
         assert_eq!(later.wall_ms(), TOKIO_WALL_ORIGIN_MS, "its own origin");
+    }
+
+    /// A node counts its uptime (which decides whether rebuilds count it as
+    /// recently restarted) from its own start, not from when the clock it
+    /// was given was made (review finding: a reused clock made a restarted
+    /// node look long up).
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_clock_counts_uptime_from_its_restart() {
+        let clock = Clock::tokio();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(clock.uptime(), Duration::from_secs(30));
+        let restarted = clock.restarted();
+        assert_eq!(restarted.uptime(), Duration::ZERO);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(restarted.uptime(), Duration::from_secs(2));
+        assert!(Clock::new().restarted().counts_suspends());
+        assert!(!restarted.counts_suspends());
+    }
+
+    /// Converting a reading of tokio's clock onto the lease clock errs the
+    /// way each use needs: an acknowledgement no later, a resume no
+    /// earlier, than it was.
+    #[tokio::test(start_paused = true)]
+    async fn conversions_onto_the_lease_clock_err_the_safe_way() {
+        let clock = Clock::tokio();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let then = Instant::now() - Duration::from_secs(1);
+        let now = clock.now();
+        assert_eq!(clock.at_or_before(then), now - Duration::from_secs(1));
+        assert_eq!(clock.at_or_after(then), now - Duration::from_secs(1));
+        let boot = Clock::new();
+        let then = Instant::now();
+        assert!(boot.at_or_before(then) <= boot.at_or_after(then));
     }
 
     const fn ms(n: u64) -> Duration {

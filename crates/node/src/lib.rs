@@ -199,7 +199,8 @@ where
 /// the same in production and under simulation.
 #[derive(Debug, Clone)]
 pub struct Seams {
-    /// The lease clock.
+    /// The lease clock's source (a node counts its uptime from its own
+    /// start, whenever the clock was made).
     pub clock: Clock,
     /// What carries the node's peer requests (Raft's and its own).
     pub transport: Arc<dyn leasehold_raft::Transport>,
@@ -254,7 +255,7 @@ where
         peers,
         identity,
         first_start,
-        seams.clock,
+        seams.clock.restarted(),
     );
     let answered = match identity::check_at_start(&node).await {
         Ok(answered) => answered,

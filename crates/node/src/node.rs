@@ -132,13 +132,13 @@ impl Node {
         Guard {
             leader: leader_state(&self.raft).map(|l| Leader {
                 term: l.term(),
-                quorum_acked_at: l.quorum_acked_at.map(|at| self.clock.at(at)),
+                quorum_acked_at: l.quorum_acked_at.map(|at| self.clock.at_or_before(at)),
             }),
             resumed_at: self
                 .suspends
                 .as_ref()
                 .and_then(SuspendWatch::last_resume)
-                .map(|at| self.clock.at(at)),
+                .map(|at| self.clock.at_or_after(at)),
         }
     }
 

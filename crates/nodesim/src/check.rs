@@ -80,6 +80,7 @@ pub fn check(history: &History, nodes: u64, bound: Duration) -> Vec<String> {
             Event::Served { node, healed, at } => {
                 served.insert(*node, at.saturating_sub(*healed));
             }
+            Event::Malformed(why) => violations.push(why.clone()),
         }
     }
     for (name, grants) in &names {

@@ -36,3 +36,25 @@ pub async fn wait_for_speaker(asked: u64) -> u64 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Takes `name` (a lease of a second) through node `node`, asking every
+/// 50 ms until it is granted or the simulated time is `until`: when the
+/// grant was answered, in simulated time.
+pub async fn grant_through(node: u64, name: &str, until: Duration) -> Option<Duration> {
+    while crate::history::now() < until {
+        let body = json!({"name": name, "lease_ms": 1000});
+        let answer = call(
+            &cluster::addr(node),
+            Method::POST,
+            "/v1/locks/acquire",
+            Some(body),
+            CALL,
+        )
+        .await;
+        if let Ok((StatusCode::OK, _)) = answer {
+            return Some(crate::history::now());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}

@@ -35,8 +35,11 @@ pub enum Event {
         /// A renewal, not the grant.
         renewal: bool,
     },
-    /// A renewal answered `404 not_held`: the grant is gone.
+    /// A renewal (or a first release) answered `404 not_held`: the grant
+    /// is gone.
     NotHeld(Call),
+    /// An answer that is not what the API promises.
+    Malformed(String),
     /// A release, from when it was sent: the client holds nothing since.
     Released {
         /// The lock's name.

@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::check::check;
-use crate::client::CALL;
+use crate::client::{grant_through, CALL};
 use crate::cluster::{self, Options};
 use crate::history::{now, Call, Event, History};
 use crate::net::call;
@@ -44,6 +44,9 @@ pub struct RunOptions {
     pub clients: usize,
     /// Fault episodes before the faults heal for good.
     pub faults: usize,
+    /// Every fault a crash of the speaker (for the sabotage test: what
+    /// copies are for, as often as possible).
+    pub speaker_crashes_only: bool,
 }
 
 impl RunOptions {
@@ -55,6 +58,7 @@ impl RunOptions {
             copies: None,
             clients: 4,
             faults: 4,
+            speaker_crashes_only: false,
         }
     }
 }
@@ -127,7 +131,7 @@ struct Episode {
 /// next, and after a restart a wait of the longest lease (a restarted
 /// member counts as missing from rebuilds for that long, and a second
 /// missing member would be as many as there are copies).
-fn schedule(rng: &mut StdRng, count: usize, nodes: u64) -> Vec<Episode> {
+fn schedule(rng: &mut StdRng, count: usize, nodes: u64, crashes_only: bool) -> Vec<Episode> {
     let mut at = Duration::from_secs(3);
     (0..count)
         .map(|_| {
@@ -140,9 +144,10 @@ fn schedule(rng: &mut StdRng, count: usize, nodes: u64) -> Vec<Episode> {
             ]
             .choose(rng)
             .expect("faults");
+            let fault = if crashes_only { Fault::Crash } else { fault };
             let episode = Episode {
                 fault,
-                speaker: rng.gen_bool(0.7),
+                speaker: crashes_only || rng.gen_bool(0.7),
                 member: rng.gen_range(1..=nodes),
                 start: at,
                 length: Duration::from_millis(rng.gen_range(300..4_000)),
@@ -181,7 +186,12 @@ pub fn run(options: &RunOptions) -> Outcome {
         duration: Duration::from_secs(600),
     };
     let mut rng = StdRng::seed_from_u64(options.seed);
-    let episodes = schedule(&mut rng, options.faults, nodes);
+    let episodes = schedule(
+        &mut rng,
+        options.faults,
+        nodes,
+        options.speaker_crashes_only,
+    );
     let mut sim = cluster::build(&cluster_options, dirs.path());
     let shared = Arc::new(Mutex::new(Shared::default()));
 
@@ -316,18 +326,25 @@ fn heal(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
     }
 }
 
+/// An answer through one of the nodes.
+struct Through {
+    /// The node that answered.
+    node: u64,
+    /// When the call that it answered was sent.
+    sent: Duration,
+    status: StatusCode,
+    answer: Value,
+    /// No node was tried before it: no earlier try may have been carried
+    /// out with its answer lost.
+    first: bool,
+}
+
 /// A client's calls through one node after another (in a random order)
-/// until one answers other than `503` or not at all: the node and the
-/// answer, or `None` when none did.
-async fn through_any(
-    rng: &mut StdRng,
-    nodes: u64,
-    path: &str,
-    body: &Value,
-) -> Option<(u64, Duration, StatusCode, Value)> {
+/// until one answers other than `503` or not at all; `None` when none did.
+async fn through_any(rng: &mut StdRng, nodes: u64, path: &str, body: &Value) -> Option<Through> {
     let mut order: Vec<u64> = (1..=nodes).collect();
     order.shuffle(rng);
-    for node in order {
+    for (tried, node) in order.into_iter().enumerate() {
         let sent = now();
         match call(
             &cluster::addr(node),
@@ -341,16 +358,48 @@ async fn through_any(
             Ok((StatusCode::SERVICE_UNAVAILABLE, _)) | Err(_) => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            Ok((status, answer)) => return Some((node, sent, status, answer)),
+            Ok((status, answer)) => {
+                return Some(Through {
+                    node,
+                    sent,
+                    status,
+                    answer,
+                    first: tried == 0,
+                })
+            }
         }
     }
     None
 }
 
-fn lease_end(sent: Duration, answer: &Value) -> Duration {
+/// The lock of a grant or renewal answered at `sent`: its id, its fence
+/// and the end of its lease on the holder's count (`served_ms` is absent
+/// from a renewal's answer: 0); what is missing or wrong, if the answer is
+/// not one.
+fn answered_lock(
+    sent: Duration,
+    name: &str,
+    answer: &Value,
+) -> Result<(String, u64, Duration), String> {
+    let lock = &answer["lock"];
+    let (Some(id), Some(fence), Some(ttl)) = (
+        lock["id"].as_str(),
+        lock["fence"].as_u64(),
+        lock["ttl_ms"].as_u64(),
+    ) else {
+        return Err(format!(
+            "an answer without a lock's id, fence and ttl_ms: {answer}"
+        ));
+    };
+    if lock["name"] != json!(name) {
+        return Err(format!("asked for {name}, answered {answer}"));
+    }
     let served = answer["served_ms"].as_u64().unwrap_or(0);
-    let ttl = answer["lock"]["ttl_ms"].as_u64().unwrap_or(0);
-    sent + Duration::from_millis(served + ttl)
+    Ok((
+        id.to_string(),
+        fence,
+        sent + Duration::from_millis(served + ttl),
+    ))
 }
 
 /// One client's work until the faults have healed and a little after:
@@ -369,8 +418,13 @@ async fn work(client: usize, nodes: u64, seed: u64, shared: Arc<Mutex<Shared>>) 
         let name = format!("jobs/{}", rng.gen_range(0..2));
         let lease_ms: u64 = rng.gen_range(1_500..=3_000);
         let body = json!({"name": name, "holder": format!("client{client}"), "lease_ms": lease_ms});
-        let Some((node, sent, status, answer)) =
-            through_any(&mut rng, nodes, "/v1/locks/acquire", &body).await
+        let Some(Through {
+            node,
+            sent,
+            status,
+            answer,
+            ..
+        }) = through_any(&mut rng, nodes, "/v1/locks/acquire", &body).await
         else {
             continue;
         };
@@ -378,10 +432,13 @@ async fn work(client: usize, nodes: u64, seed: u64, shared: Arc<Mutex<Shared>>) 
             tokio::time::sleep(Duration::from_millis(rng.gen_range(20..150))).await;
             continue;
         }
-        let lock = &answer["lock"];
-        let id = lock["id"].as_str().unwrap_or_default().to_string();
-        let fence = lock["fence"].as_u64().unwrap_or(0);
-        let mut ends = lease_end(sent, &answer);
+        let (id, fence, mut ends) = match answered_lock(sent, &name, &answer) {
+            Ok(lock) => lock,
+            Err(why) => {
+                shared.lock().unwrap().history.push(Event::Malformed(why));
+                return;
+            }
+        };
         let held = |node, sent| Call {
             client,
             node,
@@ -406,16 +463,40 @@ async fn work(client: usize, nodes: u64, seed: u64, shared: Arc<Mutex<Shared>>) 
             }
             let body = json!({"name": name, "id": id, "lease_ms": lease_ms});
             match through_any(&mut rng, nodes, "/v1/locks/renew", &body).await {
-                Some((node, sent, StatusCode::OK, answer)) => {
-                    ends = lease_end(sent, &answer);
+                Some(Through {
+                    node,
+                    sent,
+                    status: StatusCode::OK,
+                    answer,
+                    ..
+                }) => {
+                    let renewed = answered_lock(sent, &name, &answer).and_then(|lock| match lock {
+                        (renewed, ..) if renewed != id => {
+                            Err(format!("renewed {id}, answered {answer}"))
+                        }
+                        lock => Ok(lock),
+                    });
+                    let (_, fence, until) = match renewed {
+                        Ok(lock) => lock,
+                        Err(why) => {
+                            shared.lock().unwrap().history.push(Event::Malformed(why));
+                            return;
+                        }
+                    };
+                    ends = until;
                     shared.lock().unwrap().history.push(Event::Held {
                         call: held(node, sent),
-                        fence: answer["lock"]["fence"].as_u64().unwrap_or(0),
+                        fence,
                         ends,
                         renewal: true,
                     });
                 }
-                Some((node, sent, StatusCode::NOT_FOUND, _)) => {
+                Some(Through {
+                    node,
+                    sent,
+                    status: StatusCode::NOT_FOUND,
+                    ..
+                }) => {
                     shared
                         .lock()
                         .unwrap()
@@ -434,7 +515,22 @@ async fn work(client: usize, nodes: u64, seed: u64, shared: Arc<Mutex<Shared>>) 
                 sent: now(),
             });
             let body = json!({"name": name, "id": id});
-            let _ = through_any(&mut rng, nodes, "/v1/locks/release", &body).await;
+            // A release answered not_held while the lease still ran was a
+            // lock lost; unless an earlier try may have released it.
+            if let Some(Through {
+                node,
+                sent,
+                status: StatusCode::NOT_FOUND,
+                first: true,
+                ..
+            }) = through_any(&mut rng, nodes, "/v1/locks/release", &body).await
+            {
+                shared
+                    .lock()
+                    .unwrap()
+                    .history
+                    .push(Event::NotHeld(held(node, sent)));
+            }
         } else {
             // Let it expire: wait out the lease on the holder's count.
             let left = ends.saturating_sub(now());
@@ -453,24 +549,11 @@ async fn probe(node: u64, shared: Arc<Mutex<Shared>>) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let name = format!("probe/{node}");
-    while now() < healed + LIVENESS_BOUND * 3 {
-        let body = json!({"name": name, "lease_ms": 1000});
-        let answer = call(
-            &cluster::addr(node),
-            Method::POST,
-            "/v1/locks/acquire",
-            Some(body),
-            CALL,
-        )
-        .await;
-        if let Ok((StatusCode::OK, _)) = answer {
-            shared.lock().unwrap().history.push(Event::Served {
-                node,
-                healed,
-                at: now(),
-            });
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if let Some(at) = grant_through(node, &name, healed + LIVENESS_BOUND * 3).await {
+        shared
+            .lock()
+            .unwrap()
+            .history
+            .push(Event::Served { node, healed, at });
     }
 }

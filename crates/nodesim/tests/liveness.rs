@@ -5,12 +5,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper::{Method, StatusCode};
 use leasehold_node::RebuildMode;
-use leasehold_nodesim::client::{wait_for_speaker, CALL};
+use leasehold_nodesim::client::{grant_through, wait_for_speaker};
 use leasehold_nodesim::cluster::{self, Options};
-use leasehold_nodesim::net::call;
-use serde_json::json;
 
 /// How long after the partition heals every node must have served a grant.
 const BOUND: Duration = Duration::from_secs(10);
@@ -70,26 +67,14 @@ fn serves_again_after_a_cut(cut: Cut, mode: RebuildMode, seed: u64) {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             };
             let name = format!("live/{node}");
-            loop {
-                let body = json!({"name": name, "lease_ms": 1000});
-                let answer = call(
-                    &cluster::addr(node),
-                    Method::POST,
-                    "/v1/locks/acquire",
-                    Some(body),
-                    CALL,
-                )
-                .await;
-                if let Ok((StatusCode::OK, _)) = answer {
-                    let at = turmoil::sim_elapsed().unwrap_or_default();
-                    served
-                        .lock()
-                        .unwrap()
-                        .push((node, at.saturating_sub(since)));
-                    return Ok(());
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let at = grant_through(node, &name, since + BOUND * 3)
+                .await
+                .ok_or("never granted")?;
+            served
+                .lock()
+                .unwrap()
+                .push((node, at.saturating_sub(since)));
+            Ok(())
         });
     }
 

@@ -32,3 +32,19 @@ fn seeds_pass_in_proceed_mode() {
 fn seeds_pass_in_strict_mode() {
     seeds_pass(RebuildMode::Strict, 1001);
 }
+
+/// Not blind: with one copy, crashes of the speaker lose locks its own
+/// clients held, and the checks see it within a few seeds (about 40 % of
+/// seeds fail; 16 in a row passing would be a blind checker).
+#[test]
+fn with_one_copy_speaker_crashes_are_caught() {
+    let caught = (1..=16).find(|seed| {
+        let outcome = run(&RunOptions {
+            copies: Some(1),
+            speaker_crashes_only: true,
+            ..RunOptions::new(*seed)
+        });
+        !outcome.violations.is_empty()
+    });
+    assert!(caught.is_some(), "no seed of 16 caught the sabotage");
+}

@@ -71,9 +71,12 @@ pub fn leader_state(raft: &Raft) -> Option<LeaderState> {
         });
     }
     let quorum_acked_at = leader.last_quorum_acked().and_then(|acked| {
-        // openraft's instant is tokio's; carry it over as an age.
+        // openraft's instant wraps tokio's; carry it over as an age. `now`
+        // is read first, so a stall between the two reads makes the
+        // acknowledgement look older, never newer.
+        let now = tokio::time::Instant::now();
         let age = acked.elapsed();
-        tokio::time::Instant::now().checked_sub(age)
+        now.checked_sub(age)
     });
     Some(LeaderState {
         leader_id: *leader.leader_id(),

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
+use futures::StreamExt;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
@@ -124,11 +126,24 @@ impl PeerHttp {
         body: PeerBody,
         timeout: Duration,
     ) -> Result<PeerResponse, SendError> {
-        let request = self.request(target, addr, path, body, timeout).await?;
-        let response = self.transport.send(request).await?;
-        self.check(target, response.status, &response.headers)
+        // The stamp is checked on the headers, before the body is read: a
+        // refusal whose body is then cut off is still a refusal.
+        let StreamedResponse {
+            status,
+            headers,
+            body: mut pieces,
+        } = self
+            .post_streamed(target, addr, path, body, timeout)
             .await?;
-        Ok(response)
+        let mut body = BytesMut::new();
+        while let Some(piece) = pieces.next().await {
+            body.extend_from_slice(&piece?);
+        }
+        Ok(PeerResponse {
+            status,
+            headers,
+            body: body.freeze(),
+        })
     }
 
     /// As [`PeerHttp::post`], but answers once the status and headers have

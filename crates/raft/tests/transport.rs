@@ -288,3 +288,73 @@ async fn reqwest_streams_a_body_as_it_arrives() {
     assert_eq!(&stalled.body.try_next().await.unwrap().unwrap()[..], b"a");
     assert_eq!(stalled.body.try_next().await, Err(TransportError::Timeout));
 }
+
+/// Answers with a member's refusal whose body is cut off after the headers.
+#[derive(Debug)]
+struct RefusalCutOff;
+
+impl Transport for RefusalCutOff {
+    fn send(&self, _: PeerRequest) -> BoxFuture<'_, Result<PeerResponse, TransportError>> {
+        async { Err(TransportError::Other("cut off".into())) }.boxed()
+    }
+
+    fn send_streamed(
+        &self,
+        _: PeerRequest,
+    ) -> BoxFuture<'_, Result<StreamedResponse, TransportError>> {
+        let mut headers = HeaderMap::new();
+        Stamp {
+            from: PEER,
+            store: StoreId(7),
+            cluster: None,
+        }
+        .write(&mut headers);
+        headers.insert(identity::REFUSED_HEADER, "store".parse().unwrap());
+        let body = futures::stream::iter([
+            Ok(bytes::Bytes::from_static(b"{\"err")),
+            Err(TransportError::Other("connection reset".into())),
+        ]);
+        let body = futures::StreamExt::boxed(body);
+        async move {
+            Ok(StreamedResponse {
+                status: StatusCode::CONFLICT,
+                headers,
+                body,
+            })
+        }
+        .boxed()
+    }
+}
+
+/// A refusal is read from the headers: a body cut off after them does not
+/// turn it into a failure to reach the member (review finding: `post` read
+/// the whole body before checking the stamp, so a wiped node's identity
+/// probe could take such a refusal for silence and start).
+#[tokio::test]
+async fn a_refusal_whose_body_is_cut_off_is_still_a_refusal() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LogStore::open(dir.path(), 1).unwrap();
+    let identity = Arc::new(store.identity());
+    let http =
+        PeerHttp::with_transport(identity, TOKEN, Faults::default(), Arc::new(RefusalCutOff))
+            .unwrap();
+    let sent = http
+        .post(
+            Some(PEER),
+            PEER_ADDR,
+            "/internal/identity",
+            PeerBody::Empty,
+            Duration::from_secs(1),
+        )
+        .await;
+    assert!(
+        matches!(
+            sent,
+            Err(SendError::Stamp {
+                refused: Some(identity::RefusedAs::StoreChanged),
+                ..
+            })
+        ),
+        "{sent:?}"
+    );
+}

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
-//!         [--trace] [--replay] [--expect-failure]
+//!         [--trace] [--replay] [--expect-failure] [--speaker-crashes]
 //! ```
 //!
 //! One line per seed (grants, faults, simulated time, the slowest node to
@@ -11,7 +11,7 @@
 //! every event of every seed. `--replay` runs each seed twice and counts
 //! the seeds whose second run differs. Exits non-zero when any seed
 //! failed, or, with `--expect-failure` (for a sabotaged build), when none
-//! did.
+//! did. `--speaker-crashes` makes every fault a crash of the speaker.
 
 use std::process::ExitCode;
 
@@ -26,6 +26,7 @@ fn main() -> ExitCode {
     let mut trace = false;
     let mut replay = false;
     let mut expect_failure = false;
+    let mut speaker_crashes_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
@@ -42,11 +43,12 @@ fn main() -> ExitCode {
             "--trace" => trace = true,
             "--replay" => replay = true,
             "--expect-failure" => expect_failure = true,
+            "--speaker-crashes" => speaker_crashes_only = true,
             other => {
                 eprintln!("nodesim: unknown argument {other:?}");
                 eprintln!(
                     "usage: nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C] \
-                     [--trace] [--replay] [--expect-failure]"
+                     [--trace] [--replay] [--expect-failure] [--speaker-crashes]"
                 );
                 return ExitCode::from(64);
             }
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
         let options = RunOptions {
             mode,
             copies,
+            speaker_crashes_only,
             ..RunOptions::new(seed)
         };
         let outcome = run(&options);
