@@ -30,6 +30,7 @@ use std::time::Duration;
 use leasehold_raft::{BasicNode, Faults, WatchReceiver};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use clock::Clock;
 pub use config::{ConfigError, NodeConfig, RebuildMode, ValidConfig};
@@ -229,6 +230,20 @@ where
     L: axum::serve::Listener<Addr = SocketAddr>,
 {
     let config = config.try_into()?.into_inner();
+    let span = tracing::info_span!("node", id = config.id);
+    start_valid(config, listener, seams).instrument(span).await
+}
+
+/// [`start_with`] once the configuration is valid, inside the node's span:
+/// every task it spawns carries the span, so each log line names its node.
+async fn start_valid<L>(
+    config: NodeConfig,
+    listener: L,
+    seams: Seams,
+) -> Result<RunningNode, StartError>
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
     let addr = listener.local_addr()?;
     let first_start = matches!(
         leasehold_raft::LogStore::read_node_id(&config.data_dir),
@@ -267,32 +282,42 @@ where
     let app = http::router(Arc::clone(&node));
     let (tasks, stop) = (&node.tasks, &node.stop);
     let server_stop = stop.clone();
-    tasks.spawn(async move {
-        let serve =
-            axum::serve(listener, app).with_graceful_shutdown(server_stop.cancelled_owned());
-        if let Err(e) = serve.await {
-            tracing::error!(%e, "http server stopped");
+    tasks.spawn(
+        async move {
+            let serve =
+                axum::serve(listener, app).with_graceful_shutdown(server_stop.cancelled_owned());
+            if let Err(e) = serve.await {
+                tracing::error!(%e, "http server stopped");
+            }
         }
-    });
-    tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()));
-    tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()));
+        .in_current_span(),
+    );
+    tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
+    tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn({
         let (node, stop) = (Arc::clone(&node), stop.clone());
         async move { forgets::pass_on_releases(&node.forgets, &node.peers, node.clock, stop).await }
-    });
-    tasks.spawn(Arc::clone(&node).send_batches(stop.clone()));
+    }.in_current_span());
+    tasks.spawn(
+        Arc::clone(&node)
+            .send_batches(stop.clone())
+            .in_current_span(),
+    );
     for (member, addr) in node.config.peers.clone() {
         if member != node.id() {
-            tasks.spawn(Arc::clone(&node).send_copies(member, addr, stop.clone()));
+            tasks.spawn(
+                Arc::clone(&node)
+                    .send_copies(member, addr, stop.clone())
+                    .in_current_span(),
+            );
         }
     }
     if !answered {
-        tasks.spawn(identity::probe_until_answered(
-            Arc::clone(&node),
-            stop.clone(),
-        ));
+        tasks.spawn(
+            identity::probe_until_answered(Arc::clone(&node), stop.clone()).in_current_span(),
+        );
     }
-    tasks.spawn(run_raft(Arc::clone(&node), stop.clone()));
+    tasks.spawn(run_raft(Arc::clone(&node), stop.clone()).in_current_span());
     Ok(RunningNode {
         node,
         addr,

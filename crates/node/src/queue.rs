@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// Items waiting for the one task that sends them on in batches.
 pub(crate) struct Queue<T> {
@@ -64,10 +65,13 @@ pub(crate) async fn drain_in_batches<T, F, Fut>(
             return;
         };
         let sent = send(batch);
-        tasks.spawn(async move {
-            sent.await;
-            drop(permit);
-        });
+        tasks.spawn(
+            async move {
+                sent.await;
+                drop(permit);
+            }
+            .in_current_span(),
+        );
     }
 }
 

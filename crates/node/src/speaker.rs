@@ -19,6 +19,7 @@ use locktable::{Lock, NodeId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::node::Node;
 use crate::peers::PeerError;
@@ -117,13 +118,16 @@ async fn carry_out(
             let id = *attempts;
             let generation = node.generation();
             let (rebuilder, ended) = (Arc::clone(node), ended.clone());
-            let task = node.tasks.spawn(async move {
-                let outcome = AssertUnwindSafe(rebuild(rebuilder, term, generation))
-                    .catch_unwind()
-                    .await
-                    .unwrap_or(Attempt::Failed("panicked"));
-                let _ = ended.send((id, outcome));
-            });
+            let task = node.tasks.spawn(
+                async move {
+                    let outcome = AssertUnwindSafe(rebuild(rebuilder, term, generation))
+                        .catch_unwind()
+                        .await
+                        .unwrap_or(Attempt::Failed("panicked"));
+                    let _ = ended.send((id, outcome));
+                }
+                .in_current_span(),
+            );
             *attempt = Some((id, task));
         }
         Step::StepDown { term, why } => step_down(node, term, &why).await,

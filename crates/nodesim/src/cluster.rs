@@ -61,8 +61,13 @@ impl Default for Options {
 ///
 /// Seeds this thread's [`entropy`](leasehold_raft::entropy) with the
 /// options' seed, so the nodes' ids and openraft's election timeouts
-/// replay with it: run the simulation on this thread.
+/// replay with it: run the simulation on this thread. With
+/// `LEASEHOLD_SIM_LOG` set (`RUST_LOG` syntax), prints the nodes' log
+/// lines ([`trace`](crate::trace)).
 pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
+    if let Ok(filter) = std::env::var(crate::trace::ENV) {
+        crate::trace::init(&filter);
+    }
     leasehold_raft::entropy::seed(options.seed);
     let mut sim = turmoil::Builder::new()
         .simulation_duration(options.duration)

@@ -25,3 +25,4 @@ pub mod cluster;
 pub mod history;
 pub mod net;
 pub mod run;
+pub mod trace;

@@ -22,10 +22,10 @@ pub const READ_AGAIN_AFTER: Duration = Duration::from_millis(50);
 /// ago (its memory of its clients' locks is incomplete), is missing.
 ///
 /// A member whose read failed is read again until the deadline while the
-/// members failing, with those missing already, are as many as there are
+/// members not read, with those missing already, are as many as there are
 /// copies: then each one read makes the difference between a rebuild that
 /// has seen every grant and one that has not. With fewer, the rebuild has
-/// seen every grant without them, and does not wait.
+/// seen every grant without them, and waits for none of them.
 #[derive(Debug, Clone)]
 pub struct Reads {
     copies: usize,
@@ -91,11 +91,13 @@ impl Reads {
         self.restarted.len() < self.copies && now + READ_AGAIN_AFTER < self.deadline
     }
 
-    /// Whether the reads may stop before the deadline: every member's
-    /// first read has ended, and the members failing, with those that
-    /// restarted lately, are fewer than copies.
+    /// Whether the reads may stop before the deadline: the members not
+    /// read yet (unanswered or failing), with those that restarted lately,
+    /// are fewer than copies. Every grant answered is then on record with
+    /// a member read, and no read can change the outcome: a member whose
+    /// host is gone, and so never answers, is not waited for.
     pub fn enough(&self) -> bool {
-        self.unanswered.is_empty() && self.restarted.len() + self.failing.len() < self.copies
+        self.unanswered.len() + self.failing.len() + self.restarted.len() < self.copies
     }
 
     /// The members read, and those missing: restarted lately, or not read
@@ -289,6 +291,35 @@ mod tests {
         let (read, missing, unread) = reads.finish();
         assert_eq!((read, missing), (vec![1, 2], vec![3]));
         assert_eq!(unread, vec![(3, "refused".to_string())]);
+    }
+
+    #[test]
+    fn a_member_that_does_not_answer_is_not_waited_for_when_fewer_than_copies_are_missing() {
+        // A host that is gone answers nothing: its read would run to the
+        // deadline, past the leases of the locks it held.
+        let mut reads = Reads::new(&[1, 2, 3], 2, LEASE, at(1_000));
+        reads.answered(2, up(), false, LEASE);
+        assert!(!reads.enough(), "two unanswered with two copies: wait");
+        reads.answered(3, up(), false, LEASE);
+        assert!(reads.enough(), "one unanswered < two copies: done");
+        let (read, missing, unread) = reads.finish();
+        assert_eq!((read, missing), (vec![2, 3], vec![1]));
+        assert_eq!(unread, vec![(1, "no answer".to_string())]);
+
+        let mut reads = Reads::new(&[1, 2, 3, 4, 5], 2, LEASE, at(1_000));
+        for member in [1, 2, 3] {
+            reads.answered(member, up(), false, LEASE);
+        }
+        reads.answered(4, Duration::from_secs(1), false, LEASE);
+        assert!(
+            !reads.enough(),
+            "4 restarted and 5 unanswered are two missing: wait for 5"
+        );
+
+        let mut reads = Reads::new(&[1, 2, 3], 1, LEASE, at(1_000));
+        reads.answered(1, up(), false, LEASE);
+        reads.answered(2, up(), false, LEASE);
+        assert!(!reads.enough(), "one copy: every member is waited for");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use openraft::impls::TokioRuntime;
 use openraft::rt::{Mpsc, OptionalSend, Select2, Select3, Select4, TryRecvError};
 use openraft::AsyncRuntime;
 use rand010::rngs::SmallRng;
+use tracing::Instrument;
 
 /// openraft's tokio runtime with one change: its thread generator is seeded
 /// from [`entropy`](crate::entropy), so a seeded simulator thread replays
@@ -35,7 +36,7 @@ impl AsyncRuntime for EntropyRuntime {
         T: Future + OptionalSend + 'static,
         T::Output: OptionalSend + 'static,
     {
-        TokioRuntime::spawn(future)
+        TokioRuntime::spawn(future.in_current_span())
     }
 
     #[inline]

@@ -8,7 +8,9 @@
 //! One line per seed (grants, faults, simulated time, the slowest node to
 //! serve after the faults healed, a digest of what the clients saw); a
 //! failing seed prints its violations and its faults, and `--trace` prints
-//! every event of every seed. `--replay` runs each seed twice and counts
+//! every event of every seed, and before them every node's log lines
+//! (`info`, or the filter in `LEASEHOLD_SIM_LOG`) with the simulated time
+//! and the node that wrote them. `--replay` runs each seed twice and counts
 //! the seeds whose second run differs. Exits non-zero when any seed
 //! failed, or, with `--expect-failure` (for a sabotaged build), when none
 //! did. `--speaker-crashes` makes every fault a crash of the speaker.
@@ -53,6 +55,10 @@ fn main() -> ExitCode {
                 return ExitCode::from(64);
             }
         }
+    }
+    if trace {
+        let filter = std::env::var(leasehold_nodesim::trace::ENV);
+        leasehold_nodesim::trace::init(filter.as_deref().unwrap_or("info,openraft=warn"));
     }
     let mut failed = 0;
     let mut diverged = 0;
