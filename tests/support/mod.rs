@@ -66,8 +66,7 @@ impl Cluster {
         for id in 1..=n {
             cluster.spawn(id);
         }
-        let (speaker, _) = cluster.speaker().await;
-        cluster.all_follow(speaker).await;
+        cluster.all_follow_one().await;
         cluster
     }
 
@@ -236,23 +235,31 @@ impl Cluster {
         }
     }
 
-    /// Waits until every running node names `leader` as the leader (a node
-    /// lets Raft run a leader lease after it starts, and learns the leader
-    /// from its first heartbeat).
-    pub async fn all_follow(&self, leader: u64) {
+    /// Waits until every running node names the speaker as the leader (a
+    /// node lets Raft run a leader lease after it starts, and learns the
+    /// leader from its first heartbeat). On a loaded machine leadership may
+    /// move while the nodes learn it: then they are waited for to follow
+    /// the new speaker.
+    pub async fn all_follow_one(&self) {
         let start = Instant::now();
-        for &id in self.procs.keys() {
-            loop {
+        loop {
+            let (speaker, _) = self.speaker().await;
+            let mut behind = None;
+            for &id in self.procs.keys() {
                 let (status, c) = self.get(id, "/v1/cluster").await;
-                if status == 200 && c["leader"] == json!(leader) {
+                if status != 200 || c["leader"] != json!(speaker) {
+                    behind = Some(id);
                     break;
                 }
-                assert!(
-                    start.elapsed() < PATIENCE,
-                    "node {id} does not follow {leader}"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            let Some(id) = behind else {
+                return;
+            };
+            assert!(
+                start.elapsed() < PATIENCE,
+                "node {id} does not follow the speaker {speaker}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

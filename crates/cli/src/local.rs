@@ -65,7 +65,7 @@ pub struct ServeArgs {
     /// The longest lease granted, in ms.
     #[arg(long, default_value_t = millis(LeaseRule::MAX_LEASE))]
     max_lease: u64,
-    /// How long a new speaker waits for every member, in ms.
+    /// The longest a new speaker waits for the members' reports, in ms.
     #[arg(long, default_value_t = millis(NodeConfig::DEFAULT_REBUILD_TIMEOUT))]
     rebuild_timeout: u64,
     /// What a rebuild that missed members does.

@@ -24,7 +24,8 @@ pub struct NodeConfig {
     pub cluster_token: String,
     /// The default and longest leases.
     pub lease: LeaseRule,
-    /// How long a new speaker waits for every member's report.
+    /// The longest a new speaker waits for the members' reports (once
+    /// those read hold a record of every grant, a quarter of it more).
     pub rebuild_timeout: Duration,
     /// What a rebuild that missed members does.
     pub rebuild_mode: RebuildMode,
@@ -94,8 +95,8 @@ pub const REBUILD_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(10), Duration::from_secs(600));
 
 impl NodeConfig {
-    /// How long a new speaker waits for every member's report unless told
-    /// otherwise (`--rebuild-timeout`).
+    /// The longest a new speaker waits for the members' reports unless
+    /// told otherwise (`--rebuild-timeout`).
     pub const DEFAULT_REBUILD_TIMEOUT: Duration = Duration::from_secs(2);
     /// The report frame size nodes run with: about 14 000 locks of short
     /// names a frame.
@@ -140,7 +141,7 @@ impl NodeConfig {
         NodeConfig { lease, ..self }
     }
 
-    /// With this wait for every member's report at a rebuild.
+    /// With this longest wait for the members' reports at a rebuild.
     pub fn with_rebuild_timeout(self, rebuild_timeout: Duration) -> Self {
         NodeConfig {
             rebuild_timeout,

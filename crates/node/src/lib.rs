@@ -37,6 +37,7 @@ pub use config::{ConfigError, NodeConfig, RebuildMode, ValidConfig};
 pub use embedded::Embedded;
 pub use error::ApiError;
 pub use leasehold_api::Watch;
+pub use leasehold_protocol::Sabotage;
 pub use node::Node;
 pub use service::MAX_WATCH;
 
@@ -205,6 +206,10 @@ pub struct Seams {
     pub clock: Clock,
     /// What carries the node's peer requests (Raft's and its own).
     pub transport: Arc<dyn leasehold_raft::Transport>,
+    /// Safety mechanisms switched off, for a simulation's self-test: its
+    /// checks must see what each one prevents. [`Sabotage::NONE`] in
+    /// production.
+    pub sabotage: Sabotage,
 }
 
 impl Seams {
@@ -213,6 +218,7 @@ impl Seams {
         Ok(Seams {
             clock: Clock::new(),
             transport: Arc::new(leasehold_raft::ReqwestTransport::new()?),
+            sabotage: Sabotage::NONE,
         })
     }
 }
@@ -271,6 +277,7 @@ where
         identity,
         first_start,
         seams.clock.restarted(),
+        seams.sabotage,
     );
     let answered = match identity::check_at_start(&node).await {
         Ok(answered) => answered,
@@ -338,7 +345,11 @@ where
 /// wait in openraft's queue. A first start waits too: a wiped data
 /// directory looks the same.
 async fn run_raft(node: Arc<Node>, stop: CancellationToken) {
-    let wait = node.config.timings.leader_lease();
+    let wait = if node.sabotage.no_restart_wait {
+        Duration::ZERO
+    } else {
+        node.config.timings.leader_lease()
+    };
     tracing::info!(
         ?wait,
         "waiting out any leader lease this node may have backed before Raft runs"

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use leasehold_api::{ForwardAnswer, ForwardCall, LockView};
-use leasehold_protocol::{Guard, Leader, Member, MemberConfig};
+use leasehold_protocol::{Guard, Leader, Member, MemberConfig, Sabotage};
 use leasehold_raft::{leader_state, Identity, Raft, WatchReceiver};
 use locktable::{AcquireError, Lock, MonoTime, NodeId, WaiterId};
 use tokio::sync::{oneshot, watch, Notify};
@@ -68,6 +68,8 @@ pub struct Node {
     pub(crate) tasks: TaskTracker,
     /// Cancelled when the node stops: every task it started ends on it.
     pub(crate) stop: CancellationToken,
+    /// Safety mechanisms switched off (a simulation's self-test only).
+    pub(crate) sabotage: Sabotage,
 }
 
 impl Node {
@@ -78,6 +80,7 @@ impl Node {
         identity: Arc<Identity>,
         first_start: bool,
         clock: Clock,
+        sabotage: Sabotage,
     ) -> Arc<Self> {
         let member = Member::new(MemberConfig {
             id: config.id,
@@ -86,6 +89,7 @@ impl Node {
             lease: config.lease,
             rebuild_mode: config.rebuild_mode,
             leader_lease: config.timings.leader_lease(),
+            sabotage,
         });
         Arc::new(Node {
             state: Mutex::new(State {
@@ -108,6 +112,7 @@ impl Node {
             batches: Queue::new(),
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
+            sabotage,
         })
     }
 

@@ -201,9 +201,10 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
 
 type Reports = Vec<(NodeId, MemberReport)>;
 
-/// Reads every member's report in parallel, up to the rebuild timeout, as
-/// the protocol's [`Reads`] says: which to read again, when to stop, and
-/// which are missing.
+/// Reads every member's report in parallel, as the protocol's [`Reads`]
+/// says: which to read again, when to stop (at the rebuild timeout, or a
+/// quarter of it after the members read cover every grant), and which are
+/// missing.
 ///
 /// The read carries `term`: a member still speaking for an older term drops
 /// its table before it answers, so it grants nothing after its report.
@@ -215,6 +216,7 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
         node.config.copies(),
         node.config.lease.max,
         node.clock.now() + node.config.rebuild_timeout,
+        node.config.rebuild_timeout,
     );
     let read_after =
         |id, addr, delay| read_member(Arc::clone(node), id, addr, term, deadline, delay);
@@ -225,7 +227,17 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
         .map(|(id, addr)| read_after(*id, addr.clone(), None))
         .collect();
     let mut read = Vec::new();
-    while let Some((id, addr, took, report)) = pending.next().await {
+    loop {
+        let now = node.clock.now();
+        let stop_in = reads.stop_at(now).saturating_duration_since(now);
+        if stop_in.is_zero() {
+            break;
+        }
+        let Ok(Some((id, addr, took, report))) =
+            tokio::time::timeout(stop_in, pending.next()).await
+        else {
+            break;
+        };
         match report {
             Ok(report) => {
                 tracing::info!(
@@ -241,17 +253,16 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
                     Duration::from_millis(header.uptime_ms),
                     header.first_start,
                     Duration::from_millis(header.max_lease_ms),
+                    usize::try_from(header.copies).unwrap_or(usize::MAX),
                 );
                 read.push((id, report));
             }
             Err(e) => {
-                if reads.failed(id, e.to_string(), node.clock.now()) {
+                let again = reads.failed(id, e.to_string(), node.clock.now());
+                if again && !node.sabotage.no_reread {
                     pending.push(read_after(id, addr, Some(READ_AGAIN_AFTER)));
                 }
             }
-        }
-        if reads.enough() {
-            break;
         }
     }
     let (_, missing, unread) = reads.finish();

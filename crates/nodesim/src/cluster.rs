@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_node::{Clock, NodeConfig, RebuildMode, Seams};
+use leasehold_node::{Clock, NodeConfig, RebuildMode, Sabotage, Seams};
 use locktable::LeaseRule;
 
 use crate::net::{SimListener, SimTransport};
@@ -41,6 +41,8 @@ pub struct Options {
     pub lease: LeaseRule,
     /// The longest simulated time a run may take.
     pub duration: Duration,
+    /// Safety mechanisms every node runs without (the checks' self-test).
+    pub sabotage: Sabotage,
 }
 
 impl Default for Options {
@@ -52,6 +54,7 @@ impl Default for Options {
             copies: None,
             lease: LeaseRule::default(),
             duration: Duration::from_secs(120),
+            sabotage: Sabotage::NONE,
         }
     }
 }
@@ -82,18 +85,20 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
             .with_rebuild_mode(options.mode)
             .with_copies(options.copies)
             .with_lease(options.lease);
-        sim.host(host(id), move || serve(config.clone()));
+        let sabotage = options.sabotage;
+        sim.host(host(id), move || serve(config.clone(), sabotage));
     }
     sim
 }
 
 /// A node's life on its host: started as `leasehold serve` starts it, and
 /// serving until the host crashes.
-async fn serve(config: NodeConfig) -> turmoil::Result {
+async fn serve(config: NodeConfig, sabotage: Sabotage) -> turmoil::Result {
     let listener = SimListener::bind(PORT).await?;
     let seams = Seams {
         clock: Clock::tokio(),
         transport: Arc::new(SimTransport),
+        sabotage,
     };
     let _node = leasehold_node::start_with(config, listener, seams).await?;
     std::future::pending::<()>().await;

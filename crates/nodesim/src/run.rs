@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::{Method, StatusCode};
-use leasehold_node::RebuildMode;
+use leasehold_node::{RebuildMode, Sabotage};
 use locktable::LeaseRule;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -47,6 +47,8 @@ pub struct RunOptions {
     /// Every fault a crash of the speaker (for the sabotage test: what
     /// copies are for, as often as possible).
     pub speaker_crashes_only: bool,
+    /// Safety mechanisms the nodes run without: the checks must see it.
+    pub sabotage: Sabotage,
 }
 
 impl RunOptions {
@@ -59,6 +61,7 @@ impl RunOptions {
             clients: 4,
             faults: 4,
             speaker_crashes_only: false,
+            sabotage: Sabotage::NONE,
         }
     }
 }
@@ -184,6 +187,7 @@ pub fn run(options: &RunOptions) -> Outcome {
         copies: options.copies,
         lease: LEASE,
         duration: Duration::from_secs(600),
+        sabotage: options.sabotage,
     };
     let mut rng = StdRng::seed_from_u64(options.seed);
     let episodes = schedule(

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use locktable::{LeaseRule, NodeId};
 
+use crate::Sabotage;
+
 /// What a rebuild that could not read every member does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RebuildMode {
@@ -34,6 +36,8 @@ pub struct MemberConfig {
     /// How long after a quorum's acknowledgement no other leader can
     /// exist (openraft's `election_timeout_max`).
     pub leader_lease: Duration,
+    /// Safety mechanisms switched off, in a simulation's self-test only.
+    pub sabotage: Sabotage,
 }
 
 impl MemberConfig {

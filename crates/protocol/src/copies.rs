@@ -152,6 +152,7 @@ mod tests {
             lease: LeaseRule::default(),
             rebuild_mode: RebuildMode::Proceed,
             leader_lease: Duration::from_secs(1),
+            sabotage: crate::Sabotage::NONE,
         }
     }
 

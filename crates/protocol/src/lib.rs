@@ -32,6 +32,7 @@ mod members;
 mod rebuild;
 mod refusal;
 mod releases;
+mod sabotage;
 
 pub use config::{MemberConfig, RebuildMode};
 pub use copies::{copies_needed, CopyRound, CopyStep, COPY_TIMEOUT};
@@ -42,3 +43,4 @@ pub use members::Members;
 pub use rebuild::{MemberRead, Reads, RebuildDone, RebuildInput, READ_AGAIN_AFTER};
 pub use refusal::Refusal;
 pub use releases::{Release, ReleaseSender};
+pub use sabotage::Sabotage;

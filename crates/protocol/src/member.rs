@@ -201,9 +201,10 @@ impl Member {
     /// guard lets it grant at `now`, rebuilt or not.
     pub fn may_speak(&self, guard: &Guard, now: MonoTime) -> bool {
         !self.stopping
-            && self
-                .speaking
-                .is_some_and(|term| guard.allows(term, self.config.leader_lease, now))
+            && self.speaking.is_some_and(|term| {
+                guard.allows(term, self.config.leader_lease, now)
+                    || (self.config.sabotage.no_grant_guard && guard.leader_term() == Some(term))
+            })
     }
 
     /// `Ok` if this member may grant from its table at `now`.
@@ -455,6 +456,9 @@ impl Member {
     /// tells it so. Its table is dropped; its grants stay in `Granted`.
     /// Answers whether `term` is newer than any that read it before.
     pub fn deposed_by(&mut self, term: u64, now: MonoTime) -> bool {
+        if self.config.sabotage.no_term_fence {
+            return false;
+        }
         let newer = term > self.read_by;
         self.read_by = self.read_by.max(term);
         if let Some(own) = self.speaking.filter(|own| *own < term) {

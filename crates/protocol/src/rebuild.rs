@@ -21,16 +21,24 @@ pub const READ_AGAIN_AFTER: Duration = Duration::from_millis(50);
 /// A member that does not answer, or restarted less than the longest lease
 /// ago (its memory of its clients' locks is incomplete), is missing.
 ///
-/// A member whose read failed is read again until the deadline while the
-/// members not read, with those missing already, are as many as there are
-/// copies: then each one read makes the difference between a rebuild that
-/// has seen every grant and one that has not. With fewer, the rebuild has
-/// seen every grant without them, and waits for none of them.
+/// Every grant answered to a client is on record with `copies` members
+/// (the fewest any member read runs with, the reader's own included). Once
+/// the members not read yet, with those missing already, are fewer, the
+/// members read have seen every grant ([`Reads::enough`]). A member whose
+/// read failed is read again until the deadline only while that is not so:
+/// then each one read makes the difference. Once it is, the reads wait for
+/// the members that have not answered at most [`Reads::straggler_wait`]
+/// more, so that a healthy member is read (and the report names no member
+/// missing that was not) while a host that is gone, whose connections go
+/// unanswered, costs that much rather than the whole timeout.
 #[derive(Debug, Clone)]
 pub struct Reads {
     copies: usize,
     max_lease: Duration,
     deadline: MonoTime,
+    straggler_wait: Duration,
+    /// When the members read first covered every grant.
+    enough_since: Option<MonoTime>,
     members: Vec<NodeId>,
     read: BTreeSet<NodeId>,
     /// Members read but restarted too recently.
@@ -41,14 +49,27 @@ pub struct Reads {
     failing: BTreeMap<NodeId, String>,
 }
 
+/// The share of the rebuild timeout the reads wait for members that have
+/// not answered once the others cover every grant.
+pub const STRAGGLER_SHARE: u32 = 4;
+
 impl Reads {
     /// Reads of `members` (every member, this one's included) until
-    /// `deadline`, by a speaker whose longest lease is `max_lease`.
-    pub fn new(members: &[NodeId], copies: usize, max_lease: Duration, deadline: MonoTime) -> Self {
+    /// `deadline` (`timeout` after they start), by a speaker whose longest
+    /// lease is `max_lease` and whose `--copies` is `copies`.
+    pub fn new(
+        members: &[NodeId],
+        copies: usize,
+        max_lease: Duration,
+        deadline: MonoTime,
+        timeout: Duration,
+    ) -> Self {
         Reads {
             copies,
             max_lease,
             deadline,
+            straggler_wait: timeout / STRAGGLER_SHARE,
+            enough_since: None,
             members: members.to_vec(),
             read: BTreeSet::new(),
             restarted: Vec::new(),
@@ -62,18 +83,26 @@ impl Reads {
         &self.members
     }
 
+    /// How long the reads wait for members that have not answered once
+    /// the others cover every grant: a quarter of the rebuild timeout.
+    pub fn straggler_wait(&self) -> Duration {
+        self.straggler_wait
+    }
+
     /// `member` answered with a report from a process up for `uptime`
     /// (`first_start`: its data directory is new), whose longest lease is
-    /// `max_lease`.
+    /// `max_lease` and whose `--copies` is `copies`.
     pub fn answered(
         &mut self,
         member: NodeId,
         uptime: Duration,
         first_start: bool,
         max_lease: Duration,
+        copies: usize,
     ) {
         self.unanswered.remove(&member);
         self.failing.remove(&member);
+        self.copies = self.copies.min(copies);
         let longest = self.max_lease.max(max_lease);
         if !first_start && uptime < longest {
             self.restarted.push(member);
@@ -82,22 +111,49 @@ impl Reads {
     }
 
     /// A read of `member` failed at `now` (`why`); answers whether to read
-    /// it again after [`READ_AGAIN_AFTER`]. Members missing for having
-    /// restarted may already be as many as copies: then no read can change
-    /// the outcome.
+    /// it again after [`READ_AGAIN_AFTER`]: while the members read do not
+    /// cover every grant without it, and the next read ends before the
+    /// deadline.
     pub fn failed(&mut self, member: NodeId, why: String, now: MonoTime) -> bool {
         self.unanswered.remove(&member);
         self.failing.insert(member, why);
-        self.restarted.len() < self.copies && now + READ_AGAIN_AFTER < self.deadline
+        !self.enough() && !self.settled() && now + READ_AGAIN_AFTER < self.deadline
     }
 
-    /// Whether the reads may stop before the deadline: the members not
-    /// read yet (unanswered or failing), with those that restarted lately,
-    /// are fewer than copies. Every grant answered is then on record with
-    /// a member read, and no read can change the outcome: a member whose
-    /// host is gone, and so never answers, is not waited for.
+    /// Whether the members that restarted lately are as many as copies
+    /// already: then no read can make the rebuild one that saw every grant.
+    fn settled(&self) -> bool {
+        self.restarted.len() >= self.copies
+    }
+
+    /// Whether the members read have seen every grant: those not read yet
+    /// (unanswered or failing), with those that restarted lately, are
+    /// fewer than copies, so no read can change the outcome.
     pub fn enough(&self) -> bool {
         self.unanswered.len() + self.failing.len() + self.restarted.len() < self.copies
+    }
+
+    /// When the reads stop, as of `now`. Once the members read cover every
+    /// grant: at once if every member's first read has ended, else
+    /// [`straggler_wait`] after they first did. Otherwise at once if the
+    /// members that restarted lately are as many as copies (no read can
+    /// change the outcome), else at the deadline (failed reads are read
+    /// again meanwhile).
+    ///
+    /// [`straggler_wait`]: Reads::straggler_wait
+    pub fn stop_at(&mut self, now: MonoTime) -> MonoTime {
+        if self.enough() {
+            if self.unanswered.is_empty() {
+                return now;
+            }
+            let since = *self.enough_since.get_or_insert(now);
+            return (since + self.straggler_wait).min(self.deadline);
+        }
+        if self.settled() {
+            now
+        } else {
+            self.deadline
+        }
     }
 
     /// The members read, and those missing: restarted lately, or not read
@@ -264,6 +320,7 @@ mod tests {
     use super::*;
 
     const LEASE: Duration = Duration::from_secs(10);
+    const TIMEOUT: Duration = Duration::from_secs(1);
 
     fn at(ms: u64) -> MonoTime {
         MonoTime::from_nanos((1 << 40) + ms * 1_000_000)
@@ -273,20 +330,23 @@ mod tests {
         Duration::from_secs(3600)
     }
 
+    /// Reads of `members` by a speaker with `copies`, started at 0 ms.
+    fn reads_of(members: &[NodeId], copies: usize) -> Reads {
+        Reads::new(members, copies, LEASE, at(0) + TIMEOUT, TIMEOUT)
+    }
+
     #[test]
-    fn with_two_copies_every_member_answering_is_enough() {
-        let mut reads = Reads::new(&[1, 2, 3], 2, LEASE, at(1_000));
-        reads.answered(1, up(), false, LEASE);
+    fn with_two_copies_one_member_failing_is_not_read_again() {
+        let mut reads = reads_of(&[1, 2, 3], 2);
+        reads.answered(1, up(), false, LEASE, 2);
         assert!(!reads.enough(), "2 and 3 not answered yet");
-        reads.answered(2, up(), false, LEASE);
+        reads.answered(2, up(), false, LEASE, 2);
         assert!(
-            reads.failed(3, "refused".into(), at(10)),
-            "read again if waited for"
+            !reads.failed(3, "refused".into(), at(10)),
+            "one missing < two copies: no read of 3 can change the outcome"
         );
-        assert!(
-            reads.enough(),
-            "but one missing < two copies: no need to wait"
-        );
+        assert!(reads.enough());
+        assert_eq!(reads.stop_at(at(10)), at(10), "every first read ended");
         assert_eq!(reads.members(), &[1, 2, 3]);
         let (read, missing, unread) = reads.finish();
         assert_eq!((read, missing), (vec![1, 2], vec![3]));
@@ -294,63 +354,97 @@ mod tests {
     }
 
     #[test]
-    fn a_member_that_does_not_answer_is_not_waited_for_when_fewer_than_copies_are_missing() {
+    fn a_member_that_does_not_answer_is_waited_for_a_quarter_of_the_timeout_once_the_others_suffice(
+    ) {
         // A host that is gone answers nothing: its read would run to the
         // deadline, past the leases of the locks it held.
-        let mut reads = Reads::new(&[1, 2, 3], 2, LEASE, at(1_000));
-        reads.answered(2, up(), false, LEASE);
-        assert!(!reads.enough(), "two unanswered with two copies: wait");
-        reads.answered(3, up(), false, LEASE);
-        assert!(reads.enough(), "one unanswered < two copies: done");
+        let mut reads = reads_of(&[1, 2, 3], 2);
+        assert_eq!(reads.stop_at(at(0)), at(1_000));
+        reads.answered(2, up(), false, LEASE, 2);
+        assert!(!reads.enough(), "two unanswered with two copies");
+        assert_eq!(reads.stop_at(at(5)), at(1_000), "wait to the deadline");
+        reads.answered(3, up(), false, LEASE, 2);
+        assert!(reads.enough(), "one unanswered < two copies");
+        assert_eq!(reads.straggler_wait(), TIMEOUT / 4);
+        assert_eq!(reads.stop_at(at(20)), at(270), "a quarter more for 1");
+        assert_eq!(reads.stop_at(at(100)), at(270), "counted from the first");
         let (read, missing, unread) = reads.finish();
         assert_eq!((read, missing), (vec![2, 3], vec![1]));
         assert_eq!(unread, vec![(1, "no answer".to_string())]);
 
-        let mut reads = Reads::new(&[1, 2, 3, 4, 5], 2, LEASE, at(1_000));
+        // A member that answers within the wait is read: a healthy
+        // cluster's report names nobody missing.
+        let mut reads = reads_of(&[1, 2, 3], 2);
+        reads.answered(2, up(), false, LEASE, 2);
+        reads.answered(3, up(), false, LEASE, 2);
+        assert_eq!(reads.stop_at(at(20)), at(270));
+        reads.answered(1, up(), false, LEASE, 2);
+        assert_eq!(reads.stop_at(at(30)), at(30));
+        assert_eq!(reads.finish().1, Vec::<NodeId>::new());
+
+        let mut reads = reads_of(&[1, 2, 3, 4, 5], 2);
         for member in [1, 2, 3] {
-            reads.answered(member, up(), false, LEASE);
+            reads.answered(member, up(), false, LEASE, 2);
         }
-        reads.answered(4, Duration::from_secs(1), false, LEASE);
+        reads.answered(4, Duration::from_secs(1), false, LEASE, 2);
         assert!(
             !reads.enough(),
             "4 restarted and 5 unanswered are two missing: wait for 5"
         );
+        assert_eq!(reads.stop_at(at(20)), at(1_000));
 
-        let mut reads = Reads::new(&[1, 2, 3], 1, LEASE, at(1_000));
-        reads.answered(1, up(), false, LEASE);
-        reads.answered(2, up(), false, LEASE);
+        let mut reads = reads_of(&[1, 2, 3], 1);
+        reads.answered(1, up(), false, LEASE, 1);
+        reads.answered(2, up(), false, LEASE, 1);
         assert!(!reads.enough(), "one copy: every member is waited for");
+        assert_eq!(reads.stop_at(at(20)), at(1_000));
+    }
+
+    #[test]
+    fn a_member_with_fewer_copies_counts_against_the_fewest() {
+        // Halfway through a change of --copies from 2 to 3: grants made
+        // with two copies may be on 4 and 5 only.
+        let mut reads = reads_of(&[1, 2, 3, 4, 5], 3);
+        reads.answered(1, up(), false, LEASE, 3);
+        reads.answered(2, up(), false, LEASE, 2);
+        reads.answered(3, up(), false, LEASE, 3);
+        assert!(!reads.enough(), "two unread are as many as two copies");
+        assert_eq!(reads.stop_at(at(20)), at(1_000), "wait for 4 and 5");
+        reads.answered(4, up(), false, LEASE, 2);
+        assert!(reads.enough());
     }
 
     #[test]
     fn a_failed_read_is_retried_while_it_decides_whether_every_grant_was_seen() {
-        let mut reads = Reads::new(&[1, 2, 3], 2, LEASE, at(1_000));
-        reads.answered(1, up(), false, LEASE);
+        let mut reads = reads_of(&[1, 2, 3], 2);
+        reads.answered(1, up(), false, LEASE, 2);
         // 2 and 3 restarted within the longest lease: missing already.
-        reads.answered(2, Duration::from_secs(1), false, LEASE);
-        reads.answered(3, Duration::from_secs(1), false, LEASE);
+        reads.answered(2, Duration::from_secs(1), false, LEASE, 2);
+        reads.answered(3, Duration::from_secs(1), false, LEASE, 2);
         assert!(
             !reads.failed(1, "refused".into(), at(10)),
             "missing already reach copies: no read can change the outcome"
         );
-        let mut reads = Reads::new(&[1, 2, 3], 2, LEASE, at(1_000));
-        reads.answered(1, up(), false, LEASE);
+        assert_eq!(reads.stop_at(at(10)), at(10));
+        let mut reads = reads_of(&[1, 2, 3], 2);
+        reads.answered(1, up(), false, LEASE, 2);
         assert!(reads.failed(2, "refused".into(), at(10)));
         assert!(reads.failed(3, "timed out".into(), at(10)));
         assert!(!reads.enough(), "two failing with two copies: read again");
+        assert_eq!(reads.stop_at(at(10)), at(1_000));
         assert!(
             !reads.failed(3, "timed out".into(), at(951)),
             "not once the next read would pass the deadline"
         );
-        reads.answered(2, up(), false, LEASE);
+        reads.answered(2, up(), false, LEASE, 2);
         assert!(reads.enough());
     }
 
     #[test]
     fn a_first_start_is_not_missing_however_young() {
-        let mut reads = Reads::new(&[1, 2], 2, LEASE, at(1_000));
-        reads.answered(1, Duration::ZERO, true, LEASE);
-        reads.answered(2, Duration::from_secs(9), false, Duration::from_secs(20));
+        let mut reads = reads_of(&[1, 2], 2);
+        reads.answered(1, Duration::ZERO, true, LEASE, 2);
+        reads.answered(2, Duration::from_secs(9), false, Duration::from_secs(20), 2);
         let (_, missing, _) = reads.finish();
         assert_eq!(
             missing,

@@ -181,6 +181,7 @@ fn member4(id: u64, copies: usize) -> leasehold_protocol::Member {
         lease: locktable::LeaseRule::default(),
         rebuild_mode: RebuildMode::Proceed,
         leader_lease: LEADER_LEASE,
+        sabotage: leasehold_protocol::Sabotage::NONE,
     })
 }
 

@@ -112,7 +112,8 @@ impl Reading {
             max_lease,
             copies,
         } = header;
-        self.reads.answered(member, uptime, first_start, max_lease);
+        self.reads
+            .answered(member, uptime, first_start, max_lease, copies);
         self.got.push(MemberRead {
             member,
             max_lease,
@@ -211,6 +212,7 @@ fn member_config(id: NodeId, config: &Config) -> MemberConfig {
             RebuildMode::Proceed
         },
         leader_lease: Duration::from_millis(LEADER_LEASE_MS),
+        sabotage: leasehold_protocol::Sabotage::NONE,
     }
 }
 

@@ -169,6 +169,7 @@ impl World {
             config.copies,
             config.lease.max,
             node.mono(t + REBUILD_TIMEOUT_MS),
+            Duration::from_millis(REBUILD_TIMEOUT_MS),
         );
         let others: Vec<NodeId> = config.members.iter().copied().filter(|m| *m != n).collect();
         node.member.deposed_by(term, now);
@@ -265,20 +266,30 @@ impl World {
         self.reads_moved_on(n, id);
     }
 
-    /// The reads of attempt `id` end once `Reads` says enough were read,
-    /// or none is outstanding (a node that reads each member once waits
-    /// for every read to be answered, or for the deadline).
+    /// The reads of attempt `id` end when `Reads` says they stop, or once
+    /// none is outstanding (a node that reads each member once waits for
+    /// every read to be answered, or for the deadline).
     fn reads_moved_on(&mut self, n: NodeId, id: u64) {
         let once = self.config.sabotaged(Sabotage::ReadOnce);
+        let t = self.t;
+        let now = self.nodes[&n].mono(t);
         let Some((_, reading)) = self.reading(n, id) else {
             return;
         };
-        let enough = !once && reading.reads.enough();
-        if enough || reading.outstanding.is_empty() {
-            if enough {
-                self.note(|| format!("node {n}: reads end, enough members read"));
-            }
+        if reading.outstanding.is_empty() {
             self.finish_reads(n, id);
+            return;
+        }
+        if once {
+            return;
+        }
+        let wait = reading.reads.stop_at(now).saturating_duration_since(now);
+        if wait.is_zero() {
+            self.note(|| format!("node {n}: reads end, enough members read"));
+            self.finish_reads(n, id);
+        } else {
+            let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+            self.at(t + ms, Event::ReadDeadline(n, id));
         }
     }
 

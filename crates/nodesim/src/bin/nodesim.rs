@@ -3,6 +3,7 @@
 //! ```text
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes]
+//!         [--sabotage guard|restart-wait|reread|term-fence]...
 //! ```
 //!
 //! One line per seed (grants, faults, simulated time, the slowest node to
@@ -13,11 +14,13 @@
 //! and the node that wrote them. `--replay` runs each seed twice and counts
 //! the seeds whose second run differs. Exits non-zero when any seed
 //! failed, or, with `--expect-failure` (for a sabotaged build), when none
-//! did. `--speaker-crashes` makes every fault a crash of the speaker.
+//! did. `--speaker-crashes` makes every fault a crash of the speaker;
+//! `--sabotage` switches a safety mechanism off in every node
+//! (`leasehold_node::Sabotage`), for the checks' self-test.
 
 use std::process::ExitCode;
 
-use leasehold_node::RebuildMode;
+use leasehold_node::{RebuildMode, Sabotage};
 use leasehold_nodesim::run::{run, RunOptions};
 
 fn main() -> ExitCode {
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
     let mut replay = false;
     let mut expect_failure = false;
     let mut speaker_crashes_only = false;
+    let mut sabotage = Sabotage::NONE;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
@@ -46,11 +50,22 @@ fn main() -> ExitCode {
             "--replay" => replay = true,
             "--expect-failure" => expect_failure = true,
             "--speaker-crashes" => speaker_crashes_only = true,
+            "--sabotage" => match value().as_str() {
+                "guard" => sabotage.no_grant_guard = true,
+                "restart-wait" => sabotage.no_restart_wait = true,
+                "reread" => sabotage.no_reread = true,
+                "term-fence" => sabotage.no_term_fence = true,
+                other => {
+                    eprintln!("nodesim: unknown sabotage {other:?}: guard, restart-wait, reread or term-fence");
+                    return ExitCode::from(64);
+                }
+            },
             other => {
                 eprintln!("nodesim: unknown argument {other:?}");
                 eprintln!(
                     "usage: nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C] \
-                     [--trace] [--replay] [--expect-failure] [--speaker-crashes]"
+                     [--trace] [--replay] [--expect-failure] [--speaker-crashes] \
+                     [--sabotage guard|restart-wait|reread|term-fence]"
                 );
                 return ExitCode::from(64);
             }
@@ -67,6 +82,7 @@ fn main() -> ExitCode {
             mode,
             copies,
             speaker_crashes_only,
+            sabotage,
             ..RunOptions::new(seed)
         };
         let outcome = run(&options);

@@ -28,6 +28,7 @@ pub fn member(id: u64, mode: RebuildMode) -> Member {
         },
         rebuild_mode: mode,
         leader_lease: LEADER_LEASE,
+        sabotage: leasehold_protocol::Sabotage::NONE,
     })
 }
 

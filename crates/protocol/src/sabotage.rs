@@ -1,0 +1,31 @@
+//! Safety mechanisms a simulation switches off, one at a time, to show
+//! that its checks see what each one prevents. Production never sets any:
+//! only the simulation's start path (`leasehold_node::Seams`) can.
+
+/// Which safety mechanisms are switched off. [`Sabotage::NONE`] (the
+/// default) switches off nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sabotage {
+    /// The grant guard: a speaker grants while its table speaks for a term
+    /// Raft last said it led, whether or not a quorum acknowledged it
+    /// within the leader lease.
+    pub no_grant_guard: bool,
+    /// The restart wait: a (re)started node runs Raft at once instead of
+    /// first waiting out any leader lease it may have backed.
+    pub no_restart_wait: bool,
+    /// The rebuild retry: a member whose read failed is not read again.
+    pub no_reread: bool,
+    /// The read's term fence: a member read by a newer speaker neither
+    /// drops its own table nor refuses older speakers' copies and answers.
+    pub no_term_fence: bool,
+}
+
+impl Sabotage {
+    /// Nothing switched off.
+    pub const NONE: Sabotage = Sabotage {
+        no_grant_guard: false,
+        no_restart_wait: false,
+        no_reread: false,
+        no_term_fence: false,
+    };
+}
