@@ -85,7 +85,7 @@ pub(crate) enum Phase {
     /// Waiting for ReadIndex.
     Confirming,
     /// Reading the members.
-    Reading(Reading),
+    Reading(Box<Reading>),
     /// Over; the watch loop takes the outcome at its next turn.
     Done(Attempt),
 }

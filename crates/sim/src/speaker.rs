@@ -141,7 +141,7 @@ impl World {
                 term,
                 phase: Phase::Reading(reading),
                 ..
-            }) if *current == id => Some((*term, reading)),
+            }) if *current == id => Some((*term, &mut **reading)),
             _ => None,
         }
     }
@@ -181,7 +181,7 @@ impl World {
         };
         reading.read(n, node.report_header(t), node.member.own_report(now));
         let attempt = node.attempt.as_mut().expect("checked");
-        attempt.phase = Phase::Reading(reading);
+        attempt.phase = Phase::Reading(Box::new(reading));
         for &member in &others {
             self.send_read(n, term, id, member);
         }
@@ -310,12 +310,13 @@ impl World {
         else {
             return;
         };
-        let Phase::Reading(Reading { reads, got, .. }) = std::mem::replace(
+        let Phase::Reading(reading) = std::mem::replace(
             &mut attempt.phase,
             Phase::Done(Attempt::Failed("superseded")),
         ) else {
             unreachable!("matched above");
         };
+        let Reading { reads, got, .. } = *reading;
         let (_, mut missing, _) = reads.finish();
         let mut got = got;
         if skip {
