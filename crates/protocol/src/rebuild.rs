@@ -135,25 +135,29 @@ impl Reads {
 
     /// When the reads stop, as of `now`. Once the members read cover every
     /// grant: at once if every member's first read has ended, else
-    /// [`straggler_wait`] after they first did. Otherwise at once if the
-    /// members that restarted lately are as many as copies (no read can
-    /// change the outcome), else at the deadline (failed reads are read
-    /// again meanwhile).
+    /// [`straggler_wait`] after they first did. Otherwise when every
+    /// member's first read has ended if the members that restarted lately
+    /// are as many as copies (no read can make the rebuild one that saw
+    /// every grant, but each member read puts its locks in the table), else
+    /// at the deadline (failed reads are read again meanwhile).
     ///
     /// [`straggler_wait`]: Reads::straggler_wait
     pub fn stop_at(&mut self, now: MonoTime) -> MonoTime {
-        if self.enough() {
-            if self.unanswered.is_empty() {
-                return now;
-            }
-            let since = *self.enough_since.get_or_insert(now);
-            return (since + self.straggler_wait).min(self.deadline);
+        if !self.enough() {
+            // A member that answered with fewer copies can make the reads
+            // not enough again: the wait starts over if they become so.
+            self.enough_since = None;
+            return if self.settled() && self.unanswered.is_empty() {
+                now
+            } else {
+                self.deadline
+            };
         }
-        if self.settled() {
-            now
-        } else {
-            self.deadline
+        if self.unanswered.is_empty() {
+            return now;
         }
+        let since = *self.enough_since.get_or_insert(now);
+        (since + self.straggler_wait).min(self.deadline)
     }
 
     /// The members read, and those missing: restarted lately, or not read
@@ -412,6 +416,15 @@ mod tests {
         assert_eq!(reads.stop_at(at(20)), at(1_000), "wait for 4 and 5");
         reads.answered(4, up(), false, LEASE, 2);
         assert!(reads.enough());
+
+        // Enough, then not: a member with one copy answers.
+        let mut reads = reads_of(&[1, 2, 3, 4, 5], 3);
+        reads.answered(1, up(), false, LEASE, 3);
+        reads.answered(2, up(), false, LEASE, 3);
+        reads.answered(3, up(), false, LEASE, 3);
+        assert_eq!(reads.stop_at(at(10)), at(260));
+        reads.answered(4, up(), false, LEASE, 1);
+        assert_eq!(reads.stop_at(at(20)), at(1_000), "one unread = one copy");
     }
 
     #[test]
@@ -425,7 +438,16 @@ mod tests {
             !reads.failed(1, "refused".into(), at(10)),
             "missing already reach copies: no read can change the outcome"
         );
-        assert_eq!(reads.stop_at(at(10)), at(10));
+        assert_eq!(reads.stop_at(at(10)), at(10), "every first read ended");
+        // Restarted members as many as copies: the others are still read
+        // (their locks go in the table), to the deadline if need be.
+        let mut reads = reads_of(&[1, 2, 3, 4], 2);
+        reads.answered(1, Duration::from_secs(1), false, LEASE, 2);
+        reads.answered(2, Duration::from_secs(1), false, LEASE, 2);
+        assert!(!reads.failed(3, "refused".into(), at(10)));
+        assert_eq!(reads.stop_at(at(10)), at(1_000), "4 is still read");
+        reads.answered(4, up(), false, LEASE, 2);
+        assert_eq!(reads.stop_at(at(20)), at(20));
         let mut reads = reads_of(&[1, 2, 3], 2);
         reads.answered(1, up(), false, LEASE, 2);
         assert!(reads.failed(2, "refused".into(), at(10)));

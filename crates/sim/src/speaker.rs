@@ -269,7 +269,7 @@ impl World {
     /// The reads of attempt `id` end when `Reads` says they stop, or once
     /// none is outstanding (a node that reads each member once waits for
     /// every read to be answered, or for the deadline).
-    fn reads_moved_on(&mut self, n: NodeId, id: u64) {
+    pub(crate) fn reads_moved_on(&mut self, n: NodeId, id: u64) {
         let once = self.config.sabotaged(Sabotage::ReadOnce);
         let t = self.t;
         let now = self.nodes[&n].mono(t);
@@ -288,8 +288,10 @@ impl World {
             self.note(|| format!("node {n}: reads end, enough members read"));
             self.finish_reads(n, id);
         } else {
-            let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-            self.at(t + ms, Event::ReadDeadline(n, id));
+            // Rounded up: the event asks `Reads` again, and must not come
+            // back before the time it was set for.
+            let ms = u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+            self.at(t + ms, Event::ReadsMayStop(n, id));
         }
     }
 

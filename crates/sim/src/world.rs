@@ -152,6 +152,9 @@ pub(crate) enum Event {
     RaftStart(NodeId, u64),
     /// A rebuild attempt's reads are due.
     ReadDeadline(NodeId, u64),
+    /// `Reads` said the reads of node `n`'s attempt may stop now: asked
+    /// again, as a member may have answered meanwhile.
+    ReadsMayStop(NodeId, u64),
     /// A rebuild attempt's speaker learns that its read of a member failed.
     ReadFailed(NodeId, u64, NodeId),
     /// A rebuild attempt's speaker reads a member again.
@@ -393,6 +396,11 @@ impl World {
             Event::ReadDeadline(n, attempt) => match self.node_ready(n) {
                 Some(true) => self.finish_reads(n, attempt),
                 Some(false) => self.park(n, Event::ReadDeadline(n, attempt)),
+                None => {}
+            },
+            Event::ReadsMayStop(n, attempt) => match self.node_ready(n) {
+                Some(true) => self.reads_moved_on(n, attempt),
+                Some(false) => self.park(n, Event::ReadsMayStop(n, attempt)),
                 None => {}
             },
             Event::ReadFailed(n, attempt, member) => match self.node_ready(n) {
