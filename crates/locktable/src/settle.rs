@@ -98,12 +98,17 @@ pub(crate) fn settle_into(
             lose(report);
         }
     }
-    lost.into_values()
+    let mut lost: Vec<Lock> = lost
+        .into_values()
         .filter(|l| {
             slots
                 .find(&l.name)
                 .and_then(|at| slots.get(at))
                 .is_none_or(|s| s.id != l.id)
         })
-        .collect()
+        .collect();
+    // In id order, not the map's: the same reports settle alike in every
+    // process (a simulation's seed replays).
+    lost.sort_unstable_by_key(|l| l.id);
+    lost
 }

@@ -531,12 +531,15 @@ impl Table {
     /// lapsed) but may again in the same term.
     pub fn turn_away_waiters(&mut self) {
         self.wait_ends.clear();
+        let first = self.answers.len();
         for (_, queue) in self.waiters.drain() {
             self.answers.extend(queue.into_iter().map(|w| Answer {
                 waiter: w.id,
                 result: Err(NotRebuilt.into()),
             }));
         }
+        // In the order the waiters came, not the map's.
+        self.answers[first..].sort_unstable_by_key(|a| a.waiter);
     }
 
     /// The locks this node granted whose lease has not ended: the ones of
@@ -550,6 +553,7 @@ impl Table {
             .filter(|s| s.is_live(now))
             .map(Slot::to_lock)
             .collect();
+        let live = out.len();
         out.extend(
             self.retained
                 .values()
@@ -562,6 +566,9 @@ impl Table {
                 })
                 .cloned(),
         );
+        // The retained ones in id order, not the map's: a report reads alike
+        // in every process (a simulation's seed replays).
+        out[live..].sort_unstable_by_key(|l| l.id);
         out
     }
 

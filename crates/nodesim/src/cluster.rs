@@ -64,7 +64,8 @@ impl Default for Options {
 ///
 /// Seeds this thread's [`entropy`](leasehold_raft::entropy) with the
 /// options' seed, so the nodes' ids and openraft's election timeouts
-/// replay with it: run the simulation on this thread. With
+/// replay with it, and runs the nodes' blocking work (the store's writes)
+/// inline on it: run the simulation on this thread. With
 /// `LEASEHOLD_SIM_LOG` set (`RUST_LOG` syntax), prints the nodes' log
 /// lines ([`trace`](crate::trace)).
 pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
@@ -72,6 +73,7 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
         crate::trace::init(&filter);
     }
     leasehold_raft::entropy::seed(options.seed);
+    leasehold_raft::blocking::run_inline();
     let mut sim = turmoil::Builder::new()
         .simulation_duration(options.duration)
         .rng_seed(options.seed)

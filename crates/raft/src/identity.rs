@@ -378,9 +378,8 @@ impl Identity {
             merged
         };
         let to_write = merged.clone();
-        tokio::task::spawn_blocking(move || crate::log_store::write_identity(&db, &to_write))
-            .await
-            .map_err(io::Error::other)??;
+        crate::blocking::unblock(move || crate::log_store::write_identity(&db, &to_write))
+            .await??;
         let mut known = self.lock();
         if known.cluster.is_none() {
             known.cluster = merged.cluster;

@@ -33,6 +33,7 @@
 //! ```
 
 pub mod auth;
+pub mod blocking;
 pub mod codec;
 pub mod config;
 pub mod entropy;
@@ -135,11 +136,11 @@ pub async fn build_with_transport(
     let config = timings.config()?;
     let dir = data_dir.to_path_buf();
     let fresh = identity::StoreId(entropy::random_u128());
-    let store = tokio::task::spawn_blocking(move || LogStore::open_named(&dir, node_id, fresh))
+    let store = blocking::unblock(move || LogStore::open_named(&dir, node_id, fresh))
         .await
-        .map_err(|e| StoreError::Io {
+        .map_err(|source| StoreError::Io {
             path: data_dir.to_path_buf(),
-            source: std::io::Error::other(e),
+            source,
         })??;
     let closed = store.closed();
     let identity = Arc::new(store.identity());

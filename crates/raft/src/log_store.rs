@@ -120,6 +120,7 @@ fn put_meta<T: Serialize>(
 
 /// Runs redb write transactions on one thread, in submission order.
 struct Writer {
+    db: Arc<Database>,
     tx: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -129,34 +130,41 @@ type Job = Box<dyn FnOnce(&Database) + Send>;
 impl Writer {
     fn spawn(db: Arc<Database>) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
+        let on_thread = Arc::clone(&db);
         let thread = std::thread::Builder::new()
             .name("raft-log-writer".into())
             .spawn(move || {
                 for job in rx {
-                    job(&db);
+                    job(&on_thread);
                 }
             })?;
         Ok(Self {
+            db,
             tx: Some(tx),
             thread: Some(thread),
         })
     }
 
-    /// Queues `f` in one write transaction, committed before the answer.
+    /// Queues `f` in one write transaction, committed before the answer;
+    /// runs it at once where blocking work runs inline
+    /// ([`crate::blocking`]).
     async fn write<R, F>(&self, f: F) -> io::Result<R>
     where
         R: Send + 'static,
         F: FnOnce(&redb::WriteTransaction) -> io::Result<R> + Send + 'static,
     {
+        let transaction = move |db: &Database| {
+            let txn = db.begin_write().map_err(io_err)?;
+            let r = f(&txn)?;
+            txn.commit().map_err(io_err)?;
+            Ok(r)
+        };
+        if crate::blocking::inline() {
+            return transaction(&self.db);
+        }
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |db: &Database| {
-            let res = (|| {
-                let txn = db.begin_write().map_err(io_err)?;
-                let r = f(&txn)?;
-                txn.commit().map_err(io_err)?;
-                Ok(r)
-            })();
-            let _ = done_tx.send(res);
+            let _ = done_tx.send(transaction(db));
         });
         let tx = self
             .tx
@@ -391,7 +399,7 @@ impl StoreClosed {
                 // A read transaction still under way keeps the file open a
                 // little after the last handle drops: try it.
                 let path = self.path.clone();
-                let free = tokio::task::spawn_blocking(move || {
+                let free = crate::blocking::unblock(move || {
                     !matches!(
                         Database::open(&path),
                         Err(redb::DatabaseError::DatabaseAlreadyOpen)
