@@ -1,8 +1,8 @@
 //! One seeded run: a cluster, clients taking, renewing and releasing
 //! locks through random nodes, and faults on one member at a time (crash
-//! and restart, partitions both ways and one way, held links); then the
-//! faults heal and every node must serve again. The checks of
-//! [`crate::check`] read what the clients saw.
+//! and restart, partitions both ways and one way, held links, lossy
+//! links); then the faults heal and every node must serve again. The
+//! checks of [`crate::check`] read what the clients saw.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -117,7 +117,14 @@ enum Fault {
     Deaf,
     /// Its links hold every message until the fault ends.
     Hold,
+    /// Its links drop what is in flight now and then (each simulated
+    /// millisecond with probability [`LOSS_PER_MS`]): requests and answers
+    /// on those connections are lost, and their callers time out.
+    Lossy,
 }
+
+/// How often a lossy link drops what it carries, per simulated millisecond.
+const LOSS_PER_MS: f64 = 0.005;
 
 /// One fault: what, to whom (the speaker, as last seen, or a member),
 /// from when, for how long.
@@ -144,6 +151,7 @@ fn schedule(rng: &mut StdRng, count: usize, nodes: u64, crashes_only: bool) -> V
                 Fault::Mute,
                 Fault::Deaf,
                 Fault::Hold,
+                Fault::Lossy,
             ]
             .choose(rng)
             .expect("faults");
@@ -308,6 +316,7 @@ fn inflict(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
             Fault::Mute => sim.partition_oneway(a, b),
             Fault::Deaf => sim.partition_oneway(b, a),
             Fault::Hold => sim.hold(a, b),
+            Fault::Lossy => sim.set_link_fail_rate(a, b, LOSS_PER_MS),
         }
     }
     if let Fault::Crash = fault {
@@ -323,6 +332,10 @@ fn heal(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
             Fault::Crash => {}
             Fault::Isolate | Fault::Mute | Fault::Deaf => sim.repair(a, b),
             Fault::Hold => sim.release(a, b),
+            Fault::Lossy => {
+                sim.set_link_fail_rate(a, b, 0.0);
+                sim.repair(a, b);
+            }
         }
     }
     if let Fault::Crash = fault {
