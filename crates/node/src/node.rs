@@ -154,6 +154,19 @@ impl Node {
         LockView::from_lock(lock, self.clock.now(), wall)
     }
 
+    /// The term this node may grant for now, if its guard lets it (rebuilt
+    /// or not). No two nodes may answer with different terms at one
+    /// instant: the whole-node simulation checks it.
+    pub fn may_grant_for(&self) -> Option<u64> {
+        let guard = self.guard();
+        let state = self.state();
+        if state.member.may_speak(&guard, self.clock.now()) {
+            state.member.speaking()
+        } else {
+            None
+        }
+    }
+
     /// Whether this node may grant now (its guard passes), rebuilt or not.
     pub(crate) fn may_speak_now(&self) -> bool {
         let guard = self.guard();

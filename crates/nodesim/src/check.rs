@@ -3,6 +3,9 @@
 //! history, no lock is lost while its holder renews in time, and every
 //! node serves again within the bound once the faults heal.
 //!
+//! The guard premise (two nodes never may grant at once) is checked on the
+//! running nodes, by [`crate::guards`].
+//!
 //! The runs fault at most one member at a time and keep two copies of
 //! every grant, so no rebuild misses as many members as there are copies:
 //! the checks excuse nothing, in either rebuild mode.

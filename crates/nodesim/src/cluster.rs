@@ -8,6 +8,7 @@ use std::time::Duration;
 use leasehold_node::{Clock, NodeConfig, RebuildMode, Sabotage, Seams};
 use locktable::LeaseRule;
 
+use crate::guards::Guards;
 use crate::net::{SimListener, SimTransport};
 
 /// The port every simulated node listens on.
@@ -43,6 +44,8 @@ pub struct Options {
     pub duration: Duration,
     /// Safety mechanisms every node runs without (the checks' self-test).
     pub sabotage: Sabotage,
+    /// Where the hosts sample their nodes' guards.
+    pub guards: Guards,
 }
 
 impl Default for Options {
@@ -55,6 +58,7 @@ impl Default for Options {
             lease: LeaseRule::default(),
             duration: Duration::from_secs(120),
             sabotage: Sabotage::NONE,
+            guards: Guards::default(),
         }
     }
 }
@@ -87,22 +91,25 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
             .with_rebuild_mode(options.mode)
             .with_copies(options.copies)
             .with_lease(options.lease);
-        let sabotage = options.sabotage;
-        sim.host(host(id), move || serve(config.clone(), sabotage));
+        let (sabotage, guards) = (options.sabotage, options.guards.clone());
+        sim.host(host(id), move || {
+            serve(config.clone(), sabotage, guards.clone())
+        });
     }
     sim
 }
 
 /// A node's life on its host: started as `leasehold serve` starts it, and
-/// serving until the host crashes.
-async fn serve(config: NodeConfig, sabotage: Sabotage) -> turmoil::Result {
+/// serving until the host crashes, its guard sampled meanwhile.
+async fn serve(config: NodeConfig, sabotage: Sabotage, guards: Guards) -> turmoil::Result {
+    let id = config.id;
     let listener = SimListener::bind(PORT).await?;
     let seams = Seams {
         clock: Clock::tokio(),
         transport: Arc::new(SimTransport),
         sabotage,
     };
-    let _node = leasehold_node::start_with(config, listener, seams).await?;
-    std::future::pending::<()>().await;
+    let node = leasehold_node::start_with(config, listener, seams).await?;
+    guards.watch(id, Arc::clone(node.node())).await;
     Ok(())
 }

@@ -22,6 +22,7 @@
 pub mod check;
 pub mod client;
 pub mod cluster;
+pub mod guards;
 pub mod history;
 pub mod net;
 pub mod run;

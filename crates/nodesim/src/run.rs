@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use crate::check::check;
 use crate::client::{grant_through, CALL};
 use crate::cluster::{self, Options};
+use crate::guards::Guards;
 use crate::history::{now, Call, Event, History};
 use crate::net::call;
 
@@ -196,7 +197,9 @@ pub fn run(options: &RunOptions) -> Outcome {
         lease: LEASE,
         duration: Duration::from_secs(600),
         sabotage: options.sabotage,
+        guards: Guards::default(),
     };
+    let guards = cluster_options.guards.clone();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let episodes = schedule(
         &mut rng,
@@ -280,6 +283,7 @@ pub fn run(options: &RunOptions) -> Outcome {
     let history = shared.lock().unwrap().history.clone();
     let mut violations = check(&history, nodes, LIVENESS_BOUND);
     violations.extend(failed);
+    violations.extend(guards.violations());
     let liveness_worst = history
         .events
         .iter()
