@@ -46,6 +46,10 @@ pub struct Options {
     pub sabotage: Sabotage,
     /// Where the hosts sample their nodes' guards.
     pub guards: Guards,
+    /// The longest a message takes between hosts (turmoil draws each
+    /// delay up to it, most of them short): 100 ms by default, a slow and
+    /// jittery network; a LAN's is a millisecond or two.
+    pub max_latency: Duration,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
             duration: Duration::from_secs(120),
             sabotage: Sabotage::NONE,
             guards: Guards::default(),
+            max_latency: Duration::from_millis(100),
         }
     }
 }
@@ -84,6 +89,7 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
         // Connections queued behind a held link arrive at once when it is
         // released; turmoil panics when a listener's queue overflows.
         .tcp_capacity(1 << 16)
+        .max_message_latency(options.max_latency)
         .build();
     let peers: Vec<(u64, String)> = (1..=options.nodes).map(|id| (id, addr(id))).collect();
     for id in 1..=options.nodes {

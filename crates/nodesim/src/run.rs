@@ -198,6 +198,7 @@ pub fn run(options: &RunOptions) -> Outcome {
         duration: Duration::from_secs(600),
         sabotage: options.sabotage,
         guards: Guards::default(),
+        ..Options::default()
     };
     let guards = cluster_options.guards.clone();
     let mut rng = StdRng::seed_from_u64(options.seed);
