@@ -90,6 +90,7 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
         // released; turmoil panics when a listener's queue overflows.
         .tcp_capacity(1 << 16)
         .max_message_latency(options.max_latency)
+        .tick_duration(crate::guards::EVERY)
         .build();
     let peers: Vec<(u64, String)> = (1..=options.nodes).map(|id| (id, addr(id))).collect();
     for id in 1..=options.nodes {

@@ -4,7 +4,7 @@
 //! simulated millisecond (on its own clock, inside its runtime) and
 //! compares it with what the other hosts sampled at the same instant.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,11 +20,14 @@ struct Samples {
     /// Per node: when it sampled last, and the term its guard was open
     /// for then, if any.
     last: BTreeMap<u64, (Duration, Option<u64>)>,
+    /// Every term some guard was seen open for.
+    terms: BTreeSet<u64>,
     violations: Vec<String>,
 }
 
-/// How often a host samples its node's guard.
-const EVERY: Duration = Duration::from_millis(1);
+/// How often a host samples its node's guard: one simulated tick, so every
+/// host samples at every instant (`cluster::build` sets the tick to it).
+pub const EVERY: Duration = Duration::from_millis(1);
 
 /// At most this many violations are kept: one open guard too many lasts
 /// many samples.
@@ -46,6 +49,7 @@ impl Guards {
     fn sample(&self, id: u64, at: Duration, term: Option<u64>) {
         let mut samples = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(term) = term {
+            samples.terms.insert(term);
             let clash = samples.last.iter().find(|(other, (when, theirs))| {
                 **other != id && *when == at && theirs.is_some_and(|t| t != term)
             });
@@ -60,6 +64,15 @@ impl Guards {
             }
         }
         samples.last.insert(id, (at, term));
+    }
+
+    /// Every term some guard was seen open for.
+    pub fn terms(&self) -> BTreeSet<u64> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .terms
+            .clone()
     }
 
     /// Every instant two guards were open at once (the first few).
@@ -90,5 +103,6 @@ mod tests {
         guards.sample(1, ms(11), Some(3));
         assert_eq!(guards.violations().len(), 1);
         assert!(guards.violations()[0].contains("node 1 (term 3) and node 2 (term 4)"));
+        assert_eq!(guards.terms(), BTreeSet::from([3, 4]));
     }
 }
