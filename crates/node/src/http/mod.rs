@@ -12,10 +12,8 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
 use axum::http::{Method, Uri};
-use axum::middleware::Next;
 use axum::Router;
 use leasehold_api::{routes, ErrorCode, MAX_BODY_BYTES};
-use tracing::Instrument;
 
 use crate::error::ApiError;
 use crate::node::Node;
@@ -29,18 +27,17 @@ type Shared = Arc<Node>;
 const READ_LIMIT_BYTES: usize = 4 << 20;
 
 /// The node's router: the public API, and the peer routes behind the
-/// cluster token; each request is handled in the span current here (the
-/// node's).
+/// cluster token.
+///
+/// Requests are not handled in the node's log span: the request path logs
+/// a few lines at most, and a span entered on every poll of every request
+/// is work for them all (docs/benchmarks.md, "Log spans per node").
 pub fn router(node: Shared) -> Router {
-    let span = tracing::Span::current();
     public::router()
         .fallback(no_such_route)
         .with_state(Arc::clone(&node))
         .merge(peer::router(node))
         .layer(axum::extract::DefaultBodyLimit::max(READ_LIMIT_BYTES))
-        .layer(axum::middleware::from_fn(
-            move |request: Request, next: Next| next.run(request).instrument(span.clone()),
-        ))
 }
 
 /// No route matched: `404 unknown_route`, or `401` under `/internal`
