@@ -345,7 +345,7 @@ where
 /// wait in openraft's queue. A first start waits too: a wiped data
 /// directory looks the same.
 async fn run_raft(node: Arc<Node>, stop: CancellationToken) {
-    let wait = if node.sabotage.no_restart_wait {
+    let wait = if node.sabotage().no_restart_wait {
         Duration::ZERO
     } else {
         node.config.timings.leader_lease()

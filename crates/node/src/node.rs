@@ -68,8 +68,6 @@ pub struct Node {
     pub(crate) tasks: TaskTracker,
     /// Cancelled when the node stops: every task it started ends on it.
     pub(crate) stop: CancellationToken,
-    /// Safety mechanisms switched off (a simulation's self-test only).
-    pub(crate) sabotage: Sabotage,
 }
 
 impl Node {
@@ -112,7 +110,6 @@ impl Node {
             batches: Queue::new(),
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
-            sabotage,
         })
     }
 
@@ -165,6 +162,11 @@ impl Node {
         } else {
             None
         }
+    }
+
+    /// Safety mechanisms switched off (a simulation's self-test only).
+    pub(crate) fn sabotage(&self) -> Sabotage {
+        self.state().member.config().sabotage
     }
 
     /// Whether this node may grant now (its guard passes), rebuilt or not.

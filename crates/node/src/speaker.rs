@@ -262,7 +262,7 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
             }
             Err(e) => {
                 let again = reads.failed(id, e.to_string(), node.clock.now());
-                if again && !node.sabotage.no_reread {
+                if again && !node.sabotage().no_reread {
                     pending.push(read_after(id, addr, Some(READ_AGAIN_AFTER)));
                 }
             }
