@@ -348,7 +348,7 @@ impl Node {
     }
 
     /// The term this node leads, if it does (rebuilt or not).
-    pub(crate) fn leading_term(&self) -> Option<u64> {
+    pub fn leading_term(&self) -> Option<u64> {
         leader_state(&self.raft).map(|l| l.term())
     }
 

@@ -46,6 +46,9 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
     let mut ended: Option<(u64, Attempt)> = None;
     let mut server = node.raft.server_metrics();
     let mut raft_alive = true;
+    // The term an attempt last failed in (for the `no_rebuild_retry`
+    // sabotage only).
+    let mut failed_in: Option<u64> = None;
     loop {
         let term = if node.is_stopping() {
             None
@@ -71,6 +74,9 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
         if let Some((id, outcome)) = ended.take() {
             if attempt.as_ref().is_some_and(|(running, _)| *running == id) {
                 attempt = None;
+                if matches!(outcome, Attempt::Failed(_)) {
+                    failed_in = term;
+                }
                 if let Some(step) = lead.attempt_ended(outcome, node.clock.now()) {
                     carry_out(&node, step, &mut attempt, &mut attempts, &ended_tx).await;
                 }
@@ -78,7 +84,10 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
         }
         let now = node.clock.now();
         if let Some(step) = lead.tick(node.is_rebuilt(), node.may_speak_now(), now) {
-            carry_out(&node, step, &mut attempt, &mut attempts, &ended_tx).await;
+            let retry = matches!(step, Step::Rebuild { term } if failed_in == Some(term));
+            if !(retry && node.sabotage().no_rebuild_retry) {
+                carry_out(&node, step, &mut attempt, &mut attempts, &ended_tx).await;
+            }
         }
         let mut sleep = LOOK_AT_LEAST_EVERY;
         if let Some(due) = lead.next_due() {

@@ -9,6 +9,7 @@ use leasehold_node::{Clock, NodeConfig, RebuildMode, Sabotage, Seams};
 use locktable::LeaseRule;
 
 use crate::guards::Guards;
+use crate::leaders::Leaders;
 use crate::net::{SimListener, SimTransport};
 
 /// The port every simulated node listens on.
@@ -46,6 +47,8 @@ pub struct Options {
     pub sabotage: Sabotage,
     /// Where the hosts sample their nodes' guards.
     pub guards: Guards,
+    /// Where the hosts sample which term their nodes lead.
+    pub leaders: Leaders,
     /// The longest a message takes between hosts (turmoil draws each
     /// delay up to it, most of them short): 100 ms by default, a slow and
     /// jittery network; a LAN's is a millisecond or two.
@@ -63,7 +66,22 @@ impl Default for Options {
             duration: Duration::from_secs(120),
             sabotage: Sabotage::NONE,
             guards: Guards::default(),
+            leaders: Leaders::default(),
             max_latency: Duration::from_millis(100),
+        }
+    }
+}
+
+impl Options {
+    /// A targeted run's cluster: `seed`, the knobs of `sabotage`, messages
+    /// of at most `max_latency`, and a minute of simulated time at most.
+    pub fn targeted(seed: u64, sabotage: Sabotage, max_latency: Duration) -> Self {
+        Options {
+            seed,
+            sabotage,
+            duration: Duration::from_secs(60),
+            max_latency,
+            ..Options::default()
         }
     }
 }
@@ -98,17 +116,27 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
             .with_rebuild_mode(options.mode)
             .with_copies(options.copies)
             .with_lease(options.lease);
-        let (sabotage, guards) = (options.sabotage, options.guards.clone());
+        let (sabotage, guards, leaders) = (
+            options.sabotage,
+            options.guards.clone(),
+            options.leaders.clone(),
+        );
         sim.host(host(id), move || {
-            serve(config.clone(), sabotage, guards.clone())
+            serve(config.clone(), sabotage, guards.clone(), leaders.clone())
         });
     }
     sim
 }
 
 /// A node's life on its host: started as `leasehold serve` starts it, and
-/// serving until the host crashes, its guard sampled meanwhile.
-async fn serve(config: NodeConfig, sabotage: Sabotage, guards: Guards) -> turmoil::Result {
+/// serving until the host crashes, its guard and leadership sampled
+/// meanwhile.
+async fn serve(
+    config: NodeConfig,
+    sabotage: Sabotage,
+    guards: Guards,
+    leaders: Leaders,
+) -> turmoil::Result {
     let id = config.id;
     let listener = SimListener::bind(PORT).await?;
     let seams = Seams {
@@ -117,6 +145,9 @@ async fn serve(config: NodeConfig, sabotage: Sabotage, guards: Guards) -> turmoi
         sabotage,
     };
     let node = leasehold_node::start_with(config, listener, seams).await?;
-    guards.watch(id, Arc::clone(node.node())).await;
+    tokio::join!(
+        guards.watch(id, Arc::clone(node.node())),
+        leaders.watch(id, Arc::clone(node.node())),
+    );
     Ok(())
 }

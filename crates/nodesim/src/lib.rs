@@ -24,6 +24,7 @@ pub mod client;
 pub mod cluster;
 pub mod guards;
 pub mod history;
+pub mod leaders;
 pub mod net;
 pub mod run;
 pub mod trace;

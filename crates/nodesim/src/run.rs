@@ -4,6 +4,7 @@
 //! links); then the faults heal and every node must serve again. The
 //! checks of [`crate::check`] read what the clients saw.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -122,7 +123,17 @@ enum Fault {
     /// millisecond with probability [`LOSS_PER_MS`]): requests and answers
     /// on those connections are lost, and their callers time out.
     Lossy,
+    /// A speaker the moment it is elected, before its first rebuild has
+    /// read a quorum: nothing sent to it arrives for longer than
+    /// openraft's ReadIndex waits (one leader lease), so that rebuild
+    /// fails while the speaker keeps its term (its heartbeats still
+    /// arrive). Struck now and then ([`BLIP_CHANCE`]) when no other fault
+    /// is on.
+    Blip,
 }
+
+/// How often a speaker just elected is struck by [`Fault::Blip`].
+const BLIP_CHANCE: f64 = 0.2;
 
 /// How often a lossy link drops what it carries, per simulated millisecond.
 const LOSS_PER_MS: f64 = 0.005;
@@ -201,6 +212,8 @@ pub fn run(options: &RunOptions) -> Outcome {
         ..Options::default()
     };
     let guards = cluster_options.guards.clone();
+    let leaders = cluster_options.leaders.clone();
+    let mut elected: BTreeSet<(u64, u64)> = BTreeSet::new();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let episodes = schedule(
         &mut rng,
@@ -253,6 +266,22 @@ pub fn run(options: &RunOptions) -> Outcome {
             }
         }
         let t = sim.elapsed();
+        for (node, term) in leaders.leading() {
+            let new = elected.insert((node, term));
+            let healing = shared.lock().unwrap().healed.is_some();
+            if new && active.is_none() && !healing && rng.gen_bool(BLIP_CHANCE) {
+                let blip = Episode {
+                    fault: Fault::Blip,
+                    speaker: true,
+                    member: node,
+                    start: t,
+                    length: Duration::from_millis(rng.gen_range(400..900)),
+                };
+                inflict(&mut sim, blip.fault, node, nodes);
+                faults.push(format!("{t:?}: {:?} of n{node}", blip.fault));
+                active = Some((blip, node));
+            }
+        }
         if let Some((episode, victim)) = active {
             if t >= episode.start + episode.length {
                 heal(&mut sim, episode.fault, victim, nodes);
@@ -319,7 +348,7 @@ fn inflict(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
             Fault::Crash => {}
             Fault::Isolate => sim.partition(a, b),
             Fault::Mute => sim.partition_oneway(a, b),
-            Fault::Deaf => sim.partition_oneway(b, a),
+            Fault::Deaf | Fault::Blip => sim.partition_oneway(b, a),
             Fault::Hold => sim.hold(a, b),
             Fault::Lossy => sim.set_link_fail_rate(a, b, LOSS_PER_MS),
         }
@@ -335,7 +364,7 @@ fn heal(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
         let (a, b) = (host.as_str(), other.as_str());
         match fault {
             Fault::Crash => {}
-            Fault::Isolate | Fault::Mute | Fault::Deaf => sim.repair(a, b),
+            Fault::Isolate | Fault::Mute | Fault::Deaf | Fault::Blip => sim.repair(a, b),
             Fault::Hold => sim.release(a, b),
             Fault::Lossy => {
                 sim.set_link_fail_rate(a, b, 0.0);

@@ -23,13 +23,7 @@ const SEEDS: u64 = 16;
 /// seen, and every term a guard was seen open for.
 fn restart_behind_cut(seed: u64, sabotage: Sabotage) -> (Vec<String>, BTreeSet<u64>) {
     let dirs = tempfile::tempdir().unwrap();
-    let options = Options {
-        seed,
-        sabotage,
-        duration: Duration::from_secs(60),
-        max_latency: Duration::from_millis(2),
-        ..Options::default()
-    };
+    let options = Options::targeted(seed, sabotage, Duration::from_millis(2));
     let guards: Guards = options.guards.clone();
     let mut sim = cluster::build(&options, dirs.path());
     let speaker = Arc::new(Mutex::new(None));

@@ -13,8 +13,13 @@ pub struct Sabotage {
     /// The restart wait: a (re)started node runs Raft at once instead of
     /// first waiting out any leader lease it may have backed.
     pub no_restart_wait: bool,
-    /// The rebuild retry: a member whose read failed is not read again.
+    /// The reread: a member whose read failed is not read again within
+    /// the rebuild.
     pub no_reread: bool,
+    /// The rebuild retry: once a rebuild attempt failed (openraft's
+    /// ReadIndex gave up without a quorum), it is not tried again while
+    /// this node leads the same term.
+    pub no_rebuild_retry: bool,
     /// The read's term fence: a member read by a newer speaker neither
     /// drops its own table nor refuses older speakers' copies and answers.
     pub no_term_fence: bool,
@@ -26,6 +31,7 @@ impl Sabotage {
         no_grant_guard: false,
         no_restart_wait: false,
         no_reread: false,
+        no_rebuild_retry: false,
         no_term_fence: false,
     };
 }

@@ -3,7 +3,7 @@
 //! ```text
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes]
-//!         [--sabotage guard|restart-wait|reread|term-fence]...
+//!         [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence]...
 //! ```
 //!
 //! One line per seed (grants, faults, simulated time, the slowest node to
@@ -54,9 +54,13 @@ fn main() -> ExitCode {
                 "guard" => sabotage.no_grant_guard = true,
                 "restart-wait" => sabotage.no_restart_wait = true,
                 "reread" => sabotage.no_reread = true,
+                "rebuild-retry" => sabotage.no_rebuild_retry = true,
                 "term-fence" => sabotage.no_term_fence = true,
                 other => {
-                    eprintln!("nodesim: unknown sabotage {other:?}: guard, restart-wait, reread or term-fence");
+                    eprintln!(
+                        "nodesim: unknown sabotage {other:?}: \
+                         guard, restart-wait, reread, rebuild-retry or term-fence"
+                    );
                     return ExitCode::from(64);
                 }
             },
@@ -65,7 +69,7 @@ fn main() -> ExitCode {
                 eprintln!(
                     "usage: nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C] \
                      [--trace] [--replay] [--expect-failure] [--speaker-crashes] \
-                     [--sabotage guard|restart-wait|reread|term-fence]"
+                     [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence]"
                 );
                 return ExitCode::from(64);
             }
