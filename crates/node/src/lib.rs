@@ -21,6 +21,7 @@ mod report;
 mod service;
 mod speak;
 mod speaker;
+mod tasks;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -288,17 +289,7 @@ where
     };
     let app = http::router(Arc::clone(&node));
     let (tasks, stop) = (&node.tasks, &node.stop);
-    let server_stop = stop.clone();
-    tasks.spawn(
-        async move {
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(server_stop.cancelled_owned());
-            if let Err(e) = serve.await {
-                tracing::error!(%e, "http server stopped");
-            }
-        }
-        .in_current_span(),
-    );
+    tasks.spawn(http::serve(listener, app, tasks.clone(), stop.clone()).in_current_span());
     tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn({

@@ -12,7 +12,6 @@ use leasehold_raft::{leader_state, Identity, Raft, WatchReceiver};
 use locktable::{AcquireError, Lock, MonoTime, NodeId, WaiterId};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::clock::{Clock, SuspendWatch};
 use crate::config::NodeConfig;
@@ -21,6 +20,7 @@ use crate::error::ApiError;
 use crate::forgets::Outbox;
 use crate::peers::Peers;
 use crate::queue::Queue;
+use crate::tasks::Tasks;
 
 /// A forwarded call waiting for a batch, and where its answer goes.
 pub(crate) type Pending = (
@@ -65,7 +65,7 @@ pub struct Node {
     /// Copies on their way to the other members.
     pub(crate) copier: Copier,
     /// Every task the node started, so that a shutdown waits for them.
-    pub(crate) tasks: TaskTracker,
+    pub(crate) tasks: Tasks,
     /// Cancelled when the node stops: every task it started ends on it.
     pub(crate) stop: CancellationToken,
 }
@@ -108,7 +108,7 @@ impl Node {
             expiry_armed: AtomicU64::new(0),
             read_by: watch::Sender::new(0),
             batches: Queue::new(),
-            tasks: TaskTracker::new(),
+            tasks: Tasks::default(),
             stop: CancellationToken::new(),
         })
     }

@@ -3,9 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::tasks::Tasks;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 /// Items waiting for the one task that sends them on in batches.
@@ -46,7 +46,7 @@ pub(crate) async fn drain_in_batches<T, F, Fut>(
     max: usize,
     in_flight: usize,
     stop: CancellationToken,
-    tasks: &TaskTracker,
+    tasks: &Tasks,
     mut send: F,
 ) where
     F: FnMut(Vec<T>) -> Fut,

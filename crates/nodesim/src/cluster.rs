@@ -11,6 +11,7 @@ use locktable::LeaseRule;
 use crate::guards::Guards;
 use crate::leaders::Leaders;
 use crate::net::{SimListener, SimTransport};
+use crate::pauses::Pauses;
 
 /// The port every simulated node listens on.
 pub const PORT: u16 = 7700;
@@ -49,6 +50,8 @@ pub struct Options {
     pub guards: Guards,
     /// Where the hosts sample which term their nodes lead.
     pub leaders: Leaders,
+    /// Which hosts are paused.
+    pub pauses: Pauses,
     /// The longest a message takes between hosts (turmoil draws each
     /// delay up to it, most of them short): 100 ms by default, a slow and
     /// jittery network; a LAN's is a millisecond or two.
@@ -67,6 +70,7 @@ impl Default for Options {
             sabotage: Sabotage::NONE,
             guards: Guards::default(),
             leaders: Leaders::default(),
+            pauses: Pauses::default(),
             max_latency: Duration::from_millis(100),
         }
     }
@@ -101,6 +105,7 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
     }
     leasehold_raft::entropy::seed(options.seed);
     leasehold_raft::blocking::run_inline();
+    leasehold_raft::tasks::spawn_locally();
     let mut sim = turmoil::Builder::new()
         .simulation_duration(options.duration)
         .rng_seed(options.seed)
@@ -116,38 +121,56 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
             .with_rebuild_mode(options.mode)
             .with_copies(options.copies)
             .with_lease(options.lease);
-        let (sabotage, guards, leaders) = (
-            options.sabotage,
-            options.guards.clone(),
-            options.leaders.clone(),
-        );
-        sim.host(host(id), move || {
-            serve(config.clone(), sabotage, guards.clone(), leaders.clone())
-        });
+        let watch = Watch {
+            sabotage: options.sabotage,
+            guards: options.guards.clone(),
+            leaders: options.leaders.clone(),
+            pauses: options.pauses.clone(),
+        };
+        sim.host(host(id), move || serve(config.clone(), watch.clone()));
     }
     sim
 }
 
-/// A node's life on its host: started as `leasehold serve` starts it, and
-/// serving until the host crashes, its guard and leadership sampled
-/// meanwhile.
-async fn serve(
-    config: NodeConfig,
+/// What a host shares with the driver.
+#[derive(Debug, Clone)]
+struct Watch {
     sabotage: Sabotage,
     guards: Guards,
     leaders: Leaders,
-) -> turmoil::Result {
+    pauses: Pauses,
+}
+
+/// A node's life on its host: started as `leasehold serve` starts it, and
+/// serving until the host crashes, in a set of tasks the driver can pause
+/// ([`Pauses`]); its guard and leadership are sampled meanwhile, from
+/// outside that set.
+async fn serve(config: NodeConfig, watch: Watch) -> turmoil::Result {
     let id = config.id;
     let listener = SimListener::bind(PORT).await?;
     let seams = Seams {
         clock: Clock::tokio(),
         transport: Arc::new(SimTransport),
-        sabotage,
+        sabotage: watch.sabotage,
     };
-    let node = leasehold_node::start_with(config, listener, seams).await?;
-    tokio::join!(
-        guards.watch(id, Arc::clone(node.node())),
-        leaders.watch(id, Arc::clone(node.node())),
-    );
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let life = async move {
+        let running = leasehold_node::start_with(config, listener, seams).await?;
+        let _ = started_tx.send(Arc::clone(running.node()));
+        // The node runs until the host crashes.
+        std::future::pending::<()>().await;
+        drop(running);
+        Ok::<(), leasehold_node::StartError>(())
+    };
+    let samples = async {
+        if let Ok(node) = started.await {
+            tokio::join!(
+                watch.guards.watch(id, Arc::clone(&node)),
+                watch.leaders.watch(id, node),
+            );
+        }
+    };
+    let (life, _) = tokio::join!(watch.pauses.run(id, life), samples);
+    life?;
     Ok(())
 }

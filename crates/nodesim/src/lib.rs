@@ -26,5 +26,6 @@ pub mod guards;
 pub mod history;
 pub mod leaders;
 pub mod net;
+pub mod pauses;
 pub mod run;
 pub mod trace;

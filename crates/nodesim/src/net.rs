@@ -72,7 +72,7 @@ pub async fn round_trip(
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| TransportError::Connect(format!("{addr}: {e}")))?;
-        tokio::spawn(connection);
+        leasehold_raft::tasks::spawn(connection);
         let mut request = Request::builder()
             .method(method)
             .uri(path)

@@ -22,6 +22,7 @@ use crate::cluster::{self, Options};
 use crate::guards::Guards;
 use crate::history::{now, Call, Event, History};
 use crate::net::call;
+use crate::pauses::Pauses;
 
 /// How soon after the faults heal every node must serve a grant.
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(10);
@@ -46,9 +47,10 @@ pub struct RunOptions {
     pub clients: usize,
     /// Fault episodes before the faults heal for good.
     pub faults: usize,
-    /// Every fault a crash of the speaker (for the sabotage test: what
-    /// copies are for, as often as possible).
-    pub speaker_crashes_only: bool,
+    /// Which faults strike: all kinds, or only one kind, always on the
+    /// speaker (for the sabotage tests: what a mechanism is for, as often
+    /// as possible).
+    pub focus: Focus,
     /// Safety mechanisms the nodes run without: the checks must see it.
     pub sabotage: Sabotage,
 }
@@ -62,10 +64,21 @@ impl RunOptions {
             copies: None,
             clients: 4,
             faults: 4,
-            speaker_crashes_only: false,
+            focus: Focus::Mixed,
             sabotage: Sabotage::NONE,
         }
     }
+}
+
+/// Which faults a run's episodes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Focus {
+    /// Every kind, on the speaker 70 % of the time.
+    Mixed,
+    /// Every episode a crash of the speaker.
+    SpeakerCrashes,
+    /// Every episode a pause of the speaker.
+    SpeakerPauses,
 }
 
 /// What a run came to.
@@ -119,6 +132,10 @@ enum Fault {
     Deaf,
     /// Its links hold every message until the fault ends.
     Hold,
+    /// Paused as SIGSTOP pauses a process (`crate::pauses`): it runs
+    /// nothing while time goes on, then wakes with its clock jumped and
+    /// what arrived meanwhile waiting.
+    Pause,
     /// Its links drop what is in flight now and then (each simulated
     /// millisecond with probability [`LOSS_PER_MS`]): requests and answers
     /// on those connections are lost, and their callers time out.
@@ -153,7 +170,7 @@ struct Episode {
 /// next, and after a restart a wait of the longest lease (a restarted
 /// member counts as missing from rebuilds for that long, and a second
 /// missing member would be as many as there are copies).
-fn schedule(rng: &mut StdRng, count: usize, nodes: u64, crashes_only: bool) -> Vec<Episode> {
+fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Episode> {
     let mut at = Duration::from_secs(3);
     (0..count)
         .map(|_| {
@@ -164,13 +181,18 @@ fn schedule(rng: &mut StdRng, count: usize, nodes: u64, crashes_only: bool) -> V
                 Fault::Deaf,
                 Fault::Hold,
                 Fault::Lossy,
+                Fault::Pause,
             ]
             .choose(rng)
             .expect("faults");
-            let fault = if crashes_only { Fault::Crash } else { fault };
+            let fault = match focus {
+                Focus::Mixed => fault,
+                Focus::SpeakerCrashes => Fault::Crash,
+                Focus::SpeakerPauses => Fault::Pause,
+            };
             let episode = Episode {
                 fault,
-                speaker: crashes_only || rng.gen_bool(0.7),
+                speaker: focus != Focus::Mixed || rng.gen_bool(0.7),
                 member: rng.gen_range(1..=nodes),
                 start: at,
                 length: Duration::from_millis(rng.gen_range(300..4_000)),
@@ -213,14 +235,12 @@ pub fn run(options: &RunOptions) -> Outcome {
     };
     let guards = cluster_options.guards.clone();
     let leaders = cluster_options.leaders.clone();
+    let pauses = cluster_options.pauses.clone();
     let mut elected: BTreeSet<(u64, u64)> = BTreeSet::new();
+    // Until when a member restarted lately counts as missing from rebuilds.
+    let mut restarted_until = Duration::ZERO;
     let mut rng = StdRng::seed_from_u64(options.seed);
-    let episodes = schedule(
-        &mut rng,
-        options.faults,
-        nodes,
-        options.speaker_crashes_only,
-    );
+    let episodes = schedule(&mut rng, options.faults, nodes, options.focus);
     let mut sim = cluster::build(&cluster_options, dirs.path());
     let shared = Arc::new(Mutex::new(Shared::default()));
 
@@ -269,7 +289,11 @@ pub fn run(options: &RunOptions) -> Outcome {
         for (node, term) in leaders.leading() {
             let new = elected.insert((node, term));
             let healing = shared.lock().unwrap().healed.is_some();
-            if new && active.is_none() && !healing && rng.gen_bool(BLIP_CHANCE) {
+            // Not while a member restarted lately counts as missing: a
+            // blip striking after the rebuild's ReadIndex, during its
+            // reads, would make a second missing member.
+            let quiet = t >= restarted_until;
+            if new && active.is_none() && quiet && !healing && rng.gen_bool(BLIP_CHANCE) {
                 let blip = Episode {
                     fault: Fault::Blip,
                     speaker: true,
@@ -277,14 +301,17 @@ pub fn run(options: &RunOptions) -> Outcome {
                     start: t,
                     length: Duration::from_millis(rng.gen_range(400..900)),
                 };
-                inflict(&mut sim, blip.fault, node, nodes);
+                inflict(&mut sim, &pauses, blip.fault, node, nodes);
                 faults.push(format!("{t:?}: {:?} of n{node}", blip.fault));
                 active = Some((blip, node));
             }
         }
         if let Some((episode, victim)) = active {
             if t >= episode.start + episode.length {
-                heal(&mut sim, episode.fault, victim, nodes);
+                heal(&mut sim, &pauses, episode.fault, victim, nodes);
+                if let Fault::Crash = episode.fault {
+                    restarted_until = t + LEASE.max + Duration::from_secs(1);
+                }
                 if let Some(last) = faults.last_mut() {
                     last.push_str(&format!(" until {t:?}"));
                 }
@@ -299,7 +326,7 @@ pub fn run(options: &RunOptions) -> Outcome {
                 (true, Some(s)) => s,
                 _ => episode.member,
             };
-            inflict(&mut sim, episode.fault, victim, nodes);
+            inflict(&mut sim, &pauses, episode.fault, victim, nodes);
             faults.push(format!("{t:?}: {:?} of n{victim}", episode.fault));
             active = Some((*episode, victim));
             next += 1;
@@ -340,12 +367,12 @@ fn others(victim: u64, nodes: u64) -> Vec<String> {
         .collect()
 }
 
-fn inflict(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
+fn inflict(sim: &mut turmoil::Sim<'_>, pauses: &Pauses, fault: Fault, victim: u64, nodes: u64) {
     let host = cluster::host(victim);
     for other in others(victim, nodes) {
         let (a, b) = (host.as_str(), other.as_str());
         match fault {
-            Fault::Crash => {}
+            Fault::Crash | Fault::Pause => {}
             Fault::Isolate => sim.partition(a, b),
             Fault::Mute => sim.partition_oneway(a, b),
             Fault::Deaf | Fault::Blip => sim.partition_oneway(b, a),
@@ -353,17 +380,19 @@ fn inflict(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
             Fault::Lossy => sim.set_link_fail_rate(a, b, LOSS_PER_MS),
         }
     }
-    if let Fault::Crash = fault {
-        sim.crash(host.as_str());
+    match fault {
+        Fault::Crash => sim.crash(host.as_str()),
+        Fault::Pause => pauses.pause(victim),
+        _ => {}
     }
 }
 
-fn heal(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
+fn heal(sim: &mut turmoil::Sim<'_>, pauses: &Pauses, fault: Fault, victim: u64, nodes: u64) {
     let host = cluster::host(victim);
     for other in others(victim, nodes) {
         let (a, b) = (host.as_str(), other.as_str());
         match fault {
-            Fault::Crash => {}
+            Fault::Crash | Fault::Pause => {}
             Fault::Isolate | Fault::Mute | Fault::Deaf | Fault::Blip => sim.repair(a, b),
             Fault::Hold => sim.release(a, b),
             Fault::Lossy => {
@@ -372,8 +401,10 @@ fn heal(sim: &mut turmoil::Sim<'_>, fault: Fault, victim: u64, nodes: u64) {
             }
         }
     }
-    if let Fault::Crash = fault {
-        sim.bounce(host.as_str());
+    match fault {
+        Fault::Crash => sim.bounce(host.as_str()),
+        Fault::Pause => pauses.resume(victim),
+        _ => {}
     }
 }
 

@@ -47,6 +47,7 @@ pub mod routes;
 pub mod runtime;
 pub mod server;
 pub mod state_machine;
+pub mod tasks;
 pub mod transport;
 pub mod types;
 

@@ -36,7 +36,7 @@ impl AsyncRuntime for EntropyRuntime {
         T: Future + OptionalSend + 'static,
         T::Output: OptionalSend + 'static,
     {
-        TokioRuntime::spawn(future.in_current_span())
+        crate::tasks::spawn(future.in_current_span())
     }
 
     #[inline]

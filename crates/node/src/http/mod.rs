@@ -5,6 +5,9 @@
 
 mod peer;
 mod public;
+mod serve;
+
+pub(crate) use serve::serve;
 
 use std::sync::Arc;
 

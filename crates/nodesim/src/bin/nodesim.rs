@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
-//!         [--trace] [--replay] [--expect-failure] [--speaker-crashes]
+//!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses]
 //!         [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence]...
 //! ```
 //!
@@ -14,14 +14,15 @@
 //! and the node that wrote them. `--replay` runs each seed twice and counts
 //! the seeds whose second run differs. Exits non-zero when any seed
 //! failed, or, with `--expect-failure` (for a sabotaged build), when none
-//! did. `--speaker-crashes` makes every fault a crash of the speaker;
+//! did. `--speaker-crashes` makes every fault a crash of the speaker,
+//! `--speaker-pauses` a pause of it;
 //! `--sabotage` switches a safety mechanism off in every node
 //! (`leasehold_node::Sabotage`), for the checks' self-test.
 
 use std::process::ExitCode;
 
 use leasehold_node::{RebuildMode, Sabotage};
-use leasehold_nodesim::run::{run, RunOptions};
+use leasehold_nodesim::run::{run, Focus, RunOptions};
 
 fn main() -> ExitCode {
     let mut first = 1u64;
@@ -31,7 +32,7 @@ fn main() -> ExitCode {
     let mut trace = false;
     let mut replay = false;
     let mut expect_failure = false;
-    let mut speaker_crashes_only = false;
+    let mut focus = Focus::Mixed;
     let mut sabotage = Sabotage::NONE;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -49,7 +50,8 @@ fn main() -> ExitCode {
             "--trace" => trace = true,
             "--replay" => replay = true,
             "--expect-failure" => expect_failure = true,
-            "--speaker-crashes" => speaker_crashes_only = true,
+            "--speaker-crashes" => focus = Focus::SpeakerCrashes,
+            "--speaker-pauses" => focus = Focus::SpeakerPauses,
             "--sabotage" => match value().as_str() {
                 "guard" => sabotage.no_grant_guard = true,
                 "restart-wait" => sabotage.no_restart_wait = true,
@@ -68,7 +70,7 @@ fn main() -> ExitCode {
                 eprintln!("nodesim: unknown argument {other:?}");
                 eprintln!(
                     "usage: nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C] \
-                     [--trace] [--replay] [--expect-failure] [--speaker-crashes] \
+                     [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses] \
                      [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence]"
                 );
                 return ExitCode::from(64);
@@ -85,7 +87,7 @@ fn main() -> ExitCode {
         let options = RunOptions {
             mode,
             copies,
-            speaker_crashes_only,
+            focus,
             sabotage,
             ..RunOptions::new(seed)
         };
