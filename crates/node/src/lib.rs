@@ -224,7 +224,7 @@ impl Seams {
     }
 }
 
-/// [`start`], on any listener axum can serve, with `seams` (a simulated
+/// [`start`], on any `axum::serve::Listener`, with `seams` (a simulated
 /// network's listener, transport and clock, in the whole-node simulation).
 pub async fn start_with<C, L>(
     config: C,

@@ -236,7 +236,7 @@ impl Node {
 
     /// Whether the table is rebuilt (it may still be barred from granting
     /// by the guard).
-    pub(crate) fn is_rebuilt(&self) -> bool {
+    pub fn is_rebuilt(&self) -> bool {
         self.state().member.is_rebuilt()
     }
 

@@ -143,11 +143,12 @@ struct Watch {
 
 /// A node's life on its host: started as `leasehold serve` starts it, and
 /// serving until the host crashes, in a set of tasks the driver can pause
-/// ([`Pauses`]); its guard and leadership are sampled meanwhile, from
-/// outside that set.
+/// ([`Pauses`]). Outside that set, as a kernel would, the host accepts
+/// connections into a queue the node takes them from; and its guard and
+/// leadership are sampled.
 async fn serve(config: NodeConfig, watch: Watch) -> turmoil::Result {
     let id = config.id;
-    let listener = SimListener::bind(PORT).await?;
+    let (listener, accepting) = SimListener::bind(PORT).await?.queued()?;
     let seams = Seams {
         clock: Clock::tokio(),
         transport: Arc::new(SimTransport),
@@ -170,7 +171,10 @@ async fn serve(config: NodeConfig, watch: Watch) -> turmoil::Result {
             );
         }
     };
-    let (life, _) = tokio::join!(watch.pauses.run(id, life), samples);
-    life?;
+    let outside = async { tokio::join!(samples, accepting) };
+    tokio::select! {
+        life = watch.pauses.run(id, life) => life?,
+        _ = outside => {}
+    }
     Ok(())
 }

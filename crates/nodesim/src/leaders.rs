@@ -7,9 +7,16 @@ use std::sync::{Arc, Mutex};
 
 use leasehold_node::Node;
 
-/// Each node's latest sample: the term it leads, if it does.
+/// Each node's latest sample: the term it leads, if it does, and whether
+/// its table was rebuilt.
 #[derive(Debug, Default, Clone)]
-pub struct Leaders(Arc<Mutex<BTreeMap<u64, Option<u64>>>>);
+pub struct Leaders(Arc<Mutex<BTreeMap<u64, Sample>>>);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Sample {
+    term: Option<u64>,
+    rebuilt: bool,
+}
 
 impl Leaders {
     /// Samples `node` every [`crate::guards::EVERY`] until the host goes
@@ -17,15 +24,24 @@ impl Leaders {
     pub async fn watch(self, id: u64, node: Arc<Node>) {
         loop {
             tokio::time::sleep(crate::guards::EVERY).await;
-            self.sample(id, node.leading_term());
+            self.sample(id, node.leading_term(), node.is_rebuilt());
         }
     }
 
-    fn sample(&self, id: u64, term: Option<u64>) {
+    fn sample(&self, id: u64, term: Option<u64>, rebuilt: bool) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, term);
+            .insert(id, Sample { term, rebuilt });
+    }
+
+    /// Whether node `id`'s table was rebuilt at its latest sample.
+    pub fn rebuilt(&self, id: u64) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .is_some_and(|s| s.rebuilt)
     }
 
     /// Every node that led a term at its latest sample, with the term (a
@@ -35,7 +51,7 @@ impl Leaders {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter_map(|(id, term)| term.map(|t| (*id, t)))
+            .filter_map(|(id, sample)| sample.term.map(|t| (*id, t)))
             .collect()
     }
 }
@@ -47,11 +63,13 @@ mod tests {
     #[test]
     fn the_latest_sample_of_each_node_counts() {
         let leaders = Leaders::default();
-        leaders.sample(1, Some(3));
-        leaders.sample(2, None);
+        leaders.sample(1, Some(3), false);
+        leaders.sample(2, None, false);
         assert_eq!(leaders.leading(), vec![(1, 3)]);
-        leaders.sample(1, None);
-        leaders.sample(2, Some(4));
+        assert!(!leaders.rebuilt(1));
+        leaders.sample(1, None, false);
+        leaders.sample(2, Some(4), true);
         assert_eq!(leaders.leading(), vec![(2, 4)]);
+        assert!(leaders.rebuilt(2));
     }
 }

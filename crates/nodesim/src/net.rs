@@ -44,6 +44,53 @@ impl axum::serve::Listener for SimListener {
     }
 }
 
+/// A listener fed from a host's accept queue ([`SimListener::queued`]).
+pub struct QueuedListener {
+    queue: tokio::sync::mpsc::UnboundedReceiver<(turmoil::net::TcpStream, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl SimListener {
+    /// This listener as a kernel keeps a listening socket: the returned
+    /// future accepts every connection (its handshake completes and what
+    /// its caller sends is buffered) into a queue, whether or not the node
+    /// is running, and the node takes them from the [`QueuedListener`].
+    /// Run the future outside the node's tasks, so that connections queue
+    /// while the node is paused (`crate::pauses`).
+    pub fn queued(
+        mut self,
+    ) -> std::io::Result<(QueuedListener, impl std::future::Future<Output = ()>)> {
+        use axum::serve::Listener;
+        let local = self.local_addr()?;
+        let (tx, queue) = tokio::sync::mpsc::unbounded_channel();
+        let accepting = async move {
+            loop {
+                if tx.send(self.accept().await).is_err() {
+                    return;
+                }
+            }
+        };
+        Ok((QueuedListener { queue, local }, accepting))
+    }
+}
+
+impl axum::serve::Listener for QueuedListener {
+    type Io = turmoil::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.queue.recv().await {
+            Some(accepted) => accepted,
+            // The queue's accepting end lives as long as the host.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
 /// An answer read whole.
 #[derive(Debug)]
 pub struct Answer {

@@ -1,7 +1,9 @@
 //! Pausing a host as SIGSTOP pauses a process: its node's tasks (openraft,
 //! the speaker, the HTTP server, its outgoing calls) stop running while
 //! simulated time goes on; its clock jumps when it resumes, its timers
-//! fire late, and what arrived meanwhile waits in its sockets.
+//! fire late, and what arrived meanwhile waits: connections in the host's
+//! accept queue (filled outside the node's tasks, as a kernel fills it:
+//! `net::SimListener::queued`), bytes in its sockets.
 //!
 //! Each host runs its node inside a `LocalSet` of its own, which
 //! `leasehold_raft::tasks` makes every task of the node join; a paused

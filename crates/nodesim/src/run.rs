@@ -152,6 +152,11 @@ enum Fault {
 /// How often a speaker just elected is struck by [`Fault::Blip`].
 const BLIP_CHANCE: f64 = 0.2;
 
+/// How long after a blip heals the next fault may begin: the speaker's
+/// retried rebuild (its ReadIndex, its reads within the node's rebuild
+/// timeout) ends first, so that no rebuild runs under two faults.
+const AFTER_BLIP: Duration = Duration::from_secs(3);
+
 /// How often a lossy link drops what it carries, per simulated millisecond.
 const LOSS_PER_MS: f64 = 0.005;
 
@@ -240,7 +245,7 @@ pub fn run(options: &RunOptions) -> Outcome {
     // Until when a member restarted lately counts as missing from rebuilds.
     let mut restarted_until = Duration::ZERO;
     let mut rng = StdRng::seed_from_u64(options.seed);
-    let episodes = schedule(&mut rng, options.faults, nodes, options.focus);
+    let mut episodes = schedule(&mut rng, options.faults, nodes, options.focus);
     let mut sim = cluster::build(&cluster_options, dirs.path());
     let shared = Arc::new(Mutex::new(Shared::default()));
 
@@ -301,6 +306,11 @@ pub fn run(options: &RunOptions) -> Outcome {
                     start: t,
                     length: Duration::from_millis(rng.gen_range(400..900)),
                 };
+                let clear = t + blip.length + AFTER_BLIP;
+                let late = episodes.get(next).map(|e| clear.saturating_sub(e.start));
+                for episode in &mut episodes[next..] {
+                    episode.start += late.unwrap_or_default();
+                }
                 inflict(&mut sim, &pauses, blip.fault, node, nodes);
                 faults.push(format!("{t:?}: {:?} of n{node}", blip.fault));
                 active = Some((blip, node));

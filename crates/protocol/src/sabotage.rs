@@ -16,9 +16,10 @@ pub struct Sabotage {
     /// The reread: a member whose read failed is not read again within
     /// the rebuild.
     pub no_reread: bool,
-    /// The rebuild retry: once a rebuild attempt failed (openraft's
-    /// ReadIndex gave up without a quorum), it is not tried again while
-    /// this node leads the same term.
+    /// The rebuild retry: once a rebuild attempt failed (most often
+    /// openraft's ReadIndex giving up without a quorum), none is tried
+    /// again while this node leads the same term; nor does it step down
+    /// after failing for long, which is decided when an attempt ends.
     pub no_rebuild_retry: bool,
     /// The read's term fence: a member read by a newer speaker neither
     /// drops its own table nor refuses older speakers' copies and answers.
