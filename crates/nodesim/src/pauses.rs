@@ -45,11 +45,6 @@ impl Pauses {
         }
     }
 
-    /// Whether node `id`'s host is paused.
-    pub fn is_paused(&self, id: u64) -> bool {
-        self.lock().get(&id).is_some_and(|p| p.paused)
-    }
-
     /// Runs `life` (a node's, on its host) in a set of tasks of its own,
     /// polled only while node `id` is not paused. A host (re)starts
     /// running.

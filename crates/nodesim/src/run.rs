@@ -149,6 +149,11 @@ enum Fault {
     Blip,
 }
 
+/// How long after a restart the next fault may begin: a restarted member
+/// counts as missing from rebuilds for the longest lease, and a second
+/// missing member would be as many as there are copies.
+const AFTER_RESTART: Duration = LEASE.max.saturating_add(Duration::from_secs(1));
+
 /// How often a speaker just elected is struck by [`Fault::Blip`].
 const BLIP_CHANCE: f64 = 0.2;
 
@@ -172,9 +177,7 @@ struct Episode {
 }
 
 /// The faults of `seed`: one member at a time, each healed before the
-/// next, and after a restart a wait of the longest lease (a restarted
-/// member counts as missing from rebuilds for that long, and a second
-/// missing member would be as many as there are copies).
+/// next, and after a restart [`AFTER_RESTART`] before the next.
 fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Episode> {
     let mut at = Duration::from_secs(3);
     (0..count)
@@ -203,7 +206,7 @@ fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Epi
                 length: Duration::from_millis(rng.gen_range(300..4_000)),
             };
             let rest = match fault {
-                Fault::Crash => LEASE.max + Duration::from_secs(1),
+                Fault::Crash => AFTER_RESTART,
                 _ => Duration::from_millis(rng.gen_range(500..2_000)),
             };
             at = episode.start + episode.length + rest;
@@ -306,10 +309,11 @@ pub fn run(options: &RunOptions) -> Outcome {
                     start: t,
                     length: Duration::from_millis(rng.gen_range(400..900)),
                 };
-                let clear = t + blip.length + AFTER_BLIP;
-                let late = episodes.get(next).map(|e| clear.saturating_sub(e.start));
-                for episode in &mut episodes[next..] {
-                    episode.start += late.unwrap_or_default();
+                if let Some(first) = episodes.get(next) {
+                    let late = (t + blip.length + AFTER_BLIP).saturating_sub(first.start);
+                    for episode in &mut episodes[next..] {
+                        episode.start += late;
+                    }
                 }
                 inflict(&mut sim, &pauses, blip.fault, node, nodes);
                 faults.push(format!("{t:?}: {:?} of n{node}", blip.fault));
@@ -320,7 +324,7 @@ pub fn run(options: &RunOptions) -> Outcome {
             if t >= episode.start + episode.length {
                 heal(&mut sim, &pauses, episode.fault, victim, nodes);
                 if let Fault::Crash = episode.fault {
-                    restarted_until = t + LEASE.max + Duration::from_secs(1);
+                    restarted_until = t + AFTER_RESTART;
                 }
                 if let Some(last) = faults.last_mut() {
                     last.push_str(&format!(" until {t:?}"));

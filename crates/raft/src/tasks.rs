@@ -38,6 +38,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn a_local_task_runs_only_while_its_set_is_polled() {
@@ -45,18 +47,15 @@ mod tests {
         spawn(async {}).await.unwrap();
         spawn_locally();
         let local = tokio::task::LocalSet::new();
-        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = std::sync::Arc::clone(&ran);
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ran);
         local.spawn_local(async move {
-            spawn(async move { flag.store(true, std::sync::atomic::Ordering::SeqCst) });
+            spawn(async move { flag.store(true, Ordering::SeqCst) });
         });
         tokio::task::yield_now().await;
-        assert!(
-            !ran.load(std::sync::atomic::Ordering::SeqCst),
-            "the set was not polled"
-        );
+        assert!(!ran.load(Ordering::SeqCst), "the set was not polled");
         local.await;
-        assert!(ran.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(ran.load(Ordering::SeqCst));
         LOCAL.set(false);
     }
 }
