@@ -599,7 +599,7 @@ async fn a_refused_renewal_stops_the_command_at_once() {
 #[test]
 fn serve_refuses_durations_it_cannot_run_with() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--rebuild-timeout", "0"], "--rebuild-timeout"),
         (&["--rebuild-timeout", "999999999"], "--rebuild-timeout"),
         (&["--max-lease", "99999999999"], "--max-lease"),
@@ -608,6 +608,7 @@ fn serve_refuses_durations_it_cannot_run_with() {
             &["--default-lease", "5000", "--max-lease", "4000"],
             "--default-lease",
         ),
+        (&["--threads", "0"], "--threads"),
     ];
     for (flags, says) in cases {
         let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))

@@ -88,6 +88,30 @@ async fn a_cluster_forms_grants_and_forwards() {
     }
 }
 
+/// A node on one worker thread (`--threads 1`) blocks no task on another:
+/// it grants through the speaker (a copy to a follower on the way) and
+/// through a follower, and hands over when the speaker is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_with_one_worker_thread_grant_forward_and_fail_over() {
+    let mut cluster = Cluster::start_with(3, &["--threads", "1"]).await;
+    let (speaker, term) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let lease = json!({"holder": "w", "lease_ms": 30_000});
+    let direct = cluster
+        .must_acquire(speaker, "threads/direct", lease.clone())
+        .await;
+    let forwarded = cluster.must_acquire(f[0], "threads/forwarded", lease).await;
+    assert_eq!(fence_term(&direct), term);
+    assert_eq!(fence_term(&forwarded), term);
+    cluster.kill(speaker);
+    let (next, next_term) = cluster.speaker_other_than(Some(speaker)).await;
+    assert!(next_term > term);
+    let renew = json!({"name": direct["name"], "id": direct["id"], "lease_ms": 30_000});
+    let (status, body) = cluster.post_settled(next, "/v1/locks/renew", renew).await;
+    assert_eq!(status, 200, "the copy kept the lock: {body}");
+    assert_eq!(body["lock"]["id"], direct["id"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_first_come_first_served() {
     let cluster = std::sync::Arc::new(Cluster::start(3).await);

@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// survives the loss of fewer members than this.
     #[arg(long)]
     copies: Option<usize>,
+    /// Worker threads of the node's runtime (default: one per core). Set
+    /// it lower when nodes share a machine's cores (docs/operations.md).
+    #[arg(long, env = "LEASEHOLD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
 }
 
 fn parse_peer(s: &str) -> Result<(u64, String), String> {

@@ -219,7 +219,11 @@ fn main() -> ExitCode {
             };
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let threads = match &cli.command {
+        Command::Serve(args) => args.threads,
+        _ => None,
+    };
+    let runtime = match runtime(threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("leasehold: {e}");
@@ -227,4 +231,14 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(dispatch(cli.command))
+}
+
+/// The process's runtime: `threads` worker threads, or tokio's default (one
+/// per core, or `TOKIO_WORKER_THREADS`).
+fn runtime(threads: Option<u16>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        builder.worker_threads(usize::from(n));
+    }
+    builder.enable_all().build()
 }

@@ -19,8 +19,9 @@ use crate::queue::{drain_in_batches, Queue};
 
 /// Most copies in one batch.
 const MAX_BATCH: usize = 256;
-/// Batches on their way to one member at once.
-const IN_FLIGHT: usize = 4;
+/// Batches on their way to one member at once: one, sent by the member's
+/// queue task itself (see [`drain_in_batches`]).
+const IN_FLIGHT: usize = 1;
 
 impl Node {
     /// Makes sure `lock`, just granted or renewed by the table `made` for

@@ -11,7 +11,7 @@
 //! - [`NetworkFactory`] / [`raft_router`]: the HTTP peer network, both sides;
 //!   [`PeerHttp`]: the one peer HTTP client, which the node's own peer
 //!   requests share; [`Transport`]: the round trip under it
-//!   ([`ReqwestTransport`] in production).
+//!   ([`Http1Transport`] in production).
 //! - [`RaftTimings`] / [`raft_config`]: the openraft config leasehold runs with.
 //! - [`leader_state`]: this node's leadership and lease, for the speaker's guard.
 //! - [`entropy`]: every random draw (ids, openraft's election timeouts
@@ -38,6 +38,7 @@ pub mod codec;
 pub mod config;
 pub mod entropy;
 pub mod faults;
+pub mod http1;
 pub mod identity;
 pub mod lease;
 pub mod log_store;
@@ -59,6 +60,7 @@ pub use auth::TOKEN_HEADER;
 pub use config::raft_config;
 pub use config::RaftTimings;
 pub use faults::{FaultPlan, Faults};
+pub use http1::Http1Transport;
 pub use identity::Identity;
 pub use lease::leader_state;
 pub use lease::LeaderState;
@@ -71,9 +73,7 @@ pub use peer_http::PeerHttp;
 pub use runtime::EntropyRuntime;
 pub use server::raft_router;
 pub use state_machine::StateMachine;
-pub use transport::{
-    PeerRequest, PeerResponse, ReqwestTransport, StreamedResponse, Transport, TransportError,
-};
+pub use transport::{PeerRequest, PeerResponse, StreamedResponse, Transport, TransportError};
 pub use types::*;
 
 /// Why [`build`] failed.
@@ -108,7 +108,7 @@ pub struct Built {
 }
 
 /// Builds (but does not start) node `node_id` with its store in `data_dir`,
-/// its peer requests over a [`ReqwestTransport`].
+/// its peer requests over an [`Http1Transport`].
 ///
 /// Nothing runs until [`Raft::run`] is called, so the HTTP server and the
 /// speaker task can hold the handle before the node can campaign. Peer
@@ -120,7 +120,7 @@ pub async fn build(
     cluster_token: &str,
     faults: Faults,
 ) -> Result<Built, StartError> {
-    let transport = Arc::new(ReqwestTransport::new().map_err(NetworkInitError::Client)?);
+    let transport = Arc::new(Http1Transport::new());
     build_with_transport(node_id, data_dir, timings, cluster_token, faults, transport).await
 }
 

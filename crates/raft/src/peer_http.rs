@@ -16,9 +16,7 @@ use crate::auth::TOKEN_HEADER;
 use crate::faults::{Dropped, Faults};
 use crate::identity::{Identity, RefusedAs, Stamp};
 use crate::routes;
-use crate::transport::{
-    PeerRequest, PeerResponse, ReqwestTransport, StreamedResponse, Transport, TransportError,
-};
+use crate::transport::{PeerRequest, PeerResponse, StreamedResponse, Transport, TransportError};
 use crate::types::NodeId;
 
 /// Why the peer client could not be set up.
@@ -27,9 +25,6 @@ pub enum NetworkInitError {
     /// The cluster token cannot be sent as an HTTP header value.
     #[error("cluster token is not a valid HTTP header value")]
     BadToken,
-    /// The HTTP client could not be built.
-    #[error("http client: {0}")]
-    Client(#[from] reqwest::Error),
 }
 
 /// A peer request's body, with its content type.
@@ -76,13 +71,13 @@ pub struct PeerHttp {
 impl PeerHttp {
     /// A client for the node `identity` names, sending `cluster_token` and
     /// its stamp with every request, through the fault plan `faults`, over
-    /// a [`ReqwestTransport`].
+    /// an [`Http1Transport`](crate::Http1Transport).
     pub fn new(
         identity: Arc<Identity>,
         cluster_token: &str,
         faults: Faults,
     ) -> Result<Self, NetworkInitError> {
-        let transport = Arc::new(ReqwestTransport::new()?);
+        let transport = Arc::new(crate::Http1Transport::new());
         Self::with_transport(identity, cluster_token, faults, transport)
     }
 

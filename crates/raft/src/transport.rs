@@ -1,12 +1,11 @@
 //! The HTTP round trip under [`crate::PeerHttp`], behind a trait so that
 //! something other than a real socket can carry peer traffic (a network
-//! simulator, a test double). [`ReqwestTransport`] is the one a node runs
-//! with.
+//! simulator, a test double). [`crate::Http1Transport`] is the one a node
+//! runs with.
 //!
 //! A transport only moves a request and its answer: the fault plan, the
 //! cluster token and the identity stamps are [`crate::PeerHttp`]'s.
 
-use std::error::Error as _;
 use std::fmt;
 use std::time::Duration;
 
@@ -106,98 +105,4 @@ pub trait Transport: Send + Sync + fmt::Debug + 'static {
             .map(|r| r.map(StreamedResponse::from))
             .boxed()
     }
-}
-
-/// The production transport: HTTP/1.1 over TCP with `reqwest`, connections
-/// pooled and shared by clones.
-#[derive(Debug, Clone)]
-pub struct ReqwestTransport {
-    client: reqwest::Client,
-}
-
-impl ReqwestTransport {
-    /// A transport with its own connection pool (no proxy, `TCP_NODELAY`,
-    /// idle connections closed after a minute).
-    pub fn new() -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()?;
-        Ok(ReqwestTransport { client })
-    }
-
-    /// Sends `request`; reqwest's timeout covers the body as well.
-    async fn start(&self, request: PeerRequest) -> Result<reqwest::Response, TransportError> {
-        self.client
-            .post(format!("http://{}{}", request.addr, request.path))
-            .timeout(request.timeout)
-            .headers(request.headers)
-            .body(request.body)
-            .send()
-            .await
-            .map_err(transport_error)
-    }
-}
-
-impl Transport for ReqwestTransport {
-    fn send(&self, request: PeerRequest) -> BoxFuture<'_, Result<PeerResponse, TransportError>> {
-        async move {
-            let mut response = self.start(request).await?;
-            let status = response.status();
-            let headers = std::mem::take(response.headers_mut());
-            let body = response.bytes().await.map_err(transport_error)?;
-            Ok(PeerResponse {
-                status,
-                headers,
-                body,
-            })
-        }
-        .boxed()
-    }
-
-    fn send_streamed(
-        &self,
-        request: PeerRequest,
-    ) -> BoxFuture<'_, Result<StreamedResponse, TransportError>> {
-        async move {
-            let mut response = self.start(request).await?;
-            let status = response.status();
-            let headers = std::mem::take(response.headers_mut());
-            let body = futures::stream::try_unfold(response, |mut response| async move {
-                let piece = response.chunk().await.map_err(transport_error)?;
-                Ok(piece.map(|piece| (piece, response)))
-            });
-            Ok(StreamedResponse {
-                status,
-                headers,
-                body: body.boxed(),
-            })
-        }
-        .boxed()
-    }
-}
-
-/// Sorts a reqwest failure the way the Raft network tells them apart; a
-/// connect timeout is a failure to connect.
-fn transport_error(e: reqwest::Error) -> TransportError {
-    if e.is_connect() {
-        TransportError::Connect(with_sources(&e))
-    } else if e.is_timeout() {
-        TransportError::Timeout
-    } else {
-        TransportError::Other(with_sources(&e))
-    }
-}
-
-/// `e` and every error under it, as one line.
-fn with_sources(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,13 +1,16 @@
 //! A [`Transport`] given to [`PeerHttp`] carries everything it sends, the
 //! Raft network's RPCs included: a test double records the requests and
-//! answers with a canned response or failure. And [`ReqwestTransport`]
-//! tells its failures apart as the Raft network needs them told.
+//! answers with a canned response or failure. And [`Http1Transport`]
+//! tells its failures apart as the Raft network needs them told, and keeps
+//! its connections for the next request.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use http::header::{HeaderMap, CONTENT_TYPE};
+use http::StatusCode;
 use leasehold_raft::codec;
 use leasehold_raft::identity::{Stamp, StoreId};
 use leasehold_raft::peer_http::{PeerBody, SendError};
@@ -17,8 +20,6 @@ use openraft::error::RPCError;
 use openraft::network::RPCOption;
 use openraft::raft::{VoteRequest, VoteResponse};
 use openraft::{RPCTypes, RaftNetworkFactory, RaftNetworkV2};
-use reqwest::header::{HeaderMap, CONTENT_TYPE};
-use reqwest::StatusCode;
 
 const TOKEN: &str = "test-cluster-token";
 const PEER: NodeId = 2;
@@ -243,52 +244,6 @@ fn to(addr: &str, path: &str, body: &[u8], timeout: Duration) -> PeerRequest {
     }
 }
 
-#[tokio::test]
-async fn reqwest_failures_are_told_apart() {
-    let transport = ReqwestTransport::new().unwrap();
-    let addr = loopback().await;
-    let quick = Duration::from_millis(300);
-
-    let echoed = transport
-        .send(to(&addr, "/echo", b"hello", quick))
-        .await
-        .unwrap();
-    assert_eq!(
-        (echoed.status, &echoed.body[..]),
-        (StatusCode::OK, &b"hello"[..])
-    );
-
-    let late = transport.send(to(&addr, "/slow", b"", quick)).await;
-    assert_eq!(late.unwrap_err(), TransportError::Timeout);
-
-    let stalled = transport.send(to(&addr, "/stalls", b"", quick)).await;
-    assert_eq!(stalled.unwrap_err(), TransportError::Timeout);
-
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().to_string()
-    };
-    let refused = transport.send(to(&closed, "/echo", b"", quick)).await;
-    assert!(
-        matches!(refused, Err(TransportError::Connect(_))),
-        "{refused:?}"
-    );
-}
-
-#[tokio::test]
-async fn reqwest_streams_a_body_as_it_arrives() {
-    use futures::TryStreamExt;
-    let transport = ReqwestTransport::new().unwrap();
-    let addr = loopback().await;
-    let mut stalled = transport
-        .send_streamed(to(&addr, "/stalls", b"", Duration::from_millis(300)))
-        .await
-        .unwrap();
-    assert_eq!(stalled.status, StatusCode::OK);
-    assert_eq!(&stalled.body.try_next().await.unwrap().unwrap()[..], b"a");
-    assert_eq!(stalled.body.try_next().await, Err(TransportError::Timeout));
-}
-
 /// Answers with a member's refusal whose body is cut off after the headers.
 #[derive(Debug)]
 struct RefusalCutOff;
@@ -357,4 +312,183 @@ async fn a_refusal_whose_body_is_cut_off_is_still_a_refusal() {
         ),
         "{sent:?}"
     );
+}
+
+#[tokio::test]
+async fn http1_failures_are_told_apart() {
+    let transport = Http1Transport::new();
+    let addr = loopback().await;
+    let quick = Duration::from_millis(300);
+
+    let echoed = transport
+        .send(to(&addr, "/echo", b"hello", quick))
+        .await
+        .unwrap();
+    assert_eq!(
+        (echoed.status, &echoed.body[..]),
+        (StatusCode::OK, &b"hello"[..])
+    );
+
+    let late = transport.send(to(&addr, "/slow", b"", quick)).await;
+    assert_eq!(late.unwrap_err(), TransportError::Timeout);
+
+    let stalled = transport.send(to(&addr, "/stalls", b"", quick)).await;
+    assert_eq!(stalled.unwrap_err(), TransportError::Timeout);
+
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let refused = transport.send(to(&closed, "/echo", b"", quick)).await;
+    assert!(
+        matches!(refused, Err(TransportError::Connect(_))),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn http1_streams_a_body_as_it_arrives() {
+    use futures::TryStreamExt;
+    let transport = Http1Transport::new();
+    let addr = loopback().await;
+    let mut stalled = transport
+        .send_streamed(to(&addr, "/stalls", b"", Duration::from_millis(300)))
+        .await
+        .unwrap();
+    assert_eq!(stalled.status, StatusCode::OK);
+    assert_eq!(&stalled.body.try_next().await.unwrap().unwrap()[..], b"a");
+    assert_eq!(stalled.body.try_next().await, Err(TransportError::Timeout));
+}
+
+/// A loopback server answering each request with the client's address
+/// (its port tells one connection from another); `/close` answers and
+/// closes the connection.
+async fn who_server() -> String {
+    use axum::extract::ConnectInfo;
+    use axum::routing::post;
+    use std::net::SocketAddr;
+    let app = axum::Router::new()
+        .route(
+            "/close",
+            post(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
+                ([("connection", "close")], peer.to_string())
+            }),
+        )
+        .fallback(post(
+            |ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    addr
+}
+
+#[tokio::test]
+async fn http1_reuses_a_connection_until_the_member_closes_it() {
+    let transport = Http1Transport::new();
+    let addr = who_server().await;
+    let second = Duration::from_secs(5);
+    let mut ports = Vec::new();
+    for path in ["/a", "/b", "/close", "/c", "/d"] {
+        let answer = transport.send(to(&addr, path, b"", second)).await;
+        let answer = answer.unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(answer.status, StatusCode::OK);
+        ports.push(String::from_utf8(answer.body.to_vec()).unwrap());
+    }
+    assert_eq!(
+        ports[0], ports[1],
+        "the second request reuses the connection"
+    );
+    assert_eq!(
+        ports[1], ports[2],
+        "so does the one the member closes after"
+    );
+    assert_ne!(ports[2], ports[3], "a closed connection is not reused");
+    assert_eq!(ports[3], ports[4]);
+}
+
+#[tokio::test]
+async fn http1_concurrent_requests_use_connections_of_their_own() {
+    let transport = Arc::new(Http1Transport::new());
+    let addr = who_server().await;
+    let calls = (0..4).map(|_| {
+        let (transport, addr) = (Arc::clone(&transport), addr.clone());
+        async move {
+            let answer = transport
+                .send(to(&addr, "/slow-enough", b"", Duration::from_secs(5)))
+                .await
+                .unwrap();
+            String::from_utf8(answer.body.to_vec()).unwrap()
+        }
+    });
+    let ports: std::collections::BTreeSet<String> =
+        futures::future::join_all(calls).await.into_iter().collect();
+    assert!(!ports.is_empty());
+    let again = transport
+        .send(to(&addr, "/x", b"", Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let again = String::from_utf8(again.body.to_vec()).unwrap();
+    assert!(
+        ports.contains(&again),
+        "a pooled connection is reused: {again} not in {ports:?}"
+    );
+}
+
+/// A raw HTTP/1.1 server that answers each request with the connection's
+/// number and keeps the connection open, then closes every connection
+/// (without `Connection: close`) once `close` is notified.
+async fn closing_server(close: Arc<tokio::sync::Notify>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut n = 0u32;
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            n += 1;
+            let close = Arc::clone(&close);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                loop {
+                    tokio::select! {
+                        read = stream.read(&mut buf) => {
+                            let Ok(len) = read else { return };
+                            if len == 0 {
+                                return;
+                            }
+                            let body = n.to_string();
+                            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+                            if stream.write_all(head.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                        _ = close.notified() => return,
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn http1_a_pooled_connection_the_member_closed_is_not_used() {
+    let close = Arc::new(tokio::sync::Notify::new());
+    let transport = Http1Transport::new();
+    let addr = closing_server(Arc::clone(&close)).await;
+    let second = Duration::from_secs(5);
+    let first = transport.send(to(&addr, "/a", b"", second)).await.unwrap();
+    assert_eq!(&first.body[..], b"1");
+    close.notify_waiters();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let next = transport.send(to(&addr, "/b", b"", second)).await;
+    let next = next.expect("a request after the member closed its idle connection");
+    assert_eq!(&next.body[..], b"2", "on a new connection");
 }
