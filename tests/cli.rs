@@ -103,6 +103,9 @@ async fn lock_refuses_when_held_and_locks_lists_the_holder() {
         status.contains("speaker: node") && status.contains("rebuilt: true"),
         "{status}"
     );
+    // Three voters, and how far behind each is (the speaker answers).
+    assert_eq!(status.matches(" voter ").count(), 3, "{status}");
+    assert_eq!(status.matches("entries behind").count(), 3, "{status}");
 
     holder.kill().unwrap();
     let _ = holder.wait();

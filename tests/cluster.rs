@@ -22,6 +22,23 @@ async fn a_cluster_forms_grants_and_forwards() {
     assert_eq!(status, 200);
     assert_eq!(info["leader"], json!(speaker));
     assert_eq!(info["members"].as_array().unwrap().len(), 3);
+    assert_eq!(info["changing"], json!(false));
+    for m in info["members"].as_array().unwrap() {
+        assert_eq!(m["role"], "voter", "{info}");
+        assert_eq!(m["lag"], Value::Null, "only the speaker knows lags: {info}");
+    }
+    // The speaker says how far behind each member is.
+    let (_, info) = cluster.get(speaker, "/v1/cluster").await;
+    for m in info["members"].as_array().unwrap() {
+        assert_eq!(m["role"], "voter", "{info}");
+        assert!(m["lag"].is_u64(), "{info}");
+        if m["id"] == json!(speaker) {
+            assert_eq!(
+                (m["state"].as_str(), m["lag"].as_u64()),
+                (Some("leader"), Some(0))
+            );
+        }
+    }
 
     // A lock taken through a follower names that follower.
     let lock = cluster

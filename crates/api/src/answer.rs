@@ -38,8 +38,13 @@ pub struct ClusterAnswer {
     pub rebuilt: bool,
     /// The answering node's table generation.
     pub generation: u64,
-    /// The members of the cluster.
+    /// The members of the cluster: its latest configuration, both halves
+    /// of a joint one.
     pub members: Vec<Member>,
+    /// Whether a membership change is under way: the latest configuration
+    /// is joint, or not yet committed.
+    #[serde(default)]
+    pub changing: bool,
     /// The answering node's latest rebuild; null before its first.
     pub last_rebuild: Option<RebuildReport>,
 }
@@ -55,6 +60,18 @@ pub struct Member {
     /// `"follower"`, `"candidate"`, `"learner"`, `"unreachable"`: a string,
     /// so new states need no new client.
     pub state: String,
+    /// `"voter"`, or `"learner"` (a member that copies the log but does not
+    /// vote, as a new one does until it has caught up).
+    #[serde(default = "voter")]
+    pub role: String,
+    /// How many Raft log entries it is behind the speaker; only in the
+    /// speaker's answer (`null` in others').
+    #[serde(default)]
+    pub lag: Option<u64>,
+}
+
+fn voter() -> String {
+    "voter".into()
 }
 
 /// The failover report of a rebuild.
@@ -100,15 +117,19 @@ mod tests {
                 id: 1,
                 addr: "127.0.0.1:7701".into(),
                 state: "follower".into(),
+                role: "voter".into(),
+                lag: None,
             }],
+            changing: false,
             last_rebuild: None,
         };
         let json = serde_json::to_value(&answer).unwrap();
         assert_eq!(
             json,
             serde_json::json!({"node": 1, "leader": null, "term": 0, "rebuilt": false,
-                "generation": 0, "members": [{"id": 1, "addr": "127.0.0.1:7701", "state": "follower"}],
-                "last_rebuild": null})
+                "generation": 0, "members": [{"id": 1, "addr": "127.0.0.1:7701",
+                    "state": "follower", "role": "voter", "lag": null}],
+                "changing": false, "last_rebuild": null})
         );
         answer.leader = Some(2);
         answer.last_rebuild = Some(RebuildReport {

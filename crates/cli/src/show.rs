@@ -75,9 +75,20 @@ pub async fn status(client: Client) -> ExitCode {
         "rebuilt: {}   generation: {}",
         info.rebuilt, info.generation
     );
-    println!("members:");
+    let changing = if info.changing {
+        "   (a membership change is under way)"
+    } else {
+        ""
+    };
+    println!("members:{changing}");
     for m in &info.members {
-        println!("  {:>3}  {:<22} {}", m.id, m.addr, m.state);
+        let lag = m
+            .lag
+            .map_or(String::new(), |lag| format!("   {lag} entries behind"));
+        println!(
+            "  {:>3}  {:<22} {:<8} {:<9}{lag}",
+            m.id, m.addr, m.role, m.state
+        );
     }
     match &info.last_rebuild {
         Some(r) => println!(

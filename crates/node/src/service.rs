@@ -12,7 +12,7 @@ use leasehold_api::{
 };
 use leasehold_protocol::{Forwarded, Refusal};
 use leasehold_raft::WatchReceiver;
-use locktable::{Lock, LockId, LockInTransit};
+use locktable::{Lock, LockId, LockInTransit, NodeId};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -248,21 +248,47 @@ impl Node {
     pub fn cluster(&self) -> ClusterAnswer {
         let metrics = self.raft.metrics().borrow_watched().clone();
         let state = self.state();
-        let members = self
-            .config
-            .peers
-            .iter()
-            .map(|(id, addr)| Member {
-                id: *id,
-                addr: addr.clone(),
-                state: if Some(*id) == metrics.current_leader {
-                    "leader"
-                } else {
-                    "follower"
+        let membership = metrics.membership_config.membership();
+        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        let mut nodes: Vec<(NodeId, String)> = membership
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect();
+        if nodes.is_empty() {
+            // Not initialized yet: the members it was started with.
+            nodes = self.config.peers.clone().into_iter().collect();
+        }
+        let last = metrics.last_log_index;
+        let lag = |id: NodeId| -> Option<u64> {
+            if Some(id) == metrics.current_leader && id == self.id() {
+                return Some(0);
+            }
+            let matched = metrics.replication.as_ref()?.get(&id)?;
+            let matched = matched.as_ref().map(|log| log.index + 1).unwrap_or(0);
+            Some(last.map_or(0, |l| l + 1).saturating_sub(matched))
+        };
+        let members = nodes
+            .into_iter()
+            .map(|(id, addr)| {
+                let voter = voters.is_empty() || voters.contains(&id);
+                Member {
+                    id,
+                    addr,
+                    state: if Some(id) == metrics.current_leader {
+                        "leader"
+                    } else if voter {
+                        "follower"
+                    } else {
+                        "learner"
+                    }
+                    .into(),
+                    role: if voter { "voter" } else { "learner" }.into(),
+                    lag: lag(id),
                 }
-                .into(),
             })
             .collect();
+        let changing = membership.get_joint_config().len() > 1
+            || metrics.membership_config.log_id() != metrics.committed_membership_config.log_id();
         ClusterAnswer {
             node: self.id(),
             leader: metrics.current_leader,
@@ -270,6 +296,7 @@ impl Node {
             rebuilt: state.member.is_rebuilt(),
             generation: state.member.generation(),
             members,
+            changing,
             last_rebuild: state.member.last_rebuild().cloned(),
         }
     }
