@@ -66,6 +66,11 @@ impl RaftTimings {
 ///   not bump the term and depose a healthy leader.
 /// - `backoff`: a constant delay of one heartbeat interval after an
 ///   unreachable peer, so a restarted follower hears from the leader soon.
+/// - `removed_leader_step_down: Never`: openraft would hand leadership on
+///   by itself once a leader's removal commits, and a transfer's votes skip
+///   the followers' lease while the removed speaker may still grant; the
+///   node steps such a speaker down itself, table first (docs/design.md,
+///   "Membership changes").
 pub fn raft_config(
     election_min_ms: u64,
     election_max_ms: u64,
@@ -81,6 +86,7 @@ pub fn raft_config(
         enable_leader_restore: Some(false),
         enable_pre_vote: Some(true),
         backoff: format!("{hb}ms {hb}ms {hb}ms"),
+        removed_leader_step_down: openraft::StepDownPolicy::Never,
         ..Config::default()
     };
     Ok(Arc::new(config.validate()?))

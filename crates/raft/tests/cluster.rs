@@ -248,3 +248,54 @@ async fn a_sole_voter_keeps_its_lease() {
     assert!(until > Instant::now());
     node.stop().await;
 }
+
+/// A leader that removes itself from the voters is not replaced by
+/// openraft on its own: a transfer would let the next leader win while the
+/// speaker's guard still lets it grant (docs/design.md, "Membership
+/// changes"); leasehold steps such a speaker down itself. So until it does,
+/// no other member leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_removes_itself_is_not_stepped_down_by_openraft() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let any_port: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        nodes.push(start_node(i as u64 + 1, dir.path(), any_port).await);
+    }
+    let members: BTreeMap<u64, BasicNode> = nodes
+        .iter()
+        .map(|n| {
+            let addr = n.addr.to_string();
+            (n.id, BasicNode { addr })
+        })
+        .collect();
+    nodes[0].raft.initialize(members).await.unwrap();
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let (leader, term) = wait_for_leader(&all, 1).await;
+    let leader_node = nodes.iter().find(|n| n.id == leader).unwrap();
+    let others: std::collections::BTreeSet<u64> = nodes
+        .iter()
+        .map(|n| n.id)
+        .filter(|id| *id != leader)
+        .collect();
+    leader_node
+        .raft
+        .change_membership(others.clone(), false)
+        .await
+        .unwrap();
+    // openraft's own step-down would transfer 150 ms after the change
+    // committed; wait well past it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for n in nodes.iter().filter(|n| n.id != leader) {
+        let m = n.raft.metrics().borrow_watched().clone();
+        assert_eq!(
+            (m.current_term, m.current_leader),
+            (term, Some(leader)),
+            "node {} moved on by itself",
+            n.id
+        );
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
