@@ -47,8 +47,8 @@ impl Outbox {
     /// Queues the release of `name` held under `id`, whose lease ends at
     /// `ends`, for every member of `to` but this node.
     pub(crate) fn push(&self, to: Members, name: &str, id: LockId, ends: MonoTime) {
-        for (i, (member, _, queue)) in self.members.iter().enumerate() {
-            if to.contains(i) && *member != self.me {
+        for (member, _, queue) in &self.members {
+            if to.contains(*member) && *member != self.me {
                 queue.push(Release {
                     name: name.to_string(),
                     id,
@@ -314,7 +314,7 @@ mod tests {
         /// Releases lock `id` for member 2, its lease ending in `left`.
         fn release(&self, id: u128, left: Duration) {
             let ends = self.now() + left;
-            let to = Members::only(1);
+            let to = Members::only(2);
             self.outbox.push(to, "x", LockId::from_u128(id), ends);
         }
 
@@ -475,7 +475,7 @@ mod tests {
             .map(|(_, _, q)| q.take_receiver().unwrap())
             .collect();
         let id = LockId::from_u128(5);
-        outbox.push(Members::only(1).with(Members::only(0)), "x", id, ms(9));
+        outbox.push(Members::only(2).with(Members::only(1)), "x", id, ms(9));
         assert!(rx[0].try_recv().is_err(), "never to this node");
         let to_two = rx[1].try_recv().unwrap();
         assert!(!to_two.spread && to_two.id == id && to_two.ends == ms(9));

@@ -131,7 +131,7 @@ impl Member {
     /// The members a release of a lock held through `node` goes to.
     pub fn member(&self, node: NodeId) -> Members {
         match self.config.members.binary_search(&node) {
-            Ok(index) => Members::only(index),
+            Ok(_) => Members::only(node),
             Err(_) => Members::ALL,
         }
     }
@@ -143,9 +143,8 @@ impl Member {
         self.config
             .members
             .iter()
-            .enumerate()
-            .filter(move |(i, id)| to.contains(*i) && **id != me)
-            .map(|(_, id)| *id)
+            .copied()
+            .filter(move |id| to.contains(*id) && *id != me)
     }
 
     /// Whether the table is rebuilt (it may still be barred from granting
