@@ -1,33 +1,53 @@
-//! Copies on their way to the other members: one queue per member.
+//! Copies on their way to the other members: one lane per member.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use locktable::{Lock, NodeId};
-use tokio::sync::oneshot;
+use locktable::{Lock, MonoTime, NodeId};
 
-use crate::queue::Queue;
+use crate::lane::Lane;
+
+/// Most copies in one batch.
+const MAX_BATCH: usize = 256;
+/// Most batches on their way to one member at once: one measured faster
+/// than two (docs/benchmarks.md, "A sixth look").
+const IN_FLIGHT: usize = 1;
 
 /// A copy waiting for its batch: the lock, the term whose speaker granted
-/// or renewed it, and where the acknowledgement goes.
+/// or renewed it, and when it was noted as sent plus a copy's timeout: it
+/// is not sent later (`Member::copy_sent` counts on that).
 pub(crate) struct PendingCopy {
     pub(crate) lock: Lock,
     pub(crate) term: u64,
-    pub(crate) acked: oneshot::Sender<bool>,
+    pub(crate) deadline: MonoTime,
 }
 
-/// One queue of copies per other member.
+/// One member's lane: its address, and its copies, each answered whether
+/// the member acknowledged it.
+pub(crate) struct CopyLane {
+    pub(crate) addr: String,
+    pub(crate) lane: Arc<Lane<PendingCopy, bool>>,
+}
+
+/// One lane of copies per other member.
 pub(crate) struct Copier {
-    pub(crate) queues: BTreeMap<NodeId, Queue<PendingCopy>>,
+    pub(crate) lanes: BTreeMap<NodeId, CopyLane>,
 }
 
 impl Copier {
-    /// Queues for every member of `peers` but `me`.
+    /// Lanes to every member of `peers` but `me`.
     pub(crate) fn new(peers: &BTreeMap<NodeId, String>, me: NodeId) -> Self {
         Copier {
-            queues: peers
-                .keys()
-                .filter(|id| **id != me)
-                .map(|id| (*id, Queue::new()))
+            lanes: peers
+                .iter()
+                .filter(|(id, _)| **id != me)
+                .map(|(id, addr)| {
+                    let lane = CopyLane {
+                        addr: addr.clone(),
+                        lane: Lane::new(MAX_BATCH, IN_FLIGHT),
+                    };
+                    (*id, lane)
+                })
                 .collect(),
         }
     }

@@ -1,6 +1,5 @@
-//! Copies on their way: one queue and one sender per member, in
-//! batches. Which members a grant needs and when it may be answered are the
-//! protocol's (`leasehold_protocol::CopyRound`); this module sends.
+//! Copies on their way: one lane per member, in batches. Which members
+//! a grant needs and when it may be answered are the protocol's (`leasehold_protocol::CopyRound`); this module sends.
 
 use std::sync::Arc;
 
@@ -9,19 +8,13 @@ use leasehold_api::{PeerLock, MAX_BODY_BYTES};
 use leasehold_protocol::{CopyStep, Made, Refusal, COPY_TIMEOUT};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, NodeId};
-use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::copier::PendingCopy;
 use crate::error::ApiError;
+use crate::lane::Batch;
 use crate::node::Node;
-use crate::queue::{drain_in_batches, Queue};
-
-/// Most copies in one batch.
-const MAX_BATCH: usize = 256;
-/// Batches on their way to one member at once: one, sent by the member's
-/// queue task itself (see [`drain_in_batches`]).
-const IN_FLIGHT: usize = 1;
+use crate::peers::Peers;
 
 impl Node {
     /// Makes sure `lock`, just granted or renewed by the table `made` for
@@ -68,91 +61,24 @@ impl Node {
         on_record.map_err(|r| self.refused(r))
     }
 
-    /// Queues one copy for `member`, noted first as a member that may keep
-    /// it; answers whether it acknowledged in time.
+    /// Sends one copy to `member`, noted first as a member that may keep
+    /// it, in the next batch of its lane; answers whether it acknowledged
+    /// in time.
     async fn copy_one(&self, member: NodeId, lock: &Lock, term: u64) -> (NodeId, bool) {
-        let Some(queue) = self.copier.queues.get(&member) else {
+        let Some(to) = self.copier.lanes.get(&member) else {
             return (member, false);
         };
-        self.state()
-            .member
-            .copy_sent(member, lock, self.clock.now());
-        let (tx, rx) = oneshot::channel();
+        let now = self.clock.now();
+        self.state().member.copy_sent(member, lock, now);
         let pending = PendingCopy {
             lock: lock.clone(),
             term,
-            acked: tx,
+            deadline: now + COPY_TIMEOUT,
         };
-        if !queue.push(pending) {
-            return (member, false);
-        }
-        let acked = matches!(tokio::time::timeout(COPY_TIMEOUT, rx).await, Ok(Ok(true)));
-        (member, acked)
-    }
-
-    /// Sends the copies queued for `member` at `addr` in batches until `stop`.
-    pub(crate) async fn send_copies(
-        self: Arc<Self>,
-        member: NodeId,
-        addr: String,
-        stop: CancellationToken,
-    ) {
-        let Some(rx) = self
-            .copier
-            .queues
-            .get(&member)
-            .and_then(Queue::take_receiver)
-        else {
-            return;
-        };
-        let tasks = self.tasks.clone();
-        drain_in_batches(rx, MAX_BATCH, IN_FLIGHT, stop, &tasks, move |batch| {
-            let node = Arc::clone(&self);
-            let addr = addr.clone();
-            async move { node.send_copy_batch(&addr, batch).await }
-        })
-        .await;
-    }
-
-    /// Sends one batch of copies to the member at `addr`, in requests of
-    /// at most the body a member reads (`MAX_BODY_BYTES`), each of copies
-    /// of one term. A copy whose
-    /// grant gave up waiting is not sent; each lease leaves as it is now.
-    async fn send_copy_batch(&self, addr: &str, batch: Vec<PendingCopy>) {
-        let mut batch = batch
-            .into_iter()
-            .filter(|c| !c.acked.is_closed())
-            .peekable();
-        while let Some(first) = batch.peek() {
-            let term = first.term;
-            let mut body = format!("{{\"term\":{term},\"locks\":[").into_bytes();
-            let mut replies = Vec::new();
-            while let Some(next) = batch.peek().filter(|c| c.term == term) {
-                let Ok(json) = serde_json::to_vec(&self.transit(&next.lock)) else {
-                    let next = batch.next().expect("peeked");
-                    let _ = next.acked.send(false);
-                    continue;
-                };
-                if !replies.is_empty() && body.len() + json.len() + 3 > MAX_BODY_BYTES {
-                    break;
-                }
-                let next = batch.next().expect("peeked");
-                if !replies.is_empty() {
-                    body.push(b',');
-                }
-                body.extend_from_slice(&json);
-                replies.push(next.acked);
-            }
-            body.extend_from_slice(b"]}");
-            let acked = self
-                .peers
-                .post_json(addr, leasehold_api::routes::COPIES, body, COPY_TIMEOUT)
-                .await
-                .is_ok();
-            for reply in replies {
-                let _ = reply.send(acked);
-            }
-        }
+        let (peers, clock, addr) = (Arc::clone(&self.peers), self.clock, to.addr.clone());
+        let send = move |batch| send_copy_batch(peers, clock, addr, batch);
+        let acked = to.lane.send(pending, COPY_TIMEOUT, &self.tasks, send).await;
+        (member, acked == Some(true))
     }
 
     /// As a member: keeps copies sent by the speaker of `term` (see
@@ -166,5 +92,56 @@ impl Node {
         let seen = self.raft.metrics().borrow_watched().current_term;
         let taken = self.state().member.take_copies(term, locks, seen, now);
         taken.map_err(|r| self.refused(r))
+    }
+}
+
+/// Sends one batch of copies to the member at `addr`, in requests of at
+/// most the body a member reads (`MAX_BODY_BYTES`), each of copies of one
+/// term, and answers each copy whether the member acknowledged it as soon
+/// as its request is answered. Each lease leaves as it is now. A copy
+/// past its deadline, or whose grant stopped waiting, is not sent.
+async fn send_copy_batch(
+    peers: Arc<Peers>,
+    clock: Clock,
+    addr: String,
+    mut batch: Batch<PendingCopy, bool>,
+) {
+    let count = batch.items().len();
+    let mut next = 0;
+    while next < count {
+        let term = batch.items()[next].term;
+        let mut body = format!("{{\"term\":{term},\"locks\":[").into_bytes();
+        let mut in_body = Vec::new();
+        while let Some(copy) = batch.items().get(next).filter(|c| c.term == term) {
+            let now = clock.now();
+            let json = (batch.is_awaited(next) && now < copy.deadline)
+                .then(|| serde_json::to_vec(&PeerLock::from(copy.lock.in_transit(now))).ok())
+                .flatten();
+            let Some(json) = json else {
+                batch.answer(next, false);
+                next += 1;
+                continue;
+            };
+            if !in_body.is_empty() && body.len() + json.len() + 3 > MAX_BODY_BYTES {
+                break;
+            }
+            if !in_body.is_empty() {
+                body.push(b',');
+            }
+            body.extend_from_slice(&json);
+            in_body.push(next);
+            next += 1;
+        }
+        if in_body.is_empty() {
+            continue;
+        }
+        body.extend_from_slice(b"]}");
+        let acked = peers
+            .post_json(&addr, leasehold_api::routes::COPIES, body, COPY_TIMEOUT)
+            .await
+            .is_ok();
+        for at in in_body {
+            batch.answer(at, acked);
+        }
     }
 }

@@ -14,6 +14,7 @@ mod error;
 mod forgets;
 mod http;
 mod identity;
+mod lane;
 mod node;
 mod peers;
 mod queue;
@@ -301,15 +302,6 @@ where
             .send_batches(stop.clone())
             .in_current_span(),
     );
-    for (member, addr) in node.config.peers.clone() {
-        if member != node.id() {
-            tasks.spawn(
-                Arc::clone(&node)
-                    .send_copies(member, addr, stop.clone())
-                    .in_current_span(),
-            );
-        }
-    }
     if !answered {
         tasks.spawn(
             identity::probe_until_answered(Arc::clone(&node), stop.clone()).in_current_span(),

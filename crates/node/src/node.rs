@@ -43,7 +43,7 @@ pub struct Node {
     /// Notices suspends, which Raft's acknowledgement times cannot show
     /// (none on a clock that counts no suspends).
     suspends: Option<SuspendWatch>,
-    pub(crate) peers: Peers,
+    pub(crate) peers: Arc<Peers>,
     /// This node's data directory's identity and what it knows of the others'.
     pub(crate) identity: Arc<Identity>,
     /// Whether this process is the node's first (a new data directory).
@@ -100,7 +100,7 @@ impl Node {
             raft,
             clock,
             suspends: clock.counts_suspends().then(SuspendWatch::new),
-            peers,
+            peers: Arc::new(peers),
             identity,
             first_start,
             table_changed: Notify::new(),

@@ -41,10 +41,6 @@ impl<T> Queue<T> {
 /// `in_flight` under way at once (items that come meanwhile wait for the
 /// next batch), until `rx` closes or `stop` is cancelled. The sending
 /// tasks are `tasks`'s.
-///
-/// With `in_flight` of 1 this task sends each batch itself: no other task
-/// is woken between the queue and the wire, which on a loaded node is
-/// worth more than a second batch under way (docs/benchmarks.md).
 pub(crate) async fn drain_in_batches<T, F, Fut>(
     mut rx: mpsc::UnboundedReceiver<T>,
     max: usize,
@@ -56,15 +52,6 @@ pub(crate) async fn drain_in_batches<T, F, Fut>(
     F: FnMut(Vec<T>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    if in_flight == 1 {
-        while let Some(batch) = next_batch(&mut rx, max, &stop).await {
-            tokio::select! {
-                () = send(batch) => {}
-                _ = stop.cancelled() => return,
-            }
-        }
-        return;
-    }
     let in_flight = Arc::new(Semaphore::new(in_flight));
     loop {
         let permit = tokio::select! {
