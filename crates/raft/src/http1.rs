@@ -32,6 +32,8 @@ use crate::transport::{PeerRequest, PeerResponse, StreamedResponse, Transport, T
 const IDLE_PER_ADDR: usize = 16;
 /// How long an idle connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the pool closes connections idle for longer.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 type Conn = Pin<Box<Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
 
@@ -43,6 +45,17 @@ struct Open {
     conn: Option<Conn>,
     /// When it was last put back in the pool (or made).
     idle_since: Instant,
+}
+
+impl Open {
+    /// Whether the connection has ended: polling it once reads a close the
+    /// member sent, or the end of an answer, since it was last polled.
+    fn has_ended(&mut self) -> bool {
+        match self.conn.as_mut() {
+            Some(conn) => conn.now_or_never().is_some(),
+            None => true,
+        }
+    }
 }
 
 /// HTTP/1.1 over TCP (`TCP_NODELAY`), idle connections pooled per member
@@ -61,7 +74,14 @@ impl std::fmt::Debug for Http1Transport {
 /// Idle connections by member address.
 #[derive(Default)]
 struct Pool {
-    idle: Mutex<HashMap<String, Vec<Open>>>,
+    idle: Mutex<Idle>,
+}
+
+#[derive(Default)]
+struct Idle {
+    by_addr: HashMap<String, Vec<Open>>,
+    /// When connections idle too long were last closed.
+    swept: Option<Instant>,
 }
 
 impl Pool {
@@ -69,18 +89,10 @@ impl Pool {
     /// new one.
     async fn checkout(&self, addr: &str) -> Result<(Open, bool), TransportError> {
         loop {
-            let idle = self.lock().get_mut(addr).and_then(Vec::pop);
+            let idle = self.lock().by_addr.get_mut(addr).and_then(Vec::pop);
             let Some(mut open) = idle else { break };
-            if open.idle_since.elapsed() > IDLE_TIMEOUT {
-                continue;
-            }
-            // Polling the connection reads a close the member sent while
-            // it sat in the pool: such a connection is dropped.
-            let ended = match open.conn.as_mut() {
-                Some(conn) => conn.now_or_never().is_some(),
-                None => true,
-            };
-            if ended {
+            // One the member closed while it sat in the pool is dropped.
+            if open.idle_since.elapsed() > IDLE_TIMEOUT || open.has_ended() {
                 continue;
             }
             let ready = drive(&mut open.conn, open.sender.ready()).await;
@@ -95,28 +107,28 @@ impl Pool {
     fn checkin(&self, addr: String, mut open: Open) {
         // The connection learns that its answer is over only when it is
         // polled once more; one the member closed is not kept.
-        let ended = match open.conn.as_mut() {
-            Some(conn) => conn.now_or_never().is_some(),
-            None => true,
-        };
-        if ended || open.sender.is_closed() {
+        if open.has_ended() || open.sender.is_closed() {
             return;
         }
-        open.idle_since = Instant::now();
+        let now = Instant::now();
+        open.idle_since = now;
         let mut idle = self.lock();
         // Connections to a member no request went to for a while (one
-        // that left the cluster, say) are closed here.
-        idle.retain(|_, conns| {
-            conns.retain(|c| c.idle_since.elapsed() <= IDLE_TIMEOUT);
-            !conns.is_empty()
-        });
-        let conns = idle.entry(addr).or_default();
+        // that left the cluster, say) are closed here, now and then.
+        if idle.swept.is_none_or(|at| now - at >= SWEEP_EVERY) {
+            idle.swept = Some(now);
+            idle.by_addr.retain(|_, conns| {
+                conns.retain(|c| now - c.idle_since <= IDLE_TIMEOUT);
+                !conns.is_empty()
+            });
+        }
+        let conns = idle.by_addr.entry(addr).or_default();
         if conns.len() < IDLE_PER_ADDR {
             conns.push(open);
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Open>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
         // The pool is plain data: a panic elsewhere leaves it usable.
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }

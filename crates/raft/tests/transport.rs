@@ -492,3 +492,70 @@ async fn http1_a_pooled_connection_the_member_closed_is_not_used() {
     let next = next.expect("a request after the member closed its idle connection");
     assert_eq!(&next.body[..], b"2", "on a new connection");
 }
+
+/// A raw HTTP/1.1 server that answers every request `ok` and keeps the
+/// connection open; `closed` is notified when the other side closes one.
+async fn noting_server(closed: Arc<tokio::sync::Notify>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let closed = Arc::clone(&closed);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while let Ok(len) = stream.read(&mut buf).await {
+                    if len == 0 {
+                        closed.notify_one();
+                        return;
+                    }
+                    let head = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if stream.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn http1_connections_to_a_member_no_longer_asked_are_closed_after_the_idle_timeout() {
+    let (gone, asked) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let transport = Http1Transport::new();
+    let departed = noting_server(Arc::clone(&gone)).await;
+    let still_asked = noting_server(Arc::clone(&asked)).await;
+    let second = Duration::from_secs(5);
+    transport
+        .send(to(&departed, "/a", b"", second))
+        .await
+        .unwrap();
+    transport
+        .send(to(&still_asked, "/a", b"", second))
+        .await
+        .unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(200), gone.notified()).await;
+    assert!(early.is_err(), "an idle connection is kept for a while");
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(75)).await;
+    tokio::time::resume();
+    // Requests to the other member only; one of them sweeps the pool.
+    transport
+        .send(to(&still_asked, "/b", b"", second))
+        .await
+        .unwrap();
+    transport
+        .send(to(&still_asked, "/c", b"", second))
+        .await
+        .unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(10), gone.notified()).await;
+    assert!(
+        closed.is_ok(),
+        "the departed member's idle connection was closed"
+    );
+}
