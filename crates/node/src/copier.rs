@@ -1,7 +1,7 @@
 //! Copies on their way to the other members: one lane per member.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use locktable::{Lock, MonoTime, NodeId};
 
@@ -29,26 +29,27 @@ pub(crate) struct CopyLane {
     pub(crate) lane: Arc<Lane<PendingCopy, bool>>,
 }
 
-/// One lane of copies per other member.
+/// One lane of copies per other member, opened on the first copy to it.
+#[derive(Default)]
 pub(crate) struct Copier {
-    pub(crate) lanes: BTreeMap<NodeId, CopyLane>,
+    lanes: Mutex<BTreeMap<NodeId, Arc<CopyLane>>>,
 }
 
 impl Copier {
-    /// Lanes to every member of `peers` but `me`.
-    pub(crate) fn new(peers: &BTreeMap<NodeId, String>, me: NodeId) -> Self {
-        Copier {
-            lanes: peers
-                .iter()
-                .filter(|(id, _)| **id != me)
-                .map(|(id, addr)| {
-                    let lane = CopyLane {
-                        addr: addr.clone(),
-                        lane: Lane::new(MAX_BATCH, IN_FLIGHT),
-                    };
-                    (*id, lane)
-                })
-                .collect(),
+    /// The lane to `member` at `addr`; a new one if the member had none, or
+    /// had one to another address.
+    pub(crate) fn lane(&self, member: NodeId, addr: &str) -> Arc<CopyLane> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        match lanes.get(&member) {
+            Some(lane) if lane.addr == addr => Arc::clone(lane),
+            _ => {
+                let lane = Arc::new(CopyLane {
+                    addr: addr.to_string(),
+                    lane: Lane::new(MAX_BATCH, IN_FLIGHT),
+                });
+                lanes.insert(member, Arc::clone(&lane));
+                lane
+            }
         }
     }
 }

@@ -65,7 +65,11 @@ impl Node {
     /// it, in the next batch of its lane; answers whether it acknowledged
     /// in time.
     async fn copy_one(&self, member: NodeId, lock: &Lock, term: u64) -> (NodeId, bool) {
-        let Some(to) = self.copier.lanes.get(&member) else {
+        let Some(to) = self
+            .roster()
+            .addr(member)
+            .map(|a| self.copier.lane(member, a))
+        else {
             return (member, false);
         };
         let now = self.clock.now();

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use leasehold_api::{millis_ceil, Forget};
@@ -12,9 +13,9 @@ use leasehold_protocol::{Members, Release, ReleaseSender};
 use locktable::{LockId, MonoTime, NodeId};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use crate::clock::Clock;
-use crate::peers::Peers;
+use crate::node::Node;
 use crate::queue::Queue;
 
 /// How long a member has to acknowledge a batch.
@@ -23,32 +24,48 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(2);
 /// of a peer's body.
 const BATCH_BYTES: usize = 48 * 1024;
 
-/// One queue of releases per member, each emptied by its own sender.
+/// One queue of releases per other member, each emptied by its own sender.
 pub(crate) struct Outbox {
-    /// Every member in id order, with its address and queue (this node's
-    /// own queue is never used).
-    members: Vec<(NodeId, String, Queue<Release>)>,
+    /// Every other member's queue, by id; a member's is opened when it
+    /// joins the roster.
+    members: RwLock<BTreeMap<NodeId, Queue<Release>>>,
     me: NodeId,
 }
 
 impl Outbox {
-    /// The queues for `peers` (every member, id to address), as seen by
-    /// member `me`.
-    pub(crate) fn new(peers: &BTreeMap<NodeId, String>, me: NodeId) -> Self {
+    /// No queues yet, as seen by member `me`.
+    pub(crate) fn new(me: NodeId) -> Self {
         Outbox {
-            members: peers
-                .iter()
-                .map(|(id, addr)| (*id, addr.clone(), Queue::new()))
-                .collect(),
+            members: RwLock::new(BTreeMap::new()),
             me,
         }
+    }
+
+    fn members(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<NodeId, Queue<Release>>> {
+        self.members.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens a queue for `member` and answers the end its sender reads;
+    /// `None` for this node, or a member whose queue is already open.
+    pub(crate) fn open(&self, member: NodeId) -> Option<mpsc::UnboundedReceiver<Release>> {
+        if member == self.me {
+            return None;
+        }
+        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
+        if members.contains_key(&member) {
+            return None;
+        }
+        let queue = Queue::new();
+        let rx = queue.take_receiver();
+        members.insert(member, queue);
+        rx
     }
 
     /// Queues the release of `name` held under `id`, whose lease ends at
     /// `ends`, for every member of `to` but this node.
     pub(crate) fn push(&self, to: Members, name: &str, id: LockId, ends: MonoTime) {
-        for (member, _, queue) in &self.members {
-            if to.contains(*member) && *member != self.me {
+        for (member, queue) in self.members().iter() {
+            if to.contains(*member) {
                 queue.push(Release {
                     name: name.to_string(),
                     id,
@@ -62,9 +79,8 @@ impl Outbox {
     /// Queues a release that member `failed` did not acknowledge for every
     /// other member (but this node), marked so it is not spread again.
     fn spread(&self, failed: NodeId, release: &Release) {
-        let failed = self.members.iter().position(|(m, _, _)| *m == failed);
-        for (i, (member, _, queue)) in self.members.iter().enumerate() {
-            if Some(i) != failed && *member != self.me {
+        for (member, queue) in self.members().iter() {
+            if *member != failed {
                 queue.push(Release {
                     spread: true,
                     ..release.clone()
@@ -112,28 +128,21 @@ fn encode(pending: &VecDeque<Release>, now: MonoTime) -> (Option<Vec<u8>>, usize
     ((sending > 0).then_some(body), taken)
 }
 
-/// Passes releases on to the other members through `peers`, one sender
-/// per member, so a member that cannot be reached holds up no other; until
-/// `stop`.
-pub(crate) async fn pass_on_releases(
-    outbox: &Outbox,
-    peers: &Peers,
-    clock: Clock,
-    stop: CancellationToken,
-) {
-    let now = || clock.now();
-    let senders: Vec<_> = outbox
-        .members
-        .iter()
-        .filter(|(id, _, _)| *id != outbox.me)
-        .filter_map(|(id, addr, queue)| {
-            let rx = queue.take_receiver()?;
-            let addr = addr.as_str();
-            let send = move |body| peers.forget(addr, body, SEND_TIMEOUT);
-            Some(send_releases(outbox, *id, now, send, rx, stop.clone()))
-        })
-        .collect();
-    futures::future::join_all(senders).await;
+/// Starts passing releases on to `member` at `addr`, in a task of
+/// `node`'s, unless that member's sender runs already: one sender per
+/// member, so a member that cannot be reached holds up no other.
+pub(crate) fn start_sender(node: &Arc<Node>, member: NodeId, addr: String) {
+    let Some(rx) = node.forgets.open(member) else {
+        return;
+    };
+    let (tasks, stop) = (node.tasks.clone(), node.stop.clone());
+    let node = Arc::clone(node);
+    let task = async move {
+        let (peers, addr, clock) = (&node.peers, addr.as_str(), node.clock);
+        let send = move |body| peers.forget(addr, body, SEND_TIMEOUT);
+        send_releases(&node.forgets, member, || clock.now(), send, rx, stop).await;
+    };
+    tasks.spawn(task.in_current_span());
 }
 
 /// Sends member `member` the releases queued for it (`rx`) with `send`, in
@@ -294,11 +303,9 @@ mod tests {
 
     impl Rig {
         fn new() -> Rig {
-            let peers: BTreeMap<NodeId, String> =
-                [(1, "a".into()), (2, "b".into()), (3, "c".into())].into();
-            let outbox = Outbox::new(&peers, 1);
-            let rx = outbox.members[1].2.take_receiver().into();
-            let spread_rx = outbox.members[2].2.take_receiver().unwrap().into();
+            let outbox = Outbox::new(1);
+            let rx = outbox.open(2).into();
+            let spread_rx = outbox.open(3).unwrap().into();
             Rig {
                 outbox,
                 rx,
@@ -466,25 +473,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_release_goes_to_its_members_and_is_spread_to_the_others_once() {
-        let peers: BTreeMap<NodeId, String> =
-            [(1, "a".into()), (2, "b".into()), (3, "c".into())].into();
-        let outbox = Outbox::new(&peers, 1);
-        let mut rx: Vec<_> = outbox
-            .members
-            .iter()
-            .map(|(_, _, q)| q.take_receiver().unwrap())
-            .collect();
+        let outbox = Outbox::new(1);
+        assert!(outbox.open(1).is_none(), "no queue to this node");
+        let mut rx: Vec<_> = [2, 3].map(|m| outbox.open(m).unwrap()).into();
+        assert!(outbox.open(2).is_none(), "one queue per member");
         let id = LockId::from_u128(5);
         outbox.push(Members::only(2).with(Members::only(1)), "x", id, ms(9));
-        assert!(rx[0].try_recv().is_err(), "never to this node");
-        let to_two = rx[1].try_recv().unwrap();
+        let to_two = rx[0].try_recv().unwrap();
         assert!(!to_two.spread && to_two.id == id && to_two.ends == ms(9));
-        assert!(rx[2].try_recv().is_err());
+        assert!(rx[1].try_recv().is_err());
         // Node 2 did not take it: everyone else but this node gets it.
         outbox.spread(2, &to_two);
         assert!(rx[0].try_recv().is_err());
-        assert!(rx[1].try_recv().is_err());
-        let to_three = rx[2].try_recv().unwrap();
+        let to_three = rx[1].try_recv().unwrap();
         assert!(to_three.spread && to_three.name == "x");
     }
 }

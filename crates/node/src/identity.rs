@@ -26,7 +26,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// answers).
 pub(crate) async fn check_at_start(node: &Node) -> Result<bool, String> {
     let probes = probe_all(node).await;
-    verdict(&probes, node.config.peers.len())?;
+    verdict(&probes, node.roster().len())?;
     if node.identity.is_refused() {
         return Err(node.identity.refused().await);
     }
@@ -42,7 +42,7 @@ pub(crate) async fn probe_until_answered(node: Arc<Node>, stop: CancellationToke
             _ = stop.cancelled() => return,
         }
         let probes = probe_all(&node).await;
-        if let Err(why) = verdict(&probes, node.config.peers.len()) {
+        if let Err(why) = verdict(&probes, node.roster().len()) {
             node.identity.refuse_self(why);
             return;
         }
@@ -82,11 +82,10 @@ fn quorum(members: usize) -> usize {
 }
 
 async fn probe_all(node: &Node) -> Vec<Probe> {
-    let calls = node
-        .config
-        .peers
-        .iter()
-        .filter(|(id, _)| **id != node.id())
+    let roster = node.roster();
+    let calls = roster
+        .members()
+        .filter(|(id, _)| *id != node.id())
         .map(|(_, addr)| node.peers.probe(addr, PROBE_TIMEOUT));
     futures::future::join_all(calls).await
 }
@@ -123,7 +122,7 @@ pub(crate) async fn await_bootstrap(node: &Node, stop: CancellationToken) -> Opt
         }
         let ours = node.identity.cluster();
         let probes = probe_all(node).await;
-        match may_bootstrap(ours, &probes, node.config.peers.len()) {
+        match may_bootstrap(ours, &probes, node.roster().len()) {
             None => {
                 tracing::info!("not bootstrapping: another member belongs to a cluster already");
                 return None;

@@ -19,6 +19,7 @@ mod node;
 mod peers;
 mod queue;
 mod report;
+mod roster;
 mod service;
 mod speak;
 mod speaker;
@@ -41,6 +42,7 @@ pub use error::ApiError;
 pub use leasehold_api::Watch;
 pub use leasehold_protocol::Sabotage;
 pub use node::Node;
+pub use roster::Roster;
 pub use service::MAX_WATCH;
 
 /// Why a node did not start.
@@ -271,11 +273,10 @@ where
         seams.transport,
     )
     .await?;
-    let peers = peers::Peers::new(&config.peers, http);
     let node = Node::new(
         config,
         raft.clone(),
-        peers,
+        http,
         identity,
         first_start,
         seams.clock.restarted(),
@@ -293,10 +294,10 @@ where
     tasks.spawn(http::serve(listener, app, tasks.clone(), stop.clone()).in_current_span());
     tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
-    tasks.spawn({
-        let (node, stop) = (Arc::clone(&node), stop.clone());
-        async move { forgets::pass_on_releases(&node.forgets, &node.peers, node.clock, stop).await }
-    }.in_current_span());
+    for (member, addr) in node.roster().members() {
+        forgets::start_sender(&node, member, addr.to_string());
+    }
+    tasks.spawn(roster::follow(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(
         Arc::clone(&node)
             .send_batches(stop.clone())

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leasehold_api::{ForwardAnswer, ForwardCall, LockView};
 use leasehold_protocol::{Guard, Leader, Member, MemberConfig, Sabotage};
-use leasehold_raft::{leader_state, Identity, Raft, WatchReceiver};
+use leasehold_raft::{leader_state, Identity, PeerHttp, Raft, WatchReceiver};
 use locktable::{AcquireError, Lock, MonoTime, NodeId, WaiterId};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
@@ -20,6 +20,7 @@ use crate::error::ApiError;
 use crate::forgets::Outbox;
 use crate::peers::Peers;
 use crate::queue::Queue;
+use crate::roster::Roster;
 use crate::tasks::Tasks;
 
 /// A forwarded call waiting for a batch, and where its answer goes.
@@ -44,6 +45,8 @@ pub struct Node {
     /// (none on a clock that counts no suspends).
     suspends: Option<SuspendWatch>,
     pub(crate) peers: Arc<Peers>,
+    /// The members now, as Raft's latest membership says.
+    roster: watch::Sender<Arc<Roster>>,
     /// This node's data directory's identity and what it knows of the others'.
     pub(crate) identity: Arc<Identity>,
     /// Whether this process is the node's first (a new data directory).
@@ -74,15 +77,18 @@ impl Node {
     pub(crate) fn new(
         config: NodeConfig,
         raft: Raft,
-        peers: Peers,
+        http: PeerHttp,
         identity: Arc<Identity>,
         first_start: bool,
         clock: Clock,
         sabotage: Sabotage,
     ) -> Arc<Self> {
+        let roster = Roster::current(&raft.metrics().borrow_watched(), &config.peers);
+        let roster = watch::Sender::new(Arc::new(roster));
+        let peers = Peers::new(roster.subscribe(), http);
         let member = Member::new(MemberConfig {
             id: config.id,
-            members: config.peers.keys().copied().collect(),
+            members: roster.borrow().ids().collect(),
             copies: config.copies(),
             lease: config.lease,
             rebuild_mode: config.rebuild_mode,
@@ -94,8 +100,9 @@ impl Node {
                 member,
                 waiters: HashMap::new(),
             }),
-            forgets: Outbox::new(&config.peers, config.id),
-            copier: Copier::new(&config.peers, config.id),
+            forgets: Outbox::new(config.id),
+            copier: Copier::default(),
+            roster,
             config,
             raft,
             clock,
@@ -121,6 +128,29 @@ impl Node {
     /// The Raft handle.
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// The members now.
+    pub fn roster(&self) -> Arc<Roster> {
+        Arc::clone(&self.roster.borrow())
+    }
+
+    /// Takes `latest` as the members, if they changed: the protocol's
+    /// member list follows, and each new member gets its sender of
+    /// releases before anything may be sent to it.
+    pub(crate) fn roster_changed(self: &Arc<Self>, latest: Roster) {
+        if **self.roster.borrow() == latest {
+            return;
+        }
+        for (member, addr) in latest.members() {
+            crate::forgets::start_sender(self, member, addr.to_string());
+        }
+        self.state().member.set_members(latest.ids().collect());
+        tracing::info!(
+            members = ?latest.ids().collect::<Vec<_>>(),
+            "the members changed"
+        );
+        self.roster.send_replace(Arc::new(latest));
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
@@ -290,7 +320,7 @@ impl Node {
                 .map(|n| n.addr.clone());
             (leader, addr)
         };
-        let addr = addr.or_else(|| self.config.peers.get(&leader).cloned())?;
+        let addr = addr.or_else(|| self.roster().addr(leader).map(str::to_string))?;
         Some((leader, addr))
     }
 

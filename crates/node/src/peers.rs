@@ -1,13 +1,14 @@
 //! Talking to the other members under `/internal/`: reports for a rebuild,
 //! forwarded requests, and releases and losses to pass on.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::{routes, ErrorBody, Lost, PeerLock, ReportRequest};
 
 use crate::clock::Clock;
 use crate::report::{MemberReport, ReportReader};
+use crate::roster::Roster;
 use futures::TryStreamExt;
 use leasehold_raft::identity::{ClusterId, RefusedAs, Stamp};
 use leasehold_raft::peer_http::{PeerBody, SendError};
@@ -15,6 +16,7 @@ use leasehold_raft::{Faults, PeerHttp, PeerResponse, StreamedResponse};
 use locktable::NodeId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::watch;
 
 /// A peer that did not give the answer asked for: the outcome of a
 /// forwarded request is unknown.
@@ -88,17 +90,20 @@ pub(crate) enum Probe {
 #[derive(Clone)]
 pub struct Peers {
     http: PeerHttp,
-    /// Each member's id by address, to apply the fault plan and check answers.
-    ids: BTreeMap<String, NodeId>,
+    /// The members, to know each one's id by address: the fault plan and
+    /// the checks of answers go by id.
+    roster: watch::Receiver<Arc<Roster>>,
 }
 
 impl Peers {
-    /// Requests to the members `peers` (id to address), sent through `http`.
-    pub fn new(peers: &BTreeMap<NodeId, String>, http: PeerHttp) -> Self {
-        Peers {
-            http,
-            ids: peers.iter().map(|(id, addr)| (addr.clone(), *id)).collect(),
-        }
+    /// Requests to the members of `roster`, sent through `http`.
+    pub fn new(roster: watch::Receiver<Arc<Roster>>, http: PeerHttp) -> Self {
+        Peers { http, roster }
+    }
+
+    /// The id of the member at `addr`, if it is one.
+    fn id_at(&self, addr: &str) -> Option<NodeId> {
+        self.roster.borrow().id_at(addr)
     }
 
     /// The fault plan this node's peer traffic goes through.
@@ -116,7 +121,7 @@ impl Peers {
         timeout: Duration,
     ) -> Result<PeerResponse, PeerError> {
         let body = body.map_or(PeerBody::Empty, PeerBody::Json);
-        let target = self.ids.get(addr).copied();
+        let target = self.id_at(addr);
         self.http
             .post(target, addr, path, body, timeout)
             .await
@@ -133,7 +138,7 @@ impl Peers {
         timeout: Duration,
     ) -> Result<StreamedResponse, PeerError> {
         let body = body.map_or(PeerBody::Empty, PeerBody::Json);
-        let target = self.ids.get(addr).copied();
+        let target = self.id_at(addr);
         self.http
             .post_streamed(target, addr, path, body, timeout)
             .await

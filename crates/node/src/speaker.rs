@@ -220,8 +220,11 @@ type Reports = Vec<(NodeId, MemberReport)>;
 async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
     let started = Instant::now();
     let deadline = started + node.config.rebuild_timeout;
+    // Every member of the latest configuration, both halves of a joint
+    // one and the learners: any of them may hold locks of its clients.
+    let roster = node.roster();
     let mut reads = Reads::new(
-        &node.config.peers.keys().copied().collect::<Vec<_>>(),
+        &roster.ids().collect::<Vec<_>>(),
         node.config.copies(),
         node.config.lease.max,
         node.clock.now() + node.config.rebuild_timeout,
@@ -229,11 +232,9 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
     );
     let read_after =
         |id, addr, delay| read_member(Arc::clone(node), id, addr, term, deadline, delay);
-    let mut pending: FuturesUnordered<_> = node
-        .config
-        .peers
-        .iter()
-        .map(|(id, addr)| read_after(*id, addr.clone(), None))
+    let mut pending: FuturesUnordered<_> = roster
+        .members()
+        .map(|(id, addr)| read_after(id, addr.to_string(), None))
         .collect();
     let mut read = Vec::new();
     loop {
@@ -325,7 +326,7 @@ async fn tell_losers(node: &Arc<Node>, by_node: BTreeMap<NodeId, Vec<Lock>>) {
     for (member, locks) in by_node {
         if member == node.id() {
             node.lost(locks.iter().map(|l| l.id));
-        } else if let Some(addr) = node.config.peers.get(&member) {
+        } else if let Some(addr) = node.roster().addr(member) {
             node.peers
                 .lost(
                     addr,

@@ -128,6 +128,13 @@ impl Member {
         self.config.id
     }
 
+    /// The members are now `members` (a membership change): copies and
+    /// releases go to them from now on.
+    pub fn set_members(&mut self, members: Vec<NodeId>) {
+        self.config.members = members;
+        self.config = self.config.clone().sorted();
+    }
+
     /// The members a release of a lock held through `node` goes to.
     pub fn member(&self, node: NodeId) -> Members {
         match self.config.members.binary_search(&node) {
