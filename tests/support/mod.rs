@@ -24,6 +24,9 @@ pub struct Cluster {
     extra_args: Vec<String>,
     /// Flags given to one node only.
     node_args: BTreeMap<u64, Vec<String>>,
+    /// The nodes started with `--join` (and the addresses they ask), not
+    /// `--peers`.
+    joining: BTreeMap<u64, Vec<String>>,
     pub http: reqwest::Client,
 }
 
@@ -61,6 +64,7 @@ impl Cluster {
             procs: BTreeMap::new(),
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             node_args: (1..=n).map(|id| (id, per_node(id))).collect(),
+            joining: BTreeMap::new(),
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
         };
         for id in 1..=n {
@@ -78,11 +82,15 @@ impl Cluster {
     pub fn spawn(&mut self, id: u64) {
         let peers: Vec<String> = self.addrs.iter().map(|(i, a)| format!("{i}={a}")).collect();
         let log = std::fs::File::create(self.dir.path().join(format!("node-{id}.log"))).unwrap();
+        let members = match self.joining.get(&id) {
+            Some(join) => ["--join".to_string(), join.join(",")],
+            None => ["--peers".to_string(), peers.join(",")],
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .arg("serve")
             .args(["--id", &id.to_string()])
             .args(["--listen", &self.addrs[&id]])
-            .args(["--peers", &peers.join(",")])
+            .args(members)
             .arg("--data-dir")
             .arg(self.data_dir(id))
             .args(["--cluster-token", TOKEN])
@@ -95,6 +103,15 @@ impl Cluster {
             .spawn()
             .expect("start leasehold serve");
         self.procs.insert(id, child);
+    }
+
+    /// Starts a new node `id` on a port of its own with `--join`, asking
+    /// every node started so far to add it.
+    pub fn spawn_joining(&mut self, id: u64) {
+        let join: Vec<String> = self.addrs.values().cloned().collect();
+        self.addrs.insert(id, format!("127.0.0.1:{}", free_port()));
+        self.joining.insert(id, join);
+        self.spawn(id);
     }
 
     pub fn pid(&self, id: u64) -> u32 {

@@ -43,11 +43,23 @@ pub enum ErrorCode {
     /// The route is off on this node (`/internal/chaos` without
     /// `--chaos`): `403`.
     Disabled,
+    /// No member has that id: `404`.
+    UnknownMember,
+    /// A member has that id or that address already: `409`.
+    MemberExists,
+    /// Another membership change is under way: `409`.
+    ChangeInProgress,
+    /// The change would leave fewer voters that answer than a quorum of
+    /// the new configuration needs: `409`.
+    WouldLoseQuorum,
+    /// A new member has not caught up with the log yet; it stays a learner
+    /// until the same request is sent again: `503`, retryable.
+    NotCaughtUp,
 }
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::BadRequest,
         ErrorCode::Held,
         ErrorCode::NotHeld,
@@ -60,15 +72,24 @@ impl ErrorCode {
         ErrorCode::UnknownRoute,
         ErrorCode::MethodNotAllowed,
         ErrorCode::Disabled,
+        ErrorCode::UnknownMember,
+        ErrorCode::MemberExists,
+        ErrorCode::ChangeInProgress,
+        ErrorCode::WouldLoseQuorum,
+        ErrorCode::NotCaughtUp,
     ];
 
     /// The HTTP status answered with this code.
     pub const fn http_status(self) -> u16 {
         match self {
             ErrorCode::BadRequest => 400,
-            ErrorCode::Held | ErrorCode::WrongMember => 409,
-            ErrorCode::NotHeld | ErrorCode::UnknownRoute => 404,
-            ErrorCode::NotRebuilt | ErrorCode::NoLeader => 503,
+            ErrorCode::Held
+            | ErrorCode::WrongMember
+            | ErrorCode::MemberExists
+            | ErrorCode::ChangeInProgress
+            | ErrorCode::WouldLoseQuorum => 409,
+            ErrorCode::NotHeld | ErrorCode::UnknownRoute | ErrorCode::UnknownMember => 404,
+            ErrorCode::NotRebuilt | ErrorCode::NoLeader | ErrorCode::NotCaughtUp => 503,
             ErrorCode::Unauthorized => 401,
             ErrorCode::TooLarge => 413,
             ErrorCode::Internal => 500,
@@ -79,10 +100,13 @@ impl ErrorCode {
 
     /// Whether the same request may succeed if simply sent again later, to
     /// this node or another: true for the `503`s (`not_rebuilt`,
-    /// `no_leader`), which carry `Retry-After`. `held` is not: an acquire
+    /// `no_leader`, `not_caught_up`), which carry `Retry-After`. `held` is not: an acquire
     /// that should wait says so with `wait_ms`.
     pub const fn retryable(self) -> bool {
-        matches!(self, ErrorCode::NotRebuilt | ErrorCode::NoLeader)
+        matches!(
+            self,
+            ErrorCode::NotRebuilt | ErrorCode::NoLeader | ErrorCode::NotCaughtUp
+        )
     }
 
     /// The code as it appears in JSON, e.g. `"not_held"`.
@@ -100,6 +124,11 @@ impl ErrorCode {
             ErrorCode::UnknownRoute => "unknown_route",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Disabled => "disabled",
+            ErrorCode::UnknownMember => "unknown_member",
+            ErrorCode::MemberExists => "member_exists",
+            ErrorCode::ChangeInProgress => "change_in_progress",
+            ErrorCode::WouldLoseQuorum => "would_lose_quorum",
+            ErrorCode::NotCaughtUp => "not_caught_up",
         }
     }
 }
@@ -161,7 +190,16 @@ mod tests {
             ("too_large", 413, false),
             ("wrong_member", 409, false),
             ("internal", 500, false),
+            ("unknown_route", 404, false),
+            ("method_not_allowed", 405, false),
+            ("disabled", 403, false),
+            ("unknown_member", 404, false),
+            ("member_exists", 409, false),
+            ("change_in_progress", 409, false),
+            ("would_lose_quorum", 409, false),
+            ("not_caught_up", 503, true),
         ];
+        assert_eq!(expect.len(), ErrorCode::ALL.len());
         for (code, (text, status, retry)) in ErrorCode::ALL.into_iter().zip(expect) {
             assert_eq!(serde_json::to_value(code).unwrap(), text);
             assert_eq!(code.as_str(), text);

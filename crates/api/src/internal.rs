@@ -199,6 +199,27 @@ pub struct Lost {
     pub locks: Vec<PeerLock>,
 }
 
+/// A membership change, forwarded to the speaker that makes it
+/// ([`crate::routes::MEMBERS`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberChange {
+    /// Add this member: a learner until it caught up, then a voter.
+    Add(crate::AddMemberBody),
+    /// Remove the member with this id.
+    Remove {
+        /// The member's id.
+        id: u64,
+    },
+}
+
+/// The speaker's notice to a member it removed ([`crate::routes::REMOVED`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removed {
+    /// The term of the speaker that removed it.
+    pub term: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,16 +33,16 @@ pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
     Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
     ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, Lost,
-    ReportRequest, Watch,
+    MemberChange, Removed, ReportRequest, Watch,
 };
 pub use lock::LockView;
 pub use peer::PeerLock;
 pub use query::ListQuery;
 pub use request::{
     parse_body, parse_body_checked, read_body, validate_data, validate_holder, validate_id,
-    validate_name, AcquireBody, BadRequest, Body, Field, FieldKind, ReleaseBody, RenewBody,
-    DEFAULT_LIST_LIMIT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT,
-    MAX_NAME_BYTES, MAX_WAIT_MS,
+    validate_name, AcquireBody, AddMemberBody, BadRequest, Body, Field, FieldKind, ReleaseBody,
+    RenewBody, DEFAULT_LIST_LIMIT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES,
+    MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_WAIT_MS,
 };
 pub use time::format_rfc3339_ms;
 

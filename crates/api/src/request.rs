@@ -63,8 +63,9 @@ pub enum BadRequest {
     /// A duration is negative.
     #[error("field `{0}` must not be negative")]
     Negative(&'static str),
-    /// A duration is not a JSON integer (a fraction, an exponent, `1.0`).
-    #[error("field `{0}` must be an integer number of milliseconds")]
+    /// A duration or id is not a JSON integer (a fraction, an exponent,
+    /// `1.0`).
+    #[error("field `{0}` must be an integer{unit}", unit = if *.0 == "id" { "" } else { " number of milliseconds" })]
     NotInteger(&'static str),
     /// A duration or count does not fit in 64 bits.
     #[error("field `{0}` does not fit in 64 bits")]
@@ -82,6 +83,12 @@ pub enum BadRequest {
         /// The most allowed.
         max: usize,
     },
+    /// A member id of 0.
+    #[error("field `id` must be a member id of 1 or more")]
+    ZeroMemberId,
+    /// A member's address is not `host:port`.
+    #[error("field `addr` must be host:port, with a port from 1 to 65535")]
+    BadAddr,
     /// The id is not a ULID.
     #[error("field `id` is not a lock id (26 characters of Crockford base32 expected)")]
     BadId,
@@ -105,6 +112,9 @@ pub enum FieldKind {
     Str,
     /// Integer milliseconds: a JSON integer from 0 to `u64::MAX`.
     Millis,
+    /// A member id: a JSON integer from 0 to `u64::MAX` (0 is refused
+    /// when the body is validated).
+    MemberId,
 }
 
 /// One field of a body, as [`parse_body`] checks it before serde reads it.
@@ -273,11 +283,14 @@ fn check_kind(f: &Field, v: &Value) -> Result<(), BadRequest> {
             field: f.name,
             expected: "a string",
         }),
-        FieldKind::Millis => {
+        FieldKind::Millis | FieldKind::MemberId => {
             let Value::Number(n) = v else {
                 return Err(BadRequest::WrongType {
                     field: f.name,
-                    expected: "an integer number of milliseconds",
+                    expected: match f.kind {
+                        FieldKind::MemberId => "an integer member id",
+                        _ => "an integer number of milliseconds",
+                    },
                 });
             };
             if n.is_u64() {
@@ -463,6 +476,50 @@ impl Body for RenewBody {
     fn validate(&self) -> Result<(), BadRequest> {
         validate_name(&self.name)?;
         validate_id(&self.id).map(drop)
+    }
+}
+
+/// `POST /v1/cluster/members`: a member to add.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddMemberBody {
+    /// Its id: never one a member had before.
+    pub id: u64,
+    /// Where the members reach it, `host:port`.
+    pub addr: String,
+}
+
+/// The most bytes of a member's address.
+pub const MAX_ADDR_BYTES: usize = 256;
+
+impl Body for AddMemberBody {
+    const FIELDS: &'static [Field] = &[
+        field("id", FieldKind::MemberId, true),
+        field("addr", FieldKind::Str, true),
+    ];
+
+    fn validate(&self) -> Result<(), BadRequest> {
+        validate_member_id(self.id)?;
+        validate_addr(&self.addr)
+    }
+}
+
+/// Checks a member id: 1 or more.
+pub fn validate_member_id(id: u64) -> Result<(), BadRequest> {
+    if id == 0 {
+        return Err(BadRequest::ZeroMemberId);
+    }
+    Ok(())
+}
+
+/// Checks a member's address: `host:port`, with a port from 1 to 65535.
+pub fn validate_addr(addr: &str) -> Result<(), BadRequest> {
+    max_len("addr", addr, MAX_ADDR_BYTES)?;
+    let port = addr
+        .rsplit_once(':')
+        .map(|(host, port)| (host, port.parse::<u16>()));
+    match port {
+        Some((host, Ok(port))) if !host.is_empty() && port > 0 && !host.contains('/') => Ok(()),
+        _ => Err(BadRequest::BadAddr),
     }
 }
 

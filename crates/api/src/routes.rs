@@ -25,6 +25,17 @@ pub const FORGET: &str = "/internal/forget";
 pub const LOST: &str = "/internal/lost";
 /// [`Copies`](crate::Copies) → `{}`.
 pub const COPIES: &str = "/internal/copies";
+/// [`MemberChange`](crate::MemberChange) →
+/// [`ClusterAnswer`](crate::ClusterAnswer): a membership change a member
+/// forwards to the speaker.
+pub const MEMBERS: &str = "/internal/members";
+/// [`MemberChange`](crate::MemberChange) →
+/// [`ClusterAnswer`](crate::ClusterAnswer): a node started with `--join`
+/// asks a member to add it; forwarded to the speaker.
+pub const JOIN: &str = "/internal/join";
+/// [`Removed`](crate::Removed) → `{}`: the speaker tells a member it
+/// removed, which then stops serving.
+pub const REMOVED: &str = "/internal/removed";
 /// No body → `{}`: whether the member admits the sender's identity.
 pub const IDENTITY: &str = "/internal/identity";
 /// `leasehold_raft::FaultPlan` → `{}`: an operator's route (token only, no

@@ -50,9 +50,19 @@ pub struct ServeArgs {
     /// The address to listen on, host:port.
     #[arg(long)]
     pub listen: String,
-    /// Every member, this one included: 1=host:port,2=host:port,...
-    #[arg(long, value_parser = parse_peer, value_delimiter = ',', required = true)]
+    /// Every member, this one included: 1=host:port,2=host:port,... Needed
+    /// only to form a new cluster: a restarted member reads its members
+    /// from its data directory.
+    #[arg(long, value_parser = parse_peer, value_delimiter = ',', conflicts_with = "join")]
     peers: Vec<(u64, String)>,
+    /// Members of a running cluster to ask to add this node
+    /// (host:port,...), instead of --peers (docs/operations.md).
+    #[arg(long, value_delimiter = ',')]
+    join: Vec<String>,
+    /// The address the other members reach this node at (default:
+    /// --listen); with --join, the address it is added under.
+    #[arg(long)]
+    advertise: Option<String>,
     /// Where the Raft vote and log are kept.
     #[arg(long)]
     data_dir: PathBuf,
@@ -106,21 +116,26 @@ fn parse_peer(s: &str) -> Result<(u64, String), String> {
 impl ServeArgs {
     /// The node configuration these flags ask for (not yet validated).
     pub fn config(&self) -> NodeConfig {
-        NodeConfig::new(
-            self.id,
-            self.peers.iter().cloned(),
-            &self.data_dir,
-            &self.cluster_token,
-        )
-        .with_lease(LeaseRule {
-            default: Duration::from_millis(self.default_lease),
-            max: Duration::from_millis(self.max_lease),
-        })
-        .with_rebuild_timeout(Duration::from_millis(self.rebuild_timeout))
-        .with_rebuild_mode(self.rebuild_mode.into())
-        .with_chaos(self.chaos)
-        .with_report_frame_bytes(self.report_frame_bytes)
-        .with_copies(self.copies)
+        let peers = if self.peers.is_empty() {
+            let own = self
+                .advertise
+                .clone()
+                .unwrap_or_else(|| self.listen.clone());
+            vec![(self.id, own)]
+        } else {
+            self.peers.clone()
+        };
+        NodeConfig::new(self.id, peers, &self.data_dir, &self.cluster_token)
+            .with_join(self.join.clone())
+            .with_lease(LeaseRule {
+                default: Duration::from_millis(self.default_lease),
+                max: Duration::from_millis(self.max_lease),
+            })
+            .with_rebuild_timeout(Duration::from_millis(self.rebuild_timeout))
+            .with_rebuild_mode(self.rebuild_mode.into())
+            .with_chaos(self.chaos)
+            .with_report_frame_bytes(self.report_frame_bytes)
+            .with_copies(self.copies)
     }
 }
 
@@ -150,6 +165,10 @@ pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> 
         why = node.failed() => {
             tracing::error!(%why, "this node cannot go on: exiting");
             return Err(why);
+        }
+        () = node.removed() => {
+            tracing::warn!("this node was removed from the cluster: stopping");
+            node.shutdown().await;
         }
     }
     Ok(())

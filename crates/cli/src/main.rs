@@ -3,6 +3,7 @@
 
 mod hold;
 mod local;
+mod member;
 mod show;
 
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use leasehold_api::AddMemberBody;
 use leasehold_client::{AcquireOptions, CampaignOptions, Client};
 use leasehold_node::ValidConfig;
 
@@ -112,6 +114,41 @@ enum Command {
         #[command(flatten)]
         endpoints: Endpoints,
     },
+    /// Add or remove a member (docs/operations.md).
+    #[command(subcommand)]
+    Member(MemberCommand),
+}
+
+/// `leasehold member ...`.
+#[derive(Subcommand)]
+enum MemberCommand {
+    /// Add a member: a learner until it caught up, then a voter. Start it
+    /// with `serve --join`, before or after.
+    Add {
+        /// Its id: never one a member had before.
+        id: u64,
+        /// Where the members reach it, host:port.
+        addr: String,
+        #[command(flatten)]
+        admin: Admin,
+    },
+    /// Remove a member (the speaker too: it hands over first).
+    Remove {
+        /// Its id.
+        id: u64,
+        #[command(flatten)]
+        admin: Admin,
+    },
+}
+
+/// Where an operator's call goes, and the secret it carries.
+#[derive(clap::Args)]
+struct Admin {
+    #[command(flatten)]
+    endpoints: Endpoints,
+    /// The cluster token (better given in the environment).
+    #[arg(long, env = "LEASEHOLD_CLUSTER_TOKEN", hide_env_values = true)]
+    cluster_token: String,
 }
 
 fn whoami() -> String {
@@ -188,6 +225,19 @@ async fn dispatch(command: Command) -> ExitCode {
                 Ok(c) => show::status(c).await,
                 Err(code) => code,
             };
+        }
+        Command::Member(MemberCommand::Add { id, addr, admin }) => {
+            let body = AddMemberBody { id, addr };
+            if let Err(e) = leasehold_api::Body::validate(&body) {
+                eprintln!("leasehold: {e}");
+                return ExitCode::from(hold::exit::USAGE);
+            }
+            let (endpoints, token) = (&admin.endpoints.endpoints, &admin.cluster_token);
+            return member::change(endpoints, token, member::Change::Add(body)).await;
+        }
+        Command::Member(MemberCommand::Remove { id, admin }) => {
+            let (endpoints, token) = (&admin.endpoints.endpoints, &admin.cluster_token);
+            return member::change(endpoints, token, member::Change::Remove(id)).await;
         }
     };
     match result {

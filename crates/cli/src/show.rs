@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use leasehold_api::ClusterAnswer;
 use leasehold_client::Client;
 
 use crate::hold::refused;
@@ -64,6 +65,12 @@ pub async fn status(client: Client) -> ExitCode {
             info = from_speaker;
         }
     }
+    print_cluster(&info);
+    ExitCode::SUCCESS
+}
+
+/// Prints the cluster as `leasehold status` shows it.
+pub fn print_cluster(info: &ClusterAnswer) {
     let speaker = info
         .leader
         .map_or("none".to_string(), |l| format!("node {l}"));
@@ -97,5 +104,4 @@ pub async fn status(client: Client) -> ExitCode {
         ),
         None => println!("last rebuild: none on this node"),
     }
-    ExitCode::SUCCESS
 }

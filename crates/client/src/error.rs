@@ -46,6 +46,10 @@ pub enum Error {
     /// The request was refused as malformed, or the options are invalid.
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// A membership change was refused: an unknown member, one that
+    /// exists, another change under way, or a quorum that would be lost.
+    #[error("{0}: {1}")]
+    Membership(leasehold_api::ErrorCode, String),
     /// The node serves no such call (`404 unknown_route`, `405
     /// method_not_allowed`): the endpoint is not a node's address (a path
     /// after `host:port`, a proxy in between), or the node is of a version

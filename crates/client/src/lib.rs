@@ -135,6 +135,11 @@ fn refused(e: CallError) -> Error {
             ErrorCode::UnknownRoute | ErrorCode::MethodNotAllowed => {
                 Error::UnknownRoute(body.message)
             }
+            ErrorCode::NotCaughtUp => Error::Unavailable(body.message),
+            ErrorCode::UnknownMember
+            | ErrorCode::MemberExists
+            | ErrorCode::ChangeInProgress
+            | ErrorCode::WouldLoseQuorum => Error::Membership(body.error, body.message),
         },
         CallError::NoAnswer(e) => Error::NoAnswer(e),
         CallError::NotSent(e) => Error::Unavailable(e),

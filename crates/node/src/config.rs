@@ -43,6 +43,10 @@ pub struct NodeConfig {
     /// its client hears of it (`--copies`): `None` is 2, or 1 for a single
     /// node; at most a quorum of `peers`.
     pub copies: Option<usize>,
+    /// Members of a running cluster (`host:port`) to ask to add this node
+    /// (`--join`), instead of forming a cluster of `peers`: `peers` then
+    /// names this node alone, at the address the others reach it.
+    pub join: Vec<String>,
 }
 
 /// A configuration that cannot run.
@@ -133,6 +137,7 @@ impl NodeConfig {
             chaos: false,
             report_frame_bytes: Self::DEFAULT_REPORT_FRAME_BYTES,
             copies: None,
+            join: Vec::new(),
         }
     }
 
@@ -180,6 +185,12 @@ impl NodeConfig {
         NodeConfig { copies, ..self }
     }
 
+    /// Joins the running cluster of the members at `join` instead of
+    /// forming one (see [`NodeConfig::join`]).
+    pub fn with_join(self, join: Vec<String>) -> Self {
+        NodeConfig { join, ..self }
+    }
+
     /// A quorum of the members.
     pub fn quorum(&self) -> usize {
         self.peers.len() / 2 + 1
@@ -188,6 +199,10 @@ impl NodeConfig {
     /// How many members must hold a record of a grant before its client
     /// hears of it.
     pub fn copies(&self) -> usize {
+        if !self.join.is_empty() {
+            // The cluster's size is not known here: its default.
+            return self.copies.unwrap_or(Self::DEFAULT_COPIES);
+        }
         self.copies
             .unwrap_or_else(|| Self::DEFAULT_COPIES.min(self.quorum()))
     }
@@ -217,7 +232,8 @@ impl NodeConfig {
             return Err(ConfigError::ReportFrameTooSmall);
         }
         let (copies, quorum) = (self.copies(), self.quorum());
-        if copies == 0 || copies > quorum {
+        // A joining node's quorum is the cluster's, unknown here.
+        if copies == 0 || (copies > quorum && self.join.is_empty()) {
             return Err(ConfigError::Copies { copies, quorum });
         }
         Ok(())

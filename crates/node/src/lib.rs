@@ -15,6 +15,7 @@ mod forgets;
 mod http;
 mod identity;
 mod lane;
+mod membership;
 mod node;
 mod peers;
 mod queue;
@@ -119,6 +120,14 @@ impl RunningNode {
                 why
             }
         }
+    }
+
+    /// Resolves once this node is removed from the cluster (by a
+    /// membership change): it then serves its clients no more, and should
+    /// be shut down ([`RunningNode::shutdown`] hands leadership on if it
+    /// still leads, and waits until the next speaker has read its locks).
+    pub async fn removed(&self) {
+        self.node.wait_removed().await
     }
 
     /// Stops the node: stops granting (drops the table), hands leadership
@@ -344,6 +353,10 @@ async fn run_raft(node: Arc<Node>, stop: CancellationToken) {
     }
     let raft = node.raft.clone();
     raft.run();
+    if !node.config.join.is_empty() {
+        membership::join(node, stop).await;
+        return;
+    }
     let lowest = node.config.peers.keys().next().copied();
     if lowest != Some(node.id()) {
         return;

@@ -1,7 +1,7 @@
 //! The node: the member protocol's state behind one lock, Raft, and the
 //! signals the driver's tasks wait on.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -47,6 +47,13 @@ pub struct Node {
     pub(crate) peers: Arc<Peers>,
     /// The members now, as Raft's latest membership says.
     roster: watch::Sender<Arc<Roster>>,
+    /// Members gone from the roster lately, each with its address and
+    /// until when a rebuild still reads it (see [`Node::departed`]).
+    departed: Mutex<BTreeMap<NodeId, (String, MonoTime)>>,
+    /// Whether a roster from Raft ever named this node.
+    was_member: std::sync::atomic::AtomicBool,
+    /// Whether this node was removed from the cluster.
+    pub(crate) removed: watch::Sender<bool>,
     /// This node's data directory's identity and what it knows of the others'.
     pub(crate) identity: Arc<Identity>,
     /// Whether this process is the node's first (a new data directory).
@@ -103,6 +110,9 @@ impl Node {
             forgets: Outbox::new(config.id),
             copier: Copier::default(),
             roster,
+            departed: Mutex::new(BTreeMap::new()),
+            was_member: std::sync::atomic::AtomicBool::new(false),
+            removed: watch::Sender::new(false),
             config,
             raft,
             clock,
@@ -135,15 +145,37 @@ impl Node {
         Arc::clone(&self.roster.borrow())
     }
 
-    /// Takes `latest` as the members, if they changed: the protocol's
-    /// member list follows, and each new member gets its sender of
-    /// releases before anything may be sent to it.
+    /// Takes `latest`, read from Raft, as the members, if they changed:
+    /// the protocol's member list follows, each new member gets its sender
+    /// of releases before anything may be sent to it, and members gone are
+    /// kept as departed. A node named by an earlier roster and not by
+    /// `latest` was removed.
     pub(crate) fn roster_changed(self: &Arc<Self>, latest: Roster) {
-        if **self.roster.borrow() == latest {
+        let named = latest.addr(self.id()).is_some();
+        if named {
+            self.was_member.store(true, Ordering::Relaxed);
+        } else if self.was_member.load(Ordering::Relaxed) {
+            self.removed_from_cluster();
+        }
+        let before = self.roster();
+        if *before == latest {
             return;
         }
         for (member, addr) in latest.members() {
             crate::forgets::start_sender(self, member, addr.to_string());
+        }
+        // A member that left may hold the only other record of a lock for
+        // as long as a lease runs: rebuilds read it, or count it missing,
+        // until then.
+        let until = self.clock.now() + self.config.lease.max + self.config.rebuild_timeout;
+        {
+            let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
+            for (member, addr) in before.members() {
+                if latest.addr(member).is_none() {
+                    departed.insert(member, (addr.to_string(), until));
+                }
+            }
+            departed.retain(|member, _| latest.addr(*member).is_none());
         }
         self.state().member.set_members(latest.ids().collect());
         tracing::info!(
@@ -151,6 +183,18 @@ impl Node {
             "the members changed"
         );
         self.roster.send_replace(Arc::new(latest));
+    }
+
+    /// The members gone from the roster within the longest lease (plus a
+    /// rebuild's time), with their addresses: a rebuild reads them too.
+    pub(crate) fn departed(&self) -> Vec<(NodeId, String)> {
+        let now = self.clock.now();
+        let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
+        departed.retain(|_, (_, until)| *until > now);
+        departed
+            .iter()
+            .map(|(id, (addr, _))| (*id, addr.clone()))
+            .collect()
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {

@@ -221,10 +221,16 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
     let started = Instant::now();
     let deadline = started + node.config.rebuild_timeout;
     // Every member of the latest configuration, both halves of a joint
-    // one and the learners: any of them may hold locks of its clients.
+    // one and the learners: any of them may hold locks of its clients;
+    // and the members that left within a lease, which may too.
     let roster = node.roster();
+    let mut members: Vec<(NodeId, String)> = roster
+        .members()
+        .map(|(id, addr)| (id, addr.to_string()))
+        .collect();
+    members.extend(node.departed());
     let mut reads = Reads::new(
-        &roster.ids().collect::<Vec<_>>(),
+        &members.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
         node.config.copies(),
         node.config.lease.max,
         node.clock.now() + node.config.rebuild_timeout,
@@ -232,9 +238,9 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
     );
     let read_after =
         |id, addr, delay| read_member(Arc::clone(node), id, addr, term, deadline, delay);
-    let mut pending: FuturesUnordered<_> = roster
-        .members()
-        .map(|(id, addr)| read_after(id, addr.to_string(), None))
+    let mut pending: FuturesUnordered<_> = members
+        .into_iter()
+        .map(|(id, addr)| read_after(id, addr, None))
         .collect();
     let mut read = Vec::new();
     loop {

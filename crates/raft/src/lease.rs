@@ -83,3 +83,13 @@ pub fn leader_state(raft: &Raft) -> Option<LeaderState> {
         quorum_acked_at,
     })
 }
+/// How long ago `member` last acknowledged a heartbeat or an append of
+/// this leader, by its `metrics`; `None` on a node that does not lead, or
+/// for a member that has not answered it.
+pub fn acked_ago(
+    metrics: &crate::types::RaftMetrics,
+    member: crate::types::NodeId,
+) -> Option<Duration> {
+    let acked = metrics.heartbeat.as_ref()?.get(&member)?.as_ref()?;
+    Some(acked.elapsed())
+}

@@ -69,6 +69,8 @@ pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
 pub use openraft::async_runtime::WatchReceiver;
 /// A node record with an address.
 pub use openraft::BasicNode;
+/// A change of the members: add or remove voters or learners.
+pub type ChangeMembers = openraft::ChangeMembers<NodeId, openraft::BasicNode>;
 /// How a linearizable read ensures leadership (`ReadIndex` or `LeaseRead`).
 pub use openraft::ReadPolicy;
 /// The role of a node (`Leader`, `Follower`, `Candidate`, `Learner`, `Shutdown`).
@@ -84,4 +86,11 @@ pub mod errors {
     pub type Fatal = openraft::error::Fatal<TypeConfig>;
     /// Why `initialize` refused (`NotAllowed` on an initialized node is fine).
     pub type InitializeError = openraft::error::InitializeError<TypeConfig>;
+    /// Why a write (a membership change among them) failed.
+    pub type ClientWriteError = openraft::error::ClientWriteError<TypeConfig>;
+    /// Why a membership change was refused.
+    pub type ChangeMembershipError = openraft::error::ChangeMembershipError<
+        openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig>,
+        super::NodeId,
+    >;
 }

@@ -36,7 +36,7 @@ const READ_LIMIT_BYTES: usize = 4 << 20;
 /// a few lines at most, and a span entered on every poll of every request
 /// is work for them all (docs/benchmarks.md, "Log spans per node").
 pub fn router(node: Shared) -> Router {
-    public::router()
+    public::router(Arc::clone(&node))
         .fallback(no_such_route)
         .with_state(Arc::clone(&node))
         .merge(peer::router(node))

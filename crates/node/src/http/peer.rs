@@ -7,6 +7,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
+use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -48,6 +49,9 @@ pub(super) fn router(node: Shared) -> Router {
         .route(routes::LOST, post(internal_lost))
         .route(routes::COPIES, post(internal_copies))
         .route(routes::IDENTITY, post(internal_identity))
+        .route(routes::MEMBERS, post(internal_members))
+        .route(routes::JOIN, post(internal_join))
+        .route(routes::REMOVED, post(internal_removed))
         .with_state(Arc::clone(&node))
         .merge(raft_router(node.raft.clone()))
         .method_not_allowed_fallback(wrong_method)
@@ -81,17 +85,26 @@ async fn guard_internal(State(node): State<Shared>, request: Request, next: Next
 /// `401` for a request without the cluster token (the caller has checked
 /// that the request is for the peer routes).
 pub(super) fn refuse_without_token(node: &Node, request: &Request) -> Option<ApiError> {
-    let given = request
-        .headers()
+    refuse_without_cluster_token(node, request.headers()).err()
+}
+
+/// `401` unless `headers` carry the cluster token (compared in constant
+/// time).
+pub(super) fn refuse_without_cluster_token(
+    node: &Node,
+    headers: &HeaderMap,
+) -> Result<(), ApiError> {
+    let given = headers
         .get(TOKEN_HEADER)
         .map(|v| v.as_bytes())
         .unwrap_or(b"");
-    (!token_matches(&node.config.cluster_token, given)).then(|| {
-        ApiError::new(
+    match token_matches(&node.config.cluster_token, given) {
+        true => Ok(()),
+        false => Err(ApiError::new(
             ErrorCode::Unauthorized,
             "the cluster token is missing or wrong",
-        )
-    })
+        )),
+    }
 }
 
 /// Holds back the answer to a forwarded call by the fault plan's
@@ -241,6 +254,42 @@ async fn internal_lost(
 /// answered by the time this runs.
 async fn internal_identity() -> Json<serde_json::Value> {
     Json(serde_json::json!({}))
+}
+
+/// A membership change another member forwarded: made here if this node
+/// speaks, never forwarded again.
+async fn internal_members(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<leasehold_api::ClusterAnswer>, ApiError> {
+    let change: leasehold_api::MemberChange = peer_body(&bytes)?;
+    Ok(Json(node.change_members(change, true).await?))
+}
+
+/// A new node asks to be added: forwarded to the speaker.
+async fn internal_join(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<leasehold_api::ClusterAnswer>, ApiError> {
+    let change: leasehold_api::MemberChange = peer_body(&bytes)?;
+    if !matches!(change, leasehold_api::MemberChange::Add(_)) {
+        return Err(ApiError::new(ErrorCode::BadRequest, "a join adds a member"));
+    }
+    Ok(Json(node.change_members(change, false).await?))
+}
+
+/// The speaker removed this node.
+async fn internal_removed(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let removed: leasehold_api::Removed = peer_body(&bytes)?;
+    tracing::warn!(
+        term = removed.term,
+        "the speaker says this node was removed"
+    );
+    node.removed_from_cluster();
+    Ok(Json(serde_json::json!({})))
 }
 
 /// Sets this node's fault plan; only a node started with `--chaos` accepts.

@@ -4,22 +4,26 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, RawQuery, State};
-use axum::routing::{get, post};
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use leasehold_api::{
-    millis_floor, read_body, AcquireBody, ClusterAnswer, ListQuery, LockAnswer, LocksAnswer,
-    ReleaseBody, RenewBody, Watch,
+    millis_floor, parse_body, read_body, AcquireBody, AddMemberBody, ClusterAnswer, ErrorCode,
+    ListQuery, LockAnswer, LocksAnswer, MemberChange, ReleaseBody, RenewBody, Watch,
 };
 use locktable::Lock;
 use tokio::time::Instant;
 
+use super::peer::refuse_without_cluster_token;
 use super::{raw, wrong_method, Shared};
 use crate::error::ApiError;
 use crate::node::Node;
 
 /// The public routes, their state still to be given.
-pub(super) fn router() -> Router<Shared> {
+pub(super) fn router(node: Shared) -> Router<Shared> {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/locks/acquire", post(acquire))
@@ -28,7 +32,26 @@ pub(super) fn router() -> Router<Shared> {
         .route("/v1/locks", get(list))
         .route("/v1/locks/{name}", get(get_lock))
         .route("/v1/cluster", get(cluster))
+        .route("/v1/cluster/members", post(add_member))
+        .route("/v1/cluster/members/{id}", delete(remove_member))
         .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn_with_state(
+            node,
+            refuse_once_removed,
+        ))
+}
+
+/// A node removed from the cluster serves its clients no more: `503
+/// no_leader` on the lock routes, so they move to another endpoint.
+async fn refuse_once_removed(State(node): State<Shared>, request: Request, next: Next) -> Response {
+    if node.is_removed() && request.uri().path().starts_with("/v1/locks") {
+        return ApiError::new(
+            ErrorCode::NoLeader,
+            "this node was removed from the cluster: ask another member",
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
@@ -121,4 +144,36 @@ async fn list(
 
 async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
     Json(node.cluster())
+}
+
+/// `POST /v1/cluster/members`: an operator's call, with the cluster token.
+async fn add_member(
+    State(node): State<Shared>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<ClusterAnswer>, ApiError> {
+    refuse_without_cluster_token(&node, &headers)?;
+    let body: AddMemberBody = parse_body(raw(&bytes)?)?;
+    Ok(Json(
+        node.change_members(MemberChange::Add(body), false).await?,
+    ))
+}
+
+/// `DELETE /v1/cluster/members/{id}`: an operator's call, with the cluster
+/// token.
+async fn remove_member(
+    State(node): State<Shared>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<ClusterAnswer>, ApiError> {
+    refuse_without_cluster_token(&node, &headers)?;
+    let Path(id) = id.map_err(|e| ApiError::new(ErrorCode::BadRequest, e.body_text()))?;
+    let id = id.parse::<u64>().ok().filter(|id| *id > 0).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::BadRequest,
+            format!("{id:?} is not a member id (1 or more)"),
+        )
+    })?;
+    let change = MemberChange::Remove { id };
+    Ok(Json(node.change_members(change, false).await?))
 }

@@ -1,0 +1,96 @@
+//! `leasehold member add` and `leasehold member remove`: membership
+//! changes, sent with the cluster token to whichever endpoint answers (any
+//! node forwards them to the speaker).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use leasehold_api::{AddMemberBody, ClusterAnswer, ErrorBody, ErrorCode};
+
+use crate::hold::exit;
+use crate::show::print_cluster;
+
+/// How long one node may take to answer: the speaker waits up to 10 s for
+/// a new member to catch up, and up to 20 s for a change to commit.
+const CALL_TIMEOUT: Duration = Duration::from_secs(45);
+/// Rounds over the endpoints while none can serve (no speaker yet).
+const ROUNDS: u32 = 5;
+
+/// One change, as the CLI sends it.
+pub enum Change {
+    /// `POST /v1/cluster/members`.
+    Add(AddMemberBody),
+    /// `DELETE /v1/cluster/members/{id}`.
+    Remove(u64),
+}
+
+/// Sends `change` to the first of `endpoints` that can serve it, with the
+/// cluster `token`, and prints the membership after it.
+pub async fn change(endpoints: &[String], token: &str, change: Change) -> ExitCode {
+    let http = match reqwest::Client::builder().timeout(CALL_TIMEOUT).build() {
+        Ok(http) => http,
+        Err(e) => {
+            eprintln!("leasehold: http client: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut last = String::from("no endpoint given");
+    for round in 0..ROUNDS {
+        if round > 0 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        for endpoint in endpoints {
+            let base = if endpoint.contains("://") {
+                endpoint.trim_end_matches('/').to_string()
+            } else {
+                format!("http://{endpoint}")
+            };
+            let request = match &change {
+                Change::Add(body) => http.post(format!("{base}/v1/cluster/members")).json(body),
+                Change::Remove(id) => http.delete(format!("{base}/v1/cluster/members/{id}")),
+            };
+            let answer = request
+                .header(leasehold_raft::TOKEN_HEADER, token)
+                .send()
+                .await;
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(e) => {
+                    last = format!("{endpoint}: {e}");
+                    continue;
+                }
+            };
+            let ok = answer.status().is_success();
+            let bytes = answer.bytes().await.unwrap_or_default();
+            if ok {
+                return match serde_json::from_slice::<ClusterAnswer>(&bytes) {
+                    Ok(cluster) => {
+                        print_cluster(&cluster);
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "leasehold: the change was made, but its answer is unreadable: {e}"
+                        );
+                        ExitCode::SUCCESS
+                    }
+                };
+            }
+            let Ok(refused) = serde_json::from_slice::<ErrorBody>(&bytes) else {
+                last = format!("{endpoint}: an answer that is not leasehold's");
+                continue;
+            };
+            if refused.error.retryable() {
+                last = format!("{endpoint}: {refused}");
+                continue;
+            }
+            eprintln!("leasehold: the change was refused: {refused}");
+            return ExitCode::from(match refused.error {
+                ErrorCode::BadRequest | ErrorCode::Unauthorized => exit::USAGE,
+                _ => exit::UNAVAILABLE,
+            });
+        }
+    }
+    eprintln!("leasehold: no node could make the change: {last}");
+    ExitCode::from(exit::UNAVAILABLE)
+}

@@ -1,0 +1,344 @@
+//! Membership changes at runtime: adding and removing members, made by the
+//! speaker through openraft's joint consensus (docs/design.md,
+//! "Membership changes"), asked of any node.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_api::{routes, AddMemberBody, ClusterAnswer, ErrorCode, MemberChange, Removed};
+use leasehold_raft::errors::{ChangeMembershipError, ClientWriteError, RaftError};
+use leasehold_raft::{acked_ago, BasicNode, ChangeMembers, RaftMetrics, WatchReceiver};
+use locktable::NodeId;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ApiError;
+use crate::node::Node;
+use crate::roster::Roster;
+
+/// How long the speaker waits for a new member to catch up with the log
+/// before answering `503 not_caught_up` (it stays a learner; the same
+/// request again goes on from there).
+const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+/// How long a change may take to commit before the speaker stops waiting.
+const COMMIT_WAIT: Duration = Duration::from_secs(20);
+/// How long a forwarded change may take, end to end.
+const FORWARD_WAIT: Duration = Duration::from_secs(40);
+/// Attempts at telling a removed member, a second apart.
+const TELL_REMOVED_ATTEMPTS: u32 = 5;
+
+impl Node {
+    /// Makes `change` on the speaker, forwarded to it from any other node
+    /// (but not from one that `forwarded` it here), and answers the
+    /// cluster as the speaker sees it after.
+    pub async fn change_members(
+        self: &Arc<Self>,
+        change: MemberChange,
+        forwarded: bool,
+    ) -> Result<ClusterAnswer, ApiError> {
+        if let MemberChange::Add(body) = &change {
+            leasehold_api::Body::validate(body)?;
+        }
+        if !self.is_leader() || self.is_removed() {
+            if forwarded || self.is_removed() {
+                return Err(ApiError::no_leader());
+            }
+            return self.forward(routes::MEMBERS, &change, FORWARD_WAIT).await;
+        }
+        match change {
+            MemberChange::Add(AddMemberBody { id, addr }) => self.add_member(id, addr).await?,
+            MemberChange::Remove { id } => self.remove_member(id).await?,
+        }
+        Ok(self.cluster())
+    }
+
+    /// As the speaker: adds `id` at `addr` as a learner, waits until it
+    /// has caught up, then makes it a voter. Asked again for a learner
+    /// already added, it goes on from there; for a voter at that address,
+    /// it does nothing.
+    async fn add_member(&self, id: NodeId, addr: String) -> Result<(), ApiError> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        refuse_while_changing(&metrics)?;
+        let membership = metrics.membership_config.membership();
+        match membership.get_node(&id) {
+            Some(node) if node.addr != addr => {
+                return Err(ApiError::new(
+                    ErrorCode::MemberExists,
+                    format!("member {id} is at {}, not {addr}", node.addr),
+                ))
+            }
+            Some(_) if membership.voter_ids().any(|v| v == id) => return Ok(()),
+            Some(_) => {}
+            None => {
+                if let Some((other, _)) = membership.nodes().find(|(_, n)| n.addr == addr) {
+                    return Err(ApiError::new(
+                        ErrorCode::MemberExists,
+                        format!("member {other} is at {addr} already"),
+                    ));
+                }
+                tracing::info!(member = id, %addr, "adding a member as a learner");
+                let added = self.raft.add_learner(id, BasicNode::new(addr), false);
+                within(COMMIT_WAIT, added).await?;
+            }
+        }
+        self.wait_caught_up(id).await?;
+        tracing::info!(member = id, "the new member caught up: making it a voter");
+        let promote = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
+        within(COMMIT_WAIT, self.raft.change_membership(promote, false)).await
+    }
+
+    /// Waits until learner `id` has every log entry this speaker has, up to
+    /// [`CATCH_UP_WAIT`].
+    async fn wait_caught_up(&self, id: NodeId) -> Result<(), ApiError> {
+        let mut metrics = self.raft.metrics();
+        let caught_up = |m: &RaftMetrics| {
+            let matched = m
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&id).cloned().flatten());
+            matched.map(|l| l.index) >= m.last_log_index
+        };
+        let waited = tokio::time::timeout(CATCH_UP_WAIT, async {
+            loop {
+                if caught_up(&metrics.borrow_watched()) {
+                    return true;
+                }
+                if metrics.changed().await.is_err() {
+                    return false;
+                }
+            }
+        })
+        .await;
+        match waited {
+            Ok(true) => Ok(()),
+            _ => Err(ApiError::new(
+                ErrorCode::NotCaughtUp,
+                format!(
+                    "member {id} has not caught up with the log within {CATCH_UP_WAIT:?}; it \
+                     stays a learner: is it running and reachable? Send the same request again"
+                ),
+            )),
+        }
+    }
+
+    /// As the speaker: removes `id` (this node too: it then stops granting,
+    /// and hands leadership on as it shuts down), and tells it.
+    async fn remove_member(&self, id: NodeId) -> Result<(), ApiError> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        refuse_while_changing(&metrics)?;
+        let membership = metrics.membership_config.membership();
+        let Some(node) = membership.get_node(&id) else {
+            return Err(ApiError::new(
+                ErrorCode::UnknownMember,
+                format!("no member has id {id}"),
+            ));
+        };
+        let addr = node.addr.clone();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let copies = self.config.copies();
+        if membership.nodes().count() - 1 < copies {
+            return Err(ApiError::new(
+                ErrorCode::WouldLoseQuorum,
+                format!(
+                    "every grant is kept by {copies} members (--copies): the cluster cannot \
+                     shrink below that"
+                ),
+            ));
+        }
+        let change = if voters.contains(&id) {
+            let remaining: BTreeSet<NodeId> = voters.iter().copied().filter(|v| *v != id).collect();
+            self.refuse_losing_quorum(&metrics, &remaining)?;
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        tracing::info!(member = id, "removing a member");
+        within(COMMIT_WAIT, self.raft.change_membership(change, false)).await?;
+        if id == self.id() {
+            // openraft leaves a removed leader leading (`removed_leader_step_down:
+            // Never`): this node stops granting now, and whoever runs it
+            // shuts it down, which hands leadership on and waits until the
+            // next speaker has read this node's locks.
+            self.removed_from_cluster();
+        } else {
+            self.tell_removed(id, addr, metrics.current_term);
+        }
+        Ok(())
+    }
+
+    /// Refuses a change that leaves `remaining` voters of which fewer than
+    /// a quorum answered this speaker lately: the change could not commit,
+    /// or the cluster could not go on after it.
+    fn refuse_losing_quorum(
+        &self,
+        metrics: &RaftMetrics,
+        remaining: &BTreeSet<NodeId>,
+    ) -> Result<(), ApiError> {
+        if remaining.is_empty() {
+            return Err(ApiError::new(
+                ErrorCode::WouldLoseQuorum,
+                "the last voter cannot be removed",
+            ));
+        }
+        let recent = 2 * self.config.timings.leader_lease();
+        let answering = remaining
+            .iter()
+            .filter(|v| {
+                **v == self.id() || acked_ago(metrics, **v).is_some_and(|ago| ago <= recent)
+            })
+            .count();
+        let quorum = remaining.len() / 2 + 1;
+        if answering < quorum {
+            return Err(ApiError::new(
+                ErrorCode::WouldLoseQuorum,
+                format!(
+                    "only {answering} of the {} voters left would be answering (a quorum is \
+                     {quorum}): bring members back, or add one, first",
+                    remaining.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Tells the member `id` at `addr` that it was removed, in the
+    /// background, a few times: it may have missed the entry that says so.
+    fn tell_removed(&self, id: NodeId, addr: String, term: u64) {
+        let peers = Arc::clone(&self.peers);
+        self.tasks.spawn(async move {
+            let body = serde_json::to_vec(&Removed { term }).unwrap_or_default();
+            for _ in 0..TELL_REMOVED_ATTEMPTS {
+                let told = peers
+                    .post_json(&addr, routes::REMOVED, body.clone(), Duration::from_secs(1))
+                    .await;
+                match told {
+                    Ok(()) => return,
+                    Err(e) => tracing::debug!(member = id, %e, "telling a removed member"),
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
+
+    /// This node is no member any more: it stops speaking and serving its
+    /// clients, and whoever runs it hears of it
+    /// ([`crate::RunningNode::removed`]).
+    pub(crate) fn removed_from_cluster(&self) {
+        if self.removed.send_replace(true) {
+            return;
+        }
+        self.stop_speaking();
+        tracing::warn!("this node was removed from the cluster: it serves no more");
+    }
+
+    /// Whether this node was removed from the cluster.
+    pub fn is_removed(&self) -> bool {
+        *self.removed.borrow()
+    }
+
+    /// Waits until this node is removed from the cluster.
+    pub async fn wait_removed(&self) {
+        let mut removed = self.removed.subscribe();
+        let _ = removed.wait_for(|r| *r).await;
+    }
+}
+
+/// Asks the members at `node.config.join`, in turn, to add this node,
+/// until one has (or Raft's membership names it a voter already: a
+/// restart), or `stop`. A refusal that asking again cannot change (its id
+/// taken at another address, say) stops the node, as a refused identity
+/// does.
+pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
+    let Some(addr) = node.config.peers.get(&node.id()).cloned() else {
+        return;
+    };
+    let change = MemberChange::Add(AddMemberBody {
+        id: node.id(),
+        addr,
+    });
+    let mut pause = Duration::from_millis(200);
+    loop {
+        let joined =
+            Roster::from_membership(&node.raft.metrics().borrow_watched().membership_config)
+                .is_some_and(|r| r.is_voter(node.id()));
+        if joined {
+            tracing::info!("this node is a voting member");
+            return;
+        }
+        for target in &node.config.join {
+            let asked = node
+                .peers
+                .call::<_, ClusterAnswer>(target, routes::JOIN, &change, FORWARD_WAIT)
+                .await;
+            match asked {
+                Ok(Ok(_)) => {
+                    tracing::info!(through = %target, "joined the cluster");
+                    return;
+                }
+                Ok(Err(refused)) if !refused.error.retryable() => {
+                    let why = format!("the cluster refused to add this node: {refused}");
+                    node.identity.refuse_self(why);
+                    return;
+                }
+                Ok(Err(refused)) => {
+                    tracing::info!(through = %target, %refused, "joining: asking again")
+                }
+                Err(e) => tracing::info!(through = %target, %e, "joining: no answer"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stop.cancelled() => return,
+        }
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Refuses a change while another is under way: a joint configuration, or
+/// a latest one not committed yet.
+fn refuse_while_changing(metrics: &RaftMetrics) -> Result<(), ApiError> {
+    let joint = metrics
+        .membership_config
+        .membership()
+        .get_joint_config()
+        .len()
+        > 1;
+    let uncommitted =
+        metrics.membership_config.log_id() != metrics.committed_membership_config.log_id();
+    if joint || uncommitted {
+        return Err(change_in_progress());
+    }
+    Ok(())
+}
+
+fn change_in_progress() -> ApiError {
+    ApiError::new(
+        ErrorCode::ChangeInProgress,
+        "another membership change is under way; try again once it is done",
+    )
+}
+
+/// Runs a membership write for at most `wait`, its errors as API errors.
+async fn within<T>(
+    wait: Duration,
+    write: impl std::future::Future<Output = Result<T, RaftError<ClientWriteError>>>,
+) -> Result<(), ApiError> {
+    match tokio::time::timeout(wait, write).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => Err(match e {
+            ChangeMembershipError::InProgress(_) => change_in_progress(),
+            other => ApiError::new(ErrorCode::BadRequest, other.to_string()),
+        }),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
+            Err(ApiError::no_leader())
+        }
+        Ok(Err(e)) => Err(ApiError::internal(format!(
+            "the membership change failed: {e}"
+        ))),
+        Err(_) => Err(ApiError::new(
+            ErrorCode::ChangeInProgress,
+            format!("the change did not commit within {wait:?}; it may still: see GET /v1/cluster"),
+        )),
+    }
+}

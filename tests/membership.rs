@@ -1,0 +1,221 @@
+//! Membership at runtime, over real `leasehold serve` processes: nodes
+//! join with `--join`, members are removed with `leasehold member remove`
+//! (the speaker too), and a lock held throughout is neither lost nor given
+//! to another.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{Cluster, PATIENCE, TOKEN};
+
+/// Waits until node `via` answers a cluster whose voters are `voters`, with
+/// no change under way; answers that view.
+async fn wait_for_voters(cluster: &Cluster, via: u64, voters: &[u64]) -> Value {
+    let start = Instant::now();
+    loop {
+        let (status, c) = cluster.get(via, "/v1/cluster").await;
+        if status == 200 && c["changing"] == json!(false) {
+            let mut seen: Vec<u64> = c["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] == json!("voter"))
+                .map(|m| m["id"].as_u64().unwrap())
+                .collect();
+            seen.sort_unstable();
+            if seen == voters {
+                return c;
+            }
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "node {via} never showed voters {voters:?}: last {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `leasehold member ARGS` against `endpoints`: exit code, stdout, stderr.
+fn member(endpoints: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("member")
+        .args(args)
+        .args(["--endpoints", endpoints])
+        .env("LEASEHOLD_CLUSTER_TOKEN", TOKEN)
+        .output()
+        .expect("run leasehold member");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Renews `lock` through `via` until the cluster serves it (a speaker
+/// change answers 503 meanwhile).
+async fn renew(cluster: &Cluster, via: u64, lock: &Value) -> (u16, Value) {
+    let body = json!({ "name": lock["name"], "id": lock["id"] });
+    cluster.post_settled(via, "/v1/locks/renew", body).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_join_and_the_speaker_is_removed_without_losing_a_lock() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let lock = cluster
+        .must_acquire(
+            speaker,
+            "jobs/kept",
+            json!({ "lease_ms": 30_000, "holder": "w1" }),
+        )
+        .await;
+
+    // Two new nodes, each started with --join only.
+    cluster.spawn_joining(4);
+    wait_for_voters(&cluster, speaker, &[1, 2, 3, 4]).await;
+    cluster.spawn_joining(5);
+    let view = wait_for_voters(&cluster, speaker, &[1, 2, 3, 4, 5]).await;
+    assert!(
+        view["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["lag"].is_u64()),
+        "the speaker says how far each member lags: {view}"
+    );
+    // A member that joined serves clients like any other.
+    let other = cluster
+        .must_acquire(5, "jobs/through-a-new-node", json!({}))
+        .await;
+    assert_eq!(other["node"], json!(5));
+
+    // The speaker is removed through another node; it hands over and exits.
+    let via = if speaker == 1 { 2 } else { 1 };
+    let endpoints = cluster.addrs[&via].clone();
+    let (code, out, err) = member(&endpoints, &["remove", &speaker.to_string()]);
+    assert_eq!(code, Some(0), "member remove: {out}\n{err}");
+    assert!(!out.contains(&format!("  {speaker}  ")), "{out}");
+    assert_eq!(
+        cluster.wait_exit(speaker, PATIENCE),
+        Some(0),
+        "a removed node stops by itself"
+    );
+    let left: Vec<u64> = (1..=5).filter(|id| *id != speaker).collect();
+    wait_for_voters(&cluster, via, &left).await;
+
+    // The lock its holder renews through a remaining node is still its own.
+    let (status, renewed) = renew(&cluster, via, &lock).await;
+    assert_eq!(
+        status, 200,
+        "renewal after the speaker's removal: {renewed}"
+    );
+    assert_eq!(renewed["lock"]["id"], lock["id"]);
+    assert_eq!(renewed["lock"]["fence"], lock["fence"]);
+    let (status, refused) = cluster
+        .acquire(left[0], "jobs/kept", json!({ "holder": "w2" }))
+        .await;
+    assert_eq!(status, 409, "held by its holder still: {refused}");
+}
+
+/// `POST /v1/cluster/members` through `via`, with `token` if given.
+async fn post(cluster: &Cluster, via: u64, body: Value, token: Option<&str>) -> (u16, Value) {
+    let mut request = cluster
+        .http
+        .post(cluster.url(via, "/v1/cluster/members"))
+        .json(&body)
+        .timeout(Duration::from_secs(60));
+    if let Some(token) = token {
+        request = request.header("x-leasehold-token", token);
+    }
+    support::answer(request).await
+}
+
+/// `DELETE /v1/cluster/members/{id}` through `via`, with the token.
+async fn delete(cluster: &Cluster, via: u64, id: &str) -> (u16, Value) {
+    let request = cluster
+        .http
+        .delete(cluster.url(via, &format!("/v1/cluster/members/{id}")))
+        .header("x-leasehold-token", TOKEN)
+        .timeout(Duration::from_secs(60));
+    support::answer(request).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_are_refused_with_clear_errors() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let follower = cluster.others(speaker)[0];
+    let add = |id: u64, addr: &str| json!({ "id": id, "addr": addr });
+    let (status, body) = post(&cluster, follower, add(9, "127.0.0.1:9"), None).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (401, json!("unauthorized"))
+    );
+    let (status, body) = post(&cluster, follower, add(9, "127.0.0.1:9"), Some("wrong")).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (401, json!("unauthorized"))
+    );
+    for bad in [
+        json!({ "id": 0, "addr": "127.0.0.1:9" }),
+        json!({ "id": 9 }),
+        json!({ "id": "9", "addr": "127.0.0.1:9" }),
+        json!({ "id": 9, "addr": "no-port" }),
+        json!({ "id": -1, "addr": "127.0.0.1:9" }),
+    ] {
+        let (status, body) = post(&cluster, follower, bad.clone(), Some(TOKEN)).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_eq!(body["error"], json!("bad_request"), "{bad}: {body}");
+    }
+    let taken = cluster.addrs[&speaker].clone();
+    let (status, body) = post(&cluster, follower, add(speaker, "127.0.0.1:9"), Some(TOKEN)).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (409, json!("member_exists")),
+        "{body}"
+    );
+    let (status, body) = post(&cluster, follower, add(9, &taken), Some(TOKEN)).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (409, json!("member_exists")),
+        "{body}"
+    );
+    let (status, body) = delete(&cluster, follower, "7").await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (404, json!("unknown_member")),
+        "{body}"
+    );
+    let (status, body) = delete(&cluster, follower, "x").await;
+    assert_eq!(status, 400, "{body}");
+
+    // With one member down, removing another would leave two voters of
+    // which one answers: refused, and nothing changes.
+    let down = cluster.others(speaker)[1];
+    cluster.kill(down);
+    // Down, as the speaker counts it: no answer for two election timeouts.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, body) = delete(&cluster, speaker, &follower.to_string()).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (409, json!("would_lose_quorum")),
+        "{body}"
+    );
+    wait_for_voters(&cluster, speaker, &[1, 2, 3]).await;
+
+    // The CLI says so too, with a non-zero exit.
+    let endpoints = cluster.addrs[&speaker].clone();
+    let (code, _, err) = member(&endpoints, &["remove", &follower.to_string()]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("would_lose_quorum"), "{err}");
+    let (code, _, err) = member(&endpoints, &["add", "0", "127.0.0.1:9"]);
+    assert_eq!(code, Some(64), "bad usage: {err}");
+    // The dead member may be removed: two voters that answer remain.
+    let (code, out, err) = member(&endpoints, &["remove", &down.to_string()]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let left: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != down).collect();
+    wait_for_voters(&cluster, speaker, &left).await;
+}
