@@ -614,22 +614,47 @@ fn serve_refuses_durations_it_cannot_run_with() {
         (&["--threads", "0"], "--threads"),
     ];
     for (flags, says) in cases {
-        let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["serve", "--id", "1", "--listen", "127.0.0.1:0"])
-            .args(["--peers", "1=127.0.0.1:1"])
-            .arg("--data-dir")
-            .arg(dir.path().join("node"))
-            .args(["--cluster-token", "t"])
-            .args(flags)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(64), "{flags:?}: {stderr}");
-        assert!(stderr.contains(says), "{flags:?}: {stderr}");
-        assert!(
-            !dir.path().join("node").exists(),
-            "{flags:?} created the data directory"
-        );
+        let peers = ["--peers", "1=127.0.0.1:1"];
+        let flags: Vec<&str> = peers.iter().chain(flags).copied().collect();
+        serve_refuses_usage(dir.path(), &flags, says);
+    }
+}
+
+/// `serve` with `flags` on a new data directory under `dir` exits 64 with
+/// a message that says `says`, and creates nothing.
+fn serve_refuses_usage(dir: &std::path::Path, flags: &[&str], says: &str) {
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--id", "1", "--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(dir.join("node"))
+        .args(["--cluster-token", "t"])
+        .args(flags)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{flags:?}: {stderr}");
+    assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    assert!(
+        !dir.join("node").exists(),
+        "{flags:?} created the data directory"
+    );
+}
+
+/// A new data directory needs `--peers` (to form a cluster) or `--join`
+/// (to join one), never both; only a restarted member may start with
+/// neither.
+#[test]
+fn serve_needs_its_members_on_a_new_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 2] = [
+        (&[], "--join"),
+        (
+            &["--peers", "1=127.0.0.1:1", "--join", "127.0.0.1:2"],
+            "--join",
+        ),
+    ];
+    for (flags, says) in cases {
+        serve_refuses_usage(dir.path(), flags, says);
     }
 }

@@ -91,6 +91,14 @@ async fn nodes_join_and_the_speaker_is_removed_without_losing_a_lock() {
         .must_acquire(5, "jobs/through-a-new-node", json!({}))
         .await;
     assert_eq!(other["node"], json!(5));
+    // Restarted with neither --peers nor --join, it finds its members in
+    // its data directory.
+    cluster.restart_bare(5);
+    wait_for_voters(&cluster, 5, &[1, 2, 3, 4, 5]).await;
+    let again = cluster
+        .must_acquire(5, "jobs/after-a-restart", json!({}))
+        .await;
+    assert_eq!(again["node"], json!(5));
 
     // The speaker is removed through another node; it hands over and exits.
     let via = if speaker == 1 { 2 } else { 1 };
@@ -105,6 +113,14 @@ async fn nodes_join_and_the_speaker_is_removed_without_losing_a_lock() {
     );
     let left: Vec<u64> = (1..=5).filter(|id| *id != speaker).collect();
     wait_for_voters(&cluster, via, &left).await;
+    // Restarted from its data directory, the removed node finds itself
+    // gone from its latest configuration, and stops again.
+    cluster.restart_bare(speaker);
+    assert_eq!(
+        cluster.wait_exit(speaker, PATIENCE),
+        Some(0),
+        "a removed node restarted stops by itself"
+    );
 
     // The lock its holder renews through a remaining node is still its own.
     let (status, renewed) = renew(&cluster, via, &lock).await;

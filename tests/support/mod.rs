@@ -82,9 +82,10 @@ impl Cluster {
     pub fn spawn(&mut self, id: u64) {
         let peers: Vec<String> = self.addrs.iter().map(|(i, a)| format!("{i}={a}")).collect();
         let log = std::fs::File::create(self.dir.path().join(format!("node-{id}.log"))).unwrap();
-        let members = match self.joining.get(&id) {
-            Some(join) => ["--join".to_string(), join.join(",")],
-            None => ["--peers".to_string(), peers.join(",")],
+        let members: Vec<String> = match self.joining.get(&id) {
+            Some(join) if join.is_empty() => Vec::new(),
+            Some(join) => vec!["--join".to_string(), join.join(",")],
+            None => vec!["--peers".to_string(), peers.join(",")],
         };
         let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .arg("serve")
@@ -111,6 +112,14 @@ impl Cluster {
         let join: Vec<String> = self.addrs.values().cloned().collect();
         self.addrs.insert(id, format!("127.0.0.1:{}", free_port()));
         self.joining.insert(id, join);
+        self.spawn(id);
+    }
+
+    /// Restarts node `id` from its data directory with neither `--peers`
+    /// nor `--join`: its members are in its log.
+    pub fn restart_bare(&mut self, id: u64) {
+        self.kill(id);
+        self.joining.insert(id, Vec::new());
         self.spawn(id);
     }
 

@@ -216,6 +216,9 @@ pub enum MemberChange {
 /// The speaker's notice to a member it removed ([`crate::routes::REMOVED`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Removed {
+    /// The member removed: a node at its address that is another answers
+    /// `400`.
+    pub id: u64,
     /// The term of the speaker that removed it.
     pub term: u64,
 }

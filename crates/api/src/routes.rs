@@ -9,6 +9,8 @@ pub const PREFIX: &str = "/internal";
 /// [`ReportRequest`](crate::ReportRequest) → the member's `Held` and
 /// `Granted`, a stream of length-prefixed bincode frames.
 pub const HELD: &str = "/internal/held";
+/// What every route of a call forwarded to the speaker starts with.
+pub const FORWARD_PREFIX: &str = "/internal/forward/";
 /// [`ForwardAcquire`](crate::ForwardAcquire) → [`Granted`](crate::Granted):
 /// an acquire that may wait.
 pub const FORWARD_ACQUIRE: &str = "/internal/forward/acquire";

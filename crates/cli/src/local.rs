@@ -114,6 +114,24 @@ fn parse_peer(s: &str) -> Result<(u64, String), String> {
 }
 
 impl ServeArgs {
+    /// Refuses to start a new data directory with neither `--peers` nor
+    /// `--join`: only a restarted member finds its members in its data
+    /// directory. (A wiped one would otherwise form a cluster of its own
+    /// under an id the real cluster knows.)
+    pub fn check_members(&self) -> Result<(), String> {
+        if !self.peers.is_empty() || !self.join.is_empty() {
+            return Ok(());
+        }
+        match leasehold_raft::LogStore::read_node_id(&self.data_dir) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(format!(
+                "{} holds no node yet: give --peers to form a cluster, or --join to join one",
+                self.data_dir.display()
+            )),
+            Err(e) => Err(format!("cannot read {}: {e}", self.data_dir.display())),
+        }
+    }
+
     /// The node configuration these flags ask for (not yet validated).
     pub fn config(&self) -> NodeConfig {
         let peers = if self.peers.is_empty() {

@@ -164,6 +164,10 @@ async fn dispatch(command: Command) -> ExitCode {
             data_dir,
         } => local::up(nodes, base_port, data_dir).await,
         Command::Serve(args) => {
+            if let Err(e) = args.check_members() {
+                eprintln!("leasehold: {e}");
+                return ExitCode::from(hold::exit::USAGE);
+            }
             // A flag value the node cannot run with is bad usage.
             let config = match ValidConfig::try_from(args.config()) {
                 Ok(config) => config,

@@ -199,12 +199,15 @@ impl NodeConfig {
     /// How many members must hold a record of a grant before its client
     /// hears of it.
     pub fn copies(&self) -> usize {
-        if !self.join.is_empty() {
-            // The cluster's size is not known here: its default.
-            return self.copies.unwrap_or(Self::DEFAULT_COPIES);
-        }
-        self.copies
-            .unwrap_or_else(|| Self::DEFAULT_COPIES.min(self.quorum()))
+        self.copies_for(self.peers.len())
+    }
+
+    /// How many members must hold a record of a grant in a cluster of
+    /// `members`: `--copies`, or 2 by default, never more than a quorum of
+    /// them (a cluster that shrank, or a single node, keeps what it can).
+    pub fn copies_for(&self, members: usize) -> usize {
+        let quorum = members / 2 + 1;
+        self.copies.unwrap_or(Self::DEFAULT_COPIES).min(quorum)
     }
 
     /// Checks the settings hang together.
@@ -231,9 +234,11 @@ impl NodeConfig {
         if self.report_frame_bytes < Self::MIN_REPORT_FRAME_BYTES {
             return Err(ConfigError::ReportFrameTooSmall);
         }
-        let (copies, quorum) = (self.copies(), self.quorum());
-        // A joining node's quorum is the cluster's, unknown here.
-        if copies == 0 || (copies > quorum && self.join.is_empty()) {
+        let (copies, quorum) = (self.copies.unwrap_or(Self::DEFAULT_COPIES), self.quorum());
+        // Without a list of the members (a node that joins, or restarts
+        // from its data directory), the cluster's quorum is not known here.
+        let members_known = self.join.is_empty() && self.peers.len() > 1;
+        if copies == 0 || (copies > quorum && members_known) {
             return Err(ConfigError::Copies { copies, quorum });
         }
         Ok(())
@@ -307,5 +312,28 @@ mod tests {
         );
         config.copies = Some(0);
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn copies_follow_the_members_the_node_finds() {
+        // A node restarted from its data directory names only itself: its
+        // copies come from the members its log names, not from its flags.
+        let mut config = single_node().with_copies(Some(2));
+        assert_eq!(
+            config.validate(),
+            Ok(()),
+            "the cluster's size is not known yet"
+        );
+        assert_eq!(config.copies_for(1), 1);
+        assert_eq!(config.copies_for(3), 2);
+        config.copies = None;
+        assert_eq!(config.copies_for(5), 2);
+        config.copies = Some(3);
+        assert_eq!(config.copies_for(5), 3);
+        assert_eq!(
+            config.copies_for(3),
+            2,
+            "a cluster that shrank keeps what it can"
+        );
     }
 }

@@ -58,8 +58,7 @@ impl Node {
     /// already added, it goes on from there; for a voter at that address,
     /// it does nothing.
     async fn add_member(&self, id: NodeId, addr: String) -> Result<(), ApiError> {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        refuse_while_changing(&metrics)?;
+        let metrics = self.settled_metrics().await?;
         let membership = metrics.membership_config.membership();
         match membership.get_node(&id) {
             Some(node) if node.addr != addr => {
@@ -86,6 +85,33 @@ impl Node {
         tracing::info!(member = id, "the new member caught up: making it a voter");
         let promote = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
         within(COMMIT_WAIT, self.raft.change_membership(promote, false)).await
+    }
+
+    /// Raft's metrics once no change is under way: a joint configuration
+    /// left committed by a change a leader change cut short (openraft
+    /// leaves it so) is finished first, as openraft's own second step
+    /// does, with an empty `AddVoterIds`; a change still committing is
+    /// `409 change_in_progress`.
+    async fn settled_metrics(&self) -> Result<RaftMetrics, ApiError> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let joint = metrics
+            .membership_config
+            .membership()
+            .get_joint_config()
+            .len()
+            > 1;
+        let uncommitted =
+            metrics.membership_config.log_id() != metrics.committed_membership_config.log_id();
+        if uncommitted {
+            return Err(change_in_progress());
+        }
+        if !joint {
+            return Ok(metrics);
+        }
+        tracing::info!("finishing a membership change left joint");
+        let finish = ChangeMembers::AddVoterIds(BTreeSet::new());
+        within(COMMIT_WAIT, self.raft.change_membership(finish, false)).await?;
+        Ok(self.raft.metrics().borrow_watched().clone())
     }
 
     /// Waits until learner `id` has every log entry this speaker has, up to
@@ -125,8 +151,7 @@ impl Node {
     /// As the speaker: removes `id` (this node too: it then stops granting,
     /// and hands leadership on as it shuts down), and tells it.
     async fn remove_member(&self, id: NodeId) -> Result<(), ApiError> {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        refuse_while_changing(&metrics)?;
+        let metrics = self.settled_metrics().await?;
         let membership = metrics.membership_config.membership();
         let Some(node) = membership.get_node(&id) else {
             return Err(ApiError::new(
@@ -136,13 +161,16 @@ impl Node {
         };
         let addr = node.addr.clone();
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-        let copies = self.config.copies();
-        if membership.nodes().count() - 1 < copies {
+        // Copies go to any member, but a learner may be one that never
+        // caught up: count the voters left.
+        let copies = self.copies();
+        let voters_left = voters.len() - usize::from(voters.contains(&id));
+        if voters_left < copies {
             return Err(ApiError::new(
                 ErrorCode::WouldLoseQuorum,
                 format!(
                     "every grant is kept by {copies} members (--copies): the cluster cannot \
-                     shrink below that"
+                     shrink below {copies} voters"
                 ),
             ));
         }
@@ -207,7 +235,7 @@ impl Node {
     fn tell_removed(&self, id: NodeId, addr: String, term: u64) {
         let peers = Arc::clone(&self.peers);
         self.tasks.spawn(async move {
-            let body = serde_json::to_vec(&Removed { term }).unwrap_or_default();
+            let body = serde_json::to_vec(&Removed { id, term }).unwrap_or_default();
             for _ in 0..TELL_REMOVED_ATTEMPTS {
                 let told = peers
                     .post_json(&addr, routes::REMOVED, body.clone(), Duration::from_secs(1))
@@ -276,7 +304,7 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
                     tracing::info!(through = %target, "joined the cluster");
                     return;
                 }
-                Ok(Err(refused)) if !refused.error.retryable() => {
+                Ok(Err(refused)) if !join_may_retry(refused.error) => {
                     let why = format!("the cluster refused to add this node: {refused}");
                     node.identity.refuse_self(why);
                     return;
@@ -295,21 +323,13 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
     }
 }
 
-/// Refuses a change while another is under way: a joint configuration, or
-/// a latest one not committed yet.
-fn refuse_while_changing(metrics: &RaftMetrics) -> Result<(), ApiError> {
-    let joint = metrics
-        .membership_config
-        .membership()
-        .get_joint_config()
-        .len()
-        > 1;
-    let uncommitted =
-        metrics.membership_config.log_id() != metrics.committed_membership_config.log_id();
-    if joint || uncommitted {
-        return Err(change_in_progress());
-    }
-    Ok(())
+/// Whether a join refused with `code` may succeed if asked again: a
+/// refusal of this node's id or address (or of the request) cannot.
+fn join_may_retry(code: ErrorCode) -> bool {
+    !matches!(
+        code,
+        ErrorCode::MemberExists | ErrorCode::BadRequest | ErrorCode::Unauthorized
+    )
 }
 
 fn change_in_progress() -> ApiError {

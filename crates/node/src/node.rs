@@ -52,6 +52,8 @@ pub struct Node {
     departed: Mutex<BTreeMap<NodeId, (String, MonoTime)>>,
     /// Whether a roster from Raft ever named this node.
     was_member: std::sync::atomic::AtomicBool,
+    /// Whether a roster from Raft was seen at all.
+    saw_roster: std::sync::atomic::AtomicBool,
     /// Whether this node was removed from the cluster.
     pub(crate) removed: watch::Sender<bool>,
     /// This node's data directory's identity and what it knows of the others'.
@@ -96,7 +98,7 @@ impl Node {
         let member = Member::new(MemberConfig {
             id: config.id,
             members: roster.borrow().ids().collect(),
-            copies: config.copies(),
+            copies: config.copies_for(roster.borrow().len()),
             lease: config.lease,
             rebuild_mode: config.rebuild_mode,
             leader_lease: config.timings.leader_lease(),
@@ -112,6 +114,7 @@ impl Node {
             roster,
             departed: Mutex::new(BTreeMap::new()),
             was_member: std::sync::atomic::AtomicBool::new(false),
+            saw_roster: std::sync::atomic::AtomicBool::new(false),
             removed: watch::Sender::new(false),
             config,
             raft,
@@ -152,9 +155,15 @@ impl Node {
     /// `latest` was removed.
     pub(crate) fn roster_changed(self: &Arc<Self>, latest: Roster) {
         let named = latest.addr(self.id()).is_some();
+        let first = !self.saw_roster.swap(true, Ordering::Relaxed);
+        // A node joining replays configurations from before it was added;
+        // any other finds its latest one first, and is removed if that
+        // does not name it (restarted after its removal).
+        let was_member =
+            self.was_member.load(Ordering::Relaxed) || (first && self.config.join.is_empty());
         if named {
             self.was_member.store(true, Ordering::Relaxed);
-        } else if self.was_member.load(Ordering::Relaxed) {
+        } else if was_member {
             self.removed_from_cluster();
         }
         let before = self.roster();
@@ -177,12 +186,21 @@ impl Node {
             }
             departed.retain(|member, _| latest.addr(*member).is_none());
         }
-        self.state().member.set_members(latest.ids().collect());
+        let copies = self.config.copies_for(latest.len());
+        self.state()
+            .member
+            .set_members(latest.ids().collect(), copies);
         tracing::info!(
             members = ?latest.ids().collect::<Vec<_>>(),
             "the members changed"
         );
         self.roster.send_replace(Arc::new(latest));
+    }
+
+    /// How many members hold a record of every grant, in the cluster as it
+    /// is now.
+    pub(crate) fn copies(&self) -> usize {
+        self.state().member.config().copies
     }
 
     /// The members gone from the roster within the longest lease (plus a

@@ -54,6 +54,12 @@ impl PeerError {
         }
     }
 
+    /// The node at `addr` reported as `found`, not as `asked`.
+    pub(crate) fn not_the_member(addr: &str, asked: NodeId, found: NodeId) -> Self {
+        let reason = format!("node {found} answered for member {asked}");
+        PeerError::new(addr, PeerErrorKind::Stranger, reason)
+    }
+
     /// What went wrong.
     pub fn kind(&self) -> PeerErrorKind {
         self.kind

@@ -231,7 +231,7 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
     members.extend(node.departed());
     let mut reads = Reads::new(
         &members.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-        node.config.copies(),
+        node.copies(),
         node.config.lease.max,
         node.clock.now() + node.config.rebuild_timeout,
         node.config.rebuild_timeout,
@@ -313,7 +313,8 @@ async fn read_member(
         Ok(node.own_report())
     } else {
         let timeout = deadline.saturating_duration_since(started);
-        node.peers
+        let report = node
+            .peers
             .report(
                 &addr,
                 term,
@@ -321,7 +322,13 @@ async fn read_member(
                 node.config.report_frame_bytes,
                 node.clock,
             )
-            .await
+            .await;
+        // Another node at that address now (a member replaced under the
+        // address of one that left) is not the member asked: unread.
+        report.and_then(|r| match r.header.node == id {
+            true => Ok(r),
+            false => Err(PeerError::not_the_member(&addr, id, r.header.node)),
+        })
     };
     (id, addr, started.elapsed(), report)
 }
@@ -355,7 +362,7 @@ impl Node {
             uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
             max_lease_ms: u64::try_from(self.config.lease.max.as_millis()).unwrap_or(u64::MAX),
-            copies: self.config.copies() as u64,
+            copies: self.copies() as u64,
         }
     }
 

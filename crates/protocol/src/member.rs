@@ -128,10 +128,12 @@ impl Member {
         self.config.id
     }
 
-    /// The members are now `members` (a membership change): copies and
-    /// releases go to them from now on.
-    pub fn set_members(&mut self, members: Vec<NodeId>) {
+    /// The members are now `members` (a membership change), and every
+    /// grant is kept by `copies` of them: copies and releases go to them
+    /// from now on.
+    pub fn set_members(&mut self, members: Vec<NodeId>, copies: usize) {
         self.config.members = members;
+        self.config.copies = copies;
         self.config = self.config.clone().sorted();
     }
 

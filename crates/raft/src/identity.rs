@@ -409,7 +409,7 @@ impl Identity {
             if refused.is_some() {
                 return false;
             }
-            tracing::error!(%why, "this node's data directory is not the one the cluster knew");
+            tracing::error!(%why, "the cluster refuses this node: it cannot go on");
             *refused = Some(why);
             true
         });

@@ -52,6 +52,10 @@ pub(super) fn router(node: Shared) -> Router {
         .route(routes::MEMBERS, post(internal_members))
         .route(routes::JOIN, post(internal_join))
         .route(routes::REMOVED, post(internal_removed))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&node),
+            refuse_forwards_from_strangers,
+        ))
         .with_state(Arc::clone(&node))
         .merge(raft_router(node.raft.clone()))
         .method_not_allowed_fallback(wrong_method)
@@ -105,6 +109,30 @@ pub(super) fn refuse_without_cluster_token(
             "the cluster token is missing or wrong",
         )),
     }
+}
+
+/// Serves calls forwarded by members only: a node removed from the cluster
+/// that missed the news (it was down, say, and restarted with a log that
+/// still names it) must not take locks for its clients, which a rebuild
+/// would no longer read. It is answered `503`, so its clients move on.
+async fn refuse_forwards_from_strangers(
+    State(node): State<Shared>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.uri().path().starts_with(routes::FORWARD_PREFIX) {
+        let from = leasehold_raft::identity::Stamp::read(request.headers()).map(|s| s.from);
+        if let Ok(from) = from {
+            if node.roster().addr(from).is_none() {
+                return ApiError::new(
+                    ErrorCode::NoLeader,
+                    format!("node {from} is not a member of the cluster: it was removed"),
+                )
+                .into_response();
+            }
+        }
+    }
+    next.run(request).await
 }
 
 /// Holds back the answer to a forwarded call by the fault plan's
