@@ -235,3 +235,50 @@ async fn membership_changes_are_refused_with_clear_errors() {
     let left: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != down).collect();
     wait_for_voters(&cluster, speaker, &left).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_is_replaced_by_a_new_one_and_the_locks_stay() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let [holder_node, dead] = [cluster.others(speaker)[0], cluster.others(speaker)[1]];
+    let through_follower = cluster
+        .must_acquire(
+            holder_node,
+            "jobs/via-follower",
+            json!({ "lease_ms": 30_000 }),
+        )
+        .await;
+    let through_speaker = cluster
+        .must_acquire(speaker, "jobs/via-speaker", json!({ "lease_ms": 30_000 }))
+        .await;
+
+    // A machine dies for good: it is removed, and a new one joins.
+    cluster.kill(dead);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let endpoints = cluster.addrs[&holder_node].clone();
+    let (code, out, err) = member(&endpoints, &["remove", &dead.to_string()]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    cluster.spawn_joining(4);
+    let mut voters = vec![speaker, holder_node, 4];
+    voters.sort_unstable();
+    wait_for_voters(&cluster, speaker, &voters).await;
+
+    // Both locks are still their holders', and renew where they were taken.
+    for (via, lock) in [
+        (holder_node, &through_follower),
+        (speaker, &through_speaker),
+    ] {
+        let (status, renewed) = renew(&cluster, via, lock).await;
+        assert_eq!(status, 200, "renewal of {}: {renewed}", lock["name"]);
+        assert_eq!(renewed["lock"]["fence"], lock["fence"]);
+        let (status, refused) = cluster
+            .acquire(4, lock["name"].as_str().unwrap(), json!({}))
+            .await;
+        assert_eq!(status, 409, "held still: {refused}");
+    }
+    // The new member takes locks for its own clients.
+    let mine = cluster
+        .must_acquire(4, "jobs/via-new-node", json!({}))
+        .await;
+    assert_eq!(mine["node"], json!(4));
+}
