@@ -281,4 +281,24 @@ async fn a_dead_node_is_replaced_by_a_new_one_and_the_locks_stay() {
         .must_acquire(4, "jobs/via-new-node", json!({}))
         .await;
     assert_eq!(mine["node"], json!(4));
+
+    // Within a lease of the removal, the next speaker's rebuild still
+    // accounts for the removed node (read, or missing), whichever member
+    // speaks: node 4, which joined after it left, learns of it from the
+    // others' reports.
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let (_, view) = cluster.get(next, "/v1/cluster").await;
+    let report = &view["last_rebuild"];
+    let named = |key: &str| {
+        report[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m == &json!(dead))
+    };
+    assert!(
+        named("members_read") || named("members_missing"),
+        "node {next}'s rebuild forgot the departed node {dead}: {report}"
+    );
 }

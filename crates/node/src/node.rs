@@ -203,6 +203,40 @@ impl Node {
         self.state().member.config().copies
     }
 
+    /// The members gone from the roster lately, each with how long it
+    /// stays departed: what this node's report tells a rebuilding speaker.
+    pub(crate) fn departed_with_time_left(&self) -> Vec<crate::report::Departed> {
+        let now = self.clock.now();
+        let departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
+        departed
+            .iter()
+            .filter(|(_, (_, until))| *until > now)
+            .map(|(id, (addr, until))| crate::report::Departed {
+                node: *id,
+                addr: addr.clone(),
+                left_ms: leasehold_api::millis_ceil(until.saturating_duration_since(now)),
+            })
+            .collect()
+    }
+
+    /// Takes `member` at `addr`, which another member saw leave the
+    /// cluster, as departed for `left` more (or longer, if this node knew
+    /// so already); answers whether it did not know it as departed.
+    pub(crate) fn adopt_departed(&self, member: NodeId, addr: &str, left: Duration) -> bool {
+        let until = self.clock.now() + left;
+        let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
+        match departed.get_mut(&member) {
+            Some((_, known)) => {
+                *known = (*known).max(until);
+                false
+            }
+            None => {
+                departed.insert(member, (addr.to_string(), until));
+                true
+            }
+        }
+    }
+
     /// The members gone from the roster within the longest lease (plus a
     /// rebuild's time), with their addresses: a rebuild reads them too.
     pub(crate) fn departed(&self) -> Vec<(NodeId, String)> {

@@ -33,6 +33,22 @@ pub(crate) struct ReportHeader {
     /// only when fewer members are missing than the fewest copies any
     /// member read makes.
     pub(crate) copies: u64,
+    /// The members that left the cluster lately, as the reporting node saw
+    /// them go: a rebuild reads them too (a speaker that joined or
+    /// restarted since did not see them go).
+    pub(crate) departed: Vec<Departed>,
+}
+
+/// A member that left the cluster lately, and for how much longer it may
+/// hold the only other record of a lock.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Departed {
+    /// Its id.
+    pub(crate) node: NodeId,
+    /// Its address.
+    pub(crate) addr: String,
+    /// How long it stays departed, in milliseconds.
+    pub(crate) left_ms: u64,
 }
 
 /// One lock of a report: times as durations (nanoseconds). Sent with
@@ -229,6 +245,11 @@ mod tests {
             first_start: true,
             max_lease_ms: 600_000,
             copies: 2,
+            departed: vec![Departed {
+                node: 4,
+                addr: "127.0.0.1:4".into(),
+                left_ms: 9_000,
+            }],
         }
     }
 

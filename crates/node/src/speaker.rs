@@ -267,6 +267,16 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
                     "member read"
                 );
                 let header = &report.header;
+                // A member that left lately, which this speaker did not see
+                // go (it joined or restarted since), is read too.
+                for gone in &header.departed {
+                    let known = roster.addr(gone.node).is_some();
+                    let left = Duration::from_millis(gone.left_ms);
+                    if !known && node.adopt_departed(gone.node, &gone.addr, left) {
+                        reads.add(gone.node);
+                        pending.push(read_after(gone.node, gone.addr.clone(), None));
+                    }
+                }
                 reads.answered(
                     id,
                     Duration::from_millis(header.uptime_ms),
@@ -363,6 +373,7 @@ impl Node {
             first_start: self.first_start,
             max_lease_ms: u64::try_from(self.config.lease.max.as_millis()).unwrap_or(u64::MAX),
             copies: self.copies() as u64,
+            departed: self.departed_with_time_left(),
         }
     }
 

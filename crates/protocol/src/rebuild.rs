@@ -83,6 +83,16 @@ impl Reads {
         &self.members
     }
 
+    /// Reads `member` too: one another member saw leave the cluster
+    /// lately, which may hold the only other record of a lock. Nothing if
+    /// it is read already.
+    pub fn add(&mut self, member: NodeId) {
+        if !self.members.contains(&member) {
+            self.members.push(member);
+            self.unanswered.insert(member);
+        }
+    }
+
     /// How long the reads wait for members that have not answered once
     /// the others cover every grant: a quarter of the rebuild timeout.
     pub fn straggler_wait(&self) -> Duration {
@@ -473,5 +483,24 @@ mod tests {
             vec![2],
             "counted against the longer of both leases"
         );
+    }
+
+    #[test]
+    fn a_member_another_saw_leave_is_read_too_or_missing() {
+        // 1 and 2 answer, which covers every grant with 2 copies; the
+        // members that left lately count as members not read yet.
+        let mut reads = reads_of(&[1, 2], 2);
+        reads.answered(1, Duration::from_secs(999), false, LEASE, 2);
+        reads.answered(2, Duration::from_secs(999), false, LEASE, 2);
+        assert!(reads.enough());
+        reads.add(3);
+        reads.add(3);
+        assert_eq!(reads.members(), &[1, 2, 3]);
+        assert!(reads.enough(), "one of three unread, with two copies");
+        reads.add(4);
+        assert!(!reads.enough(), "two unread: a grant may be on them alone");
+        let (read, missing, _) = reads.finish();
+        assert_eq!(read, vec![1, 2]);
+        assert_eq!(missing, vec![3, 4], "unread departed members count missing");
     }
 }
