@@ -302,3 +302,54 @@ async fn a_dead_node_is_replaced_by_a_new_one_and_the_locks_stay() {
         "node {next}'s rebuild forgot the departed node {dead}: {report}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_shrinks_from_five_to_three_a_lease_apart_the_speaker_last() {
+    const LEASE: Duration = Duration::from_millis(6000);
+    let lease = LEASE.as_millis().to_string();
+    let flags = ["--max-lease", &lease, "--default-lease", &lease];
+    let mut cluster = Cluster::start_with(5, &flags).await;
+    let (speaker, _) = cluster.speaker().await;
+    let holder_node = cluster.others(speaker)[0];
+    let lock = cluster
+        .must_acquire(holder_node, "jobs/through-the-shrink", json!({}))
+        .await;
+    let endpoints = cluster.addrs[&holder_node].clone();
+    let mut voters: Vec<u64> = (1..=5).collect();
+    // Two followers other than the holder's node, then the speaker: one
+    // removal at a time, a lease apart, as docs/operations.md says.
+    let mut gone: Vec<u64> = cluster
+        .others(speaker)
+        .into_iter()
+        .filter(|id| *id != holder_node)
+        .take(1)
+        .collect();
+    gone.push(speaker);
+    for (step, id) in gone.into_iter().enumerate() {
+        if step > 0 {
+            // A lease's wait, the holder renewing meanwhile.
+            let until = Instant::now() + LEASE + Duration::from_millis(500);
+            while Instant::now() < until {
+                tokio::time::sleep(LEASE / 4).await;
+                let (status, renewed) = renew(&cluster, holder_node, &lock).await;
+                assert_eq!(status, 200, "renewal while waiting: {renewed}");
+            }
+        }
+        let (status, renewed) = renew(&cluster, holder_node, &lock).await;
+        assert_eq!(status, 200, "renewal before removing {id}: {renewed}");
+        let (code, out, err) = member(&endpoints, &["remove", &id.to_string()]);
+        assert_eq!(code, Some(0), "remove {id}: {out}\n{err}");
+        assert_eq!(cluster.wait_exit(id, PATIENCE), Some(0), "{id} stops");
+        voters.retain(|v| *v != id);
+        wait_for_voters(&cluster, holder_node, &voters).await;
+        let (status, renewed) = renew(&cluster, holder_node, &lock).await;
+        assert_eq!(status, 200, "renewal after removing {id}: {renewed}");
+        assert_eq!(renewed["lock"]["fence"], lock["fence"]);
+    }
+    assert_eq!(voters.len(), 3);
+    let other = voters.iter().copied().find(|v| *v != holder_node).unwrap();
+    let (status, refused) = cluster
+        .acquire(other, "jobs/through-the-shrink", json!({}))
+        .await;
+    assert_eq!(status, 409, "still its holder's: {refused}");
+}
