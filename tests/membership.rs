@@ -207,6 +207,22 @@ async fn membership_changes_are_refused_with_clear_errors() {
     );
     let (status, body) = delete(&cluster, follower, "x").await;
     assert_eq!(status, 400, "{body}");
+    // A removal notice for another node (one that had this address, say)
+    // does not stop this one.
+    let notice = cluster
+        .http
+        .post(cluster.url(follower, "/internal/removed"))
+        .header("x-leasehold-token", TOKEN)
+        .header("x-leasehold-from", "99")
+        .header("x-leasehold-store", format!("{:032x}", 99))
+        .json(&json!({ "id": 7, "term": 1 }))
+        .timeout(Duration::from_secs(5));
+    let (status, body) = support::answer(notice).await;
+    assert_eq!(status, 400, "a notice for node 7: {body}");
+    let served = cluster
+        .must_acquire(follower, "jobs/still-served", json!({}))
+        .await;
+    assert_eq!(served["node"], json!(follower));
 
     // With one member down, removing another would leave two voters of
     // which one answers: refused, and nothing changes.
