@@ -1,6 +1,8 @@
 //! Chaos: many clients contend for few names through every node while
 //! nodes are killed and restarted, paused, partitioned (both ways and one
-//! way), slowed, and have their wall clocks stepped. A checker then holds
+//! way), slowed, have their wall clocks stepped, and are replaced (removed
+//! from the cluster, the speaker too, and added again with a wiped data
+//! directory). A checker then holds
 //! every client's view of its holding intervals, all on this process's
 //! monotonic clock, against the promises:
 //!
@@ -241,10 +243,19 @@ async fn inject(
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let base = &run.base;
     let mut faults = Vec::new();
+    // Every mixed run replaces a member at least once, by its middle.
+    let halfway = Instant::now() + (stop - Instant::now()) / 2;
+    let mut replaced = false;
     tokio::time::sleep(Duration::from_millis(500)).await;
     while Instant::now() + Duration::from_secs(4) < stop {
         let mut node = rng.gen_range(1..=NODES);
-        let mut kind = rng.gen_range(0..6);
+        let mut kind = rng.gen_range(0..7);
+        if !replaced && Instant::now() >= halfway {
+            kind = 6;
+        }
+        if kind == 6 && rng.gen_bool(0.5) {
+            node = current_speaker(&http, &addrs).await.unwrap_or(node);
+        }
         if run.speaker_kills_only {
             // Holders take and renew their locks a while first.
             tokio::time::sleep(Duration::from_millis(2 * MAX_LEASE_MS)).await;
@@ -292,6 +303,11 @@ async fn inject(
                 set_plan(&http, &addrs[&node], base, json!({})).await;
                 "slow-link"
             }
+            6 => {
+                replace(&cluster, &http, &addrs, node).await;
+                replaced = true;
+                "member-replace"
+            }
             _ => {
                 let step: i64 = if rng.gen_bool(0.5) {
                     3_600_000
@@ -304,7 +320,8 @@ async fn inject(
                 "wall-clock-step"
             }
         };
-        if kind == "kill-restart" && base.as_object().is_some_and(|b| !b.is_empty()) {
+        let restarted = kind == "kill-restart" || kind == "member-replace";
+        if restarted && base.as_object().is_some_and(|b| !b.is_empty()) {
             // A restarted node starts without the run's plan.
             set_plan(&http, &addrs[&node], base, json!({})).await;
         }
@@ -320,6 +337,68 @@ async fn inject(
         tokio::time::sleep(Duration::from_millis(rng.gen_range(200..1500))).await;
     }
     faults
+}
+
+/// A machine replaced: `node` is removed through another member (`DELETE
+/// /v1/cluster/members/{id}`; the speaker too, which hands over), stops by
+/// itself, and joins again under its id with its data directory wiped. The
+/// membership shrinks by one and grows back while the clients work; each
+/// step must finish within [`support::PATIENCE`].
+async fn replace(
+    cluster: &Arc<Mutex<Cluster>>,
+    http: &reqwest::Client,
+    addrs: &BTreeMap<u64, String>,
+    node: u64,
+) {
+    let via = &addrs[&(node % NODES + 1)];
+    let start = Instant::now();
+    loop {
+        let answer = http
+            .delete(format!("http://{via}/v1/cluster/members/{node}"))
+            .header("x-leasehold-token", support::TOKEN)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await;
+        match answer.map(|a| a.status().as_u16()) {
+            // 404: an earlier try whose answer was lost removed it.
+            Ok(200) | Ok(404) => break,
+            // A change or a speaker change under way, or the voters left
+            // not yet answering the speaker after the last fault.
+            other => assert!(
+                start.elapsed() < support::PATIENCE,
+                "node {node} was not removed: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let code =
+        tokio::task::block_in_place(|| cluster.lock().unwrap().wait_exit(node, support::PATIENCE));
+    assert_eq!(code, Some(0), "removed node {node} did not stop by itself");
+    cluster.lock().unwrap().rejoin_wiped(node);
+    let start = Instant::now();
+    loop {
+        let view = http
+            .get(format!("http://{via}/v1/cluster"))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        if let Ok(view) = view {
+            let view: serde_json::Value = view.json().await.unwrap_or_default();
+            let voter = view["members"].as_array().is_some_and(|members| {
+                members
+                    .iter()
+                    .any(|m| m["id"] == json!(node) && m["role"] == json!("voter"))
+            });
+            if voter && view["changing"] == json!(false) {
+                return;
+            }
+        }
+        assert!(
+            start.elapsed() < support::PATIENCE,
+            "node {node} did not join again as a voter"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The distinct members a fault struck while `interval` was held, or a

@@ -149,6 +149,19 @@ async fn post(cluster: &Cluster, via: u64, body: Value, token: Option<&str>) -> 
     support::answer(request).await
 }
 
+/// A removal notice `body`, as the speaker sends it, to `to`.
+async fn removal_notice(cluster: &Cluster, to: u64, body: Value) -> (u16, Value) {
+    let notice = cluster
+        .http
+        .post(cluster.url(to, "/internal/removed"))
+        .header("x-leasehold-token", TOKEN)
+        .header("x-leasehold-from", "99")
+        .header("x-leasehold-store", format!("{:032x}", 99))
+        .json(&body)
+        .timeout(Duration::from_secs(5));
+    support::answer(notice).await
+}
+
 /// `DELETE /v1/cluster/members/{id}` through `via`, with the token.
 async fn delete(cluster: &Cluster, via: u64, id: &str) -> (u16, Value) {
     let request = cluster
@@ -209,15 +222,7 @@ async fn membership_changes_are_refused_with_clear_errors() {
     assert_eq!(status, 400, "{body}");
     // A removal notice for another node (one that had this address, say)
     // does not stop this one.
-    let notice = cluster
-        .http
-        .post(cluster.url(follower, "/internal/removed"))
-        .header("x-leasehold-token", TOKEN)
-        .header("x-leasehold-from", "99")
-        .header("x-leasehold-store", format!("{:032x}", 99))
-        .json(&json!({ "id": 7, "term": 1 }))
-        .timeout(Duration::from_secs(5));
-    let (status, body) = support::answer(notice).await;
+    let (status, body) = removal_notice(&cluster, follower, json!({ "id": 7, "term": 1 })).await;
     assert_eq!(status, 400, "a notice for node 7: {body}");
     let served = cluster
         .must_acquire(follower, "jobs/still-served", json!({}))
@@ -368,4 +373,37 @@ async fn the_cluster_shrinks_from_five_to_three_a_lease_apart_the_speaker_last()
         .acquire(other, "jobs/through-the-shrink", json!({}))
         .await;
     assert_eq!(status, 409, "still its holder's: {refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_again_under_its_id_ignores_the_notice_of_its_old_removal() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, term) = cluster.speaker().await;
+    let back = cluster.others(speaker)[0];
+    let (status, body) = delete(&cluster, speaker, &back.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        cluster.wait_exit(back, PATIENCE),
+        Some(0),
+        "a removed node stops by itself"
+    );
+    // Its machine is rebuilt and added again under the same id and address.
+    cluster.rejoin_wiped(back);
+    wait_for_voters(&cluster, speaker, &[1, 2, 3]).await;
+
+    // The notice of the old removal arrives late (the speaker retries it
+    // while the node is down): the node was added since, and serves on.
+    let old = json!({ "id": back, "term": term, "config": 0 });
+    let (status, body) = removal_notice(&cluster, back, old).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (409, json!("member_exists")),
+        "{body}"
+    );
+    let served = cluster
+        .must_acquire(back, "jobs/after-rejoining", json!({}))
+        .await;
+    assert_eq!(served["node"], json!(back));
+    let (_, view) = cluster.get(back, "/v1/cluster").await;
+    assert_eq!(view["leader"], json!(speaker), "{view}");
 }

@@ -115,6 +115,22 @@ impl Cluster {
         self.spawn(id);
     }
 
+    /// Starts node `id` again on its address with its data directory
+    /// wiped, joining through the other nodes: a machine rebuilt after its
+    /// removal, added again under its old id.
+    pub fn rejoin_wiped(&mut self, id: u64) {
+        self.kill(id);
+        let _ = std::fs::remove_dir_all(self.data_dir(id));
+        let join: Vec<String> = self
+            .addrs
+            .iter()
+            .filter(|(other, _)| **other != id)
+            .map(|(_, addr)| addr.clone())
+            .collect();
+        self.joining.insert(id, join);
+        self.spawn(id);
+    }
+
     /// Restarts node `id` from its data directory with neither `--peers`
     /// nor `--join`: its members are in its log.
     pub fn restart_bare(&mut self, id: u64) {

@@ -221,6 +221,11 @@ pub struct Removed {
     pub id: u64,
     /// The term of the speaker that removed it.
     pub term: u64,
+    /// The log index of the configuration that no longer names it: a node
+    /// named by a later one (added again since, under the same id) answers
+    /// `409 member_exists` and serves on.
+    #[serde(default)]
+    pub config: u64,
 }
 
 #[cfg(test)]

@@ -190,7 +190,15 @@ impl Node {
             // next speaker has read this node's locks.
             self.removed_from_cluster();
         } else {
-            self.tell_removed(id, addr, metrics.current_term);
+            let config = self.latest_config_index();
+            self.tell_removed(
+                Removed {
+                    id,
+                    term: metrics.current_term,
+                    config,
+                },
+                addr,
+            );
         }
         Ok(())
     }
@@ -232,10 +240,11 @@ impl Node {
 
     /// Tells the member `id` at `addr` that it was removed, in the
     /// background, a few times: it may have missed the entry that says so.
-    fn tell_removed(&self, id: NodeId, addr: String, term: u64) {
+    fn tell_removed(&self, notice: Removed, addr: String) {
         let peers = Arc::clone(&self.peers);
+        let id = notice.id;
         self.tasks.spawn(async move {
-            let body = serde_json::to_vec(&Removed { id, term }).unwrap_or_default();
+            let body = serde_json::to_vec(&notice).unwrap_or_default();
             for _ in 0..TELL_REMOVED_ATTEMPTS {
                 let told = peers
                     .post_json(&addr, routes::REMOVED, body.clone(), Duration::from_secs(1))
@@ -247,6 +256,41 @@ impl Node {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
+    }
+
+    /// Takes the speaker's `notice` that this node was removed, unless it
+    /// names another node, or is older than this node's membership: a node
+    /// not yet named by any configuration (joining), or named by one later
+    /// than the removal (added again since), serves on.
+    pub(crate) fn removal_notice(&self, notice: &Removed) -> Result<(), ApiError> {
+        if notice.id != self.id() {
+            return Err(ApiError::new(
+                ErrorCode::BadRequest,
+                format!("this is node {}, not {}", self.id(), notice.id),
+            ));
+        }
+        let named = self.roster().addr(self.id()).is_some();
+        let latest = self.latest_config_index();
+        if !self.was_named() || (named && latest > notice.config) {
+            return Err(ApiError::new(
+                ErrorCode::MemberExists,
+                format!(
+                    "node {} is a member by the configuration at log index {latest}, later \
+                     than its removal at {}",
+                    self.id(),
+                    notice.config
+                ),
+            ));
+        }
+        tracing::warn!(term = notice.term, "the speaker says this node was removed");
+        self.removed_from_cluster();
+        Ok(())
+    }
+
+    /// The log index of the latest configuration this node has (0: none).
+    fn latest_config_index(&self) -> u64 {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        metrics.membership_config.log_id().map_or(0, |l| l.index)
     }
 
     /// This node is no member any more: it stops speaking and serving its

@@ -155,6 +155,7 @@ impl Node {
     /// `latest` was removed.
     pub(crate) fn roster_changed(self: &Arc<Self>, latest: Roster) {
         let named = latest.addr(self.id()).is_some();
+        self.identity.set_members(latest.ids());
         let first = !self.saw_roster.swap(true, Ordering::Relaxed);
         // A node joining replays configurations from before it was added;
         // any other finds its latest one first, and is removed if that
@@ -182,6 +183,7 @@ impl Node {
             for (member, addr) in before.members() {
                 if latest.addr(member).is_none() {
                     departed.insert(member, (addr.to_string(), until));
+                    self.mark_removed(member);
                 }
             }
             departed.retain(|member, _| latest.addr(*member).is_none());
@@ -195,6 +197,26 @@ impl Node {
             "the members changed"
         );
         self.roster.send_replace(Arc::new(latest));
+    }
+
+    /// Whether a configuration from Raft named this node (a node still
+    /// joining was never named).
+    pub(crate) fn was_named(&self) -> bool {
+        self.was_member.load(Ordering::Relaxed)
+    }
+
+    /// Records that `member` was removed: it may come back under its id on
+    /// a new data directory.
+    fn mark_removed(&self, member: NodeId) {
+        if member == self.id() {
+            return;
+        }
+        let identity = Arc::clone(&self.identity);
+        self.tasks.spawn(async move {
+            if let Err(e) = identity.removed(member).await {
+                tracing::warn!(member, %e, "could not record a member's removal");
+            }
+        });
     }
 
     /// How many members hold a record of every grant, in the cluster as it
@@ -241,10 +263,13 @@ impl Node {
     /// rebuild's time), with their addresses: a rebuild reads them too.
     pub(crate) fn departed(&self) -> Vec<(NodeId, String)> {
         let now = self.clock.now();
+        let roster = self.roster();
         let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
         departed.retain(|_, (_, until)| *until > now);
+        // A member added again since is read as a member, once.
         departed
             .iter()
+            .filter(|(id, _)| roster.addr(**id).is_none())
             .map(|(id, (addr, _))| (*id, addr.clone()))
             .collect()
     }

@@ -24,7 +24,7 @@
 //! stray one, so both refuse each other's traffic and log it, and only a
 //! quorum of members saying so at start stops a node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io;
 use std::sync::Mutex;
@@ -59,7 +59,9 @@ pub const REFUSED_HEADER: &str = "x-leasehold-refused";
 macro_rules! hex_name {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Copy, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[derive(
+            Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+        )]
         pub struct $name(pub u128);
 
         impl fmt::Display for $name {
@@ -178,6 +180,19 @@ pub enum Refusal {
         /// The store id it showed.
         given: StoreId,
     },
+    /// The peer runs on the data directory of a member that was removed
+    /// from the cluster: that directory's votes and log belong to the
+    /// member as it was, and may not come back.
+    #[error(
+        "member {member} runs on data directory {store}, which it had before it was removed \
+         from the cluster: wipe the directory, and add the member again"
+    )]
+    Retired {
+        /// The peer.
+        member: NodeId,
+        /// The store id it showed.
+        store: StoreId,
+    },
     /// What was learned could not be recorded durably.
     #[error("could not record a peer's identity: {0}")]
     Store(#[source] io::Error),
@@ -188,7 +203,7 @@ impl Refusal {
     pub fn kind(&self) -> &'static str {
         match self {
             Refusal::ForeignCluster { .. } => KIND_CLUSTER,
-            Refusal::StoreChanged { .. } => KIND_STORE,
+            Refusal::StoreChanged { .. } | Refusal::Retired { .. } => KIND_STORE,
             Refusal::Store(_) => "unrecorded",
         }
     }
@@ -226,6 +241,12 @@ impl RefusedAs {
 pub(crate) struct Recorded {
     pub(crate) cluster: Option<ClusterId>,
     pub(crate) members: BTreeMap<NodeId, StoreId>,
+    /// The data directories members had when they were removed: never
+    /// admitted again.
+    pub(crate) retired: BTreeMap<NodeId, BTreeSet<StoreId>>,
+    /// The members seen removed since their directory was recorded: each
+    /// may come back on a new one.
+    pub(crate) removed: BTreeSet<NodeId>,
 }
 
 /// This node's identity and what it knows of the others'; shared by the
@@ -234,6 +255,11 @@ pub struct Identity {
     node: NodeId,
     store: StoreId,
     known: Mutex<Recorded>,
+    /// The members now, once the node knows them.
+    members: Mutex<Option<BTreeSet<NodeId>>>,
+    /// Held across each write of what is recorded, so that writes follow
+    /// one another.
+    writing: tokio::sync::Mutex<()>,
     /// The (member, kind) refusals already logged.
     warned: Mutex<std::collections::BTreeSet<(NodeId, &'static str)>>,
     /// Writes go to the data directory's database while it is open.
@@ -261,6 +287,8 @@ impl Identity {
             node,
             store,
             known: Mutex::new(recorded),
+            members: Mutex::new(None),
+            writing: tokio::sync::Mutex::new(()),
             warned: Mutex::default(),
             db,
             refused: watch::channel(None).0,
@@ -305,6 +333,7 @@ impl Identity {
     /// sight) durably before answering.
     pub async fn admit(&self, peer: Stamp) -> Result<(), Refusal> {
         let mut learned = Recorded::default();
+        let mut replaced = false;
         {
             let known = self.lock();
             if let (Some(ours), Some(theirs)) = (known.cluster, peer.cluster) {
@@ -316,12 +345,32 @@ impl Identity {
                     });
                 }
             }
+            if known
+                .retired
+                .get(&peer.from)
+                .is_some_and(|stores| stores.contains(&peer.store))
+            {
+                return Err(Refusal::Retired {
+                    member: peer.from,
+                    store: peer.store,
+                });
+            }
+            let seen_removed = known.removed.contains(&peer.from);
             let recorded = if peer.from == self.node {
                 Some(self.store)
             } else {
                 known.members.get(&peer.from).copied()
             };
             match recorded {
+                // A member seen removed, or not one now: added again on a
+                // new directory, or asking to be.
+                Some(known)
+                    if known != peer.store
+                        && peer.from != self.node
+                        && (seen_removed || self.is_outsider(peer.from)) =>
+                {
+                    replaced = true;
+                }
                 Some(known) if known != peer.store => {
                     return Err(Refusal::StoreChanged {
                         member: peer.from,
@@ -338,10 +387,29 @@ impl Identity {
                 learned.cluster = peer.cluster;
             }
         }
+        if replaced {
+            self.replace(peer.from, peer.store)
+                .await
+                .map_err(Refusal::Store)?;
+        }
         if learned.cluster.is_none() && learned.members.is_empty() {
             return Ok(());
         }
         self.record(learned).await.map_err(Refusal::Store)
+    }
+
+    /// Takes `members` as the cluster's members now (Raft's latest
+    /// configuration): a former member, no longer among them, may come back
+    /// on a new data directory.
+    pub fn set_members(&self, members: impl IntoIterator<Item = NodeId>) {
+        *self.members.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(members.into_iter().collect());
+    }
+
+    /// Whether `member` is known not to be a member now.
+    fn is_outsider(&self, member: NodeId) -> bool {
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        members.as_ref().is_some_and(|m| !m.contains(&member))
     }
 
     /// Names the cluster this node is about to bootstrap (keeping a name it
@@ -353,7 +421,7 @@ impl Identity {
         let cluster = ClusterId(crate::entropy::random_u128());
         self.record(Recorded {
             cluster: Some(cluster),
-            members: BTreeMap::new(),
+            ..Recorded::default()
         })
         .await?;
         Ok(self.cluster().unwrap_or(cluster))
@@ -362,10 +430,8 @@ impl Identity {
     /// Writes `learned` to the data directory, then to memory. A cluster id
     /// already known is kept; a member already recorded keeps its store.
     async fn record(&self, learned: Recorded) -> io::Result<()> {
-        let db = self
-            .db
-            .upgrade()
-            .ok_or_else(|| io::Error::other("the data directory is closed"))?;
+        let _writing = self.writing.lock().await;
+        let db = self.db()?;
         let merged = {
             let known = self.lock();
             let mut merged = known.clone();
@@ -388,6 +454,51 @@ impl Identity {
             known.members.entry(member).or_insert(store);
         }
         Ok(())
+    }
+
+    /// Records, durably, that `member` was removed from the cluster: it
+    /// may come back on a new data directory, which then replaces the one
+    /// recorded (refused from then on). Until then its old directory is
+    /// admitted: a removed member hands over, and is read at rebuilds for a
+    /// lease.
+    pub async fn removed(&self, member: NodeId) -> io::Result<()> {
+        let _writing = self.writing.lock().await;
+        let mut marked = self.lock().clone();
+        if !marked.members.contains_key(&member) || !marked.removed.insert(member) {
+            return Ok(());
+        }
+        self.write(marked).await
+    }
+
+    /// Records `store` as `member`'s data directory in place of the one
+    /// it had, durably; the old one is refused from now on.
+    async fn replace(&self, member: NodeId, store: StoreId) -> io::Result<()> {
+        let _writing = self.writing.lock().await;
+        let mut replaced = self.lock().clone();
+        if let Some(old) = replaced.members.insert(member, store) {
+            if old != store {
+                replaced.retired.entry(member).or_default().insert(old);
+            }
+        }
+        replaced.removed.remove(&member);
+        self.write(replaced).await
+    }
+
+    /// Writes `recorded` to the data directory, then takes it as what is
+    /// known; the caller holds `writing`.
+    async fn write(&self, recorded: Recorded) -> io::Result<()> {
+        let db = self.db()?;
+        let to_write = recorded.clone();
+        crate::blocking::unblock(move || crate::log_store::write_identity(&db, &to_write))
+            .await??;
+        *self.lock() = recorded;
+        Ok(())
+    }
+
+    fn db(&self) -> io::Result<Arc<Database>> {
+        self.db
+            .upgrade()
+            .ok_or_else(|| io::Error::other("the data directory is closed"))
     }
 
     /// Logs a refusal of `member` as an error the first time it happens.
@@ -586,6 +697,69 @@ mod tests {
         assert!(matches!(
             me.admit(impostor).await,
             Err(Refusal::StoreChanged { member: 1, .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_former_member_comes_back_on_a_new_directory_and_the_old_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Stamp {
+            from: 2,
+            store: StoreId(7),
+            cluster: None,
+        };
+        let new = Stamp {
+            store: StoreId(8),
+            ..old
+        };
+        {
+            let store = crate::LogStore::open(dir.path(), 1).unwrap();
+            let me = store.identity();
+            me.admit(old).await.unwrap();
+            // A member still: a new directory is a wiped one.
+            me.set_members([1, 2, 3]);
+            assert!(matches!(
+                me.admit(new).await,
+                Err(Refusal::StoreChanged { .. })
+            ));
+            // Removed: it may come back on a new directory (joining).
+            me.set_members([1, 3]);
+            me.admit(new).await.unwrap();
+            assert_eq!(me.recorded(2), Some(StoreId(8)));
+            me.set_members([1, 2, 3]);
+            me.admit(new).await.unwrap();
+        }
+        // What was replaced survives a restart, and the old directory is
+        // refused whether or not the member is one.
+        let store = crate::LogStore::open(dir.path(), 1).unwrap();
+        let me = store.identity();
+        assert_eq!(me.recorded(2), Some(StoreId(8)));
+        assert!(matches!(
+            me.admit(old).await,
+            Err(Refusal::Retired {
+                member: 2,
+                store: StoreId(7)
+            })
+        ));
+        me.set_members([1, 3]);
+        assert!(matches!(me.admit(old).await, Err(Refusal::Retired { .. })));
+        // A member seen removed may come back even once it votes again,
+        // while its old directory is still admitted until then; after
+        // that, another directory is a wipe again.
+        let three = |store| Stamp {
+            from: 3,
+            store: StoreId(store),
+            cluster: None,
+        };
+        me.admit(three(10)).await.unwrap();
+        me.removed(3).await.unwrap();
+        me.admit(three(10)).await.unwrap();
+        me.set_members([1, 2, 3]);
+        me.admit(three(11)).await.unwrap();
+        assert_eq!(me.recorded(3), Some(StoreId(11)));
+        assert!(matches!(
+            me.admit(three(12)).await,
+            Err(Refusal::StoreChanged { member: 3, .. })
         ));
     }
 

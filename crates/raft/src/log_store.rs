@@ -54,6 +54,8 @@ const KEY_LAST_PURGED: &str = "last_purged";
 const KEY_STORE_ID: &str = "store_id";
 const KEY_CLUSTER_ID: &str = "cluster_id";
 const KEY_MEMBERS: &str = "member_stores";
+const KEY_RETIRED: &str = "retired_stores";
+const KEY_REMOVED: &str = "removed_members";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -248,6 +250,12 @@ impl LogStore {
                 members: get_meta(&meta, KEY_MEMBERS)
                     .map_err(to_store)?
                     .unwrap_or_default(),
+                retired: get_meta(&meta, KEY_RETIRED)
+                    .map_err(to_store)?
+                    .unwrap_or_default(),
+                removed: get_meta(&meta, KEY_REMOVED)
+                    .map_err(to_store)?
+                    .unwrap_or_default(),
             };
             if stored.is_none() {
                 put_meta(&mut meta, KEY_NODE_ID, &node_id).map_err(|e| io_to_store(&path, e))?;
@@ -419,7 +427,8 @@ impl StoreClosed {
     }
 }
 
-/// Records `known` (the cluster id and every member's store id) in one
+/// Records `known` (the cluster id, every member's store id, the retired
+/// ones, and the members seen removed) in one
 /// committed transaction.
 pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> {
     let txn = db.begin_write().map_err(io_err)?;
@@ -429,6 +438,8 @@ pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> 
             put_meta::<ClusterId>(&mut meta, KEY_CLUSTER_ID, &cluster)?;
         }
         put_meta(&mut meta, KEY_MEMBERS, &known.members)?;
+        put_meta(&mut meta, KEY_RETIRED, &known.retired)?;
+        put_meta(&mut meta, KEY_REMOVED, &known.removed)?;
     }
     txn.commit().map_err(io_err)
 }

@@ -311,18 +311,8 @@ async fn internal_removed(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let removed: leasehold_api::Removed = peer_body(&bytes)?;
-    if removed.id != node.id() {
-        return Err(ApiError::new(
-            ErrorCode::BadRequest,
-            format!("this is node {}, not {}", node.id(), removed.id),
-        ));
-    }
-    tracing::warn!(
-        term = removed.term,
-        "the speaker says this node was removed"
-    );
-    node.removed_from_cluster();
+    let notice: leasehold_api::Removed = peer_body(&bytes)?;
+    node.removal_notice(&notice)?;
     Ok(Json(serde_json::json!({})))
 }
 
