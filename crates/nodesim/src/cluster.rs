@@ -1,8 +1,12 @@
 //! A simulated cluster: one turmoil host per node, each running the node's
-//! own start path on a data directory that survives the host's crashes.
+//! own start path on a data directory that survives the host's crashes. A
+//! node removed from the cluster shuts down and its host stops, as
+//! `leasehold serve` exits; restarted marked in [`Rejoins`], the host wipes
+//! the directory and joins the cluster again under the same id.
 
+use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_node::{Clock, NodeConfig, RebuildMode, Sabotage, Seams};
@@ -17,7 +21,7 @@ use crate::pauses::Pauses;
 pub const PORT: u16 = 7700;
 
 /// The cluster token of every simulated cluster.
-const TOKEN: &str = "simulated-cluster-token";
+pub const TOKEN: &str = "simulated-cluster-token";
 
 /// The host name of node `id`.
 pub fn host(id: u64) -> String {
@@ -52,6 +56,8 @@ pub struct Options {
     pub leaders: Leaders,
     /// Which hosts are paused.
     pub pauses: Pauses,
+    /// Which hosts start next on a wiped data directory, joining.
+    pub rejoins: Rejoins,
     /// The longest a message takes between hosts (turmoil draws each
     /// delay up to it, most of them short): 100 ms by default, a slow and
     /// jittery network; a LAN's is a millisecond or two.
@@ -71,6 +77,7 @@ impl Default for Options {
             guards: Guards::default(),
             leaders: Leaders::default(),
             pauses: Pauses::default(),
+            rejoins: Rejoins::default(),
             max_latency: Duration::from_millis(100),
         }
     }
@@ -126,6 +133,7 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
             guards: options.guards.clone(),
             leaders: options.leaders.clone(),
             pauses: options.pauses.clone(),
+            rejoins: options.rejoins.clone(),
         };
         sim.host(host(id), move || serve(config.clone(), watch.clone()));
     }
@@ -139,15 +147,59 @@ struct Watch {
     guards: Guards,
     leaders: Leaders,
     pauses: Pauses,
+    rejoins: Rejoins,
+}
+
+/// The hosts to start next on a wiped data directory, joining the cluster
+/// through the other members (`--join`) under their old id: a machine
+/// rebuilt after its node was removed.
+#[derive(Debug, Default, Clone)]
+pub struct Rejoins(Arc<Mutex<BTreeSet<u64>>>);
+
+impl Rejoins {
+    /// Node `id`'s host starts next wiped, joining.
+    pub fn wipe_and_join(&self, id: u64) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(id);
+    }
+
+    /// Node `config`'s configuration as its host starts now: a joining
+    /// one on a wiped directory if it was marked, else `config`.
+    fn starting(&self, config: NodeConfig) -> std::io::Result<NodeConfig> {
+        let marked = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&config.id);
+        if !marked {
+            return Ok(config);
+        }
+        if config.data_dir.exists() {
+            std::fs::remove_dir_all(&config.data_dir)?;
+        }
+        let me = config.id;
+        let join = config
+            .peers
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .map(|(_, addr)| addr.clone())
+            .collect();
+        let alone = [(me, addr(me))].into();
+        Ok(NodeConfig {
+            peers: alone,
+            ..config.with_join(join)
+        })
+    }
 }
 
 /// A node's life on its host: started as `leasehold serve` starts it, and
-/// serving until the host crashes, in a set of tasks the driver can pause
+/// serving until the host crashes or the node is removed (it then shuts
+/// down, and the host stops), in a set of tasks the driver can pause
 /// ([`Pauses`]). Outside that set, as a kernel would, the host accepts
 /// connections into a queue the node takes them from; and its guard and
 /// leadership are sampled.
 async fn serve(config: NodeConfig, watch: Watch) -> turmoil::Result {
     let id = config.id;
+    let config = watch.rejoins.starting(config)?;
     let (listener, accepting) = SimListener::bind(PORT).await?.queued()?;
     let seams = Seams {
         clock: Clock::tokio(),
@@ -158,9 +210,9 @@ async fn serve(config: NodeConfig, watch: Watch) -> turmoil::Result {
     let life = async move {
         let running = leasehold_node::start_with(config, listener, seams).await?;
         let _ = started_tx.send(Arc::clone(running.node()));
-        // The node runs until the host crashes.
-        std::future::pending::<()>().await;
-        drop(running);
+        // The node runs until the host crashes, or until it is removed.
+        running.removed().await;
+        running.shutdown().await;
         Ok::<(), leasehold_node::StartError>(())
     };
     let samples = async {

@@ -184,7 +184,33 @@ pub async fn call(
     body: Option<serde_json::Value>,
     timeout: Duration,
 ) -> Result<(StatusCode, serde_json::Value), TransportError> {
+    call_with(addr, method, path, body, HeaderMap::new(), timeout).await
+}
+
+/// A call of the cluster's administration routes (membership), with the
+/// cluster token, as an operator makes it.
+pub async fn admin_call(
+    addr: &str,
+    method: Method,
+    path: &str,
+    timeout: Duration,
+) -> Result<(StatusCode, serde_json::Value), TransportError> {
     let mut headers = HeaderMap::new();
+    headers.insert(
+        "x-leasehold-token",
+        HeaderValue::from_static(crate::cluster::TOKEN),
+    );
+    call_with(addr, method, path, None, headers, timeout).await
+}
+
+async fn call_with(
+    addr: &str,
+    method: Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+    mut headers: HeaderMap,
+    timeout: Duration,
+) -> Result<(StatusCode, serde_json::Value), TransportError> {
     let bytes = match body {
         Some(body) => {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

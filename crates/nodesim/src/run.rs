@@ -1,8 +1,10 @@
 //! One seeded run: a cluster, clients taking, renewing and releasing
 //! locks through random nodes, and faults on one member at a time (crash
 //! and restart, partitions both ways and one way, held links, lossy
-//! links); then the faults heal and every node must serve again. The
-//! checks of [`crate::check`] read what the clients saw.
+//! links, pauses, and replacements: a member removed through the API, the
+//! speaker too, and added again on a wiped data directory); then the
+//! faults heal and every node must serve again. The checks of
+//! [`crate::check`] read what the clients saw.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -18,10 +20,10 @@ use serde_json::{json, Value};
 
 use crate::check::check;
 use crate::client::{grant_through, CALL};
-use crate::cluster::{self, Options};
+use crate::cluster::{self, Options, Rejoins};
 use crate::guards::Guards;
 use crate::history::{now, Call, Event, History};
-use crate::net::call;
+use crate::net::{admin_call, call};
 use crate::pauses::Pauses;
 
 /// How soon after the faults heal every node must serve a grant.
@@ -79,6 +81,8 @@ pub enum Focus {
     SpeakerCrashes,
     /// Every episode a pause of the speaker.
     SpeakerPauses,
+    /// Every episode a replacement of the speaker.
+    SpeakerReplaces,
 }
 
 /// What a run came to.
@@ -107,6 +111,17 @@ impl Outcome {
         format!("{:?}", self.history.events).hash(&mut hasher);
         self.faults.hash(&mut hasher);
         hasher.finish()
+    }
+
+    /// Panics, naming `what` ran, with the violations and the faults, if
+    /// the run failed (for tests).
+    pub fn assert_passed(&self, what: &str) {
+        assert!(
+            self.violations.is_empty(),
+            "{what}: {:#?}\nfaults: {:#?}",
+            self.violations,
+            self.faults
+        );
     }
 
     /// Grants answered to clients.
@@ -147,6 +162,34 @@ enum Fault {
     /// arrive). Struck now and then ([`BLIP_CHANCE`]) when no other fault
     /// is on.
     Blip,
+    /// Removed from the cluster by an operator (`DELETE
+    /// /v1/cluster/members/{id}` through another member): it shuts down and
+    /// its host stops; then its host starts again on a wiped data
+    /// directory and joins the cluster under the same id. Over once it
+    /// votes again, or after [`REPLACE_WITHIN`] (a violation).
+    Replace,
+}
+
+/// How long a replacement may take, from the removal asked to the node
+/// voting again.
+const REPLACE_WITHIN: Duration = Duration::from_secs(60);
+
+/// How long the operator waits for a removal's answer.
+const REMOVE_CALL: Duration = Duration::from_secs(45);
+
+/// Where a replacement is ([`Fault::Replace`]): the driver and the
+/// operator (a client) move it on in turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replacing {
+    /// The operator asks a member to remove the node.
+    Remove(u64),
+    /// Removed: the driver restarts its host, once it stopped, wiped and
+    /// joining.
+    Removed(u64),
+    /// Joining: the operator waits until it votes again.
+    Join(u64),
+    /// It votes again.
+    Done,
 }
 
 /// How long after a restart the next fault may begin: a restarted member
@@ -190,6 +233,7 @@ fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Epi
                 Fault::Hold,
                 Fault::Lossy,
                 Fault::Pause,
+                Fault::Replace,
             ]
             .choose(rng)
             .expect("faults");
@@ -197,6 +241,7 @@ fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Epi
                 Focus::Mixed => fault,
                 Focus::SpeakerCrashes => Fault::Crash,
                 Focus::SpeakerPauses => Fault::Pause,
+                Focus::SpeakerReplaces => Fault::Replace,
             };
             let episode = Episode {
                 fault,
@@ -206,7 +251,9 @@ fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Epi
                 length: Duration::from_millis(rng.gen_range(300..4_000)),
             };
             let rest = match fault {
-                Fault::Crash => AFTER_RESTART,
+                // A replacement's end is not scheduled: the next fault is
+                // put off until after it (see `run`).
+                Fault::Crash | Fault::Replace => AFTER_RESTART,
                 _ => Duration::from_millis(rng.gen_range(500..2_000)),
             };
             at = episode.start + episode.length + rest;
@@ -223,6 +270,8 @@ struct Shared {
     speaker: Option<u64>,
     /// When the last fault healed.
     healed: Option<Duration>,
+    /// The replacement under way.
+    replacing: Option<Replacing>,
 }
 
 /// Runs `options` in a fresh simulation with its data in a temporary
@@ -244,6 +293,7 @@ pub fn run(options: &RunOptions) -> Outcome {
     let guards = cluster_options.guards.clone();
     let leaders = cluster_options.leaders.clone();
     let pauses = cluster_options.pauses.clone();
+    let rejoins = cluster_options.rejoins.clone();
     let mut elected: BTreeSet<(u64, u64)> = BTreeSet::new();
     // Until when a member restarted lately counts as missing from rebuilds.
     let mut restarted_until = Duration::ZERO;
@@ -272,6 +322,11 @@ pub fn run(options: &RunOptions) -> Outcome {
             Ok(())
         });
     }
+    let operator_shared = Arc::clone(&shared);
+    sim.client("operator", async move {
+        operator(nodes, operator_shared).await;
+        Ok(())
+    });
     for node in 1..=nodes {
         let shared = Arc::clone(&shared);
         sim.client(format!("probe{node}"), async move {
@@ -284,6 +339,7 @@ pub fn run(options: &RunOptions) -> Outcome {
     let mut next = 0;
     let mut active: Option<(Episode, u64)> = None;
     let mut failed = None;
+    let mut stuck = Vec::new();
     loop {
         match sim.step() {
             Ok(true) => break,
@@ -321,10 +377,29 @@ pub fn run(options: &RunOptions) -> Outcome {
             }
         }
         if let Some((episode, victim)) = active {
-            if t >= episode.start + episode.length {
+            let over = match episode.fault {
+                Fault::Replace => {
+                    let over = replacement(&mut sim, &shared, &rejoins, t - episode.start);
+                    if let Err(why) = &over {
+                        stuck.push(format!("replacing n{victim}: {why}"));
+                    }
+                    over.unwrap_or(true)
+                }
+                _ => t >= episode.start + episode.length,
+            };
+            if over {
                 heal(&mut sim, &pauses, episode.fault, victim, nodes);
-                if let Fault::Crash = episode.fault {
+                if let Fault::Crash | Fault::Replace = episode.fault {
                     restarted_until = t + AFTER_RESTART;
+                }
+                if let Fault::Replace = episode.fault {
+                    // The next faults keep their distance from its end.
+                    if let Some(first) = episodes.get(next) {
+                        let late = (t + AFTER_RESTART).saturating_sub(first.start);
+                        for episode in &mut episodes[next..] {
+                            episode.start += late;
+                        }
+                    }
                 }
                 if let Some(last) = faults.last_mut() {
                     last.push_str(&format!(" until {t:?}"));
@@ -341,6 +416,9 @@ pub fn run(options: &RunOptions) -> Outcome {
                 _ => episode.member,
             };
             inflict(&mut sim, &pauses, episode.fault, victim, nodes);
+            if let Fault::Replace = episode.fault {
+                shared.lock().unwrap().replacing = Some(Replacing::Remove(victim));
+            }
             faults.push(format!("{t:?}: {:?} of n{victim}", episode.fault));
             active = Some((*episode, victim));
             next += 1;
@@ -354,6 +432,7 @@ pub fn run(options: &RunOptions) -> Outcome {
     let history = shared.lock().unwrap().history.clone();
     let mut violations = check(&history, nodes, LIVENESS_BOUND);
     violations.extend(failed);
+    violations.extend(stuck);
     violations.extend(guards.violations());
     let liveness_worst = history
         .events
@@ -386,7 +465,7 @@ fn inflict(sim: &mut turmoil::Sim<'_>, pauses: &Pauses, fault: Fault, victim: u6
     for other in others(victim, nodes) {
         let (a, b) = (host.as_str(), other.as_str());
         match fault {
-            Fault::Crash | Fault::Pause => {}
+            Fault::Crash | Fault::Pause | Fault::Replace => {}
             Fault::Isolate => sim.partition(a, b),
             Fault::Mute => sim.partition_oneway(a, b),
             Fault::Deaf | Fault::Blip => sim.partition_oneway(b, a),
@@ -406,7 +485,7 @@ fn heal(sim: &mut turmoil::Sim<'_>, pauses: &Pauses, fault: Fault, victim: u64, 
     for other in others(victim, nodes) {
         let (a, b) = (host.as_str(), other.as_str());
         match fault {
-            Fault::Crash | Fault::Pause => {}
+            Fault::Crash | Fault::Pause | Fault::Replace => {}
             Fault::Isolate | Fault::Mute | Fault::Deaf | Fault::Blip => sim.repair(a, b),
             Fault::Hold => sim.release(a, b),
             Fault::Lossy => {
@@ -420,6 +499,94 @@ fn heal(sim: &mut turmoil::Sim<'_>, pauses: &Pauses, fault: Fault, victim: u64, 
         Fault::Pause => pauses.resume(victim),
         _ => {}
     }
+}
+
+/// Moves the replacement under way on: once the removed node's host has
+/// stopped, restarts it wiped and joining. Answers whether it is over, or
+/// why it is stuck past [`REPLACE_WITHIN`] (`took` since it began).
+fn replacement(
+    sim: &mut turmoil::Sim<'_>,
+    shared: &Mutex<Shared>,
+    rejoins: &Rejoins,
+    took: Duration,
+) -> Result<bool, String> {
+    let mut shared = shared.lock().unwrap();
+    match shared.replacing {
+        Some(Replacing::Removed(v)) if !sim.is_host_running(cluster::host(v)) => {
+            rejoins.wipe_and_join(v);
+            sim.bounce(cluster::host(v));
+            shared.replacing = Some(Replacing::Join(v));
+            Ok(false)
+        }
+        Some(Replacing::Done) => {
+            shared.replacing = None;
+            Ok(true)
+        }
+        state if took > REPLACE_WITHIN => {
+            shared.replacing = None;
+            Err(format!("not over within {REPLACE_WITHIN:?}, at {state:?}"))
+        }
+        _ => Ok(false),
+    }
+}
+
+/// The operator: carries a replacement out as the driver asks
+/// ([`Shared::replacing`]): asks a member other than the node to remove
+/// it, and once its host has restarted wiped and joining, waits until the
+/// members show it voting again, with no change under way.
+async fn operator(nodes: u64, shared: Arc<Mutex<Shared>>) {
+    let mut via = 0;
+    loop {
+        let (replacing, healed) = {
+            let shared = shared.lock().unwrap();
+            (shared.replacing, shared.healed.is_some())
+        };
+        let moved = match replacing {
+            None if healed => return,
+            Some(Replacing::Remove(v)) => {
+                via = next_other(via, v, nodes);
+                let path = format!("/v1/cluster/members/{v}");
+                let addr = cluster::addr(via);
+                let asked = admin_call(&addr, Method::DELETE, &path, REMOVE_CALL);
+                // 404: a try whose answer was lost removed it.
+                matches!(asked.await, Ok((StatusCode::OK | StatusCode::NOT_FOUND, _)))
+                    .then_some(Replacing::Removed(v))
+            }
+            Some(Replacing::Join(v)) => {
+                via = next_other(via, v, nodes);
+                let view = crate::client::cluster_view(via).await;
+                view.filter(|view| votes(view, v) && view["changing"] == json!(false))
+                    .map(|_| Replacing::Done)
+            }
+            _ => None,
+        };
+        if let Some(moved) = moved {
+            let mut shared = shared.lock().unwrap();
+            if shared.replacing == replacing {
+                shared.replacing = Some(moved);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The member after `via` other than `not`, in turn.
+fn next_other(via: u64, not: u64, nodes: u64) -> u64 {
+    let next = via % nodes + 1;
+    if next == not {
+        next % nodes + 1
+    } else {
+        next
+    }
+}
+
+/// Whether the cluster `view` shows node `id` as a voter.
+fn votes(view: &Value, id: u64) -> bool {
+    view["members"].as_array().is_some_and(|members| {
+        members
+            .iter()
+            .any(|m| m["id"] == json!(id) && m["role"] == json!("voter"))
+    })
 }
 
 /// An answer through one of the nodes.

@@ -13,12 +13,7 @@ fn seeds_pass(mode: RebuildMode, first: u64) {
             mode,
             ..RunOptions::new(seed)
         });
-        assert!(
-            outcome.violations.is_empty(),
-            "seed {seed} ({mode:?}): {:#?}\nfaults: {:#?}",
-            outcome.violations,
-            outcome.faults
-        );
+        outcome.assert_passed(&format!("seed {seed} ({mode:?})"));
         assert!(outcome.grants() > 0, "seed {seed}: no grant at all");
     }
 }
@@ -61,12 +56,7 @@ fn paused_speakers_grant_nothing_on_waking_and_without_the_guard_do() {
             focus: Focus::SpeakerPauses,
             ..RunOptions::new(seed)
         });
-        assert!(
-            outcome.violations.is_empty(),
-            "seed {seed}: {:#?}\nfaults: {:#?}",
-            outcome.violations,
-            outcome.faults
-        );
+        outcome.assert_passed(&format!("seed {seed}"));
     }
     let sabotage = Sabotage {
         no_grant_guard: true,

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
-//!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses]
+//!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses|--speaker-replaces]
 //!         [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence]...
 //! ```
 //!
@@ -15,7 +15,7 @@
 //! the seeds whose second run differs. Exits non-zero when any seed
 //! failed, or, with `--expect-failure` (for a sabotaged build), when none
 //! did. `--speaker-crashes` makes every fault a crash of the speaker,
-//! `--speaker-pauses` a pause of it;
+//! `--speaker-pauses` a pause of it, `--speaker-replaces` a replacement;
 //! `--sabotage` switches a safety mechanism off in every node
 //! (`leasehold_node::Sabotage`), for the checks' self-test.
 
@@ -52,6 +52,7 @@ fn main() -> ExitCode {
             "--expect-failure" => expect_failure = true,
             "--speaker-crashes" => focus = Focus::SpeakerCrashes,
             "--speaker-pauses" => focus = Focus::SpeakerPauses,
+            "--speaker-replaces" => focus = Focus::SpeakerReplaces,
             "--sabotage" => match value().as_str() {
                 "guard" => sabotage.no_grant_guard = true,
                 "restart-wait" => sabotage.no_restart_wait = true,
