@@ -199,6 +199,20 @@ enum Workload {
     OwnNameLongHolds,
 }
 
+/// What faults a run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Faults {
+    /// Every kind, on any node, one at a time (replacements included).
+    Mixed,
+    /// Only kill -9 (and restart) the speaker, twice a longest lease apart
+    /// (the self-test's faults).
+    SpeakerKills,
+    /// None but membership changes: the cluster starts with 3 members,
+    /// grows to 5 and shrinks back to 3 (the speaker removed first), a
+    /// longest lease between changes.
+    GrowAndShrink,
+}
+
 /// What one chaos run does.
 struct Run {
     mode: &'static str,
@@ -207,9 +221,8 @@ struct Run {
     /// A plan every node keeps under every fault: the sabotage of the
     /// self-test, or nothing.
     base: serde_json::Value,
-    /// Only kill -9 (and restart) the speaker, twice a longest lease apart
-    /// (the self-test's faults); otherwise every kind of fault, on any node.
-    speaker_kills_only: bool,
+    /// What faults strike.
+    faults: Faults,
     workload: Workload,
 }
 
@@ -242,6 +255,9 @@ async fn inject(
     let mut rng = StdRng::seed_from_u64(run.seed ^ 0xFA17);
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let base = &run.base;
+    if run.faults == Faults::GrowAndShrink {
+        return grow_and_shrink(&cluster, &http).await;
+    }
     let mut faults = Vec::new();
     // Every mixed run replaces a member at least once, by its middle.
     let halfway = Instant::now() + (stop - Instant::now()) / 2;
@@ -250,13 +266,13 @@ async fn inject(
     while Instant::now() + Duration::from_secs(4) < stop {
         let mut node = rng.gen_range(1..=NODES);
         let mut kind = rng.gen_range(0..7);
-        if !replaced && Instant::now() >= halfway {
+        if !replaced && Instant::now() >= halfway && run.faults == Faults::Mixed {
             kind = 6;
         }
         if kind == 6 && rng.gen_bool(0.5) {
             node = current_speaker(&http, &addrs).await.unwrap_or(node);
         }
-        if run.speaker_kills_only {
+        if run.faults == Faults::SpeakerKills {
             // Holders take and renew their locks a while first.
             tokio::time::sleep(Duration::from_millis(2 * MAX_LEASE_MS)).await;
             node = current_speaker(&http, &addrs).await.unwrap_or(node);
@@ -339,11 +355,11 @@ async fn inject(
     faults
 }
 
-/// A machine replaced: `node` is removed through another member (`DELETE
-/// /v1/cluster/members/{id}`; the speaker too, which hands over), stops by
-/// itself, and joins again under its id with its data directory wiped. The
-/// membership shrinks by one and grows back while the clients work; each
-/// step must finish within [`support::PATIENCE`].
+/// A machine replaced: `node` is removed through another member (the
+/// speaker too, which hands over), stops by itself, and joins again under
+/// its id with its data directory wiped. The membership shrinks by one and
+/// grows back while the clients work; each step must finish within
+/// [`support::PATIENCE`].
 async fn replace(
     cluster: &Arc<Mutex<Cluster>>,
     http: &reqwest::Client,
@@ -351,6 +367,15 @@ async fn replace(
     node: u64,
 ) {
     let via = &addrs[&(node % NODES + 1)];
+    remove(cluster, http, via, node).await;
+    cluster.lock().unwrap().rejoin_wiped(node);
+    wait_voting(http, via, node).await;
+}
+
+/// Removes `node` through the member at `via` (`DELETE
+/// /v1/cluster/members/{id}`, asked again while a change or a speaker
+/// change is under way), and waits until it has exited by itself.
+async fn remove(cluster: &Arc<Mutex<Cluster>>, http: &reqwest::Client, via: &str, node: u64) {
     let start = Instant::now();
     loop {
         let answer = http
@@ -374,7 +399,11 @@ async fn replace(
     let code =
         tokio::task::block_in_place(|| cluster.lock().unwrap().wait_exit(node, support::PATIENCE));
     assert_eq!(code, Some(0), "removed node {node} did not stop by itself");
-    cluster.lock().unwrap().rejoin_wiped(node);
+}
+
+/// Waits until the member at `via` shows `node` voting, with no change
+/// under way.
+async fn wait_voting(http: &reqwest::Client, via: &str, node: u64) {
     let start = Instant::now();
     loop {
         let view = http
@@ -395,10 +424,62 @@ async fn replace(
         }
         assert!(
             start.elapsed() < support::PATIENCE,
-            "node {node} did not join again as a voter"
+            "node {node} did not come to vote"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The membership changes of [`Faults::GrowAndShrink`]: nodes 4 and 5 join
+/// (`--join`), then the speaker is removed, then the highest member other
+/// than the speaker; a longest lease before each change, so that holders
+/// hold across every one. Each change is recorded as a fault on the node
+/// it adds or removes, with how soon after it every member served.
+async fn grow_and_shrink(cluster: &Arc<Mutex<Cluster>>, http: &reqwest::Client) -> Vec<Fault> {
+    let lease = Duration::from_millis(MAX_LEASE_MS);
+    let live = || {
+        let cluster = cluster.lock().unwrap();
+        let live: BTreeMap<u64, String> = cluster
+            .live()
+            .into_iter()
+            .map(|id| (id, cluster.addrs[&id].clone()))
+            .collect();
+        live
+    };
+    let mut faults = Vec::new();
+    let record = |faults: &mut Vec<Fault>, at, kind, node, served_again| {
+        faults.push(Fault {
+            at,
+            until: Instant::now(),
+            kind,
+            nodes: vec![node],
+            served_again,
+        })
+    };
+    for node in [4, 5] {
+        tokio::time::sleep(lease).await;
+        let at = Instant::now();
+        cluster.lock().unwrap().spawn_joining(node);
+        wait_voting(http, &live()[&1], node).await;
+        let served = serves_again(http, &live()).await;
+        record(&mut faults, at, "member-add", node, served);
+    }
+    for step in 0..2 {
+        tokio::time::sleep(lease).await;
+        let members = live();
+        let speaker = current_speaker(http, &members).await.expect("a speaker");
+        let node = match step {
+            0 => speaker,
+            _ => *members.keys().filter(|n| **n != speaker).max().unwrap(),
+        };
+        let at = Instant::now();
+        let via = members.iter().find(|(n, _)| **n != node).unwrap().1.clone();
+        remove(cluster, http, &via, node).await;
+        let served = serves_again(http, &live()).await;
+        record(&mut faults, at, "member-remove", node, served);
+    }
+    assert_eq!(live().len(), 3, "the cluster shrank back to three");
+    faults
 }
 
 /// The distinct members a fault struck while `interval` was held, or a
@@ -445,9 +526,13 @@ async fn run(run: Run) -> Checked {
         "--rebuild-timeout",
         "500",
     ];
-    let cluster = Cluster::start_with(NODES, &args).await;
+    let nodes = match run.faults {
+        Faults::GrowAndShrink => 3,
+        _ => NODES,
+    };
+    let cluster = Cluster::start_with(nodes, &args).await;
     let addrs = cluster.addrs.clone();
-    for id in 1..=NODES {
+    for id in 1..=nodes {
         cluster.set_plan(id, run.base.clone()).await;
     }
     let cluster = Arc::new(Mutex::new(cluster));
@@ -456,8 +541,8 @@ async fn run(run: Run) -> Checked {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut workers = Vec::new();
     for i in 0..CLIENTS {
-        let a = rng.gen_range(1..=NODES);
-        let b = 1 + (a % NODES);
+        let a = rng.gen_range(1..=nodes);
+        let b = 1 + (a % nodes);
         let endpoints = vec![a, b];
         let client = Client::http(endpoints.iter().map(|n| addrs[n].clone())).unwrap();
         workers.push(tokio::spawn(worker(
@@ -685,7 +770,7 @@ async fn mutual_exclusion_holds_under_faults() {
                 seconds,
                 seed,
                 base: json!({}),
-                speaker_kills_only: false,
+                faults: Faults::Mixed,
                 workload: Workload::Contended,
             })
             .await
@@ -708,7 +793,7 @@ async fn speaker_kills_lose_no_lock_and_skipping_copies_is_caught() {
         seconds: 45,
         seed,
         base,
-        speaker_kills_only: true,
+        faults: Faults::SpeakerKills,
         workload: Workload::OwnNameLongHolds,
     };
     let _alone = ONE_AT_A_TIME.lock().await;
@@ -718,5 +803,34 @@ async fn speaker_kills_lose_no_lock_and_skipping_copies_is_caught() {
         !sabotaged.lost_with_copies.is_empty(),
         "killing the speaker with copies skipped lost no lock: {}",
         sabotaged.report
+    );
+}
+
+/// The membership grows from 3 to 5 and shrinks back to 3, the speaker
+/// removed on the way, while clients contend for names through the first
+/// three members and the checker runs: in strict mode, no overlap at all,
+/// no lock lost while fewer than `--copies` members changed within its
+/// lease, and every member serving after each change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_grows_to_five_and_shrinks_to_three_under_the_checker() {
+    let seed = env_u64("CHAOS_SEED", rand::random::<u32>() as u64);
+    eprintln!("chaos, grow and shrink: seed {seed}");
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let checked = run(Run {
+        mode: "strict",
+        seconds: 45,
+        seed,
+        base: json!({}),
+        faults: Faults::GrowAndShrink,
+        workload: Workload::Contended,
+    })
+    .await;
+    checked.assert_kept();
+    let kinds = &checked.report["faults"];
+    assert_eq!(
+        (kinds["member-add"].clone(), kinds["member-remove"].clone()),
+        (json!(2), json!(2)),
+        "{}",
+        checked.report
     );
 }
