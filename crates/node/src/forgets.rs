@@ -26,9 +26,9 @@ const BATCH_BYTES: usize = 48 * 1024;
 
 /// One queue of releases per other member, each emptied by its own sender.
 pub(crate) struct Outbox {
-    /// Every other member's queue, by id; a member's is opened when it
-    /// joins the roster.
-    members: RwLock<BTreeMap<NodeId, Queue<Release>>>,
+    /// Every other member's queue, by id, with the address its sender
+    /// sends to; a member's is opened when it joins the roster.
+    members: RwLock<BTreeMap<NodeId, (String, Queue<Release>)>>,
     me: NodeId,
 }
 
@@ -41,31 +41,50 @@ impl Outbox {
         }
     }
 
-    fn members(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<NodeId, Queue<Release>>> {
-        self.members.read().unwrap_or_else(|p| p.into_inner())
+    /// Every member's queue, with its id.
+    fn queues(&self, mut each: impl FnMut(NodeId, &Queue<Release>)) {
+        let members = self.members.read().unwrap_or_else(|p| p.into_inner());
+        for (member, (_, queue)) in members.iter() {
+            each(*member, queue);
+        }
     }
 
-    /// Opens a queue for `member` and answers the end its sender reads;
-    /// `None` for this node, or a member whose queue is already open.
-    pub(crate) fn open(&self, member: NodeId) -> Option<mpsc::UnboundedReceiver<Release>> {
+    /// Opens a queue for `member` at `addr` and answers the end its sender
+    /// reads; `None` for this node, or a member whose queue is already open
+    /// to that address. A member now at another address (removed, and added
+    /// again elsewhere) gets a new queue: the old one's sender ends once
+    /// what it holds is sent or has expired.
+    pub(crate) fn open(
+        &self,
+        member: NodeId,
+        addr: &str,
+    ) -> Option<mpsc::UnboundedReceiver<Release>> {
         if member == self.me {
             return None;
         }
         let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
-        if members.contains_key(&member) {
+        if members.get(&member).is_some_and(|(at, _)| at == addr) {
             return None;
         }
         let queue = Queue::new();
         let rx = queue.take_receiver();
-        members.insert(member, queue);
+        members.insert(member, (addr.to_string(), queue));
         rx
+    }
+
+    /// Closes `member`'s queue (it left the cluster, and no rebuild reads
+    /// it any more): its sender ends once what it holds is sent or has
+    /// expired.
+    pub(crate) fn close(&self, member: NodeId) {
+        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
+        members.remove(&member);
     }
 
     /// Queues the release of `name` held under `id`, whose lease ends at
     /// `ends`, for every member of `to` but this node.
     pub(crate) fn push(&self, to: Members, name: &str, id: LockId, ends: MonoTime) {
-        for (member, queue) in self.members().iter() {
-            if to.contains(*member) {
+        self.queues(|member, queue| {
+            if to.contains(member) {
                 queue.push(Release {
                     name: name.to_string(),
                     id,
@@ -73,20 +92,20 @@ impl Outbox {
                     spread: false,
                 });
             }
-        }
+        });
     }
 
     /// Queues a release that member `failed` did not acknowledge for every
     /// other member (but this node), marked so it is not spread again.
     fn spread(&self, failed: NodeId, release: &Release) {
-        for (member, queue) in self.members().iter() {
-            if *member != failed {
+        self.queues(|member, queue| {
+            if member != failed {
                 queue.push(Release {
                     spread: true,
                     ..release.clone()
                 });
             }
-        }
+        });
     }
 }
 
@@ -132,7 +151,7 @@ fn encode(pending: &VecDeque<Release>, now: MonoTime) -> (Option<Vec<u8>>, usize
 /// `node`'s, unless that member's sender runs already: one sender per
 /// member, so a member that cannot be reached holds up no other.
 pub(crate) fn start_sender(node: &Arc<Node>, member: NodeId, addr: String) {
-    let Some(rx) = node.forgets.open(member) else {
+    let Some(rx) = node.forgets.open(member, &addr) else {
         return;
     };
     let (tasks, stop) = (node.tasks.clone(), node.stop.clone());
@@ -304,8 +323,8 @@ mod tests {
     impl Rig {
         fn new() -> Rig {
             let outbox = Outbox::new(1);
-            let rx = outbox.open(2).into();
-            let spread_rx = outbox.open(3).unwrap().into();
+            let rx = outbox.open(2, "b").into();
+            let spread_rx = outbox.open(3, "c").unwrap().into();
             Rig {
                 outbox,
                 rx,
@@ -474,9 +493,9 @@ mod tests {
     #[tokio::test]
     async fn a_release_goes_to_its_members_and_is_spread_to_the_others_once() {
         let outbox = Outbox::new(1);
-        assert!(outbox.open(1).is_none(), "no queue to this node");
-        let mut rx: Vec<_> = [2, 3].map(|m| outbox.open(m).unwrap()).into();
-        assert!(outbox.open(2).is_none(), "one queue per member");
+        assert!(outbox.open(1, "a").is_none(), "no queue to this node");
+        let mut rx: Vec<_> = [2, 3].map(|m| outbox.open(m, "b").unwrap()).into();
+        assert!(outbox.open(2, "b").is_none(), "one queue per member");
         let id = LockId::from_u128(5);
         outbox.push(Members::only(2).with(Members::only(1)), "x", id, ms(9));
         let to_two = rx[0].try_recv().unwrap();
@@ -487,5 +506,19 @@ mod tests {
         assert!(rx[0].try_recv().is_err());
         let to_three = rx[1].try_recv().unwrap();
         assert!(to_three.spread && to_three.name == "x");
+    }
+
+    #[tokio::test]
+    async fn a_member_added_again_elsewhere_gets_a_new_queue_and_a_closed_one_ends() {
+        let outbox = Outbox::new(1);
+        let mut old = outbox.open(2, "b:1").unwrap();
+        let mut moved = outbox.open(2, "b:2").expect("a queue to the new address");
+        let id = LockId::from_u128(5);
+        outbox.push(Members::only(2), "x", id, ms(9));
+        assert!(moved.try_recv().is_ok());
+        assert!(old.recv().await.is_none(), "the old address's sender ends");
+        outbox.close(2);
+        assert!(moved.recv().await.is_none(), "a closed queue's sender ends");
+        outbox.push(Members::only(2), "x", id, ms(9));
     }
 }

@@ -158,12 +158,21 @@ impl Node {
         self.identity.set_members(latest.ids());
         let first = !self.saw_roster.swap(true, Ordering::Relaxed);
         // A node joining replays configurations from before it was added;
-        // any other finds its latest one first, and is removed if that
-        // does not name it (restarted after its removal).
-        let was_member =
-            self.was_member.load(Ordering::Relaxed) || (first && self.config.join.is_empty());
+        // a member finds its latest one first, and is removed if that does
+        // not name it (restarted after its removal). The data directory
+        // records whether a configuration ever named this node, so that a
+        // joiner restarted before its addition reached it is no member
+        // yet; a directory from before that record counts a node started
+        // without --join as a member.
+        let recorded = self
+            .identity
+            .was_named()
+            .unwrap_or(self.config.join.is_empty());
+        let was_member = self.was_member.load(Ordering::Relaxed) || (first && recorded);
         if named {
-            self.was_member.store(true, Ordering::Relaxed);
+            if !self.was_member.swap(true, Ordering::Relaxed) {
+                self.record_named();
+            }
         } else if was_member {
             self.removed_from_cluster();
         }
@@ -203,6 +212,16 @@ impl Node {
     /// joining was never named).
     pub(crate) fn was_named(&self) -> bool {
         self.was_member.load(Ordering::Relaxed)
+    }
+
+    /// Records, durably, that a configuration named this node.
+    fn record_named(&self) {
+        let identity = Arc::clone(&self.identity);
+        self.tasks.spawn(async move {
+            if let Err(e) = identity.named().await {
+                tracing::warn!(%e, "could not record that this node is a member");
+            }
+        });
     }
 
     /// Records that `member` was removed: it may come back under its id on
@@ -265,7 +284,14 @@ impl Node {
         let now = self.clock.now();
         let roster = self.roster();
         let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
-        departed.retain(|_, (_, until)| *until > now);
+        departed.retain(|member, (_, until)| {
+            let reads = *until > now;
+            if !reads && roster.addr(*member).is_none() {
+                // No rebuild reads it any more: its releases may stop.
+                self.forgets.close(*member);
+            }
+            reads
+        });
         // A member added again since is read as a member, once.
         departed
             .iter()

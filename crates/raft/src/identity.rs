@@ -247,6 +247,9 @@ pub(crate) struct Recorded {
     /// The members seen removed since their directory was recorded: each
     /// may come back on a new one.
     pub(crate) removed: BTreeSet<NodeId>,
+    /// Whether a configuration from Raft ever named this node (`None`: a
+    /// data directory older than this record).
+    pub(crate) named: Option<bool>,
 }
 
 /// This node's identity and what it knows of the others'; shared by the
@@ -468,6 +471,26 @@ impl Identity {
             return Ok(());
         }
         self.write(marked).await
+    }
+
+    /// Whether a configuration from Raft ever named this node, as this data
+    /// directory recorded it (`None`: a directory from before the record
+    /// was kept).
+    pub fn was_named(&self) -> Option<bool> {
+        self.lock().named
+    }
+
+    /// Records, durably, that a configuration from Raft named this node: it
+    /// is a member, and a later configuration that does not name it
+    /// removed it, even across a restart.
+    pub async fn named(&self) -> io::Result<()> {
+        let _writing = self.writing.lock().await;
+        let mut named = self.lock().clone();
+        if named.named == Some(true) {
+            return Ok(());
+        }
+        named.named = Some(true);
+        self.write(named).await
     }
 
     /// Records `store` as `member`'s data directory in place of the one
@@ -761,6 +784,27 @@ mod tests {
             me.admit(three(12)).await,
             Err(Refusal::StoreChanged { member: 3, .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn whether_a_configuration_named_this_node_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = crate::LogStore::open(dir.path(), 1).unwrap();
+            let me = store.identity();
+            assert_eq!(me.was_named(), Some(false), "a new directory");
+            me.admit(Stamp {
+                from: 2,
+                store: StoreId(7),
+                cluster: None,
+            })
+            .await
+            .unwrap();
+            assert_eq!(me.was_named(), Some(false));
+            me.named().await.unwrap();
+        }
+        let store = crate::LogStore::open(dir.path(), 1).unwrap();
+        assert_eq!(store.identity().was_named(), Some(true));
     }
 
     #[tokio::test]

@@ -56,6 +56,7 @@ const KEY_CLUSTER_ID: &str = "cluster_id";
 const KEY_MEMBERS: &str = "member_stores";
 const KEY_RETIRED: &str = "retired_stores";
 const KEY_REMOVED: &str = "removed_members";
+const KEY_NAMED: &str = "named";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -256,10 +257,18 @@ impl LogStore {
                 removed: get_meta(&meta, KEY_REMOVED)
                     .map_err(to_store)?
                     .unwrap_or_default(),
+                named: get_meta(&meta, KEY_NAMED).map_err(to_store)?,
             };
-            if stored.is_none() {
+            let recorded = if stored.is_none() {
                 put_meta(&mut meta, KEY_NODE_ID, &node_id).map_err(|e| io_to_store(&path, e))?;
-            }
+                put_meta(&mut meta, KEY_NAMED, &false).map_err(|e| io_to_store(&path, e))?;
+                Recorded {
+                    named: Some(false),
+                    ..recorded
+                }
+            } else {
+                recorded
+            };
             let store_id = match store_id {
                 Some(id) => id,
                 None => {
@@ -440,6 +449,9 @@ pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> 
         put_meta(&mut meta, KEY_MEMBERS, &known.members)?;
         put_meta(&mut meta, KEY_RETIRED, &known.retired)?;
         put_meta(&mut meta, KEY_REMOVED, &known.removed)?;
+        if let Some(named) = known.named {
+            put_meta(&mut meta, KEY_NAMED, &named)?;
+        }
     }
     txn.commit().map_err(io_err)
 }
