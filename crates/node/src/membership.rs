@@ -94,18 +94,7 @@ impl Node {
     /// `409 change_in_progress`.
     async fn settled_metrics(&self) -> Result<RaftMetrics, ApiError> {
         let metrics = self.raft.metrics().borrow_watched().clone();
-        let joint = metrics
-            .membership_config
-            .membership()
-            .get_joint_config()
-            .len()
-            > 1;
-        let uncommitted =
-            metrics.membership_config.log_id() != metrics.committed_membership_config.log_id();
-        if uncommitted {
-            return Err(change_in_progress());
-        }
-        if !joint {
+        if !left_joint(&metrics)? {
             return Ok(metrics);
         }
         tracing::info!("finishing a membership change left joint");
@@ -376,6 +365,19 @@ fn join_may_retry(code: ErrorCode) -> bool {
     )
 }
 
+/// Whether `metrics` show a joint configuration left committed (a change
+/// a leader change cut short), to finish before the next change; `409
+/// change_in_progress` while the latest configuration is not committed.
+fn left_joint(metrics: &RaftMetrics) -> Result<bool, ApiError> {
+    let uncommitted =
+        metrics.membership_config.log_id() != metrics.committed_membership_config.log_id();
+    if uncommitted {
+        return Err(change_in_progress());
+    }
+    let halves = metrics.membership_config.membership().get_joint_config();
+    Ok(halves.len() > 1)
+}
+
 fn change_in_progress() -> ApiError {
     ApiError::new(
         ErrorCode::ChangeInProgress,
@@ -404,5 +406,44 @@ async fn within<T>(
             ErrorCode::ChangeInProgress,
             format!("the change did not commit within {wait:?}; it may still: see GET /v1/cluster"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use leasehold_raft::{LogId, StoredMembership};
+    use openraft::Membership;
+
+    use super::*;
+
+    fn metrics(halves: Vec<BTreeSet<NodeId>>, at: u64, committed_at: u64) -> RaftMetrics {
+        let nodes: BTreeMap<NodeId, BasicNode> = (1..=4)
+            .map(|id| (id, BasicNode::new(format!("n{id}:1"))))
+            .collect();
+        let membership = Membership::new(halves, nodes).unwrap();
+        let log_id = |index| Some(LogId::new_term_index(1, index));
+        let mut metrics = RaftMetrics::new_initial(1);
+        metrics.membership_config = Arc::new(StoredMembership::new(log_id(at), membership.clone()));
+        metrics.committed_membership_config =
+            Arc::new(StoredMembership::new(log_id(committed_at), membership));
+        metrics
+    }
+
+    #[test]
+    fn a_joint_configuration_left_committed_is_finished_first() {
+        let old = BTreeSet::from([1, 2, 3]);
+        let new = BTreeSet::from([1, 2, 4]);
+        assert_eq!(
+            left_joint(&metrics(vec![old.clone()], 5, 5)).ok(),
+            Some(false)
+        );
+        assert_eq!(
+            left_joint(&metrics(vec![old.clone(), new.clone()], 5, 5)).ok(),
+            Some(true)
+        );
+        let uncommitted = left_joint(&metrics(vec![old, new], 6, 5)).unwrap_err();
+        assert_eq!(uncommitted.body.error, ErrorCode::ChangeInProgress);
     }
 }
