@@ -377,7 +377,8 @@ async fn the_cluster_shrinks_from_five_to_three_a_lease_apart_the_speaker_last()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_added_again_under_its_id_ignores_the_notice_of_its_old_removal() {
-    let mut cluster = Cluster::start(3).await;
+    let lease = ["--max-lease", "3000", "--default-lease", "3000"];
+    let mut cluster = Cluster::start_with(3, &lease).await;
     let (speaker, term) = cluster.speaker().await;
     let back = cluster.others(speaker)[0];
     let (status, body) = delete(&cluster, speaker, &back.to_string()).await;
@@ -387,13 +388,24 @@ async fn a_node_added_again_under_its_id_ignores_the_notice_of_its_old_removal()
         Some(0),
         "a removed node stops by itself"
     );
-    // Its machine is rebuilt and added again under the same id and address.
+    // For a longest lease after it left, a rebuild still reads its old
+    // incarnation: the id is not added again meanwhile.
+    let addr = cluster.addrs[&back].clone();
+    let again = json!({ "id": back, "addr": addr });
+    let (status, body) = post(&cluster, speaker, again, Some(TOKEN)).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (409, json!("change_in_progress")),
+        "{body}"
+    );
+    // Its machine is rebuilt and added again under the same id and
+    // address; it asks until the window has passed.
     cluster.rejoin_wiped(back);
     wait_for_voters(&cluster, speaker, &[1, 2, 3]).await;
 
     // The notice of the old removal arrives late (the speaker retries it
     // while the node is down): the node was added since, and serves on.
-    let old = json!({ "id": back, "term": term, "config": 0 });
+    let old = json!({ "id": back, "term": term, "config": 1, "config_term": 1 });
     let (status, body) = removal_notice(&cluster, back, old).await;
     assert_eq!(
         (status, body["error"].clone()),

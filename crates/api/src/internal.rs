@@ -223,9 +223,13 @@ pub struct Removed {
     pub term: u64,
     /// The log index of the configuration that no longer names it: a node
     /// named by a later one (added again since, under the same id) answers
-    /// `409 member_exists` and serves on.
+    /// `409 member_exists` and serves on. 0: not given (acted on).
     #[serde(default)]
     pub config: u64,
+    /// The term of the leader that proposed that configuration (a log id is
+    /// its term and index).
+    #[serde(default)]
+    pub config_term: u64,
 }
 
 #[cfg(test)]

@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use leasehold_api::{routes, AddMemberBody, ClusterAnswer, ErrorCode, MemberChange, Removed};
 use leasehold_raft::errors::{ChangeMembershipError, ClientWriteError, RaftError};
-use leasehold_raft::{acked_ago, BasicNode, ChangeMembers, RaftMetrics, WatchReceiver};
+use leasehold_raft::{acked_ago, BasicNode, ChangeMembers, LogId, RaftMetrics, WatchReceiver};
 use locktable::NodeId;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::node::Node;
-use crate::roster::Roster;
 
 /// How long the speaker waits for a new member to catch up with the log
 /// before answering `503 not_caught_up` (it stays a learner; the same
@@ -70,6 +69,7 @@ impl Node {
             Some(_) if membership.voter_ids().any(|v| v == id) => return Ok(()),
             Some(_) => {}
             None => {
+                self.refuse_departed(id)?;
                 if let Some((other, _)) = membership.nodes().find(|(_, n)| n.addr == addr) {
                     return Err(ApiError::new(
                         ErrorCode::MemberExists,
@@ -84,7 +84,27 @@ impl Node {
         self.wait_caught_up(id).await?;
         tracing::info!(member = id, "the new member caught up: making it a voter");
         let promote = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
-        within(COMMIT_WAIT, self.raft.change_membership(promote, false)).await
+        within(COMMIT_WAIT, self.raft.change_membership(promote, false)).await?;
+        Ok(())
+    }
+
+    /// Refuses to add `id` again while it is departed: a rebuild still reads
+    /// (or counts missing) its old incarnation, which may hold the only
+    /// other record of a lock, and a new one under the same id would be
+    /// read in its place, with nothing.
+    fn refuse_departed(&self, id: NodeId) -> Result<(), ApiError> {
+        let departed = self.departed_with_time_left();
+        let Some(gone) = departed.iter().find(|d| d.node == id) else {
+            return Ok(());
+        };
+        Err(ApiError::new(
+            ErrorCode::ChangeInProgress,
+            format!(
+                "node {id} left the cluster lately, and a rebuild reads what it held for \
+                 --max-lease after it left: it can be added again in {} ms",
+                gone.left_ms
+            ),
+        ))
     }
 
     /// Raft's metrics once no change is under way: a joint configuration
@@ -171,7 +191,7 @@ impl Node {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))
         };
         tracing::info!(member = id, "removing a member");
-        within(COMMIT_WAIT, self.raft.change_membership(change, false)).await?;
+        let written = within(COMMIT_WAIT, self.raft.change_membership(change, false)).await?;
         if id == self.id() {
             // openraft leaves a removed leader leading (`removed_leader_step_down:
             // Never`): this node stops granting now, and whoever runs it
@@ -179,12 +199,13 @@ impl Node {
             // next speaker has read this node's locks.
             self.removed_from_cluster();
         } else {
-            let config = self.latest_config_index();
+            let config = written.log_id;
             self.tell_removed(
                 Removed {
                     id,
                     term: metrics.current_term,
-                    config,
+                    config: config.index(),
+                    config_term: config.committed_leader_id().term,
                 },
                 addr,
             );
@@ -259,27 +280,26 @@ impl Node {
             ));
         }
         let named = self.roster().addr(self.id()).is_some();
-        let latest = self.latest_config_index();
-        if !self.was_named() || (named && latest > notice.config) {
+        let latest = *self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .log_id();
+        let removal = LogId::new_term_index(notice.config_term, notice.config);
+        let later = notice.config > 0 && latest.is_some_and(|latest| latest > removal);
+        if !self.was_named() || (named && later) {
             return Err(ApiError::new(
                 ErrorCode::MemberExists,
                 format!(
-                    "node {} is a member by the configuration at log index {latest}, later \
-                     than its removal at {}",
+                    "node {} is a member by a configuration later than its removal at {removal}",
                     self.id(),
-                    notice.config
                 ),
             ));
         }
         tracing::warn!(term = notice.term, "the speaker says this node was removed");
         self.removed_from_cluster();
         Ok(())
-    }
-
-    /// The log index of the latest configuration this node has (0: none).
-    fn latest_config_index(&self) -> u64 {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        metrics.membership_config.log_id().map_or(0, |l| l.index)
     }
 
     /// This node is no member any more: it stops speaking and serving its
@@ -306,11 +326,15 @@ impl Node {
 }
 
 /// Asks the members at `node.config.join`, in turn, to add this node,
-/// until one has (or Raft's membership names it a voter already: a
-/// restart), or `stop`. A refusal that asking again cannot change (its id
-/// taken at another address, say) stops the node, as a refused identity
-/// does.
+/// until one has, or `stop`; then it is a member
+/// ([`Node::confirm_joined`]). A refusal that asking again cannot change
+/// (its id taken at another address, say) stops the node, as a refused
+/// identity does. A member restarted (its data directory records that a
+/// configuration named it) asks nothing: its membership is in its log.
 pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
+    if node.identity.was_named() == Some(true) {
+        return;
+    }
     let Some(addr) = node.config.peers.get(&node.id()).cloned() else {
         return;
     };
@@ -320,13 +344,6 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
     });
     let mut pause = Duration::from_millis(200);
     loop {
-        let joined =
-            Roster::from_membership(&node.raft.metrics().borrow_watched().membership_config)
-                .is_some_and(|r| r.is_voter(node.id()));
-        if joined {
-            tracing::info!("this node is a voting member");
-            return;
-        }
         for target in &node.config.join {
             let asked = node
                 .peers
@@ -335,6 +352,7 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
             match asked {
                 Ok(Ok(_)) => {
                     tracing::info!(through = %target, "joined the cluster");
+                    node.confirm_joined();
                     return;
                 }
                 Ok(Err(refused)) if !join_may_retry(refused.error) => {
@@ -389,9 +407,9 @@ fn change_in_progress() -> ApiError {
 async fn within<T>(
     wait: Duration,
     write: impl std::future::Future<Output = Result<T, RaftError<ClientWriteError>>>,
-) -> Result<(), ApiError> {
+) -> Result<T, ApiError> {
     match tokio::time::timeout(wait, write).await {
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(written)) => Ok(written),
         Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => Err(match e {
             ChangeMembershipError::InProgress(_) => change_in_progress(),
             other => ApiError::new(ErrorCode::BadRequest, other.to_string()),

@@ -169,9 +169,13 @@ impl Node {
             .was_named()
             .unwrap_or(self.config.join.is_empty());
         let was_member = self.was_member.load(Ordering::Relaxed) || (first && recorded);
+        // A joining node replaying the log may find its id named by a
+        // configuration of an earlier member under that id: it is a member
+        // once the cluster answers its join (`confirm_joined`).
+        let confirmed = self.config.join.is_empty() || self.identity.was_named() == Some(true);
         if named {
-            if !self.was_member.swap(true, Ordering::Relaxed) {
-                self.record_named();
+            if confirmed {
+                self.confirm_joined();
             }
         } else if was_member {
             self.removed_from_cluster();
@@ -192,7 +196,6 @@ impl Node {
             for (member, addr) in before.members() {
                 if latest.addr(member).is_none() {
                     departed.insert(member, (addr.to_string(), until));
-                    self.mark_removed(member);
                 }
             }
             departed.retain(|member, _| latest.addr(*member).is_none());
@@ -214,26 +217,17 @@ impl Node {
         self.was_member.load(Ordering::Relaxed)
     }
 
-    /// Records, durably, that a configuration named this node.
-    fn record_named(&self) {
-        let identity = Arc::clone(&self.identity);
-        self.tasks.spawn(async move {
-            if let Err(e) = identity.named().await {
-                tracing::warn!(%e, "could not record that this node is a member");
-            }
-        });
-    }
-
-    /// Records that `member` was removed: it may come back under its id on
-    /// a new data directory.
-    fn mark_removed(&self, member: NodeId) {
-        if member == self.id() {
+    /// This node is a member (a configuration named it, or the cluster
+    /// answered its join): from now on a configuration that does not name
+    /// it removed it. Recorded durably.
+    pub(crate) fn confirm_joined(&self) {
+        if self.was_member.swap(true, Ordering::Relaxed) {
             return;
         }
         let identity = Arc::clone(&self.identity);
         self.tasks.spawn(async move {
-            if let Err(e) = identity.removed(member).await {
-                tracing::warn!(member, %e, "could not record a member's removal");
+            if let Err(e) = identity.named().await {
+                tracing::warn!(%e, "could not record that this node is a member");
             }
         });
     }

@@ -244,12 +244,31 @@ pub(crate) struct Recorded {
     /// The data directories members had when they were removed: never
     /// admitted again.
     pub(crate) retired: BTreeMap<NodeId, BTreeSet<StoreId>>,
-    /// The members seen removed since their directory was recorded: each
-    /// may come back on a new one.
-    pub(crate) removed: BTreeSet<NodeId>,
+    /// For each member, the log index of the committed configuration that
+    /// last added it (it was not in the one before), as applied here.
+    pub(crate) added: BTreeMap<NodeId, u64>,
+    /// For each member, its `added` when its directory was recorded (or
+    /// last shown again): a member added since may show a new directory.
+    pub(crate) recorded_at: BTreeMap<NodeId, u64>,
     /// Whether a configuration from Raft ever named this node (`None`: a
     /// data directory older than this record).
     pub(crate) named: Option<bool>,
+}
+
+/// What a peer's stamp is to what this node recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// As recorded: nothing to learn.
+    Known,
+    /// A member whose directory is not recorded yet.
+    New,
+    /// A member added again since, on the directory recorded.
+    ShownAgain,
+    /// A member added again since, on a new directory (this one's old).
+    Replaced(StoreId),
+    /// Not a member now, on another directory: admitted, not recorded
+    /// (but a cluster id it carries is learned).
+    Outsider,
 }
 
 /// This node's identity and what it knows of the others'; shared by the
@@ -260,6 +279,9 @@ pub struct Identity {
     known: Mutex<Recorded>,
     /// The members now, once the node knows them.
     members: Mutex<Option<BTreeSet<NodeId>>>,
+    /// The members of the last configuration applied since this process
+    /// started.
+    applied: Mutex<Option<BTreeSet<NodeId>>>,
     /// Held across each write of what is recorded, so that writes follow
     /// one another.
     writing: tokio::sync::Mutex<()>,
@@ -291,6 +313,7 @@ impl Identity {
             store,
             known: Mutex::new(recorded),
             members: Mutex::new(None),
+            applied: Mutex::new(None),
             writing: tokio::sync::Mutex::new(()),
             warned: Mutex::default(),
             db,
@@ -335,75 +358,131 @@ impl Identity {
     /// learns (the cluster id if it has none, the peer's store id on first
     /// sight) durably before answering.
     pub async fn admit(&self, peer: Stamp) -> Result<(), Refusal> {
-        let mut learned = Recorded::default();
-        let mut replaced = false;
+        let nothing_new = |known: &Recorded, seen: Seen| {
+            let learns_cluster = known.cluster.is_none() && peer.cluster.is_some();
+            matches!(seen, Seen::Known | Seen::Outsider) && !learns_cluster
+        };
         {
             let known = self.lock();
-            if let (Some(ours), Some(theirs)) = (known.cluster, peer.cluster) {
-                if ours != theirs {
-                    return Err(Refusal::ForeignCluster {
-                        member: peer.from,
-                        ours,
-                        theirs,
-                    });
-                }
-            }
-            if known
-                .retired
-                .get(&peer.from)
-                .is_some_and(|stores| stores.contains(&peer.store))
-            {
-                return Err(Refusal::Retired {
-                    member: peer.from,
-                    store: peer.store,
-                });
-            }
-            let seen_removed = known.removed.contains(&peer.from);
-            let recorded = if peer.from == self.node {
-                Some(self.store)
-            } else {
-                known.members.get(&peer.from).copied()
-            };
-            match recorded {
-                // A member seen removed, or not one now: added again on a
-                // new directory, or asking to be.
-                Some(known)
-                    if known != peer.store
-                        && peer.from != self.node
-                        && (seen_removed || self.is_outsider(peer.from)) =>
-                {
-                    replaced = true;
-                }
-                Some(known) if known != peer.store => {
-                    return Err(Refusal::StoreChanged {
-                        member: peer.from,
-                        known,
-                        given: peer.store,
-                    });
-                }
-                Some(_) => {}
-                None => {
-                    learned.members.insert(peer.from, peer.store);
-                }
-            }
-            if known.cluster.is_none() {
-                learned.cluster = peer.cluster;
+            if nothing_new(&known, self.decide(&known, peer)?) {
+                return Ok(());
             }
         }
-        if replaced {
-            self.replace(peer.from, peer.store)
-                .await
-                .map_err(Refusal::Store)?;
-        }
-        if learned.cluster.is_none() && learned.members.is_empty() {
+        // Decided again under the write lock, on what is recorded then.
+        let _writing = self.writing.lock().await;
+        let mut next = self.lock().clone();
+        let seen = self.decide(&next, peer)?;
+        if nothing_new(&next, seen) {
             return Ok(());
         }
-        self.record(learned).await.map_err(Refusal::Store)
+        if next.cluster.is_none() {
+            next.cluster = peer.cluster;
+        }
+        let member = peer.from;
+        let added = next.added.get(&member).copied().unwrap_or(0);
+        match seen {
+            Seen::New | Seen::ShownAgain => {
+                next.members.insert(member, peer.store);
+                next.recorded_at.insert(member, added);
+            }
+            Seen::Replaced(old) => {
+                next.retired.entry(member).or_default().insert(old);
+                next.members.insert(member, peer.store);
+                next.recorded_at.insert(member, added);
+            }
+            Seen::Known | Seen::Outsider => {}
+        }
+        self.write(next).await.map_err(Refusal::Store)
+    }
+
+    /// What `peer`'s stamp is to what `known` records, or why it is refused.
+    fn decide(&self, known: &Recorded, peer: Stamp) -> Result<Seen, Refusal> {
+        if let (Some(ours), Some(theirs)) = (known.cluster, peer.cluster) {
+            if ours != theirs {
+                return Err(Refusal::ForeignCluster {
+                    member: peer.from,
+                    ours,
+                    theirs,
+                });
+            }
+        }
+        let member = peer.from;
+        if known
+            .retired
+            .get(&member)
+            .is_some_and(|stores| stores.contains(&peer.store))
+        {
+            return Err(Refusal::Retired {
+                member,
+                store: peer.store,
+            });
+        }
+        if member == self.node {
+            if peer.store != self.store {
+                return Err(Refusal::StoreChanged {
+                    member,
+                    known: self.store,
+                    given: peer.store,
+                });
+            }
+            return Ok(Seen::Known);
+        }
+        // Added again (by a committed configuration) since its directory
+        // was recorded: a new directory may be the machine rebuilt.
+        let added_since = known.added.get(&member).copied().unwrap_or(0)
+            > known.recorded_at.get(&member).copied().unwrap_or(0);
+        Ok(match known.members.get(&member).copied() {
+            None => Seen::New,
+            Some(store) if store == peer.store && added_since => Seen::ShownAgain,
+            Some(store) if store == peer.store => Seen::Known,
+            Some(old) if added_since => Seen::Replaced(old),
+            // Not a member now (removed, or asking to be added): nothing
+            // it sends counts in Raft; its directory is not recorded.
+            Some(_) if self.is_outsider(member) => Seen::Outsider,
+            Some(known) => {
+                return Err(Refusal::StoreChanged {
+                    member,
+                    known,
+                    given: peer.store,
+                })
+            }
+        })
+    }
+
+    /// Takes the configuration committed at log index `index`, naming
+    /// `members`, as applied in log order (every configuration, at every
+    /// start, from the first): a member not in the one before was added
+    /// at `index`. The first configuration applied since this process
+    /// started adds only members never seen added.
+    pub async fn applied(&self, index: u64, members: BTreeSet<NodeId>) -> io::Result<()> {
+        let before = self
+            .applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(members.clone());
+        let _writing = self.writing.lock().await;
+        let mut next = self.lock().clone();
+        let mut changed = false;
+        for member in members {
+            let new = match &before {
+                Some(before) => !before.contains(&member),
+                None => !next.added.contains_key(&member),
+            };
+            let at = next.added.entry(member).or_insert(0);
+            if new && *at < index {
+                *at = index;
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+        self.write(next).await
     }
 
     /// Takes `members` as the cluster's members now (Raft's latest
-    /// configuration): a former member, no longer among them, may come back
-    /// on a new data directory.
+    /// configuration): one not among them may show another data directory
+    /// than the one recorded (it is not recorded).
     pub fn set_members(&self, members: impl IntoIterator<Item = NodeId>) {
         *self.members.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(members.into_iter().collect());
@@ -421,56 +500,13 @@ impl Identity {
         if let Some(cluster) = self.cluster() {
             return Ok(cluster);
         }
-        let cluster = ClusterId(crate::entropy::random_u128());
-        self.record(Recorded {
-            cluster: Some(cluster),
-            ..Recorded::default()
-        })
-        .await?;
-        Ok(self.cluster().unwrap_or(cluster))
-    }
-
-    /// Writes `learned` to the data directory, then to memory. A cluster id
-    /// already known is kept; a member already recorded keeps its store.
-    async fn record(&self, learned: Recorded) -> io::Result<()> {
         let _writing = self.writing.lock().await;
-        let db = self.db()?;
-        let merged = {
-            let known = self.lock();
-            let mut merged = known.clone();
-            if merged.cluster.is_none() {
-                merged.cluster = learned.cluster;
-            }
-            for (member, store) in &learned.members {
-                merged.members.entry(*member).or_insert(*store);
-            }
-            merged
-        };
-        let to_write = merged.clone();
-        crate::blocking::unblock(move || crate::log_store::write_identity(&db, &to_write))
-            .await??;
-        let mut known = self.lock();
-        if known.cluster.is_none() {
-            known.cluster = merged.cluster;
+        let mut next = self.lock().clone();
+        if next.cluster.is_none() {
+            next.cluster = Some(ClusterId(crate::entropy::random_u128()));
+            self.write(next.clone()).await?;
         }
-        for (member, store) in merged.members {
-            known.members.entry(member).or_insert(store);
-        }
-        Ok(())
-    }
-
-    /// Records, durably, that `member` was removed from the cluster: it
-    /// may come back on a new data directory, which then replaces the one
-    /// recorded (refused from then on). Until then its old directory is
-    /// admitted: a removed member hands over, and is read at rebuilds for a
-    /// lease.
-    pub async fn removed(&self, member: NodeId) -> io::Result<()> {
-        let _writing = self.writing.lock().await;
-        let mut marked = self.lock().clone();
-        if !marked.members.contains_key(&member) || !marked.removed.insert(member) {
-            return Ok(());
-        }
-        self.write(marked).await
+        Ok(next.cluster.expect("named above"))
     }
 
     /// Whether a configuration from Raft ever named this node, as this data
@@ -491,20 +527,6 @@ impl Identity {
         }
         named.named = Some(true);
         self.write(named).await
-    }
-
-    /// Records `store` as `member`'s data directory in place of the one
-    /// it had, durably; the old one is refused from now on.
-    async fn replace(&self, member: NodeId, store: StoreId) -> io::Result<()> {
-        let _writing = self.writing.lock().await;
-        let mut replaced = self.lock().clone();
-        if let Some(old) = replaced.members.insert(member, store) {
-            if old != store {
-                replaced.retired.entry(member).or_default().insert(old);
-            }
-        }
-        replaced.removed.remove(&member);
-        self.write(replaced).await
     }
 
     /// Writes `recorded` to the data directory, then takes it as what is
@@ -724,65 +746,61 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_former_member_comes_back_on_a_new_directory_and_the_old_is_refused() {
+    async fn a_member_added_again_may_show_a_new_directory_once_and_the_old_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let old = Stamp {
+        let two = |store| Stamp {
             from: 2,
-            store: StoreId(7),
-            cluster: None,
-        };
-        let new = Stamp {
-            store: StoreId(8),
-            ..old
-        };
-        {
-            let store = crate::LogStore::open(dir.path(), 1).unwrap();
-            let me = store.identity();
-            me.admit(old).await.unwrap();
-            // A member still: a new directory is a wiped one.
-            me.set_members([1, 2, 3]);
-            assert!(matches!(
-                me.admit(new).await,
-                Err(Refusal::StoreChanged { .. })
-            ));
-            // Removed: it may come back on a new directory (joining).
-            me.set_members([1, 3]);
-            me.admit(new).await.unwrap();
-            assert_eq!(me.recorded(2), Some(StoreId(8)));
-            me.set_members([1, 2, 3]);
-            me.admit(new).await.unwrap();
-        }
-        // What was replaced survives a restart, and the old directory is
-        // refused whether or not the member is one.
-        let store = crate::LogStore::open(dir.path(), 1).unwrap();
-        let me = store.identity();
-        assert_eq!(me.recorded(2), Some(StoreId(8)));
-        assert!(matches!(
-            me.admit(old).await,
-            Err(Refusal::Retired {
-                member: 2,
-                store: StoreId(7)
-            })
-        ));
-        me.set_members([1, 3]);
-        assert!(matches!(me.admit(old).await, Err(Refusal::Retired { .. })));
-        // A member seen removed may come back even once it votes again,
-        // while its old directory is still admitted until then; after
-        // that, another directory is a wipe again.
-        let three = |store| Stamp {
-            from: 3,
             store: StoreId(store),
             cluster: None,
         };
-        me.admit(three(10)).await.unwrap();
-        me.removed(3).await.unwrap();
-        me.admit(three(10)).await.unwrap();
-        me.set_members([1, 2, 3]);
-        me.admit(three(11)).await.unwrap();
-        assert_eq!(me.recorded(3), Some(StoreId(11)));
+        let wiped = |result: Result<(), Refusal>| {
+            matches!(result, Err(Refusal::StoreChanged { member: 2, .. }))
+        };
+        let all = || BTreeSet::from([1, 2, 3]);
+        let without_two = || BTreeSet::from([1, 3]);
+        {
+            let store = crate::LogStore::open(dir.path(), 1).unwrap();
+            let me = store.identity();
+            me.applied(1, all()).await.unwrap();
+            me.set_members(all());
+            me.admit(two(7)).await.unwrap();
+            assert!(wiped(me.admit(two(8)).await), "a wiped voter");
+            // Removed: another directory is admitted, and not recorded.
+            me.applied(10, without_two()).await.unwrap();
+            me.set_members(without_two());
+            me.admit(two(8)).await.unwrap();
+            assert_eq!(me.recorded(2), Some(StoreId(7)));
+            // Added again: its new directory replaces the old, once.
+            me.applied(20, all()).await.unwrap();
+            me.set_members(all());
+            me.admit(two(8)).await.unwrap();
+            assert_eq!(me.recorded(2), Some(StoreId(8)));
+            assert!(matches!(
+                me.admit(two(7)).await,
+                Err(Refusal::Retired {
+                    member: 2,
+                    store: StoreId(7)
+                })
+            ));
+            assert!(wiped(me.admit(two(9)).await), "wiped after its comeback");
+            // Removed and added again on the same directory: shown again,
+            // so a later wipe is a wipe.
+            me.applied(30, without_two()).await.unwrap();
+            me.applied(40, all()).await.unwrap();
+            me.admit(two(8)).await.unwrap();
+            assert!(wiped(me.admit(two(9)).await));
+        }
+        // The log applied again from the start after a restart adds no one
+        // anew: what was recorded stands.
+        let store = crate::LogStore::open(dir.path(), 1).unwrap();
+        let me = store.identity();
+        me.applied(1, all()).await.unwrap();
+        me.set_members(all());
+        assert_eq!(me.recorded(2), Some(StoreId(8)));
+        assert!(wiped(me.admit(two(9)).await));
         assert!(matches!(
-            me.admit(three(12)).await,
-            Err(Refusal::StoreChanged { member: 3, .. })
+            me.admit(two(7)).await,
+            Err(Refusal::Retired { .. })
         ));
     }
 

@@ -147,7 +147,8 @@ pub async fn build_with_transport(
     let identity = Arc::new(store.identity());
     let http = PeerHttp::with_transport(identity.clone(), cluster_token, faults, transport)?;
     let network = NetworkFactory::new(http.clone());
-    let raft = Raft::build(node_id, config, network, store, StateMachine::new()).await?;
+    let machine = StateMachine::telling(identity.clone());
+    let raft = Raft::build(node_id, config, network, store, machine).await?;
     Ok(Built {
         raft,
         closed,

@@ -55,7 +55,8 @@ const KEY_STORE_ID: &str = "store_id";
 const KEY_CLUSTER_ID: &str = "cluster_id";
 const KEY_MEMBERS: &str = "member_stores";
 const KEY_RETIRED: &str = "retired_stores";
-const KEY_REMOVED: &str = "removed_members";
+const KEY_ADDED: &str = "members_added_at";
+const KEY_RECORDED_AT: &str = "member_stores_recorded_at";
 const KEY_NAMED: &str = "named";
 
 /// Why the store could not be opened.
@@ -254,7 +255,10 @@ impl LogStore {
                 retired: get_meta(&meta, KEY_RETIRED)
                     .map_err(to_store)?
                     .unwrap_or_default(),
-                removed: get_meta(&meta, KEY_REMOVED)
+                added: get_meta(&meta, KEY_ADDED)
+                    .map_err(to_store)?
+                    .unwrap_or_default(),
+                recorded_at: get_meta(&meta, KEY_RECORDED_AT)
                     .map_err(to_store)?
                     .unwrap_or_default(),
                 named: get_meta(&meta, KEY_NAMED).map_err(to_store)?,
@@ -436,8 +440,9 @@ impl StoreClosed {
     }
 }
 
-/// Records `known` (the cluster id, every member's store id, the retired
-/// ones, and the members seen removed) in one
+/// Records `known` (the cluster id, every member's store id and when it
+/// was recorded, the retired ones, when each member was added, and whether
+/// this node was named) in one
 /// committed transaction.
 pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> {
     let txn = db.begin_write().map_err(io_err)?;
@@ -448,7 +453,8 @@ pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> 
         }
         put_meta(&mut meta, KEY_MEMBERS, &known.members)?;
         put_meta(&mut meta, KEY_RETIRED, &known.retired)?;
-        put_meta(&mut meta, KEY_REMOVED, &known.removed)?;
+        put_meta(&mut meta, KEY_ADDED, &known.added)?;
+        put_meta(&mut meta, KEY_RECORDED_AT, &known.recorded_at)?;
         if let Some(named) = known.named {
             put_meta(&mut meta, KEY_NAMED, &named)?;
         }

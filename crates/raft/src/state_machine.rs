@@ -16,6 +16,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::OptionalSend;
 use openraft::RaftSnapshotBuilder;
 
+use crate::identity::Identity;
 use crate::types::CommandResponse;
 use crate::types::LogId;
 use crate::types::Snapshot;
@@ -34,12 +35,23 @@ struct Inner {
 #[derive(Debug, Clone, Default)]
 pub struct StateMachine {
     inner: Arc<Mutex<Inner>>,
+    /// Told of every configuration applied, in log order.
+    identity: Option<Arc<Identity>>,
 }
 
 impl StateMachine {
     /// A state machine that has applied nothing.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A state machine that tells `identity` of every configuration it
+    /// applies ([`Identity::applied`]).
+    pub fn telling(identity: Arc<Identity>) -> Self {
+        StateMachine {
+            identity: Some(identity),
+            ..Self::default()
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -92,9 +104,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         while let Some((entry, responder)) = entries.try_next().await? {
             let log_id = entry.log_id();
+            let membership = entry.get_membership();
+            if let (Some(identity), Some(membership)) = (&self.identity, &membership) {
+                let members = membership.nodes().map(|(id, _)| *id).collect();
+                identity.applied(log_id.index, members).await?;
+            }
             {
                 let mut inner = self.lock();
-                if let Some(membership) = entry.get_membership() {
+                if let Some(membership) = membership {
                     inner.last_membership = StoredMembership::new(Some(log_id), membership);
                 }
                 inner.last_applied = Some(log_id);
