@@ -196,11 +196,14 @@ impl Cluster {
         std::fs::read_to_string(self.dir.path().join(format!("node-{id}.log"))).unwrap_or_default()
     }
 
-    /// GET, returning (status, JSON body).
+    /// GET, returning (status, JSON body). It carries the cluster token,
+    /// which a node run with `--acl` takes for any right (others ignore it
+    /// on the public routes).
     pub async fn get(&self, id: u64, path: &str) -> (u16, Value) {
         answer(
             self.http
                 .get(self.url(id, path))
+                .header("x-leasehold-token", TOKEN)
                 .timeout(Duration::from_secs(10)),
         )
         .await

@@ -26,8 +26,12 @@ pub enum ErrorCode {
     /// No node speaks for the cluster (or none can be reached): `503`,
     /// retryable.
     NoLeader,
-    /// A peer route without the cluster token: `401`.
+    /// A peer route without the cluster token, or (with `--acl`) a public
+    /// route without a known bearer token: `401`.
     Unauthorized,
+    /// (With `--acl`) a token without the right for that name or route:
+    /// `403`.
+    Forbidden,
     /// The body is larger than [`crate::MAX_BODY_BYTES`]: `413`.
     TooLarge,
     /// A peer request from a member on another data directory than the one
@@ -59,13 +63,14 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 18] = [
         ErrorCode::BadRequest,
         ErrorCode::Held,
         ErrorCode::NotHeld,
         ErrorCode::NotRebuilt,
         ErrorCode::NoLeader,
         ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
         ErrorCode::TooLarge,
         ErrorCode::WrongMember,
         ErrorCode::Internal,
@@ -94,7 +99,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => 413,
             ErrorCode::Internal => 500,
             ErrorCode::MethodNotAllowed => 405,
-            ErrorCode::Disabled => 403,
+            ErrorCode::Disabled | ErrorCode::Forbidden => 403,
         }
     }
 
@@ -118,6 +123,7 @@ impl ErrorCode {
             ErrorCode::NotRebuilt => "not_rebuilt",
             ErrorCode::NoLeader => "no_leader",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::TooLarge => "too_large",
             ErrorCode::WrongMember => "wrong_member",
             ErrorCode::Internal => "internal",
@@ -187,6 +193,7 @@ mod tests {
             ("not_rebuilt", 503, true),
             ("no_leader", 503, true),
             ("unauthorized", 401, false),
+            ("forbidden", 403, false),
             ("too_large", 413, false),
             ("wrong_member", 409, false),
             ("internal", 500, false),

@@ -23,7 +23,9 @@ use crate::{millis_ceil, millis_floor};
 pub struct LockView {
     /// The name locked.
     pub name: String,
-    /// The grant's id, a 26-character ULID.
+    /// The grant's id, a 26-character ULID; empty (and absent from the
+    /// JSON) when the caller's token may read the name but not lock it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub id: String,
     /// The node whose client holds the lock.
     pub node: NodeId,

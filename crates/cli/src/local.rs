@@ -81,6 +81,10 @@ pub struct ServeArgs {
     /// What a rebuild that missed members does.
     #[arg(long, value_enum, default_value_t = RebuildMode::default().into())]
     rebuild_mode: Mode,
+    /// A TOML file of the tokens the public API asks for
+    /// (docs/security.md); without it the API is open.
+    #[arg(long, env = "LEASEHOLD_ACL")]
+    acl: Option<PathBuf>,
     /// Accept fault injection on /internal/chaos (chaos tests only).
     #[arg(long, hide = true)]
     chaos: bool,
@@ -132,8 +136,31 @@ impl ServeArgs {
         }
     }
 
-    /// The node configuration these flags ask for (not yet validated).
-    pub fn config(&self) -> NodeConfig {
+    /// The node configuration these flags ask for (not yet validated), or
+    /// why the `--acl` file cannot be used.
+    pub fn config(&self) -> Result<NodeConfig, String> {
+        let config = self.flags();
+        let Some(path) = &self.acl else {
+            if !is_loopback(&self.listen) {
+                tracing::warn!(
+                    listen = %self.listen,
+                    "the public API is open on a non-loopback address: anyone who reaches \
+                     it may list, take and release every lock (give --acl; docs/security.md)"
+                );
+            }
+            return Ok(config);
+        };
+        let acl = leasehold_acl::Acl::load(path).map_err(|e| format!("--acl: {e}"))?;
+        for token in acl.in_clear() {
+            tracing::warn!(
+                token = %token,
+                "the --acl file keeps this token's secret in clear: prefer secret_sha256"
+            );
+        }
+        Ok(config.with_acl(acl))
+    }
+
+    fn flags(&self) -> NodeConfig {
         let peers = if self.peers.is_empty() {
             let own = self
                 .advertise
@@ -154,6 +181,14 @@ impl ServeArgs {
             .with_chaos(self.chaos)
             .with_report_frame_bytes(self.report_frame_bytes)
             .with_copies(self.copies)
+    }
+}
+
+/// Whether `listen` (host:port) is a loopback address.
+fn is_loopback(listen: &str) -> bool {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(addr) => addr.ip().is_loopback(),
+        Err(_) => listen.starts_with("localhost:"),
     }
 }
 
@@ -274,7 +309,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            serve.args.config(),
+            serve.args.config().unwrap(),
             NodeConfig::new(1, [(1, "127.0.0.1:1")], "data", "secret")
         );
     }

@@ -35,11 +35,20 @@ struct Endpoints {
         default_value = "127.0.0.1:7701,127.0.0.1:7702,127.0.0.1:7703"
     )]
     endpoints: Vec<String>,
+    /// The token to show the cluster (`Authorization: Bearer`), for a
+    /// cluster run with --acl; best given in the environment.
+    #[arg(long, env = "LEASEHOLD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 impl Endpoints {
     fn client(&self) -> Result<Client, ExitCode> {
-        Client::http(self.endpoints.iter().cloned()).map_err(|e| {
+        let endpoints = self.endpoints.iter().cloned();
+        let client = match &self.token {
+            Some(token) => Client::http_with_token(endpoints, token),
+            None => Client::http(endpoints),
+        };
+        client.map_err(|e| {
             eprintln!("leasehold: {e}");
             ExitCode::from(hold::exit::USAGE)
         })
@@ -169,7 +178,10 @@ async fn dispatch(command: Command) -> ExitCode {
                 return ExitCode::from(hold::exit::USAGE);
             }
             // A flag value the node cannot run with is bad usage.
-            let config = match ValidConfig::try_from(args.config()) {
+            let config = args
+                .config()
+                .and_then(|config| ValidConfig::try_from(config).map_err(|e| e.to_string()));
+            let config = match config {
                 Ok(config) => config,
                 Err(e) => {
                     eprintln!("leasehold: {e}");
@@ -226,7 +238,7 @@ async fn dispatch(command: Command) -> ExitCode {
         }
         Command::Status { endpoints } => {
             return match endpoints.client() {
-                Ok(c) => show::status(c).await,
+                Ok(c) => show::status(c, endpoints.token.as_deref()).await,
                 Err(code) => code,
             };
         }

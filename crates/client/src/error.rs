@@ -38,6 +38,10 @@ pub enum Error {
     /// wrong. Retrying will not help.
     #[error("unauthorized: {0}")]
     Unauthorized(String),
+    /// The token may not do that to that name, or on that route (`403`).
+    /// Retrying will not help.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// A node failed (`500`), is not a member of the cluster the client
     /// was given (`409 wrong_member`), or answered without what its answer
     /// must carry. Retrying elsewhere may help; the operator should look.

@@ -128,6 +128,7 @@ fn refused(e: CallError) -> Error {
             ErrorCode::NotHeld => Error::NotHeld,
             ErrorCode::BadRequest | ErrorCode::TooLarge => Error::BadRequest(body.message),
             ErrorCode::Unauthorized => Error::Unauthorized(body.message),
+            ErrorCode::Forbidden => Error::Forbidden(body.message),
             ErrorCode::NotRebuilt | ErrorCode::NoLeader => Error::Unavailable(body.message),
             ErrorCode::WrongMember | ErrorCode::Internal | ErrorCode::Disabled => {
                 Error::Server(body.message)
@@ -157,6 +158,17 @@ impl Client {
     pub fn http(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Result<Self, Error> {
         let transport =
             HttpTransport::new(endpoints).map_err(|e| Error::BadRequest(e.to_string()))?;
+        Ok(Self::with_transport(Arc::new(transport)))
+    }
+
+    /// A client over HTTP to `endpoints` whose every request carries
+    /// `token` (`Authorization: Bearer`), for a cluster run with `--acl`.
+    pub fn http_with_token(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        token: &str,
+    ) -> Result<Self, Error> {
+        let transport = HttpTransport::authorized(endpoints, Some(token))
+            .map_err(|e| Error::BadRequest(e.to_string()))?;
         Ok(Self::with_transport(Arc::new(transport)))
     }
 

@@ -95,6 +95,9 @@ pub enum EndpointError {
     /// The HTTP client could not be built.
     #[error("http client: {0}")]
     Http(#[from] reqwest::Error),
+    /// The token cannot go in a header (a control character, say).
+    #[error("the token is not a valid header value")]
+    Token,
 }
 
 /// Where a process starts in its list of `n` endpoints: chosen at random,
@@ -114,6 +117,15 @@ impl HttpTransport {
     pub fn new(
         endpoints: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<Self, EndpointError> {
+        Self::authorized(endpoints, None)
+    }
+
+    /// As [`HttpTransport::new`], every request carrying `token` (if given)
+    /// as `Authorization: Bearer <token>`, for a cluster run with `--acl`.
+    pub fn authorized(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        token: Option<&str>,
+    ) -> Result<Self, EndpointError> {
         let endpoints: Vec<String> = endpoints
             .into_iter()
             .map(Into::into)
@@ -130,7 +142,15 @@ impl HttpTransport {
         if endpoints.is_empty() {
             return Err(EndpointError::None);
         }
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = token {
+            let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| EndpointError::Token)?;
+            bearer.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        }
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .no_proxy()
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(2))

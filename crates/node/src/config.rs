@@ -47,6 +47,8 @@ pub struct NodeConfig {
     /// (`--join`), instead of forming a cluster of `peers`: `peers` then
     /// names this node alone, at the address the others reach it.
     pub join: Vec<String>,
+    /// The tokens the public API asks for (`--acl`); `None`: open.
+    pub acl: Option<std::sync::Arc<leasehold_acl::Acl>>,
 }
 
 /// A configuration that cannot run.
@@ -138,6 +140,7 @@ impl NodeConfig {
             report_frame_bytes: Self::DEFAULT_REPORT_FRAME_BYTES,
             copies: None,
             join: Vec::new(),
+            acl: None,
         }
     }
 
@@ -165,6 +168,14 @@ impl NodeConfig {
     /// With these Raft heartbeat and election timeouts.
     pub fn with_timings(self, timings: RaftTimings) -> Self {
         NodeConfig { timings, ..self }
+    }
+
+    /// With the public API behind the tokens of `acl` (`--acl`).
+    pub fn with_acl(self, acl: leasehold_acl::Acl) -> Self {
+        NodeConfig {
+            acl: Some(std::sync::Arc::new(acl)),
+            ..self
+        }
     }
 
     /// With fault injection on `/internal/chaos` allowed or not.

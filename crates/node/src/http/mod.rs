@@ -3,6 +3,7 @@
 //! here, with what both share: reading a body, and the answers to a
 //! request no route takes.
 
+mod access;
 mod peer;
 mod public;
 mod serve;

@@ -1,10 +1,11 @@
 //! The public HTTP API of SPEC §2 (docs/api.md): what clients call.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{Extension, Path, RawQuery, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -17,7 +18,9 @@ use leasehold_api::{
 use locktable::Lock;
 use tokio::time::Instant;
 
-use super::peer::refuse_without_cluster_token;
+use leasehold_acl::Right;
+
+use super::access::{authenticate, Caller};
 use super::{raw, wrong_method, Shared};
 use crate::error::ApiError;
 use crate::node::Node;
@@ -36,9 +39,10 @@ pub(super) fn router(node: Shared) -> Router<Shared> {
         .route("/v1/cluster/members/{id}", delete(remove_member))
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(
-            node,
+            Arc::clone(&node),
             refuse_once_removed,
         ))
+        .layer(axum::middleware::from_fn_with_state(node, authenticate))
 }
 
 /// A node removed from the cluster serves its clients no more: `503
@@ -65,12 +69,24 @@ fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
     })
 }
 
+/// `lock` as `caller` may see it: its id only if the caller may lock the
+/// name (the id is what renews and releases it).
+fn seen_by(caller: &Caller, node: &Node, lock: &Lock) -> leasehold_api::LockView {
+    let mut view = node.view(lock);
+    if !caller.may(Right::Lock, &view.name) {
+        view.id = String::new();
+    }
+    view
+}
+
 async fn acquire(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let received = Instant::now();
     let request: AcquireBody = body(&bytes)?;
+    caller.check(Right::Lock, &request.name)?;
     let lock = node.acquire(request).await?;
     Ok(Json(LockAnswer {
         lock: node.view(&lock),
@@ -80,18 +96,22 @@ async fn acquire(
 
 async fn release(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let request: ReleaseBody = body(&bytes)?;
+    caller.check(Right::Lock, &request.name)?;
     let lock = node.release(request).await?;
     Ok(answer(&node, &lock))
 }
 
 async fn renew(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let request: RenewBody = body(&bytes)?;
+    caller.check(Right::Lock, &request.name)?;
     let lock = node.renew(request).await?;
     Ok(answer(&node, &lock))
 }
@@ -120,25 +140,37 @@ fn watch_query(raw: Option<&str>) -> Result<Option<Watch>, ApiError> {
 
 async fn get_lock(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     name: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let Path(name) = name
         .map_err(|e| ApiError::bad_request(format!("the name in the path: {}", e.body_text())))?;
+    caller.check(Right::Read, &name)?;
     let watch = watch_query(raw.as_deref())?;
     let lock = node.get(&name, watch).await?;
-    lock.map(|l| answer(&node, &l))
-        .ok_or_else(|| ApiError::free(&name))
+    let lock = lock.ok_or_else(|| ApiError::free(&name))?;
+    Ok(Json(LockAnswer {
+        lock: seen_by(&caller, &node, &lock),
+        served_ms: 0,
+    }))
 }
 
+/// A listing shows only the names the caller may read (a token's listing
+/// may hold fewer than `limit` locks, the others filtered out).
 async fn list(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<LocksAnswer>, ApiError> {
     let query = ListQuery::parse(raw.as_deref())?;
     let locks = node.list(query.prefix(), query.limit()).await?;
     Ok(Json(LocksAnswer {
-        locks: locks.iter().map(|l| node.view(l)).collect(),
+        locks: locks
+            .iter()
+            .filter(|l| caller.may(Right::Read, &l.name))
+            .map(|l| seen_by(&caller, &node, l))
+            .collect(),
     }))
 }
 
@@ -146,13 +178,15 @@ async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
     Json(node.cluster())
 }
 
-/// `POST /v1/cluster/members`: an operator's call, with the cluster token.
+/// `POST /v1/cluster/members`: an operator's call, with the cluster token
+/// or an admin token.
 async fn add_member(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ClusterAnswer>, ApiError> {
-    refuse_without_cluster_token(&node, &headers)?;
+    caller.check_admin(&node, &headers)?;
     let body: AddMemberBody = parse_body(raw(&bytes)?)?;
     Ok(Json(
         node.change_members(MemberChange::Add(body), false).await?,
@@ -160,13 +194,14 @@ async fn add_member(
 }
 
 /// `DELETE /v1/cluster/members/{id}`: an operator's call, with the cluster
-/// token.
+/// token or an admin token.
 async fn remove_member(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ClusterAnswer>, ApiError> {
-    refuse_without_cluster_token(&node, &headers)?;
+    caller.check_admin(&node, &headers)?;
     let Path(id) = id.map_err(|e| ApiError::new(ErrorCode::BadRequest, e.body_text()))?;
     let id = id.parse::<u64>().ok().filter(|id| *id > 0).ok_or_else(|| {
         ApiError::new(

@@ -1,0 +1,107 @@
+//! Who calls the public API: with `--acl`, every route but `/healthz` asks
+//! for a bearer token (`Authorization: Bearer <secret>`), or the cluster
+//! token; what the caller may do is checked where the route knows the
+//! name (docs/security.md).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use leasehold_acl::{Right, Token};
+use leasehold_api::ErrorCode;
+
+use super::peer::refuse_without_cluster_token;
+use super::Shared;
+use crate::error::ApiError;
+
+/// The caller of a public route, as its credentials say.
+#[derive(Debug, Clone)]
+pub(crate) enum Caller {
+    /// The node runs without `--acl`: anyone may do anything but
+    /// administer (which asks for the cluster token).
+    Open,
+    /// The cluster token: everything.
+    Cluster,
+    /// A token of the ACL: what it allows.
+    Token(Arc<Token>),
+}
+
+impl Caller {
+    /// Whether the caller may do `right` to `name`.
+    pub(crate) fn may(&self, right: Right, name: &str) -> bool {
+        match self {
+            Caller::Open | Caller::Cluster => true,
+            Caller::Token(token) => token.may(right, name),
+        }
+    }
+
+    /// `403 forbidden` unless the caller may do `right` to `name`.
+    pub(crate) fn check(&self, right: Right, name: &str) -> Result<(), ApiError> {
+        if self.may(right, name) {
+            return Ok(());
+        }
+        let what = match right {
+            Right::Lock => "lock",
+            Right::Read => "read",
+        };
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("this token may not {what} {name:?}"),
+        ))
+    }
+
+    /// The caller may administer the cluster: the cluster token (as
+    /// `x-leasehold-token` in `headers`), or an admin token.
+    pub(crate) fn check_admin(&self, node: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+        match self {
+            Caller::Cluster => Ok(()),
+            Caller::Token(token) if token.is_admin() => Ok(()),
+            Caller::Token(_) => Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "this token may not administer the cluster",
+            )),
+            Caller::Open => refuse_without_cluster_token(node, headers),
+        }
+    }
+}
+
+/// The bearer secret in `headers`, if there is one.
+fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let scheme = value.get(..7)?;
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then(|| value[7..].trim_ascii())
+}
+
+/// Finds who calls, or answers `401 unauthorized`: with `--acl`, a known
+/// bearer token or the cluster token is needed on every route but
+/// `/healthz`.
+pub(super) async fn authenticate(
+    State(node): State<Shared>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let caller = match &node.config.acl {
+        None => Caller::Open,
+        Some(_) if request.uri().path() == "/healthz" => Caller::Open,
+        Some(acl) => match bearer(request.headers()) {
+            Some(secret) => match acl.authenticate(secret) {
+                Some(token) => Caller::Token(token),
+                None => return unauthorized("the bearer token is not one of this cluster's"),
+            },
+            None if refuse_without_cluster_token(&node, request.headers()).is_ok() => {
+                Caller::Cluster
+            }
+            None => return unauthorized("a token is needed: send Authorization: Bearer <token>"),
+        },
+    };
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+fn unauthorized(why: &str) -> Response {
+    ApiError::new(ErrorCode::Unauthorized, why).into_response()
+}

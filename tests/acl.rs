@@ -1,0 +1,233 @@
+//! Tokens on the public API (`serve --acl FILE`), over real processes:
+//! `401` without a known token, `403` outside a token's rights (to lock and
+//! to read, apart), listings filtered and ids shown only to tokens that may
+//! lock the name, membership only for admin tokens, and the CLI's
+//! `--token` / `LEASEHOLD_TOKEN`.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::{Cluster, TOKEN};
+
+const DEPLOY: &str = "deploy-secret";
+const READ: &str = "read-secret";
+const OPS: &str = "ops-secret";
+
+/// An ACL file: `deployer` locks and reads `jobs/`, `reader` reads
+/// everything, `ops` administers.
+fn acl_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("acl.toml");
+    let text = format!(
+        r#"
+[[token]]
+name = "deployer"
+secret_sha256 = "{}"
+lock = ["jobs/"]
+read = ["jobs/"]
+
+[[token]]
+name = "reader"
+secret_sha256 = "{}"
+read = [""]
+
+[[token]]
+name = "ops"
+secret_sha256 = "{}"
+admin = true
+"#,
+        leasehold_acl::sha256_hex(DEPLOY.as_bytes()),
+        leasehold_acl::sha256_hex(READ.as_bytes()),
+        leasehold_acl::sha256_hex(OPS.as_bytes()),
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Calls through one node, as a given bearer (or none).
+struct Through<'a> {
+    cluster: &'a Cluster,
+    via: u64,
+}
+
+impl Through<'_> {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        bearer: Option<&str>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .cluster
+            .http
+            .request(method, self.cluster.url(self.via, path))
+            .timeout(Duration::from_secs(30));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        if let Some(secret) = bearer {
+            request = request.bearer_auth(secret);
+        }
+        support::answer(request).await
+    }
+
+    async fn post(&self, path: &str, body: Value, bearer: Option<&str>) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, Some(body), bearer)
+            .await
+    }
+
+    async fn get(&self, path: &str, bearer: Option<&str>) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None, bearer).await
+    }
+}
+
+/// Asserts `answer` is `code` with its JSON error.
+fn assert_refused(answer: (u16, Value), code: (u16, &str)) {
+    let (status, body) = answer;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (code.0, json!(code.1)),
+        "{body}"
+    );
+}
+
+const FORBIDDEN: (u16, &str) = (403, "forbidden");
+
+fn names(listing: &Value) -> Vec<(String, bool)> {
+    listing["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let name = l["name"].as_str().unwrap().to_string();
+            (name, l.get("id").is_some())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_say_who_may_lock_read_and_administer_what() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = acl_file(dir.path());
+    let cluster = Cluster::start_with(3, &["--acl", acl.to_str().unwrap()]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let via = cluster.others(speaker)[0];
+    let api = Through {
+        cluster: &cluster,
+        via,
+    };
+    let acquire = |name: &str| json!({ "name": name, "lease_ms": 30_000 });
+
+    // No token, or an unknown one: 401, but /healthz stays open.
+    assert_eq!(api.get("/healthz", None).await.0, 200);
+    for bearer in [None, Some("not-a-token")] {
+        let refused = api.post("/v1/locks/acquire", acquire("jobs/1"), bearer);
+        assert_refused(refused.await, (401, "unauthorized"));
+        assert_eq!(api.get("/v1/cluster", bearer).await.0, 401);
+    }
+
+    // Locking: inside the token's prefixes only.
+    let (status, taken) = api
+        .post("/v1/locks/acquire", acquire("jobs/1"), Some(DEPLOY))
+        .await;
+    assert_eq!(status, 200, "{taken}");
+    let id = taken["lock"]["id"].as_str().unwrap().to_string();
+    let outside = api.post("/v1/locks/acquire", acquire("other/1"), Some(DEPLOY));
+    assert_refused(outside.await, FORBIDDEN);
+    let reading = api.post("/v1/locks/acquire", acquire("jobs/2"), Some(READ));
+    assert_refused(reading.await, FORBIDDEN);
+    let lock = json!({ "name": "jobs/1", "id": id });
+    let release = api.post("/v1/locks/release", lock.clone(), Some(READ));
+    assert_refused(release.await, FORBIDDEN);
+    let (status, body) = api.post("/v1/locks/renew", lock, Some(DEPLOY)).await;
+    assert_eq!(status, 200, "{body}");
+    // The cluster token may do anything.
+    let with_cluster_token = cluster
+        .http
+        .post(cluster.url(via, "/v1/locks/acquire"))
+        .header("x-leasehold-token", TOKEN)
+        .json(&acquire("other/1"))
+        .timeout(Duration::from_secs(30));
+    let (status, body) = support::answer(with_cluster_token).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Reading: a reader sees every name and no id; the deployer sees its
+    // prefix only, with ids.
+    let (status, seen) = api.get("/v1/locks/jobs%2F1", Some(READ)).await;
+    assert_eq!(status, 200, "{seen}");
+    assert!(seen["lock"].get("id").is_none(), "an id shown: {seen}");
+    let (_, listing) = api.get("/v1/locks", Some(READ)).await;
+    let both = [("jobs/1".into(), false), ("other/1".into(), false)];
+    assert_eq!(names(&listing), both);
+    let (_, listing) = api.get("/v1/locks", Some(DEPLOY)).await;
+    assert_eq!(names(&listing), [("jobs/1".to_string(), true)]);
+    assert_refused(
+        api.get("/v1/locks/other%2F1", Some(DEPLOY)).await,
+        FORBIDDEN,
+    );
+    // An admin token without read rights reads nothing.
+    assert_refused(api.get("/v1/locks/other%2F1", Some(OPS)).await, FORBIDDEN);
+
+    // Administering: admin tokens (and the cluster token) only.
+    let add = json!({ "id": 9, "addr": "127.0.0.1:9" });
+    let adding = api.post("/v1/cluster/members", add, Some(DEPLOY));
+    assert_refused(adding.await, FORBIDDEN);
+    let delete = reqwest::Method::DELETE;
+    let removing = api.call(delete, "/v1/cluster/members/9", None, Some(OPS));
+    assert_refused(removing.await, (404, "unknown_member"));
+
+    // The CLI takes the token from LEASEHOLD_TOKEN (or --token).
+    let endpoints = cluster.addrs[&via].clone();
+    let locks = |token: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command.args(["locks", "--endpoints", &endpoints]);
+        command.env_remove("LEASEHOLD_TOKEN");
+        if let Some(token) = token {
+            command.env("LEASEHOLD_TOKEN", token);
+        }
+        command.output().unwrap()
+    };
+    let out = locks(Some(READ));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("jobs/1") && shown.contains("other/1"),
+        "{shown}"
+    );
+    let out = locks(None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unauthorized"));
+}
+
+#[test]
+fn a_wrong_acl_file_is_refused_at_start_with_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("acl.toml");
+    std::fs::write(
+        &path,
+        "[[token]]\nname = \"a\"\nsecret = \"s\"\nlokc = [\"jobs/\"]\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "serve",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--peers",
+            "1=127.0.0.1:1",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--cluster-token", TOKEN, "--acl"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--acl") && said.contains("lokc"), "{said}");
+}
