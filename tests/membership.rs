@@ -376,6 +376,30 @@ async fn the_cluster_shrinks_from_five_to_three_a_lease_apart_the_speaker_last()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_member_that_joined_is_refused_when_it_joins_again_without_removal() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    cluster.spawn_joining(4);
+    wait_for_voters(&cluster, speaker, &[1, 2, 3, 4]).await;
+    // Its disk is wiped and it asks again through a follower that may
+    // never have heard from it: the log says which directory node 4 is on.
+    let follower = (1..=3).find(|n| *n != speaker).unwrap();
+    cluster.rejoin_wiped_through(4, &[follower]);
+    let code = cluster.wait_exit(4, PATIENCE);
+    assert!(
+        matches!(code, Some(c) if c != 0),
+        "a wiped member joining again must stop: {code:?}\n{}",
+        cluster.log(4)
+    );
+    assert!(
+        cluster.log(4).contains("wiped or replaced"),
+        "{}",
+        cluster.log(4)
+    );
+    wait_for_voters(&cluster, speaker, &[1, 2, 3, 4]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_added_again_under_its_id_ignores_the_notice_of_its_old_removal() {
     let lease = ["--max-lease", "3000", "--default-lease", "3000"];
     let mut cluster = Cluster::start_with(3, &lease).await;

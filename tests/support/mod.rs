@@ -119,14 +119,15 @@ impl Cluster {
     /// wiped, joining through the other nodes: a machine rebuilt after its
     /// removal, added again under its old id.
     pub fn rejoin_wiped(&mut self, id: u64) {
+        let others: Vec<u64> = self.addrs.keys().copied().filter(|o| *o != id).collect();
+        self.rejoin_wiped_through(id, &others);
+    }
+
+    /// As [`Cluster::rejoin_wiped`], asking the nodes `through` (in turn).
+    pub fn rejoin_wiped_through(&mut self, id: u64, through: &[u64]) {
         self.kill(id);
         let _ = std::fs::remove_dir_all(self.data_dir(id));
-        let join: Vec<String> = self
-            .addrs
-            .iter()
-            .filter(|(other, _)| **other != id)
-            .map(|(_, addr)| addr.clone())
-            .collect();
+        let join: Vec<String> = through.iter().map(|o| self.addrs[o].clone()).collect();
         self.joining.insert(id, join);
         self.spawn(id);
     }

@@ -482,10 +482,15 @@ impl Body for RenewBody {
 /// `POST /v1/cluster/members`: a member to add.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddMemberBody {
-    /// Its id: never one a member had before.
+    /// Its id: not a member's (one removed may be added again).
     pub id: u64,
     /// Where the members reach it, `host:port`.
     pub addr: String,
+    /// Its data directory's id (32 hex digits), as the node itself showed
+    /// it in its join: set by the member the join came to, never taken
+    /// from an operator's request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
 }
 
 /// The most bytes of a member's address.
@@ -495,6 +500,7 @@ impl Body for AddMemberBody {
     const FIELDS: &'static [Field] = &[
         field("id", FieldKind::MemberId, true),
         field("addr", FieldKind::Str, true),
+        field("store", FieldKind::Str, false),
     ];
 
     fn validate(&self) -> Result<(), BadRequest> {

@@ -243,7 +243,11 @@ async fn dispatch(command: Command) -> ExitCode {
             };
         }
         Command::Member(MemberCommand::Add { id, addr, admin }) => {
-            let body = AddMemberBody { id, addr };
+            let body = AddMemberBody {
+                id,
+                addr,
+                store: None,
+            };
             if let Err(e) = leasehold_api::Body::validate(&body) {
                 eprintln!("leasehold: {e}");
                 return ExitCode::from(hold::exit::USAGE);

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use leasehold_api::{routes, AddMemberBody, ClusterAnswer, ErrorCode, MemberChange, Removed};
 use leasehold_raft::errors::{ChangeMembershipError, ClientWriteError, RaftError};
+use leasehold_raft::identity::StoreId;
+use leasehold_raft::types::Command;
 use leasehold_raft::{acked_ago, BasicNode, ChangeMembers, LogId, RaftMetrics, WatchReceiver};
 use locktable::NodeId;
 
@@ -46,30 +48,50 @@ impl Node {
             return self.forward(routes::MEMBERS, &change, FORWARD_WAIT).await;
         }
         match change {
-            MemberChange::Add(AddMemberBody { id, addr }) => self.add_member(id, addr).await?,
+            MemberChange::Add(AddMemberBody { id, addr, store }) => {
+                let store = store.as_deref().map(parse_store).transpose()?;
+                self.add_member(id, addr, store).await?
+            }
             MemberChange::Remove { id } => self.remove_member(id).await?,
         }
         Ok(self.cluster())
     }
 
     /// As the speaker: adds `id` at `addr` as a learner, waits until it
-    /// has caught up, then makes it a voter. Asked again for a learner
-    /// already added, it goes on from there; for a voter at that address,
-    /// it does nothing.
-    async fn add_member(&self, id: NodeId, addr: String) -> Result<(), ApiError> {
+    /// has caught up, then makes it a voter. With the node's `store` (its
+    /// own join), first writes to the log that the id runs on it
+    /// ([`Command::MemberStore`]), so that every member admits that
+    /// directory under the id and no other. Asked again for a learner
+    /// already added, it goes on from there; for a voter at that address
+    /// on that directory, it does nothing; on another, it refuses (`409
+    /// member_exists`): the member was wiped, and must be removed first.
+    async fn add_member(
+        &self,
+        id: NodeId,
+        addr: String,
+        store: Option<StoreId>,
+    ) -> Result<(), ApiError> {
         let metrics = self.settled_metrics().await?;
         let membership = metrics.membership_config.membership();
-        match membership.get_node(&id) {
+        let member = membership.get_node(&id);
+        if let (Some(_), Some(store)) = (member, store) {
+            self.refuse_another_store(id, store)?;
+        }
+        match member {
             Some(node) if node.addr != addr => {
                 return Err(ApiError::new(
                     ErrorCode::MemberExists,
                     format!("member {id} is at {}, not {addr}", node.addr),
                 ))
             }
-            Some(_) if membership.voter_ids().any(|v| v == id) => return Ok(()),
-            Some(_) => {}
+            Some(_) if membership.voter_ids().any(|v| v == id) => {
+                self.pin_store(id, store).await?;
+                return Ok(());
+            }
+            Some(_) => self.pin_store(id, store).await?,
             None => {
                 self.refuse_departed(id)?;
+                self.pin_store(id, store).await?;
                 if let Some((other, _)) = membership.nodes().find(|(_, n)| n.addr == addr) {
                     return Err(ApiError::new(
                         ErrorCode::MemberExists,
@@ -85,6 +107,38 @@ impl Node {
         tracing::info!(member = id, "the new member caught up: making it a voter");
         let promote = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
         within(COMMIT_WAIT, self.raft.change_membership(promote, false)).await?;
+        Ok(())
+    }
+
+    /// Refuses a join of member `id` on `store` when the log or this
+    /// speaker knows it on another directory: a wiped member.
+    fn refuse_another_store(&self, id: NodeId, store: StoreId) -> Result<(), ApiError> {
+        let known = self
+            .identity
+            .pinned(id)
+            .or_else(|| self.identity.recorded(id));
+        match known {
+            Some(known) if known != store => Err(ApiError::new(
+                ErrorCode::MemberExists,
+                format!(
+                    "member {id} runs on data directory {known}, not {store}: this one was \
+                     wiped or replaced; remove the member, then add it again"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes to the log that `id` runs on `store`, unless the log says so
+    /// already (or no store is known: an operator's request).
+    async fn pin_store(&self, id: NodeId, store: Option<StoreId>) -> Result<(), ApiError> {
+        let Some(store) = store else { return Ok(()) };
+        if self.identity.pinned(id) == Some(store) {
+            return Ok(());
+        }
+        tracing::info!(member = id, %store, "recording the member's data directory in the log");
+        let pin = Command::MemberStore { member: id, store };
+        within(COMMIT_WAIT, self.raft.client_write(pin)).await?;
         Ok(())
     }
 
@@ -338,9 +392,11 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
     let Some(addr) = node.config.peers.get(&node.id()).cloned() else {
         return;
     };
+    // The member it comes to puts this node's store in from its stamp.
     let change = MemberChange::Add(AddMemberBody {
         id: node.id(),
         addr,
+        store: None,
     });
     let mut pause = Duration::from_millis(200);
     loop {
@@ -394,6 +450,15 @@ fn left_joint(metrics: &RaftMetrics) -> Result<bool, ApiError> {
     }
     let halves = metrics.membership_config.membership().get_joint_config();
     Ok(halves.len() > 1)
+}
+
+/// A store id as an add's body carries it (32 hex digits).
+fn parse_store(hex: &str) -> Result<StoreId, ApiError> {
+    u128::from_str_radix(hex, 16)
+        .ok()
+        .filter(|_| hex.len() == 32)
+        .map(StoreId)
+        .ok_or_else(|| ApiError::bad_request(format!("{hex:?} is not a data directory's id")))
 }
 
 fn change_in_progress() -> ApiError {

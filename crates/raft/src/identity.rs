@@ -253,6 +253,11 @@ pub(crate) struct Recorded {
     /// Whether a configuration from Raft ever named this node (`None`: a
     /// data directory older than this record).
     pub(crate) named: Option<bool>,
+    /// The members whose store the log says ([`Command::MemberStore`]):
+    /// no other is admitted while they are members.
+    ///
+    /// [`Command::MemberStore`]: crate::types::Command::MemberStore
+    pub(crate) pinned: BTreeSet<NodeId>,
 }
 
 /// What a peer's stamp is to what this node recorded.
@@ -282,6 +287,13 @@ pub struct Identity {
     /// The members of the last configuration applied since this process
     /// started.
     applied: Mutex<Option<BTreeSet<NodeId>>>,
+    /// Whether the log says this node's id is on this data directory (the
+    /// last [`Command::MemberStore`] for it names this store): a member's
+    /// refusal of this directory then comes from a member behind the log,
+    /// not from a wipe, and does not stop this node.
+    ///
+    /// [`Command::MemberStore`]: crate::types::Command::MemberStore
+    vouched: std::sync::atomic::AtomicBool,
     /// Held across each write of what is recorded, so that writes follow
     /// one another.
     writing: tokio::sync::Mutex<()>,
@@ -314,6 +326,7 @@ impl Identity {
             known: Mutex::new(recorded),
             members: Mutex::new(None),
             applied: Mutex::new(None),
+            vouched: std::sync::atomic::AtomicBool::new(false),
             writing: tokio::sync::Mutex::new(()),
             warned: Mutex::default(),
             db,
@@ -427,6 +440,21 @@ impl Identity {
             }
             return Ok(Seen::Known);
         }
+        if known.pinned.contains(&member) {
+            // The log says which directory this id is on.
+            return Ok(match known.members.get(&member).copied() {
+                Some(store) if store == peer.store => Seen::Known,
+                Some(_) if self.is_outsider(member) => Seen::Outsider,
+                Some(known) => {
+                    return Err(Refusal::StoreChanged {
+                        member,
+                        known,
+                        given: peer.store,
+                    })
+                }
+                None => Seen::New,
+            });
+        }
         // Added again (by a committed configuration) since its directory
         // was recorded: a new directory may be the machine rebuilt.
         let added_since = known.added.get(&member).copied().unwrap_or(0)
@@ -453,7 +481,7 @@ impl Identity {
     /// `members`, as applied in log order (every configuration, at every
     /// start, from the first): a member not in the one before was added
     /// at `index`. The first configuration applied since this process
-    /// started adds only members never seen added.
+    /// started adds no one: a member there was recorded as it was then.
     pub async fn applied(&self, index: u64, members: BTreeSet<NodeId>) -> io::Result<()> {
         let before = self
             .applied
@@ -464,10 +492,11 @@ impl Identity {
         let mut next = self.lock().clone();
         let mut changed = false;
         for member in members {
-            let new = match &before {
-                Some(before) => !before.contains(&member),
-                None => !next.added.contains_key(&member),
-            };
+            // The first configuration applied since this process started
+            // is where the log begins for it: no one is added there.
+            let new = before
+                .as_ref()
+                .is_some_and(|before| !before.contains(&member));
             let at = next.added.entry(member).or_insert(0);
             if new && *at < index {
                 *at = index;
@@ -507,6 +536,45 @@ impl Identity {
             self.write(next.clone()).await?;
         }
         Ok(next.cluster.expect("named above"))
+    }
+
+    /// Takes the log's word ([`Command::MemberStore`], applied in log
+    /// order) that `member` runs on `store`: recorded in place of any other
+    /// (which is retired), and from now on no other is admitted while the
+    /// id is a member. For this node's own id, says whether the log vouches
+    /// for this directory.
+    ///
+    /// [`Command::MemberStore`]: crate::types::Command::MemberStore
+    pub async fn pin(&self, member: NodeId, store: StoreId) -> io::Result<()> {
+        if member == self.node {
+            self.vouched
+                .store(store == self.store, std::sync::atomic::Ordering::Relaxed);
+            return Ok(());
+        }
+        let _writing = self.writing.lock().await;
+        let mut next = self.lock().clone();
+        let old = next.members.insert(member, store);
+        if old == Some(store) && next.pinned.contains(&member) {
+            return Ok(());
+        }
+        if let Some(old) = old.filter(|old| *old != store) {
+            next.retired.entry(member).or_default().insert(old);
+        }
+        if let Some(retired) = next.retired.get_mut(&member) {
+            retired.remove(&store);
+        }
+        next.pinned.insert(member);
+        self.write(next).await
+    }
+
+    /// The store the log says `member` runs on, if it says.
+    pub fn pinned(&self, member: NodeId) -> Option<StoreId> {
+        let known = self.lock();
+        known
+            .pinned
+            .contains(&member)
+            .then(|| known.members.get(&member).copied())
+            .flatten()
     }
 
     /// Whether a configuration from Raft ever named this node, as this data
@@ -602,7 +670,8 @@ impl Identity {
     ) -> Result<(), String> {
         if let Some(refused) = RefusedAs::read(headers) {
             let why = format!("member {target} refused this node ({refused:?})");
-            if refused == RefusedAs::StoreChanged {
+            let vouched = self.vouched.load(std::sync::atomic::Ordering::Relaxed);
+            if refused == RefusedAs::StoreChanged && !vouched {
                 self.refuse_self(format!(
                     "member {target} knew node {} on another data directory than {}: \
                      this one was wiped or replaced, and has forgotten its votes; restore \
@@ -801,6 +870,62 @@ mod tests {
         assert!(matches!(
             me.admit(two(7)).await,
             Err(Refusal::Retired { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn the_log_says_which_directory_a_member_is_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let two = |store| Stamp {
+            from: 2,
+            store: StoreId(store),
+            cluster: None,
+        };
+        let store = crate::LogStore::open(dir.path(), 1).unwrap();
+        let me = store.identity();
+        me.applied(1, BTreeSet::from([1, 3])).await.unwrap();
+        me.set_members([1, 3]);
+        // A joiner's first word, before it is a member: admitted.
+        me.admit(two(6)).await.unwrap();
+        me.pin(2, StoreId(7)).await.unwrap();
+        me.applied(5, BTreeSet::from([1, 2, 3])).await.unwrap();
+        me.set_members([1, 2, 3]);
+        assert_eq!(me.pinned(2), Some(StoreId(7)));
+        me.admit(two(7)).await.unwrap();
+        // Pinned: no other directory, not even after an addition.
+        assert!(matches!(
+            me.admit(two(8)).await,
+            Err(Refusal::StoreChanged { member: 2, .. })
+        ));
+        assert!(me.admit(two(6)).await.is_err());
+        // Removed, and added again on a new directory the log names.
+        me.applied(8, BTreeSet::from([1, 3])).await.unwrap();
+        me.set_members([1, 3]);
+        me.pin(2, StoreId(9)).await.unwrap();
+        me.applied(9, BTreeSet::from([1, 2, 3])).await.unwrap();
+        me.set_members([1, 2, 3]);
+        me.admit(two(9)).await.unwrap();
+        assert!(matches!(
+            me.admit(two(7)).await,
+            Err(Refusal::Retired { .. })
+        ));
+        // This node's own id: the log vouches for this directory or not.
+        me.pin(1, StoreId(1)).await.unwrap();
+        assert!(!me.vouched.load(std::sync::atomic::Ordering::Relaxed));
+        me.pin(1, me.store()).await.unwrap();
+        assert!(me.vouched.load(std::sync::atomic::Ordering::Relaxed));
+
+        // A member recorded before this process applied its first
+        // configuration (a first start) was not added since: a wipe is one.
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::LogStore::open(dir.path(), 1).unwrap();
+        let me = store.identity();
+        me.admit(two(7)).await.unwrap();
+        me.applied(1, BTreeSet::from([1, 2, 3])).await.unwrap();
+        me.set_members([1, 2, 3]);
+        assert!(matches!(
+            me.admit(two(8)).await,
+            Err(Refusal::StoreChanged { member: 2, .. })
         ));
     }
 

@@ -58,6 +58,7 @@ const KEY_RETIRED: &str = "retired_stores";
 const KEY_ADDED: &str = "members_added_at";
 const KEY_RECORDED_AT: &str = "member_stores_recorded_at";
 const KEY_NAMED: &str = "named";
+const KEY_PINNED: &str = "members_pinned";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -262,6 +263,9 @@ impl LogStore {
                     .map_err(to_store)?
                     .unwrap_or_default(),
                 named: get_meta(&meta, KEY_NAMED).map_err(to_store)?,
+                pinned: get_meta(&meta, KEY_PINNED)
+                    .map_err(to_store)?
+                    .unwrap_or_default(),
             };
             let recorded = if stored.is_none() {
                 put_meta(&mut meta, KEY_NODE_ID, &node_id).map_err(|e| io_to_store(&path, e))?;
@@ -455,6 +459,7 @@ pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> 
         put_meta(&mut meta, KEY_RETIRED, &known.retired)?;
         put_meta(&mut meta, KEY_ADDED, &known.added)?;
         put_meta(&mut meta, KEY_RECORDED_AT, &known.recorded_at)?;
+        put_meta(&mut meta, KEY_PINNED, &known.pinned)?;
         if let Some(named) = known.named {
             put_meta(&mut meta, KEY_NAMED, &named)?;
         }

@@ -17,12 +17,14 @@ use openraft::OptionalSend;
 use openraft::RaftSnapshotBuilder;
 
 use crate::identity::Identity;
+use crate::types::Command;
 use crate::types::CommandResponse;
 use crate::types::LogId;
 use crate::types::Snapshot;
 use crate::types::SnapshotMeta;
 use crate::types::StoredMembership;
 use crate::types::TypeConfig;
+use openraft::EntryPayload;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -104,6 +106,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         while let Some((entry, responder)) = entries.try_next().await? {
             let log_id = entry.log_id();
+            if let (Some(identity), EntryPayload::Normal(Command::MemberStore { member, store })) =
+                (&self.identity, &entry.payload)
+            {
+                identity.pin(*member, *store).await?;
+            }
             let membership = entry.get_membership();
             if let (Some(identity), Some(membership)) = (&self.identity, &membership) {
                 let members = membership.nodes().map(|(id, _)| *id).collect();
@@ -127,6 +134,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.clone()
     }
 
+    /// Never called while the log is never purged (`SnapshotPolicy::Never`,
+    /// `crates/raft/src/config.rs`): a snapshot would skip the
+    /// configurations and member stores the identity learns from the log.
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,

@@ -10,17 +10,28 @@ use crate::state_machine::StateMachine;
 /// The application data carried by normal Raft log entries.
 ///
 /// Grants are not logged: leasehold uses Raft for election, terms and
-/// membership only, so the one command there is does nothing.
+/// membership only; its commands say nothing about locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// An entry with no effect (e.g. to force a commit in the current term).
     Noop,
+    /// Member `member` runs on the data directory `store`: written by the
+    /// speaker before it adds a node (from the node's own stamp), so that
+    /// every member, in log order, knows which directory that id is on
+    /// ([`crate::Identity::pin`]).
+    MemberStore {
+        /// The member.
+        member: NodeId,
+        /// Its data directory's id.
+        store: crate::identity::StoreId,
+    },
 }
 
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Command::Noop => f.write_str("noop"),
+            Command::MemberStore { member, store } => write!(f, "member {member} on {store}"),
         }
     }
 }

@@ -16,6 +16,7 @@ use leasehold_api::{
     routes, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
     ForwardGet, ForwardList, Granted, PeerLock,
 };
+use leasehold_raft::identity::Stamp;
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
 use locktable::LockId;
 use tokio::time::Instant;
@@ -297,12 +298,24 @@ async fn internal_members(
 /// A new node asks to be added: forwarded to the speaker.
 async fn internal_join(
     State(node): State<Shared>,
+    headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<leasehold_api::ClusterAnswer>, ApiError> {
     let change: leasehold_api::MemberChange = peer_body(&bytes)?;
-    if !matches!(change, leasehold_api::MemberChange::Add(_)) {
+    let leasehold_api::MemberChange::Add(mut add) = change else {
         return Err(ApiError::new(ErrorCode::BadRequest, "a join adds a member"));
+    };
+    // The joiner's own stamp (admitted by the identity guard) says which
+    // directory it runs on; the body's word is not taken.
+    let stamp = Stamp::read(&headers).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if stamp.from != add.id {
+        return Err(ApiError::bad_request(format!(
+            "node {} asks to add node {}: a node joins itself",
+            stamp.from, add.id
+        )));
     }
+    add.store = Some(stamp.store.to_string());
+    let change = leasehold_api::MemberChange::Add(add);
     Ok(Json(node.change_members(change, false).await?))
 }
 

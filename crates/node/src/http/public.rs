@@ -187,7 +187,10 @@ async fn add_member(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ClusterAnswer>, ApiError> {
     caller.check_admin(&node, &headers)?;
-    let body: AddMemberBody = parse_body(raw(&bytes)?)?;
+    let mut body: AddMemberBody = parse_body(raw(&bytes)?)?;
+    // A data directory's id comes from the node's own join, never from
+    // an operator's request.
+    body.store = None;
     Ok(Json(
         node.change_members(MemberChange::Add(body), false).await?,
     ))
