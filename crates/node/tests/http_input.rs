@@ -1,7 +1,9 @@
 //! Property test over the HTTP API of a running node: random bodies, sizes,
-//! encodings, paths and queries. Bad input is answered 4xx with a JSON
-//! error; nothing is answered 5xx, no connection is dropped, and the lock
-//! held before is intact after.
+//! encodings, paths and queries, and (on a node run with `--acl`) random
+//! `Authorization` headers. Bad input is answered 4xx with a JSON error;
+//! nothing is answered 5xx, no connection is dropped, and the lock held
+//! before is intact after. With tokens, a call without the one known
+//! secret is always `401`, and a call with it never is.
 
 use std::time::Duration;
 
@@ -16,7 +18,18 @@ struct Node {
     _dir: tempfile::TempDir,
 }
 
-fn start() -> Node {
+/// The secret of the one token of [`acl`]: it may lock and read anything.
+const SECRET: &str = "the-one-token-0123";
+
+fn acl() -> leasehold_acl::Acl {
+    let text = format!(
+        "[[token]]\nname = \"all\"\nsecret_sha256 = \"{}\"\nlock = [\"\"]\nread = [\"\"]\n",
+        leasehold_acl::sha256_hex(SECRET.as_bytes())
+    );
+    leasehold_acl::Acl::parse(&text).unwrap()
+}
+
+fn start(acl: Option<leasehold_acl::Acl>) -> Node {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -26,8 +39,11 @@ fn start() -> Node {
     let base = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let config = NodeConfig::new(1, [(1, addr.clone())], dir.path().join("node-1"), "prop")
+        let mut config = NodeConfig::new(1, [(1, addr.clone())], dir.path().join("node-1"), "prop")
             .with_rebuild_timeout(Duration::from_secs(1));
+        if let Some(acl) = acl {
+            config = config.with_acl(acl);
+        }
         let running = leasehold_node::start(config, listener).await.unwrap();
         std::mem::forget(running); // runs until the runtime stops
         format!("http://{addr}")
@@ -133,7 +149,38 @@ fn call() -> impl Strategy<Value = Call> {
     ]
 }
 
+/// An `Authorization` header: the known secret, or something else.
+fn authorization() -> impl Strategy<Value = Option<Vec<u8>>> {
+    prop_oneof![
+        2 => Just(Some(format!("Bearer {SECRET}").into_bytes())),
+        1 => Just(Some(format!("bearer {SECRET}").into_bytes())),
+        1 => Just(None),
+        1 => ".{0,60}".prop_map(|s| Some(format!("Bearer {s}").into_bytes())),
+        1 => proptest::collection::vec(any::<u8>(), 0..300).prop_map(Some),
+        1 => (0usize..20_000).prop_map(|n| Some(format!("Bearer {}", "x".repeat(n)).into_bytes())),
+        1 => Just(Some(format!("Basic {SECRET}").into_bytes())),
+        1 => Just(Some(format!("Bearer  {SECRET} ").into_bytes())),
+    ]
+}
+
+/// Whether `header` carries the known secret, as the node reads it.
+fn carries_secret(header: &Option<Vec<u8>>) -> bool {
+    let Some(value) = header else { return false };
+    value.len() > 7
+        && value[..7].eq_ignore_ascii_case(b"bearer ")
+        && value[7..].trim_ascii() == SECRET.as_bytes()
+}
+
 fn check(node: &Node, call: &Call) -> Result<(), TestCaseError> {
+    check_as(node, call, &None).map(|_| ())
+}
+
+/// Sends `call` with `authorization`; its status.
+fn check_as(
+    node: &Node,
+    call: &Call,
+    authorization: &Option<Vec<u8>>,
+) -> Result<u16, TestCaseError> {
     let (status, text) = node.runtime.block_on(async {
         let request = match call {
             Call::Post(path, body, content_type) => {
@@ -147,6 +194,13 @@ fn check(node: &Node, call: &Call) -> Result<(), TestCaseError> {
                 r
             }
             Call::Get(path) => node.http.get(format!("{}{path}", node.base)),
+        };
+        let request = match authorization
+            .as_ref()
+            .and_then(|v| reqwest::header::HeaderValue::from_bytes(v).ok())
+        {
+            Some(value) => request.header(reqwest::header::AUTHORIZATION, value),
+            None => request,
         };
         let response = request
             .send()
@@ -168,22 +222,22 @@ fn check(node: &Node, call: &Call) -> Result<(), TestCaseError> {
             "{text}"
         );
     }
-    Ok(())
+    Ok(status)
 }
 
-#[test]
-fn random_input_gets_4xx_json_and_never_touches_held_locks() {
-    let node = start();
-    let held: Value = node.runtime.block_on(async {
+/// Acquires `precious` for ten minutes (as `secret`, if given); the answer.
+fn hold_precious(node: &Node, secret: Option<&str>) -> Value {
+    node.runtime.block_on(async {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let r = node
+            let mut request = node
                 .http
                 .post(format!("{}/v1/locks/acquire", node.base))
-                .json(&json!({"name": "precious", "lease_ms": 600000}))
-                .send()
-                .await;
-            if let Ok(r) = r {
+                .json(&json!({"name": "precious", "lease_ms": 600000}));
+            if let Some(secret) = secret {
+                request = request.bearer_auth(secret);
+            }
+            if let Ok(r) = request.send().await {
                 if r.status() == 200 {
                     return r.json::<Value>().await.unwrap();
                 }
@@ -194,22 +248,54 @@ fn random_input_gets_4xx_json_and_never_touches_held_locks() {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    });
+    })
+}
+
+/// `precious` as the node shows it now (as `secret`, if given).
+fn precious_now(node: &Node, secret: Option<&str>) -> Value {
+    node.runtime.block_on(async {
+        let mut request = node.http.get(format!("{}/v1/locks/precious", node.base));
+        if let Some(secret) = secret {
+            request = request.bearer_auth(secret);
+        }
+        request.send().await.unwrap().json().await.unwrap()
+    })
+}
+
+#[test]
+fn random_input_gets_4xx_json_and_never_touches_held_locks() {
+    let node = start(None);
+    let held = hold_precious(&node, None);
     let config = ProptestConfig {
         cases: 300,
         ..ProptestConfig::default()
     };
     proptest!(config, |(c in call())| { check(&node, &c)?; });
-    let now: Value = node.runtime.block_on(async {
-        node.http
-            .get(format!("{}/v1/locks/precious", node.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+    let now = precious_now(&node, None);
+    assert_eq!(
+        now["lock"]["id"], held["lock"]["id"],
+        "the held lock survived every input"
+    );
+}
+
+#[test]
+fn random_authorization_headers_get_401_unless_they_carry_the_token() {
+    let node = start(Some(acl()));
+    let held = hold_precious(&node, Some(SECRET));
+    let config = ProptestConfig {
+        cases: 200,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(c in call(), auth in authorization())| {
+        let status = check_as(&node, &c, &auth)?;
+        let sendable = auth
+            .as_ref()
+            .is_none_or(|v| reqwest::header::HeaderValue::from_bytes(v).is_ok());
+        if sendable {
+            prop_assert_eq!(status == 401, !carries_secret(&auth), "{:?} with {:?}", c, auth);
+        }
     });
+    let now = precious_now(&node, Some(SECRET));
     assert_eq!(
         now["lock"]["id"], held["lock"]["id"],
         "the held lock survived every input"
@@ -220,7 +306,7 @@ fn random_input_gets_4xx_json_and_never_touches_held_locks() {
 /// was refused in plain text, not JSON.
 #[test]
 fn a_name_that_is_not_utf8_gets_a_json_400() {
-    let node = start();
+    let node = start(None);
     let (status, body) = node.runtime.block_on(async {
         let r = node
             .http
