@@ -443,3 +443,49 @@ async fn a_node_added_again_under_its_id_ignores_the_notice_of_its_old_removal()
     let (_, view) = cluster.get(back, "/v1/cluster").await;
     assert_eq!(view["leader"], json!(speaker), "{view}");
 }
+
+/// The members a cluster was formed with are named in the log with their
+/// data directories too (the speaker writes what it saw of each), so a
+/// member that joins later, and never heard from one of them, still
+/// refuses another directory under that id: a wiped member coming back
+/// there would otherwise be admitted and could vote a second time in a
+/// term it forgot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_joins_knows_every_members_directory_from_the_log() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let quiet = cluster.others(speaker)[0];
+    // The speaker names each member's directory in the log within a few
+    // seconds of taking office (every 2 s it looks for one unnamed).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Node 4 joins while `quiet` is stopped: it hears of `quiet` from the
+    // log only.
+    cluster.pause(quiet);
+    cluster.spawn_joining(4);
+    wait_for_voters(&cluster, speaker, &[1, 2, 3, 4]).await;
+    let (status, body, refused) = {
+        let response = cluster
+            .http
+            .post(cluster.url(4, "/internal/identity"))
+            .header("x-leasehold-token", TOKEN)
+            .header("x-leasehold-from", quiet.to_string())
+            .header("x-leasehold-store", format!("{:032x}", 0x5eed_u128))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .expect("node 4 answers");
+        let refused = response
+            .headers()
+            .get("x-leasehold-refused")
+            .map(|v| v.to_str().unwrap().to_string());
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap(), refused)
+    };
+    cluster.resume(quiet);
+    assert_eq!(
+        status, 409,
+        "another directory under node {quiet}'s id is refused: {body}"
+    );
+    assert_eq!(refused.as_deref(), Some("store"), "{body}");
+    wait_for_voters(&cluster, 4, &[1, 2, 3, 4]).await;
+}

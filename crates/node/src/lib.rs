@@ -307,6 +307,7 @@ where
         forgets::start_sender(&node, member, addr.to_string());
     }
     tasks.spawn(roster::follow(Arc::clone(&node), stop.clone()).in_current_span());
+    tasks.spawn(membership::pin_members(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(
         Arc::clone(&node)
             .send_batches(stop.clone())

@@ -131,7 +131,11 @@ impl Node {
 
     /// Writes to the log that `id` runs on `store`, unless the log says so
     /// already (or no store is known: an operator's request).
-    async fn pin_store(&self, id: NodeId, store: Option<StoreId>) -> Result<(), ApiError> {
+    pub(crate) async fn pin_store(
+        &self,
+        id: NodeId,
+        store: Option<StoreId>,
+    ) -> Result<(), ApiError> {
         let Some(store) = store else { return Ok(()) };
         if self.identity.pinned(id) == Some(store) {
             return Ok(());
@@ -427,6 +431,46 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
         }
         pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// How often the speaker looks for members whose data directory the log
+/// does not say yet.
+const PIN_EVERY: Duration = Duration::from_secs(2);
+
+/// As long as this node runs: while it speaks, writes to the log which
+/// data directory each member runs on, for those the log does not say yet
+/// (the members a cluster was formed with, or added by an operator before
+/// they joined), as this speaker knows them: it has exchanged messages
+/// with each. Every member then refuses any other directory under those
+/// ids, not only those that happened to hear from the member first.
+pub(crate) async fn pin_members(node: Arc<Node>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(PIN_EVERY) => {}
+            _ = stop.cancelled() => return,
+        }
+        if !node.is_leader() || node.is_removed() {
+            continue;
+        }
+        let roster = node.roster();
+        for id in roster.ids() {
+            if node.identity.pinned(id).is_some() {
+                continue;
+            }
+            let known = if id == node.id() {
+                Some(node.identity.store())
+            } else {
+                node.identity.recorded(id)
+            };
+            if known.is_none() || !node.is_leader() {
+                continue;
+            }
+            if let Err(e) = node.pin_store(id, known).await {
+                tracing::debug!(member = id, e = %e.body.message, "recording a member's data directory");
+                break;
+            }
+        }
     }
 }
 

@@ -319,3 +319,46 @@ fn a_name_that_is_not_utf8_gets_a_json_400() {
     assert_eq!(status, 400);
     assert_eq!(body["error"], json!("bad_request"));
 }
+
+/// Found by the property test: with `--acl`, a path no route takes
+/// (`/v1/locks/`, an empty name) was answered `404` to a caller without a
+/// token, showing which routes exist; it is `401` like every other route,
+/// and `404` once the caller shows a token.
+#[test]
+fn an_unknown_route_asks_for_a_token_first() {
+    let node = start(Some(acl()));
+    let status_as = |secret: Option<&str>, path: &str| {
+        node.runtime.block_on(async {
+            let mut request = node.http.get(format!("{}{path}", node.base));
+            if let Some(secret) = secret {
+                request = request.bearer_auth(secret);
+            }
+            let r = request.send().await.unwrap();
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap();
+            (status, body["error"].clone())
+        })
+    };
+    for path in ["/v1/locks/", "/v1/nothing", "/nothing"] {
+        assert_eq!(
+            status_as(None, path),
+            (401, json!("unauthorized")),
+            "{path} without a token"
+        );
+        assert_eq!(
+            status_as(Some("not-the-secret"), path),
+            (401, json!("unauthorized")),
+            "{path} with an unknown token"
+        );
+        assert_eq!(
+            status_as(Some(SECRET), path),
+            (404, json!("unknown_route")),
+            "{path} with the token"
+        );
+    }
+    let healthz = node.runtime.block_on(async {
+        let r = node.http.get(format!("{}/healthz", node.base)).send();
+        r.await.unwrap().status().as_u16()
+    });
+    assert_eq!(healthz, 200, "/healthz stays open");
+}

@@ -569,6 +569,10 @@ impl Identity {
 
     /// The store the log says `member` runs on, if it says.
     pub fn pinned(&self, member: NodeId) -> Option<StoreId> {
+        if member == self.node {
+            let vouched = self.vouched.load(std::sync::atomic::Ordering::Relaxed);
+            return vouched.then_some(self.store);
+        }
         let known = self.lock();
         known
             .pinned
@@ -912,8 +916,10 @@ mod tests {
         // This node's own id: the log vouches for this directory or not.
         me.pin(1, StoreId(1)).await.unwrap();
         assert!(!me.vouched.load(std::sync::atomic::Ordering::Relaxed));
+        assert_eq!(me.pinned(1), None, "the log names another directory");
         me.pin(1, me.store()).await.unwrap();
         assert!(me.vouched.load(std::sync::atomic::Ordering::Relaxed));
+        assert_eq!(me.pinned(1), Some(me.store()), "the log names this one");
 
         // A member recorded before this process applied its first
         // configuration (a first start) was not added since: a wipe is one.

@@ -16,6 +16,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
 use axum::http::{Method, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use leasehold_api::{routes, ErrorCode, MAX_BODY_BYTES};
 
@@ -44,14 +45,17 @@ pub fn router(node: Shared) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(READ_LIMIT_BYTES))
 }
 
-/// No route matched: `404 unknown_route`, or `401` under `/internal`
-/// without the token (so the peer routes' names do not show).
-async fn no_such_route(State(node): State<Shared>, request: Request) -> ApiError {
+/// No route matched: `404 unknown_route`, or `401` without the token the
+/// path would need (the cluster token under `/internal`, a bearer token
+/// elsewhere with `--acl`), so which routes exist does not show.
+async fn no_such_route(State(node): State<Shared>, request: Request) -> Response {
     let path = request.uri().path();
     if path.starts_with(routes::PREFIX) {
         if let Some(refused) = peer::refuse_without_token(&node, &request) {
-            return refused;
+            return refused.into_response();
         }
+    } else if let Err(refused) = access::caller(&node, path, request.headers()) {
+        return refused.into_response();
     }
     let hint = if path.starts_with("/v1/locks/") {
         " (a lock's name is one segment of the path: send `/` in it as %2F)"
@@ -62,6 +66,7 @@ async fn no_such_route(State(node): State<Shared>, request: Request) -> ApiError
         ErrorCode::UnknownRoute,
         format!("no such route: {path}{hint}"),
     )
+    .into_response()
 }
 
 /// A route that does not take the method: `405 method_not_allowed` (axum
