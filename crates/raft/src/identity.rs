@@ -619,6 +619,23 @@ impl Identity {
     }
 
     /// Logs a refusal of `member` as an error the first time it happens.
+    /// Logs, once per member, that a leader's entries came from a
+    /// directory the log as applied here names otherwise (see [`guard`]).
+    fn note_behind(&self, member: NodeId) {
+        let first = self
+            .warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((member, "behind"));
+        if first {
+            tracing::info!(
+                member,
+                "taking the leader's entries from a data directory the log applied here \
+                 names otherwise: this node is behind the log"
+            );
+        }
+    }
+
     fn warn_once(&self, member: NodeId, kind: &'static str, refusal: &Refusal) {
         let first = self
             .warned
@@ -712,15 +729,34 @@ impl Identity {
 /// stranger with `409`, a request without a stamp with `400`, both with a
 /// JSON body) and stamps every answer. Put it inside the token check, so
 /// nothing unauthenticated is recorded.
+///
+/// A leader's entries (`append`, `snapshot`) are the one exception: they
+/// are taken even from a directory that what this node has applied of the
+/// log names otherwise. Such a node is behind the log (a member removed and
+/// added again under its id on a new directory since the entry it applied
+/// last), and only those entries can bring it up to date; refusing them
+/// would keep it behind for good. Raft's own term check refuses a stale
+/// leader's entries, and a leader's entries count nothing towards a vote or
+/// a commit: the votes, and every answer, are still checked.
 pub async fn guard(
     State(identity): State<Arc<Identity>>,
     request: Request,
     next: Next,
 ) -> Response {
+    let from_leader = matches!(
+        request.uri().path(),
+        crate::routes::APPEND | crate::routes::SNAPSHOT
+    );
     let refused = match Stamp::read(request.headers()) {
         Err(e) => Some((StatusCode::BAD_REQUEST, "bad_request", None, e.to_string())),
         Ok(stamp) => match identity.admit(stamp).await {
             Ok(()) => None,
+            Err(Refusal::StoreChanged { member, .. } | Refusal::Retired { member, .. })
+                if from_leader && member != identity.node() =>
+            {
+                identity.note_behind(member);
+                None
+            }
             Err(e @ Refusal::Store(_)) => Some((
                 StatusCode::SERVICE_UNAVAILABLE,
                 "internal",
@@ -765,6 +801,48 @@ mod tests {
         let store = crate::LogStore::open(dir.path(), node).unwrap();
         let identity = store.identity();
         (dir, store, identity)
+    }
+
+    /// A member behind the log (it applied a pin of member 2's old
+    /// directory; the log goes on to a new one) takes the leader's entries
+    /// from member 2's new directory, so that it can catch up, and still
+    /// refuses that directory's votes and everything else.
+    #[tokio::test]
+    async fn a_member_behind_the_log_takes_the_leaders_entries_but_no_vote() {
+        use tower::ServiceExt;
+        let (_dir, _store, me) = identity(1);
+        let me = Arc::new(me);
+        me.applied(1, BTreeSet::from([1, 2, 3])).await.unwrap();
+        me.set_members([1, 2, 3]);
+        me.pin(2, StoreId(7)).await.unwrap();
+        let app = axum::Router::new()
+            .route("/{*path}", axum::routing::post(|| async { "taken" }))
+            .layer(axum::middleware::from_fn_with_state(Arc::clone(&me), guard));
+        let from_new_directory = |path: &str| {
+            let mut request = axum::http::Request::post(path)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let stamp = Stamp {
+                from: 2,
+                store: StoreId(8),
+                cluster: None,
+            };
+            stamp.write(request.headers_mut());
+            request
+        };
+        for path in [crate::routes::APPEND, crate::routes::SNAPSHOT] {
+            let answer = app.clone().oneshot(from_new_directory(path)).await.unwrap();
+            assert_eq!(answer.status(), StatusCode::OK, "{path}");
+        }
+        for path in [
+            crate::routes::VOTE,
+            crate::routes::PRE_VOTE,
+            "/internal/held",
+        ] {
+            let answer = app.clone().oneshot(from_new_directory(path)).await.unwrap();
+            assert_eq!(answer.status(), StatusCode::CONFLICT, "{path}");
+        }
+        assert_eq!(me.pinned(2), Some(StoreId(7)), "nothing taken as recorded");
     }
 
     #[test]
