@@ -28,6 +28,8 @@ pub struct Cluster {
     /// `--peers`.
     joining: BTreeMap<u64, Vec<String>>,
     pub http: reqwest::Client,
+    /// `http`, or `https` for a cluster run with TLS.
+    pub scheme: &'static str,
 }
 
 fn free_port() -> u16 {
@@ -55,6 +57,27 @@ impl Cluster {
         extra: &[&str],
         per_node: impl Fn(u64) -> Vec<String>,
     ) -> Cluster {
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        Self::start_over(n, extra, per_node, http, "http").await
+    }
+
+    /// Starts `n` nodes serving HTTPS with the certificates in `certs`
+    /// (`scripts/make-certs certs node-1 ... node-n`): `node-ID.pem` and
+    /// `node-ID-key.pem`, verified against `ca.pem` (mutual TLS between
+    /// members); the test's client trusts that CA.
+    pub async fn start_tls(n: u64, certs: &std::path::Path, extra: &[&str]) -> Cluster {
+        let per_node = |id: u64| tls_flags(certs, id);
+        let http = https_client(certs);
+        Self::start_over(n, extra, per_node, http, "https").await
+    }
+
+    async fn start_over(
+        n: u64,
+        extra: &[&str],
+        per_node: impl Fn(u64) -> Vec<String>,
+        http: reqwest::Client,
+        scheme: &'static str,
+    ) -> Cluster {
         let addrs: BTreeMap<u64, String> = (1..=n)
             .map(|id| (id, format!("127.0.0.1:{}", free_port())))
             .collect();
@@ -65,13 +88,19 @@ impl Cluster {
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             node_args: (1..=n).map(|id| (id, per_node(id))).collect(),
             joining: BTreeMap::new(),
-            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+            http,
+            scheme,
         };
         for id in 1..=n {
             cluster.spawn(id);
         }
         cluster.all_follow_one().await;
         cluster
+    }
+
+    /// Sets the flags node `id` alone is started with from now on.
+    pub fn set_node_args(&mut self, id: u64, args: Vec<String>) {
+        self.node_args.insert(id, args);
     }
 
     pub fn data_dir(&self, id: u64) -> PathBuf {
@@ -190,7 +219,7 @@ impl Cluster {
     }
 
     pub fn url(&self, id: u64, path: &str) -> String {
-        format!("http://{}{}", self.addrs[&id], path)
+        format!("{}://{}{}", self.scheme, self.addrs[&id], path)
     }
 
     pub fn log(&self, id: u64) -> String {
@@ -355,6 +384,44 @@ impl Drop for Cluster {
 }
 
 /// Sends `request`: (status, JSON body), or (0, null) with no answer.
+/// Makes a test CA in `dir` (kept if there) and a certificate of its for
+/// each of `names`, with `scripts/make-certs`.
+pub fn make_certs(dir: &std::path::Path, names: &[&str]) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/make-certs");
+    let status = Command::new("bash")
+        .arg(script)
+        .arg(dir)
+        .args(names)
+        .status()
+        .expect("run scripts/make-certs (needs openssl)");
+    assert!(status.success(), "scripts/make-certs failed");
+}
+
+/// The `serve` flags of node `id` with the certificates in `certs`.
+pub fn tls_flags(certs: &std::path::Path, id: u64) -> Vec<String> {
+    let file = |name: String| certs.join(name).display().to_string();
+    vec![
+        "--tls-cert".into(),
+        file(format!("node-{id}.pem")),
+        "--tls-key".into(),
+        file(format!("node-{id}-key.pem")),
+        "--tls-ca".into(),
+        file("ca.pem".into()),
+    ]
+}
+
+/// An HTTP client trusting only the CA in `certs`.
+pub fn https_client(certs: &std::path::Path) -> reqwest::Client {
+    let pem = std::fs::read(certs.join("ca.pem")).unwrap();
+    let ca = reqwest::Certificate::from_pem(&pem).unwrap();
+    reqwest::Client::builder()
+        .no_proxy()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .build()
+        .unwrap()
+}
+
 pub async fn answer(request: reqwest::RequestBuilder) -> (u16, Value) {
     match request.send().await {
         Ok(r) => {

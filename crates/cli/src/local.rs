@@ -85,6 +85,20 @@ pub struct ServeArgs {
     /// (docs/security.md); without it the API is open.
     #[arg(long, env = "LEASEHOLD_ACL")]
     acl: Option<PathBuf>,
+    /// This node's certificate chain (PEM): the node serves HTTPS on its
+    /// port and talks HTTPS to its members (docs/security.md). Read again
+    /// on SIGHUP.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// This node's private key (PEM), with --tls-cert.
+    #[arg(long, env = "LEASEHOLD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA (PEM) members' certificates are verified against; with it,
+    /// members speak mutual TLS (a peer shows its certificate as a client
+    /// too). Without it, members' certificates are verified against the
+    /// public roots.
+    #[arg(long, env = "LEASEHOLD_TLS_CA", requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
     /// Accept fault injection on /internal/chaos (chaos tests only).
     #[arg(long, hide = true)]
     chaos: bool,
@@ -139,7 +153,22 @@ impl ServeArgs {
     /// The node configuration these flags ask for (not yet validated), or
     /// why the `--acl` file cannot be used.
     pub fn config(&self) -> Result<NodeConfig, String> {
-        let config = self.flags();
+        let mut config = self.flags();
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            let files = leasehold_tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: self.tls_ca.clone(),
+            };
+            let tls = leasehold_tls::Tls::load(files).map_err(|e| format!("TLS: {e}"))?;
+            config = config.with_tls(std::sync::Arc::new(tls));
+        } else if !is_loopback(&self.listen) {
+            tracing::warn!(
+                listen = %self.listen,
+                "no TLS on a non-loopback address: requests, locks and the cluster token \
+                 cross the network in clear (give --tls-cert and --tls-key; docs/security.md)"
+            );
+        }
         let Some(path) = &self.acl else {
             if !is_loopback(&self.listen) {
                 tracing::warn!(
@@ -209,22 +238,37 @@ where
 /// configuration, checked.
 pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> {
     let node = start(config, &args.listen).await?;
-    tracing::info!(addr = %node.addr(), id = args.id, "serving");
-    tokio::select! {
-        signal = stop_signal() => {
-            tracing::info!(signal, "stopping");
-            node.shutdown().await;
-        }
-        why = node.failed() => {
-            tracing::error!(%why, "this node cannot go on: exiting");
-            return Err(why);
-        }
-        () = node.removed() => {
-            tracing::warn!("this node was removed from the cluster: stopping");
-            node.shutdown().await;
+    let scheme = if args.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(addr = %node.addr(), id = args.id, scheme, "serving");
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
+    loop {
+        tokio::select! {
+            signal = stop_signal() => {
+                tracing::info!(signal, "stopping");
+                node.shutdown().await;
+                return Ok(());
+            }
+            why = node.failed() => {
+                tracing::error!(%why, "this node cannot go on: exiting");
+                return Err(why);
+            }
+            () = node.removed() => {
+                tracing::warn!("this node was removed from the cluster: stopping");
+                node.shutdown().await;
+                return Ok(());
+            }
+            Some(()) = hangups.recv() => match node.reload_tls() {
+                Ok(true) => tracing::info!("SIGHUP: TLS certificate, key and CA read again"),
+                Ok(false) => tracing::info!("SIGHUP: nothing to reload (no TLS)"),
+                Err(e) => tracing::error!(%e, "SIGHUP: TLS files not reloaded; the ones in use stay"),
+            },
         }
     }
-    Ok(())
 }
 
 pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result<(), String> {

@@ -39,19 +39,31 @@ struct Endpoints {
     /// cluster run with --acl; best given in the environment.
     #[arg(long, env = "LEASEHOLD_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// The CA (PEM) the nodes' certificates are verified against, for a
+    /// cluster run with TLS; bare host:port endpoints are then reached
+    /// with https://.
+    #[arg(long, env = "LEASEHOLD_TLS_CA")]
+    tls_ca: Option<PathBuf>,
 }
 
 impl Endpoints {
     fn client(&self) -> Result<Client, ExitCode> {
-        let endpoints = self.endpoints.iter().cloned();
-        let client = match &self.token {
-            Some(token) => Client::http_with_token(endpoints, token),
-            None => Client::http(endpoints),
-        };
-        client.map_err(|e| {
+        self.client_to(self.endpoints.clone()).map_err(|e| {
             eprintln!("leasehold: {e}");
             ExitCode::from(hold::exit::USAGE)
         })
+    }
+
+    /// A client to `endpoints`, with this command's token and CA.
+    fn client_to(&self, endpoints: Vec<String>) -> Result<Client, String> {
+        let mut builder = Client::builder(endpoints);
+        if let Some(token) = &self.token {
+            builder = builder.token(token);
+        }
+        if let Some(ca) = &self.tls_ca {
+            builder = builder.tls_ca_file(ca).map_err(|e| e.to_string())?;
+        }
+        builder.build().map_err(|e| e.to_string())
     }
 }
 
@@ -238,7 +250,7 @@ async fn dispatch(command: Command) -> ExitCode {
         }
         Command::Status { endpoints } => {
             return match endpoints.client() {
-                Ok(c) => show::status(c, endpoints.token.as_deref()).await,
+                Ok(c) => show::status(c, |addr| endpoints.client_to(vec![addr]).ok()).await,
                 Err(code) => code,
             };
         }
@@ -252,12 +264,14 @@ async fn dispatch(command: Command) -> ExitCode {
                 eprintln!("leasehold: {e}");
                 return ExitCode::from(hold::exit::USAGE);
             }
+            let ca = admin.endpoints.tls_ca.as_deref();
             let (endpoints, token) = (&admin.endpoints.endpoints, &admin.cluster_token);
-            return member::change(endpoints, token, member::Change::Add(body)).await;
+            return member::change(endpoints, token, ca, member::Change::Add(body)).await;
         }
         Command::Member(MemberCommand::Remove { id, admin }) => {
+            let ca = admin.endpoints.tls_ca.as_deref();
             let (endpoints, token) = (&admin.endpoints.endpoints, &admin.cluster_token);
-            return member::change(endpoints, token, member::Change::Remove(id)).await;
+            return member::change(endpoints, token, ca, member::Change::Remove(id)).await;
         }
     };
     match result {

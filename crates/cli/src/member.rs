@@ -2,6 +2,7 @@
 //! changes, sent with the cluster token to whichever endpoint answers (any
 //! node forwards them to the speaker).
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -16,6 +17,18 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(45);
 /// Rounds over the endpoints while none can serve (no speaker yet).
 const ROUNDS: u32 = 5;
 
+/// The HTTP client for a change: verifying the nodes against `tls_ca`
+/// (and only it) when given.
+fn http_client(tls_ca: Option<&Path>) -> Result<reqwest::Client, String> {
+    let mut http = reqwest::Client::builder().timeout(CALL_TIMEOUT).no_proxy();
+    if let Some(path) = tls_ca {
+        let pem = std::fs::read(path).map_err(|e| format!("--tls-ca {}: {e}", path.display()))?;
+        http = leasehold_client::trust_only(http, &pem)
+            .map_err(|e| format!("--tls-ca {}: {e}", path.display()))?;
+    }
+    http.build().map_err(|e| format!("http client: {e}"))
+}
+
 /// One change, as the CLI sends it.
 pub enum Change {
     /// `POST /v1/cluster/members`.
@@ -26,14 +39,20 @@ pub enum Change {
 
 /// Sends `change` to the first of `endpoints` that can serve it, with the
 /// cluster `token`, and prints the membership after it.
-pub async fn change(endpoints: &[String], token: &str, change: Change) -> ExitCode {
-    let http = match reqwest::Client::builder().timeout(CALL_TIMEOUT).build() {
+pub async fn change(
+    endpoints: &[String],
+    token: &str,
+    tls_ca: Option<&Path>,
+    change: Change,
+) -> ExitCode {
+    let http = match http_client(tls_ca) {
         Ok(http) => http,
         Err(e) => {
-            eprintln!("leasehold: http client: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("leasehold: {e}");
+            return ExitCode::from(exit::USAGE);
         }
     };
+    let scheme = if tls_ca.is_some() { "https" } else { "http" };
     let mut last = String::from("no endpoint given");
     for round in 0..ROUNDS {
         if round > 0 {
@@ -43,7 +62,7 @@ pub async fn change(endpoints: &[String], token: &str, change: Change) -> ExitCo
             let base = if endpoint.contains("://") {
                 endpoint.trim_end_matches('/').to_string()
             } else {
-                format!("http://{endpoint}")
+                format!("{scheme}://{endpoint}")
             };
             let request = match &change {
                 Change::Add(body) => http.post(format!("{base}/v1/cluster/members")).json(body),

@@ -45,7 +45,7 @@ pub async fn locks(client: Client, prefix: &str, limit: usize) -> ExitCode {
 }
 
 /// `leasehold status`: members, speaker, term, rebuilt, last rebuild.
-pub async fn status(client: Client, token: Option<&str>) -> ExitCode {
+pub async fn status(client: Client, client_to: impl Fn(String) -> Option<Client>) -> ExitCode {
     let mut info = match client.cluster().await {
         Ok(info) => info,
         Err(e) => return refused("could not reach the cluster", &e),
@@ -58,13 +58,10 @@ pub async fn status(client: Client, token: Option<&str>) -> ExitCode {
             .iter()
             .find(|m| Some(m.id) == info.leader)
             .map(|m| m.addr.clone());
-        let speaker = addr.map(|a| match token {
-            Some(token) => Client::http_with_token([a], token),
-            None => Client::http([a]),
-        });
+        let speaker = addr.and_then(client_to);
         if let Some(from_speaker) = match speaker {
-            Some(Ok(speaker)) => speaker.cluster().await.ok(),
-            _ => None,
+            Some(speaker) => speaker.cluster().await.ok(),
+            None => None,
         } {
             info = from_speaker;
         }

@@ -35,7 +35,9 @@ pub use error::Error;
 pub use guard::{LockGuard, Loss};
 pub use leasehold_api::LockView as Lock;
 pub use suspend::{BootClock, SuspendClock};
-pub use transport::{BoxFuture, CallError, EndpointError, HttpTransport, Transport};
+pub use transport::{
+    trust_only, BoxFuture, CallError, EndpointError, HttpOptions, HttpTransport, Transport,
+};
 
 /// How a lock is asked for.
 #[derive(Debug, Clone, Default)]
@@ -147,6 +149,46 @@ fn refused(e: CallError) -> Error {
     }
 }
 
+/// Builds a [`Client`] over HTTP ([`Client::builder`]).
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    endpoints: Vec<String>,
+    options: HttpOptions,
+}
+
+impl ClientBuilder {
+    /// Every request carries `token` as `Authorization: Bearer`, for a
+    /// cluster run with `--acl`.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.options.token = Some(token.into());
+        self
+    }
+
+    /// The nodes' certificates are verified against this CA (PEM), and
+    /// only against it; bare `host:port` endpoints are reached with
+    /// `https://`.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.options.tls_ca_pem = Some(pem.into());
+        self
+    }
+
+    /// As [`ClientBuilder::tls_ca_pem`], reading the CA from the file at
+    /// `path`.
+    pub fn tls_ca_file(self, path: impl AsRef<std::path::Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let pem = std::fs::read(path)
+            .map_err(|e| Error::BadRequest(format!("TLS CA {}: {e}", path.display())))?;
+        Ok(self.tls_ca_pem(pem))
+    }
+
+    /// The client, or why these endpoints and options cannot be used.
+    pub fn build(self) -> Result<Client, Error> {
+        let transport = HttpTransport::with_options(self.endpoints, &self.options)
+            .map_err(|e| Error::BadRequest(e.to_string()))?;
+        Ok(Client::with_transport(Arc::new(transport)))
+    }
+}
+
 /// A short pause before trying again.
 async fn backoff(attempt: u32) {
     let ms = (50u64 << attempt.min(4)).min(500);
@@ -170,6 +212,24 @@ impl Client {
         let transport = HttpTransport::authorized(endpoints, Some(token))
             .map_err(|e| Error::BadRequest(e.to_string()))?;
         Ok(Self::with_transport(Arc::new(transport)))
+    }
+
+    /// A builder of a client over HTTP to `endpoints`: give it a token
+    /// and a TLS CA before [`ClientBuilder::build`].
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), leasehold_client::Error> {
+    /// let client = leasehold_client::Client::builder(["10.0.0.1:7701", "10.0.0.2:7701"])
+    ///     .token(std::env::var("LEASEHOLD_TOKEN").unwrap_or_default())
+    ///     .tls_ca_file("/etc/leasehold/ca.pem")?
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(endpoints: impl IntoIterator<Item = impl Into<String>>) -> ClientBuilder {
+        ClientBuilder {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            options: HttpOptions::default(),
+        }
     }
 
     /// A client over any transport (an embedded node's, for one).

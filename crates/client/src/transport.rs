@@ -98,6 +98,48 @@ pub enum EndpointError {
     /// The token cannot go in a header (a control character, say).
     #[error("the token is not a valid header value")]
     Token,
+    /// The CA given holds no certificate it could read.
+    #[error("the TLS CA holds no PEM certificate")]
+    NoCa,
+}
+
+/// How an [`HttpTransport`] talks to the nodes, beyond where.
+#[derive(Clone, Default)]
+pub struct HttpOptions {
+    /// Sent with every request as `Authorization: Bearer <token>`, for a
+    /// cluster run with `--acl`.
+    pub token: Option<String>,
+    /// The CA (PEM) the nodes' certificates are verified against, for a
+    /// cluster run with TLS: the only roots trusted then, and endpoints
+    /// given as bare `host:port` are reached with `https://`.
+    pub tls_ca_pem: Option<Vec<u8>>,
+}
+
+/// Shows whether a token and a CA are set, never the token.
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("tls_ca_pem", &self.tls_ca_pem.as_ref().map(Vec::len))
+            .finish()
+    }
+}
+
+/// `http`, trusting only the CA certificates in `pem` (PEM, one or more)
+/// to verify the nodes it reaches over TLS.
+pub fn trust_only(
+    mut http: reqwest::ClientBuilder,
+    pem: &[u8],
+) -> Result<reqwest::ClientBuilder, EndpointError> {
+    let roots = reqwest::Certificate::from_pem_bundle(pem)?;
+    if roots.is_empty() {
+        return Err(EndpointError::NoCa);
+    }
+    http = http.tls_built_in_root_certs(false);
+    for root in roots {
+        http = http.add_root_certificate(root);
+    }
+    Ok(http)
 }
 
 /// Where a process starts in its list of `n` endpoints: chosen at random,
@@ -126,6 +168,22 @@ impl HttpTransport {
         endpoints: impl IntoIterator<Item = impl Into<String>>,
         token: Option<&str>,
     ) -> Result<Self, EndpointError> {
+        let options = HttpOptions {
+            token: token.map(str::to_string),
+            ..HttpOptions::default()
+        };
+        Self::with_options(endpoints, &options)
+    }
+
+    /// As [`HttpTransport::new`], with `options` (a token, a TLS CA).
+    pub fn with_options(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        options: &HttpOptions,
+    ) -> Result<Self, EndpointError> {
+        let scheme = match options.tls_ca_pem {
+            Some(_) => "https://",
+            None => "http://",
+        };
         let endpoints: Vec<String> = endpoints
             .into_iter()
             .map(Into::into)
@@ -134,31 +192,36 @@ impl HttpTransport {
                 if e.contains("://") {
                     e
                 } else {
-                    format!("http://{e}")
+                    format!("{scheme}{e}")
                 }
             })
-            .filter(|e| e.len() > "http://".len())
+            .filter(|e| {
+                e.split_once("://")
+                    .is_some_and(|(_, rest)| !rest.is_empty())
+            })
             .collect();
         if endpoints.is_empty() {
             return Err(EndpointError::None);
         }
         let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(token) = token {
+        if let Some(token) = &options.token {
             let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
                 .map_err(|_| EndpointError::Token)?;
             bearer.set_sensitive(true);
             headers.insert(reqwest::header::AUTHORIZATION, bearer);
         }
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .default_headers(headers)
             .no_proxy()
             .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(2))
-            .build()?;
+            .connect_timeout(Duration::from_secs(2));
+        if let Some(pem) = &options.tls_ca_pem {
+            http = trust_only(http, pem)?;
+        }
         Ok(HttpTransport {
             current: AtomicUsize::new(first_endpoint(endpoints.len())),
             endpoints,
-            http,
+            http: http.build()?,
         })
     }
 

@@ -49,6 +49,9 @@ pub struct NodeConfig {
     pub join: Vec<String>,
     /// The tokens the public API asks for (`--acl`); `None`: open.
     pub acl: Option<std::sync::Arc<leasehold_acl::Acl>>,
+    /// TLS on the node's port and to its members (`--tls-cert`,
+    /// `--tls-key`, `--tls-ca`); `None`: plain HTTP.
+    pub tls: Option<std::sync::Arc<leasehold_tls::Tls>>,
 }
 
 /// A configuration that cannot run.
@@ -141,6 +144,7 @@ impl NodeConfig {
             copies: None,
             join: Vec::new(),
             acl: None,
+            tls: None,
         }
     }
 
@@ -174,6 +178,15 @@ impl NodeConfig {
     pub fn with_acl(self, acl: leasehold_acl::Acl) -> Self {
         NodeConfig {
             acl: Some(std::sync::Arc::new(acl)),
+            ..self
+        }
+    }
+
+    /// Serving HTTPS and talking HTTPS to members with `tls` (loaded
+    /// already; [`crate::RunningNode::reload_tls`] reads its files again).
+    pub fn with_tls(self, tls: std::sync::Arc<leasehold_tls::Tls>) -> Self {
+        NodeConfig {
+            tls: Some(tls),
             ..self
         }
     }

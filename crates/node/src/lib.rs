@@ -122,6 +122,16 @@ impl RunningNode {
         }
     }
 
+    /// Reads the TLS certificate, key and CA files again (a renewal):
+    /// new connections, to and from members and clients, use them. On an
+    /// error the ones in use stay. `Ok(false)`: the node runs without TLS.
+    pub fn reload_tls(&self) -> Result<bool, leasehold_tls::TlsError> {
+        match &self.node.config.tls {
+            Some(tls) => tls.reload().map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     /// Resolves once this node is removed from the cluster (by a
     /// membership change): it then serves its clients no more, and should
     /// be shut down ([`RunningNode::shutdown`] hands leadership on if it
@@ -206,8 +216,9 @@ where
     C: TryInto<ValidConfig>,
     StartError: From<C::Error>,
 {
-    let seams = Seams::production();
-    start_with(config, listener, seams).await
+    let config: ValidConfig = config.try_into()?;
+    let seams = Seams::production_for(&config);
+    start_with::<ValidConfig, _>(config, listener, seams).await
 }
 
 /// What a simulator swaps to run the node's own code: everything else is
@@ -232,6 +243,19 @@ impl Seams {
             clock: Clock::new(),
             transport: Arc::new(leasehold_raft::Http1Transport::new()),
             sabotage: Sabotage::NONE,
+        }
+    }
+
+    /// The machine's, for a node run with `config`: HTTP over TLS to the
+    /// members if it has TLS.
+    pub fn production_for(config: &NodeConfig) -> Self {
+        let transport: Arc<dyn leasehold_raft::Transport> = match &config.tls {
+            Some(tls) => Arc::new(leasehold_raft::Http1Transport::with_tls(Arc::clone(tls))),
+            None => Arc::new(leasehold_raft::Http1Transport::new()),
+        };
+        Seams {
+            transport,
+            ..Seams::production()
         }
     }
 }
@@ -300,7 +324,8 @@ where
     };
     let app = http::router(Arc::clone(&node));
     let (tasks, stop) = (&node.tasks, &node.stop);
-    tasks.spawn(http::serve(listener, app, tasks.clone(), stop.clone()).in_current_span());
+    let tls = node.config.tls.clone();
+    tasks.spawn(http::serve(listener, app, tls, tasks.clone(), stop.clone()).in_current_span());
     tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
     for (member, addr) in node.roster().members() {

@@ -23,6 +23,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
+use leasehold_tls::{PeerStream, Tls};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -35,7 +36,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the pool closes connections idle for longer.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
-type Conn = Pin<Box<Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
+type Conn = Pin<Box<Connection<TokioIo<PeerStream>, Full<Bytes>>>>;
 
 /// One open connection: the half that sends and the half that must be
 /// polled for anything to move.
@@ -58,8 +59,8 @@ impl Open {
     }
 }
 
-/// HTTP/1.1 over TCP (`TCP_NODELAY`), idle connections pooled per member
-/// and each driven by whichever request uses it.
+/// HTTP/1.1 over TCP (`TCP_NODELAY`), or over TLS on it, idle connections
+/// pooled per member and each driven by whichever request uses it.
 #[derive(Default)]
 pub struct Http1Transport {
     pool: Arc<Pool>,
@@ -71,10 +72,12 @@ impl std::fmt::Debug for Http1Transport {
     }
 }
 
-/// Idle connections by member address.
+/// Idle connections by member address, and how new ones are made.
 #[derive(Default)]
 struct Pool {
     idle: Mutex<Idle>,
+    /// TLS for new connections, if the node speaks it.
+    tls: Option<Arc<Tls>>,
 }
 
 #[derive(Default)]
@@ -100,7 +103,7 @@ impl Pool {
                 return Ok((open, true));
             }
         }
-        Ok((connect(addr).await?, false))
+        Ok((self.connect(addr).await?, false))
     }
 
     /// Keeps `open` for the next request to `addr`, if it can take one.
@@ -128,6 +131,25 @@ impl Pool {
         }
     }
 
+    /// A new connection to `addr`, over TLS if the node speaks it.
+    async fn connect(&self, addr: &str) -> Result<Open, TransportError> {
+        let failed = |e: std::io::Error| TransportError::Connect(format!("{addr}: {e}"));
+        let tcp = TcpStream::connect(addr).await.map_err(failed)?;
+        tcp.set_nodelay(true).map_err(failed)?;
+        let stream = match &self.tls {
+            Some(tls) => PeerStream::Tls(Box::new(tls.connect(addr, tcp).await.map_err(failed)?)),
+            None => PeerStream::Plain(tcp),
+        };
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| TransportError::Connect(format!("{addr}: {e}")))?;
+        Ok(Open {
+            sender,
+            conn: Some(Box::pin(conn)),
+            idle_since: Instant::now(),
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
         // The pool is plain data: a panic elsewhere leaves it usable.
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
@@ -135,9 +157,21 @@ impl Pool {
 }
 
 impl Http1Transport {
-    /// A transport with an empty pool.
+    /// A transport with an empty pool, over plain TCP.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A transport with an empty pool, over TLS with `tls`'s client
+    /// configuration as it is when each connection is made (a reload
+    /// applies to new connections).
+    pub fn with_tls(tls: Arc<Tls>) -> Self {
+        Http1Transport {
+            pool: Arc::new(Pool {
+                idle: Mutex::default(),
+                tls: Some(tls),
+            }),
+        }
     }
 
     /// Sends `request` on a pooled connection and answers once the head
@@ -159,7 +193,7 @@ impl Http1Transport {
                 // on a new connection.
                 Err(mut unsent) if reused && unsent.message().is_some() => {
                     let request = unsent.take_message().expect("checked");
-                    let mut open = connect(&addr).await?;
+                    let mut open = self.pool.connect(&addr).await?;
                     let sent = open.sender.send_request(request);
                     let response = drive(&mut open.conn, sent).await?;
                     Ok((open, response))
@@ -250,24 +284,6 @@ impl Transport for Http1Transport {
         let deadline = Instant::now() + request.timeout;
         self.start(request, deadline).boxed()
     }
-}
-
-/// A new connection to `addr`.
-async fn connect(addr: &str) -> Result<Open, TransportError> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| TransportError::Connect(format!("{addr}: {e}")))?;
-    stream
-        .set_nodelay(true)
-        .map_err(|e| TransportError::Connect(format!("{addr}: {e}")))?;
-    let (sender, conn) = http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| TransportError::Connect(format!("{addr}: {e}")))?;
-    Ok(Open {
-        sender,
-        conn: Some(Box::pin(conn)),
-        idle_since: Instant::now(),
-    })
 }
 
 /// `request` as a POST with its `Host`.

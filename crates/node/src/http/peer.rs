@@ -87,9 +87,23 @@ async fn guard_internal(State(node): State<Shared>, request: Request, next: Next
     }
 }
 
-/// `401` for a request without the cluster token (the caller has checked
-/// that the request is for the peer routes).
+/// `401` for a request without the cluster token, or, when members speak
+/// mutual TLS, on a connection whose client showed no certificate the CA
+/// verified (the caller has checked that the request is for the peer
+/// routes).
 pub(super) fn refuse_without_token(node: &Node, request: &Request) -> Option<ApiError> {
+    let mutual = node.config.tls.as_ref().is_some_and(|tls| tls.mutual());
+    if mutual
+        && request
+            .extensions()
+            .get::<leasehold_tls::PeerVerified>()
+            .is_none()
+    {
+        return Some(ApiError::new(
+            ErrorCode::Unauthorized,
+            "the peer routes need a client certificate from the cluster's CA",
+        ));
+    }
     refuse_without_cluster_token(node, request.headers()).err()
 }
 

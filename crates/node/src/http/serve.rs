@@ -3,45 +3,117 @@
 //! that a simulated host paused stops serving too), until `stop`. Then no
 //! more are accepted, and each connection closes once the request it is
 //! serving is answered.
+//!
+//! With TLS every connection is a TLS one: a client that speaks plain HTTP
+//! to the port is answered `400` in plain text (JSON) and the connection
+//! closed; a failed handshake (a certificate from another CA) closes it.
+//! Requests on a connection whose client showed a certificate the CA
+//! verified carry [`PeerVerified`] in their extensions.
 
 use std::pin::pin;
+use std::sync::Arc;
 
 use axum::Router;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
+use leasehold_tls::{AcceptError, PeerVerified, Tls, HANDSHAKE_TIMEOUT};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 use tracing::Instrument;
 
 use crate::tasks::Tasks;
 
-/// Serves `app` on `listener` until `stop` is cancelled.
-pub(crate) async fn serve<L>(mut listener: L, app: Router, tasks: Tasks, stop: CancellationToken)
-where
+/// Serves `app` on `listener` (over `tls`, if given) until `stop` is
+/// cancelled.
+pub(crate) async fn serve<L>(
+    mut listener: L,
+    app: Router,
+    tls: Option<Arc<Tls>>,
+    tasks: Tasks,
+    stop: CancellationToken,
+) where
     L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
 {
     loop {
-        let (io, _) = tokio::select! {
+        let (io, from) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stop.cancelled() => return,
         };
-        let service = TowerToHyperService::new(app.clone());
+        let app = app.clone();
         let stop = stop.clone();
+        let tls = tls.clone();
         tasks.spawn(
             async move {
-                let http = hyper::server::conn::http1::Builder::new();
-                let mut connection = pin!(http.serve_connection(TokioIo::new(io), service));
-                let served = tokio::select! {
-                    served = connection.as_mut() => served,
-                    _ = stop.cancelled() => {
-                        connection.as_mut().graceful_shutdown();
-                        connection.await
+                match tls {
+                    None => serve_connection(io, app, None, stop).await,
+                    Some(tls) => {
+                        let accepted = tokio::select! {
+                            accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(io)) => accepted,
+                            _ = stop.cancelled() => return,
+                        };
+                        match accepted {
+                            Ok(Ok((stream, verified))) => {
+                                serve_connection(stream, app, verified, stop).await;
+                            }
+                            Ok(Err(AcceptError::NotTls(io))) => refuse_plain_http(io).await,
+                            Ok(Err(AcceptError::Handshake(e))) => {
+                                tracing::info!(?from, %e, "TLS handshake failed");
+                            }
+                            Err(_) => tracing::info!(?from, "TLS handshake timed out"),
+                        }
                     }
-                };
-                if let Err(e) = served {
-                    tracing::debug!(%e, "connection ended");
                 }
             }
             .in_current_span(),
         );
     }
+}
+
+/// Serves HTTP/1 on `io` until it closes, or `stop` (then once the request
+/// being served is answered).
+async fn serve_connection<IO>(
+    io: IO,
+    app: Router,
+    verified: Option<PeerVerified>,
+    stop: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let app = app.map_request(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        if let Some(verified) = verified {
+            request.extensions_mut().insert(verified);
+        }
+        request
+    });
+    let service = TowerToHyperService::new(app);
+    let http = hyper::server::conn::http1::Builder::new();
+    let mut connection = pin!(http.serve_connection(TokioIo::new(io), service));
+    let served = tokio::select! {
+        served = connection.as_mut() => served,
+        _ = stop.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = served {
+        tracing::debug!(%e, "connection ended");
+    }
+}
+
+/// Answers a client that spoke plain HTTP to the TLS port, as JSON, and
+/// closes the connection.
+async fn refuse_plain_http<IO: AsyncWrite + Unpin>(mut io: IO) {
+    let body = serde_json::json!({
+        "error": "bad_request",
+        "message": "this node speaks HTTPS: send the request to https://",
+    })
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = io.write_all(answer.as_bytes()).await;
+    let _ = io.shutdown().await;
 }
