@@ -658,3 +658,35 @@ fn serve_needs_its_members_on_a_new_data_directory() {
         serve_refuses_usage(dir.path(), flags, says);
     }
 }
+
+/// `up` on a port already taken fails with the port's error, and leaves no
+/// temporary data directory behind; logs go to stderr without colour codes
+/// when it is not a terminal.
+#[test]
+fn up_that_cannot_start_removes_its_temporary_directory() {
+    // Node 1's port free, node 2's taken: node 1 starts (and makes its
+    // directory) before node 2 fails.
+    let (base, taken) = loop {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = free.local_addr().unwrap().port();
+        drop(free);
+        if let Ok(taken) = std::net::TcpListener::bind(("127.0.0.1", base + 1)) {
+            break (base, taken);
+        }
+    };
+    let port = base + 1;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["up", "--nodes", "2", "--base-port", &base.to_string()])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run leasehold up");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&port.to_string()), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "no ANSI codes: {stderr:?}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    drop(taken);
+}

@@ -57,14 +57,22 @@ pub const LEASE: Duration = Duration::from_millis(LEASE_MS);
 /// What a grant returned, to release it by.
 pub type Token = String;
 
+/// The environment variable naming a CA file (PEM) that `https://`
+/// targets are verified against (`scripts/bench-tls`).
+pub const CA_ENV: &str = "LEASEHOLD_BENCH_CA";
+
 fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    let mut http = reqwest::Client::builder()
         .no_proxy()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(4)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .expect("http client")
+        .timeout(Duration::from_secs(60));
+    if let Some(path) = std::env::var_os(CA_ENV) {
+        let pem = std::fs::read(&path).expect("read the CA of LEASEHOLD_BENCH_CA");
+        let ca = reqwest::Certificate::from_pem(&pem).expect("a PEM certificate");
+        http = http.tls_built_in_root_certs(false).add_root_certificate(ca);
+    }
+    http.build().expect("http client")
 }
 
 async fn post(http: &reqwest::Client, url: String, body: &Value) -> Result<(u16, Value), Failure> {

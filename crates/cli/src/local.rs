@@ -69,9 +69,10 @@ pub struct ServeArgs {
     /// The secret every peer request carries.
     #[arg(long, env = "LEASEHOLD_CLUSTER_TOKEN", hide_env_values = true)]
     cluster_token: String,
-    /// The lease of a request naming none, in ms.
-    #[arg(long, default_value_t = millis(LeaseRule::DEFAULT_LEASE))]
-    default_lease: u64,
+    /// The lease of a request naming none, in ms (default: 30000, or
+    /// --max-lease if that is shorter).
+    #[arg(long)]
+    default_lease: Option<u64>,
     /// The longest lease granted, in ms.
     #[arg(long, default_value_t = millis(LeaseRule::MAX_LEASE))]
     max_lease: u64,
@@ -96,8 +97,9 @@ pub struct ServeArgs {
     /// The CA (PEM) members' certificates are verified against; with it,
     /// members speak mutual TLS (a peer shows its certificate as a client
     /// too). Without it, members' certificates are verified against the
-    /// public roots.
-    #[arg(long, env = "LEASEHOLD_TLS_CA", requires = "tls_cert")]
+    /// public roots. Ignored (with a warning) without --tls-cert: the
+    /// client commands read the same LEASEHOLD_TLS_CA.
+    #[arg(long, env = "LEASEHOLD_TLS_CA")]
     tls_ca: Option<PathBuf>,
     /// Accept fault injection on /internal/chaos (chaos tests only).
     #[arg(long, hide = true)]
@@ -162,6 +164,12 @@ impl ServeArgs {
             };
             let tls = leasehold_tls::Tls::load(files).map_err(|e| format!("TLS: {e}"))?;
             config = config.with_tls(std::sync::Arc::new(tls));
+        } else if let Some(ca) = &self.tls_ca {
+            tracing::warn!(
+                ca = %ca.display(),
+                "--tls-ca (or LEASEHOLD_TLS_CA) is ignored without --tls-cert and --tls-key: \
+                 this node serves plain HTTP"
+            );
         } else if !is_loopback(&self.listen) {
             tracing::warn!(
                 listen = %self.listen,
@@ -202,7 +210,10 @@ impl ServeArgs {
         NodeConfig::new(self.id, peers, &self.data_dir, &self.cluster_token)
             .with_join(self.join.clone())
             .with_lease(LeaseRule {
-                default: Duration::from_millis(self.default_lease),
+                default: Duration::from_millis(
+                    self.default_lease
+                        .unwrap_or(millis(LeaseRule::DEFAULT_LEASE).min(self.max_lease)),
+                ),
                 max: Duration::from_millis(self.max_lease),
             })
             .with_rebuild_timeout(Duration::from_millis(self.rebuild_timeout))
@@ -237,6 +248,14 @@ where
 /// `leasehold serve`: runs the node `args` ask for, `config` being their
 /// configuration, checked.
 pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> {
+    // Listened for from before the node starts, and through every reload:
+    // a signal that came while nothing listened would be lost (or, before
+    // tokio's handler is set, kill the process).
+    use tokio::signal::unix::{signal, SignalKind};
+    let listen = |kind| signal(kind).map_err(|e| format!("cannot listen for signals: {e}"));
+    let mut hangups = listen(SignalKind::hangup())?;
+    let mut interrupts = listen(SignalKind::interrupt())?;
+    let mut terminates = listen(SignalKind::terminate())?;
     let node = start(config, &args.listen).await?;
     let scheme = if args.tls_cert.is_some() {
         "https"
@@ -244,15 +263,10 @@ pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> 
         "http"
     };
     tracing::info!(addr = %node.addr(), id = args.id, scheme, "serving");
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
     loop {
-        tokio::select! {
-            signal = stop_signal() => {
-                tracing::info!(signal, "stopping");
-                node.shutdown().await;
-                return Ok(());
-            }
+        let signal = tokio::select! {
+            Some(()) = interrupts.recv() => "SIGINT",
+            Some(()) = terminates.recv() => "SIGTERM",
             why = node.failed() => {
                 tracing::error!(%why, "this node cannot go on: exiting");
                 return Err(why);
@@ -262,12 +276,18 @@ pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> 
                 node.shutdown().await;
                 return Ok(());
             }
-            Some(()) = hangups.recv() => match node.reload_tls() {
-                Ok(true) => tracing::info!("SIGHUP: TLS certificate, key and CA read again"),
-                Ok(false) => tracing::info!("SIGHUP: nothing to reload (no TLS)"),
-                Err(e) => tracing::error!(%e, "SIGHUP: TLS files not reloaded; the ones in use stay"),
-            },
-        }
+            Some(()) = hangups.recv() => {
+                match node.reload_tls() {
+                    Ok(true) => tracing::info!("SIGHUP: TLS certificate, key and CA read again"),
+                    Ok(false) => tracing::info!("SIGHUP: nothing to reload (no TLS)"),
+                    Err(e) => tracing::error!(%e, "SIGHUP: TLS files not reloaded; the ones in use stay"),
+                }
+                continue;
+            }
+        };
+        tracing::info!(signal, "stopping");
+        node.shutdown().await;
+        return Ok(());
     }
 }
 
@@ -284,7 +304,18 @@ pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result
     let mut running = Vec::new();
     for (id, addr) in &peers {
         let config = NodeConfig::new(*id, peers.clone(), root.join(format!("node-{id}")), &token);
-        running.push(start(config, addr).await?);
+        match start(config, addr).await {
+            Ok(node) => running.push(node),
+            Err(e) => {
+                for node in running {
+                    node.shutdown().await;
+                }
+                if temporary {
+                    let _ = std::fs::remove_dir_all(&root);
+                }
+                return Err(format!("node {id}: {e}"));
+            }
+        }
         println!("node {id}: http://{addr}");
     }
     println!("data: {}", root.display());
@@ -355,6 +386,34 @@ mod tests {
         assert_eq!(
             serve.args.config().unwrap(),
             NodeConfig::new(1, [(1, "127.0.0.1:1")], "data", "secret")
+        );
+    }
+
+    /// `--max-lease` alone, shorter than the default lease, runs: the
+    /// default lease is then the longest lease.
+    #[test]
+    fn a_max_lease_below_the_default_lease_lowers_the_default() {
+        let serve = |extra: &[&str]| {
+            let mut args = vec![
+                "serve",
+                "--id=1",
+                "--listen=127.0.0.1:1",
+                "--peers=1=127.0.0.1:1",
+                "--data-dir=data",
+                "--cluster-token=secret",
+            ];
+            args.extend_from_slice(extra);
+            let config = Serve::try_parse_from(args).unwrap().args.config().unwrap();
+            ValidConfig::try_from(config).map(|c| c.lease)
+        };
+        let short = serve(&["--max-lease=4000"]).unwrap();
+        assert_eq!(short.default, Duration::from_millis(4000));
+        assert_eq!(short.max, Duration::from_millis(4000));
+        let long = serve(&["--max-lease=60000"]).unwrap();
+        assert_eq!(long.default, LeaseRule::DEFAULT_LEASE);
+        assert!(
+            serve(&["--max-lease=4000", "--default-lease=5000"]).is_err(),
+            "a default above the maximum, given, is refused"
         );
     }
 }

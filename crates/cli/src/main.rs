@@ -21,6 +21,45 @@ use leasehold_node::ValidConfig;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines look on stderr: `text` (coloured only on a terminal)
+    /// or `json` (one object a line). `RUST_LOG` chooses which lines.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "LEASEHOLD_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines, with colour only when stderr is a terminal.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// The default log filter: openraft's own warnings repeat for every
+/// heartbeat to a member that is down; the node logs a member's going and
+/// coming back itself (`leasehold_raft::reach`).
+const DEFAULT_LOG: &str = "info,openraft=error";
+
+/// Sends log lines to stderr in `format`, filtered by `RUST_LOG` (default
+/// [`DEFAULT_LOG`]).
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| DEFAULT_LOG.into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
 }
 
 /// The cluster to talk to.
@@ -284,13 +323,6 @@ async fn dispatch(command: Command) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,openraft=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -303,6 +335,7 @@ fn main() -> ExitCode {
             };
         }
     };
+    init_logs(cli.log_format);
     let threads = match &cli.command {
         Command::Serve(args) => args.threads,
         _ => None,

@@ -46,6 +46,9 @@ struct Open {
     conn: Option<Conn>,
     /// When it was last put back in the pool (or made).
     idle_since: Instant,
+    /// The TLS reload it was made under (0 without TLS): one made before
+    /// a later reload is not used again.
+    generation: u64,
 }
 
 impl Open {
@@ -94,8 +97,12 @@ impl Pool {
         loop {
             let idle = self.lock().by_addr.get_mut(addr).and_then(Vec::pop);
             let Some(mut open) = idle else { break };
-            // One the member closed while it sat in the pool is dropped.
-            if open.idle_since.elapsed() > IDLE_TIMEOUT || open.has_ended() {
+            // One the member closed while it sat in the pool is dropped,
+            // and so is one made under TLS files since reloaded.
+            if open.idle_since.elapsed() > IDLE_TIMEOUT
+                || open.generation != self.generation()
+                || open.has_ended()
+            {
                 continue;
             }
             let ready = drive(&mut open.conn, open.sender.ready()).await;
@@ -110,7 +117,7 @@ impl Pool {
     fn checkin(&self, addr: String, mut open: Open) {
         // The connection learns that its answer is over only when it is
         // polled once more; one the member closed is not kept.
-        if open.has_ended() || open.sender.is_closed() {
+        if open.has_ended() || open.sender.is_closed() || open.generation != self.generation() {
             return;
         }
         let now = Instant::now();
@@ -131,8 +138,14 @@ impl Pool {
         }
     }
 
+    /// How many times the TLS files were reloaded (0 without TLS).
+    fn generation(&self) -> u64 {
+        self.tls.as_ref().map_or(0, |tls| tls.generation())
+    }
+
     /// A new connection to `addr`, over TLS if the node speaks it.
     async fn connect(&self, addr: &str) -> Result<Open, TransportError> {
+        let generation = self.generation();
         let failed = |e: std::io::Error| TransportError::Connect(format!("{addr}: {e}"));
         let tcp = TcpStream::connect(addr).await.map_err(failed)?;
         tcp.set_nodelay(true).map_err(failed)?;
@@ -147,6 +160,7 @@ impl Pool {
             sender,
             conn: Some(Box::pin(conn)),
             idle_since: Instant::now(),
+            generation,
         })
     }
 

@@ -44,6 +44,7 @@ pub mod lease;
 pub mod log_store;
 pub mod network;
 pub mod peer_http;
+pub mod reach;
 pub mod routes;
 pub mod runtime;
 pub mod server;

@@ -105,14 +105,18 @@ impl PeerClient {
                 PeerBody::Codec(body),
                 timeout,
             )
-            .await
-            .map_err(|e| match e {
-                SendError::Dropped(dropped) => RPCError::Unreachable(Unreachable::new(&dropped)),
-                SendError::Transport(e) => self.failed(e, action, timeout),
-                SendError::Stamp { reason, .. } => {
-                    RPCError::Unreachable(Unreachable::from_string(reason))
-                }
-            })?;
+            .await;
+        match &resp {
+            Ok(_) => self.http.reach().answered(self.target),
+            Err(e) => self.http.reach().failed(self.target, e),
+        }
+        let resp = resp.map_err(|e| match e {
+            SendError::Dropped(dropped) => RPCError::Unreachable(Unreachable::new(&dropped)),
+            SendError::Transport(e) => self.failed(e, action, timeout),
+            SendError::Stamp { reason, .. } => {
+                RPCError::Unreachable(Unreachable::from_string(reason))
+            }
+        })?;
         let (status, bytes) = (resp.status, resp.body);
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned();

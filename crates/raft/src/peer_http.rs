@@ -66,6 +66,7 @@ pub struct PeerHttp {
     token: HeaderValue,
     identity: Arc<Identity>,
     faults: Faults,
+    reach: Arc<crate::reach::Reachability>,
 }
 
 impl PeerHttp {
@@ -96,7 +97,13 @@ impl PeerHttp {
             token,
             identity,
             faults,
+            reach: Arc::default(),
         })
+    }
+
+    /// Whether each member answers Raft's messages, as this node sees it.
+    pub fn reach(&self) -> &crate::reach::Reachability {
+        &self.reach
     }
 
     /// The fault plan peer traffic goes through.

@@ -44,7 +44,7 @@ pub(crate) fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsErro
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
         rustls::pki_types::pem::Error::NoItemsFound => TlsError::Missing {
             path: path.to_path_buf(),
-            what: "private key",
+            what: "unencrypted private key (PKCS#8, PKCS#1 or SEC1)",
         },
         e => invalid(path, e),
     })

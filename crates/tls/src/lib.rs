@@ -93,6 +93,9 @@ struct Loaded {
 pub struct Tls {
     files: TlsFiles,
     loaded: RwLock<Arc<Loaded>>,
+    /// Counts the reloads that took: a connection made before the last
+    /// one closes (see [`Tls::reloaded`]).
+    generation: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -132,16 +135,32 @@ impl Tls {
         Ok(Tls {
             files,
             loaded: RwLock::new(Arc::new(loaded)),
+            generation: tokio::sync::watch::channel(0).0,
         })
     }
 
     /// Reads the files again (renewed certificates, a new CA): new
-    /// connections use them from now on. On an error the configurations
-    /// in use stay.
+    /// connections use them from now on, and connections made before are
+    /// closed once the request they serve is answered (the server's) or
+    /// when next taken from the pool (the peer client's), so that a
+    /// certificate the new CA does not vouch for is trusted no longer. On
+    /// an error the configurations in use stay, and so do the connections.
     pub fn reload(&self) -> Result<(), TlsError> {
         let loaded = load(&self.files)?;
         *self.loaded.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(loaded);
+        self.generation.send_modify(|g| *g += 1);
         Ok(())
+    }
+
+    /// How many reloads have taken so far.
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    /// Resolves at the next reload that takes after `generation`.
+    pub async fn reloaded(&self, generation: u64) {
+        let mut watch = self.generation.subscribe();
+        let _ = watch.wait_for(|g| *g != generation).await;
     }
 
     /// The files this was read from.
@@ -228,18 +247,14 @@ fn load(files: &TlsFiles) -> Result<Loaded, TlsError> {
     let chain = files::certificates(&files.cert)?;
     let key = files::private_key(&files.key)?;
     let ca = files.ca.as_deref().map(files::roots).transpose()?;
-    let invalid = |path: &std::path::Path| {
-        let path = path.to_path_buf();
-        move |e: rustls::Error| TlsError::Invalid {
-            path,
-            why: e.to_string(),
-        }
-    };
     let versions = |e: rustls::Error| TlsError::Invalid {
         path: files.cert.clone(),
         why: e.to_string(),
     };
 
+    if let Some(roots) = &ca {
+        vouched_for(&chain, roots, files)?;
+    }
     let server = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(versions)?;
@@ -259,7 +274,7 @@ fn load(files: &TlsFiles) -> Result<Loaded, TlsError> {
     };
     let mut server = server
         .with_single_cert(chain.clone(), key.clone_key())
-        .map_err(invalid(&files.key))?;
+        .map_err(mismatched(files))?;
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
 
     let roots = ca.unwrap_or_else(|| {
@@ -274,7 +289,7 @@ fn load(files: &TlsFiles) -> Result<Loaded, TlsError> {
     let mut client = match files.ca {
         Some(_) => client
             .with_client_auth_cert(chain, key)
-            .map_err(invalid(&files.key))?,
+            .map_err(mismatched(files))?,
         None => client.with_no_client_auth(),
     };
     client.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -282,6 +297,49 @@ fn load(files: &TlsFiles) -> Result<Loaded, TlsError> {
         server: Arc::new(server),
         client: Arc::new(client),
     })
+}
+
+/// The error of a certificate and key rustls will not use together.
+fn mismatched(files: &TlsFiles) -> impl Fn(rustls::Error) -> TlsError + '_ {
+    move |e| TlsError::Invalid {
+        path: files.cert.clone(),
+        why: format!(
+            "does not go with the key in {} (or cannot be used): {e}",
+            files.key.display()
+        ),
+    }
+}
+
+/// Refuses a certificate the CA does not vouch for as a client (its
+/// chain, dates and extended key usage): the members would refuse it, and
+/// this node would be cut off from them until its files were fixed.
+fn vouched_for(
+    chain: &[rustls::pki_types::CertificateDer<'static>],
+    roots: &Arc<RootCertStore>,
+    files: &TlsFiles,
+) -> Result<(), TlsError> {
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::clone(roots), provider())
+        .build()
+        .map_err(|e| TlsError::Invalid {
+            path: files.ca.clone().unwrap_or_default(),
+            why: e.to_string(),
+        })?;
+    let (leaf, intermediates) = chain.split_first().expect("a chain has a certificate");
+    verifier
+        .verify_client_cert(leaf, intermediates, rustls::pki_types::UnixTime::now())
+        .map(|_| ())
+        .map_err(|e| TlsError::Invalid {
+            path: files.cert.clone(),
+            why: format!(
+                "the members would refuse it: not valid under the CA of {} as a client \
+                 certificate ({e})",
+                files
+                    .ca
+                    .as_deref()
+                    .unwrap_or_else(|| std::path::Path::new(""))
+                    .display()
+            ),
+        })
 }
 
 #[cfg(test)]

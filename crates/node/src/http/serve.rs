@@ -17,7 +17,7 @@ use axum::Router;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use leasehold_tls::{AcceptError, PeerVerified, Tls, HANDSHAKE_TIMEOUT};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::Instrument;
@@ -49,13 +49,26 @@ pub(crate) async fn serve<L>(
                 match tls {
                     None => serve_connection(io, app, None, stop).await,
                     Some(tls) => {
+                        let generation = tls.generation();
                         let accepted = tokio::select! {
                             accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(io)) => accepted,
                             _ = stop.cancelled() => return,
                         };
                         match accepted {
                             Ok(Ok((stream, verified))) => {
-                                serve_connection(stream, app, verified, stop).await;
+                                // A reload closes it: its client's
+                                // certificate was checked against the
+                                // files as they were.
+                                let closing = stop.child_token();
+                                let close_on_reload = async {
+                                    tls.reloaded(generation).await;
+                                    closing.cancel();
+                                    std::future::pending::<()>().await;
+                                };
+                                tokio::select! {
+                                    () = serve_connection(stream, app, verified, closing.clone()) => {}
+                                    () = close_on_reload => {}
+                                }
                             }
                             Ok(Err(AcceptError::NotTls(io))) => refuse_plain_http(io).await,
                             Ok(Err(AcceptError::Handshake(e))) => {
@@ -104,7 +117,7 @@ async fn serve_connection<IO>(
 
 /// Answers a client that spoke plain HTTP to the TLS port, as JSON, and
 /// closes the connection.
-async fn refuse_plain_http<IO: AsyncWrite + Unpin>(mut io: IO) {
+async fn refuse_plain_http<IO: AsyncRead + AsyncWrite + Unpin>(mut io: IO) {
     let body = serde_json::json!({
         "error": "bad_request",
         "message": "this node speaks HTTPS: send the request to https://",
@@ -116,4 +129,21 @@ async fn refuse_plain_http<IO: AsyncWrite + Unpin>(mut io: IO) {
     );
     let _ = io.write_all(answer.as_bytes()).await;
     let _ = io.shutdown().await;
+    // What the client still sends is read and dropped for a moment, so
+    // that closing does not reset the connection before it reads the 400.
+    let mut sink = [0u8; 16 << 10];
+    let drained = async {
+        let mut left = DRAIN_BYTES;
+        while left > 0 {
+            match io.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_FOR, drained).await;
 }
+
+/// How long, and how much, a plain HTTP request is read after its 400.
+const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+const DRAIN_BYTES: usize = 4 << 20;
