@@ -15,7 +15,7 @@ use crate::types::NodeId;
 pub const REMIND_EVERY: Duration = Duration::from_secs(30);
 
 /// One member's reachability.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Seen {
     /// When it last answered, if it ever did.
     answered: Option<Instant>,
@@ -49,11 +49,7 @@ impl Reachability {
     pub fn answered(&self, member: NodeId) {
         let now = Instant::now();
         let mut members = self.lock();
-        let seen = members.entry(member).or_insert(Seen {
-            answered: None,
-            down_since: None,
-            logged: None,
-        });
+        let seen = members.entry(member).or_default();
         if let Some(since) = seen.down_since.take() {
             if seen.logged.is_some() {
                 tracing::info!(
@@ -71,11 +67,7 @@ impl Reachability {
     pub fn failed(&self, member: NodeId, why: &dyn std::fmt::Display) {
         let now = Instant::now();
         let mut members = self.lock();
-        let seen = members.entry(member).or_insert(Seen {
-            answered: None,
-            down_since: None,
-            logged: None,
-        });
+        let seen = members.entry(member).or_default();
         let since = *seen.down_since.get_or_insert(now);
         match seen.logged {
             None => tracing::warn!(member, %why, "peer unreachable"),
