@@ -47,6 +47,9 @@ pub struct ClusterAnswer {
     pub changing: bool,
     /// The answering node's latest rebuild; null before its first.
     pub last_rebuild: Option<RebuildReport>,
+    /// The answering node's leasehold version.
+    #[serde(default)]
+    pub version: String,
 }
 
 /// A member of the cluster.
@@ -68,10 +71,42 @@ pub struct Member {
     /// speaker's answer (`null` in others').
     #[serde(default)]
     pub lag: Option<u64>,
+    /// Whether it answered the answering node's last Raft message to it
+    /// (`null`: none sent yet; a follower sends members few messages).
+    #[serde(default)]
+    pub reachable: Option<bool>,
+    /// How long ago it last answered one, in milliseconds (`null`: never).
+    #[serde(default)]
+    pub last_contact_ms: Option<u64>,
 }
 
 fn voter() -> String {
     "voter".into()
+}
+
+/// `GET /v1/cluster/history`: the answering node's last rebuilds (at most
+/// [`HISTORY_LEN`]), oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryAnswer {
+    /// The answering node.
+    pub node: NodeId,
+    /// Its rebuilds, each with when it ended.
+    pub rebuilds: Vec<HistoryEntry>,
+}
+
+/// How many rebuilds a node keeps for `GET /v1/cluster/history`.
+pub const HISTORY_LEN: usize = 100;
+
+/// One rebuild in a node's history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// When it ended, on the answering node's wall clock (RFC 3339, UTC).
+    pub at: String,
+    /// The same, in milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// Its report.
+    #[serde(flatten)]
+    pub report: RebuildReport,
 }
 
 /// The failover report of a rebuild.
@@ -79,10 +114,16 @@ fn voter() -> String {
 pub struct RebuildReport {
     /// The term the rebuild was for.
     pub term: u64,
-    /// The members whose `Held` and `Granted` were read.
+    /// The members whose `Held` and `Granted` were read, whole.
     pub members_read: Vec<NodeId>,
-    /// The members that did not answer in time, or restarted too recently.
+    /// The members counted missing: they did not answer in time, or
+    /// restarted too recently (read, but their memory of their clients'
+    /// locks is incomplete: those are in `members_restarted` too).
     pub members_missing: Vec<NodeId>,
+    /// The missing members that answered but restarted less than the
+    /// longest lease ago.
+    #[serde(default)]
+    pub members_restarted: Vec<NodeId>,
     /// Whether fewer members were missing than `--copies`: every grant
     /// answered to a client was then read (each is on record with that
     /// many members), so nothing was excused (proceed) or held back
@@ -119,23 +160,28 @@ mod tests {
                 state: "follower".into(),
                 role: "voter".into(),
                 lag: None,
+                reachable: None,
+                last_contact_ms: None,
             }],
             changing: false,
             last_rebuild: None,
+            version: "0.1.0".into(),
         };
         let json = serde_json::to_value(&answer).unwrap();
         assert_eq!(
             json,
             serde_json::json!({"node": 1, "leader": null, "term": 0, "rebuilt": false,
                 "generation": 0, "members": [{"id": 1, "addr": "127.0.0.1:7701",
-                    "state": "follower", "role": "voter", "lag": null}],
-                "changing": false, "last_rebuild": null})
+                    "state": "follower", "role": "voter", "lag": null, "reachable": null,
+                    "last_contact_ms": null}],
+                "changing": false, "last_rebuild": null, "version": "0.1.0"})
         );
         answer.leader = Some(2);
         answer.last_rebuild = Some(RebuildReport {
             term: 3,
             members_read: vec![1, 2],
             members_missing: vec![3],
+            members_restarted: vec![],
             all_seen: false,
             locks: 10,
             conflicts: 1,
@@ -146,7 +192,7 @@ mod tests {
         assert_eq!(
             json["last_rebuild"],
             serde_json::json!({"term": 3, "members_read": [1, 2], "members_missing": [3],
-                "all_seen": false, "locks": 10, "conflicts": 1, "held_back_ms": 4300, "took_ms": 12})
+                "members_restarted": [], "all_seen": false, "locks": 10, "conflicts": 1, "held_back_ms": 4300, "took_ms": 12})
         );
         assert_eq!(
             serde_json::from_value::<ClusterAnswer>(json).unwrap(),

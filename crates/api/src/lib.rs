@@ -28,7 +28,10 @@ pub mod request;
 pub mod routes;
 pub mod time;
 
-pub use answer::{ClusterAnswer, LockAnswer, LocksAnswer, Member, RebuildReport};
+pub use answer::{
+    ClusterAnswer, HistoryAnswer, HistoryEntry, LockAnswer, LocksAnswer, Member, RebuildReport,
+    HISTORY_LEN,
+};
 pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
     Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,

@@ -70,6 +70,8 @@ pub struct Node {
     /// The highest term whose speaker has read this node's report (the
     /// member's, mirrored for those who wait on it).
     read_by: watch::Sender<u64>,
+    /// The last rebuilds of this node's, with when each ended.
+    history: Mutex<std::collections::VecDeque<leasehold_api::HistoryEntry>>,
     /// Releases to pass on to the members that may keep a record of them.
     pub(crate) forgets: Outbox,
     /// Calls to forward to the speaker in the next batch.
@@ -127,6 +129,7 @@ impl Node {
             changes: watch::Sender::new(0),
             expiry_armed: AtomicU64::new(0),
             read_by: watch::Sender::new(0),
+            history: Mutex::default(),
             batches: Queue::new(),
             tasks: Tasks::default(),
             stop: CancellationToken::new(),
@@ -351,6 +354,34 @@ impl Node {
     /// The expiry task is woken only when the table's next deadline is now
     /// earlier than the one it sleeps until: a grant on the hot path with a
     /// lease longer than that wakes nobody.
+    /// Keeps `report` in this node's failover history, stamped with the
+    /// wall clock now.
+    pub(crate) fn record_rebuild(&self, report: leasehold_api::RebuildReport) {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let at_unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
+        let entry = leasehold_api::HistoryEntry {
+            at: leasehold_api::format_rfc3339_ms(at_unix_ms),
+            at_unix_ms,
+            report,
+        };
+        let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        if history.len() == leasehold_api::HISTORY_LEN {
+            history.pop_front();
+        }
+        history.push_back(entry);
+    }
+
+    /// This node's failover history, oldest first.
+    pub fn history(&self) -> leasehold_api::HistoryAnswer {
+        let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        leasehold_api::HistoryAnswer {
+            node: self.id(),
+            rebuilds: history.iter().cloned().collect(),
+        }
+    }
+
     pub(crate) fn changed(&self, state: &State) {
         if self.changes.receiver_count() > 0 {
             self.changes.send_modify(|v| *v = v.wrapping_add(1));

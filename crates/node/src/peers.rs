@@ -117,6 +117,11 @@ impl Peers {
         self.http.faults()
     }
 
+    /// Whether each member answers Raft's messages, as this node sees it.
+    pub fn reach(&self) -> &leasehold_raft::reach::Reachability {
+        self.http.reach()
+    }
+
     /// Sends a POST to `path` on `addr` through [`PeerHttp`]; answers with
     /// the whole response.
     async fn send(

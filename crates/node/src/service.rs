@@ -267,14 +267,27 @@ impl Node {
             let matched = matched.as_ref().map(|log| log.index + 1).unwrap_or(0);
             Some(last.map_or(0, |l| l + 1).saturating_sub(matched))
         };
+        let reach = |id: NodeId| {
+            (id != self.id())
+                .then(|| self.peers.reach().of(id))
+                .flatten()
+        };
         let members = nodes
             .into_iter()
             .map(|(id, addr)| {
                 let voter = voters.is_empty() || voters.contains(&id);
+                let seen = reach(id);
+                let reachable = if id == self.id() {
+                    Some(true)
+                } else {
+                    seen.map(|s| s.reachable)
+                };
                 Member {
                     id,
                     addr,
-                    state: if Some(id) == metrics.current_leader {
+                    state: if reachable == Some(false) {
+                        "unreachable"
+                    } else if Some(id) == metrics.current_leader {
                         "leader"
                     } else if voter {
                         "follower"
@@ -284,6 +297,13 @@ impl Node {
                     .into(),
                     role: if voter { "voter" } else { "learner" }.into(),
                     lag: lag(id),
+                    reachable,
+                    last_contact_ms: if id == self.id() {
+                        Some(0)
+                    } else {
+                        seen.and_then(|s| s.last_contact)
+                            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    },
                 }
             })
             .collect();
@@ -298,6 +318,7 @@ impl Node {
             members,
             changing,
             last_rebuild: state.member.last_rebuild().cloned(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
 }

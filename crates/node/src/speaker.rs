@@ -201,6 +201,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     };
     match done {
         Ok(done) => {
+            node.record_rebuild(done.report);
             tell_losers(&node, done.lost).await;
             Attempt::Rebuilt
         }

@@ -309,10 +309,17 @@ impl Member {
             })?;
         missing.sort_unstable();
         members_read.sort_unstable();
+        // A member read but restarted lately counts as missing: its memory
+        // of its clients' locks is incomplete. The report names it once,
+        // as missing, and says why.
+        let (members_restarted, members_read): (Vec<NodeId>, Vec<NodeId>) = members_read
+            .into_iter()
+            .partition(|m| missing.binary_search(m).is_ok());
         let report = RebuildReport {
             term,
             members_read,
             members_missing: missing,
+            members_restarted,
             all_seen,
             locks: rebuilt.locks as u64,
             conflicts: rebuilt.lost.len() as u64,

@@ -86,7 +86,13 @@ pub(super) async fn authenticate(
 ) -> Response {
     let caller = match caller(&node, request.uri().path(), request.headers()) {
         Ok(caller) => caller,
-        Err(refused) => return refused.into_response(),
+        Err(refused) => {
+            // The body is read (as far as the router would read it) before
+            // the answer, so that a client still sending it gets the 401
+            // rather than a connection closed under it.
+            let _ = axum::body::to_bytes(request.into_body(), super::READ_LIMIT_BYTES).await;
+            return refused.into_response();
+        }
     };
     request.extensions_mut().insert(caller);
     next.run(request).await
@@ -99,7 +105,7 @@ pub(super) async fn authenticate(
 pub(super) fn caller(node: &Shared, path: &str, headers: &HeaderMap) -> Result<Caller, ApiError> {
     match &node.config.acl {
         None => Ok(Caller::Open),
-        Some(_) if path == "/healthz" => Ok(Caller::Open),
+        Some(_) if path == "/healthz" || path == "/readyz" => Ok(Caller::Open),
         Some(acl) => match bearer(headers) {
             Some(secret) => match acl.authenticate(secret) {
                 Some(token) => Ok(Caller::Token(token)),

@@ -29,7 +29,7 @@ type Shared = Arc<Node>;
 /// `MAX_BODY_BYTES` but under this are read whole and answered `413` as
 /// JSON on a connection that stays usable; a client still sending a larger
 /// body when the answer goes may see the connection close instead.
-const READ_LIMIT_BYTES: usize = 4 << 20;
+pub(super) const READ_LIMIT_BYTES: usize = 4 << 20;
 
 /// The node's router: the public API, and the peer routes behind the
 /// cluster token.
@@ -49,6 +49,11 @@ pub fn router(node: Shared) -> Router {
 /// path would need (the cluster token under `/internal`, a bearer token
 /// elsewhere with `--acl`), so which routes exist does not show.
 async fn no_such_route(State(node): State<Shared>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    // Read as a route would, so that the connection stays usable after
+    // the answer (see `access::authenticate`).
+    let _ = axum::body::to_bytes(body, READ_LIMIT_BYTES).await;
+    let request = Request::from_parts(parts, axum::body::Body::empty());
     let path = request.uri().path();
     if path.starts_with(routes::PREFIX) {
         if let Some(refused) = peer::refuse_without_token(&node, &request) {

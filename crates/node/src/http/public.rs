@@ -29,6 +29,8 @@ use crate::node::Node;
 pub(super) fn router(node: Shared) -> Router<Shared> {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route("/v1/cluster/history", get(history))
         .route("/v1/locks/acquire", post(acquire))
         .route("/v1/locks/release", post(release))
         .route("/v1/locks/renew", post(renew))
@@ -176,6 +178,32 @@ async fn list(
 
 async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
     Json(node.cluster())
+}
+
+async fn history(State(node): State<Shared>) -> Json<leasehold_api::HistoryAnswer> {
+    Json(node.history())
+}
+
+/// How long `/readyz` waits for the speaker.
+const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /readyz`: `200` when a speaker is known and rebuilt, and this node
+/// reaches it (an empty listing through it answers); the error that stops
+/// a lock call otherwise (`503 no_leader`, `503 not_rebuilt`, ...).
+async fn ready(State(node): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
+    let reached = tokio::time::timeout(READY_WAIT, node.list("", 0)).await;
+    match reached {
+        Ok(Ok(_)) => Ok(Json(serde_json::json!({
+            "ready": true,
+            "node": node.id(),
+            "speaker": node.cluster().leader,
+        }))),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ApiError::new(
+            ErrorCode::NoLeader,
+            format!("the speaker did not answer within {READY_WAIT:?}"),
+        )),
+    }
 }
 
 /// `POST /v1/cluster/members`: an operator's call, with the cluster token

@@ -1,0 +1,139 @@
+//! What an operator reads off a running cluster, over real processes:
+//! `/readyz` says whether a node can serve locks (a speaker known, rebuilt
+//! and reachable), `/v1/cluster` says which members answer and the
+//! version, `/v1/cluster/history` keeps each rebuild with its wall-clock
+//! time, and a rebuild's report names a member that restarted as such.
+
+mod support;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use support::{Cluster, PATIENCE};
+
+/// Waits until `check` holds for node `id`'s answer to `path`; answers it.
+async fn wait_for(
+    cluster: &Cluster,
+    id: u64,
+    path: &str,
+    what: &str,
+    check: impl Fn(u16, &Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    loop {
+        let (status, body) = cluster.get(id, path).await;
+        if check(status, &body) {
+            return body;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "node {id} {path}: never {what}; last {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_reachability_history_and_restarted_members_are_shown() {
+    let mut cluster = Cluster::start(3).await;
+    for id in 1..=3 {
+        wait_for(&cluster, id, "/readyz", "ready", |s, b| {
+            s == 200 && b["ready"] == json!(true)
+        })
+        .await;
+    }
+    let (speaker, _) = cluster.speaker().await;
+    let (_, view) = cluster.get(speaker, "/v1/cluster").await;
+    assert_eq!(view["version"], json!(env!("CARGO_PKG_VERSION")), "{view}");
+    for member in view["members"].as_array().unwrap() {
+        assert_eq!(member["reachable"], json!(true), "{view}");
+        assert!(member["last_contact_ms"].as_u64().is_some(), "{view}");
+    }
+
+    // A follower restarts; then the speaker dies.
+    let restarted = cluster.others(speaker)[0];
+    cluster.kill(restarted);
+    cluster.spawn(restarted);
+    wait_for(&cluster, restarted, "/readyz", "ready again", |s, _| {
+        s == 200
+    })
+    .await;
+    cluster.kill(speaker);
+    let (next, next_term) = cluster.speaker_other_than(Some(speaker)).await;
+
+    // The new speaker sees the dead one as unreachable.
+    wait_for(
+        &cluster,
+        next,
+        "/v1/cluster",
+        "the dead speaker unreachable",
+        |s, b| {
+            s == 200
+                && b["members"].as_array().is_some_and(|ms| {
+                    ms.iter().any(|m| {
+                        m["id"] == json!(speaker)
+                            && m["state"] == json!("unreachable")
+                            && m["reachable"] == json!(false)
+                    })
+                })
+        },
+    )
+    .await;
+
+    // Its history: the rebuild of its term, with when, the dead speaker
+    // missing, the restarted follower missing as restarted (not read).
+    let history = wait_for(
+        &cluster,
+        next,
+        "/v1/cluster/history",
+        "a rebuild",
+        |s, b| {
+            s == 200
+                && b["rebuilds"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|e| e["term"] == json!(next_term)))
+        },
+    )
+    .await;
+    assert_eq!(history["node"], json!(next));
+    let entry = history["rebuilds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["term"] == json!(next_term))
+        .unwrap();
+    let missing: Vec<u64> = serde_json::from_value(entry["members_missing"].clone()).unwrap();
+    let read: Vec<u64> = serde_json::from_value(entry["members_read"].clone()).unwrap();
+    assert!(missing.contains(&speaker), "{entry}");
+    assert_eq!(entry["members_restarted"], json!([restarted]), "{entry}");
+    assert!(missing.contains(&restarted), "{entry}");
+    assert!(
+        !read.contains(&restarted),
+        "a member is read or missing, not both: {entry}"
+    );
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let at = entry["at_unix_ms"].as_u64().unwrap();
+    assert!(at <= now_ms && now_ms - at < 120_000, "{entry}");
+    assert!(entry["at"].as_str().unwrap().ends_with('Z'), "{entry}");
+
+    // Ready again on both survivors; a node left alone is not.
+    for id in [next, restarted] {
+        wait_for(
+            &cluster,
+            id,
+            "/readyz",
+            "ready after the failover",
+            |s, _| s == 200,
+        )
+        .await;
+    }
+    cluster.kill(next);
+    let alone = wait_for(&cluster, restarted, "/readyz", "unready alone", |s, _| {
+        s == 503
+    })
+    .await;
+    assert!(alone["error"].is_string(), "{alone}");
+}
