@@ -690,3 +690,40 @@ fn up_that_cannot_start_removes_its_temporary_directory() {
     assert!(left.is_empty(), "left behind: {left:?}");
     drop(taken);
 }
+
+/// `status` right after the speaker is killed, the dead node listed
+/// first: it answers from whichever node answers first, well within the
+/// client's timeouts, and never names a dead speaker without saying that
+/// it does not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_answers_at_once_after_the_speaker_dies() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let mut order = vec![speaker];
+    order.extend(cluster.others(speaker));
+    cluster.kill(speaker);
+    let started = Instant::now();
+    let out = run(leasehold(&cluster, &order, &["status"]));
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        took < Duration::from_secs(8),
+        "status took {took:?} (each node is given a second)"
+    );
+    if stdout.contains(&format!("speaker: node {speaker} ")) {
+        assert!(
+            stdout.contains("note:") && stdout.contains("did not answer"),
+            "a dead speaker is named only with a note: {stdout}"
+        );
+    }
+    assert!(
+        stdout.contains(&format!("{speaker}  ")),
+        "the dead node is listed: {stdout}"
+    );
+}

@@ -288,10 +288,8 @@ async fn dispatch(command: Command) -> ExitCode {
             };
         }
         Command::Status { endpoints } => {
-            return match endpoints.client() {
-                Ok(c) => show::status(c, |addr| endpoints.client_to(vec![addr]).ok()).await,
-                Err(code) => code,
-            };
+            let client_to = |addr| endpoints.client_to(vec![addr]).ok();
+            return show::status(&endpoints.endpoints, client_to).await;
         }
         Command::Member(MemberCommand::Add { id, addr, admin }) => {
             let body = AddMemberBody {

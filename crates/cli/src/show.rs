@@ -1,6 +1,7 @@
 //! `leasehold locks` and `leasehold status`: what is held, who speaks.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use leasehold_api::ClusterAnswer;
 use leasehold_client::Client;
@@ -44,29 +45,81 @@ pub async fn locks(client: Client, prefix: &str, limit: usize) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// How long `status` waits for a node's answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+/// Node `client`'s view of the cluster, or why none came within
+/// [`ANSWER_WITHIN`].
+async fn view(client: Client) -> Result<ClusterAnswer, String> {
+    match tokio::time::timeout(ANSWER_WITHIN, client.cluster()).await {
+        Ok(Ok(info)) => Ok(info),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {ANSWER_WITHIN:?}")),
+    }
+}
+
 /// `leasehold status`: members, speaker, term, rebuilt, last rebuild.
-pub async fn status(client: Client, client_to: impl Fn(String) -> Option<Client>) -> ExitCode {
-    let mut info = match client.cluster().await {
-        Ok(info) => info,
-        Err(e) => return refused("could not reach the cluster", &e),
+/// Every endpoint is asked at once and the first to answer is shown
+/// (within a second, whichever nodes are down); then the speaker it names
+/// is asked, as what it rebuilt is the speaker's to say.
+pub async fn status(
+    endpoints: &[String],
+    client_to: impl Fn(String) -> Option<Client>,
+) -> ExitCode {
+    let mut asks = tokio::task::JoinSet::new();
+    for endpoint in endpoints {
+        match client_to(endpoint.clone()) {
+            Some(client) => {
+                asks.spawn(view(client));
+            }
+            None => {
+                eprintln!("leasehold: {endpoint:?} is not an endpoint");
+                return ExitCode::from(crate::hold::exit::USAGE);
+            }
+        }
+    }
+    let mut last = String::from("no endpoint given");
+    let mut info = None;
+    while let Some(answer) = asks.join_next().await {
+        match answer {
+            Ok(Ok(answer)) => {
+                info = Some(answer);
+                break;
+            }
+            Ok(Err(e)) => last = e,
+            Err(e) => last = e.to_string(),
+        }
+    }
+    asks.abort_all();
+    let Some(mut info) = info else {
+        eprintln!("leasehold: could not reach the cluster: {last}");
+        return ExitCode::from(crate::hold::exit::UNAVAILABLE);
     };
-    // Whether the speaker is rebuilt, and its last rebuild, are the
-    // speaker's to say: ask it when another node answered.
-    if info.leader.is_some_and(|l| l != info.node) {
+    let mut note = None;
+    if let Some(leader) = info.leader.filter(|l| *l != info.node) {
         let addr = info
             .members
             .iter()
-            .find(|m| Some(m.id) == info.leader)
+            .find(|m| m.id == leader)
             .map(|m| m.addr.clone());
-        let speaker = addr.and_then(client_to);
-        if let Some(from_speaker) = match speaker {
-            Some(speaker) => speaker.cluster().await.ok(),
-            None => None,
-        } {
-            info = from_speaker;
+        match addr.and_then(&client_to).map(view) {
+            Some(asked) => match asked.await {
+                Ok(from_speaker) => info = from_speaker,
+                Err(e) => {
+                    note = Some(format!(
+                        "node {} names node {leader} the speaker, but it did not answer ({e}): \
+                         it may be down, and the cluster electing another",
+                        info.node
+                    ))
+                }
+            },
+            None => note = Some(format!("node {leader}'s address is not known")),
         }
     }
     print_cluster(&info);
+    if let Some(note) = note {
+        println!("note: {note}");
+    }
     ExitCode::SUCCESS
 }
 
@@ -93,15 +146,30 @@ pub fn print_cluster(info: &ClusterAnswer) {
         let lag = m
             .lag
             .map_or(String::new(), |lag| format!("   {lag} entries behind"));
+        let contact = match (m.reachable, m.last_contact_ms) {
+            (Some(false), Some(ms)) => format!("   last answered {} ago", seconds(ms)),
+            (Some(false), None) => "   never answered".to_string(),
+            _ => String::new(),
+        };
         println!(
-            "  {:>3}  {:<22} {:<8} {:<9}{lag}",
+            "  {:>3}  {:<22} {:<8} {:<11}{lag}{contact}",
             m.id, m.addr, m.role, m.state
         );
     }
     match &info.last_rebuild {
         Some(r) => println!(
-            "last rebuild: term {}, read {:?}, missing {:?}, {} locks, {} conflicts, {} ms",
-            r.term, r.members_read, r.members_missing, r.locks, r.conflicts, r.took_ms
+            "last rebuild: term {}, read {:?}, missing {:?}{}, {} locks, {} conflicts, {} ms",
+            r.term,
+            r.members_read,
+            r.members_missing,
+            if r.members_restarted.is_empty() {
+                String::new()
+            } else {
+                format!(" (restarted lately: {:?})", r.members_restarted)
+            },
+            r.locks,
+            r.conflicts,
+            r.took_ms
         ),
         None => println!("last rebuild: none on this node"),
     }
