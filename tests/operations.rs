@@ -137,3 +137,83 @@ async fn readiness_reachability_history_and_restarted_members_are_shown() {
     .await;
     assert!(alone["error"].is_string(), "{alone}");
 }
+
+/// `GET /metrics` of node `id`, as text.
+async fn metrics(cluster: &Cluster, id: u64) -> String {
+    let response = cluster
+        .http
+        .get(cluster.url(id, "/metrics"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("metrics answer");
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+/// The value of the series `name` (with its labels, as written) in `text`.
+fn value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} not in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_what_the_nodes_do() {
+    let cluster = Cluster::start(3).await;
+    let (speaker, term) = cluster.speaker().await;
+    let follower = cluster.others(speaker)[0];
+    let held = cluster.must_acquire(speaker, "m/a", json!({})).await;
+    let (status, _) = cluster
+        .post(
+            speaker,
+            "/v1/locks/release",
+            json!({"name": "m/a", "id": held["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    cluster.must_acquire(follower, "m/b", json!({})).await;
+    let (status, _) = cluster.acquire(follower, "m/b", json!({})).await;
+    assert_eq!(status, 409);
+
+    let text = metrics(&cluster, speaker).await;
+    assert!(value(&text, "leasehold_grants_total") >= 2.0, "{text}");
+    assert!(value(&text, "leasehold_releases_total") >= 1.0, "{text}");
+    assert!(value(&text, "leasehold_conflicts_total") >= 1.0, "{text}");
+    assert_eq!(value(&text, "leasehold_is_speaker"), 1.0);
+    assert_eq!(value(&text, "leasehold_raft_term"), term as f64);
+    assert!(value(&text, "leasehold_locks_held") >= 1.0, "{text}");
+    assert_eq!(value(&text, "leasehold_waiters"), 0.0);
+    assert!(value(&text, "leasehold_rebuilds_total") >= 1.0, "{text}");
+    assert!(value(&text, "leasehold_rebuild_duration_seconds_count") >= 1.0);
+    assert_eq!(value(&text, "leasehold_members_missing_at_rebuild"), 0.0);
+    assert!(
+        value(
+            &text,
+            "leasehold_http_request_duration_seconds_count{route=\"/v1/locks/acquire\",status=\"2xx\"}"
+        ) >= 1.0,
+        "{text}"
+    );
+
+    // A lease that runs out is counted as an expiry.
+    cluster
+        .must_acquire(speaker, "m/short", json!({"lease_ms": 300}))
+        .await;
+    let start = Instant::now();
+    while value(
+        &metrics(&cluster, speaker).await,
+        "leasehold_expiries_total",
+    ) < 1.0
+    {
+        assert!(start.elapsed() < PATIENCE, "no expiry counted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let text = metrics(&cluster, follower).await;
+    assert_eq!(value(&text, "leasehold_is_speaker"), 0.0);
+    assert!(value(&text, "leasehold_forwarded_total") >= 2.0, "{text}");
+    assert_eq!(value(&text, "leasehold_grants_total"), 0.0, "{text}");
+}

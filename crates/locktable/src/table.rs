@@ -136,6 +136,8 @@ pub struct Table {
     retained: HashMap<LockId, Lock>,
     /// Released ids, each kept until no report of it can still be live.
     forgotten: Forgotten,
+    /// Leases [`Table::poll`] has ended since the table was made.
+    expired: u64,
 }
 
 /// Released ids and until when each is kept from rebuilds: until no node's
@@ -266,7 +268,14 @@ impl Table {
             answers: Vec::new(),
             retained: HashMap::new(),
             forgotten: Forgotten::default(),
+            expired: 0,
         }
+    }
+
+    /// How many leases [`Table::poll`] has ended (run out) since the table
+    /// was made; drops and rebuilds keep the count.
+    pub fn expired(&self) -> u64 {
+        self.expired
     }
 
     /// The generation a rebuild is for: the nodes are read after it is, and
@@ -473,6 +482,7 @@ impl Table {
                 continue;
             }
             let lock = self.remove(slot);
+            self.expired += 1;
             self.hand_over(&lock.name, &lock, now);
         }
         while let Some(Reverse((until, _, _))) = self.wait_ends.peek() {

@@ -24,7 +24,11 @@ fn a_lock_lapses_when_its_lease_ends() {
         matches!(table.acquire(req("a", 2, 1), t(9)), Err(AcquireError::Held(h)) if h.id == lock.id)
     );
     // Nobody released it; at the lease end it is free.
+    assert_eq!(table.expired(), 0);
     table.poll(t(10));
+    assert_eq!(table.expired(), 1, "the poll that ended it counts it");
+    table.poll(t(11));
+    assert_eq!(table.expired(), 1, "once");
     assert!(table.is_empty());
     assert_eq!(table.get("a", t(10)).unwrap(), None);
     granted(table.acquire(req("a", 2, 1), t(10)));

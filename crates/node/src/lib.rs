@@ -16,6 +16,7 @@ mod http;
 mod identity;
 mod lane;
 mod membership;
+mod metrics;
 mod node;
 mod peers;
 mod queue;

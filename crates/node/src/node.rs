@@ -70,6 +70,8 @@ pub struct Node {
     /// The highest term whose speaker has read this node's report (the
     /// member's, mirrored for those who wait on it).
     read_by: watch::Sender<u64>,
+    /// The node's Prometheus series.
+    pub(crate) metrics: crate::metrics::Metrics,
     /// The last rebuilds of this node's, with when each ended.
     history: Mutex<std::collections::VecDeque<leasehold_api::HistoryEntry>>,
     /// Releases to pass on to the members that may keep a record of them.
@@ -130,6 +132,7 @@ impl Node {
             expiry_armed: AtomicU64::new(0),
             read_by: watch::Sender::new(0),
             history: Mutex::default(),
+            metrics: crate::metrics::Metrics::new(),
             batches: Queue::new(),
             tasks: Tasks::default(),
             stop: CancellationToken::new(),
@@ -361,6 +364,13 @@ impl Node {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         let at_unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
+        self.metrics.rebuilds.inc();
+        self.metrics
+            .rebuild_duration
+            .observe(report.took_ms as f64 / 1000.0);
+        self.metrics
+            .members_missing_at_rebuild
+            .set(i64::try_from(report.members_missing.len()).unwrap_or(i64::MAX));
         let entry = leasehold_api::HistoryEntry {
             at: leasehold_api::format_rfc3339_ms(at_unix_ms),
             at_unix_ms,
@@ -371,6 +381,20 @@ impl Node {
             history.pop_front();
         }
         history.push_back(entry);
+    }
+
+    /// Every metric, in the Prometheus text format, the gauges read now.
+    pub fn metrics_text(&self) -> String {
+        let (locks, waiting) = self.state().member.table_size();
+        let speaks = self.is_leader() && self.is_rebuilt();
+        let m = &self.metrics;
+        let as_gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        m.locks_held.set(if speaks { as_gauge(locks) } else { 0 });
+        m.waiters.set(if speaks { as_gauge(waiting) } else { 0 });
+        m.is_speaker.set(i64::from(speaks));
+        let term = self.raft.metrics().borrow_watched().current_term;
+        m.raft_term.set(i64::try_from(term).unwrap_or(i64::MAX));
+        m.encode()
     }
 
     /// This node's failover history, oldest first.
@@ -416,7 +440,11 @@ impl Node {
     pub(crate) fn poll(&self) -> Option<MonoTime> {
         let guard = self.guard();
         let mut state = self.state();
+        let before = state.member.expired();
         let polled = state.member.poll(&guard, self.clock.now());
+        self.metrics
+            .expiries
+            .inc_by(state.member.expired().saturating_sub(before));
         if polled.changed {
             // Not `changed()`: the expiry task must not wake itself.
             self.changes.send_modify(|v| *v = v.wrapping_add(1));

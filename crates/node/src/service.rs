@@ -73,6 +73,7 @@ impl Node {
         wait: Duration,
     ) -> Result<R, ApiError> {
         let (_, addr) = self.leader().ok_or_else(ApiError::no_leader)?;
+        self.metrics.forwarded.inc();
         self.peers
             .call(&addr, path, body, wait + FORWARD_SLACK)
             .await

@@ -31,7 +31,10 @@ impl Node {
     /// A refusal as the API answers it.
     pub(crate) fn refused(&self, refusal: Refusal) -> ApiError {
         match refusal {
-            Refusal::Held(lock) => ApiError::held(self.view(&lock)),
+            Refusal::Held(lock) => {
+                self.metrics.conflicts.inc();
+                ApiError::held(self.view(&lock))
+            }
             Refusal::NotRebuilt => ApiError::not_rebuilt(),
             Refusal::NotHeld => ApiError::not_held(),
             other => ApiError::new(ErrorCode::NotRebuilt, other.to_string()),
@@ -117,6 +120,7 @@ impl Node {
         };
         let lock = take_back.lock.as_ref().expect("just set");
         self.ensure_on_record(lock, node, made).await?;
+        self.metrics.grants.inc();
         Ok(take_back.lock.take().expect("still set"))
     }
 
@@ -149,6 +153,7 @@ impl Node {
         .map_err(|r| self.refused(r))?;
         // Passed on in batches by one sender per member (`pass_on_releases`).
         self.forgets.push(to, name, id, lock.expires);
+        self.metrics.releases.inc();
         Ok(lock)
     }
 

@@ -182,6 +182,11 @@ impl Member {
         (self.table.len(), self.table.waiting())
     }
 
+    /// How many leases the table has ended as they ran out, so far.
+    pub fn expired(&self) -> u64 {
+        self.table.expired()
+    }
+
     /// What the last rebuild did.
     pub fn last_rebuild(&self) -> Option<&RebuildReport> {
         self.last_rebuild.as_ref()

@@ -31,6 +31,7 @@ pub(super) fn router(node: Shared) -> Router<Shared> {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/v1/cluster/history", get(history))
+        .route("/metrics", get(metrics))
         .route("/v1/locks/acquire", post(acquire))
         .route("/v1/locks/release", post(release))
         .route("/v1/locks/renew", post(renew))
@@ -44,7 +45,43 @@ pub(super) fn router(node: Shared) -> Router<Shared> {
             Arc::clone(&node),
             refuse_once_removed,
         ))
-        .layer(axum::middleware::from_fn_with_state(node, authenticate))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&node),
+            authenticate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(node, observe))
+}
+
+/// Times every public request into the request histogram, by the route
+/// it matched and its status class.
+async fn observe(State(node): State<Shared>, request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(request).await;
+    let labels = crate::metrics::RouteLabels {
+        route,
+        status: crate::metrics::status_class(response.status().as_u16()),
+    };
+    node.metrics
+        .requests
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// `GET /metrics`: every series, in the Prometheus text format.
+async fn metrics(State(node): State<Shared>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        node.metrics_text(),
+    )
+        .into_response()
 }
 
 /// A node removed from the cluster serves its clients no more: `503

@@ -1,0 +1,197 @@
+//! The node's Prometheus metrics (`GET /metrics`, the text format), by
+//! prometheus-client: counters and histograms updated where the events
+//! happen (atomics, nothing on the grant path takes a lock of its own), and
+//! gauges read off the node when scraped. docs/operations.md lists them.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// A request's route and status class, for the request histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RouteLabels {
+    /// The route's pattern (`/v1/locks/{name}`), or `unmatched`.
+    pub(crate) route: String,
+    /// `2xx`, `4xx`, `5xx`, ...
+    pub(crate) status: &'static str,
+}
+
+type Durations = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+/// Every series the node exports.
+pub(crate) struct Metrics {
+    registry: Registry,
+    pub(crate) grants: Counter,
+    pub(crate) releases: Counter,
+    pub(crate) expiries: Counter,
+    pub(crate) conflicts: Counter,
+    pub(crate) rebuilds: Counter,
+    pub(crate) forwarded: Counter,
+    pub(crate) rebuild_duration: Histogram,
+    pub(crate) members_missing_at_rebuild: Gauge,
+    pub(crate) locks_held: Gauge,
+    pub(crate) waiters: Gauge,
+    pub(crate) is_speaker: Gauge,
+    pub(crate) raft_term: Gauge,
+    pub(crate) requests: Durations,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn request_histogram() -> Histogram {
+    // 100 µs to about 6.5 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 17))
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut metrics = Metrics {
+            registry: Registry::default(),
+            grants: Counter::default(),
+            releases: Counter::default(),
+            expiries: Counter::default(),
+            conflicts: Counter::default(),
+            rebuilds: Counter::default(),
+            forwarded: Counter::default(),
+            // 1 ms to about 65 s.
+            rebuild_duration: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            members_missing_at_rebuild: Gauge::default(),
+            locks_held: Gauge::default(),
+            waiters: Gauge::default(),
+            is_speaker: Gauge::default(),
+            raft_term: Gauge::default(),
+            requests: Family::new_with_constructor(request_histogram),
+        };
+        let r = &mut metrics.registry;
+        r.register(
+            "leasehold_grants",
+            "Locks granted (and answered) by this node as the speaker",
+            metrics.grants.clone(),
+        );
+        r.register(
+            "leasehold_releases",
+            "Locks released by this node as the speaker",
+            metrics.releases.clone(),
+        );
+        r.register(
+            "leasehold_expiries",
+            "Leases this node as the speaker ended because they ran out",
+            metrics.expiries.clone(),
+        );
+        r.register(
+            "leasehold_conflicts",
+            "Acquires this node as the speaker refused because the lock was held",
+            metrics.conflicts.clone(),
+        );
+        r.register(
+            "leasehold_rebuilds",
+            "Lock table rebuilds this node finished as a new speaker",
+            metrics.rebuilds.clone(),
+        );
+        r.register(
+            "leasehold_forwarded",
+            "Calls this node forwarded to the speaker",
+            metrics.forwarded.clone(),
+        );
+        r.register(
+            "leasehold_rebuild_duration_seconds",
+            "How long each rebuild took",
+            metrics.rebuild_duration.clone(),
+        );
+        r.register(
+            "leasehold_members_missing_at_rebuild",
+            "Members the last rebuild counted missing",
+            metrics.members_missing_at_rebuild.clone(),
+        );
+        r.register(
+            "leasehold_locks_held",
+            "Locks in this node's table (0 unless it speaks)",
+            metrics.locks_held.clone(),
+        );
+        r.register(
+            "leasehold_waiters",
+            "Acquires waiting in this node's table (0 unless it speaks)",
+            metrics.waiters.clone(),
+        );
+        r.register(
+            "leasehold_is_speaker",
+            "1 while this node speaks with a rebuilt table, else 0",
+            metrics.is_speaker.clone(),
+        );
+        r.register(
+            "leasehold_raft_term",
+            "This node's current Raft term",
+            metrics.raft_term.clone(),
+        );
+        r.register(
+            "leasehold_http_request_duration_seconds",
+            "Public API requests by route and status class, and how long each took",
+            metrics.requests.clone(),
+        );
+        metrics
+    }
+
+    /// Every series, in the Prometheus text format.
+    pub(crate) fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String does not fail");
+        text
+    }
+}
+
+/// `status`'s class: `2xx`, `4xx`, ...
+pub(crate) fn status_class(status: u16) -> &'static str {
+    match status / 100 {
+        1 => "1xx",
+        2 => "2xx",
+        3 => "3xx",
+        4 => "4xx",
+        _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_series_the_operations_doc_names_is_exported() {
+        let metrics = Metrics::new();
+        metrics.grants.inc();
+        metrics
+            .requests
+            .get_or_create(&RouteLabels {
+                route: "/v1/locks/acquire".into(),
+                status: status_class(200),
+            })
+            .observe(0.002);
+        let text = metrics.encode();
+        for series in [
+            "leasehold_grants_total 1",
+            "leasehold_releases_total 0",
+            "leasehold_expiries_total",
+            "leasehold_conflicts_total",
+            "leasehold_locks_held",
+            "leasehold_waiters",
+            "leasehold_is_speaker",
+            "leasehold_raft_term",
+            "leasehold_rebuilds_total",
+            "leasehold_rebuild_duration_seconds_bucket",
+            "leasehold_members_missing_at_rebuild",
+            "leasehold_forwarded_total",
+            "leasehold_http_request_duration_seconds_count{route=\"/v1/locks/acquire\",status=\"2xx\"} 1",
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+        assert_eq!(status_class(503), "5xx");
+        assert_eq!(status_class(409), "4xx");
+    }
+}
