@@ -727,3 +727,78 @@ async fn status_answers_at_once_after_the_speaker_dies() {
         "the dead node is listed: {stdout}"
     );
 }
+
+/// `serve --config FILE`: its keys are the flags' names; a flag wins over
+/// its `LEASEHOLD_*` variable, which wins over the file, which wins over
+/// the default; an unknown key is refused with its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_a_config_file_under_the_environment_and_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "max-lease = 4000\nmax-leese = 5000\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("max-leese"), "{stderr}");
+
+    let file = dir.path().join("node.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "id = 1\nlisten = \"{addr}\"\npeers = [\"1={addr}\"]\ncluster_token = \"t\"\n\
+             max-lease = 4000\ndefault-lease = 3000\n"
+        ),
+    )
+    .unwrap();
+    let mut node = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--config"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--max-lease", "4800"])
+        .env("LEASEHOLD_MAX_LEASE", "4400")
+        .env("LEASEHOLD_DEFAULT_LEASE", "2000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let acquire = |name: &'static str, lease: Option<u64>| {
+        let http = http.clone();
+        let url = format!("http://{addr}/v1/locks/acquire");
+        async move {
+            let mut body = serde_json::json!({ "name": name });
+            if let Some(lease) = lease {
+                body["lease_ms"] = lease.into();
+            }
+            let start = Instant::now();
+            loop {
+                if let Ok(r) = http.post(&url).json(&body).send().await {
+                    if r.status() == 200 {
+                        let v: serde_json::Value = r.json().await.unwrap();
+                        return v["lock"]["lease_ms"].as_u64().unwrap();
+                    }
+                }
+                assert!(start.elapsed() < support::PATIENCE, "never served");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let default = acquire("cfg/default", None).await;
+    let longest = acquire("cfg/long", Some(60_000)).await;
+    let _ = node.kill();
+    let _ = node.wait();
+    assert_eq!(default, 2000, "the environment wins over the file");
+    assert_eq!(longest, 4800, "the flag wins over the environment");
+}

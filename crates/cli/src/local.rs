@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use leasehold_node::{NodeConfig, RebuildMode, RunningNode, StartError, ValidConfig};
-use leasehold_raft::WatchReceiver;
+use leasehold_raft::{RaftTimings, WatchReceiver};
 use locktable::LeaseRule;
 
 /// What a rebuild that missed members does.
@@ -113,6 +113,21 @@ pub struct ServeArgs {
     /// survives the loss of fewer members than this.
     #[arg(long)]
     copies: Option<usize>,
+    /// Raft's heartbeat interval, in ms; the same on every member
+    /// (docs/operations.md, "Timings").
+    #[arg(long, default_value_t = RaftTimings::default().heartbeat_ms)]
+    heartbeat_interval: u64,
+    /// The shortest election timeout, in ms; the same on every member.
+    #[arg(long, default_value_t = RaftTimings::default().election_min_ms)]
+    election_timeout_min: u64,
+    /// The longest election timeout, in ms, which is also the speaker's
+    /// leader lease; the same on every member.
+    #[arg(long, default_value_t = RaftTimings::default().election_max_ms)]
+    election_timeout_max: u64,
+    /// A TOML file of these flags (`max-lease = 4000`): a flag wins over
+    /// its LEASEHOLD_* variable, which wins over the file.
+    #[arg(long, env = "LEASEHOLD_CONFIG")]
+    config: Option<PathBuf>,
     /// Worker threads of the node's runtime (default: one per core). Set
     /// it lower when nodes share a machine's cores (docs/operations.md).
     #[arg(long, env = "LEASEHOLD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
@@ -217,6 +232,11 @@ impl ServeArgs {
                 max: Duration::from_millis(self.max_lease),
             })
             .with_rebuild_timeout(Duration::from_millis(self.rebuild_timeout))
+            .with_timings(RaftTimings {
+                heartbeat_ms: self.heartbeat_interval,
+                election_min_ms: self.election_timeout_min,
+                election_max_ms: self.election_timeout_max,
+            })
             .with_rebuild_mode(self.rebuild_mode.into())
             .with_chaos(self.chaos)
             .with_report_frame_bytes(self.report_frame_bytes)

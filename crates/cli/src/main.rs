@@ -4,6 +4,7 @@
 mod hold;
 mod local;
 mod member;
+mod settings;
 mod show;
 
 use std::path::PathBuf;
@@ -320,8 +321,21 @@ async fn dispatch(command: Command) -> ExitCode {
     }
 }
 
+/// The command line, `serve`'s environment variables and `--config` file
+/// applied (see [`settings`]).
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let command = Cli::command();
+    let usage = |e: String| clap::Error::raw(clap::error::ErrorKind::ValueValidation, e + "\n");
+    settings::unknown_keys(&command, &args).map_err(usage)?;
+    let command = settings::apply(command, &args).map_err(usage)?;
+    let matches = command.try_get_matches_from(&args)?;
+    Cli::from_arg_matches(&matches)
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -83,6 +83,9 @@ pub enum ConfigError {
     /// A report frame too small to carry the largest lock.
     #[error("--report-frame-bytes must be at least {min}", min = NodeConfig::MIN_REPORT_FRAME_BYTES)]
     ReportFrameTooSmall,
+    /// Raft timings the guard cannot keep its promise with.
+    #[error("Raft timings: {0}")]
+    Timings(String),
     /// A number of copies no write could reach (or none at all).
     #[error("--copies must be between 1 and a quorum of the members ({quorum}), got {copies}")]
     Copies {
@@ -255,6 +258,7 @@ impl NodeConfig {
         if self.cluster_token.is_empty() {
             return Err(ConfigError::NoToken);
         }
+        check_timings(&self.timings).map_err(ConfigError::Timings)?;
         if self.report_frame_bytes < Self::MIN_REPORT_FRAME_BYTES {
             return Err(ConfigError::ReportFrameTooSmall);
         }
@@ -267,6 +271,51 @@ impl NodeConfig {
         }
         Ok(())
     }
+}
+
+/// The shortest heartbeat interval: openraft times a replication request
+/// out after one, and an HTTP round trip must fit well inside it.
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
+
+/// Why `timings` cannot run: the speaker's guard grants until
+/// [`leasehold_protocol::LEASE_MARGIN`] before its leader lease
+/// (`election_timeout_max`) ends, counted from its last acknowledged
+/// heartbeat; a lease not renewed twice over by heartbeats, or elections
+/// begun before a few heartbeats were missed, would leave it barred or
+/// deposed on every hiccup.
+fn check_timings(t: &RaftTimings) -> Result<(), String> {
+    let margin = u64::try_from(leasehold_protocol::LEASE_MARGIN.as_millis()).unwrap_or(u64::MAX);
+    let min_heartbeat = u64::try_from(MIN_HEARTBEAT.as_millis()).unwrap_or(u64::MAX);
+    if t.heartbeat_ms < min_heartbeat {
+        return Err(format!(
+            "--heartbeat-interval must be at least {min_heartbeat} ms (got {})",
+            t.heartbeat_ms
+        ));
+    }
+    if t.election_min_ms < 3 * t.heartbeat_ms {
+        return Err(format!(
+            "--election-timeout-min must be at least three heartbeats, {} ms (got {})",
+            3 * t.heartbeat_ms,
+            t.election_min_ms
+        ));
+    }
+    if t.election_max_ms <= t.election_min_ms {
+        return Err(format!(
+            "--election-timeout-max must exceed --election-timeout-min ({} ms; got {})",
+            t.election_min_ms, t.election_max_ms
+        ));
+    }
+    let lease = t.election_max_ms.saturating_sub(margin);
+    if lease < 2 * t.heartbeat_ms {
+        return Err(format!(
+            "--election-timeout-max must leave the speaker's lease ({} ms less a {margin} ms \
+             margin) at least two heartbeats, {} ms (got {})",
+            t.election_max_ms,
+            2 * t.heartbeat_ms + margin,
+            t.election_max_ms
+        ));
+    }
+    t.config().map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// A configuration that passed [`NodeConfig::validate`]: [`crate::start`]
@@ -315,6 +364,32 @@ mod tests {
         assert_eq!(config.validate(), Err(ConfigError::ReportFrameTooSmall));
         config.report_frame_bytes = NodeConfig::MIN_REPORT_FRAME_BYTES;
         assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn raft_timings_must_leave_the_guard_room() {
+        let with = |heartbeat_ms, election_min_ms, election_max_ms| {
+            single_node()
+                .with_timings(RaftTimings {
+                    heartbeat_ms,
+                    election_min_ms,
+                    election_max_ms,
+                })
+                .validate()
+        };
+        assert_eq!(with(50, 150, 300), Ok(()), "the defaults");
+        assert_eq!(with(200, 1000, 2000), Ok(()), "a slow network's");
+        for (hb, min, max, says) in [
+            (5, 150, 300, "--heartbeat-interval"),
+            (50, 100, 300, "three heartbeats"),
+            (50, 300, 300, "must exceed"),
+            (50, 150, 160, "two heartbeats"),
+        ] {
+            match with(hb, min, max) {
+                Err(ConfigError::Timings(why)) => assert!(why.contains(says), "{why}"),
+                other => panic!("{hb}/{min}/{max}: {other:?}"),
+            }
+        }
     }
 
     #[test]
