@@ -1,12 +1,11 @@
 //! `leasehold up` and `leasehold serve`: run nodes.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ValueEnum;
 use leasehold_node::{NodeConfig, RebuildMode, RunningNode, StartError, ValidConfig};
-use leasehold_raft::{RaftTimings, WatchReceiver};
+use leasehold_raft::RaftTimings;
 use locktable::LeaseRule;
 
 /// What a rebuild that missed members does.
@@ -308,74 +307,6 @@ pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> 
         tracing::info!(signal, "stopping");
         node.shutdown().await;
         return Ok(());
-    }
-}
-
-pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result<(), String> {
-    let temporary = data_dir.is_none();
-    let root = match data_dir {
-        Some(dir) => dir,
-        None => std::env::temp_dir().join(format!("leasehold-up-{}", std::process::id())),
-    };
-    let token = format!("{:032x}", rand::random::<u128>());
-    let peers: BTreeMap<u64, String> = (1..=nodes)
-        .map(|i| (i, format!("127.0.0.1:{}", u64::from(base_port) + i - 1)))
-        .collect();
-    let mut running = Vec::new();
-    for (id, addr) in &peers {
-        let config = NodeConfig::new(*id, peers.clone(), root.join(format!("node-{id}")), &token);
-        match start(config, addr).await {
-            Ok(node) => running.push(node),
-            Err(e) => {
-                for node in running {
-                    node.shutdown().await;
-                }
-                if temporary {
-                    let _ = std::fs::remove_dir_all(&root);
-                }
-                return Err(format!("node {id}: {e}"));
-            }
-        }
-        println!("node {id}: http://{addr}");
-    }
-    println!("data: {}", root.display());
-    let watcher = running[0].node().clone();
-    let report = tokio::spawn(async move {
-        let mut last = None;
-        loop {
-            let leader = watcher.raft().metrics().borrow_watched().current_leader;
-            if leader != last && leader.is_some() {
-                println!("speaker: node {}", leader.unwrap_or_default());
-                last = leader;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    });
-    println!("Ctrl-C to stop");
-    stop_signal().await;
-    report.abort();
-    for node in running {
-        node.shutdown().await;
-    }
-    if temporary {
-        let _ = std::fs::remove_dir_all(&root);
-    }
-    Ok(())
-}
-
-/// Waits for Ctrl-C (SIGINT) or SIGTERM, the signal systemd and container
-/// runtimes stop a service with; answers which came.
-async fn stop_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => tokio::select! {
-            _ = tokio::signal::ctrl_c() => "SIGINT",
-            _ = term.recv() => "SIGTERM",
-        },
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT"
-        }
     }
 }
 

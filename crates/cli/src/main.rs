@@ -4,6 +4,7 @@
 mod hold;
 mod local;
 mod member;
+mod playground;
 mod settings;
 mod show;
 
@@ -109,7 +110,8 @@ impl Endpoints {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start a local cluster of N nodes on 127.0.0.1 and run until Ctrl-C.
+    /// Start a local cluster of N nodes on 127.0.0.1, as child processes
+    /// that `leasehold chaos` can break, and run until Ctrl-C.
     Up {
         /// How many nodes.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
@@ -124,6 +126,12 @@ enum Command {
     },
     /// Run one node.
     Serve(local::ServeArgs),
+    /// Break the local cluster of `leasehold up` on purpose: partitions,
+    /// slow links, kills, pauses, restarts (docs/harness.md).
+    Chaos {
+        #[command(subcommand)]
+        command: playground::ChaosCommand,
+    },
     /// Run a command while holding a lock; stop it if the lock is lost.
     Lock {
         /// The lock's name.
@@ -223,7 +231,19 @@ async fn dispatch(command: Command) -> ExitCode {
             nodes,
             base_port,
             data_dir,
-        } => local::up(nodes, base_port, data_dir).await,
+        } => playground::up(nodes, base_port, data_dir).await,
+        Command::Chaos { command } => {
+            return match playground::chaos(command).await {
+                Ok(done) => {
+                    println!("{done}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("leasehold chaos: {e}");
+                    ExitCode::from(hold::exit::UNAVAILABLE)
+                }
+            };
+        }
         Command::Serve(args) => {
             if let Err(e) = args.check_members() {
                 eprintln!("leasehold: {e}");

@@ -22,6 +22,10 @@ pub struct FaultPlan {
     /// Delay added to every message to a peer, in milliseconds.
     #[serde(default)]
     pub delay_ms: u64,
+    /// Delay added to messages to one peer, in milliseconds (a slow link),
+    /// on top of `delay_ms`.
+    #[serde(default)]
+    pub delay_to: std::collections::BTreeMap<NodeId, u64>,
     /// A step of this node's wall clock, in milliseconds (display only:
     /// no lease reads the wall clock).
     #[serde(default)]
@@ -81,7 +85,11 @@ impl Faults {
     pub async fn before_send(&self, target: NodeId) -> Result<(), Dropped> {
         let (dropped, delay) = {
             let plan = self.plan.read().unwrap_or_else(|p| p.into_inner());
-            (plan.drop_to.contains(&target), plan.delay_ms)
+            let to_target = plan.delay_to.get(&target).copied().unwrap_or(0);
+            (
+                plan.drop_to.contains(&target),
+                plan.delay_ms.saturating_add(to_target),
+            )
         };
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -90,5 +98,27 @@ impl Faults {
             return Err(Dropped(target));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_link_delays_messages_to_its_peer_only() {
+        let faults = Faults::default();
+        faults.set(FaultPlan {
+            delay_to: [(2, 100)].into_iter().collect(),
+            drop_to: [3].into_iter().collect(),
+            ..FaultPlan::default()
+        });
+        let start = tokio::time::Instant::now();
+        faults.before_send(2).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+        let start = tokio::time::Instant::now();
+        faults.before_send(4).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert!(faults.before_send(3).await.is_err(), "3 is cut off");
     }
 }

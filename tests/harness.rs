@@ -1,0 +1,224 @@
+//! The failover playground as a harness uses it: `leasehold up` runs a
+//! local cluster of child processes, `leasehold chaos` kills, restarts,
+//! pauses, partitions and heals it, and the failover history says what
+//! each failover cost. Over real processes, as docs/harness.md shows.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A base port with the next two free too.
+fn three_free_ports() -> u16 {
+    loop {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = first.local_addr().unwrap().port();
+        drop(first);
+        if base < 65000
+            && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
+        {
+            return base;
+        }
+    }
+}
+
+/// `leasehold chaos ARGS` against the `up` in `dir`: its output, or why not.
+fn chaos(dir: &std::path::Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("chaos")
+        .args(args)
+        .env("LEASEHOLD_UP", dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    match out.status.code() {
+        Some(0) => Ok(text),
+        _ => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+struct Up {
+    child: std::process::Child,
+    addrs: Vec<String>,
+    http: reqwest::Client,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Up {
+    async fn get(&self, node: u64, path: &str) -> Option<Value> {
+        let url = format!("http://{}{path}", self.addrs[node as usize - 1]);
+        let answer = self
+            .http
+            .get(url)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        answer.json().await.ok()
+    }
+
+    /// Waits for a rebuilt speaker other than `not`.
+    async fn speaker(&self, not: Option<u64>) -> u64 {
+        let start = Instant::now();
+        loop {
+            for id in 1..=3 {
+                if Some(id) == not {
+                    continue;
+                }
+                if let Some(c) = self.get(id, "/v1/cluster").await {
+                    if c["leader"] == json!(id) && c["rebuilt"] == json!(true) {
+                        return id;
+                    }
+                }
+            }
+            assert!(start.elapsed() < PATIENCE, "no speaker but {not:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `check` holds of node `id`'s `/v1/cluster`.
+    async fn wait_view(&self, id: u64, what: &str, check: impl Fn(&Value) -> bool) {
+        let start = Instant::now();
+        loop {
+            if let Some(view) = self.get(id, "/v1/cluster").await {
+                if check(&view) {
+                    return;
+                }
+            }
+            assert!(start.elapsed() < PATIENCE, "node {id} never {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn member_state(view: &Value, id: u64) -> Value {
+    view["members"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["id"] == json!(id)))
+        .map(|m| m["state"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_breaks_a_local_cluster_and_reads_what_each_failover_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let up_dir = dir.path().join("up");
+    let base = three_free_ports();
+    let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["up", "--nodes", "3", "--base-port", &base.to_string()])
+        .arg("--data-dir")
+        .arg(&up_dir)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = Up {
+        child,
+        addrs: (0..3).map(|i| format!("127.0.0.1:{}", base + i)).collect(),
+        http: reqwest::Client::builder().no_proxy().build().unwrap(),
+    };
+    let first = up.speaker(None).await;
+
+    // Kill the speaker: another takes over, and its history says what the
+    // failover cost.
+    let killed = chaos(&up_dir, &["kill-speaker"]).unwrap();
+    assert!(killed.contains(&format!("killed node {first}")), "{killed}");
+    let second = up.speaker(Some(first)).await;
+    let start = Instant::now();
+    let report = loop {
+        let history = up
+            .get(second, "/v1/cluster/history")
+            .await
+            .unwrap_or_default();
+        let found = history["rebuilds"].as_array().and_then(|r| {
+            r.iter()
+                .find(|e| {
+                    e["members_missing"]
+                        .as_array()
+                        .is_some_and(|m| m.contains(&json!(first)))
+                })
+                .cloned()
+        });
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no rebuild missing {first}: {history}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        report["took_ms"].as_u64().is_some() && report["at"].is_string(),
+        "{report}"
+    );
+
+    // Restart it; it serves again.
+    chaos(&up_dir, &["restart", &first.to_string()]).unwrap();
+    up.wait_view(second, "saw the restarted node answer", |v| {
+        member_state(v, first) == json!("follower")
+    })
+    .await;
+
+    // Cut the speaker off from one follower, then heal.
+    let cut = (1..=3).find(|n| *n != second).unwrap();
+    chaos(
+        &up_dir,
+        &["partition", &second.to_string(), &cut.to_string()],
+    )
+    .unwrap();
+    up.wait_view(second, "saw the partition", |v| {
+        member_state(v, cut) == json!("unreachable")
+    })
+    .await;
+    chaos(&up_dir, &["heal"]).unwrap();
+    up.wait_view(second, "saw the link healed", |v| {
+        member_state(v, cut) == json!("follower")
+    })
+    .await;
+    chaos(&up_dir, &["slow", "1", "2", "20"]).unwrap();
+    chaos(&up_dir, &["heal"]).unwrap();
+
+    // Pause the speaker: the others elect another; resumed, it follows.
+    chaos(&up_dir, &["pause", &second.to_string()]).unwrap();
+    let third = up.speaker(Some(second)).await;
+    chaos(&up_dir, &["resume", &second.to_string()]).unwrap();
+    up.wait_view(second, "followed the new speaker", |v| {
+        v["leader"] == json!(third)
+    })
+    .await;
+
+    // Bad input is refused, and says why.
+    let refused = chaos(&up_dir, &["kill", "9"]).unwrap_err();
+    assert!(refused.contains("no node 9"), "{refused}");
+
+    // SIGTERM stops `up` and every node it started.
+    let mut up = up;
+    let pid = up.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = up.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < PATIENCE, "up did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}");
+    for addr in &up.addrs {
+        assert!(
+            std::net::TcpListener::bind(addr.as_str()).is_ok(),
+            "{addr} still taken"
+        );
+    }
+}
