@@ -802,3 +802,126 @@ async fn serve_reads_a_config_file_under_the_environment_and_the_flags() {
     assert_eq!(default, 2000, "the environment wins over the file");
     assert_eq!(longest, 4800, "the flag wins over the environment");
 }
+
+/// Reads lines from `child`'s stdout until one contains `wanted`.
+fn read_until(child: &mut std::process::Child, wanted: &str) -> String {
+    use std::io::BufRead;
+    let stdout = child.stdout.as_mut().expect("piped stdout");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains(wanted) {
+            return seen;
+        }
+    }
+    panic!("no line with {wanted:?} in:\n{seen}");
+}
+
+/// The commands people know from etcdctl and consul: `get`, `unlock`,
+/// `elect --observe` and `elect --wait`, with exit codes for what went
+/// wrong, and a lease the cluster shortened said out loud.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_unlock_observe_and_wait_as_operators_use_them() {
+    let cluster = Cluster::start_with(3, &["--max-lease", "5000", "--default-lease", "5000"]).await;
+    let all = [1, 2, 3];
+
+    let out = run(leasehold(
+        &cluster,
+        &all,
+        &["lock", "cli/clamp", "--lease", "9000", "--", "true"],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("granted a 5000 ms lease"), "{stderr}");
+    for bad in [
+        vec!["lock", "cli/x", "--lease", "1", "--", "true"],
+        vec!["lock", "cli/x", "--endpoints", "::bad::", "--", "true"],
+    ] {
+        let out = run(leasehold(&cluster, &all, &bad));
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // An operator frees a lock someone holds.
+    let mut holder = leasehold(
+        &cluster,
+        &all,
+        &["lock", "cli/op", "--holder", "h1", "--", "sleep", "30"],
+    )
+    .stdin(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    let out = loop {
+        let out = run(leasehold(&cluster, &all, &["get", "cli/op"]));
+        if out.status.code() == Some(0) {
+            break out;
+        }
+        assert!(start.elapsed() < support::PATIENCE, "never held");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(String::from_utf8_lossy(&out.stdout).contains("h1"));
+    let out = run(leasehold(&cluster, &all, &["unlock", "cli/op"]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("released cli/op"));
+    assert_eq!(
+        holder.wait().unwrap().code(),
+        Some(75),
+        "its holder learns it lost the lock"
+    );
+    let out = run(leasehold(&cluster, &all, &["get", "cli/op"]));
+    assert_eq!(out.status.code(), Some(1));
+    let out = run(leasehold(&cluster, &all, &["unlock", "cli/none"]));
+    assert_eq!(out.status.code(), Some(1));
+
+    // A leader; an observer sees it; a second candidate gives up after
+    // its wait.
+    let mut leader = leasehold(
+        &cluster,
+        &all,
+        &["elect", "cli/e", "--value", "first", "--", "sleep", "30"],
+    )
+    .stdin(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut observer = leasehold(&cluster, &all, &["elect", "cli/e", "--observe"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    read_until(&mut observer, "leader: first");
+    let out = run(leasehold(
+        &cluster,
+        &all,
+        &[
+            "elect", "cli/e", "--value", "second", "--wait", "500", "--", "true",
+        ],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(73),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // SIGTERM: the leader stops its command and resigns.
+    let pid = leader.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let _ = leader.wait();
+    let _ = observer.kill();
+    let _ = observer.wait();
+}

@@ -1,4 +1,4 @@
-//! The wire format of leasehold's HTTP API (SPEC §2): the JSON lock, request
+//! The wire format of leasehold's HTTP API (docs/api.md): the JSON lock, request
 //! bodies and their validation, answers, errors, and the bodies of the peer
 //! routes under `/internal/`.
 //!

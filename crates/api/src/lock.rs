@@ -1,4 +1,4 @@
-//! A lock as every answer shows it (SPEC §2).
+//! A lock as every answer shows it (docs/api.md, "A lock").
 
 use locktable::{BadLockId, Fence, Lock, LockId, MonoTime, NodeId};
 use serde::{Deserialize, Serialize};
@@ -112,7 +112,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    const SPEC_EXAMPLE: &str = r#"{"name": "jobs/42", "id": "01J...", "node": 2, "holder": "worker-7",
+    const API_DOC_EXAMPLE: &str = r#"{"name": "jobs/42", "id": "01J...", "node": 2, "holder": "worker-7",
  "fence": 12884901889, "lease_ms": 30000, "ttl_ms": 29987,
  "acquired_at": "2026-11-29T20:00:00.000Z", "expires_at": "2026-11-29T20:00:30.000Z",
  "data": "optional"}"#;
@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn field_names_match_the_spec_example() {
-        let spec: serde_json::Value = serde_json::from_str(SPEC_EXAMPLE).unwrap();
+        let spec: serde_json::Value = serde_json::from_str(API_DOC_EXAMPLE).unwrap();
         let mut spec_keys: Vec<_> = spec.as_object().unwrap().keys().cloned().collect();
         let (lock, now) = sample(Some("optional"));
         let ours =

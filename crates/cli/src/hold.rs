@@ -22,6 +22,10 @@ pub mod exit {
     pub const HELD: u8 = 73;
     /// The lock (or leadership) was lost while the command ran.
     pub const LOST: u8 = 75;
+    /// The token was refused (`401`), or may not do this (`403`).
+    pub const NO_PERMISSION: u8 = 77;
+    /// `get` or `unlock` of a lock nobody holds.
+    pub const NOT_HELD: u8 = 1;
 }
 
 /// Says why nothing was run, as an exit status.
@@ -30,8 +34,37 @@ pub fn refused(what: &str, e: &Error) -> ExitCode {
     ExitCode::from(match e {
         Error::Held(_) => exit::HELD,
         Error::BadRequest(_) | Error::UnknownRoute(_) => exit::USAGE,
+        Error::Unauthorized(_) | Error::Forbidden(_) => exit::NO_PERMISSION,
         _ => exit::UNAVAILABLE,
     })
+}
+
+/// The shortest `--lease` the commands take: the guard renews at least
+/// twice a lease, and at most every 10 ms.
+pub const SHORTEST_LEASE_MS: u64 = 20;
+
+/// Refuses a `--lease` the guard cannot keep renewed.
+pub fn check_lease(lease_ms: u64) -> Result<(), String> {
+    if lease_ms < SHORTEST_LEASE_MS {
+        return Err(format!(
+            "--lease {lease_ms}: a lease must be at least {SHORTEST_LEASE_MS} ms (renewed twice a lease)"
+        ));
+    }
+    Ok(())
+}
+
+/// Says so when the cluster granted a shorter lease than asked (its
+/// `--max-lease`).
+fn note_clamped(asked: Option<std::time::Duration>, lock: &leasehold_client::Lock) {
+    if let Some(asked) = asked {
+        let asked_ms = u64::try_from(asked.as_millis()).unwrap_or(u64::MAX);
+        if lock.lease_ms < asked_ms {
+            eprintln!(
+                "leasehold: the cluster granted a {} ms lease, not the {asked_ms} ms asked (its --max-lease)",
+                lock.lease_ms
+            );
+        }
+    }
 }
 
 /// `leasehold lock`.
@@ -41,11 +74,13 @@ pub async fn lock(
     options: AcquireOptions,
     command: &[String],
 ) -> ExitCode {
+    let asked = options.lease;
     let guard = match client.acquire(name, options).await {
         Ok(guard) => guard,
         Err(e) => return refused(&format!("could not lock {name}"), &e),
     };
     eprintln!("leasehold: holding {name} (fence {})", guard.fence());
+    note_clamped(asked, &guard.lock());
     let held = Held {
         lost: guard.lost_token(),
         lapse_margin: guard.lapse_margin(),

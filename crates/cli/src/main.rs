@@ -161,11 +161,35 @@ enum Command {
         /// This candidate's value, shown to observers (default: host and pid).
         #[arg(long)]
         value: Option<String>,
+        /// How long to campaign before giving up, in ms (0: lead at once or
+        /// give up; default: until elected).
+        #[arg(long)]
+        wait: Option<u64>,
+        /// Do not campaign: print the leader, then each new one, until
+        /// interrupted.
+        #[arg(long, conflicts_with_all = ["wait", "value"])]
+        observe: bool,
         #[command(flatten)]
         endpoints: Endpoints,
         /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true)]
+        #[arg(last = true, required_unless_present = "observe")]
         command: Vec<String>,
+    },
+    /// Show one lock: its holder, node, fence and time left (exit 1 if not
+    /// held).
+    Get {
+        /// The lock's name.
+        name: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Release a lock by name, whoever holds it: an operator's call (with
+    /// --acl, a token that may lock the name).
+    Unlock {
+        /// The lock's name.
+        name: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
     },
     /// List the locks held.
     Locks {
@@ -274,6 +298,10 @@ async fn dispatch(command: Command) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            if let Err(e) = hold::check_lease(lease) {
+                eprintln!("leasehold: {e}");
+                return ExitCode::from(hold::exit::USAGE);
+            }
             let options = AcquireOptions::default()
                 .lease(Duration::from_millis(lease))
                 .wait(Duration::from_millis(wait))
@@ -284,6 +312,8 @@ async fn dispatch(command: Command) -> ExitCode {
             name,
             lease,
             value,
+            wait,
+            observe,
             endpoints,
             command,
         } => {
@@ -291,12 +321,31 @@ async fn dispatch(command: Command) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            if observe {
+                return show::observe(client, &name).await;
+            }
+            if let Err(e) = hold::check_lease(lease) {
+                eprintln!("leasehold: {e}");
+                return ExitCode::from(hold::exit::USAGE);
+            }
             let options = CampaignOptions {
                 lease: Some(Duration::from_millis(lease)),
-                ..Default::default()
+                give_up_after: wait.map(Duration::from_millis),
             };
             let value = value.unwrap_or_else(whoami);
             return hold::elect(client, &name, &value, options, &command).await;
+        }
+        Command::Get { name, endpoints } => {
+            return match endpoints.client() {
+                Ok(c) => show::get(c, &name).await,
+                Err(code) => code,
+            };
+        }
+        Command::Unlock { name, endpoints } => {
+            return match endpoints.client() {
+                Ok(c) => show::unlock(c, &name).await,
+                Err(code) => code,
+            };
         }
         Command::Locks {
             prefix,

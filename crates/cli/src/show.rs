@@ -30,19 +30,97 @@ pub async fn locks(client: Client, prefix: &str, limit: usize) -> ExitCode {
         "NAME", "HOLDER", "NODE", "FENCE", "TIME LEFT"
     );
     for l in &locks {
-        println!(
-            "{:<name_width$}  {:<holder_width$}  {:>4}  {:>20}  {:>9}",
-            l.name,
-            l.holder,
-            l.node,
-            l.fence,
-            seconds(l.ttl_ms)
-        );
+        println!("{}", row(l, name_width, holder_width));
     }
     if locks.is_empty() {
         eprintln!("(no locks held)");
     }
     ExitCode::SUCCESS
+}
+
+/// One lock as `locks` and `get` print it: name, holder, node, fence,
+/// time left.
+fn row(lock: &leasehold_client::Lock, name_width: usize, holder_width: usize) -> String {
+    format!(
+        "{:<name_width$}  {:<holder_width$}  {:>4}  {:>20}  {:>9}",
+        lock.name,
+        lock.holder,
+        lock.node,
+        lock.fence,
+        seconds(lock.ttl_ms)
+    )
+}
+
+/// `leasehold get NAME`: the lock's row, or exit 1 if nobody holds it.
+pub async fn get(client: Client, name: &str) -> ExitCode {
+    match client.get(name).await {
+        Ok(Some(lock)) => {
+            println!("{}", row(&lock, lock.name.len(), lock.holder.len()));
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            eprintln!("leasehold: {name} is not held");
+            ExitCode::from(crate::hold::exit::NOT_HELD)
+        }
+        Err(e) => refused(&format!("could not get {name}"), &e),
+    }
+}
+
+/// `leasehold unlock NAME`: releases whoever holds it (an operator's
+/// call); exit 1 if nobody does.
+pub async fn unlock(client: Client, name: &str) -> ExitCode {
+    let lock = match client.get(name).await {
+        Ok(Some(lock)) => lock,
+        Ok(None) => {
+            eprintln!("leasehold: {name} is not held");
+            return ExitCode::from(crate::hold::exit::NOT_HELD);
+        }
+        Err(e) => return refused(&format!("could not get {name}"), &e),
+    };
+    if lock.id.is_empty() {
+        eprintln!("leasehold: could not unlock {name}: this token may read it but not lock it");
+        return ExitCode::from(crate::hold::exit::NO_PERMISSION);
+    }
+    match client.release(name, &lock.id).await {
+        Ok(released) => {
+            println!(
+                "released {name} (held by {} through node {}, fence {})",
+                released.holder, released.node, released.fence
+            );
+            ExitCode::SUCCESS
+        }
+        Err(leasehold_client::Error::NotHeld) => {
+            eprintln!("leasehold: {name} was released or expired meanwhile");
+            ExitCode::from(crate::hold::exit::NOT_HELD)
+        }
+        Err(e) => refused(&format!("could not unlock {name}"), &e),
+    }
+}
+
+/// `leasehold elect --observe NAME`: the leader now, then each new one,
+/// a line each, until interrupted.
+pub async fn observe(client: Client, name: &str) -> ExitCode {
+    use futures::StreamExt;
+    let mut leaders = std::pin::pin!(client.observe(name));
+    let mut interrupted = std::pin::pin!(tokio::signal::ctrl_c());
+    loop {
+        let next = tokio::select! {
+            next = leaders.next() => next,
+            _ = &mut interrupted => return ExitCode::SUCCESS,
+        };
+        match next {
+            Some(Ok(Some(leader))) => println!(
+                "leader: {} (fence {}, node {}, {} left)",
+                leader.data.as_deref().unwrap_or(&leader.holder),
+                leader.fence,
+                leader.node,
+                seconds(leader.ttl_ms)
+            ),
+            Some(Ok(None)) => println!("leader: none"),
+            Some(Err(e)) => eprintln!("leasehold: observing {name}: {e}"),
+            None => return ExitCode::SUCCESS,
+        }
+    }
 }
 
 /// How long `status` waits for a node's answer.

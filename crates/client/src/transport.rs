@@ -101,6 +101,9 @@ pub enum EndpointError {
     /// The CA given holds no certificate it could read.
     #[error("the TLS CA holds no PEM certificate")]
     NoCa,
+    /// An endpoint that is no `host:port` or `http(s)://host:port`.
+    #[error("{0:?} is not an endpoint (host:port, or http(s)://host:port): {1}")]
+    Invalid(String, String),
 }
 
 /// How an [`HttpTransport`] talks to the nodes, beyond where.
@@ -202,6 +205,16 @@ impl HttpTransport {
             .collect();
         if endpoints.is_empty() {
             return Err(EndpointError::None);
+        }
+        for endpoint in &endpoints {
+            match reqwest::Url::parse(endpoint) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
+                Ok(url) => {
+                    let why = format!("{} has no host, or is not http(s)", url.as_str());
+                    return Err(EndpointError::Invalid(endpoint.clone(), why));
+                }
+                Err(e) => return Err(EndpointError::Invalid(endpoint.clone(), e.to_string())),
+            }
         }
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(token) = &options.token {

@@ -544,7 +544,7 @@ fn a_renewal_for_a_shorter_lease_ends_it_sooner() {
     assert_eq!(answers[0].result.as_ref().unwrap().acquired, t(3));
 }
 
-// SPEC: a speaker that cannot show a recent quorum grants nothing, and its
+// The guard (docs/design.md): a speaker that cannot show a recent quorum grants nothing, and its
 // waiting requests are answered not rebuilt; its table stays.
 #[test]
 fn turning_away_waiters_keeps_the_table() {

@@ -6,7 +6,7 @@ use axum::Json;
 use leasehold_api::{BadRequest, ErrorBody, ErrorCode, LockView, RETRY_AFTER_SECS};
 use locktable::BadLockId;
 
-/// A failed request: a code from SPEC §2, a message, and for `held` the
+/// A failed request: a code from docs/api.md, a message, and for `held` the
 /// lock that holds the name.
 #[derive(Debug, Clone)]
 pub struct ApiError {

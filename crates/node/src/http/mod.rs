@@ -1,4 +1,4 @@
-//! The node's HTTP server: the public API (SPEC §2, [`public`]) and the
+//! The node's HTTP server: the public API (docs/api.md, [`public`]) and the
 //! peer routes under `/internal/` ([`peer`]), assembled into one router
 //! here, with what both share: reading a body, and the answers to a
 //! request no route takes.

@@ -1,4 +1,4 @@
-//! The public HTTP API of SPEC §2 (docs/api.md): what clients call.
+//! The public HTTP API (docs/api.md): what clients call.
 
 use std::sync::Arc;
 use std::time::Duration;
