@@ -28,6 +28,7 @@ use crate::node::Node;
 /// The public routes, their state still to be given.
 pub(super) fn router(node: Shared) -> Router<Shared> {
     Router::new()
+        .route("/", get(status_page))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/v1/cluster/history", get(history))
@@ -70,6 +71,16 @@ async fn observe(State(node): State<Shared>, request: Request, next: Next) -> Re
         .get_or_create(&labels)
         .observe(started.elapsed().as_secs_f64());
     response
+}
+
+/// The status page, from the binary: no external assets; it reads the
+/// JSON API itself.
+const STATUS_PAGE: &str = include_str!("status.html");
+
+/// `GET /`: the status page (open: it holds no data; with `--acl` it asks
+/// for a token and sends it with its reads).
+async fn status_page() -> axum::response::Html<&'static str> {
+    axum::response::Html(STATUS_PAGE)
 }
 
 /// `GET /metrics`: every series, in the Prometheus text format.
