@@ -49,6 +49,11 @@ pub use request::{
 };
 pub use time::format_rfc3339_ms;
 
+/// The public API described in OpenAPI 3.1 (JSON), as every node serves it
+/// at `GET /v1/openapi.json`; `tests/openapi.rs` checks a running node's
+/// answers against it.
+pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
+
 /// Whole milliseconds in `d`, rounded down, saturating at `u64::MAX`.
 pub fn millis_floor(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

@@ -105,7 +105,9 @@ pub(super) async fn authenticate(
 pub(super) fn caller(node: &Shared, path: &str, headers: &HeaderMap) -> Result<Caller, ApiError> {
     match &node.config.acl {
         None => Ok(Caller::Open),
-        Some(_) if matches!(path, "/" | "/healthz" | "/readyz") => Ok(Caller::Open),
+        Some(_) if matches!(path, "/" | "/healthz" | "/readyz" | "/v1/openapi.json") => {
+            Ok(Caller::Open)
+        }
         Some(acl) => match bearer(headers) {
             Some(secret) => match acl.authenticate(secret) {
                 Some(token) => Ok(Caller::Token(token)),

@@ -33,6 +33,7 @@ pub(super) fn router(node: Shared) -> Router<Shared> {
         .route("/readyz", get(ready))
         .route("/v1/cluster/history", get(history))
         .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi))
         .route("/v1/locks/acquire", post(acquire))
         .route("/v1/locks/release", post(release))
         .route("/v1/locks/renew", post(renew))
@@ -81,6 +82,15 @@ const STATUS_PAGE: &str = include_str!("status.html");
 /// for a token and sends it with its reads).
 async fn status_page() -> axum::response::Html<&'static str> {
     axum::response::Html(STATUS_PAGE)
+}
+
+/// `GET /v1/openapi.json`: the API's description.
+async fn openapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        leasehold_api::OPENAPI_JSON,
+    )
+        .into_response()
 }
 
 /// `GET /metrics`: every series, in the Prometheus text format.
