@@ -323,19 +323,25 @@ mod tests {
         args: ServeArgs,
     }
 
-    #[test]
-    fn serve_without_optional_flags_runs_the_nodes_defaults() {
-        let serve = Serve::try_parse_from([
+    /// `serve`'s flags for a one-node cluster, and `extra`: its
+    /// configuration.
+    fn config_of(extra: &[&str]) -> NodeConfig {
+        let mut args = vec![
             "serve",
             "--id=1",
             "--listen=127.0.0.1:1",
             "--peers=1=127.0.0.1:1",
             "--data-dir=data",
             "--cluster-token=secret",
-        ])
-        .unwrap();
+        ];
+        args.extend_from_slice(extra);
+        Serve::try_parse_from(args).unwrap().args.config().unwrap()
+    }
+
+    #[test]
+    fn serve_without_optional_flags_runs_the_nodes_defaults() {
         assert_eq!(
-            serve.args.config().unwrap(),
+            config_of(&[]),
             NodeConfig::new(1, [(1, "127.0.0.1:1")], "data", "secret")
         );
     }
@@ -344,19 +350,7 @@ mod tests {
     /// default lease is then the longest lease.
     #[test]
     fn a_max_lease_below_the_default_lease_lowers_the_default() {
-        let serve = |extra: &[&str]| {
-            let mut args = vec![
-                "serve",
-                "--id=1",
-                "--listen=127.0.0.1:1",
-                "--peers=1=127.0.0.1:1",
-                "--data-dir=data",
-                "--cluster-token=secret",
-            ];
-            args.extend_from_slice(extra);
-            let config = Serve::try_parse_from(args).unwrap().args.config().unwrap();
-            ValidConfig::try_from(config).map(|c| c.lease)
-        };
+        let serve = |extra: &[&str]| ValidConfig::try_from(config_of(extra)).map(|c| c.lease);
         let short = serve(&["--max-lease=4000"]).unwrap();
         assert_eq!(short.default, Duration::from_millis(4000));
         assert_eq!(short.max, Duration::from_millis(4000));

@@ -61,16 +61,13 @@ async fn observe(State(node): State<Shared>, request: Request, next: Next) -> Re
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+        .cloned();
     let response = next.run(request).await;
-    let labels = crate::metrics::RouteLabels {
-        route,
-        status: crate::metrics::status_class(response.status().as_u16()),
-    };
-    node.metrics
-        .requests
-        .get_or_create(&labels)
-        .observe(started.elapsed().as_secs_f64());
+    node.metrics.observe_request(
+        route.as_ref().map(|p| p.as_str()),
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
     response
 }
 
