@@ -52,6 +52,10 @@ pub struct NodeConfig {
     /// TLS on the node's port and to its members (`--tls-cert`,
     /// `--tls-key`, `--tls-ca`); `None`: plain HTTP.
     pub tls: Option<std::sync::Arc<leasehold_tls::Tls>>,
+    /// How long a connection to the node's port may go without sending a
+    /// whole request head, idle between requests included, before the node
+    /// closes it ([`NodeConfig::DEFAULT_IDLE_TIMEOUT`]).
+    pub idle_timeout: Duration,
 }
 
 /// A configuration that cannot run.
@@ -118,6 +122,13 @@ impl NodeConfig {
     pub const MIN_REPORT_FRAME_BYTES: usize = 64 << 10;
     /// The number of copies when none is given (fewer for a single node).
     pub const DEFAULT_COPIES: usize = 2;
+    /// How long a connection may wait to send a whole request head, or
+    /// sit idle between requests: a client that opens connections and
+    /// sends nothing (or a byte at a time) holds none for longer. Clients
+    /// keep idle connections for less (`leasehold-client`, and the
+    /// members' own transport: 20 s), so they never reuse one the node is
+    /// closing.
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
     /// A node `id` of the cluster `peers` (every member's id and
     /// `host:port`, this node's included), keeping its vote and log in
@@ -148,6 +159,15 @@ impl NodeConfig {
             join: Vec::new(),
             acl: None,
             tls: None,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+
+    /// With this longest wait for a connection's next request head.
+    pub fn with_idle_timeout(self, idle_timeout: Duration) -> Self {
+        NodeConfig {
+            idle_timeout,
+            ..self
         }
     }
 

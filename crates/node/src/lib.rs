@@ -325,8 +325,9 @@ where
     };
     let app = http::router(Arc::clone(&node));
     let (tasks, stop) = (&node.tasks, &node.stop);
-    let tls = node.config.tls.clone();
-    tasks.spawn(http::serve(listener, app, tls, tasks.clone(), stop.clone()).in_current_span());
+    let (tls, idle) = (node.config.tls.clone(), node.config.idle_timeout);
+    let serving = http::serve(listener, app, tls, idle, tasks.clone(), stop.clone());
+    tasks.spawn(serving.in_current_span());
     tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
     for (member, addr) in node.roster().members() {

@@ -1,7 +1,9 @@
 //! The answers of a running node to requests no route takes: an unknown
 //! route, a name with an unencoded slash, a wrong method, the chaos route
 //! on a node without `--chaos`; a free lock's answer; and what the client
-//! makes of an unknown route.
+//! makes of an unknown route; and connections that send nothing, or a
+//! request head a byte at a time, closed after the idle timeout with
+//! nothing held lost.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -14,6 +16,7 @@ const TOKEN: &str = "errors";
 
 struct Node {
     base: String,
+    addr: String,
     http: reqwest::Client,
     _running: RunningNode,
     _dir: tempfile::TempDir,
@@ -21,14 +24,20 @@ struct Node {
 
 /// A one-node cluster on loopback.
 async fn start() -> Node {
+    start_with(|config| config).await
+}
+
+/// A one-node cluster on loopback, configured by `configure`.
+async fn start_with(configure: impl FnOnce(NodeConfig) -> NodeConfig) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let peers = BTreeMap::from([(1, addr.clone())]);
-    let config = NodeConfig::new(1, peers, dir.path().join("node-1"), TOKEN);
+    let config = configure(NodeConfig::new(1, peers, dir.path().join("node-1"), TOKEN));
     let running = leasehold_node::start(config, listener).await.unwrap();
     Node {
         base: format!("http://{addr}"),
+        addr,
         http: reqwest::Client::builder().no_proxy().build().unwrap(),
         _running: running,
         _dir: dir,
@@ -193,5 +202,167 @@ async fn a_client_at_a_wrong_url_is_told_so() {
     {
         Err(Error::UnknownRoute(_)) => {}
         other => panic!("a release at a wrong URL answered {other:?}"),
+    }
+}
+
+mod idle {
+    //! Connections closed after the idle timeout.
+
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    const IDLE: Duration = Duration::from_secs(2);
+
+    /// A whole `POST path` with a JSON `body` on a kept-alive connection.
+    fn post(path: &str, body: &str) -> String {
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: node\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    /// Reads one answer's head and body from `stream` (the body by its
+    /// content length); `None` if the connection closed first.
+    async fn answer(stream: &mut TcpStream) -> Option<(u16, String)> {
+        let mut bytes = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&bytes).to_string();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text[..end]
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(str::to_string)
+                    })
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if bytes.len() >= end + 4 + length {
+                    let status = text[9..12].parse().unwrap();
+                    return Some((status, text[end + 4..end + 4 + length].to_string()));
+                }
+            }
+            match tokio::time::timeout(Duration::from_secs(30), stream.read(&mut chunk)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return None,
+                Ok(Ok(n)) => bytes.extend_from_slice(&chunk[..n]),
+                Err(_) => panic!("no answer and no close within 30 s"),
+            }
+        }
+    }
+
+    /// How long until the node closes `stream` (reads nothing more from it
+    /// but its end), at most `within`.
+    async fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<Duration> {
+        let start = Instant::now();
+        let mut sink = [0u8; 1024];
+        loop {
+            match tokio::time::timeout_at((start + within).into(), stream.read(&mut sink)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return Some(start.elapsed()),
+                Ok(Ok(_)) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Asks to take `name` on a connection of its own; the answer, if any.
+    async fn try_take(node: &Node, name: &str) -> Option<(u16, String)> {
+        let mut stream = TcpStream::connect(&node.addr).await.unwrap();
+        let body = format!(r#"{{"name":"{name}","holder":"h","lease_ms":60000}}"#);
+        stream
+            .write_all(post("/v1/locks/acquire", &body).as_bytes())
+            .await
+            .unwrap();
+        answer(&mut stream).await
+    }
+
+    /// Takes `name`, retrying until the new node serves; the lock's JSON.
+    async fn take_when_serving(node: &Node, name: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some((200, body)) = try_take(node, name).await {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "the node never served");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_never_finishes_its_head_is_closed_and_nothing_held_is_lost() {
+        let node = start_with(|c| c.with_idle_timeout(IDLE)).await;
+        let held = take_when_serving(&node, "kept").await;
+
+        let mut silent = TcpStream::connect(&node.addr).await.unwrap();
+        let mut half = TcpStream::connect(&node.addr).await.unwrap();
+        half.write_all(b"POST /v1/locks/acquire HTTP/1.1\r\nhost: no")
+            .await
+            .unwrap();
+        // One that sends its head a byte at a time, each well within the
+        // timeout: the timeout counts the whole head, not the gaps.
+        let mut dribbling = TcpStream::connect(&node.addr).await.unwrap();
+        let dribble = tokio::spawn(async move {
+            let head = b"GET /v1/cluster HTTP/1.1\r\nhost: node\r\nx-slow: ".repeat(4);
+            for byte in head {
+                if dribbling.write_all(&[byte]).await.is_err() {
+                    return (dribbling, true);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (dribbling, false)
+        });
+
+        let generous = IDLE * 10;
+        let silent_closed = closed_within(&mut silent, generous).await;
+        assert!(silent_closed.is_some(), "a silent connection stayed open");
+        assert!(
+            silent_closed.unwrap() >= IDLE - Duration::from_millis(200),
+            "closed before the idle timeout: {silent_closed:?}"
+        );
+        assert!(
+            closed_within(&mut half, generous).await.is_some(),
+            "a half-sent head kept its connection open"
+        );
+        let (mut dribbling, cut) = dribble.await.unwrap();
+        assert!(
+            cut || closed_within(&mut dribbling, generous).await.is_some(),
+            "a head sent a byte at a time kept its connection open"
+        );
+
+        // The node still serves, and the lock taken before is still held.
+        let mut stream = TcpStream::connect(&node.addr).await.unwrap();
+        stream
+            .write_all(post("/v1/locks/acquire", r#"{"name":"kept","holder":"other"}"#).as_bytes())
+            .await
+            .unwrap();
+        let (status, body) = answer(&mut stream).await.expect("an answer");
+        assert_eq!(status, 409, "{body} (held before: {held})");
+        let (status, body) = try_take(&node, "another").await.expect("an answer");
+        assert_eq!(status, 200, "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_serves_until_it_sits_idle_for_the_timeout() {
+        let node = start_with(|c| c.with_idle_timeout(IDLE)).await;
+        take_when_serving(&node, "warm").await;
+        let mut stream = TcpStream::connect(&node.addr).await.unwrap();
+        let ask = "GET /v1/cluster HTTP/1.1\r\nhost: node\r\n\r\n";
+        // Requests closer together than the timeout share the connection,
+        // for longer in all than the timeout.
+        let started = Instant::now();
+        while started.elapsed() < IDLE * 2 {
+            stream.write_all(ask.as_bytes()).await.unwrap();
+            let (status, _) = answer(&mut stream)
+                .await
+                .expect("served on the same connection");
+            assert_eq!(status, 200);
+            tokio::time::sleep(IDLE / 8).await;
+        }
+        let closed = closed_within(&mut stream, IDLE * 10).await;
+        assert!(
+            closed.is_some(),
+            "an idle kept-alive connection stayed open"
+        );
     }
 }

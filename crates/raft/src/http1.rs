@@ -31,8 +31,10 @@ use crate::transport::{PeerRequest, PeerResponse, StreamedResponse, Transport, T
 
 /// The most idle connections kept per member.
 const IDLE_PER_ADDR: usize = 16;
-/// How long an idle connection is kept.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an idle connection is kept: less than a member keeps one open
+/// without a request (30 s, `NodeConfig::DEFAULT_IDLE_TIMEOUT`), so none
+/// is used as the member closes it.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often the pool closes connections idle for longer.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 

@@ -9,12 +9,18 @@
 //! closed; a failed handshake (a certificate from another CA) closes it.
 //! Requests on a connection whose client showed a certificate the CA
 //! verified carry [`PeerVerified`] in their extensions.
+//!
+//! A connection that does not send a whole request head within the idle
+//! timeout, counted from its start or from its last answer, is closed: an
+//! idle keep-alive connection, and one that sends its head a byte at a
+//! time, hold a task for no longer.
 
 use std::pin::pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use leasehold_tls::{AcceptError, PeerVerified, Tls, HANDSHAKE_TIMEOUT};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -25,11 +31,12 @@ use tracing::Instrument;
 use crate::tasks::Tasks;
 
 /// Serves `app` on `listener` (over `tls`, if given) until `stop` is
-/// cancelled.
+/// cancelled, closing connections idle for `idle`.
 pub(crate) async fn serve<L>(
     mut listener: L,
     app: Router,
     tls: Option<Arc<Tls>>,
+    idle: Duration,
     tasks: Tasks,
     stop: CancellationToken,
 ) where
@@ -47,7 +54,7 @@ pub(crate) async fn serve<L>(
         tasks.spawn(
             async move {
                 match tls {
-                    None => serve_connection(io, app, None, stop).await,
+                    None => serve_connection(io, app, None, idle, stop).await,
                     Some(tls) => {
                         let generation = tls.generation();
                         let accepted = tokio::select! {
@@ -66,7 +73,7 @@ pub(crate) async fn serve<L>(
                                     std::future::pending::<()>().await;
                                 };
                                 tokio::select! {
-                                    () = serve_connection(stream, app, verified, closing.clone()) => {}
+                                    () = serve_connection(stream, app, verified, idle, closing.clone()) => {}
                                     () = close_on_reload => {}
                                 }
                             }
@@ -84,12 +91,14 @@ pub(crate) async fn serve<L>(
     }
 }
 
-/// Serves HTTP/1 on `io` until it closes, or `stop` (then once the request
-/// being served is answered).
+/// Serves HTTP/1 on `io` until it closes, goes `idle` without a whole
+/// request head, or `stop` (then once the request being served is
+/// answered).
 async fn serve_connection<IO>(
     io: IO,
     app: Router,
     verified: Option<PeerVerified>,
+    idle: Duration,
     stop: CancellationToken,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -101,7 +110,10 @@ async fn serve_connection<IO>(
         request
     });
     let service = TowerToHyperService::new(app);
-    let http = hyper::server::conn::http1::Builder::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // hyper runs this timer from when it starts reading a head: at the
+    // connection's start and after each answer.
+    http.timer(TokioTimer::new()).header_read_timeout(idle);
     let mut connection = pin!(http.serve_connection(TokioIo::new(io), service));
     let served = tokio::select! {
         served = connection.as_mut() => served,
@@ -145,5 +157,5 @@ async fn refuse_plain_http<IO: AsyncRead + AsyncWrite + Unpin>(mut io: IO) {
 }
 
 /// How long, and how much, a plain HTTP request is read after its 400.
-const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+const DRAIN_FOR: Duration = Duration::from_secs(1);
 const DRAIN_BYTES: usize = 4 << 20;
