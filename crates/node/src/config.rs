@@ -90,6 +90,14 @@ pub enum ConfigError {
     /// Raft timings the guard cannot keep its promise with.
     #[error("Raft timings: {0}")]
     Timings(String),
+    /// An idle timeout outside its range.
+    #[error(
+        "the idle timeout must be between {} s and {} s (got {:?})",
+        IDLE_TIMEOUT_RANGE.0.as_secs(),
+        IDLE_TIMEOUT_RANGE.1.as_secs(),
+        .0
+    )]
+    IdleTimeout(Duration),
     /// A number of copies no write could reach (or none at all).
     #[error("--copies must be between 1 and a quorum of the members ({quorum}), got {copies}")]
     Copies {
@@ -104,6 +112,17 @@ pub enum ConfigError {
 /// nanoseconds on the monotonic clock; a day leaves every sum far from
 /// overflow, and a lock held longer is a lock that should be renewed.
 pub const MAX_LEASE_CAP: Duration = LeaseRule::LONGEST;
+
+/// The range of [`NodeConfig::idle_timeout`]: a connection must have time
+/// to send its head, and hyper adds the timeout to the clock's reading.
+pub const IDLE_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(3600));
+
+// The members' transport must drop an idle connection well before a
+// member closes it, or a request may go out on a closing connection.
+const _: () = assert!(
+    leasehold_raft::http1::IDLE_KEPT.as_secs() + 5 <= NodeConfig::DEFAULT_IDLE_TIMEOUT.as_secs()
+);
 
 /// The range of `--rebuild-timeout`: long enough for one round trip, short
 /// enough that a rebuild missing a member still ends.
@@ -124,7 +143,7 @@ impl NodeConfig {
     pub const DEFAULT_COPIES: usize = 2;
     /// How long a connection may wait to send a whole request head, or
     /// sit idle between requests: a client that opens connections and
-    /// sends nothing (or a byte at a time) holds none for longer. Clients
+    /// sends no head (or one a byte at a time) holds none for longer. Clients
     /// keep idle connections for less (`leasehold-client`, and the
     /// members' own transport: 20 s), so they never reuse one the node is
     /// closing.
@@ -163,7 +182,11 @@ impl NodeConfig {
         }
     }
 
-    /// With this longest wait for a connection's next request head.
+    /// With this longest wait for a connection's next request head, within
+    /// [`IDLE_TIMEOUT_RANGE`]. Under 25 s, the members' pooled connections
+    /// (kept 20 s, `leasehold_raft::http1::IDLE_KEPT`) and the client's
+    /// may go out just as the node closes them, and a request on one is
+    /// answered by no one.
     pub fn with_idle_timeout(self, idle_timeout: Duration) -> Self {
         NodeConfig {
             idle_timeout,
@@ -278,6 +301,10 @@ impl NodeConfig {
         if self.cluster_token.is_empty() {
             return Err(ConfigError::NoToken);
         }
+        let (shortest, longest) = IDLE_TIMEOUT_RANGE;
+        if self.idle_timeout < shortest || self.idle_timeout > longest {
+            return Err(ConfigError::IdleTimeout(self.idle_timeout));
+        }
         check_timings(&self.timings).map_err(ConfigError::Timings)?;
         if self.report_frame_bytes < Self::MIN_REPORT_FRAME_BYTES {
             return Err(ConfigError::ReportFrameTooSmall);
@@ -384,6 +411,18 @@ mod tests {
         assert_eq!(config.validate(), Err(ConfigError::ReportFrameTooSmall));
         config.report_frame_bytes = NodeConfig::MIN_REPORT_FRAME_BYTES;
         assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn an_idle_timeout_leaves_time_for_a_head_and_does_not_overflow() {
+        let with = |idle| single_node().with_idle_timeout(idle).validate();
+        assert_eq!(with(NodeConfig::DEFAULT_IDLE_TIMEOUT), Ok(()));
+        let (shortest, longest) = IDLE_TIMEOUT_RANGE;
+        assert_eq!(with(shortest), Ok(()));
+        assert_eq!(with(longest), Ok(()));
+        for idle in [Duration::ZERO, Duration::from_millis(999), Duration::MAX] {
+            assert_eq!(with(idle), Err(ConfigError::IdleTimeout(idle)));
+        }
     }
 
     #[test]

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use clock::Clock;
-pub use config::{ConfigError, NodeConfig, RebuildMode, ValidConfig};
+pub use config::{ConfigError, NodeConfig, RebuildMode, ValidConfig, IDLE_TIMEOUT_RANGE};
 pub use embedded::Embedded;
 pub use error::ApiError;
 pub use leasehold_api::Watch;

@@ -2,8 +2,8 @@
 //! route, a name with an unencoded slash, a wrong method, the chaos route
 //! on a node without `--chaos`; a free lock's answer; and what the client
 //! makes of an unknown route; and connections that send nothing, or a
-//! request head a byte at a time, closed after the idle timeout with
-//! nothing held lost.
+//! request head or body a byte at a time, cut off after the idle timeout
+//! with nothing held lost.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -302,15 +302,18 @@ mod idle {
         // One that sends its head a byte at a time, each well within the
         // timeout: the timeout counts the whole head, not the gaps.
         let mut dribbling = TcpStream::connect(&node.addr).await.unwrap();
+        // It stops when a write fails, the node having closed the
+        // connection; its head takes about 18 s to send.
         let dribble = tokio::spawn(async move {
+            let started = Instant::now();
             let head = b"GET /v1/cluster HTTP/1.1\r\nhost: node\r\nx-slow: ".repeat(4);
             for byte in head {
                 if dribbling.write_all(&[byte]).await.is_err() {
-                    return (dribbling, true);
+                    return (started.elapsed(), true);
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            (dribbling, false)
+            (started.elapsed(), false)
         });
 
         let generous = IDLE * 10;
@@ -324,10 +327,14 @@ mod idle {
             closed_within(&mut half, generous).await.is_some(),
             "a half-sent head kept its connection open"
         );
-        let (mut dribbling, cut) = dribble.await.unwrap();
+        let (cut_after, cut) = dribble.await.unwrap();
         assert!(
-            cut || closed_within(&mut dribbling, generous).await.is_some(),
-            "a head sent a byte at a time kept its connection open"
+            cut,
+            "a head sent a byte at a time was taken to its end: each byte reset the timeout"
+        );
+        assert!(
+            cut_after < IDLE * 4,
+            "a head sent a byte at a time was cut only after {cut_after:?}"
         );
 
         // The node still serves, and the lock taken before is still held.
@@ -340,6 +347,47 @@ mod idle {
         assert_eq!(status, 409, "{body} (held before: {held})");
         let (status, body) = try_take(&node, "another").await.expect("an answer");
         assert_eq!(status, 200, "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_body_sent_a_byte_at_a_time_is_cut_off_with_a_400_and_takes_nothing() {
+        let node = start_with(|c| c.with_idle_timeout(IDLE)).await;
+        take_when_serving(&node, "warm").await;
+        let body = format!(
+            r#"{{"name":"slow","holder":"h","data":"{}"}}"#,
+            "x".repeat(300)
+        );
+        let request = post("/v1/locks/acquire", &body);
+        let (head, body) = request.split_at(request.find("\r\n\r\n").unwrap() + 4);
+        let (head, body) = (head.to_string(), body.as_bytes().to_vec());
+        let stream = TcpStream::connect(&node.addr).await.unwrap();
+        let (mut reading, mut writing) = stream.into_split();
+        // The whole body would take about 33 s.
+        let dribble = tokio::spawn(async move {
+            writing.write_all(head.as_bytes()).await.unwrap();
+            for byte in body {
+                if writing.write_all(&[byte]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let started = Instant::now();
+        let mut bytes = Vec::new();
+        let read = tokio::time::timeout(IDLE * 10, reading.read_to_end(&mut bytes)).await;
+        let waited = started.elapsed();
+        dribble.abort();
+        assert!(
+            read.is_ok(),
+            "no answer, and no close, within {:?}",
+            IDLE * 10
+        );
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+        assert!(text.contains("did not arrive"), "{text}");
+        assert!(waited >= IDLE, "cut off after {waited:?}");
+        let (status, answer) = try_take(&node, "slow").await.expect("an answer");
+        assert_eq!(status, 200, "the cut-off request took the lock: {answer}");
     }
 
     #[tokio::test]

@@ -32,9 +32,9 @@ use crate::transport::{PeerRequest, PeerResponse, StreamedResponse, Transport, T
 /// The most idle connections kept per member.
 const IDLE_PER_ADDR: usize = 16;
 /// How long an idle connection is kept: less than a member keeps one open
-/// without a request (30 s, `NodeConfig::DEFAULT_IDLE_TIMEOUT`), so none
+/// without a request (30 s, `NodeConfig::DEFAULT_IDLE_KEPT`), so none
 /// is used as the member closes it.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+pub const IDLE_KEPT: Duration = Duration::from_secs(20);
 /// How often the pool closes connections idle for longer.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
@@ -101,7 +101,7 @@ impl Pool {
             let Some(mut open) = idle else { break };
             // One the member closed while it sat in the pool is dropped,
             // and so is one made under TLS files since reloaded.
-            if open.idle_since.elapsed() > IDLE_TIMEOUT
+            if open.idle_since.elapsed() > IDLE_KEPT
                 || open.generation != self.generation()
                 || open.has_ended()
             {
@@ -130,7 +130,7 @@ impl Pool {
         if idle.swept.is_none_or(|at| now - at >= SWEEP_EVERY) {
             idle.swept = Some(now);
             idle.by_addr.retain(|_, conns| {
-                conns.retain(|c| now - c.idle_since <= IDLE_TIMEOUT);
+                conns.retain(|c| now - c.idle_since <= IDLE_KEPT);
                 !conns.is_empty()
             });
         }

@@ -4,6 +4,7 @@
 //! request no route takes.
 
 mod access;
+mod deadline;
 mod peer;
 mod public;
 mod serve;

@@ -11,9 +11,11 @@
 //! verified carry [`PeerVerified`] in their extensions.
 //!
 //! A connection that does not send a whole request head within the idle
-//! timeout, counted from its start or from its last answer, is closed: an
-//! idle keep-alive connection, and one that sends its head a byte at a
-//! time, hold a task for no longer.
+//! timeout, counted from its start (after the TLS handshake) or from its
+//! last answer, is closed: an idle keep-alive connection, and one that
+//! sends its head a byte at a time, hold a task for no longer. A body has
+//! as long again from the first wait for it ([`DeadlineBody`]); an answer
+//! the client does not read has no deadline here.
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::Instrument;
 
+use super::deadline::DeadlineBody;
 use crate::tasks::Tasks;
 
 /// Serves `app` on `listener` (over `tls`, if given) until `stop` is
@@ -103,7 +106,8 @@ async fn serve_connection<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let app = app.map_request(move |mut request: hyper::Request<hyper::body::Incoming>| {
+    let app = app.map_request(move |request: hyper::Request<hyper::body::Incoming>| {
+        let mut request = request.map(|body| DeadlineBody::new(body, idle));
         if let Some(verified) = verified {
             request.extensions_mut().insert(verified);
         }
