@@ -35,6 +35,15 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest wait an acquire is given, in milliseconds: 10 minutes, the seed's
 /// longest lease. A longer `wait_ms` is clamped to it, not refused.
 pub const MAX_WAIT_MS: u64 = 600_000;
+/// How long a node keeps a connection open without a whole request head
+/// (from its start, or its last answer) or a body it waits for; an
+/// embedded node may set its own.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client keeps an idle connection to a node: well under
+/// [`IDLE_TIMEOUT`], so it never sends a request on one the node is
+/// closing.
+pub const IDLE_KEPT: Duration = Duration::from_secs(20);
+const _: () = assert!(IDLE_KEPT.as_secs() + 5 <= IDLE_TIMEOUT.as_secs());
 /// Locks listed when the query names no `limit`.
 pub const DEFAULT_LIST_LIMIT: usize = 1000;
 /// Most locks one listing returns; a larger `limit` is clamped to it.

@@ -12,10 +12,6 @@ use leasehold_api::{
 };
 use serde::de::DeserializeOwned;
 
-/// How long an idle connection to a node is kept: less than a node keeps
-/// one open without a request (30 s), so none is used as the node closes it.
-const IDLE_KEPT: Duration = Duration::from_secs(20);
-
 /// A boxed future, as the transport's calls return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -231,7 +227,7 @@ impl HttpTransport {
             .default_headers(headers)
             .no_proxy()
             .tcp_nodelay(true)
-            .pool_idle_timeout(IDLE_KEPT)
+            .pool_idle_timeout(leasehold_api::IDLE_KEPT)
             .connect_timeout(Duration::from_secs(2));
         if let Some(pem) = &options.tls_ca_pem {
             http = trust_only(http, pem)?;

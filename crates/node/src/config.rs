@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use leasehold_api::IDLE_KEPT;
 use leasehold_raft::RaftTimings;
 use locktable::{LeaseRule, NodeId};
 
@@ -118,11 +119,9 @@ pub const MAX_LEASE_CAP: Duration = LeaseRule::LONGEST;
 pub const IDLE_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_secs(1), Duration::from_secs(3600));
 
-// The members' transport must drop an idle connection well before a
-// member closes it, or a request may go out on a closing connection.
-const _: () = assert!(
-    leasehold_raft::http1::IDLE_KEPT.as_secs() + 5 <= NodeConfig::DEFAULT_IDLE_TIMEOUT.as_secs()
-);
+// The members' transport is a node's client like any other: it must drop
+// an idle connection as early as one (`leasehold_api::IDLE_KEPT`).
+const _: () = assert!(leasehold_raft::http1::IDLE_KEPT.as_secs() <= IDLE_KEPT.as_secs());
 
 /// The range of `--rebuild-timeout`: long enough for one round trip, short
 /// enough that a rebuild missing a member still ends.
@@ -143,11 +142,10 @@ impl NodeConfig {
     pub const DEFAULT_COPIES: usize = 2;
     /// How long a connection may wait to send a whole request head, or
     /// sit idle between requests: a client that opens connections and
-    /// sends no head (or one a byte at a time) holds none for longer. Clients
-    /// keep idle connections for less (`leasehold-client`, and the
-    /// members' own transport: 20 s), so they never reuse one the node is
-    /// closing.
-    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// sends no head (or one a byte at a time) holds none for longer
+    /// (`leasehold_api::IDLE_TIMEOUT`; clients keep idle connections
+    /// `leasehold_api::IDLE_KEPT`).
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = leasehold_api::IDLE_TIMEOUT;
 
     /// A node `id` of the cluster `peers` (every member's id and
     /// `host:port`, this node's included), keeping its vote and log in
@@ -183,10 +181,10 @@ impl NodeConfig {
     }
 
     /// With this longest wait for a connection's next request head, within
-    /// [`IDLE_TIMEOUT_RANGE`]. Under 25 s, the members' pooled connections
-    /// (kept 20 s, `leasehold_raft::http1::IDLE_KEPT`) and the client's
-    /// may go out just as the node closes them, and a request on one is
-    /// answered by no one.
+    /// [`IDLE_TIMEOUT_RANGE`]. Not far above `leasehold_api::IDLE_KEPT`
+    /// (20 s), the members' pooled connections and the client's may go out
+    /// just as the node closes them, and a request on one is answered by
+    /// no one.
     pub fn with_idle_timeout(self, idle_timeout: Duration) -> Self {
         NodeConfig {
             idle_timeout,

@@ -209,7 +209,7 @@ mod idle {
     //! Connections closed after the idle timeout.
 
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
     use tokio::net::TcpStream;
 
     const IDLE: Duration = Duration::from_secs(2);
@@ -266,6 +266,19 @@ mod idle {
         }
     }
 
+    /// Writes `bytes` to `writer` one every 100 ms; how long until a write
+    /// failed (the node closed the connection), `None` if none did.
+    async fn dribble(mut writer: impl AsyncWrite + Unpin, bytes: Vec<u8>) -> Option<Duration> {
+        let started = Instant::now();
+        for byte in bytes {
+            if writer.write_all(&[byte]).await.is_err() {
+                return Some(started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+
     /// Asks to take `name` on a connection of its own; the answer, if any.
     async fn try_take(node: &Node, name: &str) -> Option<(u16, String)> {
         let mut stream = TcpStream::connect(&node.addr).await.unwrap();
@@ -301,20 +314,11 @@ mod idle {
             .unwrap();
         // One that sends its head a byte at a time, each well within the
         // timeout: the timeout counts the whole head, not the gaps.
-        let mut dribbling = TcpStream::connect(&node.addr).await.unwrap();
         // It stops when a write fails, the node having closed the
         // connection; its head takes about 18 s to send.
-        let dribble = tokio::spawn(async move {
-            let started = Instant::now();
-            let head = b"GET /v1/cluster HTTP/1.1\r\nhost: node\r\nx-slow: ".repeat(4);
-            for byte in head {
-                if dribbling.write_all(&[byte]).await.is_err() {
-                    return (started.elapsed(), true);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            (started.elapsed(), false)
-        });
+        let dribbling = TcpStream::connect(&node.addr).await.unwrap();
+        let head = b"GET /v1/cluster HTTP/1.1\r\nhost: node\r\nx-slow: ".repeat(4);
+        let dribbled = tokio::spawn(dribble(dribbling, head));
 
         let generous = IDLE * 10;
         let silent_closed = closed_within(&mut silent, generous).await;
@@ -327,11 +331,12 @@ mod idle {
             closed_within(&mut half, generous).await.is_some(),
             "a half-sent head kept its connection open"
         );
-        let (cut_after, cut) = dribble.await.unwrap();
+        let cut_after = dribbled.await.unwrap();
         assert!(
-            cut,
+            cut_after.is_some(),
             "a head sent a byte at a time was taken to its end: each byte reset the timeout"
         );
+        let cut_after = cut_after.unwrap();
         assert!(
             cut_after < IDLE * 4,
             "a head sent a byte at a time was cut only after {cut_after:?}"
@@ -363,20 +368,13 @@ mod idle {
         let stream = TcpStream::connect(&node.addr).await.unwrap();
         let (mut reading, mut writing) = stream.into_split();
         // The whole body would take about 33 s.
-        let dribble = tokio::spawn(async move {
-            writing.write_all(head.as_bytes()).await.unwrap();
-            for byte in body {
-                if writing.write_all(&[byte]).await.is_err() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        });
+        writing.write_all(head.as_bytes()).await.unwrap();
+        let dribbled = tokio::spawn(dribble(writing, body));
         let started = Instant::now();
         let mut bytes = Vec::new();
         let read = tokio::time::timeout(IDLE * 10, reading.read_to_end(&mut bytes)).await;
         let waited = started.elapsed();
-        dribble.abort();
+        dribbled.abort();
         assert!(
             read.is_ok(),
             "no answer, and no close, within {:?}",

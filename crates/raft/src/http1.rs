@@ -31,9 +31,10 @@ use crate::transport::{PeerRequest, PeerResponse, StreamedResponse, Transport, T
 
 /// The most idle connections kept per member.
 const IDLE_PER_ADDR: usize = 16;
-/// How long an idle connection is kept: less than a member keeps one open
-/// without a request (30 s, `NodeConfig::DEFAULT_IDLE_KEPT`), so none
-/// is used as the member closes it.
+/// How long an idle connection is kept: what a client of a node keeps one
+/// (`leasehold_api::IDLE_KEPT`, asserted by the node), well under the 30 s
+/// a member keeps one open without a request, so none is used as the
+/// member closes it.
 pub const IDLE_KEPT: Duration = Duration::from_secs(20);
 /// How often the pool closes connections idle for longer.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
