@@ -11,31 +11,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{Cluster, PATIENCE, TOKEN};
 
-/// Waits until node `via` answers a cluster whose voters are `voters`, with
-/// no change under way; answers that view.
+/// Waits until node `via` shows `voters` as the voters, no change under way.
 async fn wait_for_voters(cluster: &Cluster, via: u64, voters: &[u64]) -> Value {
-    let start = Instant::now();
-    loop {
-        let (status, c) = cluster.get(via, "/v1/cluster").await;
-        if status == 200 && c["changing"] == json!(false) {
-            let mut seen: Vec<u64> = c["members"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|m| m["role"] == json!("voter"))
-                .map(|m| m["id"].as_u64().unwrap())
-                .collect();
-            seen.sort_unstable();
-            if seen == voters {
-                return c;
-            }
-        }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "node {via} never showed voters {voters:?}: last {c}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cluster.wait_for_voters(via, voters).await
 }
 
 /// `leasehold member ARGS` against `endpoints`: exit code, stdout, stderr.

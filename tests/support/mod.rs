@@ -32,6 +32,11 @@ pub struct Cluster {
     pub scheme: &'static str,
 }
 
+/// `127.0.0.1:PORT` on a port nobody listens on (free when probed).
+pub fn free_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -96,6 +101,33 @@ impl Cluster {
         }
         cluster.all_follow_one().await;
         cluster
+    }
+
+    /// Waits until node `via` answers a cluster whose voters are `voters`,
+    /// with no change under way; answers that view.
+    pub async fn wait_for_voters(&self, via: u64, voters: &[u64]) -> Value {
+        let start = Instant::now();
+        loop {
+            let (status, c) = self.get(via, "/v1/cluster").await;
+            if status == 200 && c["changing"] == json!(false) {
+                let mut seen: Vec<u64> = c["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|m| m["role"] == json!("voter"))
+                    .map(|m| m["id"].as_u64().unwrap())
+                    .collect();
+                seen.sort_unstable();
+                if seen == voters {
+                    return c;
+                }
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "node {via} never showed voters {voters:?}: last {c}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Sets the flags node `id` alone is started with from now on.

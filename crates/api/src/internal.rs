@@ -77,6 +77,19 @@ pub enum ForwardCall {
     Renew(ForwardRenew),
 }
 
+impl ForwardCall {
+    /// The call as forwarded by `node`: the member the peer stamp names,
+    /// whatever the body says (a member's body cannot speak for another).
+    pub fn by(mut self, node: NodeId) -> Self {
+        match &mut self {
+            ForwardCall::Acquire(call) => call.node = node,
+            ForwardCall::Release(call) => call.node = node,
+            ForwardCall::Renew(call) => call.node = node,
+        }
+        self
+    }
+}
+
 /// The speaker's answer to one call of a batch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -56,6 +56,20 @@ impl From<LockInTransit> for PeerLock {
     }
 }
 
+impl PeerLock {
+    /// `lock` as a record another member keeps for the rebuilds (a copy):
+    /// as [`From`] does, but with `ttl_ms` rounded **up**, since the record
+    /// must end no earlier than any holder's count of the lease, which ends
+    /// before the sender's.
+    pub fn record_of(lock: LockInTransit) -> Self {
+        let ttl_ms = millis_ceil(lock.ttl);
+        PeerLock {
+            ttl_ms,
+            ..PeerLock::from(lock)
+        }
+    }
+}
+
 impl TryFrom<PeerLock> for LockInTransit {
     type Error = BadLockId;
 
@@ -116,6 +130,16 @@ mod tests {
         let back = LockInTransit::try_from(peer).unwrap();
         assert!(back.ttl <= t.ttl);
         assert!(back.held_for >= t.held_for);
+    }
+
+    #[test]
+    fn a_record_kept_for_rebuilds_rounds_its_time_left_up() {
+        let t = transit(Duration::from_micros(12_345_001), Duration::ZERO);
+        let record = PeerLock::record_of(t.clone());
+        assert_eq!(record.ttl_ms, 12_346);
+        assert!(LockInTransit::try_from(record).unwrap().ttl >= t.ttl);
+        let whole = transit(Duration::from_millis(7), Duration::ZERO);
+        assert_eq!(PeerLock::record_of(whole).ttl_ms, 7);
     }
 
     #[test]

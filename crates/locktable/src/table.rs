@@ -66,6 +66,12 @@ pub enum RebuildError {
         /// The latest term of a reported lock.
         reported: u64,
     },
+    /// A rebuild that has not seen every grant, in a term whose fences
+    /// already say it has ([`Fence::SEEN_ALL`], from an earlier rebuild of
+    /// the term): fences only grow, so every later one would say so too,
+    /// and win a settlement it must not. The term cannot speak again.
+    #[error("term {0} already granted as having seen every grant; this rebuild has not")]
+    SeenAllSpent(u64),
 }
 
 /// The inputs of a rebuild.
@@ -649,6 +655,12 @@ impl Table {
                 term: from.epoch,
                 reported: highest.epoch(),
             });
+        }
+        // A term's later fences carry the bit once one did: a rebuild that
+        // missed grants cannot go on counting in it.
+        let issued = Fence(highest.0.max(self.fences.next));
+        if !from.seen_all && issued.epoch() == from.epoch && issued.seen_all() {
+            return Err(RebuildError::SeenAllSpent(from.epoch));
         }
         self.slots.clear();
         let forgotten = &self.forgotten;

@@ -2,7 +2,9 @@
 //! reports a rebuild settles, conflicts, fences across speakers, strict
 //! holds. (The other sentences are in `seed.rs`.)
 
-use locktable::{AcquireError, Fence, LeaseRule, LockError, RebuildError, RebuildFrom, Table};
+use locktable::{
+    AcquireError, Fence, LeaseRule, Lock, LockError, RebuildError, RebuildFrom, Table,
+};
 
 mod common;
 
@@ -179,13 +181,56 @@ fn a_grant_made_after_seeing_all_wins_over_an_earlier_terms_lock() {
     assert_eq!(later.get("a", t(3)).unwrap().unwrap().id, undelivered.id);
 }
 
+/// A term whose first rebuild saw every grant marks its fences; a later
+/// rebuild of the same term that did not see every grant cannot unmark
+/// them (fences only grow), so it refuses to speak in that term rather
+/// than grant with a mark it has no right to.
+#[test]
+fn a_rebuild_that_missed_grants_cannot_speak_in_a_term_marked_seen_all() {
+    let mut table = rebuilt_table_as(5, vec![], t(0), true);
+    let first = granted(table.acquire(req("a", 1, 1), t(0)));
+    assert!(first.fence.seen_all());
+    table.drop_table(t(1));
+    let again = |locks: Vec<Lock>, seen_all: bool, table: &mut Table| {
+        table.rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch: 5,
+                locks,
+                hold_new_grants_until: None,
+                seen_all,
+            },
+            t(1),
+        )
+    };
+    assert_eq!(
+        again(vec![], false, &mut table).err(),
+        Some(RebuildError::SeenAllSpent(5))
+    );
+    assert!(!table.is_rebuilt());
+    // A report of the marked grant says the same to a table that never
+    // counted it.
+    let mut fresh = Table::new(LeaseRule::default());
+    fresh.drop_table(t(0));
+    assert_eq!(
+        again(vec![first.clone()], false, &mut fresh).err(),
+        Some(RebuildError::SeenAllSpent(5))
+    );
+    // Seeing every grant again, it goes on counting.
+    again(vec![first.clone()], true, &mut table).unwrap();
+    let second = granted(table.acquire(req("b", 2, 1), t(1)));
+    assert!(second.fence.seen_all() && second.fence > first.fence);
+}
+
 /// A term that used its last fence grants nothing more, rather than hand
 /// out a fence of the next term.
 #[test]
 fn a_term_out_of_fences_grants_nothing_more() {
     let last = (1 << Fence::COUNTER_BITS) - 1;
     let at_end = held_lock("a", 1, 1, t(0), t(30), Fence::new(5, last).0);
-    let mut table = rebuilt_table(5, vec![at_end], t(1));
+    // The top counters carry the seen-all mark: only a rebuild that saw
+    // every grant may go on counting there.
+    let mut table = rebuilt_table_as(5, vec![at_end], t(1), true);
     assert_eq!(
         table.acquire(req("b", 2, 1), t(1)),
         Err(AcquireError::FencesExhausted)

@@ -12,8 +12,9 @@ pub use leasehold_protocol::RebuildMode;
 
 /// One node's settings. Build one with [`NodeConfig::new`] (the settings
 /// every node must be given) and the `with_` setters; what is not set is
-/// what `leasehold serve` runs with when its flag is not given.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// what `leasehold serve` runs with when its flag is not given. Its
+/// `Debug` leaves the cluster token out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct NodeConfig {
     /// This node's id.
     pub id: NodeId,
@@ -57,6 +58,28 @@ pub struct NodeConfig {
     /// whole request head, idle between requests included, before the node
     /// closes it ([`NodeConfig::DEFAULT_IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("id", &self.id)
+            .field("peers", &self.peers)
+            .field("data_dir", &self.data_dir)
+            .field("cluster_token", &"<redacted>")
+            .field("lease", &self.lease)
+            .field("rebuild_timeout", &self.rebuild_timeout)
+            .field("rebuild_mode", &self.rebuild_mode)
+            .field("timings", &self.timings)
+            .field("chaos", &self.chaos)
+            .field("report_frame_bytes", &self.report_frame_bytes)
+            .field("copies", &self.copies)
+            .field("join", &self.join)
+            .field("acl", &self.acl.as_ref().map(|_| "<tokens>"))
+            .field("tls", &self.tls.is_some())
+            .field("idle_timeout", &self.idle_timeout)
+            .finish()
+    }
 }
 
 /// A configuration that cannot run.
@@ -278,6 +301,27 @@ impl NodeConfig {
         self.copies.unwrap_or(Self::DEFAULT_COPIES).min(quorum)
     }
 
+    /// Whether a member that refuses votes for `lease` after a heartbeat
+    /// (its `--election-timeout-max`) can join a cluster that runs this
+    /// node's heartbeats: the speaker's guard counts on the shortest lease
+    /// any member runs with, and must still be renewed twice over by
+    /// heartbeats. The error says what to change.
+    pub fn honours_leader_lease(&self, lease: Duration) -> Result<(), String> {
+        let heartbeat = Duration::from_millis(self.timings.heartbeat_ms);
+        let margin = leasehold_protocol::LEASE_MARGIN;
+        if lease.saturating_sub(margin) < 2 * heartbeat {
+            return Err(format!(
+                "the joining node runs --election-timeout-max {} ms: with this cluster's \
+                 {} ms heartbeats the speaker's lease would not be renewed twice over; start \
+                 it with the cluster's timings (at least {} ms)",
+                lease.as_millis(),
+                heartbeat.as_millis(),
+                (2 * heartbeat + margin).as_millis()
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the settings hang together.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.peers.contains_key(&self.id) {
@@ -491,5 +535,32 @@ mod tests {
             2,
             "a cluster that shrank keeps what it can"
         );
+    }
+
+    #[test]
+    fn the_debug_form_leaves_the_cluster_token_out() {
+        let config = NodeConfig::new(1, [(1, "127.0.0.1:1")], "/tmp/x", "s3cr3t-token-value");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cr3t-token-value"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+        let valid = format!("{:?}", ValidConfig(config));
+        assert!(!valid.contains("s3cr3t-token-value"), "{valid}");
+    }
+
+    #[test]
+    fn a_joiner_must_run_a_lease_the_clusters_heartbeats_renew_twice() {
+        let config = single_node();
+        assert_eq!(
+            config.honours_leader_lease(Duration::from_millis(300)),
+            Ok(())
+        );
+        assert_eq!(
+            config.honours_leader_lease(Duration::from_millis(175)),
+            Ok(())
+        );
+        let refused = config
+            .honours_leader_lease(Duration::from_millis(174))
+            .unwrap_err();
+        assert!(refused.contains("at least 175 ms"), "{refused}");
     }
 }

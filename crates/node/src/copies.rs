@@ -119,7 +119,7 @@ async fn send_copy_batch(
         while let Some(copy) = batch.items().get(next).filter(|c| c.term == term) {
             let now = clock.now();
             let json = (batch.is_awaited(next) && now < copy.deadline)
-                .then(|| serde_json::to_vec(&PeerLock::from(copy.lock.in_transit(now))).ok())
+                .then(|| serde_json::to_vec(&PeerLock::record_of(copy.lock.in_transit(now))).ok())
                 .flatten();
             let Some(json) = json else {
                 batch.answer(next, false);

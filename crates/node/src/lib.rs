@@ -364,13 +364,24 @@ where
 /// that long after the process started (it cannot have acknowledged
 /// anything since) keeps the premise. Raft messages that arrive meanwhile
 /// wait in openraft's queue. A first start waits too: a wiped data
-/// directory looks the same.
+/// directory looks the same. A node restarted with a shorter lease than
+/// it last ran with (its data directory records it) waits the longer one.
 async fn run_raft(node: Arc<Node>, stop: CancellationToken) {
+    let ours = node.config.timings.leader_lease();
+    let before = node.identity.ran_with_leader_lease();
     let wait = if node.sabotage().no_restart_wait {
         Duration::ZERO
     } else {
-        node.config.timings.leader_lease()
+        before.map_or(ours, |before| before.max(ours))
     };
+    if before.is_some_and(|before| before != ours) {
+        tracing::warn!(
+            before_ms = before.map_or(0, |b| b.as_millis() as u64),
+            now_ms = ours.as_millis() as u64,
+            "this node ran with another --election-timeout-max before: it waits the longer \
+             one out; give every member the same timings once the change is done"
+        );
+    }
     tracing::info!(
         ?wait,
         "waiting out any leader lease this node may have backed before Raft runs"
@@ -378,6 +389,11 @@ async fn run_raft(node: Arc<Node>, stop: CancellationToken) {
     tokio::select! {
         _ = tokio::time::sleep(wait) => {}
         _ = stop.cancelled() => return,
+    }
+    // From here on this node honours its own lease, and a later start
+    // must wait it out.
+    if let Err(e) = node.identity.runs_with_leader_lease(ours).await {
+        tracing::error!(%e, "could not record this node's leader lease in its data directory");
     }
     let raft = node.raft.clone();
     raft.run();

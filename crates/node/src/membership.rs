@@ -228,8 +228,7 @@ impl Node {
         };
         let addr = node.addr.clone();
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-        // Copies go to any member, but a learner may be one that never
-        // caught up: count the voters left.
+        // Copies go to voters only (a learner may never have caught up).
         let copies = self.copies();
         let voters_left = voters.len() - usize::from(voters.contains(&id));
         if voters_left < copies {

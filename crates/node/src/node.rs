@@ -23,6 +23,19 @@ use crate::queue::Queue;
 use crate::roster::Roster;
 use crate::tasks::Tasks;
 
+/// The copies a grant needs in the cluster `roster` shows: as many as the
+/// voters a copy may go to allow, and no fewer than the committed
+/// configuration asks while a smaller one is not committed (a grant made
+/// with fewer could be missed by a leader elected under the committed one).
+fn copies_of(config: &NodeConfig, roster: &Roster) -> usize {
+    let targets = roster.copy_to().len();
+    let committed = config.copies_for(roster.committed_voter_count());
+    config
+        .copies_for(targets)
+        .max(committed)
+        .min(targets.max(1))
+}
+
 /// A forwarded call waiting for a batch, and where its answer goes.
 pub(crate) type Pending = (
     ForwardCall,
@@ -102,13 +115,14 @@ impl Node {
         let member = Member::new(MemberConfig {
             id: config.id,
             members: roster.borrow().ids().collect(),
-            copies: config.copies_for(roster.borrow().len()),
+            copy_to: roster.borrow().copy_to(),
+            copies: copies_of(&config, &roster.borrow()),
             lease: config.lease,
             rebuild_mode: config.rebuild_mode,
             leader_lease: config.timings.leader_lease(),
             sabotage,
         });
-        Arc::new(Node {
+        let node = Arc::new(Node {
             state: Mutex::new(State {
                 member,
                 waiters: HashMap::new(),
@@ -136,7 +150,20 @@ impl Node {
             batches: Queue::new(),
             tasks: Tasks::default(),
             stop: CancellationToken::new(),
-        })
+        });
+        let copies = node.state().member.copies_floor(node.clock.now());
+        node.identity.terms().set(leasehold_raft::Terms {
+            copies,
+            max_lease: node.config.lease.max,
+            leader_lease: node.config.timings.leader_lease(),
+        });
+        let heard = Arc::downgrade(&node);
+        node.identity.terms().on_heard(Box::new(move |from, terms| {
+            if let Some(node) = heard.upgrade() {
+                node.heard_terms(from, terms);
+            }
+        }));
+        node
     }
 
     /// This node's id.
@@ -206,10 +233,19 @@ impl Node {
             }
             departed.retain(|member, _| latest.addr(*member).is_none());
         }
-        let copies = self.config.copies_for(latest.len());
-        self.state()
-            .member
-            .set_members(latest.ids().collect(), copies);
+        let copy_to = latest.copy_to();
+        let copies = copies_of(&self.config, &latest);
+        let now = self.clock.now();
+        {
+            let mut state = self.state();
+            state
+                .member
+                .set_members(latest.ids().collect(), copy_to, copies, now);
+            // Under the lock, so no refresh stamps an older count after it.
+            self.identity
+                .terms()
+                .set_copies(state.member.copies_floor(now));
+        }
         tracing::info!(
             members = ?latest.ids().collect::<Vec<_>>(),
             "the members changed"
@@ -242,6 +278,48 @@ impl Node {
     /// is now.
     pub(crate) fn copies(&self) -> usize {
         self.state().member.config().copies
+    }
+
+    /// The fewest copies a grant still running may have, as far as this
+    /// node knows, and the copies it makes now: what its rebuild counts on.
+    pub(crate) fn fewest_copies(&self) -> usize {
+        let now = self.clock.now();
+        let state = &mut self.state();
+        let ours = state.member.config().copies;
+        state
+            .member
+            .fewest_copies(now)
+            .map_or(ours, |f| f.min(ours))
+    }
+
+    /// What this node's report says of copies: the fewest a running grant
+    /// may have as far as it knows (`u64::MAX`: nothing known, so the
+    /// reader counts on its own).
+    pub(crate) fn reported_copies(&self) -> u64 {
+        let now = self.clock.now();
+        let fewest = self.state().member.fewest_copies(now);
+        fewest.map_or(u64::MAX, |f| f as u64)
+    }
+
+    /// Member `from` said what it runs with: the fewest copies its grants
+    /// may have are counted for a lease from now, and the guard counts on
+    /// its leader lease if it is shorter than this node's.
+    pub(crate) fn heard_terms(&self, from: NodeId, terms: leasehold_raft::Terms) {
+        let now = self.clock.now();
+        let terms = leasehold_protocol::PeerTerms {
+            copies: terms.copies,
+            max_lease: terms.max_lease,
+            leader_lease: terms.leader_lease,
+        };
+        self.state().member.heard(from, terms, now);
+    }
+
+    /// What this node tells the other members it runs with, as of now.
+    pub(crate) fn refresh_terms(&self) {
+        let now = self.clock.now();
+        let mut state = self.state();
+        let floor = state.member.copies_floor(now);
+        self.identity.terms().set_copies(floor);
     }
 
     /// The members gone from the roster lately, each with how long it

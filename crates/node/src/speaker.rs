@@ -89,6 +89,8 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
                 carry_out(&node, step, &mut attempt, &mut attempts, &ended_tx).await;
             }
         }
+        // A lower count of copies that ended is no longer stamped.
+        node.refresh_terms();
         let mut sleep = LOOK_AT_LEAST_EVERY;
         if let Some(due) = lead.next_due() {
             sleep = sleep.min(due.saturating_duration_since(node.clock.now()));
@@ -232,7 +234,7 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
     members.extend(node.departed());
     let mut reads = Reads::new(
         &members.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-        node.copies(),
+        node.fewest_copies(),
         node.config.lease.max,
         node.clock.now() + node.config.rebuild_timeout,
         node.config.rebuild_timeout,
@@ -373,7 +375,7 @@ impl Node {
             uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
             max_lease_ms: u64::try_from(self.config.lease.max.as_millis()).unwrap_or(u64::MAX),
-            copies: self.copies() as u64,
+            copies: self.reported_copies(),
             departed: self.departed_with_time_left(),
         }
     }

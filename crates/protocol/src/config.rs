@@ -26,6 +26,11 @@ pub struct MemberConfig {
     pub id: NodeId,
     /// Every member's id, this one's included.
     pub members: Vec<NodeId>,
+    /// The members a copy may go to: the voters of the committed
+    /// configuration that the latest one keeps (a learner may be absent,
+    /// and a member whose addition has not committed may be unknown to
+    /// the next leader, which would never read its copies).
+    pub copy_to: Vec<NodeId>,
     /// How many members hold a record of every grant and renewal before
     /// its client hears of it.
     pub copies: usize,
@@ -45,6 +50,8 @@ impl MemberConfig {
     pub(crate) fn sorted(mut self) -> Self {
         self.members.sort_unstable();
         self.members.dedup();
+        self.copy_to.sort_unstable();
+        self.copy_to.dedup();
         self
     }
 }

@@ -67,7 +67,7 @@ impl CopyRound {
     pub(crate) fn new(config: &MemberConfig, holder: NodeId, suspects: &BTreeSet<NodeId>) -> Self {
         let me = config.id;
         let mut order: Vec<NodeId> = config
-            .members
+            .copy_to
             .iter()
             .copied()
             .filter(|id| *id != holder && *id != me)
@@ -148,6 +148,7 @@ mod tests {
         MemberConfig {
             id: me,
             members: (1..=members).collect(),
+            copy_to: (1..=members).collect(),
             copies,
             lease: LeaseRule::default(),
             rebuild_mode: RebuildMode::Proceed,

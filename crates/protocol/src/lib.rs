@@ -15,7 +15,9 @@
 //!   ([`Reads`]), and what the rebuilt table holds back ([`Member::rebuild`]);
 //! - the holder's node's record (`Held`) and copies, which member may keep
 //!   a record of a lock, and who hears of a release ([`Members`]);
-//! - how many copies a grant needs and where they go ([`CopyRound`]);
+//! - how many copies a grant needs and where they go ([`CopyRound`]), and
+//!   the fewest a running grant may have after the count rose
+//!   ([`CopiesFloor`]);
 //! - how a release is passed on to a member: retried with backoff until
 //!   acknowledged or ended, and given to every other member while that one
 //!   is slow or failing ([`ReleaseSender`]).
@@ -25,6 +27,7 @@
 
 mod config;
 mod copies;
+mod floor;
 pub mod guard;
 mod leadership;
 mod member;
@@ -36,9 +39,10 @@ mod sabotage;
 
 pub use config::{MemberConfig, RebuildMode};
 pub use copies::{copies_needed, CopyRound, CopyStep, COPY_TIMEOUT};
+pub use floor::{CopiesFloor, FLOOR_MARGIN};
 pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};
-pub use member::{Forwarded, Made, Member, Polled, Renewal};
+pub use member::{Forwarded, Made, Member, PeerTerms, Polled, Renewal};
 pub use members::Members;
 pub use rebuild::{MemberRead, Reads, RebuildDone, RebuildInput, READ_AGAIN_AFTER};
 pub use refusal::Refusal;

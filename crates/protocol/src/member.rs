@@ -3,17 +3,18 @@
 //! may keep a record of each lock; with the speaker's operations and a
 //! follower's.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use leasehold_api::RebuildReport;
 use locktable::{
-    AcquireError, Acquired, Answer, Held, HeldLock, Lock, LockError, LockId, LockInTransit,
-    MonoTime, NodeId, Request, Table, WaiterId,
+    AcquireError, Acquired, Answer, Held, HeldLock, LeaseRule, Lock, LockError, LockId,
+    LockInTransit, MonoTime, NodeId, Request, Table, WaiterId,
 };
 
 use crate::config::MemberConfig;
 use crate::copies::{CopyRound, COPY_TIMEOUT};
+use crate::floor::{CopiesFloor, FLOOR_MARGIN};
 use crate::guard::Guard;
 use crate::members::Members;
 use crate::refusal::Refusal;
@@ -24,6 +25,14 @@ use crate::refusal::Refusal;
 struct Moved {
     from: Members,
     until: MonoTime,
+}
+
+/// The fewer of two counts, either of which may be unknown.
+fn fewer(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The size at which `Member::moved` is first pruned.
@@ -97,6 +106,27 @@ pub struct Member {
     read_by: u64,
     /// Members that failed a copy and have not acknowledged one since.
     suspects: BTreeSet<NodeId>,
+    /// The lower copies this member made before its count last rose, while
+    /// a grant made with them may run.
+    own_floor: CopiesFloor,
+    /// The copies other members said they make (their own floor), while a
+    /// grant they made with them may run.
+    heard_floor: CopiesFloor,
+    /// The leader lease each other member last said it runs with.
+    leader_leases: BTreeMap<NodeId, Duration>,
+}
+
+/// What another member says it runs with (stamped on its messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerTerms {
+    /// The fewest copies a grant of its may still have (`None`: it has
+    /// made none that may run).
+    pub copies: Option<usize>,
+    /// Its longest lease.
+    pub max_lease: Duration,
+    /// Its leader lease: how long after a heartbeat it took it refuses to
+    /// vote for another.
+    pub leader_lease: Duration,
 }
 
 impl Member {
@@ -115,6 +145,9 @@ impl Member {
             stopping: false,
             read_by: 0,
             suspects: BTreeSet::new(),
+            own_floor: CopiesFloor::default(),
+            heard_floor: CopiesFloor::default(),
+            leader_leases: BTreeMap::new(),
         }
     }
 
@@ -128,13 +161,116 @@ impl Member {
         self.config.id
     }
 
-    /// The members are now `members` (a membership change), and every
-    /// grant is kept by `copies` of them: copies and releases go to them
-    /// from now on.
-    pub fn set_members(&mut self, members: Vec<NodeId>, copies: usize) {
+    /// The members are now `members` (a membership change, `now`), copies
+    /// go to `copy_to` (the voters of the committed configuration), and
+    /// every grant is kept by `copies` of them: copies and releases go to
+    /// them from now on. A rise of `copies` while this member may grant
+    /// leaves the grants it made with fewer running for up to a lease: the
+    /// fewer count is kept that long ([`Member::copies_floor`]).
+    pub fn set_members(
+        &mut self,
+        members: Vec<NodeId>,
+        copy_to: Vec<NodeId>,
+        copies: usize,
+        now: MonoTime,
+    ) {
+        let before = self.config.copies;
+        if copies > before && self.table.is_rebuilt() {
+            self.note_own_copies(before, now);
+        }
         self.config.members = members;
+        self.config.copy_to = copy_to;
         self.config.copies = copies;
         self.config = self.config.clone().sorted();
+    }
+
+    /// Grants made at `now` with `copies` may run a longest lease, and
+    /// their speaker may grant until its guard runs out.
+    fn note_own_copies(&mut self, copies: usize, now: MonoTime) {
+        if self.config.sabotage.copies_of_now {
+            return;
+        }
+        let until = now + self.config.lease.max + self.longest_leader_lease() + FLOOR_MARGIN;
+        self.own_floor.note(copies, until);
+    }
+
+    /// The fewest copies a grant this member made may still have at `now`:
+    /// what it makes now while its table may grant, or fewer while a grant
+    /// made before the count rose may run; `None` when no grant of its may
+    /// run (it has not spoken for a lease). What this member tells the
+    /// others it makes: a member that does not speak says nothing, so the
+    /// passing counts of a node that is joining or forming do not count.
+    pub fn copies_floor(&mut self, now: MonoTime) -> Option<usize> {
+        let own = self.own_floor.lowest(now);
+        let speaking = self.table.is_rebuilt().then_some(self.config.copies);
+        fewer(own, speaking)
+    }
+
+    /// Member `from` said at `now` what it runs with: its grants may have
+    /// as few as `terms.copies` copies, counted for its longest lease and a
+    /// leader lease (it may grant until its guard runs out); and it refuses
+    /// votes for `terms.leader_lease` after a heartbeat.
+    pub fn heard(&mut self, from: NodeId, terms: PeerTerms, now: MonoTime) {
+        // No member may run leases longer than a day: a stamp that says so
+        // is cut, so it cannot pin a count for longer.
+        let longest = LeaseRule::LONGEST;
+        let terms = PeerTerms {
+            max_lease: terms.max_lease.min(longest),
+            leader_lease: terms.leader_lease.min(longest),
+            ..terms
+        };
+        if from != self.config.id {
+            self.leader_leases.insert(from, terms.leader_lease);
+        }
+        let Some(copies) = terms.copies else {
+            return;
+        };
+        if self.config.sabotage.copies_of_now {
+            return;
+        }
+        let lease = terms.max_lease.max(self.config.lease.max);
+        let until = now + lease + self.longest_leader_lease() + FLOOR_MARGIN;
+        self.heard_floor.note(copies, until);
+    }
+
+    /// The leader lease the grant guard counts on: the shortest of this
+    /// member's and every member's it heard from. A member that took a
+    /// heartbeat refuses to vote for its own lease after it, so the
+    /// speaker may grant only until the shortest of them has run.
+    pub fn guard_lease(&self) -> Duration {
+        let own = self.config.leader_lease;
+        if self.config.sabotage.own_timings {
+            return own;
+        }
+        self.leader_leases
+            .iter()
+            .filter(|(id, _)| self.config.members.binary_search(id).is_ok())
+            .map(|(_, lease)| *lease)
+            .fold(own, Duration::min)
+    }
+
+    /// The longest leader lease of this member and every member it heard
+    /// from: an old speaker may have granted that long after a quorum
+    /// last acknowledged it (the strict hold covers it).
+    pub fn longest_leader_lease(&self) -> Duration {
+        let own = self.config.leader_lease;
+        if self.config.sabotage.own_timings {
+            return own;
+        }
+        self.leader_leases
+            .values()
+            .copied()
+            .fold(own, Duration::max)
+    }
+
+    /// The fewest copies a grant still running may have, as far as this
+    /// member knows at `now`: its own [`copies_floor`](Member::copies_floor)
+    /// and what other members said of theirs (`None`: nothing known). What
+    /// its report tells a rebuilding speaker; its own rebuild counts on it
+    /// and on the copies it makes now.
+    pub fn fewest_copies(&mut self, now: MonoTime) -> Option<usize> {
+        let own = self.copies_floor(now);
+        fewer(own, self.heard_floor.lowest(now))
     }
 
     /// The members a release of a lock held through `node` goes to.
@@ -215,7 +351,7 @@ impl Member {
     pub fn may_speak(&self, guard: &Guard, now: MonoTime) -> bool {
         !self.stopping
             && self.speaking.is_some_and(|term| {
-                guard.allows(term, self.config.leader_lease, now)
+                guard.allows(term, self.guard_lease(), now)
                     || (self.config.sabotage.no_grant_guard && guard.leader_term() == Some(term))
             })
     }
@@ -448,6 +584,10 @@ impl Member {
     /// kept while the term stays the same (a rebuild retried in it brings
     /// the same locks back).
     pub fn drop_table(&mut self, speaking: Option<u64>, now: MonoTime) {
+        if self.table.is_rebuilt() {
+            // Its grants run on after it stops speaking.
+            self.note_own_copies(self.config.copies, now);
+        }
         self.table.drop_table(now);
         if self.speaking != speaking {
             self.moved.clear();

@@ -245,30 +245,31 @@ impl Member {
         guard: &Guard,
         now: MonoTime,
     ) -> Result<RebuildDone, Attempt> {
-        let ours = self.config().lease.max;
-        let mut longest_lease = ours;
-        let mut fewest_copies = self.config().copies;
+        let our_lease = self.config().lease.max;
+        let mut longest_lease = our_lease;
+        let ours = self.config().copies;
+        let mut fewest_copies = self.fewest_copies(now).map_or(ours, |f| f.min(ours));
         let mut members_read = Vec::with_capacity(input.reads.len());
         let mut locks = Vec::with_capacity(input.reads.iter().map(|r| r.locks.len()).sum());
         for read in input.reads {
             members_read.push(read.member);
-            if read.max_lease != ours {
+            if read.max_lease != our_lease {
                 tracing::error!(
                     member = read.member,
                     theirs_ms = read.max_lease.as_millis() as u64,
-                    ours_ms = ours.as_millis() as u64,
+                    ours_ms = our_lease.as_millis() as u64,
                     "members run with different --max-lease: the strict hold covers the longest \
                      of the members read, not of a missing one; run one value cluster-wide"
                 );
             }
             longest_lease = longest_lease.max(read.max_lease);
-            if read.copies != self.config().copies {
-                tracing::error!(
+            if read.copies < fewest_copies {
+                tracing::info!(
                     member = read.member,
                     theirs = read.copies,
-                    ours = self.config().copies,
-                    "members run with different --copies: a rebuild counts on the fewest of the \
-                     members read, not of a missing one; run one value cluster-wide"
+                    ours = fewest_copies,
+                    "a member counts fewer copies (a grant made before the count rose, or \
+                     another --copies): the rebuild counts on the fewest of the members read"
                 );
             }
             fewest_copies = fewest_copies.min(read.copies);
@@ -277,7 +278,7 @@ impl Member {
         let mut missing = input.missing;
         let all_seen = missing.len() < fewest_copies;
         let held_back = match self.config().rebuild_mode {
-            RebuildMode::Strict if !all_seen => Some(longest_lease + self.config().leader_lease),
+            RebuildMode::Strict if !all_seen => Some(longest_lease + self.longest_leader_lease()),
             _ => None,
         };
         let term = input.term;

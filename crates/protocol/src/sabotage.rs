@@ -24,6 +24,14 @@ pub struct Sabotage {
     /// The read's term fence: a member read by a newer speaker neither
     /// drops its own table nor refuses older speakers' copies and answers.
     pub no_term_fence: bool,
+    /// The copies floor: a rebuild counts on the copies members make now,
+    /// not on the fewer a grant made before the count rose (growth, a
+    /// higher `--copies`) may still have.
+    pub copies_of_now: bool,
+    /// Timings agreed: the guard and the strict hold count on this
+    /// member's own leader lease, not on the shortest (the guard) or the
+    /// longest (the hold) any member said it runs with.
+    pub own_timings: bool,
 }
 
 impl Sabotage {
@@ -34,5 +42,7 @@ impl Sabotage {
         no_reread: false,
         no_rebuild_retry: false,
         no_term_fence: false,
+        copies_of_now: false,
+        own_timings: false,
     };
 }

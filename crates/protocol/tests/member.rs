@@ -177,6 +177,7 @@ fn member4(id: u64, copies: usize) -> leasehold_protocol::Member {
     leasehold_protocol::Member::new(MemberConfig {
         id,
         members: vec![1, 2, 3, 4],
+        copy_to: vec![1, 2, 3, 4],
         copies,
         lease: locktable::LeaseRule::default(),
         rebuild_mode: RebuildMode::Proceed,

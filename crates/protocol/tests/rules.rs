@@ -5,7 +5,11 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{Forwarded, Guard, Members, RebuildMode, Refusal, LEASE_MARGIN};
+use leasehold_protocol::{
+    Forwarded, Guard, Member, MemberConfig, MemberRead, Members, PeerTerms, RebuildInput,
+    RebuildMode, Refusal, LEASE_MARGIN,
+};
+use locktable::MonoTime;
 use locktable::{Fence, Lock, LockId};
 
 mod common;
@@ -183,4 +187,197 @@ fn copies_from_an_older_term_than_one_seen_are_refused() {
     );
     m.take_copies(6, vec![copy], 6, at(0)).unwrap();
     assert!(m.held_record(LockId::from_u128(5)).is_some());
+}
+
+fn terms(copies: Option<usize>, max_lease: Duration, leader_lease: Duration) -> PeerTerms {
+    PeerTerms {
+        copies,
+        max_lease,
+        leader_lease,
+    }
+}
+
+/// A member of `members` making `copies`, as a membership change leaves it
+/// at `now`.
+fn grown(mut m: Member, members: Vec<u64>, copies: usize, now: MonoTime) -> Member {
+    m.set_members(members.clone(), members, copies, now);
+    m
+}
+
+#[test]
+fn a_rise_of_copies_keeps_the_fewer_count_for_a_lease_and_a_leader_lease() {
+    // A single node speaking, with one copy.
+    let mut m = speaker(1, 3, at(0), vec![], RebuildMode::Strict);
+    m.set_members(vec![1], vec![1], 1, at(0));
+    assert_eq!(m.copies_floor(at(0)), Some(1));
+    let m = &mut grown(m, vec![1, 2, 3], 2, at(1_000));
+    // Grants made with one copy just before the rise may run a longest
+    // lease, and their speaker grants until its leader lease runs out.
+    let until =
+        1_000 + (MAX_LEASE + LEADER_LEASE + leasehold_protocol::FLOOR_MARGIN).as_millis() as u64;
+    assert_eq!(m.copies_floor(at(until - 1)), Some(1));
+    assert_eq!(m.fewest_copies(at(until - 1)), Some(1));
+    assert_eq!(m.copies_floor(at(until)), Some(2), "every such grant ended");
+    // A fall counts at once.
+    m.set_members(vec![1, 2], vec![1, 2], 1, at(until));
+    assert_eq!(m.copies_floor(at(until)), Some(1));
+    // Once it stops speaking, its grants run a lease more.
+    m.drop_table(None, at(until));
+    assert_eq!(m.copies_floor(at(until + 1)), Some(1));
+    assert_eq!(
+        m.copies_floor(at(2 * until)),
+        None,
+        "nothing of its may run"
+    );
+}
+
+#[test]
+fn a_member_that_never_spoke_says_nothing_of_copies() {
+    // A node forming or joining passes through smaller counts (itself
+    // alone, a configuration not committed yet): no grant was made with
+    // them, so none counts.
+    let mut m = member(2, RebuildMode::Strict);
+    m.set_members(vec![2], vec![2], 1, at(0));
+    m.set_members(vec![1, 2, 3], vec![1, 2, 3], 2, at(10));
+    assert_eq!(m.copies_floor(at(20)), None);
+    assert_eq!(m.fewest_copies(at(20)), None);
+}
+
+#[test]
+fn what_another_member_says_it_makes_counts_for_its_lease() {
+    let mut m = member(2, RebuildMode::Strict);
+    assert_eq!(m.fewest_copies(at(0)), None);
+    m.heard(
+        1,
+        terms(Some(1), Duration::from_secs(120), LEADER_LEASE),
+        at(0),
+    );
+    assert_eq!(m.copies_floor(at(0)), None, "not this member's own");
+    assert_eq!(m.fewest_copies(at(0)), Some(1));
+    let until = (Duration::from_secs(120) + LEADER_LEASE + leasehold_protocol::FLOOR_MARGIN)
+        .as_millis() as u64;
+    assert_eq!(
+        m.fewest_copies(at(until - 1)),
+        Some(1),
+        "the longer lease counts"
+    );
+    assert_eq!(m.fewest_copies(at(until)), None);
+    m.heard(1, terms(None, MAX_LEASE, LEADER_LEASE), at(until));
+    assert_eq!(
+        m.fewest_copies(at(until)),
+        None,
+        "a member that says nothing"
+    );
+}
+
+#[test]
+fn a_rebuild_after_growth_that_misses_the_grower_has_not_seen_every_grant() {
+    // Node 1 granted alone (one copy), and said so on its heartbeats;
+    // 2 and 3 joined; 1 is missing.
+    let now = at(5_000);
+    let mut m = member(2, RebuildMode::Strict);
+    m.set_members(vec![1, 2], vec![1], 1, at(0));
+    m.heard(1, terms(Some(1), MAX_LEASE, LEADER_LEASE), at(900));
+    m.set_members(vec![1, 2, 3], vec![1, 2, 3], 2, at(1_000));
+    m.drop_table(Some(2), now);
+    let reads = [2, 3]
+        .into_iter()
+        .map(|r| MemberRead {
+            member: r,
+            max_lease: MAX_LEASE,
+            copies: 2,
+            locks: Vec::new(),
+        })
+        .collect();
+    let input = RebuildInput {
+        term: 2,
+        generation: m.generation(),
+        reads,
+        missing: vec![1],
+        took: Duration::ZERO,
+    };
+    m.rebuild(input, &leading(2, now), now).expect("rebuilt");
+    let report = m.last_rebuild().unwrap();
+    assert!(!report.all_seen, "{report:?}");
+    assert_eq!(
+        report.held_back_ms,
+        (MAX_LEASE + LEADER_LEASE).as_millis() as u64
+    );
+}
+
+#[test]
+fn the_copies_floor_switched_off_counts_the_copies_of_now() {
+    let mut m = Member::new(MemberConfig {
+        sabotage: leasehold_protocol::Sabotage {
+            copies_of_now: true,
+            ..leasehold_protocol::Sabotage::NONE
+        },
+        ..member(2, RebuildMode::Strict).config().clone()
+    });
+    m.set_members(vec![1], vec![1], 1, at(0));
+    m.set_members(vec![1, 2, 3], vec![1, 2, 3], 2, at(1));
+    m.heard(1, terms(Some(1), MAX_LEASE, LEADER_LEASE), at(1));
+    assert_eq!(m.fewest_copies(at(2)), None);
+}
+
+#[test]
+fn the_guard_counts_on_the_shortest_leader_lease_a_member_runs_with() {
+    // Member 3 was restarted with timings half as long: it votes for
+    // another half a lease after the heartbeat it took.
+    let mut m = speaker(1, 7, at(0), vec![], RebuildMode::Strict);
+    let short = LEADER_LEASE / 2;
+    let acked = at(1_000);
+    let guard = leading(7, acked);
+    let ms = |d: Duration| d.as_millis() as u64;
+    assert!(m.may_speak(&guard, at(1_000 + ms(short))));
+    m.heard(3, terms(Some(2), MAX_LEASE, short), at(1_000));
+    assert_eq!(m.guard_lease(), short);
+    let end = 1_000 + ms(short - LEASE_MARGIN);
+    assert!(m.may_speak(&guard, at(end - 1)));
+    assert!(!m.may_speak(&guard, at(end)), "past the shorter lease");
+    // A longer one counts for the strict hold, not the guard.
+    m.heard(2, terms(Some(2), MAX_LEASE, 3 * LEADER_LEASE), at(1_000));
+    assert_eq!(m.guard_lease(), short);
+    assert_eq!(m.longest_leader_lease(), 3 * LEADER_LEASE);
+    // A member gone from the cluster no longer bounds the guard.
+    m.set_members(vec![1, 2], vec![1, 2], 2, at(2_000));
+    assert_eq!(m.guard_lease(), LEADER_LEASE);
+}
+
+#[test]
+fn a_strict_hold_covers_the_longest_leader_lease_a_member_runs_with() {
+    let now = at(5_000);
+    let mut m = member(2, RebuildMode::Strict);
+    m.heard(3, terms(Some(2), MAX_LEASE, 4 * LEADER_LEASE), at(0));
+    m.drop_table(Some(2), now);
+    let input = RebuildInput {
+        term: 2,
+        generation: m.generation(),
+        reads: vec![MemberRead {
+            member: 2,
+            max_lease: MAX_LEASE,
+            copies: 2,
+            locks: Vec::new(),
+        }],
+        missing: vec![1, 3],
+        took: Duration::ZERO,
+    };
+    m.rebuild(input, &leading(2, now), now).expect("rebuilt");
+    assert_eq!(
+        m.last_rebuild().unwrap().held_back_ms,
+        (MAX_LEASE + 4 * LEADER_LEASE).as_millis() as u64
+    );
+}
+
+#[test]
+fn timings_switched_off_count_only_the_members_own() {
+    let mut m = Member::new(MemberConfig {
+        sabotage: leasehold_protocol::Sabotage {
+            own_timings: true,
+            ..leasehold_protocol::Sabotage::NONE
+        },
+        ..member(1, RebuildMode::Strict).config().clone()
+    });
+    m.heard(3, terms(Some(2), MAX_LEASE, LEADER_LEASE / 2), at(0));
+    assert_eq!(m.guard_lease(), LEADER_LEASE);
 }

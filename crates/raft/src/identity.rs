@@ -258,6 +258,10 @@ pub(crate) struct Recorded {
     ///
     /// [`Command::MemberStore`]: crate::types::Command::MemberStore
     pub(crate) pinned: BTreeSet<NodeId>,
+    /// The leader lease (`election_timeout_max`, in milliseconds) this
+    /// directory's node last ran Raft with (`None`: never recorded): a
+    /// restart with shorter timings waits out the longer one first.
+    pub(crate) leader_lease_ms: Option<u64>,
 }
 
 /// What a peer's stamp is to what this node recorded.
@@ -302,6 +306,9 @@ pub struct Identity {
     /// Writes go to the data directory's database while it is open.
     db: Weak<Database>,
     refused: watch::Sender<Option<String>>,
+    /// What this member runs with, stamped beside its identity, and where
+    /// what other members stamp goes.
+    terms: crate::terms::TermsBook,
 }
 
 impl fmt::Debug for Identity {
@@ -331,7 +338,14 @@ impl Identity {
             warned: Mutex::default(),
             db,
             refused: watch::channel(None).0,
+            terms: crate::terms::TermsBook::default(),
         }
+    }
+
+    /// What this member runs with and tells the others, and where what
+    /// they tell it goes.
+    pub fn terms(&self) -> &crate::terms::TermsBook {
+        &self.terms
     }
 
     /// This node's id.
@@ -601,6 +615,27 @@ impl Identity {
         self.write(named).await
     }
 
+    /// The leader lease this directory's node last ran Raft with, if it
+    /// was recorded: it may have acknowledged a heartbeat a leader counts
+    /// on it to honour that long.
+    pub fn ran_with_leader_lease(&self) -> Option<std::time::Duration> {
+        self.lock()
+            .leader_lease_ms
+            .map(std::time::Duration::from_millis)
+    }
+
+    /// Records, durably, that this node runs Raft with `lease` from now on.
+    pub async fn runs_with_leader_lease(&self, lease: std::time::Duration) -> io::Result<()> {
+        let _writing = self.writing.lock().await;
+        let mut recorded = self.lock().clone();
+        let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        if recorded.leader_lease_ms == Some(ms) {
+            return Ok(());
+        }
+        recorded.leader_lease_ms = Some(ms);
+        self.write(recorded).await
+    }
+
     /// Writes `recorded` to the data directory, then takes it as what is
     /// known; the caller holds `writing`.
     async fn write(&self, recorded: Recorded) -> io::Result<()> {
@@ -714,7 +749,10 @@ impl Identity {
             ));
         }
         match self.admit(stamp).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.terms.read(target, headers);
+                Ok(())
+            }
             Err(e) => {
                 if !matches!(e, Refusal::Store(_)) {
                     self.warn_once(target, e.kind(), &e);
@@ -750,7 +788,10 @@ pub async fn guard(
     let refused = match Stamp::read(request.headers()) {
         Err(e) => Some((StatusCode::BAD_REQUEST, "bad_request", None, e.to_string())),
         Ok(stamp) => match identity.admit(stamp).await {
-            Ok(()) => None,
+            Ok(()) => {
+                identity.terms.read(stamp.from, request.headers());
+                None
+            }
             Err(Refusal::StoreChanged { member, .. } | Refusal::Retired { member, .. })
                 if from_leader && member != identity.node() =>
             {
@@ -789,6 +830,7 @@ pub async fn guard(
         }
     };
     identity.stamp().write(response.headers_mut());
+    identity.terms.write(response.headers_mut());
     response
 }
 

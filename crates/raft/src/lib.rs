@@ -50,6 +50,7 @@ pub mod runtime;
 pub mod server;
 pub mod state_machine;
 pub mod tasks;
+pub mod terms;
 pub mod transport;
 pub mod types;
 
@@ -74,6 +75,7 @@ pub use peer_http::PeerHttp;
 pub use runtime::EntropyRuntime;
 pub use server::raft_router;
 pub use state_machine::StateMachine;
+pub use terms::{Terms, TermsBook};
 pub use transport::{PeerRequest, PeerResponse, StreamedResponse, Transport, TransportError};
 pub use types::*;
 

@@ -59,6 +59,7 @@ const KEY_ADDED: &str = "members_added_at";
 const KEY_RECORDED_AT: &str = "member_stores_recorded_at";
 const KEY_NAMED: &str = "named";
 const KEY_PINNED: &str = "members_pinned";
+const KEY_LEADER_LEASE: &str = "leader_lease_ms";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -266,6 +267,7 @@ impl LogStore {
                 pinned: get_meta(&meta, KEY_PINNED)
                     .map_err(to_store)?
                     .unwrap_or_default(),
+                leader_lease_ms: get_meta(&meta, KEY_LEADER_LEASE).map_err(to_store)?,
             };
             let recorded = if stored.is_none() {
                 put_meta(&mut meta, KEY_NODE_ID, &node_id).map_err(|e| io_to_store(&path, e))?;
@@ -462,6 +464,9 @@ pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> 
         put_meta(&mut meta, KEY_PINNED, &known.pinned)?;
         if let Some(named) = known.named {
             put_meta(&mut meta, KEY_NAMED, &named)?;
+        }
+        if let Some(lease) = known.leader_lease_ms {
+            put_meta(&mut meta, KEY_LEADER_LEASE, &lease)?;
         }
     }
     txn.commit().map_err(io_err)

@@ -182,6 +182,7 @@ impl PeerHttp {
         let mut headers = HeaderMap::new();
         headers.insert(TOKEN_HEADER, self.token.clone());
         self.identity.stamp().write(&mut headers);
+        self.identity.terms().write(&mut headers);
         let body = match body {
             PeerBody::Empty => Vec::new(),
             PeerBody::Json(bytes) => {

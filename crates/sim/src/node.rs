@@ -201,6 +201,7 @@ fn member_config(id: NodeId, config: &Config) -> MemberConfig {
     MemberConfig {
         id,
         members: (1..=config.nodes).collect(),
+        copy_to: (1..=config.nodes).collect(),
         copies: config.copies,
         lease: LeaseRule {
             default: Duration::from_millis(LEASE_MS),

@@ -18,7 +18,7 @@ use leasehold_api::{
 };
 use leasehold_raft::identity::Stamp;
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
-use locktable::LockId;
+use locktable::{LockId, NodeId};
 use tokio::time::Instant;
 
 use super::{raw, wrong_method, Shared};
@@ -129,7 +129,8 @@ pub(super) fn refuse_without_cluster_token(
 /// Serves calls forwarded by members only: a node removed from the cluster
 /// that missed the news (it was down, say, and restarted with a log that
 /// still names it) must not take locks for its clients, which a rebuild
-/// would no longer read. It is answered `503`, so its clients move on.
+/// would no longer read; nor may a node whose addition has not committed.
+/// It is answered `503`, so its clients move on.
 async fn refuse_forwards_from_strangers(
     State(node): State<Shared>,
     request: Request,
@@ -138,10 +139,15 @@ async fn refuse_forwards_from_strangers(
     if request.uri().path().starts_with(routes::FORWARD_PREFIX) {
         let from = leasehold_raft::identity::Stamp::read(request.headers()).map(|s| s.from);
         if let Ok(from) = from {
-            if node.roster().addr(from).is_none() {
+            // A member whose addition has not committed may be unknown to
+            // the next leader, which would never read its clients' locks.
+            if !node.roster().is_settled(from) {
                 return ApiError::new(
                     ErrorCode::NoLeader,
-                    format!("node {from} is not a member of the cluster: it was removed"),
+                    format!(
+                        "node {from} is not a member of the committed configuration: it was \
+                         removed, or its addition has not committed yet"
+                    ),
                 )
                 .into_response();
             }
@@ -161,6 +167,14 @@ async fn delay_answer(State(node): State<Shared>, request: Request, next: Next) 
         }
     }
     response
+}
+
+/// The member a peer request's stamp names (the identity guard admitted
+/// it): the node a forwarded call is for, not whatever its body says.
+fn stamped_from(headers: &HeaderMap) -> Result<NodeId, ApiError> {
+    leasehold_raft::identity::Stamp::read(headers)
+        .map(|stamp| stamp.from)
+        .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
 /// A peer's body: peers are trusted to send well-formed JSON.
@@ -194,12 +208,14 @@ async fn internal_held(
 /// A forwarded acquire that may wait (those that do not come in batches).
 async fn forward_acquire(
     State(node): State<Shared>,
+    headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Granted>, ApiError> {
     let received = Instant::now();
+    let from = stamped_from(&headers)?;
     let forwarded: ForwardAcquire = peer_body(&bytes)?;
     match node
-        .serve_forwarded(ForwardCall::Acquire(forwarded), received, true)
+        .serve_forwarded(ForwardCall::Acquire(forwarded).by(from), received, true)
         .await
     {
         ForwardAnswer::Granted(granted) => Ok(Json(granted)),
@@ -212,9 +228,11 @@ async fn forward_acquire(
 /// together.
 async fn forward_batch(
     State(node): State<Shared>,
+    headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ForwardAnswers>, ApiError> {
     let received = Instant::now();
+    let from = stamped_from(&headers)?;
     let batch: ForwardBatch = peer_body(&bytes)?;
     // Each call does its table work when first polled, in order; those
     // that wait for copies then wait together.
@@ -222,7 +240,7 @@ async fn forward_batch(
         batch
             .calls
             .into_iter()
-            .map(|call| node.serve_forwarded(call, received, false)),
+            .map(|call| node.serve_forwarded(call.by(from), received, false)),
     )
     .await;
     Ok(Json(ForwardAnswers { answers }))
@@ -327,6 +345,11 @@ async fn internal_join(
             "node {} asks to add node {}: a node joins itself",
             stamp.from, add.id
         )));
+    }
+    if let Some(terms) = leasehold_raft::Terms::read(&headers) {
+        node.config
+            .honours_leader_lease(terms.leader_lease)
+            .map_err(ApiError::bad_request)?;
     }
     add.store = Some(stamp.store.to_string());
     let change = leasehold_api::MemberChange::Add(add);

@@ -21,6 +21,7 @@ pub fn member(id: u64, mode: RebuildMode) -> Member {
     Member::new(MemberConfig {
         id,
         members: vec![1, 2, 3],
+        copy_to: vec![1, 2, 3],
         copies: 2,
         lease: LeaseRule {
             default: LEASE,
