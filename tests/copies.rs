@@ -333,3 +333,97 @@ async fn a_renewal_during_the_strict_hold_is_retried_not_refused() {
     assert_eq!(body["lock"]["id"], lock["id"]);
     assert_eq!(fence(&body["lock"]), fence(&lock));
 }
+
+/// An acquire named by its caller (`request_id`) and retried, because its
+/// answer was lost or late, is answered with the caller's own grant (same
+/// id, same fence), through any node and after a speaker change, instead
+/// of `409 held` against itself. Another holder, or another acquisition,
+/// is refused as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_acquire_gets_its_own_grant_back() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let via = cluster.others(speaker)[0];
+    let ask = |holder: &str, request: &str| json!({"holder": holder, "request_id": request, "lease_ms": 20000});
+    let first = cluster.must_acquire(via, "retry/x", ask("w1", "r-1")).await;
+    for node in [via, speaker] {
+        let again = cluster
+            .must_acquire(node, "retry/x", ask("w1", "r-1"))
+            .await;
+        assert_eq!(
+            (&again["id"], &again["fence"]),
+            (&first["id"], &first["fence"])
+        );
+        assert_eq!(
+            again["node"],
+            json!(node),
+            "the record moves to the node asked"
+        );
+    }
+    for (holder, request) in [("w2", "r-1"), ("w1", "r-2")] {
+        let (status, body) = cluster.acquire(via, "retry/x", ask(holder, request)).await;
+        assert_eq!(status, 409, "{holder} {request}: {body}");
+    }
+    let (status, body) = cluster
+        .acquire(via, "retry/y", json!({"request_id": "has space"}))
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (400, &json!("bad_request")),
+        "{body}"
+    );
+    // After the speaker's crash, the next speaker knows it from the
+    // records: the mark is in the grant's id.
+    cluster.kill(speaker);
+    let survivor = cluster.others(speaker)[0];
+    let again = cluster
+        .must_acquire(survivor, "retry/x", ask("w1", "r-1"))
+        .await;
+    assert_eq!(
+        (&again["id"], &again["fence"]),
+        (&first["id"], &first["fence"])
+    );
+}
+
+/// A grant through a follower whose caller went away before the answer
+/// came (its client timed out) is a ghost: nobody will renew or release
+/// it. The follower takes it back at once, so the name is free again long
+/// before the lease would have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_caller_went_away_is_taken_back() {
+    let cluster = Cluster::start_with(3, &["--chaos"]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let via = cluster.others(speaker)[0];
+    cluster
+        .set_plan(speaker, json!({"answer_delay_ms": 1500}))
+        .await;
+    let gone = support::answer(
+        cluster
+            .http
+            .post(cluster.url(via, "/v1/locks/acquire"))
+            .json(&json!({"name": "ghost/x", "holder": "gone", "lease_ms": 60000}))
+            .timeout(std::time::Duration::from_millis(300)),
+    )
+    .await;
+    assert_eq!(gone.0, 0, "the caller gave up before the answer: {gone:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
+    cluster.set_plan(speaker, json!({})).await;
+    let start = std::time::Instant::now();
+    loop {
+        let (status, body) = cluster
+            .post(
+                speaker,
+                "/v1/locks/acquire",
+                json!({"name": "ghost/x", "holder": "next"}),
+            )
+            .await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(15),
+            "the ghost still holds the name: {status} {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

@@ -25,6 +25,8 @@ pub const MAX_NAME_BYTES: usize = 512;
 pub const MAX_HOLDER_BYTES: usize = 256;
 /// Longest `data`, in bytes of UTF-8.
 pub const MAX_DATA_BYTES: usize = 4096;
+/// Longest `request_id`, in bytes.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
 /// Largest request body the server reads; a larger one is answered `413
 /// too_large`.
 ///
@@ -101,6 +103,10 @@ pub enum BadRequest {
     /// The id is not a ULID.
     #[error("field `id` is not a lock id (26 characters of Crockford base32 expected)")]
     BadId,
+    /// A request id that is empty or holds a character outside printable
+    /// ASCII.
+    #[error("field `request_id` must be 1 to 128 characters of printable ASCII, no spaces")]
+    BadRequestId,
     /// A query string parameter is malformed.
     #[error("query parameter `{field}`: {problem}")]
     BadQuery {
@@ -344,6 +350,16 @@ pub fn validate_data(data: &str) -> Result<(), BadRequest> {
     max_len("data", data, MAX_DATA_BYTES)
 }
 
+/// Checks a request id: 1 to [`MAX_REQUEST_ID_BYTES`] characters of
+/// printable ASCII without spaces (what a UUID, a ULID or a counter is).
+pub fn validate_request_id(request: &str) -> Result<(), BadRequest> {
+    let printable = request.bytes().all(|b| b.is_ascii_graphic());
+    if request.is_empty() || request.len() > MAX_REQUEST_ID_BYTES || !printable {
+        return Err(BadRequest::BadRequestId);
+    }
+    Ok(())
+}
+
 /// Parses a lock id.
 pub fn validate_id(id: &str) -> Result<LockId, BadRequest> {
     id.parse().map_err(|_| BadRequest::BadId)
@@ -384,6 +400,11 @@ pub struct AcquireBody {
     /// Data to keep with the lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// The caller's name for this acquisition, the same on each retry of
+    /// it: a retry of a call that was granted is answered with that grant
+    /// (renewed) instead of `409 held` against the caller's own lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl AcquireBody {
@@ -410,6 +431,7 @@ impl Body for AcquireBody {
         field("lease_ms", FieldKind::Millis, false),
         field("wait_ms", FieldKind::Millis, false),
         field("data", FieldKind::Str, false),
+        field("request_id", FieldKind::Str, false),
     ];
 
     fn validate(&self) -> Result<(), BadRequest> {
@@ -417,6 +439,9 @@ impl Body for AcquireBody {
         validate_holder(self.holder())?;
         if let Some(data) = &self.data {
             validate_data(data)?;
+        }
+        if let Some(request) = &self.request_id {
+            validate_request_id(request)?;
         }
         Ok(())
     }

@@ -285,12 +285,16 @@ impl Client {
     pub async fn acquire(&self, name: &str, options: AcquireOptions) -> Result<LockGuard, Error> {
         let expected_lease = options.lease.unwrap_or(ASSUMED_DEFAULT_LEASE);
         guard::Schedule::checked(expected_lease, &options).map_err(Error::BadRequest)?;
+        // One name for this acquisition, sent on every retry of it: a
+        // retry whose first try was granted (its answer lost) gets that
+        // grant back instead of `409 held`.
         let body = AcquireBody {
             name: name.to_string(),
             holder: options.holder.clone(),
             lease_ms: options.lease.map(|d| d.as_millis() as u64),
             wait_ms: None,
             data: options.data.clone(),
+            request_id: Some(request_id()),
         };
         let until = after(options.wait.saturating_add(RETRY_FOR));
         let wait_until = after(options.wait);
@@ -462,6 +466,21 @@ impl Client {
     }
 }
 
+/// A new name for one acquisition: 128 bits from the process's hash keys,
+/// a counter and the clock, as 32 hex digits (unique, not secret).
+pub fn request_id() -> String {
+    use std::hash::BuildHasher;
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let count = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let keys = std::collections::hash_map::RandomState::new();
+    let high = keys.hash_one((count, nanos, std::process::id()));
+    let low = std::collections::hash_map::RandomState::new().hash_one((nanos, count));
+    format!("{high:016x}{low:016x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,5 +547,14 @@ mod tests {
             refused(api(ErrorCode::Disabled)),
             Error::Server(_)
         ));
+    }
+
+    #[test]
+    fn request_ids_are_new_each_time_and_valid() {
+        let ids: std::collections::BTreeSet<String> = (0..1000).map(|_| request_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        for id in &ids {
+            assert!(leasehold_api::validate_request_id(id).is_ok(), "{id}");
+        }
     }
 }

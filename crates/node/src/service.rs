@@ -85,34 +85,101 @@ impl Node {
     ///
     /// Through a follower, the lease is counted from the follower's send
     /// plus the time the speaker says it held the request (a wait): the
-    /// speaker received it no earlier than it was sent.
+    /// speaker received it no earlier than it was sent. The forward runs
+    /// to its end whether or not the caller waits for it: a grant the
+    /// caller is no longer there to hear of, or that this node may not
+    /// record, is taken back at once rather than left to block the name
+    /// for its whole lease.
     pub async fn acquire(self: &Arc<Self>, body: AcquireBody) -> Result<Lock, ApiError> {
         body.validate()?;
         let request = AcquireRequest::from(&body);
         if self.is_leader() {
             return self.speak_acquire(request, self.id()).await;
         }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let node = Arc::clone(self);
+        self.tasks.spawn(async move {
+            let (outcome, ghost) = node.forward_acquire(body, request.wait).await;
+            let ghost = match tx.send(outcome) {
+                Ok(()) => ghost,
+                // The caller went away: its grant, if it got one, is a ghost.
+                Err(Ok(lock)) => {
+                    node.drop_held(lock.id);
+                    Some(lock)
+                }
+                Err(Err(_)) => None,
+            };
+            if let Some(lock) = ghost {
+                node.take_back_forwarded(lock).await;
+            }
+        });
+        rx.await
+            .unwrap_or_else(|_| Err(ApiError::new(ErrorCode::NotRebuilt, "the node is stopping")))
+    }
+
+    /// Forwards an acquire to the speaker and records its grant: the
+    /// outcome for the caller, and a grant the speaker made that this node
+    /// did not record (to be taken back).
+    async fn forward_acquire(
+        &self,
+        body: AcquireBody,
+        wait: Duration,
+    ) -> (Result<Lock, ApiError>, Option<Lock>) {
         let call = self.forwarding();
         let forwarded = ForwardAcquire {
             body,
             node: self.id(),
         };
-        let granted: Granted = if request.wait.is_zero() {
-            match self.forward_call(ForwardCall::Acquire(forwarded)).await? {
-                ForwardAnswer::Granted(granted) => granted,
-                other => return Err(unexpected(other)),
+        let granted: Result<Granted, ApiError> = if wait.is_zero() {
+            match self.forward_call(ForwardCall::Acquire(forwarded)).await {
+                Ok(ForwardAnswer::Granted(granted)) => Ok(granted),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(e),
             }
         } else {
-            self.forward(routes::FORWARD_ACQUIRE, &forwarded, request.wait)
-                .await?
+            self.forward(routes::FORWARD_ACQUIRE, &forwarded, wait)
+                .await
+        };
+        let granted = match granted {
+            Ok(granted) => granted,
+            Err(e) => return (Err(e), None),
         };
         let served = Duration::from_millis(granted.served_ms);
-        let lock = LockInTransit::try_from(granted.lock).map_err(malformed)?;
-        let recorded =
-            self.state()
-                .member
-                .granted_through_speaker(call, lock, served, self.clock.now());
-        recorded.map_err(|r| self.refused(r))
+        let lock = match LockInTransit::try_from(granted.lock) {
+            Ok(lock) => lock,
+            Err(e) => return (Err(malformed(e)), None),
+        };
+        let now = self.clock.now();
+        let unrecorded = lock.clone().arrive(now);
+        let recorded = self
+            .state()
+            .member
+            .granted_through_speaker(call, lock, served, now);
+        match recorded {
+            Ok(lock) => (Ok(lock), None),
+            Err(refusal) => (Err(self.refused(refusal)), Some(unrecorded)),
+        }
+    }
+
+    /// Releases, at the speaker, a grant whose client never heard of it
+    /// (a ghost): the name is free again at once.
+    async fn take_back_forwarded(&self, lock: Lock) {
+        let release = ForwardRelease {
+            name: lock.name.clone(),
+            id: lock.id.to_string(),
+            node: self.id(),
+        };
+        match self.forward_call(ForwardCall::Release(release)).await {
+            Ok(ForwardAnswer::Lock(_)) => {
+                tracing::info!(name = %lock.name, id = %lock.id, "took back a grant its client never heard of");
+            }
+            other => tracing::info!(
+                name = %lock.name,
+                id = %lock.id,
+                answer = ?other.err().map(|e| e.body.error),
+                "a grant its client never heard of could not be taken back; it ends with its lease"
+            ),
+        }
     }
 
     /// Releases a lock by name and id.
@@ -332,6 +399,7 @@ impl From<&AcquireBody> for AcquireRequest {
             lease: body.lease(),
             wait: body.wait(),
             data: body.data.clone(),
+            request_id: body.request_id.clone(),
         }
     }
 }

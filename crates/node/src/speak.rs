@@ -25,6 +25,19 @@ pub struct AcquireRequest {
     pub wait: Duration,
     /// Data to keep with the lock.
     pub data: Option<String>,
+    /// The caller's name for this acquisition, the same on its retries.
+    pub request_id: Option<String>,
+}
+
+/// What the table first said to an acquire.
+enum First {
+    Granted(Lock, Made),
+    Waiting(
+        oneshot::Receiver<Result<Lock, AcquireError>>,
+        WaiterId,
+        Made,
+    ),
+    Refused(Refusal),
 }
 
 impl Node {
@@ -41,49 +54,72 @@ impl Node {
         }
     }
 
-    /// Grants a lock as the speaker, for a client of `node`.
+    /// Grants a lock as the speaker, for a client of `node`. A retry of an
+    /// acquisition the caller named (`request_id`) that finds its own grant
+    /// holding the name is answered with that grant, renewed.
     pub(crate) async fn speak_acquire(
         &self,
         request: AcquireRequest,
         node: NodeId,
     ) -> Result<Lock, ApiError> {
-        let id = LockId::from_parts(self.clock.wall_ms(), leasehold_raft::entropy::random_u128());
+        let wall = self.clock.wall_ms();
+        let random = LockId::from_parts(wall, leasehold_raft::entropy::random_u128());
+        let retry = request
+            .request_id
+            .clone()
+            .map(|r| (request.holder.clone(), r, request.lease));
+        let named = retry.as_ref().map(|(holder, r, _)| {
+            leasehold_protocol::request_lock_id(wall, &request.name, holder, r)
+        });
+        let own_grant = |lock: &Lock| {
+            retry
+                .as_ref()
+                .is_some_and(|(holder, r, _)| leasehold_protocol::is_grant_of(lock, holder, r))
+        };
+        let lease = request.lease;
         let wait = request.wait;
         let name = request.name.clone();
         let guard = self.guard();
-        let waiting = {
+        let first = {
             let mut state = self.state();
+            // An id released lately is never handed out again.
+            let id = named
+                .filter(|id| !state.member.is_forgotten(*id, self.clock.now()))
+                .unwrap_or(random);
             let outcome = state.member.acquire(
                 Request {
                     name: request.name,
                     id,
                     node,
                     holder: request.holder,
-                    lease: request.lease,
+                    lease,
                     wait,
                     data: request.data,
                 },
                 &guard,
                 self.clock.now(),
             );
-            let outcome = match outcome {
-                Ok((Acquired::Granted(lock), made)) => Err((lock, made)),
+            let first = match outcome {
+                Ok((Acquired::Granted(lock), made)) => First::Granted(lock, made),
                 Ok((Acquired::Waiting(waiter), made)) => {
                     let (tx, rx) = oneshot::channel();
                     state.waiters.insert(waiter, tx);
-                    Ok((rx, waiter, made))
+                    First::Waiting(rx, waiter, made)
                 }
-                Err(refusal) => {
-                    drop(state);
-                    return Err(self.refused(refusal));
-                }
+                Err(refusal) => First::Refused(refusal),
             };
-            self.changed(&state);
-            outcome
+            if !matches!(first, First::Refused(_)) {
+                self.changed(&state);
+            }
+            first
         };
-        let (rx, waiter, made) = match waiting {
-            Ok(waiting) => waiting,
-            Err((granted, made)) => return self.copied_grant(granted, node, made).await,
+        let (rx, waiter, made) = match first {
+            First::Granted(lock, made) => return self.copied_grant(lock, node, made).await,
+            First::Waiting(rx, waiter, made) => (rx, waiter, made),
+            First::Refused(Refusal::Held(lock)) if own_grant(&lock) => {
+                return self.speak_renew(&name, lock.id, lease, node, None).await;
+            }
+            First::Refused(refusal) => return Err(self.refused(refusal)),
         };
         // If the client goes away, stop waiting for it (and take back a
         // grant that came meanwhile).
@@ -105,6 +141,9 @@ impl Node {
         cancel.answer = None;
         match answer {
             Ok(Ok(lock)) => self.copied_grant(lock, node, made).await,
+            Ok(Err(AcquireError::Held(lock))) if own_grant(&lock) => {
+                self.speak_renew(&name, lock.id, lease, node, None).await
+            }
             Ok(Err(AcquireError::Held(lock))) => Err(self.refused(Refusal::Held(lock))),
             Ok(Err(_)) | Err(_) => Err(ApiError::not_rebuilt()),
         }

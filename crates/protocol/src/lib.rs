@@ -18,6 +18,8 @@
 //! - how many copies a grant needs and where they go ([`CopyRound`]), and
 //!   the fewest a running grant may have after the count rose
 //!   ([`CopiesFloor`]);
+//! - a retry of an acquisition the caller named: answered with its own
+//!   grant, not refused as held ([`request_lock_id`], [`is_grant_of`]);
 //! - how a release is passed on to a member: retried with backoff until
 //!   acknowledged or ended, and given to every other member while that one
 //!   is slow or failing ([`ReleaseSender`]).
@@ -35,6 +37,7 @@ mod members;
 mod rebuild;
 mod refusal;
 mod releases;
+mod retry;
 mod sabotage;
 
 pub use config::{MemberConfig, RebuildMode};
@@ -47,4 +50,5 @@ pub use members::Members;
 pub use rebuild::{MemberRead, Reads, RebuildDone, RebuildInput, READ_AGAIN_AFTER};
 pub use refusal::Refusal;
 pub use releases::{Release, ReleaseSender};
+pub use retry::{is_grant_of, request_lock_id};
 pub use sabotage::Sabotage;

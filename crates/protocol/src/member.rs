@@ -151,6 +151,12 @@ impl Member {
         }
     }
 
+    /// Whether `id` was released (or lost) lately: a grant must not reuse
+    /// it, or a rebuild would leave it out.
+    pub fn is_forgotten(&self, id: LockId, now: MonoTime) -> bool {
+        self.table.is_forgotten(id, now)
+    }
+
     /// The settings.
     pub fn config(&self) -> &MemberConfig {
         &self.config
