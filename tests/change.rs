@@ -149,3 +149,76 @@ async fn a_single_node_with_an_absent_learner_keeps_granting() {
         assert_eq!(renewed["lock"]["fence"], held["fence"]);
     }
 }
+
+/// Strict mode with the short leases it advises (`--max-lease 2000`): a
+/// member restarts (a rolling restart, say), then the speaker is killed
+/// while a holder renews every 300 ms through a survivor. The restarted
+/// member has every record it took since it started, so the next speaker
+/// neither waits out its whole rebuild timeout for the dead speaker (the
+/// lease would run out meanwhile) nor holds new grants back for a whole
+/// lease: the holder keeps its lock, and the hold covers only leases from
+/// before the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_then_a_speaker_crash_keeps_a_renewing_holders_lock() {
+    let mut cluster =
+        Cluster::start_with(3, &["--rebuild-mode", "strict", "--max-lease", "2000"]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let others = cluster.others(speaker);
+    let (via, restarted) = (others[0], others[1]);
+    let lock = cluster
+        .must_acquire(via, "short/x", json!({ "lease_ms": 2000, "holder": "w1" }))
+        .await;
+    let renew = json!({ "name": lock["name"], "id": lock["id"], "lease_ms": 2000 });
+    cluster.kill(restarted);
+    cluster.spawn(restarted);
+    // Renew through `via` every 300 ms from here on, noting every answer.
+    let cluster = std::sync::Arc::new(tokio::sync::Mutex::new(cluster));
+    let renewing = {
+        let cluster = std::sync::Arc::clone(&cluster);
+        let renew = renew.clone();
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            let until = Instant::now() + Duration::from_secs(8);
+            while Instant::now() < until {
+                let (status, body) = {
+                    let cluster = cluster.lock().await;
+                    let request = cluster
+                        .http
+                        .post(cluster.url(via, "/v1/locks/renew"))
+                        .json(&renew)
+                        .timeout(Duration::from_millis(1500));
+                    support::answer(request).await
+                };
+                answers.push((status, body));
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            answers
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    cluster.lock().await.kill(speaker);
+    let answers = renewing.await.unwrap();
+    let cluster = cluster.lock().await;
+    for (status, body) in &answers {
+        assert!(
+            *status == 200 || *status == 503 || *status == 0,
+            "a renewal refused for good: {status} {body}"
+        );
+        if *status == 200 {
+            assert_eq!(body["lock"]["fence"], lock["fence"], "{body}");
+        }
+    }
+    let last = answers.last().unwrap();
+    assert_eq!(last.0, 200, "the holder lost its lock: {answers:?}");
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let (_, view) = cluster.get(next, "/v1/cluster").await;
+    let report = &view["last_rebuild"];
+    assert!(
+        report["took_ms"].as_u64().unwrap() < 1500,
+        "the rebuild waited for the dead speaker: {report}"
+    );
+    assert!(
+        report["held_back_ms"].as_u64().unwrap() < 2000,
+        "only leases from before the restart are held back: {report}"
+    );
+}

@@ -264,6 +264,30 @@ where
         .map_err(|e| format!("node did not start: {e}"))
 }
 
+/// Says at start which leases a renewing holder keeps across one crash,
+/// and warns when the default lease is shorter (docs/reliability.md,
+/// "Liveness: the bound").
+fn warn_of_short_leases(config: &NodeConfig) {
+    let kept = config.shortest_lease_kept();
+    let bound_ms = config.failover_bound().as_millis() as u64;
+    if config.lease.default < kept {
+        tracing::warn!(
+            default_lease_ms = config.lease.default.as_millis() as u64,
+            failover_bound_ms = bound_ms,
+            "a holder renewing every third of its lease keeps it across one crash only if the \
+             lease is at least {} ms with these timings; shorter leases may run out while a new \
+             speaker takes over",
+            kept.as_millis()
+        );
+    } else {
+        tracing::info!(
+            failover_bound_ms = bound_ms,
+            "leases of {} ms or more, renewed every third, survive one crash",
+            kept.as_millis()
+        );
+    }
+}
+
 /// `leasehold serve`: runs the node `args` ask for, `config` being their
 /// configuration, checked.
 pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> {
@@ -275,6 +299,7 @@ pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> 
     let mut hangups = listen(SignalKind::hangup())?;
     let mut interrupts = listen(SignalKind::interrupt())?;
     let mut terminates = listen(SignalKind::terminate())?;
+    warn_of_short_leases(&config);
     let node = start(config, &args.listen).await?;
     let scheme = if args.tls_cert.is_some() {
         "https"

@@ -301,6 +301,28 @@ impl NodeConfig {
         self.copies.unwrap_or(Self::DEFAULT_COPIES).min(quorum)
     }
 
+    /// The longest a speaker's crash can leave the cluster without one that
+    /// serves, once a quorum runs: the followers notice after the leader
+    /// lease and an election timeout, and the new speaker's rebuild reads
+    /// for at most `--rebuild-timeout` (proceed) or half of it (strict: a
+    /// dead member is waited for a quarter, a slow one a quarter more).
+    /// Round trips and a loaded machine come on top.
+    pub fn failover_bound(&self) -> Duration {
+        let election = 2 * self.timings.leader_lease();
+        let rebuild = match self.rebuild_mode {
+            RebuildMode::Strict => self.rebuild_timeout / 2,
+            RebuildMode::Proceed => self.rebuild_timeout,
+        };
+        election + rebuild
+    }
+
+    /// The shortest lease a holder that renews when a third of it has
+    /// passed (the Rust client's schedule) keeps across one crash: two
+    /// thirds of it must outlast [`NodeConfig::failover_bound`].
+    pub fn shortest_lease_kept(&self) -> Duration {
+        self.failover_bound() * 3 / 2
+    }
+
     /// Whether a member that refuses votes for `lease` after a heartbeat
     /// (its `--election-timeout-max`) can join a cluster that runs this
     /// node's heartbeats: the speaker's guard counts on the shortest lease
@@ -562,5 +584,14 @@ mod tests {
             .honours_leader_lease(Duration::from_millis(174))
             .unwrap_err();
         assert!(refused.contains("at least 175 ms"), "{refused}");
+    }
+
+    #[test]
+    fn the_failover_bound_is_two_leader_leases_and_the_rebuild() {
+        let config = single_node();
+        assert_eq!(config.failover_bound(), Duration::from_millis(2_600));
+        assert_eq!(config.shortest_lease_kept(), Duration::from_millis(3_900));
+        let strict = config.with_rebuild_mode(RebuildMode::Strict);
+        assert_eq!(strict.failover_bound(), Duration::from_millis(1_600));
     }
 }

@@ -180,6 +180,8 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
             member,
             max_lease: Duration::from_millis(report.header.max_lease_ms),
             copies: usize::try_from(report.header.copies).unwrap_or(usize::MAX),
+            uptime: (!report.header.first_start)
+                .then(|| Duration::from_millis(report.header.uptime_ms)),
             // Already on this clock: each frame's leases were counted from
             // its arrival as it was read (`ReportReader::push`).
             locks: report.locks,
@@ -239,6 +241,13 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
         node.clock.now() + node.config.rebuild_timeout,
         node.config.rebuild_timeout,
     );
+    // In strict mode a member missed costs a hold, which renewals outlast;
+    // a dead member waited for to the timeout costs every holder its
+    // renewals meanwhile (a lease as short as the timeout runs out).
+    if node.config.rebuild_mode == leasehold_protocol::RebuildMode::Strict {
+        let timeout = node.config.rebuild_timeout;
+        reads = reads.reread_for(timeout / leasehold_protocol::STRAGGLER_SHARE, timeout);
+    }
     let read_after =
         |id, addr, delay| read_member(Arc::clone(node), id, addr, term, deadline, delay);
     let mut pending: FuturesUnordered<_> = members

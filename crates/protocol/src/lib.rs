@@ -47,7 +47,9 @@ pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};
 pub use member::{Forwarded, Made, Member, PeerTerms, Polled, Renewal};
 pub use members::Members;
-pub use rebuild::{MemberRead, Reads, RebuildDone, RebuildInput, READ_AGAIN_AFTER};
+pub use rebuild::{
+    at_risk_for, MemberRead, Reads, RebuildDone, RebuildInput, READ_AGAIN_AFTER, STRAGGLER_SHARE,
+};
 pub use refusal::Refusal;
 pub use releases::{Release, ReleaseSender};
 pub use retry::{is_grant_of, request_lock_id};

@@ -36,6 +36,9 @@ pub struct Reads {
     copies: usize,
     max_lease: Duration,
     deadline: MonoTime,
+    /// Until when a failed read is read again (the deadline, unless
+    /// [`Reads::reread_for`] says less).
+    reread_until: MonoTime,
     straggler_wait: Duration,
     /// When the members read first covered every grant.
     enough_since: Option<MonoTime>,
@@ -68,6 +71,7 @@ impl Reads {
             copies,
             max_lease,
             deadline,
+            reread_until: deadline,
             straggler_wait: timeout / STRAGGLER_SHARE,
             enough_since: None,
             members: members.to_vec(),
@@ -76,6 +80,17 @@ impl Reads {
             unanswered: members.iter().copied().collect(),
             failing: BTreeMap::new(),
         }
+    }
+
+    /// Reads a failed member again, and waits for one that has not
+    /// answered, only for `span` after the reads began (`timeout` before
+    /// the deadline), not to the deadline: for a strict rebuild, where a
+    /// member missed costs a hold (renewals go on) and waiting for a dead
+    /// one costs every holder its renewals meanwhile.
+    pub fn reread_for(mut self, span: Duration, timeout: Duration) -> Self {
+        let began = self.deadline - timeout;
+        self.reread_until = (began + span).min(self.deadline);
+        self
     }
 
     /// The members to read first: all of them.
@@ -123,11 +138,11 @@ impl Reads {
     /// A read of `member` failed at `now` (`why`); answers whether to read
     /// it again after [`READ_AGAIN_AFTER`]: while the members read do not
     /// cover every grant without it, and the next read ends before the
-    /// deadline.
+    /// deadline (or the end of [`Reads::reread_for`]).
     pub fn failed(&mut self, member: NodeId, why: String, now: MonoTime) -> bool {
         self.unanswered.remove(&member);
         self.failing.insert(member, why);
-        !self.enough() && !self.settled() && now + READ_AGAIN_AFTER < self.deadline
+        !self.enough() && !self.settled() && now + READ_AGAIN_AFTER < self.reread_until
     }
 
     /// Whether the members that restarted lately are as many as copies
@@ -160,7 +175,7 @@ impl Reads {
             return if self.settled() && self.unanswered.is_empty() {
                 now
             } else {
-                self.deadline
+                self.reread_until
             };
         }
         if self.unanswered.is_empty() {
@@ -199,6 +214,10 @@ pub struct MemberRead {
     pub max_lease: Duration,
     /// Its `--copies`.
     pub copies: usize,
+    /// How long its process had been up when it reported, unless this is
+    /// its data directory's first start (`None`: it forgot nothing). A
+    /// member that restarted has every record it took since it started.
+    pub uptime: Option<Duration>,
     /// Its clients' locks, copies and grants, each lease counted from when
     /// the part of the report it came in arrived.
     pub locks: Vec<Lock>,
@@ -229,16 +248,46 @@ pub struct RebuildDone {
     pub lost: BTreeMap<NodeId, Vec<Lock>>,
 }
 
+/// How long a grant the members read may not have seen can still run,
+/// when `missing` members (`restarted` of them read, up as long as each
+/// says) were missed and a grant is on record with `copies` members.
+///
+/// A member that restarted has every record it took since its start: it
+/// lost only grants made (or last renewed) before. A grant is unseen only
+/// if the members not read, with those that restarted after it was made,
+/// are as many as its copies: only grants older than the start of the
+/// `copies − unread`-th most recent restart, which end within the longest
+/// lease less that member's uptime. With as many members unread as copies,
+/// any grant may be unseen: the whole longest lease.
+pub fn at_risk_for(
+    missing: &[NodeId],
+    restarted: &[Duration],
+    copies: usize,
+    longest_lease: Duration,
+) -> Duration {
+    let unread = missing.len().saturating_sub(restarted.len());
+    let Some(k) = copies.checked_sub(unread).filter(|k| *k >= 1) else {
+        return longest_lease;
+    };
+    let mut ups = restarted.to_vec();
+    ups.sort_unstable();
+    match ups.get(k - 1) {
+        Some(up) => longest_lease.saturating_sub(*up),
+        None => Duration::ZERO,
+    }
+}
+
 impl Member {
     /// Rebuilds the table for `input.term` from what was read, unless
     /// leadership or the table moved on meanwhile.
     ///
     /// Every grant answered to a client is on record with `copies`
     /// members: a rebuild that missed fewer has read every one of them.
-    /// Otherwise a lease granted before this rebuild ends by `now +` the
-    /// longest lease; an old speaker missing from the rebuild may have
-    /// granted until its guard ran out, at most one leader lease before
-    /// this term began: strict mode holds new grants back that long.
+    /// Otherwise a lease granted before this rebuild that it may not have
+    /// seen ends by `now +` [`at_risk_for`] (at most the longest lease);
+    /// an old speaker missing from the rebuild may have granted until its
+    /// guard ran out, at most one leader lease before this term began:
+    /// strict mode holds new grants back that long.
     pub fn rebuild(
         &mut self,
         input: RebuildInput,
@@ -251,7 +300,13 @@ impl Member {
         let mut fewest_copies = self.fewest_copies(now).map_or(ours, |f| f.min(ours));
         let mut members_read = Vec::with_capacity(input.reads.len());
         let mut locks = Vec::with_capacity(input.reads.iter().map(|r| r.locks.len()).sum());
+        // The members read that count as missing restarted lately: how
+        // long each has been up.
+        let mut restarted: Vec<Duration> = Vec::new();
         for read in input.reads {
+            if input.missing.contains(&read.member) {
+                restarted.push(read.uptime.unwrap_or_default());
+            }
             members_read.push(read.member);
             if read.max_lease != our_lease {
                 tracing::error!(
@@ -278,7 +333,10 @@ impl Member {
         let mut missing = input.missing;
         let all_seen = missing.len() < fewest_copies;
         let held_back = match self.config().rebuild_mode {
-            RebuildMode::Strict if !all_seen => Some(longest_lease + self.longest_leader_lease()),
+            RebuildMode::Strict if !all_seen => Some(
+                at_risk_for(&missing, &restarted, fewest_copies, longest_lease)
+                    + self.longest_leader_lease(),
+            ),
             _ => None,
         };
         let term = input.term;
@@ -510,5 +568,41 @@ mod tests {
         let (read, missing, _) = reads.finish();
         assert_eq!(read, vec![1, 2]);
         assert_eq!(missing, vec![3, 4], "unread departed members count missing");
+    }
+
+    #[test]
+    fn a_strict_rebuild_reads_a_failed_member_again_only_for_a_while() {
+        let mut reads = reads_of(&[1, 2, 3], 2).reread_for(TIMEOUT / 4, TIMEOUT);
+        reads.answered(1, up(), false, LEASE, 2);
+        reads.answered(2, Duration::from_secs(1), false, LEASE, 2);
+        assert!(reads.failed(3, "refused".into(), at(10)), "within the span");
+        assert!(
+            !reads.failed(3, "refused".into(), at(201)),
+            "past a quarter of the timeout a dead member is not waited for"
+        );
+        // One that does not answer at all is waited for as long.
+        let mut reads = reads_of(&[1, 2, 3], 2).reread_for(TIMEOUT / 4, TIMEOUT);
+        reads.answered(1, up(), false, LEASE, 2);
+        reads.answered(2, Duration::from_secs(1), false, LEASE, 2);
+        assert_eq!(reads.stop_at(at(10)), at(250));
+    }
+
+    #[test]
+    fn a_restarted_member_counts_as_missing_only_for_grants_before_its_start() {
+        let lease = Duration::from_secs(10);
+        let secs = Duration::from_secs;
+        // Two copies; the speaker unread and one member restarted 3 s ago:
+        // only grants older than 3 s may be unseen, and they end within 7 s.
+        assert_eq!(at_risk_for(&[1, 2], &[secs(3)], 2, lease), secs(7));
+        // Two unread: any grant.
+        assert_eq!(at_risk_for(&[1, 2], &[], 2, lease), lease);
+        // Two restarted, none unread: the later of the two restarts.
+        assert_eq!(at_risk_for(&[1, 2], &[secs(8), secs(2)], 2, lease), secs(2));
+        // Three copies, one unread, restarts 1 s, 4 s and 6 s ago: a grant
+        // needs two restarts after it, the second most recent is 4 s ago.
+        let restarted = [secs(6), secs(1), secs(4)];
+        assert_eq!(at_risk_for(&[1, 2, 3, 4], &restarted, 3, lease), secs(6));
+        // Up longer than the lease: nothing it lost can still run.
+        assert_eq!(at_risk_for(&[1, 2], &[secs(30)], 2, lease), Duration::ZERO);
     }
 }

@@ -107,6 +107,7 @@ fn speaker_again(
                 member,
                 max_lease: MAX_LEASE,
                 copies: 2,
+                uptime: None,
                 locks: Vec::new(),
             })
             .collect(),
@@ -216,6 +217,7 @@ fn a_rebuild_retried_in_the_same_term_keeps_where_locks_moved_from() {
             member: 2,
             max_lease: MAX_LEASE,
             copies: 2,
+            uptime: None,
             locks: vec![renewed],
         }],
         missing: vec![],

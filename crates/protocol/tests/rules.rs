@@ -286,6 +286,7 @@ fn a_rebuild_after_growth_that_misses_the_grower_has_not_seen_every_grant() {
             member: r,
             max_lease: MAX_LEASE,
             copies: 2,
+            uptime: None,
             locks: Vec::new(),
         })
         .collect();
@@ -357,6 +358,7 @@ fn a_strict_hold_covers_the_longest_leader_lease_a_member_runs_with() {
             member: 2,
             max_lease: MAX_LEASE,
             copies: 2,
+            uptime: None,
             locks: Vec::new(),
         }],
         missing: vec![1, 3],

@@ -118,6 +118,7 @@ impl Reading {
             member,
             max_lease,
             copies,
+            uptime: (!first_start).then_some(uptime),
             locks,
         });
     }

@@ -55,6 +55,7 @@ pub fn speaker(id: u64, term: u64, now: MonoTime, missing: Vec<u64>, mode: Rebui
             member: r,
             max_lease: MAX_LEASE,
             copies: 2,
+            uptime: None,
             locks: Vec::new(),
         })
         .collect();
