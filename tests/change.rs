@@ -222,3 +222,68 @@ async fn a_restart_then_a_speaker_crash_keeps_a_renewing_holders_lock() {
         "only leases from before the restart are held back: {report}"
     );
 }
+
+/// The member that holds a lock's copy is removed and its machine is
+/// started again at once under its id and address on a wiped directory (as
+/// replacing a node in place goes); then the speaker is killed. The next
+/// rebuild reads the departed member at its old address, where the wiped
+/// replacement now answers: it must not count as the member that left,
+/// whose records it does not have. Counted missing with the speaker, the
+/// rebuild has not seen every grant, and strict mode holds the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_holder_replaced_in_place_then_a_speaker_crash_grants_nothing_twice() {
+    const LEASE: Duration = Duration::from_secs(20);
+    let mut cluster =
+        Cluster::start_with(4, &["--rebuild-mode", "strict", "--max-lease", "20000"]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let granted_at = Instant::now();
+    let lock = cluster
+        .must_acquire(
+            speaker,
+            "jobs/copied",
+            json!({ "lease_ms": LEASE.as_millis() as u64, "holder": "w1" }),
+        )
+        .await;
+    // A grant to the speaker's own client is copied to the next member
+    // after it in id order.
+    let copy_holder = speaker % 4 + 1;
+    let (status, body) = support::answer(
+        cluster
+            .http
+            .delete(cluster.url(speaker, &format!("/v1/cluster/members/{copy_holder}")))
+            .header("x-leasehold-token", TOKEN)
+            .timeout(Duration::from_secs(40)),
+    )
+    .await;
+    assert_eq!(status, 200, "remove {copy_holder}: {body}");
+    assert_eq!(cluster.wait_exit(copy_holder, PATIENCE), Some(0));
+    let others: Vec<u64> = (1..=4).filter(|id| *id != copy_holder).collect();
+    cluster.rejoin_wiped_through(copy_holder, &others);
+    // The replacement serves at the old address (its join waits out the
+    // removal's lease).
+    let start = Instant::now();
+    while cluster.get(copy_holder, "/healthz").await.0 != 200 {
+        assert!(start.elapsed() < PATIENCE, "the replacement never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let (_, view) = cluster.get(next, "/v1/cluster").await;
+    let report = &view["last_rebuild"];
+    assert_eq!(
+        report["all_seen"],
+        json!(false),
+        "the lock's copy left with member {copy_holder}: {report}"
+    );
+    let granted = rival_until(
+        &cluster,
+        next,
+        "jobs/copied",
+        granted_at + LEASE - Duration::from_secs(2),
+    )
+    .await;
+    assert!(
+        granted.is_none(),
+        "granted twice while {lock} may run: {granted:?}"
+    );
+}

@@ -60,6 +60,16 @@ impl PeerError {
         PeerError::new(addr, PeerErrorKind::Stranger, reason)
     }
 
+    /// The node at `addr` answered for departed member `id` from another
+    /// data directory than the one it left with.
+    pub(crate) fn left_on_another_directory(addr: &str, id: NodeId) -> Self {
+        let reason = format!(
+            "member {id} left the cluster on another data directory: the node now at its \
+             address holds none of its records"
+        );
+        PeerError::new(addr, PeerErrorKind::Stranger, reason)
+    }
+
     /// What went wrong.
     pub fn kind(&self) -> PeerErrorKind {
         self.kind
@@ -220,6 +230,9 @@ impl Peers {
             let mut response = self
                 .send_streamed(addr, routes::HELD, Some(body), timeout)
                 .await?;
+            let store = leasehold_raft::identity::Stamp::read(&response.headers)
+                .ok()
+                .map(|stamp| stamp.store);
             if !response.status.is_success() {
                 return Err(PeerError::new(
                     addr,
@@ -238,9 +251,11 @@ impl Peers {
                     .push(&piece)
                     .map_err(|e| PeerError::new(addr, Malformed, e))?;
             }
-            reader
+            let mut report = reader
                 .finish()
-                .map_err(|e| PeerError::new(addr, Malformed, e))
+                .map_err(|e| PeerError::new(addr, Malformed, e))?;
+            report.store = store;
+            Ok(report)
         };
         tokio::time::timeout(timeout, read).await.map_err(|_| {
             let reason = format!("no whole report within {timeout:?}");

@@ -146,6 +146,9 @@ pub(crate) struct MemberReport {
     pub(crate) locks: Vec<Lock>,
     /// How many frames of locks came (0 for the speaker's own report).
     pub(crate) frames: usize,
+    /// The data directory the answer's peer stamp named (`None` for the
+    /// speaker's own report).
+    pub(crate) store: Option<leasehold_raft::identity::StoreId>,
 }
 
 /// Takes a report in as its bytes arrive: each frame is decoded once whole

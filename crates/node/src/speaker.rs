@@ -346,9 +346,21 @@ async fn read_member(
             )
             .await;
         // Another node at that address now (a member replaced under the
-        // address of one that left) is not the member asked: unread.
+        // address of one that left) is not the member asked: unread. So is
+        // a departed member's id on another data directory than the one it
+        // left with (its replacement, started at once under its id at its
+        // address): it holds none of the records the one that left held.
+        let left_on = match node.roster().addr(id) {
+            None => node.identity.recorded(id),
+            Some(_) => None,
+        };
         report.and_then(|r| match r.header.node == id {
-            true => Ok(r),
+            true => match (left_on, r.store) {
+                (Some(left), Some(now)) if left != now => {
+                    Err(PeerError::left_on_another_directory(&addr, id))
+                }
+                _ => Ok(r),
+            },
             false => Err(PeerError::not_the_member(&addr, id, r.header.node)),
         })
     };
@@ -397,6 +409,7 @@ impl Node {
             header: self.report_header(),
             locks,
             frames: 0,
+            store: None,
         }
     }
 
