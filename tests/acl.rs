@@ -231,3 +231,81 @@ fn a_wrong_acl_file_is_refused_at_start_with_what_is_wrong() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("--acl") && said.contains("lokc"), "{said}");
 }
+
+/// With `--peer-token`, the members speak with a credential of their own:
+/// the operators' cluster token no longer opens the peer routes (where a
+/// forged leadership transfer or report would be sent), and the peer token
+/// is no admin credential. It rotates one member at a time, in three
+/// rolling restarts (accept the new one; send it, accepting the old; drop
+/// the old), while a held lock stays its holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_token_keeps_the_operators_token_off_the_peer_routes_and_rotates() {
+    const OLD: &str = "peer-old-0123456789";
+    const NEW: &str = "peer-new-0123456789";
+    let flags = |token: &str, accept: Option<&str>| {
+        let mut flags = vec!["--peer-token".to_string(), token.to_string()];
+        if let Some(accept) = accept {
+            flags.extend(["--peer-token-accept".to_string(), accept.to_string()]);
+        }
+        flags
+    };
+    let mut cluster = Cluster::start_each(3, &[], |_| flags(OLD, None)).await;
+    let internal = |cluster: &Cluster, token: &str| {
+        cluster
+            .http
+            .post(cluster.url(1, "/internal/forget"))
+            .header("x-leasehold-token", token.to_string())
+            .json(&json!({"forgets": []}))
+            .timeout(Duration::from_secs(5))
+    };
+    let (status, _) = support::answer(internal(&cluster, TOKEN)).await;
+    assert_eq!(status, 401, "the operators' token opens no peer route");
+    let (status, body) = support::answer(internal(&cluster, OLD)).await;
+    assert_eq!(
+        status, 400,
+        "past the token, a request without a stamp: {body}"
+    );
+    let (status, body) = support::answer(
+        cluster
+            .http
+            .post(cluster.url(1, "/v1/cluster/members"))
+            .header("x-leasehold-token", OLD)
+            .json(&json!({"id": 9, "addr": "127.0.0.1:9"}))
+            .timeout(Duration::from_secs(5)),
+    )
+    .await;
+    assert_eq!(status, 401, "the peer token is no admin credential: {body}");
+
+    let lock = cluster
+        .must_acquire(1, "rotate/x", json!({"lease_ms": 60000}))
+        .await;
+    let renew = json!({"name": lock["name"], "id": lock["id"]});
+    for phase in [
+        flags(OLD, Some(NEW)),
+        flags(NEW, Some(OLD)),
+        flags(NEW, None),
+    ] {
+        for id in 1..=3 {
+            cluster.kill(id);
+            cluster.set_node_args(id, phase.clone());
+            cluster.spawn(id);
+            cluster.all_follow_one().await;
+            let via = id % 3 + 1;
+            let (status, renewed) = cluster
+                .post_settled(via, "/v1/locks/renew", renew.clone())
+                .await;
+            assert_eq!(
+                status, 200,
+                "renewal after restarting {id} with {phase:?}: {renewed}"
+            );
+            assert_eq!(renewed["lock"]["fence"], lock["fence"]);
+        }
+    }
+    let (status, _) = support::answer(internal(&cluster, OLD)).await;
+    assert_eq!(
+        status, 401,
+        "the old peer token is refused once rotated out"
+    );
+    let (status, _) = support::answer(internal(&cluster, NEW)).await;
+    assert_eq!(status, 400);
+}

@@ -65,9 +65,23 @@ pub struct ServeArgs {
     /// Where the Raft vote and log are kept.
     #[arg(long)]
     data_dir: PathBuf,
-    /// The secret every peer request carries.
+    /// The operators' secret (membership changes; any right under --acl),
+    /// and the members' too unless --peer-token is given.
     #[arg(long, env = "LEASEHOLD_CLUSTER_TOKEN", hide_env_values = true)]
     cluster_token: String,
+    /// The members' own secret for the peer routes, apart from the
+    /// operators' cluster token (docs/security.md, "Peer tokens").
+    #[arg(long, env = "LEASEHOLD_PEER_TOKEN", hide_env_values = true)]
+    peer_token: Option<String>,
+    /// Peer tokens also taken from members, never sent: for a rotation,
+    /// one member at a time (comma-separated).
+    #[arg(
+        long,
+        env = "LEASEHOLD_PEER_TOKEN_ACCEPT",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    peer_token_accept: Vec<String>,
     /// The lease of a request naming none, in ms (default: 30000, or
     /// --max-lease if that is shorter).
     #[arg(long)]
@@ -222,6 +236,7 @@ impl ServeArgs {
             self.peers.clone()
         };
         NodeConfig::new(self.id, peers, &self.data_dir, &self.cluster_token)
+            .with_peer_token(self.peer_token.clone(), self.peer_token_accept.clone())
             .with_join(self.join.clone())
             .with_lease(LeaseRule {
                 default: Duration::from_millis(

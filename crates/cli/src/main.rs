@@ -125,7 +125,7 @@ enum Command {
         data_dir: Option<PathBuf>,
     },
     /// Run one node.
-    Serve(local::ServeArgs),
+    Serve(Box<local::ServeArgs>),
     /// Break the local cluster of `leasehold up` on purpose: partitions,
     /// slow links, kills, pauses, restarts (docs/harness.md).
     Chaos {

@@ -22,8 +22,16 @@ pub struct NodeConfig {
     pub peers: BTreeMap<NodeId, String>,
     /// Where the Raft vote and log are kept.
     pub data_dir: PathBuf,
-    /// The secret every `/internal/` request must carry.
+    /// The operators' secret: membership changes, and any right under
+    /// `--acl`; also the members' credential unless `peer_token` is set.
     pub cluster_token: String,
+    /// The members' own credential for the peer routes (`--peer-token`):
+    /// sent on every peer request and asked of every one. `None`: the
+    /// cluster token serves as both.
+    pub peer_token: Option<String>,
+    /// Other peer credentials taken but never sent (`--peer-token-accept`),
+    /// for a rotation one member at a time.
+    pub peer_tokens_accepted: Vec<String>,
     /// The default and longest leases.
     pub lease: LeaseRule,
     /// The longest a new speaker waits for the members' reports (once
@@ -67,6 +75,11 @@ impl std::fmt::Debug for NodeConfig {
             .field("peers", &self.peers)
             .field("data_dir", &self.data_dir)
             .field("cluster_token", &"<redacted>")
+            .field(
+                "peer_token",
+                &self.peer_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("peer_tokens_accepted", &self.peer_tokens_accepted.len())
             .field("lease", &self.lease)
             .field("rebuild_timeout", &self.rebuild_timeout)
             .field("rebuild_mode", &self.rebuild_mode)
@@ -97,6 +110,9 @@ pub enum ConfigError {
     /// No cluster token.
     #[error("a cluster token is required (--cluster-token or LEASEHOLD_CLUSTER_TOKEN)")]
     NoToken,
+    /// A peer token given empty.
+    #[error("--peer-token and --peer-token-accept must not be empty")]
+    EmptyPeerToken,
     /// A lease longer than leasehold counts.
     #[error("--max-lease must be at most {} ms (got {} ms)", MAX_LEASE_CAP.as_millis(), .0.as_millis())]
     LeaseTooLong(Duration),
@@ -189,6 +205,8 @@ impl NodeConfig {
                 .collect(),
             data_dir: data_dir.into(),
             cluster_token: cluster_token.into(),
+            peer_token: None,
+            peer_tokens_accepted: Vec::new(),
             lease: LeaseRule::default(),
             rebuild_timeout: Self::DEFAULT_REBUILD_TIMEOUT,
             rebuild_mode: RebuildMode::default(),
@@ -269,6 +287,31 @@ impl NodeConfig {
             report_frame_bytes,
             ..self
         }
+    }
+
+    /// With `token` as the members' own credential, and `accepted` taken
+    /// from members too (a rotation under way).
+    pub fn with_peer_token(self, token: Option<String>, accepted: Vec<String>) -> Self {
+        NodeConfig {
+            peer_token: token,
+            peer_tokens_accepted: accepted,
+            ..self
+        }
+    }
+
+    /// The credential this node sends on its peer requests.
+    pub fn sent_peer_token(&self) -> &str {
+        self.peer_token.as_deref().unwrap_or(&self.cluster_token)
+    }
+
+    /// Whether `given` is a credential a member may send: the one this
+    /// node sends, or one it also accepts (each compared in constant time).
+    pub fn takes_peer_token(&self, given: &[u8]) -> bool {
+        let sent = leasehold_raft::token_matches(self.sent_peer_token(), given);
+        let other = self.peer_tokens_accepted.iter().fold(false, |any, t| {
+            any | leasehold_raft::token_matches(t, given)
+        });
+        sent | other
     }
 
     /// With this many copies of every grant (`None`: the default).
@@ -361,6 +404,11 @@ impl NodeConfig {
         let (shortest, longest) = REBUILD_TIMEOUT_RANGE;
         if self.rebuild_timeout < shortest || self.rebuild_timeout > longest {
             return Err(ConfigError::RebuildTimeout(self.rebuild_timeout));
+        }
+        if self.peer_token.as_deref() == Some("")
+            || self.peer_tokens_accepted.iter().any(String::is_empty)
+        {
+            return Err(ConfigError::EmptyPeerToken);
         }
         if self.cluster_token.is_empty() {
             return Err(ConfigError::NoToken);
@@ -593,5 +641,28 @@ mod tests {
         assert_eq!(config.shortest_lease_kept(), Duration::from_millis(3_900));
         let strict = config.with_rebuild_mode(RebuildMode::Strict);
         assert_eq!(strict.failover_bound(), Duration::from_millis(1_600));
+    }
+
+    #[test]
+    fn a_peer_token_is_sent_and_taken_beside_those_a_rotation_accepts() {
+        let config = single_node();
+        assert_eq!(config.sent_peer_token(), config.cluster_token);
+        assert!(config.takes_peer_token(config.cluster_token.as_bytes()));
+        let config = config.with_peer_token(Some("peer-new".into()), vec!["peer-old".into()]);
+        assert_eq!(config.sent_peer_token(), "peer-new");
+        assert!(config.takes_peer_token(b"peer-new"));
+        assert!(config.takes_peer_token(b"peer-old"));
+        assert!(
+            !config.takes_peer_token(config.cluster_token.as_bytes()),
+            "the operators' token is no peer credential once one is set"
+        );
+        assert!(!config.takes_peer_token(b""));
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("peer-new") && !shown.contains("peer-old"),
+            "{shown}"
+        );
+        let empty = single_node().with_peer_token(Some(String::new()), Vec::new());
+        assert_eq!(empty.validate(), Err(ConfigError::EmptyPeerToken));
     }
 }

@@ -302,7 +302,7 @@ where
         config.id,
         &config.data_dir,
         &config.timings,
-        &config.cluster_token,
+        config.sent_peer_token(),
         Faults::default(),
         seams.transport,
     )

@@ -95,6 +95,8 @@ pub struct Node {
     pub(crate) copier: Copier,
     /// Every task the node started, so that a shutdown waits for them.
     pub(crate) tasks: Tasks,
+    /// Members whose timings were logged as leaving the guard no room.
+    warned_timings: Mutex<std::collections::BTreeSet<NodeId>>,
     /// Cancelled when the node stops: every task it started ends on it.
     pub(crate) stop: CancellationToken,
 }
@@ -149,6 +151,7 @@ impl Node {
             metrics: crate::metrics::Metrics::new(),
             batches: Queue::new(),
             tasks: Tasks::default(),
+            warned_timings: Mutex::default(),
             stop: CancellationToken::new(),
         });
         let copies = node.state().member.copies_floor(node.clock.now());
@@ -158,11 +161,13 @@ impl Node {
             leader_lease: node.config.timings.leader_lease(),
         });
         let heard = Arc::downgrade(&node);
-        node.identity.terms().on_heard(Box::new(move |from, terms| {
-            if let Some(node) = heard.upgrade() {
-                node.heard_terms(from, terms);
-            }
-        }));
+        node.identity
+            .terms()
+            .on_heard(Box::new(move |from, terms, answer| {
+                if let Some(node) = heard.upgrade() {
+                    node.heard_terms(from, terms, answer);
+                }
+            }));
         node
     }
 
@@ -304,14 +309,40 @@ impl Node {
     /// Member `from` said what it runs with: the fewest copies its grants
     /// may have are counted for a lease from now, and the guard counts on
     /// its leader lease if it is shorter than this node's.
-    pub(crate) fn heard_terms(&self, from: NodeId, terms: leasehold_raft::Terms) {
+    pub(crate) fn heard_terms(&self, from: NodeId, terms: leasehold_raft::Terms, answer: bool) {
         let now = self.clock.now();
+        if answer {
+            if let Err(why) = self.config.honours_leader_lease(terms.leader_lease) {
+                self.warn_timings_once(from, &why);
+            }
+        }
         let terms = leasehold_protocol::PeerTerms {
             copies: terms.copies,
             max_lease: terms.max_lease,
-            leader_lease: terms.leader_lease,
+            // A request may have waited since its member restarted with
+            // other timings: only an answer says what it runs with now.
+            leader_lease: answer.then_some(terms.leader_lease),
         };
         self.state().member.heard(from, terms, now);
+    }
+
+    /// Logs, once per member, that its leader lease is one this node's
+    /// heartbeats cannot renew twice: the guard counts on it all the same
+    /// (the member votes that soon), so grants stall.
+    fn warn_timings_once(&self, from: NodeId, why: &str) {
+        let first = self
+            .warned_timings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(from);
+        if first {
+            tracing::error!(
+                member = from,
+                %why,
+                "a member's timings leave the speaker's guard no room: grants and renewals may \
+                 stall; give every member the same timings"
+            );
+        }
     }
 
     /// What this node tells the other members it runs with, as of now.

@@ -125,8 +125,9 @@ pub struct PeerTerms {
     /// Its longest lease.
     pub max_lease: Duration,
     /// Its leader lease: how long after a heartbeat it took it refuses to
-    /// vote for another.
-    pub leader_lease: Duration,
+    /// vote for another (`None`: not said, as on a request, which may have
+    /// waited since its member restarted with other timings).
+    pub leader_lease: Option<Duration>,
 }
 
 impl Member {
@@ -184,6 +185,8 @@ impl Member {
         if copies > before && self.table.is_rebuilt() {
             self.note_own_copies(before, now);
         }
+        // A member gone no longer bounds the guard or the hold.
+        self.leader_leases.retain(|id, _| members.contains(id));
         self.config.members = members;
         self.config.copy_to = copy_to;
         self.config.copies = copies;
@@ -222,11 +225,11 @@ impl Member {
         let longest = LeaseRule::LONGEST;
         let terms = PeerTerms {
             max_lease: terms.max_lease.min(longest),
-            leader_lease: terms.leader_lease.min(longest),
+            leader_lease: terms.leader_lease.map(|l| l.min(longest)),
             ..terms
         };
-        if from != self.config.id {
-            self.leader_leases.insert(from, terms.leader_lease);
+        if let Some(lease) = terms.leader_lease.filter(|_| from != self.config.id) {
+            self.leader_leases.insert(from, lease);
         }
         let Some(copies) = terms.copies else {
             return;
@@ -603,7 +606,10 @@ impl Member {
     }
 
     /// Stops speaking for good: the table is dropped and no rebuild
-    /// succeeds again. The first step of a shutdown.
+    /// succeeds again, and no new record (a copy, a forwarded grant or
+    /// renewal) is taken: it would leave with this member, and cost the
+    /// cluster a record that a member staying would have kept. The first
+    /// step of a shutdown or a removal.
     pub fn stop_speaking(&mut self, now: MonoTime) {
         self.stopping = true;
         self.drop_table(None, now);
@@ -694,6 +700,9 @@ impl Member {
     /// left): that rebuild did not see this record, so its client must not
     /// hear of the grant (a newer speaker may grant the name again).
     fn record_held(&mut self, lock: Lock, read_before: u64) -> Result<(), Refusal> {
+        if self.stopping {
+            return Err(Refusal::Stopping);
+        }
         if self.read_by > read_before {
             return Err(Refusal::ReadMeanwhile { read: self.read_by });
         }
@@ -784,7 +793,8 @@ impl Member {
     /// their arrival), unless this member has seen a newer term (`seen`,
     /// Raft's) or been read by one: a copy is either in the report a newer
     /// speaker reads, or refused. A copy that arrives after its release was
-    /// heard of stays released.
+    /// heard of stays released. A member that is stopping takes none (the
+    /// speaker copies to another).
     pub fn take_copies(
         &mut self,
         term: u64,
@@ -792,6 +802,9 @@ impl Member {
         seen: u64,
         now: MonoTime,
     ) -> Result<(), Refusal> {
+        if self.stopping {
+            return Err(Refusal::Stopping);
+        }
         let seen = seen.max(self.read_by);
         if term < seen {
             return Err(Refusal::StaleCopies { term, seen });

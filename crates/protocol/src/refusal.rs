@@ -30,6 +30,10 @@ pub enum Refusal {
         /// The term that read this member.
         read: u64,
     },
+    /// This member is stopping (shut down or removed): it takes no new
+    /// record, which would leave with it.
+    #[error("this node is stopping and keeps no new record; retry through another")]
+    Stopping,
     /// Copies from a speaker older than a term this member has seen.
     #[error("copies from the speaker of term {term}, but term {seen} has begun")]
     StaleCopies {

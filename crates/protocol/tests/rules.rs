@@ -193,7 +193,7 @@ fn terms(copies: Option<usize>, max_lease: Duration, leader_lease: Duration) -> 
     PeerTerms {
         copies,
         max_lease,
-        leader_lease,
+        leader_lease: Some(leader_lease),
     }
 }
 
@@ -381,5 +381,55 @@ fn timings_switched_off_count_only_the_members_own() {
         ..member(1, RebuildMode::Strict).config().clone()
     });
     m.heard(3, terms(Some(2), MAX_LEASE, LEADER_LEASE / 2), at(0));
+    assert_eq!(m.guard_lease(), LEADER_LEASE);
+}
+
+#[test]
+fn a_stopping_member_takes_no_new_record() {
+    // A copy or a forwarded grant recorded on a member that is leaving
+    // leaves with it: refused, so the speaker copies to another and the
+    // client asks elsewhere.
+    let mut m = member(2, RebuildMode::Strict);
+    let lock = Lock {
+        name: "a".into(),
+        id: LockId::from_u128(1),
+        node: 1,
+        holder: "h".into(),
+        fence: Fence::new(3, 1),
+        lease: LEASE,
+        acquired: at(0),
+        expires: at(10_000),
+        data: None,
+    };
+    assert_eq!(m.take_copies(3, vec![lock.clone()], 3, at(0)), Ok(()));
+    m.stop_speaking(at(1));
+    assert_eq!(
+        m.take_copies(3, vec![lock.clone()], 3, at(2)),
+        Err(Refusal::Stopping)
+    );
+    let call = Forwarded {
+        sent: at(2),
+        read_before: 0,
+    };
+    assert_eq!(
+        m.granted_through_speaker(call, lock.in_transit(at(2)), Duration::ZERO, at(3)),
+        Err(Refusal::Stopping)
+    );
+}
+
+#[test]
+fn a_leader_lease_on_a_request_is_not_taken() {
+    // A request may have waited since its member restarted with other
+    // timings; an answer says what it runs with now.
+    let mut m = member(1, RebuildMode::Strict);
+    m.heard(
+        3,
+        PeerTerms {
+            copies: None,
+            max_lease: MAX_LEASE,
+            leader_lease: None,
+        },
+        at(0),
+    );
     assert_eq!(m.guard_lease(), LEADER_LEASE);
 }

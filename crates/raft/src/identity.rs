@@ -750,7 +750,7 @@ impl Identity {
         }
         match self.admit(stamp).await {
             Ok(()) => {
-                self.terms.read(target, headers);
+                self.terms.read(target, headers, true);
                 Ok(())
             }
             Err(e) => {
@@ -789,7 +789,7 @@ pub async fn guard(
         Err(e) => Some((StatusCode::BAD_REQUEST, "bad_request", None, e.to_string())),
         Ok(stamp) => match identity.admit(stamp).await {
             Ok(()) => {
-                identity.terms.read(stamp.from, request.headers());
+                identity.terms.read(stamp.from, request.headers(), false);
                 None
             }
             Err(Refusal::StoreChanged { member, .. } | Refusal::Retired { member, .. })

@@ -71,8 +71,11 @@ impl Terms {
     }
 }
 
-/// Where what other members say goes.
-type Heard = Box<dyn Fn(NodeId, Terms) + Send + Sync>;
+/// Where what other members say goes: the member, its terms, and whether
+/// they came on an answer (a member's current process, answering now)
+/// rather than on a request (which may have waited in a queue since the
+/// member restarted with other terms).
+type Heard = Box<dyn Fn(NodeId, Terms, bool) + Send + Sync>;
 
 /// This member's terms as it stamps them, and where the terms other
 /// members stamp go (the node's protocol state).
@@ -131,10 +134,10 @@ impl TermsBook {
     }
 
     /// Takes the terms `headers` carry from member `from`, an admitted
-    /// member.
-    pub fn read(&self, from: NodeId, headers: &HeaderMap) {
+    /// member, on an answer (`answer`) or a request.
+    pub fn read(&self, from: NodeId, headers: &HeaderMap, answer: bool) {
         if let (Some(terms), Some(heard)) = (Terms::read(headers), self.heard.get()) {
-            heard(from, terms);
+            heard(from, terms, answer);
         }
     }
 }
@@ -202,16 +205,16 @@ mod tests {
         let book = TermsBook::default();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
-        book.on_heard(Box::new(move |from, terms| {
+        book.on_heard(Box::new(move |from, terms, _| {
             sink.lock().unwrap().push((from, terms))
         }));
         let mut headers = HeaderMap::new();
-        book.read(2, &headers);
+        book.read(2, &headers, true);
         headers.insert(
             TERMS_HEADER,
             HeaderValue::from_static("copies=1; max-lease-ms=20000; leader-lease-ms=300"),
         );
-        book.read(2, &headers);
+        book.read(2, &headers, true);
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!((seen[0].0, seen[0].1.copies), (2, Some(1)));

@@ -76,8 +76,9 @@ pub(super) fn router(node: Shared) -> Router {
         .layer(axum::middleware::from_fn_with_state(node, guard_internal))
 }
 
-/// Every request under `/internal/`, whatever its path or method, needs the
-/// cluster token; nothing else about the peer routes shows without it. The
+/// Every request under `/internal/`, whatever its path or method, needs a
+/// peer token (`--peer-token`, or the cluster token when none is set);
+/// nothing else about the peer routes shows without it. The
 /// public routes do not pass through this check. Past it, the identity
 /// guard admits the sender's data directory and stamps the answer.
 async fn guard_internal(State(node): State<Shared>, request: Request, next: Next) -> Response {
@@ -87,7 +88,7 @@ async fn guard_internal(State(node): State<Shared>, request: Request, next: Next
     }
 }
 
-/// `401` for a request without the cluster token, or, when members speak
+/// `401` for a request without a peer token, or, when members speak
 /// mutual TLS, on a connection whose client showed no certificate the CA
 /// verified (the caller has checked that the request is for the peer
 /// routes).
@@ -104,7 +105,23 @@ pub(super) fn refuse_without_token(node: &Node, request: &Request) -> Option<Api
             "the peer routes need a client certificate from the cluster's CA",
         ));
     }
-    refuse_without_cluster_token(node, request.headers()).err()
+    refuse_without_peer_token(node, request.headers()).err()
+}
+
+/// `401` unless `headers` carry a peer credential this node takes (the
+/// cluster token, unless `--peer-token` is set).
+fn refuse_without_peer_token(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
+    let given = headers
+        .get(TOKEN_HEADER)
+        .map(|v| v.as_bytes())
+        .unwrap_or(b"");
+    match node.config.takes_peer_token(given) {
+        true => Ok(()),
+        false => Err(ApiError::new(
+            ErrorCode::Unauthorized,
+            "the peer token is missing or wrong",
+        )),
+    }
 }
 
 /// `401` unless `headers` carry the cluster token (compared in constant
