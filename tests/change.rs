@@ -287,3 +287,88 @@ async fn a_copy_holder_replaced_in_place_then_a_speaker_crash_grants_nothing_twi
         "granted twice while {lock} may run: {granted:?}"
     );
 }
+
+/// Timings lowered by a rolling restart (followers first, as the docs
+/// say), then the old speaker and one follower are cut off from the three
+/// that run the shorter timings. Those three may elect a speaker as soon as
+/// their own short lease allows; the old speaker's guard counts on the
+/// shortest lease any member runs with, and the successor's strict hold on
+/// the longest, so a grant the old speaker makes after the cut cannot
+/// overlap one of its successor's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timings_lowered_by_a_rolling_restart_then_a_partition_grant_nothing_twice() {
+    const MAX_LEASE: u64 = 2000;
+    let long = |_| {
+        [
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout-min",
+            "1000",
+            "--election-timeout-max",
+            "2000",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let mut cluster = Cluster::start_each(
+        5,
+        &["--chaos", "--rebuild-mode", "strict", "--max-lease", "2000"],
+        long,
+    )
+    .await;
+    let (speaker, _) = cluster.speaker().await;
+    let others = cluster.others(speaker);
+    let (minority, majority) = (others[0], others[1..].to_vec());
+    for id in &majority {
+        cluster.kill(*id);
+        cluster.set_node_args(*id, Vec::new());
+        cluster.spawn(*id);
+        cluster.all_follow_one().await;
+    }
+    let (still, _) = cluster.speaker().await;
+    assert_eq!(still, speaker, "restarting followers moved no leadership");
+    // A lock that ends 1.8 s into the cut, after the majority can elect:
+    // the old speaker could grant the name again then only if its guard
+    // still ran.
+    cluster
+        .must_acquire(speaker, "part/x", json!({"holder": "c", "lease_ms": 1800}))
+        .await;
+    for id in [speaker, minority] {
+        cluster.set_plan(id, json!({"drop_to": majority})).await;
+    }
+    for id in &majority {
+        cluster
+            .set_plan(*id, json!({"drop_to": [speaker, minority]}))
+            .await;
+    }
+    let cluster = std::sync::Arc::new(cluster);
+    let ask = |via: u64, holder: &'static str, for_ms: u64| {
+        let cluster = std::sync::Arc::clone(&cluster);
+        tokio::spawn(async move {
+            let until = Instant::now() + Duration::from_millis(for_ms);
+            let body = json!({"name": "part/x", "holder": holder, "lease_ms": MAX_LEASE});
+            while Instant::now() < until {
+                let sent = Instant::now();
+                let (status, _) = cluster.post(via, "/v1/locks/acquire", body.clone()).await;
+                if status == 200 {
+                    return Some((sent, Instant::now()));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            None
+        })
+    };
+    let old_side = ask(speaker, "a", 4_000);
+    let new_side = ask(majority[0], "b", 12_000);
+    let (a, b) = (old_side.await.unwrap(), new_side.await.unwrap());
+    eprintln!("old side {a:?}, new side {b:?}");
+    if let (Some((a_sent, _)), Some((_, b_answered))) = (a, b) {
+        assert!(
+            b_answered >= a_sent + Duration::from_millis(MAX_LEASE),
+            "two holders: a through the old speaker (asked {:?} before b was answered), \
+             b through the new one",
+            b_answered.saturating_duration_since(a_sent)
+        );
+    }
+    assert!(b.is_some(), "the majority never granted the name again");
+}
