@@ -372,3 +372,84 @@ async fn timings_lowered_by_a_rolling_restart_then_a_partition_grant_nothing_twi
     }
     assert!(b.is_some(), "the majority never granted the name again");
 }
+
+/// A follower stopped with SIGTERM hands its records over before it goes
+/// (the speaker copies them again to members that stay), so its restart
+/// forgot nothing that counts: a speaker crash right after is a single
+/// crash, not two. The rebuild reads every member that runs, names only
+/// the dead speaker missing, holds nothing back in strict mode, and the
+/// lock held through the restarted follower stays its holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_restart_then_a_speaker_crash_costs_nothing() {
+    let mut cluster =
+        Cluster::start_with(3, &["--rebuild-mode", "strict", "--max-lease", "20000"]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let follower = cluster.others(speaker)[0];
+    let lock = cluster
+        .must_acquire(
+            follower,
+            "clean/x",
+            json!({"lease_ms": 20000, "holder": "w1"}),
+        )
+        .await;
+    assert_eq!(cluster.terminate(follower, PATIENCE), Some(0));
+    assert!(
+        cluster.log(follower).contains("records handed over"),
+        "{}",
+        cluster.log(follower)
+    );
+    cluster.spawn(follower);
+    cluster.all_follow_one().await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let (_, view) = cluster.get(next, "/v1/cluster").await;
+    let report = &view["last_rebuild"];
+    assert_eq!(report["members_missing"], json!([speaker]), "{report}");
+    assert_eq!(report["all_seen"], json!(true), "{report}");
+    assert_eq!(report["held_back_ms"], json!(0), "{report}");
+    let renew = json!({"name": lock["name"], "id": lock["id"]});
+    let (status, renewed) = cluster
+        .post_settled(follower, "/v1/locks/renew", renew)
+        .await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["lock"]["fence"], lock["fence"]);
+}
+
+/// A member removed cleanly hands its records over before it stops, and
+/// the speaker tells every member it need not be read: a speaker kill a
+/// while later names only the dead speaker missing (it named the removed
+/// member too, and in strict mode held every new grant back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_then_a_speaker_kill_reports_nothing_else_missing() {
+    let mut cluster =
+        Cluster::start_with(4, &["--rebuild-mode", "strict", "--max-lease", "20000"]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let removed = cluster.others(speaker)[0];
+    let through_removed = cluster
+        .must_acquire(removed, "clean/held-there", json!({"lease_ms": 20000}))
+        .await;
+    let (status, body) = support::answer(
+        cluster
+            .http
+            .delete(cluster.url(speaker, &format!("/v1/cluster/members/{removed}")))
+            .header("x-leasehold-token", TOKEN)
+            .timeout(Duration::from_secs(40)),
+    )
+    .await;
+    assert_eq!(status, 200, "remove {removed}: {body}");
+    assert_eq!(cluster.wait_exit(removed, PATIENCE), Some(0));
+    let left: Vec<u64> = (1..=4).filter(|id| *id != removed).collect();
+    cluster.wait_for_voters(speaker, &left).await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let (_, view) = cluster.get(next, "/v1/cluster").await;
+    let report = &view["last_rebuild"];
+    assert_eq!(report["members_missing"], json!([speaker]), "{report}");
+    assert_eq!(report["all_seen"], json!(true), "{report}");
+    // The lock held through the removed member was copied again: its
+    // holder takes it over through another node.
+    let renew = json!({"name": through_removed["name"], "id": through_removed["id"]});
+    let (status, renewed) = cluster.post_settled(next, "/v1/locks/renew", renew).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["lock"]["fence"], through_removed["fence"]);
+}

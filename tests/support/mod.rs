@@ -240,6 +240,13 @@ impl Cluster {
         assert!(status.success());
     }
 
+    /// SIGTERM, as systemd stops a service; waits up to `patience` for the
+    /// node to exit and answers its exit code.
+    pub fn terminate(&mut self, id: u64, patience: Duration) -> Option<i32> {
+        self.signal(id, "-TERM");
+        self.wait_exit(id, patience)
+    }
+
     /// SIGSTOP: a long pause, as a GC or a frozen VM.
     pub fn pause(&self, id: u64) {
         self.signal(id, "-STOP");

@@ -204,6 +204,23 @@ pub struct Copies {
     pub locks: Vec<PeerLock>,
 }
 
+/// A leaving member's records (its clients' locks and the copies it
+/// keeps), each as it left the member, for the speaker to copy again to
+/// members that stay.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handover {
+    /// The records.
+    pub locks: Vec<PeerLock>,
+}
+
+/// The speaker's word that a departed member handed every record it had
+/// over before it left: rebuilds need not read it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandedOver {
+    /// The member that left.
+    pub member: NodeId,
+}
+
 /// Tells a node its clients lost these locks: a rebuild kept another
 /// holder's.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -35,8 +35,8 @@ pub use answer::{
 pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
     Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
-    ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, Lost,
-    MemberChange, Removed, ReportRequest, Watch,
+    ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, HandedOver,
+    Handover, Lost, MemberChange, Removed, ReportRequest, Watch,
 };
 pub use lock::LockView;
 pub use peer::PeerLock;

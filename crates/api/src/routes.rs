@@ -27,6 +27,14 @@ pub const FORGET: &str = "/internal/forget";
 pub const LOST: &str = "/internal/lost";
 /// [`Copies`](crate::Copies) → `{}`.
 pub const COPIES: &str = "/internal/copies";
+/// [`Handover`](crate::Handover) → `{}`: a member that is leaving hands
+/// its records to the speaker, which copies each live lock again to the
+/// members staying.
+pub const HANDOVER: &str = "/internal/handover";
+/// [`HandedOver`](crate::HandedOver) → `{}`: the speaker tells a member
+/// that a departed member handed its records over, so no rebuild needs to
+/// read it.
+pub const HANDED_OVER: &str = "/internal/handed-over";
 /// [`MemberChange`](crate::MemberChange) →
 /// [`ClusterAnswer`](crate::ClusterAnswer): a membership change a member
 /// forwards to the speaker.

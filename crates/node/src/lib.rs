@@ -12,6 +12,7 @@ mod copies;
 mod embedded;
 mod error;
 mod forgets;
+mod handover;
 mod http;
 mod identity;
 mod lane;
@@ -149,8 +150,17 @@ impl RunningNode {
     pub async fn shutdown(self) {
         let led = self.node.leading_term();
         self.node.stop_speaking();
-        if let Some(term) = led {
-            self.hand_over(term).await;
+        match led {
+            Some(term) => self.hand_over(term).await,
+            // A member that is not the speaker hands its records over, so
+            // its leaving costs none: then its next start forgot nothing.
+            None => {
+                if self.node.hand_records_over().await {
+                    if let Err(e) = self.node.identity.left_cleanly().await {
+                        tracing::warn!(%e, "could not record that this node stopped cleanly");
+                    }
+                }
+            }
         }
         let raft = self.node.raft.clone();
         let _ = raft.shutdown().await;
@@ -307,12 +317,21 @@ where
         seams.transport,
     )
     .await?;
+    // A node whose last process handed every record over as it stopped
+    // forgot nothing that counts, as a first start did not.
+    let left_cleanly = match identity.take_left_cleanly().await {
+        Ok(clean) => clean,
+        Err(e) => {
+            tracing::warn!(%e, "could not read whether this node stopped cleanly");
+            false
+        }
+    };
     let node = Node::new(
         config,
         raft.clone(),
         http,
         identity,
-        first_start,
+        first_start || left_cleanly,
         seams.clock.restarted(),
         seams.sabotage,
     );

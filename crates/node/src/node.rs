@@ -71,8 +71,13 @@ pub struct Node {
     pub(crate) removed: watch::Sender<bool>,
     /// This node's data directory's identity and what it knows of the others'.
     pub(crate) identity: Arc<Identity>,
-    /// Whether this process is the node's first (a new data directory).
+    /// Whether this process forgot nothing a rebuild counts on: the node's
+    /// first (a new data directory), or one whose last process handed
+    /// every record over as it stopped.
     pub(crate) first_start: bool,
+    /// Members that left and handed every record over, each until when
+    /// another member's report would still name it departed.
+    handed: Mutex<BTreeMap<NodeId, MonoTime>>,
     state: Mutex<State>,
     /// Rung when the table changes, so the expiry task re-arms its timer.
     pub(crate) table_changed: Notify,
@@ -133,6 +138,7 @@ impl Node {
             copier: Copier::default(),
             roster,
             departed: Mutex::new(BTreeMap::new()),
+            handed: Mutex::new(BTreeMap::new()),
             was_member: std::sync::atomic::AtomicBool::new(false),
             saw_roster: std::sync::atomic::AtomicBool::new(false),
             removed: watch::Sender::new(false),
@@ -373,7 +379,15 @@ impl Node {
     /// cluster, as departed for `left` more (or longer, if this node knew
     /// so already); answers whether it did not know it as departed.
     pub(crate) fn adopt_departed(&self, member: NodeId, addr: &str, left: Duration) -> bool {
-        let until = self.clock.now() + left;
+        let now = self.clock.now();
+        let until = now + left;
+        {
+            let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+            handed.retain(|_, until| *until > now);
+            if handed.contains_key(&member) {
+                return false;
+            }
+        }
         let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
         match departed.get_mut(&member) {
             Some((_, known)) => {
@@ -384,6 +398,33 @@ impl Node {
                 departed.insert(member, (addr.to_string(), until));
                 true
             }
+        }
+    }
+
+    /// `member`, gone from the roster, handed every record it kept over
+    /// before it left: no rebuild needs to read it (nor take it as
+    /// departed from another member's report, for as long as that could
+    /// name it).
+    pub(crate) fn handed_over(&self, member: NodeId) {
+        if self.roster().addr(member).is_some() {
+            return;
+        }
+        let until = self.clock.now() + self.config.lease.max + self.config.rebuild_timeout;
+        self.handed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(member, until);
+        let was = self
+            .departed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&member);
+        if was.is_some() {
+            self.forgets.close(member);
+            tracing::info!(
+                member,
+                "a member that left handed its records over: not read again"
+            );
         }
     }
 

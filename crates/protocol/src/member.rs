@@ -692,6 +692,49 @@ impl Member {
         Ok(())
     }
 
+    /// A record a leaving member (`from`) handed over, its lease ending at
+    /// `expires`: the lock as this speaker's table has it, if it is live
+    /// there under that id, with the node whose records count beside the
+    /// speaker's once `from` is gone (the speaker itself for a lock held
+    /// through `from`). It is to be copied again as for a renewal through
+    /// that node, so that it keeps `--copies` records among the members
+    /// that stay. `None`: nothing to keep (released, lost, ended). A record
+    /// still running that the table does not know (a rebuild missed its
+    /// other records) is refused: the member's leaving may cost it, so the
+    /// member must not count as having forgotten nothing.
+    pub fn handed_over(
+        &self,
+        name: &str,
+        id: LockId,
+        expires: MonoTime,
+        from: NodeId,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<Option<(Lock, NodeId)>, Refusal> {
+        self.speaker(guard, now)?;
+        let found = self.table.get(name, now).map_err(|_| Refusal::NotRebuilt)?;
+        let Some(lock) = found.filter(|l| l.id == id) else {
+            if expires > now && !self.table.is_forgotten(id, now) {
+                return Err(Refusal::MayBeOnRecordElsewhere);
+            }
+            return Ok(None);
+        };
+        let holder = if lock.node == from {
+            self.config.id
+        } else {
+            lock.node
+        };
+        Ok(Some((lock, holder)))
+    }
+
+    /// Every record this member keeps at `now` (its clients' locks and the
+    /// copies it holds): what it hands over when it leaves.
+    pub fn records(&self, now: MonoTime) -> Vec<Lock> {
+        let mut locks: Vec<Lock> = self.held.live(now);
+        locks.extend(self.copies.live(now));
+        locks
+    }
+
     // ---- a member's records ----
 
     /// Records in this member's `Held` a lock its client was granted (or

@@ -262,6 +262,9 @@ pub(crate) struct Recorded {
     /// directory's node last ran Raft with (`None`: never recorded): a
     /// restart with shorter timings waits out the longer one first.
     pub(crate) leader_lease_ms: Option<u64>,
+    /// Whether the node's last process handed every record it kept over
+    /// before it stopped (read, and cleared, at the next start).
+    pub(crate) left_cleanly: Option<bool>,
 }
 
 /// What a peer's stamp is to what this node recorded.
@@ -622,6 +625,29 @@ impl Identity {
         self.lock()
             .leader_lease_ms
             .map(std::time::Duration::from_millis)
+    }
+
+    /// Records, durably, that this process handed every record it kept
+    /// over to the speaker as it stops: the next start forgot nothing.
+    pub async fn left_cleanly(&self) -> io::Result<()> {
+        let _writing = self.writing.lock().await;
+        let mut recorded = self.lock().clone();
+        recorded.left_cleanly = Some(true);
+        self.write(recorded).await
+    }
+
+    /// Whether the process before this one handed every record over when
+    /// it stopped; the record is cleared (durably) as it is read, so a
+    /// crash of this process is not taken for a clean stop.
+    pub async fn take_left_cleanly(&self) -> io::Result<bool> {
+        let _writing = self.writing.lock().await;
+        let mut recorded = self.lock().clone();
+        let clean = recorded.left_cleanly == Some(true);
+        if clean {
+            recorded.left_cleanly = Some(false);
+            self.write(recorded).await?;
+        }
+        Ok(clean)
     }
 
     /// Records, durably, that this node runs Raft with `lease` from now on.

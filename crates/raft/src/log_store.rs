@@ -60,6 +60,7 @@ const KEY_RECORDED_AT: &str = "member_stores_recorded_at";
 const KEY_NAMED: &str = "named";
 const KEY_PINNED: &str = "members_pinned";
 const KEY_LEADER_LEASE: &str = "leader_lease_ms";
+const KEY_LEFT_CLEANLY: &str = "left_cleanly";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -268,6 +269,7 @@ impl LogStore {
                     .map_err(to_store)?
                     .unwrap_or_default(),
                 leader_lease_ms: get_meta(&meta, KEY_LEADER_LEASE).map_err(to_store)?,
+                left_cleanly: get_meta(&meta, KEY_LEFT_CLEANLY).map_err(to_store)?,
             };
             let recorded = if stored.is_none() {
                 put_meta(&mut meta, KEY_NODE_ID, &node_id).map_err(|e| io_to_store(&path, e))?;
@@ -467,6 +469,9 @@ pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> 
         }
         if let Some(lease) = known.leader_lease_ms {
             put_meta(&mut meta, KEY_LEADER_LEASE, &lease)?;
+        }
+        if let Some(clean) = known.left_cleanly {
+            put_meta(&mut meta, KEY_LEFT_CLEANLY, &clean)?;
         }
     }
     txn.commit().map_err(io_err)

@@ -44,6 +44,8 @@ pub(super) fn router(node: Shared) -> Router {
                 delay_answer,
             )),
         )
+        .route(routes::HANDOVER, post(internal_handover))
+        .route(routes::HANDED_OVER, post(internal_handed_over))
         .route(routes::FORWARD_GET, post(forward_get))
         .route(routes::FORWARD_LIST, post(forward_list))
         .route(routes::FORGET, post(internal_forget))
@@ -294,6 +296,29 @@ async fn internal_copies(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let batch: leasehold_api::Copies = peer_body(&bytes)?;
     node.take_copies(batch.term, batch.locks)?;
+    Ok(Json(serde_json::json!({})))
+}
+
+/// A leaving member hands its records over: each live lock is copied
+/// again to members that stay (this node speaks; another answers `503`).
+async fn internal_handover(
+    State(node): State<Shared>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let from = stamped_from(&headers)?;
+    let handover: leasehold_api::Handover = peer_body(&bytes)?;
+    node.take_handover(from, handover.locks).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+/// The speaker says a departed member handed its records over.
+async fn internal_handed_over(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let notice: leasehold_api::HandedOver = peer_body(&bytes)?;
+    node.handed_over(notice.member);
     Ok(Json(serde_json::json!({})))
 }
 

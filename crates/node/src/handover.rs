@@ -1,0 +1,134 @@
+//! A member that leaves cleanly (stopped with SIGTERM, or removed) hands
+//! its records over before it goes: the speaker copies every lock it kept
+//! a record of again, to members that stay, so the member's leaving costs
+//! no record. Then the member did not lose anything when it stopped: its
+//! next start reports itself as having forgotten nothing (it is not
+//! missing from rebuilds), and a departed member that handed over need
+//! not be read.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use leasehold_api::{routes, HandedOver, Handover, PeerLock, MAX_BODY_BYTES};
+use locktable::{LockId, LockInTransit, NodeId};
+
+use crate::error::ApiError;
+use crate::node::Node;
+
+/// How many handed-over locks the speaker copies again at once.
+const RECOPY_AT_ONCE: usize = 64;
+
+/// The most bytes of records one handover request carries.
+const MAX_HANDOVER_BYTES: usize = MAX_BODY_BYTES - 1024;
+
+/// How long the speaker may take over one handover request.
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Node {
+    /// Hands every record this member keeps to the speaker, which copies
+    /// each live one again to members that stay. Answers whether every
+    /// request was acknowledged (nothing to hand over counts as done). The
+    /// member takes no new record meanwhile (it is stopping).
+    pub(crate) async fn hand_records_over(&self) -> bool {
+        let now = self.clock.now();
+        let records = self.state().member.records(now);
+        if records.is_empty() {
+            return true;
+        }
+        let mut parts: Vec<Vec<PeerLock>> = vec![Vec::new()];
+        let mut bytes = 0;
+        for lock in &records {
+            let record = PeerLock::record_of(lock.in_transit(now));
+            let len = serde_json::to_vec(&record).map_or(0, |b| b.len()) + 1;
+            if bytes + len > MAX_HANDOVER_BYTES && !parts.last().is_some_and(Vec::is_empty) {
+                parts.push(Vec::new());
+                bytes = 0;
+            }
+            bytes += len;
+            parts.last_mut().expect("one part at least").push(record);
+        }
+        let count = records.len();
+        for locks in parts {
+            let handover = Handover { locks };
+            let sent: Result<serde_json::Value, ApiError> = self
+                .forward(routes::HANDOVER, &handover, HANDOVER_TIMEOUT)
+                .await;
+            if let Err(e) = sent {
+                tracing::warn!(
+                    e = %e.body.message,
+                    "shutdown: this node's records could not all be handed over; a rebuild \
+                     counts it missing until a lease has passed"
+                );
+                return false;
+            }
+        }
+        tracing::info!(
+            records = count,
+            "shutdown: records handed over to the speaker"
+        );
+        true
+    }
+
+    /// As the speaker: copies each record `from` handed over again, as for
+    /// a renewal through the node that keeps it (this one, for a lock held
+    /// through `from`), so it keeps `--copies` records among the members
+    /// that stay. A record this table no longer has (released, ended, lost)
+    /// needs nothing.
+    pub(crate) async fn take_handover(
+        self: &Arc<Self>,
+        from: NodeId,
+        locks: Vec<PeerLock>,
+    ) -> Result<(), ApiError> {
+        let now = self.clock.now();
+        let mut todo = Vec::new();
+        for record in locks {
+            let record = LockInTransit::try_from(record)?.arrive(now);
+            let id: LockId = record.id;
+            let guard = self.guard();
+            let state = self.state();
+            let found = state
+                .member
+                .handed_over(&record.name, id, record.expires, from, &guard, now)
+                .map_err(|r| self.refused(r));
+            let made = state.member.made();
+            drop(state);
+            if let Some((lock, holder)) = found? {
+                todo.push((lock, holder, made));
+            }
+        }
+        let copied: Vec<Result<(), ApiError>> =
+            stream::iter(todo)
+                .map(|(lock, holder, made)| async move {
+                    self.ensure_on_record(&lock, holder, made).await
+                })
+                .buffer_unordered(RECOPY_AT_ONCE)
+                .collect()
+                .await;
+        copied.into_iter().collect::<Result<(), ApiError>>()?;
+        if self.roster().addr(from).is_none() {
+            self.forget_departed(from).await;
+        }
+        Ok(())
+    }
+
+    /// `member`, which left the cluster, handed every record over: it is
+    /// no longer read at rebuilds, here or at any member told.
+    async fn forget_departed(&self, member: NodeId) {
+        self.handed_over(member);
+        let notice = HandedOver { member };
+        for (id, addr) in self.roster().members() {
+            if id == self.id() {
+                continue;
+            }
+            let body = serde_json::to_vec(&notice).unwrap_or_default();
+            if let Err(e) = self
+                .peers
+                .post_json(addr, routes::HANDED_OVER, body, Duration::from_secs(2))
+                .await
+            {
+                tracing::info!(member = id, %e, "a departed member's handover was not heard");
+            }
+        }
+    }
+}
