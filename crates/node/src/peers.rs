@@ -61,11 +61,11 @@ impl PeerError {
     }
 
     /// The node at `addr` answered for departed member `id` from another
-    /// data directory than the one it left with.
+    /// data directory, or another process, than the one it left with.
     pub(crate) fn left_on_another_directory(addr: &str, id: NodeId) -> Self {
         let reason = format!(
-            "member {id} left the cluster on another data directory: the node now at its \
-             address holds none of its records"
+            "member {id} left the cluster with another data directory or process: the node \
+             now at its address holds none of its records"
         );
         PeerError::new(addr, PeerErrorKind::Stranger, reason)
     }

@@ -347,16 +347,23 @@ async fn read_member(
             .await;
         // Another node at that address now (a member replaced under the
         // address of one that left) is not the member asked: unread. So is
-        // a departed member's id on another data directory than the one it
-        // left with (its replacement, started at once under its id at its
-        // address): it holds none of the records the one that left held.
-        let left_on = match node.roster().addr(id) {
-            None => node.identity.recorded(id),
+        // a departed member answering from another data directory than the
+        // one it left with, or from a process started since it left (its
+        // replacement, started at once under its id at its address, or the
+        // member restarted): records live in memory, so only the process
+        // that left holds the ones it took.
+        let departed = match node.roster().addr(id) {
+            None => node
+                .departed_ago(id)
+                .map(|ago| (node.identity.recorded(id), ago)),
             Some(_) => None,
         };
         report.and_then(|r| match r.header.node == id {
-            true => match (left_on, r.store) {
-                (Some(left), Some(now)) if left != now => {
+            true => match departed {
+                Some((Some(left), _)) if r.store.is_some_and(|now| now != left) => {
+                    Err(PeerError::left_on_another_directory(&addr, id))
+                }
+                Some((_, ago)) if Duration::from_millis(r.header.uptime_ms) < ago => {
                     Err(PeerError::left_on_another_directory(&addr, id))
                 }
                 _ => Ok(r),
