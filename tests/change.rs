@@ -455,3 +455,47 @@ async fn a_removal_then_a_speaker_kill_reports_nothing_else_missing() {
     assert_eq!(status, 200, "{renewed}");
     assert_eq!(renewed["lock"]["fence"], through_removed["fence"]);
 }
+
+/// Two followers stopped cleanly one after the other, then the speaker
+/// killed: the first handed a lock held through it over (copied to the
+/// second), and the second handed that copy over in turn. The copy must
+/// go to a member that keeps it, not be counted on the first follower,
+/// whose memory is empty since its restart: the lock stays its holder's
+/// through the speaker's crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clean_restarts_then_a_speaker_crash_keep_the_lock() {
+    let mut cluster =
+        Cluster::start_with(3, &["--rebuild-mode", "strict", "--max-lease", "20000"]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let others = cluster.others(speaker);
+    let (holder, other) = (others[0], others[1]);
+    let lock = cluster
+        .must_acquire(
+            holder,
+            "clean/twice",
+            json!({"lease_ms": 20000, "holder": "w1"}),
+        )
+        .await;
+    for id in [holder, other] {
+        assert_eq!(cluster.terminate(id, PATIENCE), Some(0));
+        cluster.spawn(id);
+        cluster.all_follow_one().await;
+    }
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let (_, view) = cluster.get(next, "/v1/cluster").await;
+    let report = &view["last_rebuild"];
+    assert_eq!(report["locks"], json!(1), "the lock was lost: {report}");
+    let (status, rival) = cluster
+        .post(
+            next,
+            "/v1/locks/acquire",
+            json!({"name": "clean/twice", "holder": "w2"}),
+        )
+        .await;
+    assert_ne!(status, 200, "granted twice: {rival}");
+    let renew = json!({"name": lock["name"], "id": lock["id"]});
+    let (status, renewed) = cluster.post_settled(holder, "/v1/locks/renew", renew).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["lock"]["fence"], lock["fence"]);
+}

@@ -71,10 +71,10 @@ impl Node {
     }
 
     /// As the speaker: copies each record `from` handed over again, as for
-    /// a renewal through the node that keeps it (this one, for a lock held
-    /// through `from`), so it keeps `--copies` records among the members
-    /// that stay. A record this table no longer has (released, ended, lost)
-    /// needs nothing.
+    /// a grant to a client of this node (the lock's own node is not counted
+    /// on: it may have left cleanly too), so it keeps `--copies` records
+    /// among the members that stay. A record this table no longer has
+    /// (released, ended, lost) needs nothing.
     pub(crate) async fn take_handover(
         self: &Arc<Self>,
         from: NodeId,
@@ -89,12 +89,12 @@ impl Node {
             let state = self.state();
             let found = state
                 .member
-                .handed_over(&record.name, id, record.expires, from, &guard, now)
+                .handed_over(&record.name, id, record.expires, &guard, now)
                 .map_err(|r| self.refused(r));
             let made = state.member.made();
             drop(state);
-            if let Some((lock, holder)) = found? {
-                todo.push((lock, holder, made));
+            if let Some(lock) = found? {
+                todo.push((lock, self.id(), made));
             }
         }
         let copied: Vec<Result<(), ApiError>> =

@@ -244,6 +244,11 @@ impl Node {
             }
             departed.retain(|member, _| latest.addr(*member).is_none());
         }
+        // A member added again is no longer one that handed over.
+        self.handed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|member, _| latest.addr(*member).is_none());
         let copy_to = latest.copy_to();
         let copies = copies_of(&self.config, &latest);
         let now = self.clock.now();

@@ -692,13 +692,15 @@ impl Member {
         Ok(())
     }
 
-    /// A record a leaving member (`from`) handed over, its lease ending at
+    /// A record a leaving member handed over, its lease ending at
     /// `expires`: the lock as this speaker's table has it, if it is live
-    /// there under that id, with the node whose records count beside the
-    /// speaker's once `from` is gone (the speaker itself for a lock held
-    /// through `from`). It is to be copied again as for a renewal through
-    /// that node, so that it keeps `--copies` records among the members
-    /// that stay. `None`: nothing to keep (released, lost, ended). A record
+    /// there under that id. It is to be copied again as for a grant to the
+    /// speaker's own client (`copies - 1` members beside the speaker), so
+    /// that it keeps `--copies` records among the members that stay: the
+    /// holder's node is not counted on, since it may itself have left
+    /// cleanly since the lock was last renewed through it, its records
+    /// handed over and its memory empty (an adversarial review found two
+    /// clean restarts in a row leaving a lock on the speaker alone). `None`: nothing to keep (released, lost, ended). A record
     /// still running that the table does not know (a rebuild missed its
     /// other records) is refused: the member's leaving may cost it, so the
     /// member must not count as having forgotten nothing.
@@ -707,10 +709,9 @@ impl Member {
         name: &str,
         id: LockId,
         expires: MonoTime,
-        from: NodeId,
         guard: &Guard,
         now: MonoTime,
-    ) -> Result<Option<(Lock, NodeId)>, Refusal> {
+    ) -> Result<Option<Lock>, Refusal> {
         self.speaker(guard, now)?;
         let found = self.table.get(name, now).map_err(|_| Refusal::NotRebuilt)?;
         let Some(lock) = found.filter(|l| l.id == id) else {
@@ -719,12 +720,7 @@ impl Member {
             }
             return Ok(None);
         };
-        let holder = if lock.node == from {
-            self.config.id
-        } else {
-            lock.node
-        };
-        Ok(Some((lock, holder)))
+        Ok(Some(lock))
     }
 
     /// Every record this member keeps at `now` (its clients' locks and the

@@ -442,28 +442,28 @@ fn a_handed_over_record_is_kept_if_live_refused_if_unknown_and_dropped_if_gone()
     let through_2 = granted(&mut m, "h/a", 1, 2, &guard, now);
     let through_3 = granted(&mut m, "h/b", 2, 3, &guard, now);
     let ends = at(60_000);
-    // Held through the leaving member: the speaker's records count.
-    let (lock, holder) = m
-        .handed_over("h/a", through_2.id, ends, 2, &guard, now)
+    // Live: copied again; the lock's own node is not counted on.
+    let lock = m
+        .handed_over("h/a", through_2.id, ends, &guard, now)
         .unwrap()
         .unwrap();
-    assert_eq!((lock.id, holder), (through_2.id, 1));
-    let (_, holder) = m
-        .handed_over("h/b", through_3.id, ends, 2, &guard, now)
+    assert_eq!(lock.id, through_2.id);
+    let lock = m
+        .handed_over("h/b", through_3.id, ends, &guard, now)
         .unwrap()
         .unwrap();
-    assert_eq!(holder, 3, "held through a member that stays");
+    assert_eq!(lock.node, 3);
     // Released, or ended: nothing to keep.
     m.release("h/b", through_3.id, &guard, now).unwrap();
     assert_eq!(
-        m.handed_over("h/b", through_3.id, ends, 2, &guard, now),
+        m.handed_over("h/b", through_3.id, ends, &guard, now),
         Ok(None)
     );
     let unknown = LockId::from_u128(77);
-    assert_eq!(m.handed_over("h/c", unknown, now, 2, &guard, now), Ok(None));
+    assert_eq!(m.handed_over("h/c", unknown, now, &guard, now), Ok(None));
     // Running, and unknown to this table: the leaving may cost it.
     assert_eq!(
-        m.handed_over("h/c", unknown, ends, 2, &guard, now),
+        m.handed_over("h/c", unknown, ends, &guard, now),
         Err(Refusal::MayBeOnRecordElsewhere)
     );
 }
