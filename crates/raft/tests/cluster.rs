@@ -278,11 +278,23 @@ async fn a_leader_that_removes_itself_is_not_stepped_down_by_openraft() {
         .map(|n| n.id)
         .filter(|id| *id != leader)
         .collect();
-    leader_node
-        .raft
-        .change_membership(others.clone(), false)
-        .await
-        .unwrap();
+    // The new leader may not have committed the first configuration yet
+    // (openraft answers InProgress until it has): ask again until it has.
+    let asked = Instant::now();
+    loop {
+        match leader_node
+            .raft
+            .change_membership(others.clone(), false)
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if format!("{e:?}").contains("InProgress") => {
+                assert!(asked.elapsed() < Duration::from_secs(10), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("change_membership: {e:?}"),
+        }
+    }
     // openraft's own step-down would transfer 150 ms after the change
     // committed; wait well past it.
     tokio::time::sleep(Duration::from_millis(1500)).await;
