@@ -14,6 +14,14 @@ async fn wait_for_voters(cluster: &Cluster, via: u64, voters: &[u64]) {
     cluster.wait_for_voters(via, voters).await;
 }
 
+/// Kills `speaker` and answers the next speaker and its rebuild's report.
+async fn kill_the_speaker(cluster: &mut Cluster, speaker: u64) -> (u64, Value) {
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let (_, view) = cluster.get(next, "/v1/cluster").await;
+    (next, view["last_rebuild"].clone())
+}
+
 /// Asks `via` for `name` for holder `w2` every 200 ms until `until`:
 /// answers whether it was ever granted, and the last answer.
 async fn rival_until(cluster: &Cluster, via: u64, name: &str, until: Instant) -> Option<Value> {
@@ -268,10 +276,8 @@ async fn a_copy_holder_replaced_in_place_then_a_speaker_crash_grants_nothing_twi
         assert!(start.elapsed() < PATIENCE, "the replacement never served");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    cluster.kill(speaker);
-    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
-    let (_, view) = cluster.get(next, "/v1/cluster").await;
-    let report = &view["last_rebuild"];
+    let (next, report) = kill_the_speaker(&mut cluster, speaker).await;
+    let report = &report;
     assert_eq!(
         report["all_seen"],
         json!(false),
@@ -402,10 +408,8 @@ async fn a_clean_restart_then_a_speaker_crash_costs_nothing() {
     );
     cluster.spawn(follower);
     cluster.all_follow_one().await;
-    cluster.kill(speaker);
-    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
-    let (_, view) = cluster.get(next, "/v1/cluster").await;
-    let report = &view["last_rebuild"];
+    let (_, report) = kill_the_speaker(&mut cluster, speaker).await;
+    let report = &report;
     assert_eq!(report["members_missing"], json!([speaker]), "{report}");
     assert_eq!(report["all_seen"], json!(true), "{report}");
     assert_eq!(report["held_back_ms"], json!(0), "{report}");
@@ -442,10 +446,8 @@ async fn a_removal_then_a_speaker_kill_reports_nothing_else_missing() {
     assert_eq!(cluster.wait_exit(removed, PATIENCE), Some(0));
     let left: Vec<u64> = (1..=4).filter(|id| *id != removed).collect();
     cluster.wait_for_voters(speaker, &left).await;
-    cluster.kill(speaker);
-    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
-    let (_, view) = cluster.get(next, "/v1/cluster").await;
-    let report = &view["last_rebuild"];
+    let (next, report) = kill_the_speaker(&mut cluster, speaker).await;
+    let report = &report;
     assert_eq!(report["members_missing"], json!([speaker]), "{report}");
     assert_eq!(report["all_seen"], json!(true), "{report}");
     // The lock held through the removed member was copied again: its
@@ -481,10 +483,8 @@ async fn two_clean_restarts_then_a_speaker_crash_keep_the_lock() {
         cluster.spawn(id);
         cluster.all_follow_one().await;
     }
-    cluster.kill(speaker);
-    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
-    let (_, view) = cluster.get(next, "/v1/cluster").await;
-    let report = &view["last_rebuild"];
+    let (next, report) = kill_the_speaker(&mut cluster, speaker).await;
+    let report = &report;
     assert_eq!(report["locks"], json!(1), "the lock was lost: {report}");
     let (status, rival) = cluster
         .post(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leasehold_api::{
     millis_floor, Body, ErrorCode, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
-    Granted, PeerLock, MAX_BODY_BYTES,
+    Granted, PeerLock,
 };
 use locktable::{LockId, LockInTransit};
 use tokio::sync::oneshot;
@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::node::{Node, Pending};
-use crate::queue::drain_in_batches;
+use crate::queue::{cut_by_size, drain_in_batches, encoded_len, MAX_PART_BYTES};
 use crate::speak::AcquireRequest;
 
 /// Most calls in one batch.
@@ -25,54 +25,6 @@ const MAX_BATCH: usize = 256;
 /// Batches on their way at once; calls that come meanwhile wait for the
 /// next.
 const IN_FLIGHT: usize = 4;
-/// The most bytes of calls one request carries: a member reads no body
-/// over `MAX_BODY_BYTES`, less the batch's own brackets and commas. One
-/// call alone always fits (its name, holder, data and record are bounded
-/// far below).
-const MAX_BATCH_BYTES: usize = MAX_BODY_BYTES - 1024;
-
-/// Counts the bytes written to it.
-struct Counted(usize);
-
-impl std::io::Write for Counted {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The bytes of `call` in a batch's JSON.
-fn encoded_len(call: &ForwardCall) -> usize {
-    let mut counted = Counted(0);
-    let _ = serde_json::to_writer(&mut counted, call);
-    counted.0 + 1
-}
-
-/// Cuts `batch` into requests of at most `limit` bytes of calls each, in
-/// order: none is ever refused as too large.
-fn cut_by_size<T>(batch: Vec<T>, call: impl Fn(&T) -> &ForwardCall, limit: usize) -> Vec<Vec<T>> {
-    let mut cut = Vec::new();
-    let mut part = Vec::new();
-    let mut bytes = 0;
-    for item in batch {
-        let len = encoded_len(call(&item));
-        if !part.is_empty() && bytes + len > limit {
-            cut.push(std::mem::take(&mut part));
-            bytes = 0;
-        }
-        bytes += len;
-        part.push(item);
-    }
-    if !part.is_empty() {
-        cut.push(part);
-    }
-    cut
-}
-
 impl Node {
     /// Sends `call` to the speaker in the next batch, and waits for its
     /// answer.
@@ -100,7 +52,7 @@ impl Node {
 
     /// Sends `batch` in as many requests as its size needs, at once.
     async fn send_batch(&self, batch: Vec<Pending>) {
-        let parts = cut_by_size(batch, |(call, _)| call, MAX_BATCH_BYTES);
+        let parts = cut_by_size(batch, |(call, _)| encoded_len(call), MAX_PART_BYTES);
         futures::future::join_all(parts.into_iter().map(|part| self.send_part(part))).await;
     }
 
@@ -208,7 +160,7 @@ fn parse_id(id: &str) -> Result<LockId, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold_api::{AcquireBody, ForwardAcquire, MAX_DATA_BYTES};
+    use leasehold_api::{AcquireBody, ForwardAcquire, MAX_BODY_BYTES, MAX_DATA_BYTES};
 
     fn acquire(data: usize) -> ForwardCall {
         ForwardCall::Acquire(ForwardAcquire {
@@ -230,7 +182,7 @@ mod tests {
             .collect();
         let total: usize = calls.iter().map(|(_, c)| encoded_len(c)).sum();
         assert!(total > 10 * MAX_BODY_BYTES, "{total}");
-        let parts = cut_by_size(calls, |(_, c)| c, MAX_BATCH_BYTES);
+        let parts = cut_by_size(calls, |(_, c)| encoded_len(c), MAX_PART_BYTES);
         assert!(parts.len() > 1);
         let mut order = Vec::new();
         for part in &parts {
@@ -244,6 +196,6 @@ mod tests {
         assert_eq!(order, (0..MAX_BATCH).collect::<Vec<_>>());
         // Small calls stay in one request.
         let small: Vec<ForwardCall> = (0..MAX_BATCH).map(|_| acquire(0)).collect();
-        assert_eq!(cut_by_size(small, |c| c, MAX_BATCH_BYTES).len(), 1);
+        assert_eq!(cut_by_size(small, encoded_len, MAX_PART_BYTES).len(), 1);
     }
 }

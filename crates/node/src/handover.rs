@@ -10,17 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use leasehold_api::{routes, HandedOver, Handover, PeerLock, MAX_BODY_BYTES};
-use locktable::{LockId, LockInTransit, NodeId};
+use leasehold_api::{routes, HandedOver, Handover, PeerLock};
+use locktable::{LockInTransit, NodeId};
 
 use crate::error::ApiError;
 use crate::node::Node;
+use crate::queue::{cut_by_size, encoded_len, MAX_PART_BYTES};
 
 /// How many handed-over locks the speaker copies again at once.
 const RECOPY_AT_ONCE: usize = 64;
-
-/// The most bytes of records one handover request carries.
-const MAX_HANDOVER_BYTES: usize = MAX_BODY_BYTES - 1024;
 
 /// How long the speaker may take over one handover request.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,19 +34,12 @@ impl Node {
         if records.is_empty() {
             return true;
         }
-        let mut parts: Vec<Vec<PeerLock>> = vec![Vec::new()];
-        let mut bytes = 0;
-        for lock in &records {
-            let record = PeerLock::record_of(lock.in_transit(now));
-            let len = serde_json::to_vec(&record).map_or(0, |b| b.len()) + 1;
-            if bytes + len > MAX_HANDOVER_BYTES && !parts.last().is_some_and(Vec::is_empty) {
-                parts.push(Vec::new());
-                bytes = 0;
-            }
-            bytes += len;
-            parts.last_mut().expect("one part at least").push(record);
-        }
         let count = records.len();
+        let records: Vec<PeerLock> = records
+            .iter()
+            .map(|lock| PeerLock::record_of(lock.in_transit(now)))
+            .collect();
+        let parts = cut_by_size(records, encoded_len, MAX_PART_BYTES);
         for locks in parts {
             let handover = Handover { locks };
             let sent: Result<serde_json::Value, ApiError> = self
@@ -81,30 +72,31 @@ impl Node {
         locks: Vec<PeerLock>,
     ) -> Result<(), ApiError> {
         let now = self.clock.now();
-        let mut todo = Vec::new();
-        for record in locks {
-            let record = LockInTransit::try_from(record)?.arrive(now);
-            let id: LockId = record.id;
-            let guard = self.guard();
+        let records = locks
+            .into_iter()
+            .map(|record| LockInTransit::try_from(record).map(|r| r.arrive(now)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let guard = self.guard();
+        let (todo, made) = {
             let state = self.state();
-            let found = state
-                .member
-                .handed_over(&record.name, id, record.expires, &guard, now)
-                .map_err(|r| self.refused(r));
-            let made = state.member.made();
-            drop(state);
-            if let Some(lock) = found? {
-                todo.push((lock, self.id(), made));
-            }
-        }
-        let copied: Vec<Result<(), ApiError>> =
-            stream::iter(todo)
-                .map(|(lock, holder, made)| async move {
-                    self.ensure_on_record(&lock, holder, made).await
+            let todo = records
+                .iter()
+                .filter_map(|r| {
+                    let found = state
+                        .member
+                        .handed_over(&r.name, r.id, r.expires, &guard, now);
+                    found.transpose()
                 })
-                .buffer_unordered(RECOPY_AT_ONCE)
-                .collect()
-                .await;
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|r| self.refused(r))?;
+            (todo, state.member.made())
+        };
+        let me = self.id();
+        let copied: Vec<Result<(), ApiError>> = stream::iter(todo)
+            .map(|lock| async move { self.ensure_on_record(&lock, me, made).await })
+            .buffer_unordered(RECOPY_AT_ONCE)
+            .collect()
+            .await;
         copied.into_iter().collect::<Result<(), ApiError>>()?;
         if self.roster().addr(from).is_none() {
             self.forget_departed(from).await;

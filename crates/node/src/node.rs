@@ -300,12 +300,7 @@ impl Node {
     /// node knows, and the copies it makes now: what its rebuild counts on.
     pub(crate) fn fewest_copies(&self) -> usize {
         let now = self.clock.now();
-        let state = &mut self.state();
-        let ours = state.member.config().copies;
-        state
-            .member
-            .fewest_copies(now)
-            .map_or(ours, |f| f.min(ours))
+        self.state().member.counted_copies(now)
     }
 
     /// What this node's report says of copies: the fewest a running grant

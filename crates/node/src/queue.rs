@@ -95,3 +95,55 @@ pub(crate) async fn next_batch<T>(
     }
     Some(batch)
 }
+
+/// The most bytes of items one peer request carries: a member reads no
+/// body over `MAX_BODY_BYTES`, less the request's own brackets and commas.
+/// One item alone always fits (a lock's name, holder and data are bounded
+/// far below).
+pub(crate) const MAX_PART_BYTES: usize = leasehold_api::MAX_BODY_BYTES - 1024;
+
+/// Counts the bytes written to it.
+struct Counted(usize);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The bytes of `item` in a JSON list, its comma included.
+pub(crate) fn encoded_len<T: serde::Serialize>(item: &T) -> usize {
+    let mut counted = Counted(0);
+    let _ = serde_json::to_writer(&mut counted, item);
+    counted.0 + 1
+}
+
+/// Cuts `items` into parts of at most `limit` bytes each (as `len` counts
+/// them), in order; an item alone over the limit is a part of its own.
+pub(crate) fn cut_by_size<T>(
+    items: Vec<T>,
+    len: impl Fn(&T) -> usize,
+    limit: usize,
+) -> Vec<Vec<T>> {
+    let mut cut = Vec::new();
+    let mut part = Vec::new();
+    let mut bytes = 0;
+    for item in items {
+        let size = len(&item);
+        if !part.is_empty() && bytes + size > limit {
+            cut.push(std::mem::take(&mut part));
+            bytes = 0;
+        }
+        bytes += size;
+        part.push(item);
+    }
+    if !part.is_empty() {
+        cut.push(part);
+    }
+    cut
+}

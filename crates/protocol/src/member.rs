@@ -228,7 +228,8 @@ impl Member {
             leader_lease: terms.leader_lease.map(|l| l.min(longest)),
             ..terms
         };
-        if let Some(lease) = terms.leader_lease.filter(|_| from != self.config.id) {
+        let member = from != self.config.id && self.config.members.binary_search(&from).is_ok();
+        if let Some(lease) = terms.leader_lease.filter(|_| member) {
             self.leader_leases.insert(from, lease);
         }
         let Some(copies) = terms.copies else {
@@ -252,9 +253,8 @@ impl Member {
             return own;
         }
         self.leader_leases
-            .iter()
-            .filter(|(id, _)| self.config.members.binary_search(id).is_ok())
-            .map(|(_, lease)| *lease)
+            .values()
+            .copied()
             .fold(own, Duration::min)
     }
 
@@ -280,6 +280,13 @@ impl Member {
     pub fn fewest_copies(&mut self, now: MonoTime) -> Option<usize> {
         let own = self.copies_floor(now);
         fewer(own, self.heard_floor.lowest(now))
+    }
+
+    /// What a rebuild by this member counts on at `now`: the fewest copies
+    /// a running grant may have, and never more than it makes now.
+    pub fn counted_copies(&mut self, now: MonoTime) -> usize {
+        let ours = self.config.copies;
+        self.fewest_copies(now).map_or(ours, |f| f.min(ours))
     }
 
     /// The members a release of a lock held through `node` goes to.

@@ -296,8 +296,7 @@ impl Member {
     ) -> Result<RebuildDone, Attempt> {
         let our_lease = self.config().lease.max;
         let mut longest_lease = our_lease;
-        let ours = self.config().copies;
-        let mut fewest_copies = self.fewest_copies(now).map_or(ours, |f| f.min(ours));
+        let mut fewest_copies = self.counted_copies(now);
         let mut members_read = Vec::with_capacity(input.reads.len());
         let mut locks = Vec::with_capacity(input.reads.iter().map(|r| r.locks.len()).sum());
         // The members read that count as missing restarted lately: how

@@ -113,11 +113,7 @@ pub(super) fn refuse_without_token(node: &Node, request: &Request) -> Option<Api
 /// `401` unless `headers` carry a peer credential this node takes (the
 /// cluster token, unless `--peer-token` is set).
 fn refuse_without_peer_token(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
-    let given = headers
-        .get(TOKEN_HEADER)
-        .map(|v| v.as_bytes())
-        .unwrap_or(b"");
-    match node.config.takes_peer_token(given) {
+    match node.config.takes_peer_token(given_token(headers)) {
         true => Ok(()),
         false => Err(ApiError::new(
             ErrorCode::Unauthorized,
@@ -126,17 +122,21 @@ fn refuse_without_peer_token(node: &Node, headers: &HeaderMap) -> Result<(), Api
     }
 }
 
+/// The token `headers` carry (`x-leasehold-token`), empty if none.
+fn given_token(headers: &HeaderMap) -> &[u8] {
+    headers
+        .get(TOKEN_HEADER)
+        .map(|v| v.as_bytes())
+        .unwrap_or(b"")
+}
+
 /// `401` unless `headers` carry the cluster token (compared in constant
 /// time).
 pub(super) fn refuse_without_cluster_token(
     node: &Node,
     headers: &HeaderMap,
 ) -> Result<(), ApiError> {
-    let given = headers
-        .get(TOKEN_HEADER)
-        .map(|v| v.as_bytes())
-        .unwrap_or(b"");
-    match token_matches(&node.config.cluster_token, given) {
+    match token_matches(&node.config.cluster_token, given_token(headers)) {
         true => Ok(()),
         false => Err(ApiError::new(
             ErrorCode::Unauthorized,
