@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{fence_term, Cluster, PATIENCE, TOKEN};
+use support::{fence_term, Cluster, PATIENCE, PROTOCOL_STAMP, TOKEN};
 
 /// How long after the last fault heals every live node must serve a grant
 /// (docs/reliability.md states the bound this is generous against).
@@ -206,6 +206,7 @@ async fn read_report(cluster: &Cluster, id: u64, term: u64) -> u16 {
         .header("x-leasehold-token", TOKEN)
         .header("x-leasehold-from", "99")
         .header("x-leasehold-store", format!("{:032x}", 99))
+        .header("x-leasehold-protocol", PROTOCOL_STAMP)
         .json(&json!({ "term": term }))
         .timeout(Duration::from_secs(5))
         .send()

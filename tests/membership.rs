@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{Cluster, PATIENCE, TOKEN};
+use support::{Cluster, PATIENCE, PROTOCOL_STAMP, TOKEN};
 
 /// Waits until node `via` shows `voters` as the voters, no change under way.
 async fn wait_for_voters(cluster: &Cluster, via: u64, voters: &[u64]) -> Value {
@@ -135,6 +135,7 @@ async fn removal_notice(cluster: &Cluster, to: u64, body: Value) -> (u16, Value)
         .header("x-leasehold-token", TOKEN)
         .header("x-leasehold-from", "99")
         .header("x-leasehold-store", format!("{:032x}", 99))
+        .header("x-leasehold-protocol", PROTOCOL_STAMP)
         .json(&body)
         .timeout(Duration::from_secs(5));
     support::answer(notice).await
@@ -448,6 +449,7 @@ async fn a_member_that_joins_knows_every_members_directory_from_the_log() {
             .header("x-leasehold-token", TOKEN)
             .header("x-leasehold-from", quiet.to_string())
             .header("x-leasehold-store", format!("{:032x}", 0x5eed_u128))
+            .header("x-leasehold-protocol", PROTOCOL_STAMP)
             .timeout(Duration::from_secs(10))
             .send()
             .await

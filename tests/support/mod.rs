@@ -14,6 +14,11 @@ use serde_json::{json, Value};
 
 pub const TOKEN: &str = "test-token-0123456789";
 
+/// The protocol header a peer request made by a test carries: this
+/// build's, in a cluster that agreed on it (a request without it is an
+/// earlier build's, refused once the cluster agreed).
+pub const PROTOCOL_STAMP: &str = "speaks=1; cluster=1";
+
 /// Generous: correctness is asserted, not speed.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -30,6 +35,8 @@ pub struct Cluster {
     pub http: reqwest::Client,
     /// `http`, or `https` for a cluster run with TLS.
     pub scheme: &'static str,
+    /// The binary each node runs, where not this build's.
+    binaries: BTreeMap<u64, PathBuf>,
 }
 
 /// `127.0.0.1:PORT` on a port nobody listens on (free when probed).
@@ -83,6 +90,17 @@ impl Cluster {
         http: reqwest::Client,
         scheme: &'static str,
     ) -> Cluster {
+        Self::start_running(n, extra, per_node, http, scheme, BTreeMap::new()).await
+    }
+
+    async fn start_running(
+        n: u64,
+        extra: &[&str],
+        per_node: impl Fn(u64) -> Vec<String>,
+        http: reqwest::Client,
+        scheme: &'static str,
+        binaries: BTreeMap<u64, PathBuf>,
+    ) -> Cluster {
         let addrs: BTreeMap<u64, String> = (1..=n)
             .map(|id| (id, format!("127.0.0.1:{}", free_port())))
             .collect();
@@ -95,6 +113,7 @@ impl Cluster {
             joining: BTreeMap::new(),
             http,
             scheme,
+            binaries,
         };
         for id in 1..=n {
             cluster.spawn(id);
@@ -130,6 +149,18 @@ impl Cluster {
         }
     }
 
+    /// Starts `n` nodes running `binary` (another build's `leasehold`).
+    pub async fn start_built(n: u64, binary: &std::path::Path, extra: &[&str]) -> Cluster {
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let binaries = (1..=n).map(|id| (id, binary.to_path_buf())).collect();
+        Self::start_running(n, extra, |_| Vec::new(), http, "http", binaries).await
+    }
+
+    /// Node `id` runs this build from its next start on.
+    pub fn run_this_build(&mut self, id: u64) {
+        self.binaries.remove(&id);
+    }
+
     /// Sets the flags node `id` alone is started with from now on.
     pub fn set_node_args(&mut self, id: u64, args: Vec<String>) {
         self.node_args.insert(id, args);
@@ -148,7 +179,12 @@ impl Cluster {
             Some(join) => vec!["--join".to_string(), join.join(",")],
             None => vec!["--peers".to_string(), peers.join(",")],
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        let binary = self
+            .binaries
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leasehold")));
+        let child = Command::new(binary)
             .arg("serve")
             .args(["--id", &id.to_string()])
             .args(["--listen", &self.addrs[&id]])

@@ -50,6 +50,13 @@ pub struct ClusterAnswer {
     /// The answering node's leasehold version.
     #[serde(default)]
     pub version: String,
+    /// The protocol version the cluster agreed, as the answering node
+    /// applied it (0 from a build before versions).
+    #[serde(default)]
+    pub protocol: u16,
+    /// The highest protocol version the answering node offers.
+    #[serde(default)]
+    pub protocol_offered: u16,
 }
 
 /// A member of the cluster.
@@ -78,6 +85,11 @@ pub struct Member {
     /// How long ago it last answered one, in milliseconds (`null`: never).
     #[serde(default)]
     pub last_contact_ms: Option<u64>,
+    /// The highest protocol version it offered in its last message to the
+    /// answering node (`null`: none heard since that node started): during
+    /// a rolling upgrade, the members still on an old build show here.
+    #[serde(default)]
+    pub protocol: Option<u16>,
 }
 
 fn voter() -> String {
@@ -162,10 +174,13 @@ mod tests {
                 lag: None,
                 reachable: None,
                 last_contact_ms: None,
+                protocol: Some(1),
             }],
             changing: false,
             last_rebuild: None,
             version: "0.1.0".into(),
+            protocol: 1,
+            protocol_offered: 1,
         };
         let json = serde_json::to_value(&answer).unwrap();
         assert_eq!(
@@ -173,8 +188,9 @@ mod tests {
             serde_json::json!({"node": 1, "leader": null, "term": 0, "rebuilt": false,
                 "generation": 0, "members": [{"id": 1, "addr": "127.0.0.1:7701",
                     "state": "follower", "role": "voter", "lag": null, "reachable": null,
-                    "last_contact_ms": null}],
-                "changing": false, "last_rebuild": null, "version": "0.1.0"})
+                    "last_contact_ms": null, "protocol": 1}],
+                "changing": false, "last_rebuild": null, "version": "0.1.0",
+                "protocol": 1, "protocol_offered": 1})
         );
         answer.leader = Some(2);
         answer.last_rebuild = Some(RebuildReport {

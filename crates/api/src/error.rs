@@ -159,6 +159,33 @@ pub struct ErrorBody {
 }
 
 impl ErrorBody {
+    /// Reads a failure answered with HTTP `status`: a code this build does
+    /// not know (a newer server's) is read by its status, `503` as
+    /// `no_leader` (retryable), another `4xx` as `bad_request`, anything
+    /// else as `internal`, the code kept at the head of the message.
+    pub fn read(status: u16, bytes: &[u8]) -> Result<ErrorBody, serde_json::Error> {
+        let whole = match serde_json::from_slice::<ErrorBody>(bytes) {
+            Ok(body) => return Ok(body),
+            Err(e) => e,
+        };
+        #[derive(Deserialize)]
+        struct Loose {
+            error: String,
+            #[serde(default)]
+            message: String,
+        }
+        let loose: Loose = serde_json::from_slice(bytes).map_err(|_| whole)?;
+        let error = match status {
+            503 => ErrorCode::NoLeader,
+            400..=499 => ErrorCode::BadRequest,
+            _ => ErrorCode::Internal,
+        };
+        Ok(ErrorBody::new(
+            error,
+            format!("{}: {}", loose.error, loose.message),
+        ))
+    }
+
     /// A failure with no lock.
     pub fn new(error: ErrorCode, message: impl Into<String>) -> Self {
         ErrorBody {
@@ -183,6 +210,25 @@ impl From<BadRequest> for ErrorBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_code_a_newer_server_added_reads_by_its_status() {
+        let known = br#"{"error":"held","message":"m"}"#;
+        assert_eq!(ErrorBody::read(409, known).unwrap().error, ErrorCode::Held);
+        let newer = br#"{"error":"some_new_code","message":"why","extra":1}"#;
+        for (status, code) in [
+            (503, ErrorCode::NoLeader),
+            (409, ErrorCode::BadRequest),
+            (400, ErrorCode::BadRequest),
+            (500, ErrorCode::Internal),
+        ] {
+            let body = ErrorBody::read(status, newer).unwrap();
+            assert_eq!(body.error, code, "{status}");
+            assert_eq!(body.message, "some_new_code: why");
+        }
+        assert!(ErrorBody::read(503, b"not json").is_err());
+        assert!(ErrorBody::read(503, br#"{"message":"no code"}"#).is_err());
+    }
 
     #[test]
     fn codes_serialize_snake_case_with_their_statuses() {

@@ -109,6 +109,49 @@ pub struct ForwardBatch {
     pub calls: Vec<ForwardCall>,
 }
 
+impl ForwardBatch {
+    /// Reads a batch from its JSON: a call this build cannot read (a kind
+    /// a newer build added) is given as why, the others as read; an error
+    /// only if the batch itself is not one.
+    pub fn read(bytes: &[u8]) -> Result<Vec<Result<ForwardCall, String>>, serde_json::Error> {
+        match serde_json::from_slice::<ForwardBatch>(bytes) {
+            Ok(batch) => Ok(batch.calls.into_iter().map(Ok).collect()),
+            Err(whole) => read_each(bytes, "calls").ok_or(whole),
+        }
+    }
+}
+
+/// The items of the list under `field` of the JSON object `bytes`, each
+/// read on its own; `None` if there is no such list.
+fn read_each<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    field: &str,
+) -> Option<Vec<Result<T, String>>> {
+    let mut object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(bytes).ok()?;
+    let serde_json::Value::Array(items) = object.remove(field)? else {
+        return None;
+    };
+    Some(
+        items
+            .into_iter()
+            .map(|item| serde_json::from_value(item).map_err(|e| e.to_string()))
+            .collect(),
+    )
+}
+
+impl ForwardAnswers {
+    /// Reads answers from their JSON: an answer this build cannot read (a
+    /// kind or error code a newer speaker added) is given as why, the
+    /// others as read; an error only if the answers themselves are not.
+    pub fn read(bytes: &[u8]) -> Result<Vec<Result<ForwardAnswer, String>>, serde_json::Error> {
+        match serde_json::from_slice::<ForwardAnswers>(bytes) {
+            Ok(answers) => Ok(answers.answers.into_iter().map(Ok).collect()),
+            Err(whole) => read_each(bytes, "answers").ok_or(whole),
+        }
+    }
+}
+
 /// The answers to a [`ForwardBatch`], one per call, in its order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwardAnswers {
@@ -352,5 +395,24 @@ mod tests {
             serde_json::from_str::<ForwardAnswers>(&json).unwrap(),
             answers
         );
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    #[test]
+    fn a_call_or_answer_of_a_kind_a_newer_build_added_fails_alone() {
+        let batch = br#"{"calls":[{"release":{"name":"a","id":"x","node":2}},{"lease_all":{}}]}"#;
+        let calls = ForwardBatch::read(batch).unwrap();
+        assert_eq!(calls.len(), 2);
+        assert!(matches!(calls[0], Ok(ForwardCall::Release(_))), "{calls:?}");
+        assert!(calls[1].is_err());
+        let answers = br#"{"answers":[{"refused":{"error":"held","message":"m"}},{"refused":{"error":"newer","message":"m"}}]}"#;
+        let answers = ForwardAnswers::read(answers).unwrap();
+        assert!(matches!(answers[0], Ok(ForwardAnswer::Refused(_))));
+        assert!(answers[1].is_err());
+        assert!(ForwardBatch::read(b"[]").is_err(), "not a batch at all");
     }
 }

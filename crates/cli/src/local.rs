@@ -126,6 +126,12 @@ pub struct ServeArgs {
     /// survives the loss of fewer members than this.
     #[arg(long)]
     copies: Option<usize>,
+    /// The highest protocol version this node offers (default: its
+    /// build's). Kept below the build's on every member, it holds the
+    /// cluster at that version, so that a downgrade stays open
+    /// (docs/operations.md, "Upgrades").
+    #[arg(long, default_value_t = leasehold_raft::version::SPEAKS)]
+    protocol: leasehold_raft::version::Protocol,
     /// Raft's heartbeat interval, in ms; the same on every member
     /// (docs/operations.md, "Timings").
     #[arg(long, default_value_t = RaftTimings::default().heartbeat_ms)]
@@ -255,6 +261,7 @@ impl ServeArgs {
             .with_chaos(self.chaos)
             .with_report_frame_bytes(self.report_frame_bytes)
             .with_copies(self.copies)
+            .with_protocol(self.protocol)
     }
 }
 
@@ -266,7 +273,7 @@ fn is_loopback(listen: &str) -> bool {
     }
 }
 
-async fn start<C>(config: C, listen: &str) -> Result<RunningNode, String>
+async fn start<C>(config: C, listen: &str) -> Result<RunningNode, Failure>
 where
     C: TryInto<ValidConfig>,
     StartError: From<C::Error>,
@@ -276,7 +283,36 @@ where
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     leasehold_node::start(config, listener)
         .await
-        .map_err(|e| format!("node did not start: {e}"))
+        .map_err(|e| Failure {
+            code: if e.is_protocol() {
+                crate::hold::exit::USAGE
+            } else {
+                1
+            },
+            message: format!("node did not start: {e}"),
+        })
+}
+
+/// Why a node stopped, and the exit status that says so: 64 when it cannot
+/// speak its cluster's protocol version, 1 for anything else.
+#[derive(Debug)]
+pub struct Failure {
+    /// What went wrong.
+    pub message: String,
+    /// The exit status.
+    pub code: u8,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure { message, code: 1 }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// Says at start which leases a renewing holder keeps across one crash,
@@ -305,7 +341,7 @@ fn warn_of_short_leases(config: &NodeConfig) {
 
 /// `leasehold serve`: runs the node `args` ask for, `config` being their
 /// configuration, checked.
-pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> {
+pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), Failure> {
     // Listened for from before the node starts, and through every reload:
     // a signal that came while nothing listened would be lost (or, before
     // tokio's handler is set, kill the process).
@@ -328,7 +364,8 @@ pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), String> 
             Some(()) = terminates.recv() => "SIGTERM",
             why = node.failed() => {
                 tracing::error!(%why, "this node cannot go on: exiting");
-                return Err(why);
+                let code = if node.cannot_speak_cluster() { crate::hold::exit::USAGE } else { 1 };
+                return Err(Failure { message: why, code });
             }
             () = node.removed() => {
                 tracing::warn!("this node was removed from the cluster: stopping");

@@ -284,7 +284,13 @@ async fn dispatch(command: Command) -> ExitCode {
                     return ExitCode::from(hold::exit::USAGE);
                 }
             };
-            local::serve(&args, config).await
+            return match local::serve(&args, config).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(failure) => {
+                    eprintln!("leasehold: {failure}");
+                    ExitCode::from(failure.code)
+                }
+            };
         }
         Command::Lock {
             name,

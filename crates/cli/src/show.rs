@@ -211,8 +211,8 @@ pub fn print_cluster(info: &ClusterAnswer) {
         info.term, info.node
     );
     println!(
-        "rebuilt: {}   generation: {}",
-        info.rebuilt, info.generation
+        "rebuilt: {}   generation: {}   protocol: {}",
+        info.rebuilt, info.generation, info.protocol
     );
     let changing = if info.changing {
         "   (a membership change is under way)"
@@ -229,8 +229,13 @@ pub fn print_cluster(info: &ClusterAnswer) {
             (Some(false), None) => "   never answered".to_string(),
             _ => String::new(),
         };
+        // A member offering less than another shows it: an upgrade under way.
+        let behind = match m.protocol {
+            Some(p) if p < info.protocol_offered => format!("   offers protocol {p}"),
+            _ => String::new(),
+        };
         println!(
-            "  {:>3}  {:<22} {:<8} {:<11}{lag}{contact}",
+            "  {:>3}  {:<22} {:<8} {:<11}{lag}{contact}{behind}",
             m.id, m.addr, m.role, m.state
         );
     }

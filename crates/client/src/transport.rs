@@ -282,7 +282,8 @@ impl HttpTransport {
                 CallError::NoAnswer(e.to_string())
             }
         })?;
-        let ok = response.status().is_success();
+        let status = response.status();
+        let ok = status.is_success();
         let bytes = response
             .bytes()
             .await
@@ -291,7 +292,7 @@ impl HttpTransport {
             serde_json::from_slice(&bytes)
                 .map_err(|e| CallError::NoAnswer(format!("unreadable answer: {e}")))
         } else {
-            let body: ErrorBody = serde_json::from_slice(&bytes)
+            let body = ErrorBody::read(status.as_u16(), &bytes)
                 .map_err(|e| CallError::NoAnswer(format!("unreadable error answer: {e}")))?;
             Err(CallError::Api(body))
         }

@@ -60,26 +60,35 @@ impl Node {
         let (calls, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
         let count = calls.len();
         let answered = self
-            .forward::<_, ForwardAnswers>(
+            .forward_raw(
                 leasehold_api::routes::FORWARD_BATCH,
                 &ForwardBatch { calls },
                 Duration::ZERO,
             )
             .await
-            .and_then(|a| {
-                if a.answers.len() == count {
-                    Ok(a.answers)
+            .and_then(|bytes| {
+                ForwardAnswers::read(&bytes)
+                    .map_err(|e| crate::service::unanswered(format!("unreadable answer: {e}")))
+            })
+            .and_then(|answers| {
+                if answers.len() == count {
+                    Ok(answers)
                 } else {
                     Err(ApiError::internal(format!(
                         "the speaker answered {} of {count} calls",
-                        a.answers.len()
+                        answers.len()
                     )))
                 }
             });
         match answered {
             Ok(answers) => {
+                // An answer this build cannot read (a newer speaker's)
+                // fails its call alone, as a batch that did not read
+                // fails all of them.
                 for (reply, answer) in replies.into_iter().zip(answers) {
-                    let _ = reply.send(Ok(answer));
+                    let _ = reply.send(answer.map_err(|why| {
+                        crate::service::unanswered(format!("unreadable answer: {why}"))
+                    }));
                 }
             }
             Err(e) => {

@@ -66,6 +66,10 @@ pub struct NodeConfig {
     /// whole request head, idle between requests included, before the node
     /// closes it ([`NodeConfig::DEFAULT_IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
+    /// The highest protocol version this node offers (`--protocol`): the
+    /// build's own unless an operator holds the cluster at a lower one to
+    /// keep a downgrade open.
+    pub protocol: leasehold_raft::version::Protocol,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -91,6 +95,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("acl", &self.acl.as_ref().map(|_| "<tokens>"))
             .field("tls", &self.tls.is_some())
             .field("idle_timeout", &self.idle_timeout)
+            .field("protocol", &self.protocol)
             .finish()
     }
 }
@@ -124,6 +129,13 @@ pub enum ConfigError {
         .0.as_millis()
     )]
     RebuildTimeout(Duration),
+    /// A protocol version this build does not speak.
+    #[error(
+        "--protocol must be between {oldest} and {speaks} (this build's range; got {0})",
+        oldest = leasehold_raft::version::OLDEST,
+        speaks = leasehold_raft::version::SPEAKS
+    )]
+    Protocol(leasehold_raft::version::Protocol),
     /// A report frame too small to carry the largest lock.
     #[error("--report-frame-bytes must be at least {min}", min = NodeConfig::MIN_REPORT_FRAME_BYTES)]
     ReportFrameTooSmall,
@@ -218,6 +230,7 @@ impl NodeConfig {
             acl: None,
             tls: None,
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            protocol: leasehold_raft::version::SPEAKS,
         }
     }
 
@@ -231,6 +244,11 @@ impl NodeConfig {
             idle_timeout,
             ..self
         }
+    }
+
+    /// Offering protocol versions up to `protocol` (`--protocol`).
+    pub fn with_protocol(self, protocol: leasehold_raft::version::Protocol) -> Self {
+        NodeConfig { protocol, ..self }
     }
 
     /// With these default and longest leases.
@@ -418,6 +436,11 @@ impl NodeConfig {
             return Err(ConfigError::IdleTimeout(self.idle_timeout));
         }
         check_timings(&self.timings).map_err(ConfigError::Timings)?;
+        if !(leasehold_raft::version::OLDEST..=leasehold_raft::version::SPEAKS)
+            .contains(&self.protocol)
+        {
+            return Err(ConfigError::Protocol(self.protocol));
+        }
         if self.report_frame_bytes < Self::MIN_REPORT_FRAME_BYTES {
             return Err(ConfigError::ReportFrameTooSmall);
         }

@@ -65,6 +65,17 @@ pub enum StartError {
     Refused(String),
 }
 
+impl StartError {
+    /// Whether the node cannot speak its cluster's protocol version (its
+    /// data directory's cluster agreed a higher one).
+    pub fn is_protocol(&self) -> bool {
+        matches!(
+            self,
+            StartError::Raft(leasehold_raft::StartError::Protocol(_))
+        )
+    }
+}
+
 /// A [`ValidConfig`] given to [`start`] cannot fail its check.
 impl From<std::convert::Infallible> for StartError {
     fn from(never: std::convert::Infallible) -> Self {
@@ -122,6 +133,12 @@ impl RunningNode {
                 why
             }
         }
+    }
+
+    /// Whether this node stopped ([`RunningNode::failed`]) because it
+    /// cannot speak its cluster's protocol version.
+    pub fn cannot_speak_cluster(&self) -> bool {
+        self.node.identity.cannot_speak_cluster()
     }
 
     /// Reads the TLS certificate, key and CA files again (a renewal):
@@ -315,6 +332,7 @@ where
         config.sent_peer_token(),
         Faults::default(),
         seams.transport,
+        config.protocol,
     )
     .await?;
     // A node whose last process handed every record over as it stopped

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::node::Node;
+use crate::roster::Roster;
 
 /// How long the speaker waits for a new member to catch up with the log
 /// before answering `503 not_caught_up` (it stays a learner; the same
@@ -470,6 +471,31 @@ pub(crate) async fn pin_members(node: Arc<Node>, stop: CancellationToken) {
                 break;
             }
         }
+        agree_protocol(&node, &roster).await;
+    }
+}
+
+/// While this node speaks: once every member of the latest and the
+/// committed configuration offered a protocol version above the
+/// cluster's (each heard by this process), appends
+/// [`Command::Protocol`], from which on the cluster speaks it
+/// (`leasehold_raft::version`).
+async fn agree_protocol(node: &Node, roster: &Roster) {
+    let members = roster.everyone();
+    let Some(version) = node.identity.versions().to_agree(node.id(), &members) else {
+        return;
+    };
+    if !node.is_leader() {
+        return;
+    }
+    match within(
+        COMMIT_WAIT,
+        node.raft.client_write(Command::Protocol(version)),
+    )
+    .await
+    {
+        Ok(_) => tracing::info!(version, "every member speaks protocol {version}: agreed"),
+        Err(e) => tracing::debug!(version, e = %e.body.message, "agreeing a protocol version"),
     }
 }
 

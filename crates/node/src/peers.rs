@@ -203,10 +203,25 @@ impl Peers {
         timeout: Duration,
     ) -> Result<Result<R, ErrorBody>, PeerError> {
         let fail = |e: serde_json::Error| PeerError::new(addr, PeerErrorKind::Malformed, e);
+        match self.call_raw(addr, path, body, timeout).await? {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Ok).map_err(fail),
+            Err(refused) => Ok(Err(refused)),
+        }
+    }
+
+    /// As [`Peers::call`], a successful answer left as its bytes.
+    pub async fn call_raw<B: Serialize>(
+        &self,
+        addr: &str,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<Result<axum::body::Bytes, ErrorBody>, PeerError> {
+        let fail = |e: serde_json::Error| PeerError::new(addr, PeerErrorKind::Malformed, e);
         let json = serde_json::to_vec(body).map_err(fail)?;
         let (ok, bytes) = self.post(addr, path, Some(json), timeout).await?;
         if ok {
-            serde_json::from_slice(&bytes).map(Ok).map_err(fail)
+            Ok(Ok(bytes))
         } else {
             serde_json::from_slice(&bytes).map(Err).map_err(fail)
         }

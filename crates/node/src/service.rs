@@ -24,7 +24,7 @@ use crate::speak::AcquireRequest;
 /// The longest a watching get waits for a change.
 pub const MAX_WATCH: Duration = Duration::from_secs(60);
 
-fn unanswered(e: impl std::fmt::Display) -> ApiError {
+pub(crate) fn unanswered(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(
         ErrorCode::NotRebuilt,
         format!("the speaker did not answer: {e}"),
@@ -72,10 +72,21 @@ impl Node {
         body: &B,
         wait: Duration,
     ) -> Result<R, ApiError> {
+        let bytes = self.forward_raw(path, body, wait).await?;
+        serde_json::from_slice(&bytes).map_err(|e| unanswered(format!("unreadable answer: {e}")))
+    }
+
+    /// As [`Node::forward`], the speaker's answer left as its bytes.
+    pub(crate) async fn forward_raw<B: Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+        wait: Duration,
+    ) -> Result<axum::body::Bytes, ApiError> {
         let (_, addr) = self.leader().ok_or_else(ApiError::no_leader)?;
         self.metrics.forwarded.inc();
         self.peers
-            .call(&addr, path, body, wait + FORWARD_SLACK)
+            .call_raw(&addr, path, body, wait + FORWARD_SLACK)
             .await
             .map_err(unanswered)?
             .map_err(ApiError::from)
@@ -340,6 +351,7 @@ impl Node {
                 .then(|| self.peers.reach().of(id))
                 .flatten()
         };
+        let versions = self.identity.versions();
         let members = nodes
             .into_iter()
             .map(|(id, addr)| {
@@ -372,6 +384,11 @@ impl Node {
                         seen.and_then(|s| s.last_contact)
                             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                     },
+                    protocol: if id == self.id() {
+                        Some(versions.speaks())
+                    } else {
+                        versions.heard(id)
+                    },
                 }
             })
             .collect();
@@ -387,6 +404,8 @@ impl Node {
             changing,
             last_rebuild: state.member.last_rebuild().cloned(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            protocol: versions.cluster(),
+            protocol_offered: versions.speaks(),
         }
     }
 }

@@ -12,7 +12,9 @@
 //!
 //! ```text
 //! frame  = len: u32 LE, body (len bytes, len <= the limit)
-//! body   = 0u8, header        the first frame, once
+//! body   = 0u8, header        the first frame, once (bytes after the
+//!                             header's fields are skipped: a newer
+//!                             build may append fields)
 //!        | 1u8, item, item…   as many as fit in the limit (at least one)
 //!        | 2u8, count: u64    the last frame: the items sent
 //! ```
@@ -94,6 +96,12 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
         return Err(CodecError::TrailingBytes(bytes.len() - read));
     }
     Ok(value)
+}
+
+/// Decodes a `T` from the start of `bytes`, skipping what follows: fields
+/// a newer build appended to a stream's header.
+pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    Ok(bincode::serde::decode_from_slice(bytes, config())?.0)
 }
 
 /// The kind byte that starts a frame's body.
@@ -280,7 +288,8 @@ impl<H: DeserializeOwned, T: DeserializeOwned> ChunkReader<H, T> {
                 }
                 (HEADER, Expect::Header) => {
                     self.expect = Expect::Items;
-                    return Ok(Some(Chunk::Header(decode(body)?)));
+                    // A newer build may append fields to its header.
+                    return Ok(Some(Chunk::Header(decode_prefix(body)?)));
                 }
                 (HEADER, _) => return Err(CodecError::UnexpectedFrame("a second header")),
                 (_, Expect::Header) => {
@@ -391,6 +400,23 @@ mod tests {
             writer.push(item).unwrap();
         }
         writer.finish().unwrap()
+    }
+
+    #[test]
+    fn a_header_a_newer_build_appended_fields_to_reads_as_the_fields_known() {
+        let newer = (7u64, "head".to_string(), 99u32, "later".to_string());
+        let mut writer = ChunkWriter::new(&newer, 100).unwrap();
+        for item in items() {
+            writer.push(&item).unwrap();
+        }
+        let bytes = writer.finish().unwrap().concat();
+        let (headers, chunks) = read(&bytes, 13, 100).unwrap();
+        assert_eq!(headers, vec![(7, "head".to_string())]);
+        assert_eq!(chunks.concat(), items());
+        assert!(
+            decode::<(u64, String)>(&encode(&newer).unwrap()).is_err(),
+            "a whole value still must fill its bytes"
+        );
     }
 
     #[test]

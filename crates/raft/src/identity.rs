@@ -211,6 +211,8 @@ impl Refusal {
 
 const KIND_CLUSTER: &str = "cluster";
 const KIND_STORE: &str = "store";
+/// The refusal of a member whose protocol version the cluster went past.
+const KIND_PROTOCOL: &str = "protocol";
 
 /// What a refused sender learns from the `409` it got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,6 +222,9 @@ pub enum RefusedAs {
     StoreChanged,
     /// The peer belongs to another cluster.
     ForeignCluster,
+    /// The peer's cluster speaks a protocol version above what this node
+    /// offers, or this node's above what the peer offers.
+    Protocol,
     /// The peer could not record this node's identity (try again).
     Unrecorded,
 }
@@ -231,6 +236,7 @@ impl RefusedAs {
         Some(match kind {
             KIND_STORE => RefusedAs::StoreChanged,
             KIND_CLUSTER => RefusedAs::ForeignCluster,
+            KIND_PROTOCOL => RefusedAs::Protocol,
             _ => RefusedAs::Unrecorded,
         })
     }
@@ -265,6 +271,9 @@ pub(crate) struct Recorded {
     /// Whether the node's last process handed every record it kept over
     /// before it stopped (read, and cleared, at the next start).
     pub(crate) left_cleanly: Option<bool>,
+    /// The protocol version the cluster agreed last, as applied here
+    /// (`None`: none agreed, version 0).
+    pub(crate) protocol: Option<crate::version::Protocol>,
 }
 
 /// What a peer's stamp is to what this node recorded.
@@ -312,6 +321,11 @@ pub struct Identity {
     /// What this member runs with, stamped beside its identity, and where
     /// what other members stamp goes.
     terms: crate::terms::TermsBook,
+    /// The protocol versions this member offers and its cluster agreed.
+    versions: crate::version::VersionBook,
+    /// Whether this node stopped because it cannot speak its cluster's
+    /// protocol version.
+    cannot_speak: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Identity {
@@ -330,6 +344,7 @@ impl Identity {
         recorded: Recorded,
         db: Weak<Database>,
     ) -> Self {
+        let recorded_protocol = recorded.protocol.unwrap_or(crate::version::OLDEST);
         Identity {
             node,
             store,
@@ -342,6 +357,80 @@ impl Identity {
             db,
             refused: watch::channel(None).0,
             terms: crate::terms::TermsBook::default(),
+            versions: crate::version::VersionBook::new(crate::version::SPEAKS, recorded_protocol),
+            cannot_speak: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The protocol versions this member offers and its cluster agreed
+    /// ([`crate::version`]).
+    pub fn versions(&self) -> &crate::version::VersionBook {
+        &self.versions
+    }
+
+    /// Whether this node stopped because it cannot speak its cluster's
+    /// protocol version (a process exits 64 for it).
+    pub fn cannot_speak_cluster(&self) -> bool {
+        self.cannot_speak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn refuse_for_protocol(&self, why: String) {
+        self.cannot_speak
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.refuse_self(why);
+    }
+
+    /// The cluster agreed to speak protocol `version` (an applied
+    /// [`Command::Protocol`]): recorded in the data directory, so that a
+    /// build that cannot speak it refuses to start on it; this node stops
+    /// if it offers less.
+    ///
+    /// [`Command::Protocol`]: crate::types::Command::Protocol
+    pub async fn agreed_protocol(&self, version: crate::version::Protocol) -> io::Result<()> {
+        if version > self.versions.cluster() {
+            let _writing = self.writing.lock().await;
+            let mut recorded = self.lock().clone();
+            recorded.protocol = Some(version);
+            self.write(recorded).await?;
+            self.versions.applied(version);
+            tracing::info!(version, "the cluster speaks protocol {version} from now on");
+        }
+        let speaks = self.versions.speaks();
+        if version > speaks {
+            self.refuse_for_protocol(
+                crate::version::Mismatch::ClusterAhead {
+                    cluster: version,
+                    speaks,
+                }
+                .to_string(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Takes the protocol versions of an admitted message from `from`: an
+    /// error if it cannot be read (and this node stops if its cluster went
+    /// ahead of it).
+    fn read_versions(&self, from: NodeId, headers: &HeaderMap) -> Result<(), String> {
+        match self.versions.read(from, headers) {
+            Ok(()) => Ok(()),
+            Err(m @ crate::version::Mismatch::ClusterAhead { .. }) => {
+                let why = format!("member {from} says {m}");
+                self.refuse_for_protocol(why.clone());
+                Err(why)
+            }
+            Err(m) => {
+                let why = format!("member {from}: {m}");
+                let first = self
+                    .warned
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert((from, "protocol"));
+                if first {
+                    tracing::error!(member = from, %m, "refusing a member's peer traffic");
+                }
+                Err(why)
+            }
         }
     }
 
@@ -753,6 +842,16 @@ impl Identity {
         if let Some(refused) = RefusedAs::read(headers) {
             let why = format!("member {target} refused this node ({refused:?})");
             let vouched = self.vouched.load(std::sync::atomic::Ordering::Relaxed);
+            let spoken = crate::version::Spoken::read(headers);
+            if refused == RefusedAs::Protocol && spoken.cluster > self.versions.speaks() {
+                self.refuse_for_protocol(format!(
+                    "member {target} refused this node: {}",
+                    crate::version::Mismatch::ClusterAhead {
+                        cluster: spoken.cluster,
+                        speaks: self.versions.speaks(),
+                    }
+                ));
+            }
             if refused == RefusedAs::StoreChanged && !vouched {
                 self.refuse_self(format!(
                     "member {target} knew node {} on another data directory than {}: \
@@ -776,6 +875,7 @@ impl Identity {
         }
         match self.admit(stamp).await {
             Ok(()) => {
+                self.read_versions(target, headers)?;
                 self.terms.read(target, headers, true);
                 Ok(())
             }
@@ -814,10 +914,18 @@ pub async fn guard(
     let refused = match Stamp::read(request.headers()) {
         Err(e) => Some((StatusCode::BAD_REQUEST, "bad_request", None, e.to_string())),
         Ok(stamp) => match identity.admit(stamp).await {
-            Ok(()) => {
-                identity.terms.read(stamp.from, request.headers(), false);
-                None
-            }
+            Ok(()) => match identity.read_versions(stamp.from, request.headers()) {
+                Ok(()) => {
+                    identity.terms.read(stamp.from, request.headers(), false);
+                    None
+                }
+                Err(why) => Some((
+                    StatusCode::CONFLICT,
+                    "wrong_member",
+                    Some(KIND_PROTOCOL),
+                    why,
+                )),
+            },
             Err(Refusal::StoreChanged { member, .. } | Refusal::Retired { member, .. })
                 if from_leader && member != identity.node() =>
             {
@@ -857,6 +965,7 @@ pub async fn guard(
     };
     identity.stamp().write(response.headers_mut());
     identity.terms.write(response.headers_mut());
+    identity.versions.write(response.headers_mut());
     response
 }
 

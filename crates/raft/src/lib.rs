@@ -53,6 +53,7 @@ pub mod tasks;
 pub mod terms;
 pub mod transport;
 pub mod types;
+pub mod version;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -94,6 +95,10 @@ pub enum StartError {
     /// openraft failed to recover its state from the store.
     #[error("raft: {0}")]
     Fatal(#[from] errors::Fatal),
+    /// The data directory's cluster agreed a protocol version above what
+    /// this node offers.
+    #[error("data dir: {0}")]
+    Protocol(version::Mismatch),
 }
 
 /// A Raft node built by [`build`].
@@ -124,11 +129,21 @@ pub async fn build(
     faults: Faults,
 ) -> Result<Built, StartError> {
     let transport = Arc::new(Http1Transport::new());
-    build_with_transport(node_id, data_dir, timings, cluster_token, faults, transport).await
+    build_with_transport(
+        node_id,
+        data_dir,
+        timings,
+        cluster_token,
+        faults,
+        transport,
+        version::SPEAKS,
+    )
+    .await
 }
 
 /// As [`build`], its peer requests (Raft's and, through [`Built::http`],
-/// the node's own) carried by `transport`.
+/// the node's own) carried by `transport`, offering protocol versions up
+/// to `protocol` ([`version`]).
 pub async fn build_with_transport(
     node_id: NodeId,
     data_dir: &Path,
@@ -136,6 +151,7 @@ pub async fn build_with_transport(
     cluster_token: &str,
     faults: Faults,
     transport: Arc<dyn Transport>,
+    protocol: version::Protocol,
 ) -> Result<Built, StartError> {
     let config = timings.config()?;
     let dir = data_dir.to_path_buf();
@@ -148,6 +164,14 @@ pub async fn build_with_transport(
         })??;
     let closed = store.closed();
     let identity = Arc::new(store.identity());
+    let cluster = identity.versions().cluster();
+    if cluster > protocol {
+        return Err(StartError::Protocol(version::Mismatch::ClusterAhead {
+            cluster,
+            speaks: protocol,
+        }));
+    }
+    identity.versions().offer(protocol);
     let http = PeerHttp::with_transport(identity.clone(), cluster_token, faults, transport)?;
     let network = NetworkFactory::new(http.clone());
     let machine = StateMachine::telling(identity.clone());

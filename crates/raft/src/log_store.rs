@@ -61,6 +61,7 @@ const KEY_NAMED: &str = "named";
 const KEY_PINNED: &str = "members_pinned";
 const KEY_LEADER_LEASE: &str = "leader_lease_ms";
 const KEY_LEFT_CLEANLY: &str = "left_cleanly";
+const KEY_PROTOCOL: &str = "protocol";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -270,6 +271,7 @@ impl LogStore {
                     .unwrap_or_default(),
                 leader_lease_ms: get_meta(&meta, KEY_LEADER_LEASE).map_err(to_store)?,
                 left_cleanly: get_meta(&meta, KEY_LEFT_CLEANLY).map_err(to_store)?,
+                protocol: get_meta(&meta, KEY_PROTOCOL).map_err(to_store)?,
             };
             let recorded = if stored.is_none() {
                 put_meta(&mut meta, KEY_NODE_ID, &node_id).map_err(|e| io_to_store(&path, e))?;
@@ -472,6 +474,9 @@ pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> 
         }
         if let Some(clean) = known.left_cleanly {
             put_meta(&mut meta, KEY_LEFT_CLEANLY, &clean)?;
+        }
+        if let Some(protocol) = known.protocol {
+            put_meta(&mut meta, KEY_PROTOCOL, &protocol)?;
         }
     }
     txn.commit().map_err(io_err)

@@ -183,6 +183,7 @@ impl PeerHttp {
         headers.insert(TOKEN_HEADER, self.token.clone());
         self.identity.stamp().write(&mut headers);
         self.identity.terms().write(&mut headers);
+        self.identity.versions().write(&mut headers);
         let body = match body {
             PeerBody::Empty => Vec::new(),
             PeerBody::Json(bytes) => {

@@ -111,6 +111,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             {
                 identity.pin(*member, *store).await?;
             }
+            if let (Some(identity), EntryPayload::Normal(Command::Protocol(version))) =
+                (&self.identity, &entry.payload)
+            {
+                identity.agreed_protocol(*version).await?;
+            }
             let membership = entry.get_membership();
             if let (Some(identity), Some(membership)) = (&self.identity, &membership) {
                 let members = membership.nodes().map(|(id, _)| *id).collect();

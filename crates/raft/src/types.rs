@@ -25,6 +25,12 @@ pub enum Command {
         /// Its data directory's id.
         store: crate::identity::StoreId,
     },
+    /// From this entry on the cluster speaks protocol version `0`
+    /// ([`crate::version`]): appended by the speaker once every member of
+    /// the committed configuration offers it. Since version 1: a build
+    /// before it cannot read this entry, and it is never appended while
+    /// such a build is a member.
+    Protocol(crate::version::Protocol),
 }
 
 impl fmt::Display for Command {
@@ -32,6 +38,7 @@ impl fmt::Display for Command {
         match self {
             Command::Noop => f.write_str("noop"),
             Command::MemberStore { member, store } => write!(f, "member {member} on {store}"),
+            Command::Protocol(version) => write!(f, "protocol {version}"),
         }
     }
 }
@@ -104,4 +111,25 @@ pub mod errors {
         openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig>,
         super::NodeId,
     >;
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+    use crate::codec::{decode, encode};
+
+    /// The entries a build before versions reads keep their bytes: bincode
+    /// numbers variants in order, so a new one goes last.
+    #[test]
+    fn the_entries_older_builds_read_keep_their_encoding() {
+        assert_eq!(encode(&Command::Noop).unwrap(), vec![0]);
+        let store = crate::identity::StoreId(0x0102);
+        let pin = encode(&Command::MemberStore { member: 7, store }).unwrap();
+        assert_eq!(pin[..2], [1, 7], "variant 1, then the member");
+        assert_eq!(encode(&Command::Protocol(1)).unwrap(), vec![2, 1]);
+        assert_eq!(
+            decode::<Command>(&pin).unwrap(),
+            Command::MemberStore { member: 7, store }
+        );
+    }
 }

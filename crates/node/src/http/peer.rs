@@ -252,15 +252,25 @@ async fn forward_batch(
 ) -> Result<Json<ForwardAnswers>, ApiError> {
     let received = Instant::now();
     let from = stamped_from(&headers)?;
-    let batch: ForwardBatch = peer_body(&bytes)?;
+    let calls =
+        ForwardBatch::read(raw(&bytes)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
     // Each call does its table work when first polled, in order; those
-    // that wait for copies then wait together.
-    let answers = futures::future::join_all(
-        batch
-            .calls
-            .into_iter()
-            .map(|call| node.serve_forwarded(call.by(from), received, false)),
-    )
+    // that wait for copies then wait together. A call this build cannot
+    // read (a newer follower's) is refused alone.
+    let answers = futures::future::join_all(calls.into_iter().map(|call| {
+        let node = &node;
+        async move {
+            match call {
+                Ok(call) => node.serve_forwarded(call.by(from), received, false).await,
+                Err(why) => ForwardAnswer::Refused(
+                    *ApiError::bad_request(format!(
+                        "this speaker cannot read the call (a newer build's?): {why}"
+                    ))
+                    .body,
+                ),
+            }
+        }
+    }))
     .await;
     Ok(Json(ForwardAnswers { answers }))
 }

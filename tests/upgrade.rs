@@ -1,0 +1,318 @@
+//! Upgrades and protocol versions over real processes.
+//!
+//! The rolling upgrade starts a 3-node cluster of an earlier commit of this
+//! repository (built once in a git worktree under the target directory,
+//! with a target directory of its own, kept between runs), and upgrades it
+//! one node at a time to this build while holders renew their locks and
+//! rivals ask for them: nothing held is lost, nothing is granted twice,
+//! every stop exits 0, and the cluster agrees on this build's protocol
+//! only once every member runs it. Then the speaker is killed.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{Cluster, PATIENCE};
+
+/// The earlier build the upgrade starts from: the last commit before
+/// protocol versions (it sends no version header: it speaks version 0).
+const BASE: &str = "61717f87cab6b650b61c62b9aeceeedfba1ebf30";
+
+/// The workspace's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn run(command: &mut Command, what: &str) {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The `leasehold` binary of [`BASE`]: checked out in a git worktree under
+/// the target directory and built there with a target directory of its
+/// own, once (later runs find it).
+fn base_binary() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let target = if target.is_absolute() {
+        target
+    } else {
+        root().join(target)
+    };
+    let cache = target.join("upgrade-base").join(BASE);
+    let (src, built) = (cache.join("src"), cache.join("target"));
+    let binary = built.join("debug").join("leasehold");
+    if binary.exists() {
+        return binary;
+    }
+    if !src.join("Cargo.toml").exists() {
+        let _ = std::fs::remove_dir_all(&src);
+        run(
+            Command::new("git")
+                .arg("-C")
+                .arg(root())
+                .args(["worktree", "prune"]),
+            "git worktree prune",
+        );
+        run(
+            Command::new("git")
+                .arg("-C")
+                .arg(root())
+                .args(["worktree", "add", "--detach"])
+                .arg(&src)
+                .arg(BASE),
+            "check the earlier commit out (a clone with its history is needed)",
+        );
+    }
+    run(
+        Command::new(env!("CARGO"))
+            .current_dir(&src)
+            .args(["build", "--locked", "-p", "leasehold", "--bin", "leasehold"])
+            .env("CARGO_TARGET_DIR", &built)
+            .env_remove("RUSTFLAGS"),
+        "build the earlier commit",
+    );
+    binary
+}
+
+/// What the holders and rivals saw.
+#[derive(Default)]
+struct Seen {
+    /// Renewals refused for good (the lock was lost).
+    lost: Vec<String>,
+    /// Grants to a rival of a name a holder held.
+    twice: Vec<String>,
+    /// Renewals that went through.
+    renewed: usize,
+}
+
+/// Renews every `names` lock (as `locks` were granted) every 400 ms, and
+/// asks for each as a rival every 150 ms, through every node in turn, until
+/// `stop`.
+fn keep_at_it(
+    addrs: Vec<String>,
+    locks: Vec<Value>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Seen> {
+    tokio::spawn(async move {
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let mut seen = Seen::default();
+        let mut turn = 0usize;
+        let mut last_renewal = Instant::now() - Duration::from_secs(1);
+        while !stop.load(Ordering::Relaxed) {
+            turn += 1;
+            let addr = &addrs[turn % addrs.len()];
+            let post = |path: &str, body: Value| {
+                support::answer(
+                    http.post(format!("http://{addr}{path}"))
+                        .json(&body)
+                        .timeout(Duration::from_millis(1500)),
+                )
+            };
+            if last_renewal.elapsed() >= Duration::from_millis(400) {
+                last_renewal = Instant::now();
+                for lock in &locks {
+                    let renew = json!({ "name": lock["name"], "id": lock["id"], "lease_ms": 5000 });
+                    let (status, body) = post("/v1/locks/renew", renew).await;
+                    match status {
+                        200 => {
+                            seen.renewed += 1;
+                            if body["lock"]["fence"] != lock["fence"] {
+                                seen.lost
+                                    .push(format!("{} came back as {body}", lock["name"]));
+                            }
+                        }
+                        0 | 503 => {}
+                        _ => seen.lost.push(format!(
+                            "renew {} via {addr}: {status} {body}",
+                            lock["name"]
+                        )),
+                    }
+                }
+            }
+            for lock in &locks {
+                let rival = json!({ "name": lock["name"], "holder": "rival", "lease_ms": 1000 });
+                let (status, body) = post("/v1/locks/acquire", rival).await;
+                if status == 200 {
+                    seen.twice
+                        .push(format!("{} via {addr}: {body}", lock["name"]));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        seen
+    })
+}
+
+/// Waits until every node says the cluster agreed on `protocol`.
+async fn wait_protocol(cluster: &Cluster, protocol: u64) -> Value {
+    let start = Instant::now();
+    loop {
+        let mut last = Value::Null;
+        let mut all = true;
+        for id in cluster.live() {
+            let (status, view) = cluster.get(id, "/v1/cluster").await;
+            all &= status == 200 && view["protocol"] == json!(protocol);
+            last = view;
+        }
+        if all {
+            return last;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the cluster never agreed on protocol {protocol}: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothing_twice() {
+    let base = tokio::task::spawn_blocking(base_binary).await.unwrap();
+    let mut cluster = Cluster::start_built(3, &base, &[]).await;
+    let mut locks = Vec::new();
+    for id in 1..=3u64 {
+        let name = format!("upgrade/{id}");
+        let lock = cluster
+            .must_acquire(
+                id,
+                &name,
+                json!({ "holder": format!("h{id}"), "lease_ms": 5000 }),
+            )
+            .await;
+        locks.push(lock);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let work = keep_at_it(
+        cluster.addrs.values().cloned().collect(),
+        locks.clone(),
+        Arc::clone(&stop),
+    );
+    // A follower, then the speaker, then the last follower: the speaker
+    // hands over to the most caught-up voter, the highest id of equals,
+    // so the upgraded follower speaks beside a member on the earlier build
+    // (docs/operations.md's order, followers first, is safe as well).
+    let (speaker, _) = cluster.speaker().await;
+    let followers = cluster.others(speaker);
+    let order = [followers[1], speaker, followers[0]];
+    for (step, &id) in order.iter().enumerate() {
+        let code = cluster.terminate(id, PATIENCE);
+        assert_eq!(code, Some(0), "node {id} (old build) did not stop cleanly");
+        cluster.run_this_build(id);
+        cluster.spawn(id);
+        cluster.all_follow_one().await;
+        let (_, view) = cluster.get(id, "/v1/cluster").await;
+        assert_eq!(view["protocol_offered"], json!(1), "{view}");
+        if step < 2 {
+            // A member still runs the earlier build: the cluster speaks
+            // what it reads, whatever the upgraded ones offer.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let (_, view) = cluster.get(id, "/v1/cluster").await;
+            assert_eq!(
+                view["protocol"],
+                json!(0),
+                "agreed with an old member: {view}"
+            );
+        }
+        let fresh = cluster
+            .must_acquire(id, &format!("fresh/{step}"), json!({ "lease_ms": 1000 }))
+            .await;
+        assert!(fresh["fence"].as_u64().unwrap() > 0);
+    }
+    let view = wait_protocol(&cluster, 1).await;
+    for member in view["members"].as_array().unwrap() {
+        assert_eq!(member["protocol"], json!(1), "{view}");
+    }
+    // A crash after the change: the next speaker reads every lock back.
+    let (speaker, _) = cluster.speaker().await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let seen = work.await.unwrap();
+    assert!(seen.twice.is_empty(), "granted twice: {:?}", seen.twice);
+    assert!(seen.lost.is_empty(), "held locks lost: {:?}", seen.lost);
+    assert!(
+        seen.renewed > 30,
+        "the holders hardly renewed: {}",
+        seen.renewed
+    );
+    for lock in &locks {
+        let (status, view) = cluster
+            .get(
+                next,
+                &format!(
+                    "/v1/locks/{}",
+                    lock["name"].as_str().unwrap().replace('/', "%2F")
+                ),
+            )
+            .await;
+        assert_eq!(status, 200, "{view}");
+        assert_eq!(view["lock"]["fence"], lock["fence"], "{view}");
+    }
+    for id in cluster.live() {
+        assert_eq!(cluster.terminate(id, PATIENCE), Some(0), "node {id} stop");
+    }
+}
+
+/// A member started with `--protocol 0` holds its cluster at version 0
+/// (the downgrade window); once it offers 1 the cluster agrees on 1, and a
+/// member (or a newcomer) held below that refuses to start with exit 64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64() {
+    let mut cluster = Cluster::start_each(3, &[], |id| {
+        if id == 3 {
+            vec!["--protocol".into(), "0".into()]
+        } else {
+            Vec::new()
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for id in 1..=3 {
+        let (_, view) = cluster.get(id, "/v1/cluster").await;
+        assert_eq!(view["protocol"], json!(0), "node 3 offers 0 only: {view}");
+    }
+    assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
+    cluster.set_node_args(3, Vec::new());
+    cluster.spawn(3);
+    wait_protocol(&cluster, 1).await;
+
+    assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
+    cluster.set_node_args(3, vec!["--protocol".into(), "0".into()]);
+    cluster.spawn(3);
+    assert_eq!(
+        cluster.wait_exit(3, PATIENCE),
+        Some(64),
+        "{}",
+        cluster.log(3)
+    );
+    assert!(cluster.log(3).contains("protocol 1"), "{}", cluster.log(3));
+    cluster.set_node_args(3, Vec::new());
+    cluster.spawn(3);
+    cluster.all_follow_one().await;
+    let lock = cluster.must_acquire(3, "after", json!({})).await;
+    assert!(lock["fence"].as_u64().unwrap() > 0);
+
+    // A newcomer held at 0 asks to join: the first message from the
+    // cluster says it speaks 1, and the newcomer stops.
+    cluster.set_node_args(4, vec!["--protocol".into(), "0".into()]);
+    cluster.spawn_joining(4);
+    assert_eq!(
+        cluster.wait_exit(4, PATIENCE),
+        Some(64),
+        "{}",
+        cluster.log(4)
+    );
+}
