@@ -63,6 +63,10 @@ pub enum StartError {
     /// The cluster does not know this data directory (see [`leasehold_raft::Identity`]).
     #[error("refused by the cluster: {0}")]
     Refused(String),
+    /// The cluster speaks a protocol version above what this node offers
+    /// (found as it started: a peer said so, or its log did).
+    #[error("cannot speak the cluster's protocol: {0}")]
+    Protocol(String),
 }
 
 impl StartError {
@@ -71,7 +75,7 @@ impl StartError {
     pub fn is_protocol(&self) -> bool {
         matches!(
             self,
-            StartError::Raft(leasehold_raft::StartError::Protocol(_))
+            StartError::Raft(leasehold_raft::StartError::Protocol(_)) | StartError::Protocol(_)
         )
     }
 }
@@ -357,6 +361,9 @@ where
         Ok(answered) => answered,
         Err(why) => {
             let _ = raft.shutdown().await;
+            if node.identity.cannot_speak_cluster() {
+                return Err(StartError::Protocol(why));
+            }
             return Err(StartError::Refused(why));
         }
     };

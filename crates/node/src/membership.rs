@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::node::Node;
-use crate::roster::Roster;
 
 /// How long the speaker waits for a new member to catch up with the log
 /// before answering `503 not_caught_up` (it stays a learner; the same
@@ -48,6 +47,7 @@ impl Node {
             }
             return self.forward(routes::MEMBERS, &change, FORWARD_WAIT).await;
         }
+        let _writing = self.membership_writes.lock().await;
         match change {
             MemberChange::Add(AddMemberBody { id, addr, store }) => {
                 let store = store.as_deref().map(parse_store).transpose()?;
@@ -471,18 +471,36 @@ pub(crate) async fn pin_members(node: Arc<Node>, stop: CancellationToken) {
                 break;
             }
         }
-        agree_protocol(&node, &roster).await;
+        agree_protocol(&node).await;
     }
 }
 
 /// While this node speaks: once every member of the latest and the
-/// committed configuration offered a protocol version above the
-/// cluster's (each heard by this process), appends
+/// committed configuration, and every member departed within a lease (a
+/// rebuild still reads it), offered a protocol version above the
+/// cluster's, each heard lately by this process, appends
 /// [`Command::Protocol`], from which on the cluster speaks it
-/// (`leasehold_raft::version`).
-async fn agree_protocol(node: &Node, roster: &Roster) {
-    let members = roster.everyone();
-    let Some(version) = node.identity.versions().to_agree(node.id(), &members) else {
+/// (`leasehold_raft::version`). No membership change runs meanwhile, and
+/// the members are read from Raft itself, as appended.
+async fn agree_protocol(node: &Node) {
+    let _writing = node.membership_writes.lock().await;
+    let metrics = node.raft.metrics().borrow_watched().clone();
+    let mut members: BTreeSet<NodeId> = metrics
+        .membership_config
+        .membership()
+        .nodes()
+        .chain(metrics.committed_membership_config.membership().nodes())
+        .map(|(id, _)| *id)
+        .collect();
+    members.extend(node.departed().into_iter().map(|(id, _)| id));
+    // Heard within a few of the speaker's rounds: a member down, or heard
+    // only before it restarted on another build, blocks the agreement.
+    let lately = PIN_EVERY * 2;
+    let Some(version) = node
+        .identity
+        .versions()
+        .to_agree(node.id(), &members, lately)
+    else {
         return;
     };
     if !node.is_leader() {

@@ -67,6 +67,10 @@ pub struct Node {
     was_member: std::sync::atomic::AtomicBool,
     /// Whether a roster from Raft was seen at all.
     saw_roster: std::sync::atomic::AtomicBool,
+    /// Held across a membership change on the speaker and across the
+    /// agreement of a protocol version, so that no member is added between
+    /// the check that every member offers a version and its entry.
+    pub(crate) membership_writes: tokio::sync::Mutex<()>,
     /// Whether this node was removed from the cluster.
     pub(crate) removed: watch::Sender<bool>,
     /// This node's data directory's identity and what it knows of the others'.
@@ -141,6 +145,7 @@ impl Node {
             handed: Mutex::new(BTreeMap::new()),
             was_member: std::sync::atomic::AtomicBool::new(false),
             saw_roster: std::sync::atomic::AtomicBool::new(false),
+            membership_writes: tokio::sync::Mutex::new(()),
             removed: watch::Sender::new(false),
             config,
             raft,

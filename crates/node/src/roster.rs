@@ -104,11 +104,6 @@ impl Roster {
         self.committed_voters.len()
     }
 
-    /// Every member of the latest configuration or of the committed one.
-    pub fn everyone(&self) -> BTreeSet<NodeId> {
-        self.addrs.keys().chain(&self.committed).copied().collect()
-    }
-
     /// Whether `id` is a member of the latest configuration and of the
     /// committed one: one whose records every later leader reads.
     pub fn is_settled(&self, id: NodeId) -> bool {

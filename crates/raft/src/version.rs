@@ -32,7 +32,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Mutex;
 
+use std::time::Duration;
+
 use axum::http::{HeaderMap, HeaderValue};
+use tokio::time::Instant;
 
 use crate::types::NodeId;
 
@@ -136,8 +139,8 @@ impl fmt::Display for Mismatch {
 pub struct VersionBook {
     speaks: AtomicU16,
     cluster: AtomicU16,
-    /// What each member last offered, heard by this process.
-    heard: Mutex<BTreeMap<NodeId, Protocol>>,
+    /// What each member last offered, and when, heard by this process.
+    heard: Mutex<BTreeMap<NodeId, (Protocol, Instant)>>,
 }
 
 impl VersionBook {
@@ -191,7 +194,7 @@ impl VersionBook {
         self.heard
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(from, spoken.speaks);
+            .insert(from, (spoken.speaks, Instant::now()));
         let (speaks, cluster) = (self.speaks(), self.cluster());
         if spoken.cluster > speaks {
             return Err(Mismatch::ClusterAhead {
@@ -214,13 +217,19 @@ impl VersionBook {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&member)
-            .copied()
+            .map(|(speaks, _)| *speaks)
     }
 
     /// The version every one of `members` offers (this node counted by
-    /// what it offers), once each was heard by this process; `None` while
-    /// one was not.
-    pub fn all_speak(&self, me: NodeId, members: &BTreeSet<NodeId>) -> Option<Protocol> {
+    /// what it offers), once each was heard by this process within
+    /// `lately`; `None` while one was not (a member down, or heard only
+    /// in an earlier incarnation, blocks it).
+    pub fn all_speak(
+        &self,
+        me: NodeId,
+        members: &BTreeSet<NodeId>,
+        lately: Duration,
+    ) -> Option<Protocol> {
         let heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
         members
             .iter()
@@ -228,16 +237,26 @@ impl VersionBook {
                 if *m == me {
                     Some(self.speaks())
                 } else {
-                    heard.get(m).copied()
+                    heard
+                        .get(m)
+                        .filter(|(_, at)| at.elapsed() <= lately)
+                        .map(|(speaks, _)| *speaks)
                 }
             })
             .try_fold(self.speaks(), |low, v| v.map(|v| low.min(v)))
     }
 
     /// The version the speaker should move its cluster to, if any: the
-    /// version every member of `members` offers, when above the cluster's.
-    pub fn to_agree(&self, me: NodeId, members: &BTreeSet<NodeId>) -> Option<Protocol> {
-        self.all_speak(me, members).filter(|v| *v > self.cluster())
+    /// version every member of `members` offered within `lately`, when
+    /// above the cluster's.
+    pub fn to_agree(
+        &self,
+        me: NodeId,
+        members: &BTreeSet<NodeId>,
+        lately: Duration,
+    ) -> Option<Protocol> {
+        self.all_speak(me, members, lately)
+            .filter(|v| *v > self.cluster())
     }
 }
 
@@ -286,19 +305,45 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_cluster_moves_only_once_every_member_offered_the_version() {
+    const LATELY: Duration = Duration::from_secs(5);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_heard_long_ago_counts_as_unheard() {
+        let book = VersionBook::new(1, 0);
+        let members: BTreeSet<NodeId> = [1, 2].into();
+        book.read(2, &headers(Some("speaks=1; cluster=0"))).unwrap();
+        assert_eq!(book.to_agree(1, &members, LATELY), Some(1));
+        tokio::time::advance(LATELY + Duration::from_millis(1)).await;
+        assert_eq!(book.to_agree(1, &members, LATELY), None, "2 went quiet");
+        book.read(2, &headers(Some("speaks=1; cluster=0"))).unwrap();
+        assert_eq!(book.to_agree(1, &members, LATELY), Some(1));
+    }
+
+    #[tokio::test]
+    async fn the_cluster_moves_only_once_every_member_offered_the_version() {
         let book = VersionBook::new(1, 0);
         let members: BTreeSet<NodeId> = [1, 2, 3].into();
-        assert_eq!(book.to_agree(1, &members), None, "2 and 3 not heard");
+        assert_eq!(
+            book.to_agree(1, &members, LATELY),
+            None,
+            "2 and 3 not heard"
+        );
         book.read(2, &headers(Some("speaks=1; cluster=0"))).unwrap();
-        assert_eq!(book.to_agree(1, &members), None, "3 not heard");
+        assert_eq!(book.to_agree(1, &members, LATELY), None, "3 not heard");
         book.read(3, &headers(None)).unwrap();
-        assert_eq!(book.to_agree(1, &members), None, "3 is an old build");
+        assert_eq!(
+            book.to_agree(1, &members, LATELY),
+            None,
+            "3 is an old build"
+        );
         book.read(3, &headers(Some("speaks=2; cluster=0"))).unwrap();
-        assert_eq!(book.to_agree(1, &members), Some(1), "the lowest offered");
+        assert_eq!(
+            book.to_agree(1, &members, LATELY),
+            Some(1),
+            "the lowest offered"
+        );
         book.applied(1);
-        assert_eq!(book.to_agree(1, &members), None, "already agreed");
+        assert_eq!(book.to_agree(1, &members, LATELY), None, "already agreed");
         book.applied(0);
         assert_eq!(book.cluster(), 1, "never lowered");
     }
