@@ -666,14 +666,8 @@ fn serve_needs_its_members_on_a_new_data_directory() {
 fn up_that_cannot_start_removes_its_temporary_directory() {
     // Node 1's port free, node 2's taken: node 1 starts (and makes its
     // directory) before node 2 fails.
-    let (base, taken) = loop {
-        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = free.local_addr().unwrap().port();
-        drop(free);
-        if let Ok(taken) = std::net::TcpListener::bind(("127.0.0.1", base + 1)) {
-            break (base, taken);
-        }
-    };
+    let base = support::free_ports(2);
+    let taken = std::net::TcpListener::bind(("127.0.0.1", base + 1)).unwrap();
     let port = base + 1;
     let tmp = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
@@ -734,12 +728,7 @@ async fn status_answers_at_once_after_the_speaker_dies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reads_a_config_file_under_the_environment_and_the_flags() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = support::free_addr();
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "max-lease = 4000\nmax-leese = 5000\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))

@@ -3,6 +3,8 @@
 //! pauses, partitions and heals it, and the failover history says what
 //! each failover cost. Over real processes, as docs/harness.md shows.
 
+mod support;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,16 +14,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A base port with the next two free too.
 fn three_free_ports() -> u16 {
-    loop {
-        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = first.local_addr().unwrap().port();
-        drop(first);
-        if base < 65000
-            && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
-        {
-            return base;
-        }
-    }
+    support::free_ports(3)
 }
 
 /// `leasehold chaos ARGS` against the `up` in `dir`: its output, or why not.

@@ -70,10 +70,7 @@ async fn a_data_directory_from_another_cluster_is_refused() {
 
     // A one-node cluster whose only member is also node 3.
     let stray_dir = cluster.dir.path().join("stray");
-    let stray_addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let stray_addr = support::free_addr();
     let mut stray = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["serve", "--id", "3", "--listen", &stray_addr])
         .args(["--peers", &format!("3={stray_addr}")])

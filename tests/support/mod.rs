@@ -44,12 +44,35 @@ pub fn free_addr() -> String {
     format!("127.0.0.1:{}", free_port())
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A port nobody listens on (free when probed).
+pub fn free_port() -> u16 {
+    free_ports(1)
+}
+
+/// The first of `n` consecutive ports nobody listens on (free when
+/// probed), below the kernel's range of ephemeral ports: a port the kernel
+/// handed out for a probe is one it may hand to an outgoing connection (a
+/// client's, a node's) before the node meant to listen there binds it.
+/// Each test process starts at a place of its own in the range and never
+/// hands out a port twice.
+pub fn free_ports(n: u16) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FLOOR: u32 = 10_000;
+    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|low| *low > FLOOR + 1_000)
+        .unwrap_or(32_768);
+    let span = ceiling - FLOOR - u32::from(n);
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    loop {
+        let taken = NEXT.fetch_add(u32::from(n), Ordering::Relaxed);
+        let base = (FLOOR + (start + taken) % span) as u16;
+        if (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+    }
 }
 
 impl Cluster {
