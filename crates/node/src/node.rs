@@ -433,18 +433,6 @@ impl Node {
         }
     }
 
-    /// How long ago `member` left the cluster, as this node knows it (it saw
-    /// it go, or another member's report said how long it stays departed),
-    /// if it is departed.
-    pub(crate) fn departed_ago(&self, member: NodeId) -> Option<Duration> {
-        let now = self.clock.now();
-        let window = self.config.lease.max + self.config.rebuild_timeout;
-        let departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
-        let (_, until) = departed.get(&member)?;
-        let left = until.saturating_duration_since(now);
-        Some(window.saturating_sub(left))
-    }
-
     /// The members gone from the roster within the longest lease (plus a
     /// rebuild's time), with their addresses: a rebuild reads them too.
     pub(crate) fn departed(&self) -> Vec<(NodeId, String)> {

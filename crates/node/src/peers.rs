@@ -64,7 +64,7 @@ impl PeerError {
     /// data directory, or another process, than the one it left with.
     pub(crate) fn left_on_another_directory(addr: &str, id: NodeId) -> Self {
         let reason = format!(
-            "member {id} left the cluster with another data directory or process: the node \
+            "member {id} left the cluster with another data directory: the node \
              now at its address holds none of its records"
         );
         PeerError::new(addr, PeerErrorKind::Stranger, reason)

@@ -289,10 +289,19 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
                         pending.push(read_after(gone.node, gone.addr.clone(), None));
                     }
                 }
+                // A departed member's process up for less than the longest
+                // lease may have started after it left (its replacement,
+                // started at once under its id at its address, on a new
+                // data directory or its own): records live in memory, so
+                // it counts as restarted, whatever its directory says.
+                // The one that left took its last record before it left,
+                // which ends within the longest lease; a process up longer
+                // started before then.
+                let departed = roster.addr(id).is_none();
                 reads.answered(
                     id,
                     Duration::from_millis(header.uptime_ms),
-                    header.first_start,
+                    header.first_start && !departed,
                     Duration::from_millis(header.max_lease_ms),
                     usize::try_from(header.copies).unwrap_or(usize::MAX),
                 );
@@ -348,22 +357,15 @@ async fn read_member(
         // Another node at that address now (a member replaced under the
         // address of one that left) is not the member asked: unread. So is
         // a departed member answering from another data directory than the
-        // one it left with, or from a process started since it left (its
-        // replacement, started at once under its id at its address, or the
-        // member restarted): records live in memory, so only the process
-        // that left holds the ones it took.
-        let departed = match node.roster().addr(id) {
-            None => node
-                .departed_ago(id)
-                .map(|ago| (node.identity.recorded(id), ago)),
+        // one it left with. (One answering from a process started since it
+        // left counts as restarted: see `read_members`.)
+        let left_with = match node.roster().addr(id) {
+            None => node.identity.recorded(id),
             Some(_) => None,
         };
         report.and_then(|r| match r.header.node == id {
-            true => match departed {
-                Some((Some(left), _)) if r.store.is_some_and(|now| now != left) => {
-                    Err(PeerError::left_on_another_directory(&addr, id))
-                }
-                Some((_, ago)) if Duration::from_millis(r.header.uptime_ms) < ago => {
+            true => match left_with {
+                Some(left) if r.store.is_some_and(|now| now != left) => {
                     Err(PeerError::left_on_another_directory(&addr, id))
                 }
                 _ => Ok(r),
