@@ -313,6 +313,11 @@ async fn replace_the_copy_holder_then_kill_the_speaker(nodes: u64, late_follower
         json!(false),
         "the lock's copy left with member {copy_holder}: {report}"
     );
+    let missing = report["members_missing"].as_array().unwrap();
+    assert!(
+        missing.contains(&json!(copy_holder)),
+        "the replacement counts as missing for member {copy_holder}: {report}"
+    );
     let granted = rival_until(
         &cluster,
         next,

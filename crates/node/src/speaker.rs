@@ -270,7 +270,19 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
             Err(_) => continue,
         };
         match report {
-            Ok(report) => {
+            Ok(mut report) => {
+                // A departed member's process up for less than the longest
+                // lease may have started after it left (its replacement,
+                // started at once under its id at its address, on a new
+                // data directory or its own): records live in memory, so
+                // it counts as restarted, whatever its directory says,
+                // and the restart wait counts from its start. Any record
+                // the one that left took ends within the longest lease of
+                // a later process's start; a process up longer is the one
+                // that left, or started after those records ended.
+                if roster.addr(id).is_none() {
+                    report.header.first_start = false;
+                }
                 tracing::info!(
                     member = id,
                     locks = report.locks.len(),
@@ -289,19 +301,10 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
                         pending.push(read_after(gone.node, gone.addr.clone(), None));
                     }
                 }
-                // A departed member's process up for less than the longest
-                // lease may have started after it left (its replacement,
-                // started at once under its id at its address, on a new
-                // data directory or its own): records live in memory, so
-                // it counts as restarted, whatever its directory says.
-                // The one that left took its last record before it left,
-                // which ends within the longest lease; a process up longer
-                // started before then.
-                let departed = roster.addr(id).is_none();
                 reads.answered(
                     id,
                     Duration::from_millis(header.uptime_ms),
-                    header.first_start && !departed,
+                    header.first_start,
                     Duration::from_millis(header.max_lease_ms),
                     usize::try_from(header.copies).unwrap_or(usize::MAX),
                 );
