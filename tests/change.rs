@@ -539,11 +539,11 @@ async fn two_clean_restarts_then_a_speaker_crash_keep_the_lock() {
 /// replacement starts at once under its id at its address; only then does
 /// the paused follower resume and see the removal. The speaker is then
 /// killed. The follower saw the member leave after its replacement
-/// started, so the replacement's uptime is shorter than the departure as
-/// the paused follower counts it, but not as the others do: the rebuild
-/// must go by the earliest departure any member saw (and by the data
-/// directory the removal wrote to the log), and count the replacement as
-/// not the member that left. Found by the simulation of change.
+/// started: a rule comparing the replacement's uptime with the latest
+/// departure any member saw read it as the member that left (all-seen,
+/// and strict mode granted twice). A departed member's process up for
+/// less than the longest lease counts as restarted. Found by the
+/// simulation of change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replacement_started_as_its_removal_is_answered_is_not_read_for_it() {
     replace_the_copy_holder_then_kill_the_speaker(5, true).await;

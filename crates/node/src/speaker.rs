@@ -270,19 +270,7 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
             Err(_) => continue,
         };
         match report {
-            Ok(mut report) => {
-                // A departed member's process up for less than the longest
-                // lease may have started after it left (its replacement,
-                // started at once under its id at its address, on a new
-                // data directory or its own): records live in memory, so
-                // it counts as restarted, whatever its directory says,
-                // and the restart wait counts from its start. Any record
-                // the one that left took ends within the longest lease of
-                // a later process's start; a process up longer is the one
-                // that left, or started after those records ended.
-                if roster.addr(id).is_none() {
-                    report.header.first_start = false;
-                }
+            Ok(report) => {
                 tracing::info!(
                     member = id,
                     locks = report.locks.len(),
@@ -360,20 +348,29 @@ async fn read_member(
         // Another node at that address now (a member replaced under the
         // address of one that left) is not the member asked: unread. So is
         // a departed member answering from another data directory than the
-        // one it left with. (One answering from a process started since it
-        // left counts as restarted: see `read_members`.)
-        let left_with = match node.roster().addr(id) {
-            None => node.identity.recorded(id),
-            Some(_) => None,
-        };
-        report.and_then(|r| match r.header.node == id {
-            true => match left_with {
-                Some(left) if r.store.is_some_and(|now| now != left) => {
-                    Err(PeerError::left_on_another_directory(&addr, id))
+        // one it left with.
+        //
+        // A departed member's process up for less than the longest lease
+        // may have started after it left (its replacement, started at once
+        // under its id at its address, on a new data directory or its
+        // own): records live in memory, so it counts as restarted, whatever
+        // its directory says, and the hold counts from its start. Any
+        // record the one that left took ends within the longest lease of a
+        // later process's start; a process up longer is the one that left,
+        // or started after those records ended. The roster is read once
+        // the answer is in: a member removed while it was read is departed.
+        report.and_then(|mut r| {
+            if r.header.node != id {
+                return Err(PeerError::not_the_member(&addr, id, r.header.node));
+            }
+            if node.roster().addr(id).is_none() {
+                let left_with = node.identity.recorded(id);
+                if left_with.is_some_and(|left| r.store.is_some_and(|now| now != left)) {
+                    return Err(PeerError::left_on_another_directory(&addr, id));
                 }
-                _ => Ok(r),
-            },
-            false => Err(PeerError::not_the_member(&addr, id, r.header.node)),
+                r.header.first_start = false;
+            }
+            Ok(r)
         })
     };
     (id, addr, started.elapsed(), report)
