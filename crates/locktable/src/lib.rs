@@ -28,6 +28,7 @@
 mod error;
 mod held;
 mod lock;
+mod rebuild;
 mod settle;
 mod slots;
 mod table;
@@ -36,5 +37,6 @@ mod time;
 pub use error::{AcquireError, LockError, NotRebuilt, StaleGeneration};
 pub use held::{Held, HeldLock};
 pub use lock::{BadLockId, Fence, Lock, LockId, LockInTransit, NodeId, Request};
+pub use rebuild::{RebuildBasis, Settled};
 pub use table::{Acquired, Answer, RebuildError, RebuildFrom, Rebuilt, Table, WaiterId};
 pub use time::{LeaseRule, MonoTime};

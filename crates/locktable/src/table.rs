@@ -8,7 +8,7 @@ use hashbrown::HashMap;
 
 use crate::error::{AcquireError, LockError, NotRebuilt, StaleGeneration};
 use crate::lock::{Fence, Lock, LockId, NodeId, Request};
-use crate::settle::settle_into;
+use crate::rebuild::{RebuildBasis, Settled};
 use crate::slots::{Slot, Slots};
 use crate::time::{LeaseRule, MonoTime};
 
@@ -144,6 +144,9 @@ pub struct Table {
     forgotten: Forgotten,
     /// Leases [`Table::poll`] has ended since the table was made.
     expired: u64,
+    /// The releases heard since a rebuild's basis was taken
+    /// ([`Table::begin_rebuild`]), for its install to apply.
+    forgets_since_basis: Option<Vec<(Box<str>, LockId)>>,
 }
 
 /// Released ids and until when each is kept from rebuilds: until no node's
@@ -275,6 +278,7 @@ impl Table {
             retained: HashMap::new(),
             forgotten: Forgotten::default(),
             expired: 0,
+            forgets_since_basis: None,
         }
     }
 
@@ -531,6 +535,7 @@ impl Table {
     /// leases end.
     pub fn drop_table(&mut self, now: MonoTime) {
         self.generation += 1;
+        self.forgets_since_basis = None;
         self.rebuilt = false;
         self.hold_new_grants_until = None;
         for slot in self.slots.iter().filter(|s| s.is_live(now)) {
@@ -606,6 +611,9 @@ impl Table {
         self.retained.remove(&id);
         let until = now + left.min(LeaseRule::LONGEST) + Self::FORGET_MARGIN;
         self.forgotten.insert(id, until, now);
+        if let Some(since) = &mut self.forgets_since_basis {
+            since.push((name.into(), id));
+        }
         if let Ok(at) = self.find_held(name, id) {
             self.remove(at);
             if let Some(queue) = self.waiters.remove(name) {
@@ -639,41 +647,63 @@ impl Table {
     /// one held the longest is kept, and the other is still held by its
     /// client, which is returned.
     pub fn rebuild(&mut self, from: RebuildFrom, now: MonoTime) -> Result<Rebuilt, RebuildError> {
-        if from.generation != self.generation {
+        let settled = self.begin_rebuild().settle(from, now)?;
+        self.install(settled, now)
+    }
+
+    /// What a rebuild settled apart from the table needs of it
+    /// ([`RebuildBasis::settle`]); the releases heard from now on are kept
+    /// for [`Table::install`] to apply.
+    pub fn begin_rebuild(&mut self) -> RebuildBasis {
+        self.forgets_since_basis = Some(Vec::new());
+        RebuildBasis {
+            generation: self.generation,
+            forgotten: self.forgotten.until.clone(),
+        }
+    }
+
+    /// Puts a rebuild settled apart in place, as [`Table::rebuild`] would
+    /// have rebuilt the table from its reports: unless the table was dropped
+    /// since the basis was taken, or the term's fences already say a
+    /// rebuild saw every grant and this one did not. A lock released since
+    /// the basis was taken is left out.
+    pub fn install(&mut self, settled: Settled, now: MonoTime) -> Result<Rebuilt, RebuildError> {
+        let Settled {
+            from_generation,
+            epoch,
+            highest,
+            slots,
+            expiries,
+            lost,
+            hold_new_grants_until,
+            seen_all,
+        } = settled;
+        if from_generation != self.generation {
             return Err(StaleGeneration {
-                asked: from.generation,
+                asked: from_generation,
                 current: self.generation,
             }
             .into());
         }
-        if from.epoch > Fence::MAX_EPOCH {
-            return Err(RebuildError::EpochTooLarge(from.epoch));
-        }
-        let highest = from.locks.iter().map(|l| l.fence).max().unwrap_or_default();
-        if highest.epoch() > from.epoch {
-            return Err(RebuildError::NewerTerm {
-                term: from.epoch,
-                reported: highest.epoch(),
-            });
-        }
         // A term's later fences carry the bit once one did: a rebuild that
         // missed grants cannot go on counting in it.
         let issued = Fence(highest.0.max(self.fences.next));
-        if !from.seen_all && issued.epoch() == from.epoch && issued.seen_all() {
-            return Err(RebuildError::SeenAllSpent(from.epoch));
+        if !seen_all && issued.epoch() == epoch && issued.seen_all() {
+            return Err(RebuildError::SeenAllSpent(epoch));
         }
-        self.slots.clear();
-        let forgotten = &self.forgotten;
-        let lost = settle_into(&mut self.slots, from.locks, now, LeaseRule::LONGEST, |id| {
-            forgotten.contains(id, now)
-        });
+        self.slots = slots;
+        self.expiries = expiries;
+        for (name, id) in self.forgets_since_basis.take().unwrap_or_default() {
+            if let Ok(at) = self.find_held(&name, id) {
+                self.remove(at);
+            }
+        }
         // A loser's other records (copies, a `Held` not dropped yet) must
         // not bring it back once the name is free again.
         for lock in &lost {
             self.forgotten
                 .insert(lock.id, lock.expires + Self::FORGET_MARGIN, now);
         }
-        self.reindex_expiries();
         let slots = &self.slots;
         self.retained.retain(|id, l| {
             slots
@@ -684,12 +714,8 @@ impl Table {
         // Above every fence this table issued too: a table dropped and
         // rebuilt again in the same term (a rebuild retried after a drop)
         // must not hand out a released lock's fence a second time.
-        let first = if from.seen_all {
-            Fence::SEEN_ALL | 1
-        } else {
-            1
-        };
-        let base = Fence::new(from.epoch, first)
+        let first = if seen_all { Fence::SEEN_ALL | 1 } else { 1 };
+        let base = Fence::new(epoch, first)
             .0
             .max(highest.0.saturating_add(1))
             .max(self.fences.next);
@@ -697,9 +723,9 @@ impl Table {
         // own answers `FencesExhausted` and hands over.
         self.fences = FenceCounter {
             next: base,
-            end: Fence::new(from.epoch + 1, 0).0,
+            end: Fence::new(epoch + 1, 0).0,
         };
-        self.hold_new_grants_until = from.hold_new_grants_until;
+        self.hold_new_grants_until = hold_new_grants_until;
         self.rebuilt = true;
         Ok(Rebuilt {
             locks: self.slots.len(),

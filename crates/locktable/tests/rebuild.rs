@@ -382,3 +382,43 @@ fn released_or_ended_locks_are_not_reclaimed() {
     let ended = held_lock("b", 2, 1, t(0), t(3), 1);
     assert_eq!(table.reclaim(ended, t(3)), Err(LockError::NotHeld));
 }
+
+/// A rebuild settled apart from the table (on another thread, while the
+/// table answers): a release heard after the basis was taken is applied
+/// when it is installed, and a drop meanwhile makes the install stale.
+#[test]
+fn a_rebuild_settled_apart_takes_in_the_releases_heard_meanwhile() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let generation = table.generation();
+    let a = held_lock("a", 1, 2, t(0), t(30), Fence::new(1, 1).0);
+    let b = held_lock("b", 2, 2, t(0), t(30), Fence::new(1, 2).0);
+    let from = RebuildFrom {
+        generation,
+        epoch: 2,
+        locks: vec![a.clone(), b.clone()],
+        hold_new_grants_until: None,
+        seen_all: false,
+    };
+    let basis = table.begin_rebuild();
+    // Heard while the reports settle.
+    table.forget("a", a.id, std::time::Duration::from_secs(30), t(1));
+    let settled = basis.settle(from.clone(), t(1)).unwrap();
+    let out = table.install(settled, t(2)).unwrap();
+    assert_eq!(out.locks, 1, "the release heard meanwhile is applied");
+    assert_eq!(table.get("a", t(2)).unwrap(), None, "released meanwhile");
+    assert_eq!(table.get("b", t(2)).unwrap(), Some(b));
+
+    table.drop_table(t(3));
+    let from = RebuildFrom {
+        generation: table.generation(),
+        ..from
+    };
+    let basis = table.begin_rebuild();
+    let settled = basis.settle(from, t(3)).unwrap();
+    table.drop_table(t(4));
+    let err = table.install(settled, t(4)).unwrap_err();
+    assert!(matches!(err, RebuildError::Stale(_)), "{err:?}");
+    assert!(!table.is_rebuilt());
+    assert!(table.is_empty());
+}

@@ -194,10 +194,31 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
         missing,
         took: started.elapsed(),
     };
-    let guard = node.guard();
+    // Counted and put in place under the state's lock; settled apart from
+    // it, on a thread of its own: a million locks take most of a second to
+    // settle, and meanwhile the node answers (Raft's heartbeats, its
+    // clients, which wait for the state's lock) on the runtime's threads.
+    let job = node
+        .state()
+        .member
+        .begin_rebuild(input, &node.guard(), node.clock.now());
+    let job = match job {
+        Ok(job) => job,
+        Err(failed) => return failed,
+    };
+    let settled = if node.clock.passes_while_computing() {
+        match tokio::task::spawn_blocking(move || job.settle()).await {
+            Ok(settled) => settled,
+            Err(_) => return Attempt::Failed("settling the reports panicked"),
+        }
+    } else {
+        job.settle()
+    };
     let done = {
         let mut state = node.state();
-        let done = state.member.rebuild(input, &guard, node.clock.now());
+        let done = state
+            .member
+            .finish_rebuild(settled, &node.guard(), node.clock.now());
         if done.is_ok() {
             node.changed(&state);
         }

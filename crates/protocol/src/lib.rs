@@ -48,7 +48,8 @@ pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP
 pub use member::{Forwarded, Made, Member, PeerTerms, Polled, Renewal};
 pub use members::Members;
 pub use rebuild::{
-    at_risk_for, MemberRead, Reads, RebuildDone, RebuildInput, READ_AGAIN_AFTER, STRAGGLER_SHARE,
+    at_risk_for, MemberRead, Reads, RebuildDone, RebuildInput, RebuildJob, SettledRebuild,
+    READ_AGAIN_AFTER, STRAGGLER_SHARE,
 };
 pub use refusal::Refusal;
 pub use releases::{Release, ReleaseSender};

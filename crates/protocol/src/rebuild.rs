@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use leasehold_api::RebuildReport;
-use locktable::{Lock, MonoTime, NodeId, RebuildError, RebuildFrom};
+use locktable::{Lock, MonoTime, NodeId, RebuildBasis, RebuildError, RebuildFrom, Settled};
 
 use crate::config::RebuildMode;
 use crate::guard::Guard;
@@ -277,9 +277,71 @@ pub fn at_risk_for(
     }
 }
 
+/// What a rebuild counted before its locks settle: its report's figures.
+#[derive(Debug)]
+struct Counted {
+    term: u64,
+    members_read: Vec<NodeId>,
+    missing: Vec<NodeId>,
+    all_seen: bool,
+    held_back: Option<Duration>,
+    took: Duration,
+}
+
+/// A rebuild read and counted, its locks still to settle apart from the
+/// member ([`RebuildJob::settle`], the heavy part: for another thread,
+/// while the member answers).
+#[derive(Debug)]
+pub struct RebuildJob {
+    counted: Counted,
+    basis: RebuildBasis,
+    generation: u64,
+    /// Each member's locks, as read.
+    locks: Vec<Vec<Lock>>,
+    hold_new_grants_until: Option<MonoTime>,
+    now: MonoTime,
+}
+
+/// A rebuild whose locks settled, for [`Member::finish_rebuild`].
+#[derive(Debug)]
+pub struct SettledRebuild {
+    counted: Counted,
+    settled: Result<Settled, RebuildError>,
+}
+
+impl RebuildJob {
+    /// Settles the locks read into a table of their own.
+    pub fn settle(self) -> SettledRebuild {
+        let from = RebuildFrom {
+            generation: self.generation,
+            epoch: self.counted.term,
+            locks: self.locks.into_iter().flatten().collect(),
+            hold_new_grants_until: self.hold_new_grants_until,
+            seen_all: self.counted.all_seen,
+        };
+        SettledRebuild {
+            settled: self.basis.settle(from, self.now),
+            counted: self.counted,
+        }
+    }
+}
+
 impl Member {
     /// Rebuilds the table for `input.term` from what was read, unless
-    /// leadership or the table moved on meanwhile.
+    /// leadership or the table moved on meanwhile: [`Member::begin_rebuild`],
+    /// [`RebuildJob::settle`] and [`Member::finish_rebuild`] at once.
+    pub fn rebuild(
+        &mut self,
+        input: RebuildInput,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<RebuildDone, Attempt> {
+        let job = self.begin_rebuild(input, guard, now)?;
+        self.finish_rebuild(job.settle(), guard, now)
+    }
+
+    /// Counts what a rebuild for `input.term` read, and takes what settling
+    /// its locks needs of the table, unless leadership moved on.
     ///
     /// Every grant answered to a client is on record with `copies`
     /// members: a rebuild that missed fewer has read every one of them.
@@ -288,17 +350,17 @@ impl Member {
     /// an old speaker missing from the rebuild may have granted until its
     /// guard ran out, at most one leader lease before this term began:
     /// strict mode holds new grants back that long.
-    pub fn rebuild(
+    pub fn begin_rebuild(
         &mut self,
         input: RebuildInput,
         guard: &Guard,
         now: MonoTime,
-    ) -> Result<RebuildDone, Attempt> {
+    ) -> Result<RebuildJob, Attempt> {
         let our_lease = self.config().lease.max;
         let mut longest_lease = our_lease;
         let mut fewest_copies = self.counted_copies(now);
         let mut members_read = Vec::with_capacity(input.reads.len());
-        let mut locks = Vec::with_capacity(input.reads.iter().map(|r| r.locks.len()).sum());
+        let mut locks = Vec::with_capacity(input.reads.len());
         // The members read that count as missing restarted lately: how
         // long each has been up.
         let mut restarted: Vec<Duration> = Vec::new();
@@ -327,9 +389,9 @@ impl Member {
                 );
             }
             fewest_copies = fewest_copies.min(read.copies);
-            locks.extend(read.locks);
+            locks.push(read.locks);
         }
-        let mut missing = input.missing;
+        let missing = input.missing;
         let all_seen = missing.len() < fewest_copies;
         let held_back = match self.config().rebuild_mode {
             RebuildMode::Strict if !all_seen => Some(
@@ -339,22 +401,44 @@ impl Member {
             _ => None,
         };
         let term = input.term;
-        if guard.leader_term() != Some(term) || self.speaking != Some(term) {
-            tracing::info!(term, "rebuild discarded: leadership moved on");
-            return Err(Attempt::Failed("leadership moved on during the rebuild"));
-        }
-        let rebuilt = self
-            .table
-            .rebuild(
-                RebuildFrom {
-                    generation: input.generation,
-                    epoch: term,
-                    locks,
-                    hold_new_grants_until: held_back.map(|hold| now + hold),
-                    seen_all: all_seen,
-                },
-                now,
-            )
+        self.still_leading(term, guard)?;
+        Ok(RebuildJob {
+            counted: Counted {
+                term,
+                members_read,
+                missing,
+                all_seen,
+                held_back,
+                took: input.took,
+            },
+            basis: self.table.begin_rebuild(),
+            generation: input.generation,
+            locks,
+            hold_new_grants_until: held_back.map(|hold| now + hold),
+            now,
+        })
+    }
+
+    /// Puts a settled rebuild's table in place, unless leadership or the
+    /// table moved on while it settled, and reports what it did.
+    pub fn finish_rebuild(
+        &mut self,
+        settled: SettledRebuild,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<RebuildDone, Attempt> {
+        let SettledRebuild { counted, settled } = settled;
+        let Counted {
+            term,
+            mut members_read,
+            mut missing,
+            all_seen,
+            held_back,
+            took,
+        } = counted;
+        self.still_leading(term, guard)?;
+        let rebuilt = settled
+            .and_then(|settled| self.table.install(settled, now))
             .map_err(|e| match e {
                 RebuildError::Stale(_) => {
                     Attempt::Failed("the table was dropped again during the rebuild")
@@ -382,7 +466,7 @@ impl Member {
             locks: rebuilt.locks as u64,
             conflicts: rebuilt.lost.len() as u64,
             held_back_ms: held_back.map_or(0, |d| d.as_millis() as u64),
-            took_ms: input.took.as_millis() as u64,
+            took_ms: took.as_millis() as u64,
         };
         tracing::info!(?report, "failover report: lock table rebuilt");
         self.last_rebuild = Some(report.clone());
@@ -391,6 +475,15 @@ impl Member {
             lost.entry(lock.node).or_default().push(lock);
         }
         Ok(RebuildDone { report, lost })
+    }
+
+    /// Whether this member still speaks for `term`, as Raft last said.
+    fn still_leading(&self, term: u64, guard: &Guard) -> Result<(), Attempt> {
+        if guard.leader_term() != Some(term) || self.speaking != Some(term) {
+            tracing::info!(term, "rebuild discarded: leadership moved on");
+            return Err(Attempt::Failed("leadership moved on during the rebuild"));
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,90 @@
+//! A rebuild settled apart from the table it goes into: the heavy part
+//! (every reported lock hashed into place, the lease ends ordered) needs
+//! no borrow of the table, so a node can run it on another thread while
+//! the table's lock is free, then put the result in place in a moment
+//! ([`Table::install`]).
+//!
+//! [`Table::install`]: crate::Table::install
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use hashbrown::HashMap;
+
+use crate::error::StaleGeneration;
+use crate::lock::{Fence, Lock, LockId};
+use crate::settle::settle_into;
+use crate::slots::Slots;
+use crate::table::{RebuildError, RebuildFrom};
+use crate::time::{LeaseRule, MonoTime};
+
+/// What settling a rebuild needs of the table, taken by
+/// [`Table::begin_rebuild`](crate::Table::begin_rebuild): its generation
+/// and a copy of the released ids. Releases heard after it was taken are
+/// kept by the table and applied at install.
+#[derive(Debug, Clone)]
+pub struct RebuildBasis {
+    pub(crate) generation: u64,
+    pub(crate) forgotten: HashMap<LockId, MonoTime>,
+}
+
+/// A rebuild's locks settled into a table of their own, to be put in place
+/// by [`Table::install`](crate::Table::install).
+#[derive(Debug)]
+pub struct Settled {
+    pub(crate) from_generation: u64,
+    pub(crate) epoch: u64,
+    pub(crate) highest: Fence,
+    pub(crate) slots: Slots,
+    pub(crate) expiries: BinaryHeap<Reverse<(MonoTime, Fence, u32)>>,
+    pub(crate) lost: Vec<Lock>,
+    pub(crate) hold_new_grants_until: Option<MonoTime>,
+    pub(crate) seen_all: bool,
+}
+
+impl RebuildBasis {
+    /// Settles `from`'s locks at `now`: the checks of a rebuild that need
+    /// no table (its generation against the basis, its term), then every
+    /// live report not released into its slot, the one held the longest
+    /// kept of two grants of one name.
+    pub fn settle(self, from: RebuildFrom, now: MonoTime) -> Result<Settled, RebuildError> {
+        if from.generation != self.generation {
+            return Err(StaleGeneration {
+                asked: from.generation,
+                current: self.generation,
+            }
+            .into());
+        }
+        if from.epoch > Fence::MAX_EPOCH {
+            return Err(RebuildError::EpochTooLarge(from.epoch));
+        }
+        let highest = from.locks.iter().map(|l| l.fence).max().unwrap_or_default();
+        if highest.epoch() > from.epoch {
+            return Err(RebuildError::NewerTerm {
+                term: from.epoch,
+                reported: highest.epoch(),
+            });
+        }
+        let mut slots = Slots::default();
+        let forgotten = &self.forgotten;
+        let lost = settle_into(&mut slots, from.locks, now, LeaseRule::LONGEST, |id| {
+            forgotten.get(&id).is_some_and(|until| *until > now)
+        });
+        let expiries = BinaryHeap::from(
+            slots
+                .numbered()
+                .map(|(at, s)| Reverse((s.expires, s.fence, at)))
+                .collect::<Vec<_>>(),
+        );
+        Ok(Settled {
+            from_generation: from.generation,
+            epoch: from.epoch,
+            highest,
+            slots,
+            expiries,
+            lost,
+            hold_new_grants_until: from.hold_new_grants_until,
+            seen_all: from.seen_all,
+        })
+    }
+}
