@@ -257,3 +257,88 @@ async fn sigterm_hands_leadership_over_and_exits() {
     assert_eq!(body["lock"]["id"], held["id"]);
     serves_again(&cluster, "sigterm").await;
 }
+
+/// A speaker that hangs (SIGSTOP, as a host that loses power or is cut
+/// off) holds the waits its followers forwarded to it. Each follower asks
+/// the next speaker again, with the wait left, as soon as it sees one: a
+/// rival waiting through one follower gets the lock once its lease ended,
+/// and a watch through the other sees the change, within the lease plus a
+/// failover, not after the wait's 60 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_at_a_hung_speaker_are_asked_again_of_the_next_one() {
+    let cluster = Cluster::start(3).await;
+    let (speaker, term) = cluster.speaker().await;
+    let others = cluster.others(speaker);
+    let (rival_via, watch_via) = (others[0], others[1]);
+    let held = cluster
+        .must_acquire(
+            speaker,
+            "hung/job",
+            json!({"lease_ms": 3000, "holder": "w1"}),
+        )
+        .await;
+    let fence = support::fence(&held);
+    let paused_at = std::sync::Mutex::new(None);
+    let timed = |answer: (u16, Value)| {
+        let paused = paused_at.lock().unwrap().expect("paused first");
+        (answer, Instant::now().duration_since(paused))
+    };
+    let rival = async {
+        let answer = cluster
+            .post(
+                rival_via,
+                "/v1/locks/acquire",
+                json!({"name": "hung/job", "holder": "w2", "wait_ms": 60000, "lease_ms": 10000}),
+            )
+            .await;
+        timed(answer)
+    };
+    let watch = async {
+        let path = format!("/v1/locks/hung%2Fjob?wait_ms=60000&after_fence={fence}");
+        let answer = cluster.get(watch_via, &path).await;
+        timed(answer)
+    };
+    let pause = async {
+        // Both calls wait at the speaker by now.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cluster.pause(speaker);
+        *paused_at.lock().unwrap() = Some(Instant::now());
+    };
+    let (((rival, rival_took), (watched, watch_took)), ()) =
+        tokio::join!(async { tokio::join!(rival, watch) }, pause);
+    cluster.resume(speaker);
+    // The lease's 3 s, an election and a rebuild: well inside 20 s.
+    let bound = Duration::from_secs(20);
+    assert_eq!(
+        rival.0, 200,
+        "the rival waiting through {rival_via}: {}",
+        rival.1
+    );
+    assert!(
+        rival_took < bound,
+        "the rival was granted {rival_took:?} after the speaker hung"
+    );
+    assert!(
+        support::fence_term(&rival.1["lock"]) > term,
+        "granted by the next speaker: {}",
+        rival.1
+    );
+    assert_eq!(
+        watched.0, 200,
+        "the watch through {watch_via}: {}",
+        watched.1
+    );
+    assert!(
+        watch_took < bound,
+        "the watch saw the change {watch_took:?} after the speaker hung"
+    );
+    let seen = watched.1["lock"]
+        .as_object()
+        .map(|l| support::fence(&Value::Object(l.clone())));
+    assert_ne!(
+        seen,
+        Some(fence),
+        "the watch answered a change: {}",
+        watched.1
+    );
+}

@@ -54,6 +54,10 @@ fn malformed(e: impl std::fmt::Display) -> ApiError {
 /// Slack over a request's own wait for a forwarded call.
 const FORWARD_SLACK: Duration = Duration::from_secs(5);
 
+/// How soon a waiting call forwarded to a speaker that is not rebuilt
+/// yet (or did not answer, or while none is known) is asked again.
+const ASK_AGAIN_AFTER: Duration = Duration::from_millis(100);
+
 impl Node {
     /// A call about to be forwarded to the speaker: sent now, with the
     /// highest term that has read this node so far.
@@ -90,6 +94,74 @@ impl Node {
             .await
             .map_err(unanswered)?
             .map_err(ApiError::from)
+    }
+
+    /// Forwards a call that may wait at the speaker (an acquire with a
+    /// wait, a watch), made by `call` for the wait left, and asks the next
+    /// speaker instead, with the wait then left, as soon as Raft names
+    /// another leader: a wait never outlives the speaker it waits at (one
+    /// that hangs answers nothing until it resumes, and a new speaker is
+    /// elected meanwhile). The call asked before is dropped: a deposed
+    /// speaker grants nothing after its successor was elected, and what it
+    /// granted before, the next speaker's rebuild read (a retry of the
+    /// same acquisition finds its own grant). While the wait lasts, a
+    /// speaker not rebuilt yet (or not answering, or none known) is asked
+    /// again every [`ASK_AGAIN_AFTER`]. Answers the answer and when the
+    /// call answered was sent.
+    async fn forward_waiting<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        wait: Duration,
+        call: impl Fn(Duration) -> B,
+    ) -> Result<(R, Forwarded), ApiError> {
+        let until = Instant::now() + wait;
+        let again = || Instant::now() + ASK_AGAIN_AFTER < until;
+        loop {
+            let Some((leader, _)) = self.leader() else {
+                if again() {
+                    tokio::time::sleep(ASK_AGAIN_AFTER).await;
+                    continue;
+                }
+                return Err(ApiError::no_leader());
+            };
+            let sent = self.forwarding();
+            let left = until.saturating_duration_since(Instant::now());
+            let body = call(left);
+            tokio::select! {
+                answer = self.forward(path, &body, left) => match answer {
+                    Err(e) if e.body.error == ErrorCode::NotRebuilt && again() => {
+                        tokio::time::sleep(ASK_AGAIN_AFTER).await;
+                    }
+                    answer => return answer.map(|r| (r, sent)),
+                },
+                next = self.leader_other_than(leader) => {
+                    tracing::info!(
+                        was = leader,
+                        next,
+                        path,
+                        "the speaker changed while a call waited there: asking the next one"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Once Raft names a leader other than `leader` (this node, too), that
+    /// leader; never, if Raft stops.
+    async fn leader_other_than(&self, leader: NodeId) -> NodeId {
+        // The server's metrics change only with the vote, the state, the
+        // leader or the membership, not with every heartbeat.
+        let mut metrics = self.raft.server_metrics();
+        loop {
+            if let Some(next) = metrics.borrow_watched().current_leader {
+                if next != leader {
+                    return next;
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Takes a lock for a client of this node.
@@ -136,22 +208,26 @@ impl Node {
         body: AcquireBody,
         wait: Duration,
     ) -> (Result<Lock, ApiError>, Option<Lock>) {
-        let call = self.forwarding();
-        let forwarded = ForwardAcquire {
-            body,
-            node: self.id(),
-        };
-        let granted: Result<Granted, ApiError> = if wait.is_zero() {
+        let node = self.id();
+        let granted: Result<(Granted, Forwarded), ApiError> = if wait.is_zero() {
+            let call = self.forwarding();
+            let forwarded = ForwardAcquire { body, node };
             match self.forward_call(ForwardCall::Acquire(forwarded)).await {
-                Ok(ForwardAnswer::Granted(granted)) => Ok(granted),
+                Ok(ForwardAnswer::Granted(granted)) => Ok((granted, call)),
                 Ok(other) => Err(unexpected(other)),
                 Err(e) => Err(e),
             }
         } else {
-            self.forward(routes::FORWARD_ACQUIRE, &forwarded, wait)
-                .await
+            self.forward_waiting(routes::FORWARD_ACQUIRE, wait, |left| ForwardAcquire {
+                body: AcquireBody {
+                    wait_ms: Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+                    ..body.clone()
+                },
+                node,
+            })
+            .await
         };
-        let granted = match granted {
+        let (granted, call) = match granted {
             Ok(granted) => granted,
             Err(e) => return (Err(e), None),
         };
@@ -262,15 +338,15 @@ impl Node {
         if self.is_leader() {
             return self.speak_watch(name, watch).await;
         }
-        let sent = self.clock.now();
-        let forwarded = ForwardGet {
-            name: name.to_string(),
-            watch,
-        };
         let wait = watch.map(|w| w.wait).unwrap_or_default();
-        let found: Option<PeerLock> = self.forward(routes::FORWARD_GET, &forwarded, wait).await?;
+        let (found, call): (Option<PeerLock>, Forwarded) = self
+            .forward_waiting(routes::FORWARD_GET, wait, |left| ForwardGet {
+                name: name.to_string(),
+                watch: watch.map(|w| Watch { wait: left, ..w }),
+            })
+            .await?;
         found
-            .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
+            .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(call.sent)))
             .transpose()
             .map_err(malformed)
     }
