@@ -364,6 +364,15 @@ async fn a_retried_acquire_gets_its_own_grant_back() {
         let (status, body) = cluster.acquire(via, "retry/x", ask(holder, request)).await;
         assert_eq!(status, 409, "{holder} {request}: {body}");
     }
+    // A retry that would wait finds its own grant at once, rather than
+    // queueing behind it (for a minute: past the test client's patience).
+    for node in [via, speaker] {
+        let mut waiting = ask("w1", "r-1");
+        waiting["wait_ms"] = json!(60000);
+        let (status, again) = cluster.acquire(node, "retry/x", waiting).await;
+        assert_eq!(status, 200, "a waiting retry through {node}: {again}");
+        assert_eq!(again["lock"]["id"], first["id"]);
+    }
     let (status, body) = cluster
         .acquire(via, "retry/y", json!({"request_id": "has space"}))
         .await;

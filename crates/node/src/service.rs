@@ -58,6 +58,14 @@ const FORWARD_SLACK: Duration = Duration::from_secs(5);
 /// yet (or did not answer, or while none is known) is asked again.
 const ASK_AGAIN_AFTER: Duration = Duration::from_millis(100);
 
+/// The longest between two such askings (a strict hold answers
+/// `not_rebuilt` for as long as it lasts).
+const ASK_AGAIN_AT_MOST: Duration = Duration::from_secs(2);
+
+/// How long a waiting call may still answer from the speaker it went to
+/// once Raft names another leader.
+const OLD_SPEAKER_GRACE: Duration = Duration::from_secs(1);
+
 impl Node {
     /// A call about to be forwarded to the speaker: sent now, with the
     /// highest term that has read this node so far.
@@ -98,28 +106,35 @@ impl Node {
 
     /// Forwards a call that may wait at the speaker (an acquire with a
     /// wait, a watch), made by `call` for the wait left, and asks the next
-    /// speaker instead, with the wait then left, as soon as Raft names
-    /// another leader: a wait never outlives the speaker it waits at (one
-    /// that hangs answers nothing until it resumes, and a new speaker is
-    /// elected meanwhile). The call asked before is dropped: a deposed
-    /// speaker grants nothing after its successor was elected, and what it
-    /// granted before, the next speaker's rebuild read (a retry of the
-    /// same acquisition finds its own grant). While the wait lasts, a
-    /// speaker not rebuilt yet (or not answering, or none known) is asked
-    /// again every [`ASK_AGAIN_AFTER`]. Answers the answer and when the
-    /// call answered was sent.
+    /// speaker instead, with the wait then left, once Raft names another
+    /// leader: a wait never outlives the speaker it waits at (one that
+    /// hangs answers nothing until it resumes, and a new speaker is elected
+    /// meanwhile). The call asked before still has [`OLD_SPEAKER_GRACE`] to
+    /// answer: a speaker that runs turns its waiters away as it loses its
+    /// place, and a grant it made is answered (and recorded, or taken back)
+    /// rather than dropped. Only one that does not answer by then is
+    /// dropped: a deposed speaker grants nothing once its successor was
+    /// elected, and what it granted before is on record for the next
+    /// speaker's rebuild. While the wait lasts and `wanted` says the
+    /// caller still waits, a speaker not rebuilt yet (or not answering, or
+    /// none known) is asked again, [`ASK_AGAIN_AFTER`] at first and up to
+    /// [`ASK_AGAIN_AT_MOST`] apart. Answers the answer and when the call
+    /// answered was sent.
     async fn forward_waiting<B: Serialize, R: DeserializeOwned>(
         &self,
         path: &str,
         wait: Duration,
         call: impl Fn(Duration) -> B,
+        wanted: &(dyn Fn() -> bool + Sync),
     ) -> Result<(R, Forwarded), ApiError> {
         let until = Instant::now() + wait;
-        let again = || Instant::now() + ASK_AGAIN_AFTER < until;
+        let mut pause = ASK_AGAIN_AFTER;
+        let again = |pause: Duration| wanted() && Instant::now() + pause < until;
         loop {
             let Some((leader, _)) = self.leader() else {
-                if again() {
-                    tokio::time::sleep(ASK_AGAIN_AFTER).await;
+                if again(pause) {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(ASK_AGAIN_AT_MOST);
                     continue;
                 }
                 return Err(ApiError::no_leader());
@@ -127,21 +142,32 @@ impl Node {
             let sent = self.forwarding();
             let left = until.saturating_duration_since(Instant::now());
             let body = call(left);
-            tokio::select! {
-                answer = self.forward(path, &body, left) => match answer {
-                    Err(e) if e.body.error == ErrorCode::NotRebuilt && again() => {
-                        tokio::time::sleep(ASK_AGAIN_AFTER).await;
-                    }
-                    answer => return answer.map(|r| (r, sent)),
-                },
+            let forward = self.forward(path, &body, left);
+            tokio::pin!(forward);
+            let answer = tokio::select! {
+                biased;
+                answer = &mut forward => Some(answer),
                 next = self.leader_other_than(leader) => {
-                    tracing::info!(
-                        was = leader,
-                        next,
-                        path,
-                        "the speaker changed while a call waited there: asking the next one"
-                    );
+                    let late = tokio::time::timeout(OLD_SPEAKER_GRACE, &mut forward).await;
+                    if late.is_err() {
+                        tracing::info!(
+                            was = leader,
+                            next,
+                            path,
+                            "the speaker changed while a call waited there: asking the next one"
+                        );
+                    }
+                    late.ok()
                 }
+            };
+            match answer {
+                Some(Err(e)) if e.body.error == ErrorCode::NotRebuilt && again(pause) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(ASK_AGAIN_AT_MOST);
+                }
+                Some(answer) => return answer.map(|r| (r, sent)),
+                None if wanted() => pause = ASK_AGAIN_AFTER,
+                None => return Err(unanswered("the speaker changed, and the caller went away")),
             }
         }
     }
@@ -182,7 +208,8 @@ impl Node {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let node = Arc::clone(self);
         self.tasks.spawn(async move {
-            let (outcome, ghost) = node.forward_acquire(body, request.wait).await;
+            let wanted = || !tx.is_closed();
+            let (outcome, ghost) = node.forward_acquire(body, request.wait, &wanted).await;
             let ghost = match tx.send(outcome) {
                 Ok(()) => ghost,
                 // The caller went away: its grant, if it got one, is a ghost.
@@ -207,6 +234,7 @@ impl Node {
         &self,
         body: AcquireBody,
         wait: Duration,
+        wanted: &(dyn Fn() -> bool + Sync),
     ) -> (Result<Lock, ApiError>, Option<Lock>) {
         let node = self.id();
         let granted: Result<(Granted, Forwarded), ApiError> = if wait.is_zero() {
@@ -218,13 +246,18 @@ impl Node {
                 Err(e) => Err(e),
             }
         } else {
-            self.forward_waiting(routes::FORWARD_ACQUIRE, wait, |left| ForwardAcquire {
-                body: AcquireBody {
-                    wait_ms: Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
-                    ..body.clone()
+            self.forward_waiting(
+                routes::FORWARD_ACQUIRE,
+                wait,
+                |left| ForwardAcquire {
+                    body: AcquireBody {
+                        wait_ms: Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+                        ..body.clone()
+                    },
+                    node,
                 },
-                node,
-            })
+                wanted,
+            )
             .await
         };
         let (granted, call) = match granted {
@@ -338,12 +371,14 @@ impl Node {
         if self.is_leader() {
             return self.speak_watch(name, watch).await;
         }
-        let wait = watch.map(|w| w.wait).unwrap_or_default();
+        let wait = watch.map(|w| w.wait.min(MAX_WATCH)).unwrap_or_default();
+        let call = |left| ForwardGet {
+            name: name.to_string(),
+            watch: watch.map(|w| Watch { wait: left, ..w }),
+        };
+        // Its caller awaits it: gone, it is dropped.
         let (found, call): (Option<PeerLock>, Forwarded) = self
-            .forward_waiting(routes::FORWARD_GET, wait, |left| ForwardGet {
-                name: name.to_string(),
-                watch: watch.map(|w| Watch { wait: left, ..w }),
-            })
+            .forward_waiting(routes::FORWARD_GET, wait, call, &|| true)
             .await?;
         found
             .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(call.sent)))

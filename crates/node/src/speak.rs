@@ -80,6 +80,17 @@ impl Node {
         let wait = request.wait;
         let name = request.name.clone();
         let guard = self.guard();
+        // A retry that finds its own grant holding the name is answered
+        // with it at once, also when it would wait (its first try's answer
+        // lost, or dropped by a follower that asked the next speaker).
+        if !wait.is_zero() && retry.is_some() {
+            let held = self.state().member.get(&name, &guard, self.clock.now());
+            if let Ok(Some(lock)) = held {
+                if own_grant(&lock) {
+                    return self.speak_renew(&name, lock.id, lease, node, None).await;
+                }
+            }
+        }
         let first = {
             let mut state = self.state();
             // An id released lately is never handed out again.
