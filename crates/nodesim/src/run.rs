@@ -83,6 +83,19 @@ pub enum Focus {
     SpeakerPauses,
     /// Every episode a replacement of the speaker.
     SpeakerReplaces,
+    /// A routine change, then one crash of the speaker ([`Change`]).
+    Change(Change),
+}
+
+/// A routine change a run makes before its one fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A member other than the speaker (one of the two that may hold a
+    /// lock's copy, with three nodes and two copies) is removed through the
+    /// API and its host restarted at once, as the removal is answered, on a
+    /// wiped directory under the same id at the same address, joining;
+    /// then the speaker crashes at a seeded moment.
+    Replace,
 }
 
 /// What a run came to.
@@ -223,6 +236,25 @@ struct Episode {
 /// next, and after a restart [`AFTER_RESTART`] before the next.
 fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Episode> {
     let mut at = Duration::from_secs(3);
+    if let Focus::Change(Change::Replace) = focus {
+        // The replacement, then the crash of the speaker: put off until
+        // after the replacement's end by `run`, plus a seeded moment.
+        let replace = Episode {
+            fault: Fault::Replace,
+            speaker: false,
+            member: rng.gen_range(1..=nodes),
+            start: at,
+            length: Duration::ZERO,
+        };
+        let crash = Episode {
+            fault: Fault::Crash,
+            speaker: true,
+            member: 1,
+            start: at + Duration::from_millis(rng.gen_range(0..3_000)),
+            length: Duration::from_millis(rng.gen_range(300..4_000)),
+        };
+        return vec![replace, crash];
+    }
     (0..count)
         .map(|_| {
             let fault = *[
@@ -242,6 +274,7 @@ fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Epi
                 Focus::SpeakerCrashes => Fault::Crash,
                 Focus::SpeakerPauses => Fault::Pause,
                 Focus::SpeakerReplaces => Fault::Replace,
+                Focus::Change(Change::Replace) => Fault::Crash,
             };
             let episode = Episode {
                 fault,
@@ -379,7 +412,8 @@ pub fn run(options: &RunOptions) -> Outcome {
         if let Some((episode, victim)) = active {
             let over = match episode.fault {
                 Fault::Replace => {
-                    let over = replacement(&mut sim, &shared, &rejoins, t - episode.start);
+                    let at_once = matches!(options.focus, Focus::Change(Change::Replace));
+                    let over = replacement(&mut sim, &shared, &rejoins, t - episode.start, at_once);
                     if let Err(why) = &over {
                         stuck.push(format!("replacing n{victim}: {why}"));
                     }
@@ -396,6 +430,11 @@ pub fn run(options: &RunOptions) -> Outcome {
                     // The next faults keep their distance from its end.
                     if let Some(first) = episodes.get(next) {
                         let late = (t + AFTER_RESTART).saturating_sub(first.start);
+                        let late = match options.focus {
+                            // The seeded moment after the replacement.
+                            Focus::Change(_) => late + first.start.saturating_sub(episode.start),
+                            _ => late,
+                        };
                         for episode in &mut episodes[next..] {
                             episode.start += late;
                         }
@@ -413,6 +452,10 @@ pub fn run(options: &RunOptions) -> Outcome {
             let seen = shared.lock().unwrap().speaker;
             let victim = match (episode.speaker, seen) {
                 (true, Some(s)) => s,
+                // A change's member is not the speaker.
+                (false, Some(s)) if matches!(options.focus, Focus::Change(_)) => {
+                    next_other(episode.member, s, nodes)
+                }
                 _ => episode.member,
             };
             inflict(&mut sim, &pauses, episode.fault, victim, nodes);
@@ -502,16 +545,28 @@ fn heal(sim: &mut turmoil::Sim<'_>, pauses: &Pauses, fault: Fault, victim: u64, 
 }
 
 /// Moves the replacement under way on: once the removed node's host has
-/// stopped, restarts it wiped and joining. Answers whether it is over, or
-/// why it is stuck past [`REPLACE_WITHIN`] (`took` since it began).
+/// stopped (`at_once`: as soon as the removal is answered, the host
+/// stopped then if it still runs), restarts it wiped and joining. Answers
+/// whether it is over, or why it is stuck past [`REPLACE_WITHIN`] (`took`
+/// since it began).
 fn replacement(
     sim: &mut turmoil::Sim<'_>,
     shared: &Mutex<Shared>,
     rejoins: &Rejoins,
     took: Duration,
+    at_once: bool,
 ) -> Result<bool, String> {
     let mut shared = shared.lock().unwrap();
     match shared.replacing {
+        Some(Replacing::Removed(v)) if at_once => {
+            if sim.is_host_running(cluster::host(v)) {
+                sim.crash(cluster::host(v));
+            }
+            rejoins.wipe_and_join(v);
+            sim.bounce(cluster::host(v));
+            shared.replacing = Some(Replacing::Join(v));
+            Ok(false)
+        }
         Some(Replacing::Removed(v)) if !sim.is_host_running(cluster::host(v)) => {
             rejoins.wipe_and_join(v);
             sim.bounce(cluster::host(v));

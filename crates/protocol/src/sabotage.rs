@@ -32,6 +32,12 @@ pub struct Sabotage {
     /// member's own leader lease, not on the shortest (the guard) or the
     /// longest (the hold) any member said it runs with.
     pub own_timings: bool,
+    /// The departed-member rule: a member that left the roster is read as
+    /// any member is, whatever data directory it answers from, and a
+    /// process of it up for less than the longest lease is not counted as
+    /// restarted (its replacement's empty table is taken for the one that
+    /// left).
+    pub departed_anywhere: bool,
 }
 
 impl Sabotage {
@@ -44,5 +50,6 @@ impl Sabotage {
         no_term_fence: false,
         copies_of_now: false,
         own_timings: false,
+        departed_anywhere: false,
     };
 }

@@ -3,7 +3,8 @@
 //! ```text
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses|--speaker-replaces]
-//!         [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence]...
+//!         [--change replace]
+//!         [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence|copies-of-now|own-timings|departed-anywhere]...
 //! ```
 //!
 //! One line per seed (grants, faults, simulated time, the slowest node to
@@ -16,13 +17,16 @@
 //! failed, or, with `--expect-failure` (for a sabotaged build), when none
 //! did. `--speaker-crashes` makes every fault a crash of the speaker,
 //! `--speaker-pauses` a pause of it, `--speaker-replaces` a replacement;
+//! `--change replace` replaces a member other than the speaker at once
+//! (wiped, same id and address, as the removal is answered), then crashes
+//! the speaker;
 //! `--sabotage` switches a safety mechanism off in every node
 //! (`leasehold_node::Sabotage`), for the checks' self-test.
 
 use std::process::ExitCode;
 
 use leasehold_node::{RebuildMode, Sabotage};
-use leasehold_nodesim::run::{run, Focus, RunOptions};
+use leasehold_nodesim::run::{run, Change, Focus, RunOptions};
 
 fn main() -> ExitCode {
     let mut first = 1u64;
@@ -53,16 +57,27 @@ fn main() -> ExitCode {
             "--speaker-crashes" => focus = Focus::SpeakerCrashes,
             "--speaker-pauses" => focus = Focus::SpeakerPauses,
             "--speaker-replaces" => focus = Focus::SpeakerReplaces,
+            "--change" => match value().as_str() {
+                "replace" => focus = Focus::Change(Change::Replace),
+                other => {
+                    eprintln!("nodesim: unknown change {other:?}: replace");
+                    return ExitCode::from(64);
+                }
+            },
             "--sabotage" => match value().as_str() {
                 "guard" => sabotage.no_grant_guard = true,
                 "restart-wait" => sabotage.no_restart_wait = true,
                 "reread" => sabotage.no_reread = true,
                 "rebuild-retry" => sabotage.no_rebuild_retry = true,
                 "term-fence" => sabotage.no_term_fence = true,
+                "copies-of-now" => sabotage.copies_of_now = true,
+                "own-timings" => sabotage.own_timings = true,
+                "departed-anywhere" => sabotage.departed_anywhere = true,
                 other => {
                     eprintln!(
                         "nodesim: unknown sabotage {other:?}: \
-                         guard, restart-wait, reread, rebuild-retry or term-fence"
+                         guard, restart-wait, reread, rebuild-retry, term-fence, \
+                         copies-of-now, own-timings or departed-anywhere"
                     );
                     return ExitCode::from(64);
                 }
@@ -72,7 +87,7 @@ fn main() -> ExitCode {
                 eprintln!(
                     "usage: nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C] \
                      [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses] \
-                     [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence]"
+                     [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence|copies-of-now|own-timings|departed-anywhere]"
                 );
                 return ExitCode::from(64);
             }
