@@ -76,15 +76,6 @@ impl Clock {
         matches!(self.source, Source::Boot { .. })
     }
 
-    /// Whether time passes while the node computes, as on the machine's
-    /// clock: work long enough to hold up the runtime's timers (Raft's
-    /// heartbeats) then goes to a thread of its own. On a simulator's
-    /// tokio time it passes only between the simulation's steps, and work
-    /// runs in place, so that a seed replays.
-    pub fn passes_while_computing(&self) -> bool {
-        matches!(self.source, Source::Boot { .. })
-    }
-
     /// How long since the clock's origin.
     fn since_origin(&self) -> Duration {
         match self.source {

@@ -80,49 +80,51 @@ impl Node {
         let wait = request.wait;
         let name = request.name.clone();
         let guard = self.guard();
-        // A retry that finds its own grant holding the name is answered
-        // with it at once, also when it would wait (its first try's answer
-        // lost, or dropped by a follower that asked the next speaker).
-        if !wait.is_zero() && retry.is_some() {
-            let held = self.state().member.get(&name, &guard, self.clock.now());
-            if let Ok(Some(lock)) = held {
-                if own_grant(&lock) {
-                    return self.speak_renew(&name, lock.id, lease, node, None).await;
-                }
-            }
-        }
         let first = {
             let mut state = self.state();
-            // An id released lately is never handed out again.
-            let id = named
-                .filter(|id| !state.member.is_forgotten(*id, self.clock.now()))
-                .unwrap_or(random);
-            let outcome = state.member.acquire(
-                Request {
-                    name: request.name,
-                    id,
-                    node,
-                    holder: request.holder,
-                    lease,
-                    wait,
-                    data: request.data,
-                },
-                &guard,
-                self.clock.now(),
-            );
-            let first = match outcome {
-                Ok((Acquired::Granted(lock), made)) => First::Granted(lock, made),
-                Ok((Acquired::Waiting(waiter), made)) => {
-                    let (tx, rx) = oneshot::channel();
-                    state.waiters.insert(waiter, tx);
-                    First::Waiting(rx, waiter, made)
+            // A retry that finds its own grant holding the name is answered
+            // with it (renewed, below) also when it would wait: its first
+            // try's answer was lost, or dropped by a follower that asked
+            // the next speaker.
+            let own = (!wait.is_zero() && retry.is_some())
+                .then(|| state.member.get(&name, &guard, self.clock.now()))
+                .and_then(Result::ok)
+                .flatten()
+                .filter(own_grant);
+            if let Some(lock) = own {
+                First::Refused(Refusal::Held(Box::new(lock)))
+            } else {
+                // An id released lately is never handed out again.
+                let id = named
+                    .filter(|id| !state.member.is_forgotten(*id, self.clock.now()))
+                    .unwrap_or(random);
+                let outcome = state.member.acquire(
+                    Request {
+                        name: request.name,
+                        id,
+                        node,
+                        holder: request.holder,
+                        lease,
+                        wait,
+                        data: request.data,
+                    },
+                    &guard,
+                    self.clock.now(),
+                );
+                let first = match outcome {
+                    Ok((Acquired::Granted(lock), made)) => First::Granted(lock, made),
+                    Ok((Acquired::Waiting(waiter), made)) => {
+                        let (tx, rx) = oneshot::channel();
+                        state.waiters.insert(waiter, tx);
+                        First::Waiting(rx, waiter, made)
+                    }
+                    Err(refusal) => First::Refused(refusal),
+                };
+                if !matches!(first, First::Refused(_)) {
+                    self.changed(&state);
                 }
-                Err(refusal) => First::Refused(refusal),
-            };
-            if !matches!(first, First::Refused(_)) {
-                self.changed(&state);
+                first
             }
-            first
         };
         let (rx, waiter, made) = match first {
             First::Granted(lock, made) => return self.copied_grant(lock, node, made).await,

@@ -195,9 +195,10 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
         took: started.elapsed(),
     };
     // Counted and put in place under the state's lock; settled apart from
-    // it, on a thread of its own: a million locks take most of a second to
-    // settle, and meanwhile the node answers (Raft's heartbeats, its
-    // clients, which wait for the state's lock) on the runtime's threads.
+    // it, where blocking work runs (a thread of its own; inline under a
+    // simulator): a million locks take most of a second to settle, and
+    // meanwhile the node answers (Raft's heartbeats, its clients, which
+    // wait for the state's lock) on the runtime's threads.
     let job = node
         .state()
         .member
@@ -206,13 +207,8 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
         Ok(job) => job,
         Err(failed) => return failed,
     };
-    let settled = if node.clock.passes_while_computing() {
-        match tokio::task::spawn_blocking(move || job.settle()).await {
-            Ok(settled) => settled,
-            Err(_) => return Attempt::Failed("settling the reports panicked"),
-        }
-    } else {
-        job.settle()
+    let Ok(settled) = leasehold_raft::blocking::unblock(move || job.settle()).await else {
+        return Attempt::Failed("settling the reports panicked");
     };
     let done = {
         let mut state = node.state();
