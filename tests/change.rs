@@ -548,3 +548,82 @@ async fn two_clean_restarts_then_a_speaker_crash_keep_the_lock() {
 async fn a_replacement_started_as_its_removal_is_answered_is_not_read_for_it() {
     replace_the_copy_holder_then_kill_the_speaker(5, true).await;
 }
+
+/// A member replaced in place while another member restarts: node 3 is
+/// removed (the log had recorded its data directory), a remaining member
+/// is killed and started again, and node 3's replacement (wiped, same id,
+/// same address) asks that member to add it while it still waits out its
+/// leader lease before running Raft. That member's log says node 3 left,
+/// so the replacement is a newcomer asking to join, not a member whose
+/// directory was wiped: it must not be refused, and it votes again once
+/// the removal's lease has passed. Before, a restarting member took every
+/// id for a member until Raft ran, refused the replacement as a wiped
+/// member, and the replacement stopped for good. Found by the simulation
+/// of change (`scripts/nodesim --change replace`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_joining_through_a_restarting_member_is_not_refused() {
+    // A long leader lease makes the restart's wait, the window, long.
+    let slow = [
+        "--heartbeat-interval",
+        "100",
+        "--election-timeout-min",
+        "1500",
+        "--election-timeout-max",
+        "3000",
+        "--max-lease",
+        "12000",
+    ];
+    let mut cluster = Cluster::start_with(3, &slow).await;
+    cluster.all_follow_one().await;
+    // The speaker records every member's data directory in the log within
+    // a few seconds of its start.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (speaker, _) = cluster.speaker().await;
+    let replaced = cluster.others(speaker)[0];
+    let (status, body) = support::answer(
+        cluster
+            .http
+            .delete(cluster.url(speaker, &format!("/v1/cluster/members/{replaced}")))
+            .header("x-leasehold-token", TOKEN)
+            .timeout(Duration::from_secs(40)),
+    )
+    .await;
+    assert_eq!(status, 200, "remove {replaced}: {body}");
+    assert_eq!(cluster.wait_exit(replaced, PATIENCE), Some(0));
+    let left: Vec<u64> = (1..=3).filter(|id| *id != replaced).collect();
+    cluster.wait_for_voters(speaker, &left).await;
+    let restarting = left[0];
+    cluster.rejoin_wiped_through(replaced, &[restarting]);
+    // Once the replacement asks (and is told to wait until the removal's
+    // lease has passed), the member it asks restarts.
+    let start = Instant::now();
+    while !cluster.log(replaced).contains("joining: asking again") {
+        assert!(start.elapsed() < PATIENCE, "{}", cluster.log(replaced));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.kill(restarting);
+    cluster.spawn(restarting);
+    let start = Instant::now();
+    loop {
+        let log = cluster.log(replaced);
+        assert!(
+            !log.contains("refuses this node"),
+            "the replacement was refused: {log}"
+        );
+        let (_, view) = cluster.get(left[1], "/v1/cluster").await;
+        let voters = view["members"].as_array().map_or(0, |members| {
+            members
+                .iter()
+                .filter(|m| m["role"] == json!("voter"))
+                .count()
+        });
+        if voters == 3 && view["changing"] == json!(false) {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "never voting again: {view}\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

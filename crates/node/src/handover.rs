@@ -29,6 +29,9 @@ impl Node {
     /// request was acknowledged (nothing to hand over counts as done). The
     /// member takes no new record meanwhile (it is stopping).
     pub(crate) async fn hand_records_over(&self) -> bool {
+        if self.sabotage().no_handover {
+            return false;
+        }
         let now = self.clock.now();
         let records = self.state().member.records(now);
         if records.is_empty() {

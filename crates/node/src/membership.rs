@@ -466,6 +466,18 @@ pub(crate) async fn pin_members(node: Arc<Node>, stop: CancellationToken) {
             if known.is_none() || !node.is_leader() {
                 continue;
             }
+            // Not for a member removed since the roster was read: no
+            // membership change runs while the pin is written.
+            let _writing = node.membership_writes.lock().await;
+            let metrics = node.raft.metrics().borrow_watched().clone();
+            if metrics
+                .membership_config
+                .membership()
+                .get_node(&id)
+                .is_none()
+            {
+                continue;
+            }
             if let Err(e) = node.pin_store(id, known).await {
                 tracing::debug!(member = id, e = %e.body.message, "recording a member's data directory");
                 break;
@@ -493,6 +505,9 @@ async fn agree_protocol(node: &Node) {
         .map(|(id, _)| *id)
         .collect();
     members.extend(node.departed().into_iter().map(|(id, _)| id));
+    if node.sabotage().agree_alone {
+        members = BTreeSet::from([node.id()]);
+    }
     // Heard within a few of the speaker's rounds: a member down, or heard
     // only before it restarted on another build, blocks the agreement.
     let lately = PIN_EVERY * 2;

@@ -19,6 +19,7 @@
 //! [`run::run`] is one seeded run with faults; [`check::check`] reads what
 //! its clients saw.
 
+pub mod change;
 pub mod check;
 pub mod client;
 pub mod cluster;

@@ -2,11 +2,12 @@
 //! locks through random nodes, and faults on one member at a time (crash
 //! and restart, partitions both ways and one way, held links, lossy
 //! links, pauses, and replacements: a member removed through the API, the
-//! speaker too, and added again on a wiped data directory); then the
-//! faults heal and every node must serve again. The checks of
+//! speaker too, and added again on a wiped data directory), or a routine
+//! change followed by one fault of the speaker ([`crate::change`]); then
+//! the faults heal and every member must serve again. The checks of
 //! [`crate::check`] read what the clients saw.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,19 +19,30 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::check::check;
+pub use crate::change::Change;
+use crate::change::Doing;
+use crate::check::{check, Excuses};
 use crate::client::{grant_through, CALL};
-use crate::cluster::{self, Options, Rejoins};
+use crate::cluster::{self, Options};
 use crate::guards::Guards;
 use crate::history::{now, Call, Event, History};
-use crate::net::{admin_call, call};
+use crate::net::call;
 use crate::pauses::Pauses;
 
-/// How soon after the faults heal every node must serve a grant.
-pub const LIVENESS_BOUND: Duration = Duration::from_secs(10);
+/// How soon after the faults heal every node must serve a grant, with
+/// the leases of most runs ([`LEASE`]): [`liveness_bound`].
+pub const LIVENESS_BOUND: Duration = liveness_bound(LEASE);
 
-/// The leases of a run: short, so that many come and go.
-const LEASE: LeaseRule = LeaseRule {
+/// How soon after the faults heal every node must serve a grant, with
+/// leases of at most `lease.max`: seven seconds (an election, a rebuild's
+/// reads, a retry, round trips on a slow network) and, for strict mode's
+/// hold after a rebuild that missed a member, the longest lease.
+pub const fn liveness_bound(lease: LeaseRule) -> Duration {
+    Duration::from_secs(7).saturating_add(lease.max)
+}
+
+/// The leases of most runs: short, so that many come and go.
+pub const LEASE: LeaseRule = LeaseRule {
     default: Duration::from_secs(2),
     max: Duration::from_secs(3),
 };
@@ -83,19 +95,9 @@ pub enum Focus {
     SpeakerPauses,
     /// Every episode a replacement of the speaker.
     SpeakerReplaces,
-    /// A routine change, then one crash of the speaker ([`Change`]).
+    /// A routine change, and one fault of the speaker at a seeded moment
+    /// after one of its steps ([`Change`]).
     Change(Change),
-}
-
-/// A routine change a run makes before its one fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    /// A member other than the speaker (one of the two that may hold a
-    /// lock's copy, with three nodes and two copies) is removed through the
-    /// API and its host restarted at once, as the removal is answered, on a
-    /// wiped directory under the same id at the same address, joining;
-    /// then the speaker crashes at a seeded moment.
-    Replace,
 }
 
 /// What a run came to.
@@ -148,7 +150,7 @@ impl Outcome {
 }
 
 /// A fault on one member.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     /// Killed, then restarted on its data directory.
     Crash,
@@ -179,31 +181,16 @@ enum Fault {
     /// /v1/cluster/members/{id}` through another member): it shuts down and
     /// its host stops; then its host starts again on a wiped data
     /// directory and joins the cluster under the same id. Over once it
-    /// votes again, or after [`REPLACE_WITHIN`] (a violation).
+    /// votes again (a plan of [`Doing`] steps).
     Replace,
 }
 
-/// How long a replacement may take, from the removal asked to the node
-/// voting again.
-const REPLACE_WITHIN: Duration = Duration::from_secs(60);
+/// How long a step of a change may take (a replacement's removal, a
+/// join, a restart): longer is a violation.
+const STEP_WITHIN: Duration = Duration::from_secs(60);
 
-/// How long the operator waits for a removal's answer.
-const REMOVE_CALL: Duration = Duration::from_secs(45);
-
-/// Where a replacement is ([`Fault::Replace`]): the driver and the
-/// operator (a client) move it on in turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Replacing {
-    /// The operator asks a member to remove the node.
-    Remove(u64),
-    /// Removed: the driver restarts its host, once it stopped, wiped and
-    /// joining.
-    Removed(u64),
-    /// Joining: the operator waits until it votes again.
-    Join(u64),
-    /// It votes again.
-    Done,
-}
+/// When a [`Focus::Change`] run begins its change, once a speaker is seen.
+const CHANGE_AT: Duration = Duration::from_secs(3);
 
 /// How long after a restart the next fault may begin: a restarted member
 /// counts as missing from rebuilds for the longest lease, and a second
@@ -233,28 +220,23 @@ struct Episode {
 }
 
 /// The faults of `seed`: one member at a time, each healed before the
-/// next, and after a restart [`AFTER_RESTART`] before the next.
+/// next, and after a restart [`AFTER_RESTART`] before the next. A change
+/// run's one fault strikes the speaker at a moment its change sets.
 fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Episode> {
-    let mut at = Duration::from_secs(3);
-    if let Focus::Change(Change::Replace) = focus {
-        // The replacement, then the crash of the speaker: put off until
-        // after the replacement's end by `run`, plus a seeded moment.
-        let replace = Episode {
-            fault: Fault::Replace,
-            speaker: false,
-            member: rng.gen_range(1..=nodes),
-            start: at,
-            length: Duration::ZERO,
+    if let Focus::Change(change) = focus {
+        let fault = match change {
+            Change::Timings => Fault::Isolate,
+            _ => Fault::Crash,
         };
-        let crash = Episode {
-            fault: Fault::Crash,
+        return vec![Episode {
+            fault,
             speaker: true,
             member: 1,
-            start: at + Duration::from_millis(rng.gen_range(0..3_000)),
+            start: Duration::MAX,
             length: Duration::from_millis(rng.gen_range(300..4_000)),
-        };
-        return vec![replace, crash];
+        }];
     }
+    let mut at = Duration::from_secs(3);
     (0..count)
         .map(|_| {
             let fault = *[
@@ -270,11 +252,10 @@ fn schedule(rng: &mut StdRng, count: usize, nodes: u64, focus: Focus) -> Vec<Epi
             .choose(rng)
             .expect("faults");
             let fault = match focus {
-                Focus::Mixed => fault,
+                Focus::Mixed | Focus::Change(_) => fault,
                 Focus::SpeakerCrashes => Fault::Crash,
                 Focus::SpeakerPauses => Fault::Pause,
                 Focus::SpeakerReplaces => Fault::Replace,
-                Focus::Change(Change::Replace) => Fault::Crash,
             };
             let episode = Episode {
                 fault,
@@ -303,37 +284,67 @@ struct Shared {
     speaker: Option<u64>,
     /// When the last fault healed.
     healed: Option<Duration>,
-    /// The replacement under way.
-    replacing: Option<Replacing>,
+    /// The step of a change under way, and whose turn it is.
+    change: Option<Doing>,
+    /// The members, as the changes made them.
+    members: BTreeSet<u64>,
+}
+
+/// A change under way, as the driver follows it.
+#[derive(Debug)]
+struct Changing {
+    /// The steps after the one under way.
+    plan: VecDeque<Doing>,
+    /// Steps over so far.
+    steps: usize,
+    /// When the step under way began.
+    step_began: Duration,
+    /// After which step the change run's fault is due, and how long after.
+    fault_after: Option<(usize, Duration)>,
 }
 
 /// Runs `options` in a fresh simulation with its data in a temporary
 /// directory.
 pub fn run(options: &RunOptions) -> Outcome {
     let dirs = tempfile::tempdir().expect("a temporary directory");
-    let nodes = 3;
+    let change = match options.focus {
+        Focus::Change(change) => Some(change),
+        _ => None,
+    };
+    let (nodes, initial) = change.map_or((3, 3), Change::hosts);
+    let settings = change.map(Change::initial).unwrap_or_default();
+    let mode = change.map_or(options.mode, |c| c.mode(options.mode));
+    let lease = change.map_or(LEASE, Change::lease);
+    let bound = liveness_bound(lease);
     let cluster_options = Options {
         nodes,
+        initial,
         seed: options.seed,
-        mode: options.mode,
+        mode,
         copies: options.copies,
-        lease: LEASE,
+        lease,
         duration: Duration::from_secs(600),
         sabotage: options.sabotage,
         guards: Guards::default(),
+        timings: settings.timings.unwrap_or_default(),
+        protocol: settings.protocol,
         ..Options::default()
     };
     let guards = cluster_options.guards.clone();
     let leaders = cluster_options.leaders.clone();
     let pauses = cluster_options.pauses.clone();
-    let rejoins = cluster_options.rejoins.clone();
+    let hosts = cluster_options.hosts.clone();
     let mut elected: BTreeSet<(u64, u64)> = BTreeSet::new();
     // Until when a member restarted lately counts as missing from rebuilds.
     let mut restarted_until = Duration::ZERO;
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut episodes = schedule(&mut rng, options.faults, nodes, options.focus);
+    let fault_delay = Duration::from_millis(rng.gen_range(0..3_000));
     let mut sim = cluster::build(&cluster_options, dirs.path());
-    let shared = Arc::new(Mutex::new(Shared::default()));
+    let shared = Arc::new(Mutex::new(Shared {
+        members: (1..=initial).collect(),
+        ..Shared::default()
+    }));
 
     let observer = Arc::clone(&shared);
     sim.client("observer", async move {
@@ -351,7 +362,7 @@ pub fn run(options: &RunOptions) -> Outcome {
         let seed = rng.gen();
         let shared = Arc::clone(&shared);
         sim.client(format!("client{client}"), async move {
-            work(client, nodes, seed, shared).await;
+            work(client, nodes, lease, seed, shared).await;
             Ok(())
         });
     }
@@ -363,7 +374,7 @@ pub fn run(options: &RunOptions) -> Outcome {
     for node in 1..=nodes {
         let shared = Arc::clone(&shared);
         sim.client(format!("probe{node}"), async move {
-            probe(node, shared).await;
+            probe(node, bound, shared).await;
             Ok(())
         });
     }
@@ -371,6 +382,8 @@ pub fn run(options: &RunOptions) -> Outcome {
     let mut faults: Vec<String> = Vec::new();
     let mut next = 0;
     let mut active: Option<(Episode, u64)> = None;
+    let mut changing: Option<Changing> = None;
+    let mut change_begun = change.is_none();
     let mut failed = None;
     let mut stuck = Vec::new();
     loop {
@@ -389,7 +402,7 @@ pub fn run(options: &RunOptions) -> Outcome {
             // Not while a member restarted lately counts as missing: a
             // blip striking after the rebuild's ReadIndex, during its
             // reads, would make a second missing member.
-            let quiet = t >= restarted_until;
+            let quiet = t >= restarted_until && changing.is_none();
             if new && active.is_none() && quiet && !healing && rng.gen_bool(BLIP_CHANCE) {
                 let blip = Episode {
                     fault: Fault::Blip,
@@ -398,27 +411,71 @@ pub fn run(options: &RunOptions) -> Outcome {
                     start: t,
                     length: Duration::from_millis(rng.gen_range(400..900)),
                 };
-                if let Some(first) = episodes.get(next) {
+                if let Some(first) = episodes.get(next).filter(|e| e.start != Duration::MAX) {
                     let late = (t + blip.length + AFTER_BLIP).saturating_sub(first.start);
                     for episode in &mut episodes[next..] {
                         episode.start += late;
                     }
                 }
                 inflict(&mut sim, &pauses, blip.fault, node, nodes);
-                faults.push(format!("{t:?}: {:?} of n{node}", blip.fault));
+                faults.push(format!("{t:?}: fault {:?} of n{node}", blip.fault));
                 active = Some((blip, node));
+            }
+        }
+        // A change run's change, once a speaker is seen.
+        if let (Some(change), false) = (change, change_begun) {
+            let seen = shared.lock().unwrap().speaker;
+            if let Some(speaker) = seen.filter(|_| t >= CHANGE_AT && active.is_none()) {
+                let pick = crate::change::next_other(rng.gen_range(0..nodes), speaker, nodes);
+                let (plan, anchor) = change.plan(speaker, pick);
+                faults.push(format!("{t:?}: {change:?}: {plan:?}"));
+                changing = Some(begin(&shared, plan, t, Some((anchor, fault_delay))));
+                change_begun = true;
+            }
+        }
+        // The step under way: the driver's turn, or over.
+        if let Some(doing) = changing.as_mut() {
+            let mut shared_now = shared.lock().unwrap();
+            match shared_now.change {
+                Some(step) if !step.operators() => {
+                    let moved = step.drive(&mut sim, &hosts);
+                    shared_now.change = moved;
+                    if moved.is_some_and(|m| m != step) {
+                        faults.push(format!("{t:?}: {moved:?}"));
+                    }
+                }
+                Some(step) if t.saturating_sub(doing.step_began) > STEP_WITHIN => {
+                    stuck.push(format!("{step:?} not over within {STEP_WITHIN:?}"));
+                    shared_now.change = None;
+                    changing = None;
+                }
+                Some(_) => {}
+                None => {
+                    doing.steps += 1;
+                    if let Some((anchor, delay)) = doing.fault_after {
+                        if doing.steps == anchor {
+                            if let Some(fault) = episodes.get_mut(next) {
+                                fault.start = t + delay;
+                            }
+                        }
+                    }
+                    match doing.plan.pop_front() {
+                        Some(step) => {
+                            faults.push(format!("{t:?}: {step:?}"));
+                            shared_now.change = Some(step);
+                            doing.step_began = t;
+                        }
+                        None => {
+                            faults.push(format!("{t:?}: change over"));
+                            changing = None;
+                        }
+                    }
+                }
             }
         }
         if let Some((episode, victim)) = active {
             let over = match episode.fault {
-                Fault::Replace => {
-                    let at_once = matches!(options.focus, Focus::Change(Change::Replace));
-                    let over = replacement(&mut sim, &shared, &rejoins, t - episode.start, at_once);
-                    if let Err(why) = &over {
-                        stuck.push(format!("replacing n{victim}: {why}"));
-                    }
-                    over.unwrap_or(true)
-                }
+                Fault::Replace => changing.is_none(),
                 _ => t >= episode.start + episode.length,
             };
             if over {
@@ -430,50 +487,53 @@ pub fn run(options: &RunOptions) -> Outcome {
                     // The next faults keep their distance from its end.
                     if let Some(first) = episodes.get(next) {
                         let late = (t + AFTER_RESTART).saturating_sub(first.start);
-                        let late = match options.focus {
-                            // The seeded moment after the replacement.
-                            Focus::Change(_) => late + first.start.saturating_sub(episode.start),
-                            _ => late,
-                        };
                         for episode in &mut episodes[next..] {
                             episode.start += late;
                         }
                     }
                 }
-                if let Some(last) = faults.last_mut() {
+                if let Some(last) = faults.iter_mut().rev().find(|f| f.contains("fault ")) {
                     last.push_str(&format!(" until {t:?}"));
                 }
                 active = None;
-                if next == episodes.len() {
-                    shared.lock().unwrap().healed = Some(t);
-                }
             }
         } else if let Some(episode) = episodes.get(next).filter(|e| t >= e.start) {
             let seen = shared.lock().unwrap().speaker;
             let victim = match (episode.speaker, seen) {
                 (true, Some(s)) => s,
-                // A change's member is not the speaker.
-                (false, Some(s)) if matches!(options.focus, Focus::Change(_)) => {
-                    next_other(episode.member, s, nodes)
-                }
                 _ => episode.member,
             };
             inflict(&mut sim, &pauses, episode.fault, victim, nodes);
             if let Fault::Replace = episode.fault {
-                shared.lock().unwrap().replacing = Some(Replacing::Remove(victim));
+                let plan = [
+                    Doing::Removing(victim),
+                    Doing::Rejoining {
+                        id: victim,
+                        at_once: false,
+                    },
+                ];
+                changing = Some(begin(&shared, plan.into(), t, None));
             }
-            faults.push(format!("{t:?}: {:?} of n{victim}", episode.fault));
+            faults.push(format!("{t:?}: fault {:?} of n{victim}", episode.fault));
             active = Some((*episode, victim));
             next += 1;
         }
-        if episodes.is_empty() && shared.lock().unwrap().healed.is_none() {
+        let quiet = next == episodes.len() && active.is_none() && changing.is_none();
+        if quiet && change_begun && shared.lock().unwrap().healed.is_none() {
             shared.lock().unwrap().healed = Some(t);
         }
     }
 
     let simulated = sim.elapsed();
-    let history = shared.lock().unwrap().history.clone();
-    let mut violations = check(&history, nodes, LIVENESS_BOUND);
+    let (history, members) = {
+        let shared = shared.lock().unwrap();
+        (shared.history.clone(), shared.members.clone())
+    };
+    let excuses = Excuses {
+        losses: change.is_some_and(Change::may_lose),
+    };
+    let mut violations = check(&history, &members, bound, excuses);
+    violations.extend(hosts.failures());
     violations.extend(failed);
     violations.extend(stuck);
     violations.extend(guards.violations());
@@ -492,6 +552,22 @@ pub fn run(options: &RunOptions) -> Outcome {
         faults,
         simulated,
         liveness_worst,
+    }
+}
+
+/// Begins a change whose first step is `plan`'s.
+fn begin(
+    shared: &Mutex<Shared>,
+    mut plan: VecDeque<Doing>,
+    t: Duration,
+    fault_after: Option<(usize, Duration)>,
+) -> Changing {
+    shared.lock().unwrap().change = plan.pop_front();
+    Changing {
+        plan,
+        steps: 0,
+        step_began: t,
+        fault_after,
     }
 }
 
@@ -544,104 +620,39 @@ fn heal(sim: &mut turmoil::Sim<'_>, pauses: &Pauses, fault: Fault, victim: u64, 
     }
 }
 
-/// Moves the replacement under way on: once the removed node's host has
-/// stopped (`at_once`: as soon as the removal is answered, the host
-/// stopped then if it still runs), restarts it wiped and joining. Answers
-/// whether it is over, or why it is stuck past [`REPLACE_WITHIN`] (`took`
-/// since it began).
-fn replacement(
-    sim: &mut turmoil::Sim<'_>,
-    shared: &Mutex<Shared>,
-    rejoins: &Rejoins,
-    took: Duration,
-    at_once: bool,
-) -> Result<bool, String> {
-    let mut shared = shared.lock().unwrap();
-    match shared.replacing {
-        Some(Replacing::Removed(v)) if at_once => {
-            if sim.is_host_running(cluster::host(v)) {
-                sim.crash(cluster::host(v));
-            }
-            rejoins.wipe_and_join(v);
-            sim.bounce(cluster::host(v));
-            shared.replacing = Some(Replacing::Join(v));
-            Ok(false)
-        }
-        Some(Replacing::Removed(v)) if !sim.is_host_running(cluster::host(v)) => {
-            rejoins.wipe_and_join(v);
-            sim.bounce(cluster::host(v));
-            shared.replacing = Some(Replacing::Join(v));
-            Ok(false)
-        }
-        Some(Replacing::Done) => {
-            shared.replacing = None;
-            Ok(true)
-        }
-        state if took > REPLACE_WITHIN => {
-            shared.replacing = None;
-            Err(format!("not over within {REPLACE_WITHIN:?}, at {state:?}"))
-        }
-        _ => Ok(false),
-    }
-}
-
-/// The operator: carries a replacement out as the driver asks
-/// ([`Shared::replacing`]): asks a member other than the node to remove
-/// it, and once its host has restarted wiped and joining, waits until the
-/// members show it voting again, with no change under way.
+/// The operator: carries out the steps of a change whose turn is its own
+/// ([`Doing::operate`]), and notes who is a member as removals and joins
+/// end.
 async fn operator(nodes: u64, shared: Arc<Mutex<Shared>>) {
     let mut via = 0;
     loop {
-        let (replacing, healed) = {
+        let (doing, healed) = {
             let shared = shared.lock().unwrap();
-            (shared.replacing, shared.healed.is_some())
+            (shared.change, shared.healed.is_some())
         };
-        let moved = match replacing {
+        match doing {
             None if healed => return,
-            Some(Replacing::Remove(v)) => {
-                via = next_other(via, v, nodes);
-                let path = format!("/v1/cluster/members/{v}");
-                let addr = cluster::addr(via);
-                let asked = admin_call(&addr, Method::DELETE, &path, REMOVE_CALL);
-                // 404: a try whose answer was lost removed it.
-                matches!(asked.await, Ok((StatusCode::OK | StatusCode::NOT_FOUND, _)))
-                    .then_some(Replacing::Removed(v))
+            Some(step) if step.operators() => {
+                let (moved, asked) = step.operate(via, nodes).await;
+                via = asked;
+                let mut shared = shared.lock().unwrap();
+                if shared.change == doing {
+                    shared.change = moved;
+                    match (step, moved) {
+                        (Doing::Removing(id), None) => {
+                            shared.members.remove(&id);
+                        }
+                        (Doing::Joining(id), None) => {
+                            shared.members.insert(id);
+                        }
+                        _ => {}
+                    }
+                }
             }
-            Some(Replacing::Join(v)) => {
-                via = next_other(via, v, nodes);
-                let view = crate::client::cluster_view(via).await;
-                view.filter(|view| votes(view, v) && view["changing"] == json!(false))
-                    .map(|_| Replacing::Done)
-            }
-            _ => None,
-        };
-        if let Some(moved) = moved {
-            let mut shared = shared.lock().unwrap();
-            if shared.replacing == replacing {
-                shared.replacing = Some(moved);
-            }
+            _ => {}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The member after `via` other than `not`, in turn.
-fn next_other(via: u64, not: u64, nodes: u64) -> u64 {
-    let next = via % nodes + 1;
-    if next == not {
-        next % nodes + 1
-    } else {
-        next
-    }
-}
-
-/// Whether the cluster `view` shows node `id` as a voter.
-fn votes(view: &Value, id: u64) -> bool {
-    view["members"].as_array().is_some_and(|members| {
-        members
-            .iter()
-            .any(|m| m["id"] == json!(id) && m["role"] == json!("voter"))
-    })
 }
 
 /// An answer through one of the nodes.
@@ -721,9 +732,11 @@ fn answered_lock(
 }
 
 /// One client's work until the faults have healed and a little after:
-/// take a random name, hold it for a while renewing a third of a lease
-/// apart, then release it or let it expire.
-async fn work(client: usize, nodes: u64, seed: u64, shared: Arc<Mutex<Shared>>) {
+/// take a random name with a lease of half the longest to the longest,
+/// hold it for a while renewing a third of a lease apart, then release it
+/// or let it expire.
+async fn work(client: usize, nodes: u64, lease: LeaseRule, seed: u64, shared: Arc<Mutex<Shared>>) {
+    let longest = u64::try_from(lease.max.as_millis()).unwrap_or(u64::MAX);
     let mut rng = StdRng::seed_from_u64(seed);
     let done = |shared: &Arc<Mutex<Shared>>| {
         shared
@@ -734,7 +747,7 @@ async fn work(client: usize, nodes: u64, seed: u64, shared: Arc<Mutex<Shared>>) 
     };
     while !done(&shared) {
         let name = format!("jobs/{}", rng.gen_range(0..2));
-        let lease_ms: u64 = rng.gen_range(1_500..=3_000);
+        let lease_ms: u64 = rng.gen_range(longest / 2..=longest);
         let body = json!({"name": name, "holder": format!("client{client}"), "lease_ms": lease_ms});
         let Some(Through {
             node,
@@ -857,17 +870,20 @@ async fn work(client: usize, nodes: u64, seed: u64, shared: Arc<Mutex<Shared>>) 
     }
 }
 
-/// Once the faults have healed, takes a fresh name through `node` until
-/// it is granted, and notes when.
-async fn probe(node: u64, shared: Arc<Mutex<Shared>>) {
+/// Once the faults have healed, takes a fresh name through `node`, if it
+/// is a member, until it is granted, and notes when.
+async fn probe(node: u64, bound: Duration, shared: Arc<Mutex<Shared>>) {
     let healed = loop {
         if let Some(h) = shared.lock().unwrap().healed {
             break h;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    if !shared.lock().unwrap().members.contains(&node) {
+        return;
+    }
     let name = format!("probe/{node}");
-    if let Some(at) = grant_through(node, &name, healed + LIVENESS_BOUND * 3).await {
+    if let Some(at) = grant_through(node, &name, healed + bound * 3).await {
         shared
             .lock()
             .unwrap()

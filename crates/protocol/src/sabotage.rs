@@ -38,6 +38,14 @@ pub struct Sabotage {
     /// restarted (its replacement's empty table is taken for the one that
     /// left).
     pub departed_anywhere: bool,
+    /// The handover: a member leaving cleanly (stopped, or removed) hands
+    /// none of its records over, so its leaving costs what a crash costs
+    /// (it is missing from the next rebuild).
+    pub no_handover: bool,
+    /// The protocol agreement: the speaker agrees a higher version once it
+    /// offers it itself, not once every member does (an old member then
+    /// meets a version it cannot speak).
+    pub agree_alone: bool,
 }
 
 impl Sabotage {
@@ -51,5 +59,7 @@ impl Sabotage {
         copies_of_now: false,
         own_timings: false,
         departed_anywhere: false,
+        no_handover: false,
+        agree_alone: false,
     };
 }

@@ -624,9 +624,18 @@ impl Identity {
     }
 
     /// Whether `member` is known not to be a member now.
+    /// Until Raft runs and says its members ([`Identity::set_members`]),
+    /// the last configuration this process applied from its log: a node
+    /// that restarted after a member left must not take the id for a
+    /// member, and refuse as a wiped member its replacement asking to join.
     fn is_outsider(&self, member: NodeId) -> bool {
         let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
-        members.as_ref().is_some_and(|m| !m.contains(&member))
+        if let Some(members) = members.as_ref() {
+            return !members.contains(&member);
+        }
+        drop(members);
+        let applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        applied.as_ref().is_some_and(|m| !m.contains(&member))
     }
 
     /// Names the cluster this node is about to bootstrap (keeping a name it

@@ -3,8 +3,8 @@
 //! ```text
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses|--speaker-replaces]
-//!         [--change replace]
-//!         [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence|copies-of-now|own-timings|departed-anywhere]...
+//!         [--change replace|grow|remove|timings|protocol]
+//!         [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence|copies-of-now|own-timings|departed-anywhere|no-handover|agree-alone]...
 //! ```
 //!
 //! One line per seed (grants, faults, simulated time, the slowest node to
@@ -17,9 +17,14 @@
 //! failed, or, with `--expect-failure` (for a sabotaged build), when none
 //! did. `--speaker-crashes` makes every fault a crash of the speaker,
 //! `--speaker-pauses` a pause of it, `--speaker-replaces` a replacement;
-//! `--change replace` replaces a member other than the speaker at once
-//! (wiped, same id and address, as the removal is answered), then crashes
-//! the speaker;
+//! `--change KIND` makes a routine change and strikes the speaker once at a
+//! seeded moment after one of its steps (`leasehold_nodesim::change`):
+//! `replace` a member other than the speaker at once (wiped, same id and
+//! address, as the removal is answered), then a crash; `grow` from one node
+//! to three, a crash from when the first joiner votes (strict mode);
+//! `remove` one of four members, then a crash; `timings` lowered on the
+//! followers one at a time, then the speaker cut off; `protocol`, a rolling
+//! upgrade from version 0, then a crash;
 //! `--sabotage` switches a safety mechanism off in every node
 //! (`leasehold_node::Sabotage`), for the checks' self-test.
 
@@ -57,10 +62,12 @@ fn main() -> ExitCode {
             "--speaker-crashes" => focus = Focus::SpeakerCrashes,
             "--speaker-pauses" => focus = Focus::SpeakerPauses,
             "--speaker-replaces" => focus = Focus::SpeakerReplaces,
-            "--change" => match value().as_str() {
-                "replace" => focus = Focus::Change(Change::Replace),
-                other => {
-                    eprintln!("nodesim: unknown change {other:?}: replace");
+            "--change" => match Change::named(&value()) {
+                Some(change) => focus = Focus::Change(change),
+                None => {
+                    eprintln!(
+                        "nodesim: unknown change: replace, grow, remove, timings or protocol"
+                    );
                     return ExitCode::from(64);
                 }
             },
@@ -73,11 +80,13 @@ fn main() -> ExitCode {
                 "copies-of-now" => sabotage.copies_of_now = true,
                 "own-timings" => sabotage.own_timings = true,
                 "departed-anywhere" => sabotage.departed_anywhere = true,
+                "no-handover" => sabotage.no_handover = true,
+                "agree-alone" => sabotage.agree_alone = true,
                 other => {
                     eprintln!(
                         "nodesim: unknown sabotage {other:?}: \
                          guard, restart-wait, reread, rebuild-retry, term-fence, \
-                         copies-of-now, own-timings or departed-anywhere"
+                         copies-of-now, own-timings, departed-anywhere, no-handover or agree-alone"
                     );
                     return ExitCode::from(64);
                 }
@@ -86,8 +95,10 @@ fn main() -> ExitCode {
                 eprintln!("nodesim: unknown argument {other:?}");
                 eprintln!(
                     "usage: nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C] \
-                     [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses] \
-                     [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence|copies-of-now|own-timings|departed-anywhere]"
+                     [--trace] [--replay] [--expect-failure] \
+                     [--speaker-crashes|--speaker-pauses|--speaker-replaces] \
+                     [--change replace|grow|remove|timings|protocol] \
+                     [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence|copies-of-now|own-timings|departed-anywhere|no-handover|agree-alone]"
                 );
                 return ExitCode::from(64);
             }
