@@ -61,6 +61,12 @@ pub struct ForwardRelease {
     pub id: String,
     /// The forwarding node.
     pub node: NodeId,
+    /// A take-back of a grant the forwarding node's caller never heard of
+    /// (it went away): released only if nobody renewed the lock since its
+    /// grant (a retry of the same request, answered with it, renews it).
+    /// A speaker before this field releases it either way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unrenewed: bool,
 }
 
 /// A forwarded request the speaker answers at once: an acquire that does
@@ -378,6 +384,7 @@ mod tests {
                     name: "a".into(),
                     id: LockId::from_u128(7).to_string(),
                     node: 2,
+                    unrenewed: true,
                 }),
             ],
         };

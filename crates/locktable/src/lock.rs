@@ -167,6 +167,13 @@ impl Lock {
         now.saturating_duration_since(self.acquired)
     }
 
+    /// Whether the lock was renewed since it was granted: its lease ends
+    /// later than one lease from its grant. Only a client holding the lock
+    /// renews it.
+    pub fn renewed_since_granted(&self) -> bool {
+        self.expires > self.acquired + self.lease
+    }
+
     /// Whether the lease still runs at `now`.
     pub fn is_live(&self, now: MonoTime) -> bool {
         now < self.expires

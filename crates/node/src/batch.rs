@@ -113,7 +113,10 @@ impl Node {
                 self.serve_acquire(forwarded, received, may_wait).await
             }
             ForwardCall::Release(forwarded) => parse_id(&forwarded.id)
-                .and_then(|id| self.speak_release(&forwarded.name, id))
+                .and_then(|id| match forwarded.unrenewed {
+                    true => self.speak_take_back(&forwarded.name, id),
+                    false => self.speak_release(&forwarded.name, id),
+                })
                 .map(|lock| ForwardAnswer::Lock(self.transit(&lock))),
             ForwardCall::Renew(forwarded) => self.serve_renew(forwarded).await,
         };

@@ -288,6 +288,7 @@ impl Node {
             name: lock.name.clone(),
             id: lock.id.to_string(),
             node: self.id(),
+            unrenewed: true,
         };
         match self.forward_call(ForwardCall::Release(release)).await {
             Ok(ForwardAnswer::Lock(_)) => {
@@ -313,6 +314,7 @@ impl Node {
             name: body.name.clone(),
             id: body.id.clone(),
             node: self.id(),
+            unrenewed: false,
         };
         let released = forwarded_lock(self.forward_call(ForwardCall::Release(forwarded)).await?)?;
         self.drop_held(id);

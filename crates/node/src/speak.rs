@@ -50,6 +50,7 @@ impl Node {
             }
             Refusal::NotRebuilt => ApiError::not_rebuilt(),
             Refusal::NotHeld => ApiError::not_held(),
+            Refusal::Claimed => ApiError::new(ErrorCode::Held, refusal.to_string()),
             other => ApiError::new(ErrorCode::NotRebuilt, other.to_string()),
         }
     }
@@ -192,10 +193,24 @@ impl Node {
     /// Releases a lock as the speaker, and tells the members that may keep
     /// a record of it to forget it.
     pub(crate) fn speak_release(&self, name: &str, id: LockId) -> Result<Lock, ApiError> {
+        self.speak_release_as(name, id, false)
+    }
+
+    /// Takes back, as the speaker, a grant a follower's caller never heard
+    /// of, unless a client renewed it since (`Member::take_back_unrenewed`).
+    pub(crate) fn speak_take_back(&self, name: &str, id: LockId) -> Result<Lock, ApiError> {
+        self.speak_release_as(name, id, true)
+    }
+
+    fn speak_release_as(&self, name: &str, id: LockId, unrenewed: bool) -> Result<Lock, ApiError> {
         let guard = self.guard();
         let (lock, to) = {
             let mut state = self.state();
-            let released = state.member.release(name, id, &guard, self.clock.now());
+            let now = self.clock.now();
+            let released = match unrenewed {
+                true => state.member.take_back_unrenewed(name, id, &guard, now),
+                false => state.member.release(name, id, &guard, now),
+            };
             if released.is_ok() {
                 self.dispatch(&mut state);
                 self.changed(&state);

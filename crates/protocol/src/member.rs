@@ -451,6 +451,26 @@ impl Member {
         Ok((lock, to))
     }
 
+    /// Takes back, as the speaker, a grant a follower's caller never heard
+    /// of (the caller went away): released as [`Member::release`] does,
+    /// unless it was renewed since it was granted, which only a client
+    /// holding it does (a retry of the same request, answered with this
+    /// grant): then it is that client's, and kept ([`Refusal::Claimed`]).
+    pub fn take_back_unrenewed(
+        &mut self,
+        name: &str,
+        id: LockId,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<(Lock, Members), Refusal> {
+        self.speaker(guard, now)?;
+        let current = self.table.get(name, now).ok().flatten();
+        if current.is_some_and(|lock| lock.id == id && lock.renewed_since_granted()) {
+            return Err(Refusal::Claimed);
+        }
+        self.release(name, id, guard, now)
+    }
+
     /// Releases a grant its client never heard of (it could not be put on
     /// record with enough members, or its caller went away); answers the
     /// members to tell. A table dropped meanwhile forgets it (it may be in

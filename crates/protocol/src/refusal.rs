@@ -16,6 +16,11 @@ pub enum Refusal {
     /// No lock of that name and id.
     #[error("the lock is not held under that id")]
     NotHeld,
+    /// A take-back of a grant its first caller never heard of, refused: the
+    /// lock was renewed since, so a client has it (a retry of the same
+    /// request was answered with it).
+    #[error("the lock was renewed since it was granted: a client has it")]
+    Claimed,
     /// A renewal of a lock the table lacks while new grants are held back:
     /// a member the rebuild missed may have it on record.
     #[error(

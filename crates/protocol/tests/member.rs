@@ -469,3 +469,30 @@ fn a_rebuild_is_discarded_when_leadership_moved_on_while_members_were_read() {
     m.rebuild(input(&m, 4), &leading(4, now), now).unwrap();
     assert!(m.is_rebuilt());
 }
+
+/// A follower takes back a grant whose caller went away; the caller's
+/// retry of the same request may have been answered with that grant
+/// (renewed) before the take-back arrives. The take-back then leaves it
+/// to the client that has it; a grant nobody renewed is released.
+#[test]
+fn a_take_back_releases_a_ghost_but_not_a_grant_a_retry_renewed() {
+    let guard = leading(3, at(0));
+    let mut m = speaker(1, 3, at(0), vec![], RebuildMode::Proceed);
+    let ghost = granted(&mut m, "ghost", 1, 2, &guard, at(0));
+    let (released, _) = m
+        .take_back_unrenewed("ghost", ghost.id, &guard, at(100))
+        .unwrap();
+    assert_eq!(released.id, ghost.id);
+    assert_eq!(m.get("ghost", &guard, at(100)).unwrap(), None);
+
+    let claimed = granted(&mut m, "claimed", 2, 2, &guard, at(200));
+    m.renew(renewal("claimed", claimed.id, 3, None), &guard, at(300))
+        .unwrap();
+    assert_eq!(
+        m.take_back_unrenewed("claimed", claimed.id, &guard, at(400))
+            .err(),
+        Some(Refusal::Claimed)
+    );
+    let kept = m.get("claimed", &guard, at(400)).unwrap().unwrap();
+    assert_eq!(kept.id, claimed.id, "the retry's client keeps it");
+}
