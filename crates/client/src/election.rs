@@ -9,7 +9,7 @@ use futures::Stream;
 use leasehold_api::LockView;
 use tokio_util::sync::CancellationToken;
 
-use crate::{AcquireOptions, Client, Error, LockGuard, Loss};
+use crate::{AcquireOptions, Client, Error, Holding, LockGuard, Loss};
 
 /// How a candidate campaigns.
 #[derive(Debug, Clone, Default)]
@@ -42,9 +42,33 @@ impl Leadership {
         self.guard.lease_ends()
     }
 
-    /// A token cancelled the moment leadership is lost or about to lapse.
+    /// A token cancelled when leadership is lost or about to lapse, by the
+    /// renewal task or by whichever call judges the clock first
+    /// ([`Leadership::is_lost`], [`Leadership::check`], this one): a token
+    /// taken after a pause that outlived the lease is cancelled already.
+    /// Work that may resume from a pause checks before each step.
     pub fn lost_token(&self) -> CancellationToken {
         self.guard.lost_token()
+    }
+
+    /// Whether leadership is lost or about to lapse, judged now on the
+    /// client's clock (suspends included).
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// `Err(Error::Lost)` once leadership may be lost, judged now: call it
+    /// before every unit of leader work. A process paused (SIGSTOP, a
+    /// suspend, a long GC-like stall) past its lease learns it here before
+    /// it acts; a pause between the check and the act is not seen, which is
+    /// what the fence is for.
+    pub fn check(&self) -> Result<(), Error> {
+        self.guard.check()
+    }
+
+    /// A shareable view of this leadership, without the right to resign.
+    pub fn holding(&self) -> Holding {
+        self.guard.holding()
     }
 
     /// Waits until leadership is lost.

@@ -338,8 +338,12 @@ impl LockGuard {
         self.lease.ends().into_std()
     }
 
-    /// A token cancelled when the lock is lost or about to lapse.
+    /// A token cancelled when the lock is lost or about to lapse. The
+    /// lapse is judged as the token is handed out too, so a token taken
+    /// after a pause (SIGSTOP, a suspend) that outlived the lease is
+    /// cancelled already, whether or not the renewal task has run since.
     pub fn lost_token(&self) -> CancellationToken {
+        self.lease.is_lost();
         self.lease.lost.clone()
     }
 
@@ -348,6 +352,27 @@ impl LockGuard {
     /// renewal task.
     pub fn is_lost(&self) -> bool {
         self.lease.is_lost()
+    }
+
+    /// `Err(Error::Lost)` once the lock may be lost, judged now as
+    /// [`LockGuard::is_lost`] does: call it before every unit of work that
+    /// acts as the holder. A process paused past its lease learns it here
+    /// before it acts (the fence is still the resource's defence: a pause
+    /// between this check and the act is not seen).
+    pub fn check(&self) -> Result<(), Error> {
+        match self.is_lost() {
+            true => Err(Error::Lost),
+            false => Ok(()),
+        }
+    }
+
+    /// A view of the held lock that can be shared (with the work done
+    /// under it, with an observer) without the right to release it.
+    pub fn holding(&self) -> Holding {
+        Holding {
+            view: self.view.clone(),
+            lease: self.lease.clone(),
+        }
     }
 
     /// Why the lock was lost, once it was (`None` while it is held, and
@@ -387,6 +412,73 @@ impl LockGuard {
             let _ = task.await;
         }
         result
+    }
+}
+
+/// A view of a held lock, shared without the right to release it
+/// ([`LockGuard::holding`]): the same questions as the guard answers, each
+/// judged now on the client's clock.
+#[derive(Clone)]
+pub struct Holding {
+    view: Arc<Mutex<LockView>>,
+    lease: Arc<LeaseCount>,
+}
+
+impl Holding {
+    /// The lock as last granted or renewed.
+    pub fn lock(&self) -> LockView {
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The grant's fencing token.
+    pub fn fence(&self) -> u64 {
+        self.lock().fence
+    }
+
+    /// When the lease ends on this client's clock ([`LockGuard::lease_ends`]).
+    pub fn lease_ends(&self) -> std::time::Instant {
+        self.lease.ends().into_std()
+    }
+
+    /// Whether the lock is lost or about to lapse, judged now.
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// `Err(Error::Lost)` once the lock may be lost ([`LockGuard::check`]).
+    pub fn check(&self) -> Result<(), Error> {
+        match self.is_lost() {
+            true => Err(Error::Lost),
+            false => Ok(()),
+        }
+    }
+
+    /// A token cancelled when the lock is lost or about to lapse, judged
+    /// as it is handed out ([`LockGuard::lost_token`]).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lease.is_lost();
+        self.lease.lost.clone()
+    }
+
+    /// Waits until the lock is lost.
+    pub async fn lost(&self) {
+        self.lease.lost.cancelled().await
+    }
+
+    /// Why the lock was lost, once it was.
+    pub fn loss(&self) -> Option<Loss> {
+        self.lease.is_lost();
+        self.lease.loss.get().copied()
+    }
+}
+
+impl std::fmt::Debug for Holding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lock = self.lock();
+        f.debug_struct("Holding")
+            .field("name", &lock.name)
+            .field("fence", &lock.fence)
+            .finish_non_exhaustive()
     }
 }
 

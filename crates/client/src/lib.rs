@@ -17,6 +17,7 @@
 //! of a lease always ends before the speaker's.
 
 mod election;
+mod elector;
 mod error;
 mod guard;
 mod suspend;
@@ -31,8 +32,9 @@ use leasehold_api::{AcquireBody, ClusterAnswer, ErrorCode, LockView, ReleaseBody
 use tokio_util::sync::CancellationToken;
 
 pub use election::{CampaignOptions, Leadership};
+pub use elector::{Elector, ElectorBuilder, Leading};
 pub use error::Error;
-pub use guard::{LockGuard, Loss};
+pub use guard::{Holding, LockGuard, Loss};
 pub use leasehold_api::LockView as Lock;
 pub use suspend::{BootClock, SuspendClock};
 pub use transport::{

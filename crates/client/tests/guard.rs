@@ -574,3 +574,43 @@ async fn a_wait_longer_than_a_node_waits_asks_again() {
     assert_eq!(asked.load(Ordering::Relaxed), 4);
     drop(guard);
 }
+
+/// A holder whose process stood still (SIGSTOP, a stall) past its lease
+/// learns of its loss before it acts, whether or not the renewal task has
+/// run since: `check()`, `is_lost()` and a token taken now judge the
+/// clock themselves. Here the only thread is blocked for longer than the
+/// lease, so the renewal task cannot have run when the holder resumes.
+#[tokio::test(flavor = "current_thread")]
+async fn a_holder_paused_past_its_lease_sees_the_loss_before_it_acts() {
+    let fake = Fake::new(400);
+    let (client, _) = fake.client();
+    let guard = client.acquire("n", lease(400)).await.unwrap();
+    let leadership = client
+        .campaign(
+            "n",
+            "me",
+            leasehold_client::CampaignOptions {
+                lease: Some(ms(400)),
+                give_up_after: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(guard.check().is_ok() && leadership.check().is_ok());
+    let token = guard.lost_token();
+    assert!(!token.is_cancelled());
+    // The process stands still: no task runs.
+    std::thread::sleep(ms(600));
+    // Resumed, before any await lets the renewal task run:
+    assert!(matches!(guard.check(), Err(Error::Lost)));
+    assert!(guard.is_lost());
+    assert!(
+        token.is_cancelled(),
+        "the token handed out before the pause"
+    );
+    assert!(guard.lost_token().is_cancelled());
+    assert!(matches!(leadership.check(), Err(Error::Lost)));
+    assert!(leadership.is_lost());
+    assert!(leadership.lost_token().is_cancelled());
+    assert_eq!(guard.loss(), Some(Loss::Lapsed));
+}

@@ -42,10 +42,13 @@ pub use clock::Clock;
 pub use config::{ConfigError, NodeConfig, RebuildMode, ValidConfig, IDLE_TIMEOUT_RANGE};
 pub use embedded::Embedded;
 pub use error::ApiError;
+pub use leasehold_acl::Acl;
 pub use leasehold_api::Watch;
+pub use leasehold_client as client;
 pub use leasehold_protocol::Sabotage;
 pub use leasehold_raft::version::Protocol;
 pub use leasehold_raft::RaftTimings;
+pub use leasehold_tls::Tls;
 pub use locktable::LeaseRule;
 pub use node::Node;
 pub use roster::Roster;
@@ -166,12 +169,19 @@ impl RunningNode {
         self.node.wait_removed().await
     }
 
-    /// Stops the node: stops granting (drops the table), hands leadership
+    /// Stops the node: first releases the locks this process's own clients
+    /// hold (taken through [`Node::client`]: elections it leads are resigned,
+    /// so another candidate leads at once, whichever of a resign and this
+    /// comes first), then stops granting (drops the table), hands leadership
     /// on if it leads and waits until another member leads (or says the
     /// hand-over was not confirmed), then stops Raft, the speaker tasks and
     /// the HTTP server. When it returns, the data directory is closed and
     /// may be opened again.
     pub async fn shutdown(self) {
+        let released = self.node.release_local_locks().await;
+        if released > 0 {
+            tracing::info!(released, "shutdown: this process's own locks released");
+        }
         let led = self.node.leading_term();
         self.node.stop_speaking();
         match led {

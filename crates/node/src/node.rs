@@ -82,6 +82,10 @@ pub struct Node {
     /// Members that left and handed every record over, each until when
     /// another member's report would still name it departed.
     handed: Mutex<BTreeMap<NodeId, MonoTime>>,
+    /// Locks this process's own clients took through the in-process client
+    /// ([`crate::Embedded`]), by id, with their names: they end with the
+    /// process, and a shutdown releases them first.
+    pub(crate) local_locks: Mutex<BTreeMap<String, String>>,
     state: Mutex<State>,
     /// Rung when the table changes, so the expiry task re-arms its timer.
     pub(crate) table_changed: Notify,
@@ -143,6 +147,7 @@ impl Node {
             roster,
             departed: Mutex::new(BTreeMap::new()),
             handed: Mutex::new(BTreeMap::new()),
+            local_locks: Mutex::new(BTreeMap::new()),
             was_member: std::sync::atomic::AtomicBool::new(false),
             saw_roster: std::sync::atomic::AtomicBool::new(false),
             membership_writes: tokio::sync::Mutex::new(()),
@@ -735,6 +740,13 @@ impl Node {
     /// The term this node leads, if it does (rebuilt or not).
     pub fn leading_term(&self) -> Option<u64> {
         leader_state(&self.raft).map(|l| l.term())
+    }
+
+    /// The member that speaks (Raft's leader), as this node knows it: an
+    /// embedding application sees whether its own node speaks (`Some(id)`
+    /// with [`Node::id`]) beside which instance leads its election.
+    pub fn speaker(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow_watched().current_leader
     }
 
     /// The voter most caught up with this leader's log, other than itself.
