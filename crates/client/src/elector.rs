@@ -184,6 +184,7 @@ impl ElectorBuilder {
                 new_leader: self.new_leader,
                 leading: Mutex::new(None),
                 leader: Mutex::new(None),
+                counts: Mutex::new(Counts::default()),
             }),
         }
     }
@@ -208,6 +209,35 @@ struct Shared {
     leading: Mutex<Option<Leading>>,
     /// The leader as last observed.
     leader: Mutex<Option<LockView>>,
+    /// What the elector counted.
+    counts: Mutex<Counts>,
+}
+
+/// What an elector counted, for an application to export as its metrics
+/// ([`Elector::stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ElectionStats {
+    /// The leader's value as last observed (`None`: no one led then).
+    pub leader: Option<String>,
+    /// The fence of that leader's term.
+    pub leader_fence: Option<u64>,
+    /// Changes of leader observed (a term's start or end).
+    pub changes: u64,
+    /// Terms this candidate led.
+    pub terms_led: u64,
+    /// How long, in all, no one led as observed since the elector ran.
+    pub without_leader: Duration,
+    /// Whether this candidate leads now (judged on the clock now).
+    pub leading: bool,
+}
+
+/// The elector's counts; `since` is when no one led since, as observed.
+#[derive(Debug, Default)]
+struct Counts {
+    changes: u64,
+    terms_led: u64,
+    without_leader: Duration,
+    leaderless_since: Option<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for Elector {
@@ -250,6 +280,26 @@ impl Elector {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// What the elector counted so far: the leader as observed, changes,
+    /// terms led, the time without a leader. Export it as the
+    /// application's metrics (a gauge of who leads, counters of changes
+    /// and of leaderless seconds).
+    pub fn stats(&self) -> ElectionStats {
+        let leader = self.leader();
+        let counts = self.shared.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let leaderless = counts
+            .leaderless_since
+            .map_or(Duration::ZERO, |since| since.elapsed());
+        ElectionStats {
+            leader: leader.as_ref().and_then(|l| l.data.clone()),
+            leader_fence: leader.as_ref().map(|l| l.fence),
+            changes: counts.changes,
+            terms_led: counts.terms_led,
+            without_leader: counts.without_leader + leaderless,
+            leading: self.is_leader(),
+        }
     }
 
     /// Campaigns, leads, and campaigns again after each term of leadership
@@ -314,6 +364,11 @@ impl Elector {
             token: CancellationToken::new(),
         };
         *shared.leading.lock().unwrap_or_else(|p| p.into_inner()) = Some(leading.clone());
+        shared
+            .counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .terms_led += 1;
         let mut work: Option<JoinHandle<()>> = shared
             .started
             .as_ref()
@@ -369,8 +424,22 @@ impl Elector {
             if seen.as_ref() == Some(&key) {
                 continue;
             }
+            let first = seen.is_none();
             seen = Some(key);
             *shared.leader.lock().unwrap_or_else(|p| p.into_inner()) = leader.clone();
+            {
+                let mut counts = shared.counts.lock().unwrap_or_else(|p| p.into_inner());
+                counts.changes += u64::from(!first);
+                let now = tokio::time::Instant::now();
+                match (&leader, counts.leaderless_since) {
+                    (None, None) => counts.leaderless_since = Some(now),
+                    (Some(_), Some(since)) => {
+                        counts.without_leader += now - since;
+                        counts.leaderless_since = None;
+                    }
+                    _ => {}
+                }
+            }
             if let Some(new_leader) = &shared.new_leader {
                 new_leader(leader.as_ref());
             }

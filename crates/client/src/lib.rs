@@ -32,7 +32,7 @@ use leasehold_api::{AcquireBody, ClusterAnswer, ErrorCode, LockView, ReleaseBody
 use tokio_util::sync::CancellationToken;
 
 pub use election::{CampaignOptions, Leadership};
-pub use elector::{Elector, ElectorBuilder, Leading};
+pub use elector::{ElectionStats, Elector, ElectorBuilder, Leading};
 pub use error::Error;
 pub use guard::{Holding, LockGuard, Loss};
 pub use leasehold_api::LockView as Lock;

@@ -119,6 +119,11 @@ async fn an_elector_leads_calls_back_and_campaigns_again_after_a_loss() {
         "a new term of leadership: {second} > {first}"
     );
     assert!(a.is_leader());
+    let stats = a.stats();
+    assert_eq!(stats.leader.as_deref(), Some("a"));
+    assert_eq!(stats.terms_led, 2);
+    assert!(stats.leading);
+    assert!(stats.changes >= 1, "{stats:?}");
 
     // Stopped: the term ends, and leadership is resigned.
     stop.cancel();
