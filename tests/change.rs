@@ -627,3 +627,107 @@ async fn a_replacement_joining_through_a_restarting_member_is_not_refused() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Every node runs with `--rejoin` in its fixed flags (beside `--peers`),
+/// the cluster's first start included, which it does not hinder. A member
+/// loses its disk: killed, its data directory wiped, and started again
+/// with the same flags. It asks the cluster to remove
+/// its id's old directory, joins again under its id once the removal's
+/// lease has passed, and votes; meanwhile a holder renews through a
+/// survivor. Then the speaker is killed: the holder keeps its lock and no
+/// rival is granted the name. Without `--rejoin` the same start is refused
+/// (tests/identity.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_lost_its_disk_rejoins_by_itself_then_a_speaker_crash_keeps_the_lock() {
+    let flags = [
+        "--rebuild-mode",
+        "strict",
+        "--max-lease",
+        "3000",
+        "--rejoin",
+    ];
+    let mut cluster = Cluster::start_with(3, &flags).await;
+    cluster.all_follow_one().await;
+    // The speaker records every member's data directory in the log within
+    // a few seconds of its start.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (speaker, _) = cluster.speaker().await;
+    let others = cluster.others(speaker);
+    let (via, lost) = (others[0], others[1]);
+    let lock = cluster
+        .must_acquire(via, "disk/x", json!({ "lease_ms": 3000, "holder": "w1" }))
+        .await;
+    let renew = json!({ "name": lock["name"], "id": lock["id"], "lease_ms": 3000 });
+    let renewing = {
+        let http = cluster.http.clone();
+        let url = cluster.url(via, "/v1/locks/renew");
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            let until = Instant::now() + PATIENCE;
+            while Instant::now() < until {
+                let request = http
+                    .post(&url)
+                    .json(&renew)
+                    .timeout(Duration::from_millis(1500));
+                let (status, body) = support::answer(request).await;
+                let lost = status == 409;
+                answers.push((status, body));
+                if lost {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            answers
+        })
+    };
+    cluster.kill(lost);
+    let _ = std::fs::remove_dir_all(cluster.data_dir(lost));
+    cluster.spawn(lost);
+    let start = Instant::now();
+    loop {
+        let log = cluster.log(lost);
+        assert!(
+            !log.contains("refuses this node"),
+            "the node that lost its disk was refused: {log}"
+        );
+        let (_, view) = cluster.get(speaker, "/v1/cluster").await;
+        let voters = view["members"].as_array().map_or(0, |members| {
+            members
+                .iter()
+                .filter(|m| m["role"] == json!("voter"))
+                .count()
+        });
+        if voters == 3 && view["changing"] == json!(false) && log.contains("joined the cluster") {
+            assert!(log.contains("joining again under it"), "{log}");
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "never voting again: {view}\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (next, _) = kill_the_speaker(&mut cluster, speaker).await;
+    let rival = rival_until(
+        &cluster,
+        next,
+        "disk/x",
+        Instant::now() + Duration::from_secs(4),
+    )
+    .await;
+    assert!(
+        rival.is_none(),
+        "granted twice while {lock} is renewed: {rival:?}"
+    );
+    renewing.abort();
+    let renewed = support::answer(
+        cluster
+            .http
+            .post(cluster.url(via, "/v1/locks/renew"))
+            .json(&json!({ "name": lock["name"], "id": lock["id"], "lease_ms": 3000 }))
+            .timeout(Duration::from_secs(5)),
+    )
+    .await;
+    assert_eq!(renewed.0, 200, "the holder lost its lock: {renewed:?}");
+    assert_eq!(renewed.1["lock"]["fence"], lock["fence"]);
+}

@@ -292,6 +292,18 @@ pub enum MemberChange {
     },
 }
 
+/// The answer to a node that asks, on a new data directory, that its id's
+/// old one be removed (`serve --rejoin`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetireAnswer {
+    /// The cluster was formed (its log has a configuration): the node joins
+    /// it, unless a configuration names it on this directory.
+    pub cluster: bool,
+    /// The id was a member on another data directory, and is removed now:
+    /// it joins again once the cluster's departed wait has passed.
+    pub removed: bool,
+}
+
 /// The speaker's notice to a member it removed ([`crate::routes::REMOVED`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Removed {

@@ -36,7 +36,7 @@ pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
     Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
     ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, HandedOver,
-    Handover, Lost, MemberChange, Removed, ReportRequest, Watch,
+    Handover, Lost, MemberChange, Removed, ReportRequest, RetireAnswer, Watch,
 };
 pub use lock::LockView;
 pub use peer::PeerLock;

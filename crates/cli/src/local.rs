@@ -58,6 +58,12 @@ pub struct ServeArgs {
     /// (host:port,...), instead of --peers (docs/operations.md).
     #[arg(long, value_delimiter = ',')]
     join: Vec<String>,
+    /// On a new (empty) data directory: if the cluster knows this id on
+    /// another one (the old disk was lost), ask it to remove that one and
+    /// join again under this id (docs/operations.md). Harmless on a
+    /// directory that is not new, or on a cluster's first start.
+    #[arg(long)]
+    rejoin: bool,
     /// The address the other members reach this node at (default:
     /// --listen); with --join, the address it is added under.
     #[arg(long)]
@@ -244,6 +250,7 @@ impl ServeArgs {
         NodeConfig::new(self.id, peers, &self.data_dir, &self.cluster_token)
             .with_peer_token(self.peer_token.clone(), self.peer_token_accept.clone())
             .with_join(self.join.clone())
+            .with_rejoin(self.rejoin)
             .with_lease(LeaseRule {
                 default: Duration::from_millis(
                     self.default_lease

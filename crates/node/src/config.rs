@@ -57,6 +57,11 @@ pub struct NodeConfig {
     /// (`--join`), instead of forming a cluster of `peers`: `peers` then
     /// names this node alone, at the address the others reach it.
     pub join: Vec<String>,
+    /// On a new data directory, whether to replace this id's old one
+    /// (`--rejoin`): a cluster that knows the id on another directory (the
+    /// old one was lost) is asked to remove it, and the node joins again
+    /// through `join`, or else the other `peers`.
+    pub rejoin: bool,
     /// The tokens the public API asks for (`--acl`); `None`: open.
     pub acl: Option<std::sync::Arc<leasehold_acl::Acl>>,
     /// TLS on the node's port and to its members (`--tls-cert`,
@@ -92,6 +97,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("report_frame_bytes", &self.report_frame_bytes)
             .field("copies", &self.copies)
             .field("join", &self.join)
+            .field("rejoin", &self.rejoin)
             .field("acl", &self.acl.as_ref().map(|_| "<tokens>"))
             .field("tls", &self.tls.is_some())
             .field("idle_timeout", &self.idle_timeout)
@@ -103,6 +109,9 @@ impl std::fmt::Debug for NodeConfig {
 /// A configuration that cannot run.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
+    /// `--rejoin` with no member to ask (neither `--join` nor other peers).
+    #[error("--rejoin asks the cluster to remove this id's old data directory: give --join, or the other members in --peers")]
+    RejoinAlone,
     /// This node's id is not among the peers.
     #[error("--id {0} is not in --peers")]
     NotAPeer(NodeId),
@@ -227,6 +236,7 @@ impl NodeConfig {
             report_frame_bytes: Self::DEFAULT_REPORT_FRAME_BYTES,
             copies: None,
             join: Vec::new(),
+            rejoin: false,
             acl: None,
             tls: None,
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
@@ -244,6 +254,12 @@ impl NodeConfig {
             idle_timeout,
             ..self
         }
+    }
+
+    /// Replacing this id's lost data directory when this one is new
+    /// (`--rejoin`; [`NodeConfig::rejoin`]).
+    pub fn with_rejoin(self, rejoin: bool) -> Self {
+        NodeConfig { rejoin, ..self }
     }
 
     /// Offering protocol versions up to `protocol` (`--protocol`).
@@ -440,6 +456,9 @@ impl NodeConfig {
             .contains(&self.protocol)
         {
             return Err(ConfigError::Protocol(self.protocol));
+        }
+        if self.rejoin && self.join.is_empty() && self.peers.len() < 2 {
+            return Err(ConfigError::RejoinAlone);
         }
         if self.report_frame_bytes < Self::MIN_REPORT_FRAME_BYTES {
             return Err(ConfigError::ReportFrameTooSmall);

@@ -26,7 +26,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// answers).
 pub(crate) async fn check_at_start(node: &Node) -> Result<bool, String> {
     let probes = probe_all(node).await;
-    verdict(&probes, node.roster().len())?;
+    verdict(&probes, node.roster().len(), node.identity.is_rejoining())?;
     if node.identity.is_refused() {
         return Err(node.identity.refused().await);
     }
@@ -42,7 +42,7 @@ pub(crate) async fn probe_until_answered(node: Arc<Node>, stop: CancellationToke
             _ = stop.cancelled() => return,
         }
         let probes = probe_all(&node).await;
-        if let Err(why) = verdict(&probes, node.roster().len()) {
+        if let Err(why) = verdict(&probes, node.roster().len(), node.identity.is_rejoining()) {
             node.identity.refuse_self(why);
             return;
         }
@@ -55,9 +55,11 @@ pub(crate) async fn probe_until_answered(node: Arc<Node>, stop: CancellationToke
 /// Whether the answers to this node's probes let it start, in a cluster of
 /// `members`: no member may know it on another data directory, and fewer
 /// than a quorum may say it belongs to another cluster (either side of a
-/// cluster mismatch may be the stray one; a quorum decides).
-pub(crate) fn verdict(probes: &[Probe], members: usize) -> Result<(), String> {
-    if probes.contains(&Probe::Refused(RefusedAs::StoreChanged)) {
+/// cluster mismatch may be the stray one; a quorum decides). A node
+/// `rejoining` (`--rejoin`) expects the first refusal: it asks for its old
+/// directory's removal before Raft runs.
+pub(crate) fn verdict(probes: &[Probe], members: usize, rejoining: bool) -> Result<(), String> {
+    if !rejoining && probes.contains(&Probe::Refused(RefusedAs::StoreChanged)) {
         return Err(
             "a member knew this node on another data directory: this one was wiped or replaced, \
              and has forgotten its votes; restore the old directory, or remove this member \
@@ -153,18 +155,21 @@ mod tests {
 
     #[test]
     fn one_member_that_knew_another_directory_stops_a_start() {
-        assert!(verdict(&[BLANK, STORE], 3).is_err());
-        assert!(verdict(&[Probe::Silent, STORE], 3).is_err());
+        assert!(verdict(&[BLANK, STORE], 3, false).is_err());
+        assert!(verdict(&[Probe::Silent, STORE], 3, false).is_err());
+        // Replacing its lost directory (`--rejoin`), it asks for the old
+        // one's removal instead.
+        assert!(verdict(&[BLANK, STORE], 3, true).is_ok());
     }
 
     #[test]
     fn a_quorum_saying_another_cluster_stops_a_start_a_minority_does_not() {
-        assert!(verdict(&[FOREIGN, FOREIGN], 3).is_err());
-        assert!(verdict(&[FOREIGN, BLANK], 3).is_ok());
-        assert!(verdict(&[FOREIGN, Probe::Silent], 3).is_ok());
-        assert!(verdict(&[FOREIGN, FOREIGN, BLANK, BLANK], 5).is_ok());
-        assert!(verdict(&[FOREIGN, FOREIGN, FOREIGN, BLANK], 5).is_err());
-        assert!(verdict(&[Probe::Silent, Probe::Silent], 3).is_ok());
+        assert!(verdict(&[FOREIGN, FOREIGN], 3, false).is_err());
+        assert!(verdict(&[FOREIGN, BLANK], 3, false).is_ok());
+        assert!(verdict(&[FOREIGN, Probe::Silent], 3, false).is_ok());
+        assert!(verdict(&[FOREIGN, FOREIGN, BLANK, BLANK], 5, false).is_ok());
+        assert!(verdict(&[FOREIGN, FOREIGN, FOREIGN, BLANK], 5, false).is_err());
+        assert!(verdict(&[Probe::Silent, Probe::Silent], 3, false).is_ok());
     }
 
     #[test]

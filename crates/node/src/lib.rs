@@ -361,6 +361,10 @@ where
             false
         }
     };
+    // A new directory replacing its id's lost one: refusals of it are
+    // expected until the cluster removed the old one.
+    let rejoin = config.rejoin && first_start;
+    identity.set_rejoining(rejoin);
     let node = Node::new(
         config,
         raft.clone(),
@@ -402,7 +406,7 @@ where
             identity::probe_until_answered(Arc::clone(&node), stop.clone()).in_current_span(),
         );
     }
-    tasks.spawn(run_raft(Arc::clone(&node), stop.clone()).in_current_span());
+    tasks.spawn(run_raft(Arc::clone(&node), stop.clone(), rejoin).in_current_span());
     Ok(RunningNode {
         node,
         addr,
@@ -423,7 +427,7 @@ where
 /// wait in openraft's queue. A first start waits too: a wiped data
 /// directory looks the same. A node restarted with a shorter lease than
 /// it last ran with (its data directory records it) waits the longer one.
-async fn run_raft(node: Arc<Node>, stop: CancellationToken) {
+async fn run_raft(node: Arc<Node>, stop: CancellationToken, rejoin: bool) {
     let ours = node.config.timings.leader_lease();
     let before = node.identity.ran_with_leader_lease();
     let wait = if node.sabotage().no_restart_wait {
@@ -452,9 +456,12 @@ async fn run_raft(node: Arc<Node>, stop: CancellationToken) {
     if let Err(e) = node.identity.runs_with_leader_lease(ours).await {
         tracing::error!(%e, "could not record this node's leader lease in its data directory");
     }
+    if rejoin && !membership::retire_old_self(&node, &stop).await {
+        return;
+    }
     let raft = node.raft.clone();
     raft.run();
-    if !node.config.join.is_empty() {
+    if node.is_joiner() {
         membership::join(node, stop).await;
         return;
     }

@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::{routes, AddMemberBody, ClusterAnswer, ErrorCode, MemberChange, Removed};
+use leasehold_api::{
+    routes, AddMemberBody, ClusterAnswer, ErrorCode, MemberChange, Removed, RetireAnswer,
+};
 use leasehold_raft::errors::{ChangeMembershipError, ClientWriteError, RaftError};
 use leasehold_raft::identity::StoreId;
 use leasehold_raft::types::Command;
@@ -404,7 +406,7 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
     });
     let mut pause = Duration::from_millis(200);
     loop {
-        for target in &node.config.join {
+        for target in &node.join_targets() {
             let asked = node
                 .peers
                 .call::<_, ClusterAnswer>(target, routes::JOIN, &change, FORWARD_WAIT)
@@ -413,6 +415,7 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
                 Ok(Ok(_)) => {
                     tracing::info!(through = %target, "joined the cluster");
                     node.confirm_joined();
+                    node.identity.set_rejoining(false);
                     return;
                 }
                 Ok(Err(refused)) if !join_may_retry(refused.error) => {
@@ -431,6 +434,111 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
         }
         pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// On a new data directory with `--rejoin`, before Raft runs: asks the
+/// members, in turn, to remove this id if they know it on another data
+/// directory (the old one was lost), until one answers. Then this node
+/// joins if the cluster was formed (under its id again, once the departed
+/// wait of the removal has passed: the join is answered `409
+/// change_in_progress` until then, and asks again), or forms it with its
+/// peers if not. Whether to go on (`false`: stopping).
+pub(crate) async fn retire_old_self(node: &Node, stop: &CancellationToken) -> bool {
+    let targets = node.join_targets();
+    let mut pause = Duration::from_millis(200);
+    loop {
+        for target in &targets {
+            let asked = node
+                .peers
+                .call::<_, RetireAnswer>(
+                    target,
+                    leasehold_raft::routes::RETIRE_SELF,
+                    &(),
+                    FORWARD_WAIT,
+                )
+                .await;
+            match asked {
+                Ok(Ok(answer)) => {
+                    if answer.removed {
+                        tracing::warn!(
+                            through = %target,
+                            "the cluster knew this node's id on another data directory, \
+                             now removed: joining again under it"
+                        );
+                    }
+                    if answer.cluster {
+                        node.become_joiner();
+                    } else {
+                        node.identity.set_rejoining(false);
+                    }
+                    return true;
+                }
+                Ok(Err(refused)) => {
+                    tracing::info!(through = %target, %refused, "rejoining: asking again")
+                }
+                Err(e) => tracing::info!(through = %target, %e, "rejoining: no answer"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stop.cancelled() => return false,
+        }
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+impl Node {
+    /// A node on a new data directory, stamped `stamp`, asks that its id's
+    /// old directory be removed (`RETIRE_SELF`): removed (through
+    /// the speaker) if a configuration names the id and this node knows it
+    /// on another directory; answered with whether the cluster was formed.
+    pub(crate) async fn retire_for(
+        self: &Arc<Self>,
+        stamp: leasehold_raft::identity::Stamp,
+    ) -> Result<RetireAnswer, ApiError> {
+        let id = stamp.from;
+        if id == self.id() {
+            return Err(ApiError::bad_request(
+                "a node asks its own id's retirement of the others",
+            ));
+        }
+        // Read without Raft's core, which may not run yet here (every
+        // member of a cluster's first start, `--rejoin` among its flags,
+        // asks the others before its Raft runs).
+        let formed = self.identity.cluster().is_some()
+            || self
+                .raft
+                .metrics()
+                .borrow_watched()
+                .membership_config
+                .membership()
+                .nodes()
+                .next()
+                .is_some();
+        if !formed {
+            return Ok(RetireAnswer {
+                cluster: false,
+                removed: false,
+            });
+        }
+        let named = self.roster().addr(id).is_some();
+        let known = self
+            .identity
+            .pinned(id)
+            .or_else(|| self.identity.recorded(id));
+        if !named || known.is_none_or(|known| known == stamp.store) {
+            return Ok(RetireAnswer {
+                cluster: true,
+                removed: false,
+            });
+        }
+        self.change_members(MemberChange::Remove { id }, false)
+            .await?;
+        Ok(RetireAnswer {
+            cluster: true,
+            removed: true,
+        })
     }
 }
 

@@ -65,6 +65,9 @@ pub struct Node {
     departed: Mutex<BTreeMap<NodeId, (String, MonoTime)>>,
     /// Whether a roster from Raft ever named this node.
     was_member: std::sync::atomic::AtomicBool,
+    /// Whether this node joins rather than forms the cluster
+    /// ([`Node::is_joiner`]).
+    joining: std::sync::atomic::AtomicBool,
     /// Whether a roster from Raft was seen at all.
     saw_roster: std::sync::atomic::AtomicBool,
     /// Held across a membership change on the speaker and across the
@@ -149,6 +152,7 @@ impl Node {
             handed: Mutex::new(BTreeMap::new()),
             local_locks: Mutex::new(BTreeMap::new()),
             was_member: std::sync::atomic::AtomicBool::new(false),
+            joining: std::sync::atomic::AtomicBool::new(!config.join.is_empty()),
             saw_roster: std::sync::atomic::AtomicBool::new(false),
             membership_writes: tokio::sync::Mutex::new(()),
             removed: watch::Sender::new(false),
@@ -218,15 +222,12 @@ impl Node {
         // joiner restarted before its addition reached it is no member
         // yet; a directory from before that record counts a node started
         // without --join as a member.
-        let recorded = self
-            .identity
-            .was_named()
-            .unwrap_or(self.config.join.is_empty());
+        let recorded = self.identity.was_named().unwrap_or(!self.is_joiner());
         let was_member = self.was_member.load(Ordering::Relaxed) || (first && recorded);
         // A joining node replaying the log may find its id named by a
         // configuration of an earlier member under that id: it is a member
         // once the cluster answers its join (`confirm_joined`).
-        let confirmed = self.config.join.is_empty() || self.identity.was_named() == Some(true);
+        let confirmed = !self.is_joiner() || self.identity.was_named() == Some(true);
         if named {
             if confirmed {
                 self.confirm_joined();
@@ -277,6 +278,32 @@ impl Node {
             "the members changed"
         );
         self.roster.send_replace(Arc::new(latest));
+    }
+
+    /// Whether this node asks the cluster to add it (`--join`, or
+    /// `--rejoin` once the cluster removed its id's old data directory)
+    /// rather than forming the cluster of its peers.
+    pub(crate) fn is_joiner(&self) -> bool {
+        self.joining.load(Ordering::Relaxed)
+    }
+
+    /// From now on this node joins the cluster rather than forming it.
+    pub(crate) fn become_joiner(&self) {
+        self.joining.store(true, Ordering::Relaxed);
+    }
+
+    /// The members to ask to add this node: `--join`, or else the other
+    /// peers.
+    pub(crate) fn join_targets(&self) -> Vec<String> {
+        if !self.config.join.is_empty() {
+            return self.config.join.clone();
+        }
+        self.config
+            .peers
+            .iter()
+            .filter(|(id, _)| **id != self.id())
+            .map(|(_, addr)| addr.clone())
+            .collect()
     }
 
     /// Whether a configuration from Raft named this node (a node still

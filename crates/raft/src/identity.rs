@@ -310,6 +310,10 @@ pub struct Identity {
     ///
     /// [`Command::MemberStore`]: crate::types::Command::MemberStore
     vouched: std::sync::atomic::AtomicBool,
+    /// Whether this node, on a new data directory, is replacing its id's
+    /// old one (`--rejoin`): a member's refusal of this directory is then
+    /// expected, until the old one is removed, and does not stop it.
+    rejoining: std::sync::atomic::AtomicBool,
     /// Held across each write of what is recorded, so that writes follow
     /// one another.
     writing: tokio::sync::Mutex<()>,
@@ -352,6 +356,7 @@ impl Identity {
             members: Mutex::new(None),
             applied: Mutex::new(None),
             vouched: std::sync::atomic::AtomicBool::new(false),
+            rejoining: std::sync::atomic::AtomicBool::new(false),
             writing: tokio::sync::Mutex::new(()),
             warned: Mutex::default(),
             db,
@@ -806,6 +811,19 @@ impl Identity {
         }
     }
 
+    /// Whether this node replaces its id's old data directory (`--rejoin`,
+    /// on a new one): until it is a member again, a refusal of this
+    /// directory does not stop it.
+    pub fn set_rejoining(&self, rejoining: bool) {
+        self.rejoining
+            .store(rejoining, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this node is replacing its id's old data directory.
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Marks this node as refused by the cluster: its data directory is not
     /// the one the cluster knew. The first reason is kept.
     pub fn refuse_self(&self, why: String) {
@@ -861,7 +879,7 @@ impl Identity {
                     }
                 ));
             }
-            if refused == RefusedAs::StoreChanged && !vouched {
+            if refused == RefusedAs::StoreChanged && !vouched && !self.is_rejoining() {
                 self.refuse_self(format!(
                     "member {target} knew node {} on another data directory than {}: \
                      this one was wiped or replaced, and has forgotten its votes; restore \
@@ -920,6 +938,7 @@ pub async fn guard(
         request.uri().path(),
         crate::routes::APPEND | crate::routes::SNAPSHOT
     );
+    let retiring = request.uri().path() == crate::routes::RETIRE_SELF;
     let refused = match Stamp::read(request.headers()) {
         Err(e) => Some((StatusCode::BAD_REQUEST, "bad_request", None, e.to_string())),
         Ok(stamp) => match identity.admit(stamp).await {
@@ -939,6 +958,14 @@ pub async fn guard(
                 if from_leader && member != identity.node() =>
             {
                 identity.note_behind(member);
+                None
+            }
+            // A new directory asking that its own id's old one be removed:
+            // the route asks nothing else of it (and a retired directory,
+            // an old one, may not).
+            Err(Refusal::StoreChanged { member, .. })
+                if retiring && member == stamp.from && member != identity.node() =>
+            {
                 None
             }
             Err(e @ Refusal::Store(_)) => Some((

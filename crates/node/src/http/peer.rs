@@ -55,6 +55,10 @@ pub(super) fn router(node: Shared) -> Router {
         .route(routes::MEMBERS, post(internal_members))
         .route(routes::JOIN, post(internal_join))
         .route(routes::REMOVED, post(internal_removed))
+        .route(
+            leasehold_raft::routes::RETIRE_SELF,
+            post(internal_retire_self),
+        )
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&node),
             refuse_forwards_from_strangers,
@@ -406,6 +410,18 @@ async fn internal_join(
     add.store = Some(stamp.store.to_string());
     let change = leasehold_api::MemberChange::Add(add);
     Ok(Json(node.change_members(change, false).await?))
+}
+
+/// A node on a new data directory asks that its id's old one be removed
+/// (`serve --rejoin`); the identity guard let it through though this node
+/// may know the id on another directory, so the stamp names the only id it
+/// may ask for.
+async fn internal_retire_self(
+    State(node): State<Shared>,
+    headers: HeaderMap,
+) -> Result<Json<leasehold_api::RetireAnswer>, ApiError> {
+    let stamp = Stamp::read(&headers).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Json(node.retire_for(stamp).await?))
 }
 
 /// The speaker removed this node.
