@@ -307,3 +307,68 @@ async fn a_campaign_gives_up_when_its_own_deadline_passes() {
     );
     leader.resign().await.unwrap();
 }
+
+/// A leader proclaims a new value: an observer through a follower sees it
+/// at once (its long poll ends, it does not wait out a poll), the fence
+/// stays, and the value survives a kill -9 of the speaker, read back
+/// from the next speaker's rebuilt table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proclaimed_value_is_seen_at_once_and_survives_a_speaker_crash() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let followers = cluster.others(speaker);
+    // The leader reaches the cluster through a follower (its renewals and
+    // the proclaim are forwarded), and so does the observer.
+    let leader_client = client(&cluster, &[followers[0]]);
+    let observer = client(&cluster, &[followers[1]]);
+    let leadership = leader_client
+        .campaign(
+            "svc/leader",
+            "v1",
+            CampaignOptions {
+                lease: Some(3 * SEC),
+                ..CampaignOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut seen = Box::pin(observer.observe("svc/leader"));
+    let first = seen.next().await.unwrap().unwrap().unwrap();
+    assert_eq!(first.data.as_deref(), Some("v1"));
+    let proclaimed_at = Instant::now();
+    let view = leadership.proclaim("v2").await.unwrap();
+    assert_eq!(view.data.as_deref(), Some("v2"));
+    assert_eq!(view.fence, first.fence, "a proclaim keeps the term");
+    let next = tokio::time::timeout(10 * SEC, seen.next())
+        .await
+        .expect("the observer never saw the new value")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (next.data.as_deref(), next.fence),
+        (Some("v2"), first.fence)
+    );
+    // Well inside the observer's 30 s poll: the change ended it.
+    assert!(proclaimed_at.elapsed() < 10 * SEC);
+    cluster.kill(speaker);
+    let start = Instant::now();
+    let after = loop {
+        if let Ok(Some(lock)) = observer.leader("svc/leader").await {
+            break lock;
+        }
+        assert!(
+            start.elapsed() < support::PATIENCE,
+            "no leader after the crash"
+        );
+        tokio::time::sleep(SEC / 5).await;
+    };
+    assert_eq!(
+        (after.data.as_deref(), after.fence),
+        (Some("v2"), first.fence)
+    );
+    assert!(
+        !leadership.is_lost(),
+        "the leader kept its term through the crash"
+    );
+}

@@ -50,6 +50,9 @@ pub struct ForwardRenew {
     /// speaker that lost the lock (missed at a rebuild) can take it back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record: Option<PeerLock>,
+    /// New data for the lock, if the renewal changes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
 }
 
 /// A release a follower hands to the speaker.
@@ -166,14 +169,38 @@ pub struct ForwardAnswers {
 }
 
 /// A get that waits for the lock to change: it answers once the lock's
-/// fence differs from `after_fence` (no lock counts as fence 0), or when
-/// `wait` runs out, with the lock as it then is.
+/// fence differs from `after_fence` (no lock counts as fence 0), or its
+/// data's tag from `after_data` if given ([`data_tag`]), or when `wait`
+/// runs out, with the lock as it then is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Watch {
     /// How long to wait for a change.
     pub wait: Duration,
     /// The fence the caller last saw.
     pub after_fence: u64,
+    /// The tag of the data the caller last saw; `None`: data changes do
+    /// not end the wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_data: Option<u64>,
+}
+
+impl Watch {
+    /// Whether `lock` (`None`: no lock) differs from what the caller saw.
+    pub fn sees_change(&self, fence: u64, data: Option<&str>) -> bool {
+        fence != self.after_fence || self.after_data.is_some_and(|tag| tag != data_tag(data))
+    }
+}
+
+/// The tag of a lock's data, for a watch to tell a change
+/// (`after_data=`): FNV-1a (64 bits) of its UTF-8 bytes, 0 for no data.
+/// Any client computes it in a few lines.
+pub fn data_tag(data: Option<&str>) -> u64 {
+    let Some(data) = data else {
+        return 0;
+    };
+    data.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// A get a follower hands to the speaker.
@@ -328,6 +355,29 @@ mod tests {
     use super::*;
     use locktable::LockId;
 
+    /// The tag a watch compares data by is FNV-1a of its bytes, 0 for none:
+    /// what every client computes (the published test vectors).
+    #[test]
+    fn data_tags_are_fnv1a() {
+        assert_eq!(data_tag(None), 0);
+        assert_eq!(data_tag(Some("")), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(data_tag(Some("a")), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(data_tag(Some("foobar")), 0x8594_4171_f739_67e8);
+        let watch = Watch {
+            wait: Duration::from_secs(1),
+            after_fence: 7,
+            after_data: Some(data_tag(Some("a"))),
+        };
+        assert!(!watch.sees_change(7, Some("a")));
+        assert!(watch.sees_change(7, Some("b")));
+        assert!(watch.sees_change(8, Some("a")));
+        let fence_only = Watch {
+            after_data: None,
+            ..watch
+        };
+        assert!(!fence_only.sees_change(7, Some("b")));
+    }
+
     #[test]
     fn round_trips() {
         let id = LockId::from_u128(99).to_string();
@@ -350,9 +400,12 @@ mod tests {
             lease_ms: None,
             node: 3,
             record: None,
+            data: None,
         };
         let json = serde_json::to_string(&renew).unwrap();
         assert_eq!(serde_json::from_str::<ForwardRenew>(&json).unwrap(), renew);
+        // A renewal from a build before data changes reads as keeping it.
+        assert!(!json.contains("data"), "{json}");
 
         let forget = Forget {
             name: "a".into(),

@@ -34,7 +34,7 @@ pub use answer::{
 };
 pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
-    Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
+    data_tag, Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
     ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, HandedOver,
     Handover, Lost, MemberChange, Removed, ReportRequest, RetireAnswer, Watch,
 };

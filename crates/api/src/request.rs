@@ -486,6 +486,10 @@ pub struct RenewBody {
     /// 0 the node's default; longer than its maximum is clamped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
+    /// New data for the lock in place of what it kept (an election's
+    /// leader proclaiming a new value); absent keeps the data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
 }
 
 impl RenewBody {
@@ -505,10 +509,14 @@ impl Body for RenewBody {
         field("name", FieldKind::Str, true),
         field("id", FieldKind::Str, true),
         field("lease_ms", FieldKind::Millis, false),
+        field("data", FieldKind::Str, false),
     ];
 
     fn validate(&self) -> Result<(), BadRequest> {
         validate_name(&self.name)?;
+        if let Some(data) = &self.data {
+            validate_data(data)?;
+        }
         validate_id(&self.id).map(drop)
     }
 }

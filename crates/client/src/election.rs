@@ -86,6 +86,13 @@ impl Leadership {
         self.guard.lapse_margin()
     }
 
+    /// Announces `value` as this leader's in place of the one it campaigned
+    /// with, without giving leadership up (etcd's `Proclaim`): observers
+    /// see the new value at once. Errors as [`LockGuard::set_data`].
+    pub async fn proclaim(&self, value: &str) -> Result<LockView, Error> {
+        self.guard.set_data(value).await
+    }
+
     /// Gives leadership up at once, so another candidate can take over.
     pub async fn resign(self) -> Result<(), Error> {
         self.guard.release().await
@@ -138,7 +145,8 @@ impl Client {
     }
 
     /// Who leads election `name`, as it changes: first the leader now (or
-    /// none), then each change as the speaker's table made it, without
+    /// none), then each change as the speaker's table made it (a new
+    /// leader, or a leader's new value, [`Leadership::proclaim`]), without
     /// polling. A leader that held for less than one round trip may be
     /// missed. Fences increase from one item to the next, except in
     /// `proceed` mode just after a rebuild that missed members, when an
@@ -151,7 +159,8 @@ impl Client {
     ) -> impl Stream<Item = Result<Option<LockView>, Error>> + Send + 'static {
         let client = self.clone();
         let name = name.to_string();
-        futures::stream::unfold((None::<u64>, 0u32), move |(seen, failures)| {
+        type Seen = Option<(u64, Option<String>)>;
+        futures::stream::unfold((None::<Seen>, 0u32), move |(seen, failures)| {
             let client = client.clone();
             let name = name.clone();
             async move {
@@ -159,15 +168,20 @@ impl Client {
                     tokio::time::sleep(observe_backoff(failures)).await;
                 }
                 loop {
-                    let result = match seen {
+                    let result = match &seen {
                         None => client.get(&name).await,
-                        Some(fence) => client.watch(&name, fence, OBSERVE_WAIT).await,
+                        Some(None) => client.watch_data(&name, 0, None, OBSERVE_WAIT).await,
+                        Some(Some((fence, data))) => {
+                            client
+                                .watch_data(&name, *fence, data.as_deref(), OBSERVE_WAIT)
+                                .await
+                        }
                     };
                     match result {
                         Ok(current) => {
-                            let fence = current.as_ref().map_or(0, |l| l.fence);
-                            if seen != Some(fence) {
-                                return Some((Ok(current), (Some(fence), 0)));
+                            let now = current.as_ref().map(|l| (l.fence, l.data.clone()));
+                            if seen.as_ref() != Some(&now) {
+                                return Some((Ok(current), (Some(now), 0)));
                             }
                         }
                         Err(e) => return Some((Err(e), (seen, failures.saturating_add(1)))),

@@ -97,6 +97,14 @@ impl Leading {
     pub fn lease_ends(&self) -> std::time::Instant {
         self.holding.lease_ends()
     }
+
+    /// Announces `value` as the leader's in place of the elector's (etcd's
+    /// `Proclaim`); observers and every elector's `on_new_leader` see it
+    /// at once. `Err(Error::Lost)` once this term is over.
+    pub async fn proclaim(&self, value: &str) -> Result<LockView, Error> {
+        self.check()?;
+        self.holding.set_data(value).await
+    }
 }
 
 /// How an [`Elector`] is set up ([`Client::elector`]).

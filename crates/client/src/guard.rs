@@ -145,6 +145,9 @@ pub enum Loss {
 pub struct LockGuard {
     view: Arc<Mutex<LockView>>,
     lease: Arc<LeaseCount>,
+    /// What renews the lock, shared with the renewal task (a change of the
+    /// lock's data is a renewal too).
+    renewal: Arc<Renewal>,
     stop: Option<oneshot::Sender<Stop>>,
     task: Option<JoinHandle<()>>,
 }
@@ -302,10 +305,12 @@ impl LockGuard {
             lease,
             every,
         };
-        let task = tokio::spawn(renewal.run(stopped));
+        let renewal = Arc::new(renewal);
+        let task = tokio::spawn(Arc::clone(&renewal).run(stopped));
         Ok(LockGuard {
             view,
             lease: lease_count,
+            renewal,
             stop: Some(stop),
             task: Some(task),
         })
@@ -336,6 +341,18 @@ impl LockGuard {
     /// (earlier by any time the machine spent suspended since).
     pub fn lease_ends(&self) -> std::time::Instant {
         self.lease.ends().into_std()
+    }
+
+    /// Keeps `data` with the lock in place of its data (for an election,
+    /// the leader proclaiming a new value): a renewal that changes it, put
+    /// on record with two members before it is answered, as any renewal.
+    /// Watchers of the lock see the change at once (`after_data`).
+    /// `Err(Error::Lost)` if the lock is lost or may be (judged on the
+    /// clock first); `Err(Error::BadRequest)` for data too long, or when the
+    /// speaker runs an earlier build, which renews but keeps the data as
+    /// granted (upgrade every member first).
+    pub async fn set_data(&self, data: &str) -> Result<LockView, Error> {
+        self.holding().set_data(data).await
     }
 
     /// A token cancelled when the lock is lost or about to lapse. The
@@ -372,6 +389,7 @@ impl LockGuard {
         Holding {
             view: self.view.clone(),
             lease: self.lease.clone(),
+            renewal: self.renewal.clone(),
         }
     }
 
@@ -422,9 +440,31 @@ impl LockGuard {
 pub struct Holding {
     view: Arc<Mutex<LockView>>,
     lease: Arc<LeaseCount>,
+    renewal: Arc<Renewal>,
 }
 
 impl Holding {
+    /// [`LockGuard::set_data`], for the leader's work an elector hands
+    /// this view to.
+    pub(crate) async fn set_data(&self, data: &str) -> Result<LockView, Error> {
+        if self.lease.is_lost() {
+            return Err(Error::Lost);
+        }
+        leasehold_api::validate_data(data).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let renewed = self.renewal.renew(Some(data)).await.map_err(|loss| {
+            self.lease.lose(loss);
+            Error::Lost
+        })?;
+        if renewed.data.as_deref() != Some(data) {
+            return Err(Error::BadRequest(
+                "the speaker renewed the lock but kept its data: it runs an earlier build; \
+                 upgrade every member to change a held lock's data"
+                    .to_string(),
+            ));
+        }
+        Ok(renewed)
+    }
+
     /// The lock as last granted or renewed.
     pub fn lock(&self) -> LockView {
         self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -492,7 +532,7 @@ impl Drop for LockGuard {
 }
 
 impl Renewal {
-    async fn run(mut self, mut stopped: oneshot::Receiver<Stop>) {
+    async fn run(self: Arc<Self>, mut stopped: oneshot::Receiver<Stop>) {
         let mut next = self.next_renewal();
         loop {
             // Looked at again every so often: a suspend moves the lapse
@@ -528,8 +568,8 @@ impl Renewal {
             if Instant::now() < next {
                 continue;
             }
-            match self.renew().await {
-                Ok(()) => next = self.next_renewal(),
+            match self.renew(None).await {
+                Ok(_) => next = self.next_renewal(),
                 Err(loss) => {
                     self.lease_count.lose(loss);
                     let _ = self.release_when_stopped(stopped).await;
@@ -549,8 +589,10 @@ impl Renewal {
         (now + self.every).min(early)
     }
 
-    /// Renews, trying node after node, until it gets through or `lapse`.
-    async fn renew(&mut self) -> Result<(), Loss> {
+    /// Renews (keeping `data` with the lock in place of its data, if
+    /// given), trying node after node, until it gets through or the lapse:
+    /// the lock as renewed.
+    async fn renew(&self, data: Option<&str>) -> Result<LockView, Loss> {
         let mut attempt = 0u32;
         loop {
             // Looked at again before every attempt, and raced against it: a
@@ -565,6 +607,7 @@ impl Renewal {
                 name: self.name.clone(),
                 id: self.id.clone(),
                 lease_ms: Some(millis(self.lease)),
+                data: data.map(str::to_string),
             };
             let endpoints = self.transport.endpoints().max(1);
             let tries_left = endpoints - attempt as usize % endpoints;
@@ -580,8 +623,8 @@ impl Renewal {
                 Ok(view) => {
                     let left = Duration::from_millis(view.ttl_ms).min(self.lease);
                     self.lease_count.counted_from(sent, suspended_at_send, left);
-                    *self.view.lock().unwrap_or_else(|p| p.into_inner()) = view;
-                    return Ok(());
+                    *self.view.lock().unwrap_or_else(|p| p.into_inner()) = view.clone();
+                    return Ok(view);
                 }
                 Err(CallError::Api(e))
                     if matches!(e.error, ErrorCode::NotHeld | ErrorCode::Held) =>

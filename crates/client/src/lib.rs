@@ -421,14 +421,40 @@ impl Client {
         after_fence: u64,
         wait: Duration,
     ) -> Result<Option<LockView>, Error> {
+        self.watch_changes(name, after_fence, None, wait).await
+    }
+
+    /// As [`Client::watch`], answering also once the lock's data differs
+    /// from `after_data` (as the lock last seen had it: `None`, no data),
+    /// as [`LockGuard::set_data`] changes it.
+    pub async fn watch_data(
+        &self,
+        name: &str,
+        after_fence: u64,
+        after_data: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<LockView>, Error> {
+        let tag = leasehold_api::data_tag(after_data);
+        self.watch_changes(name, after_fence, Some(tag), wait).await
+    }
+
+    async fn watch_changes(
+        &self,
+        name: &str,
+        after_fence: u64,
+        after_data: Option<u64>,
+        wait: Duration,
+    ) -> Result<Option<LockView>, Error> {
         let wait = wait.min(MAX_WATCH);
         let until = after(wait + RETRY_FOR);
+        let watch = leasehold_api::Watch {
+            wait,
+            after_fence,
+            after_data,
+        };
         self.retrying(until, || {
-            self.transport.get(
-                name.to_string(),
-                Some((wait, after_fence)),
-                wait + REQUEST_TIMEOUT,
-            )
+            self.transport
+                .get(name.to_string(), Some(watch), wait + REQUEST_TIMEOUT)
         })
         .await
         .map_err(refused)

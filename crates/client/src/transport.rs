@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leasehold_api::{
     AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, LockAnswer, LockView, LocksAnswer,
-    ReleaseBody, RenewBody,
+    ReleaseBody, RenewBody, Watch,
 };
 use serde::de::DeserializeOwned;
 
@@ -57,7 +57,7 @@ pub trait Transport: Send + Sync + 'static {
     fn get(
         &self,
         name: String,
-        watch: Option<(Duration, u64)>,
+        watch: Option<Watch>,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>>;
     /// `GET /v1/locks?prefix=&limit=`.
@@ -381,16 +381,20 @@ impl Transport for HttpTransport {
     fn get(
         &self,
         name: String,
-        watch: Option<(Duration, u64)>,
+        watch: Option<Watch>,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
         Box::pin(async move {
             let mut path = format!("/v1/locks/{}", segment(&name));
-            if let Some((wait, after)) = watch {
+            if let Some(watch) = watch {
                 path.push_str(&format!(
-                    "?wait_ms={}&after_fence={after}",
-                    wait.as_millis()
+                    "?wait_ms={}&after_fence={}",
+                    watch.wait.as_millis(),
+                    watch.after_fence
                 ));
+                if let Some(tag) = watch.after_data {
+                    path.push_str(&format!("&after_data={tag}"));
+                }
             }
             match self.send::<LockAnswer>(self.get_url(&path, timeout)).await {
                 Ok(answer) => Ok(Some(answer.lock)),

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, LockView, ReleaseBody, RenewBody,
+    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, LockView, ReleaseBody, RenewBody, Watch,
 };
 use leasehold_client::{AcquireOptions, BoxFuture, CallError, Client, Error, Loss, Transport};
 use tokio::time::Instant;
@@ -160,7 +160,7 @@ impl Transport for Fake {
     fn get(
         &self,
         _name: String,
-        watch: Option<(Duration, u64)>,
+        watch: Option<Watch>,
         _timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
         self.gets.fetch_add(1, Ordering::Relaxed);
@@ -171,8 +171,8 @@ impl Transport for Fake {
                     "an empty name",
                 )));
             }
-            if let Some((wait, _)) = watch {
-                tokio::time::sleep(wait).await;
+            if let Some(watch) = watch {
+                tokio::time::sleep(watch.wait).await;
             }
             Ok(None)
         })

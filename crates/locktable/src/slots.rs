@@ -71,7 +71,8 @@ impl Slot {
     }
 
     /// Takes in another report of the same grant: the earliest start, and
-    /// the latest lease end through the node that reported it.
+    /// the latest lease end through the node that reported it, with the
+    /// data that report has (a renewal may have changed it).
     pub(crate) fn merge(&mut self, other: &Lock) {
         debug_assert_eq!(self.id, other.id);
         self.acquired = self.acquired.min(other.acquired);
@@ -79,7 +80,21 @@ impl Slot {
             self.lease_nanos = nanos(other.lease);
             self.expires = other.expires;
             self.node = other.node;
+            if other.data.as_deref() != self.data() {
+                self.set_data(other.data.as_deref());
+            }
         }
+    }
+
+    /// Keeps `data` in place of the data kept so far.
+    pub(crate) fn set_data(&mut self, data: Option<&str>) {
+        let data = data.map(clip);
+        let kept = self.name_len as usize + self.holder_len as usize;
+        let mut text = String::with_capacity(kept + data.map_or(0, str::len));
+        text.push_str(&self.text[..kept]);
+        text.push_str(data.unwrap_or(""));
+        self.text = text.into_boxed_str();
+        self.has_data = data.is_some();
     }
 
     pub(crate) fn name(&self) -> &str {

@@ -391,11 +391,7 @@ impl Table {
         node: NodeId,
         now: MonoTime,
     ) -> Result<Lock, LockError> {
-        if !self.rebuilt {
-            return Err(NotRebuilt.into());
-        }
-        self.expire_name(name, now);
-        let at = self.find_held(name, id)?;
+        let at = self.held_at(name, id, now)?;
         let rule = self.rule;
         let slot = self.slots.get_mut(at).expect("found");
         let before = slot.expires;
@@ -407,6 +403,31 @@ impl Table {
             self.expiries.push(Reverse((lock.expires, lock.fence, at)));
         }
         Ok(lock)
+    }
+
+    /// Keeps `data` with the lock `name` held under `id`, in place of what
+    /// it kept (a renewal that changes it, just renewed): the lock as it
+    /// is now.
+    pub fn set_data(
+        &mut self,
+        name: &str,
+        id: LockId,
+        data: &str,
+        now: MonoTime,
+    ) -> Result<Lock, LockError> {
+        let at = self.held_at(name, id, now)?;
+        let slot = self.slots.get_mut(at).expect("found");
+        slot.set_data(Some(data));
+        Ok(slot.to_lock())
+    }
+
+    /// Where the lock `name` held under `id` is, its lease judged at `now`.
+    fn held_at(&mut self, name: &str, id: LockId, now: MonoTime) -> Result<u32, LockError> {
+        if !self.rebuilt {
+            return Err(NotRebuilt.into());
+        }
+        self.expire_name(name, now);
+        self.find_held(name, id)
     }
 
     /// Takes back into the table a lock its holder's node still has but

@@ -153,8 +153,18 @@ impl Node {
             .transpose()?
             .map(|l| l.arrive(now));
         let lease = forwarded.lease_ms.map(Duration::from_millis);
+        if let Some(data) = &forwarded.data {
+            leasehold_api::validate_data(data)?;
+        }
         let lock = self
-            .speak_renew(&forwarded.name, id, lease, forwarded.node, record)
+            .speak_renew(
+                &forwarded.name,
+                id,
+                lease,
+                forwarded.node,
+                record,
+                forwarded.data,
+            )
             .await?;
         Ok(ForwardAnswer::Lock(self.transit(&lock)))
     }

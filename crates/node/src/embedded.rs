@@ -139,11 +139,10 @@ impl Transport for Embedded {
     fn get(
         &self,
         name: String,
-        watch: Option<(Duration, u64)>,
+        watch: Option<Watch>,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
         Box::pin(async move {
-            let watch = watch.map(|(wait, after_fence)| Watch { wait, after_fence });
             let lock = within(timeout, self.node.get(&name, watch)).await?;
             Ok(lock.map(|l| self.view(&l)))
         })

@@ -330,7 +330,7 @@ impl Node {
         let record = self.held_record(id);
         if self.is_leader() {
             return self
-                .speak_renew(&body.name, id, body.lease(), self.id(), record)
+                .speak_renew(&body.name, id, body.lease(), self.id(), record, body.data)
                 .await;
         }
         let call = self.forwarding();
@@ -340,6 +340,7 @@ impl Node {
             lease_ms: body.lease_ms,
             node: self.id(),
             record: record.map(|l| PeerLock::from(l.in_transit(call.sent))),
+            data: body.data.clone(),
         };
         let renewed = self
             .forward_call(ForwardCall::Renew(forwarded))
@@ -402,7 +403,7 @@ impl Node {
         loop {
             let lock = self.speak_get(name)?;
             let fence = lock.as_ref().map_or(0, |l| l.fence.0);
-            if fence != watch.after_fence {
+            if watch.sees_change(fence, lock.as_ref().and_then(|l| l.data.as_deref())) {
                 return Ok(lock);
             }
             let left = deadline.saturating_duration_since(Instant::now());

@@ -131,7 +131,9 @@ impl Node {
             First::Granted(lock, made) => return self.copied_grant(lock, node, made).await,
             First::Waiting(rx, waiter, made) => (rx, waiter, made),
             First::Refused(Refusal::Held(lock)) if own_grant(&lock) => {
-                return self.speak_renew(&name, lock.id, lease, node, None).await;
+                return self
+                    .speak_renew(&name, lock.id, lease, node, None, None)
+                    .await;
             }
             First::Refused(refusal) => return Err(self.refused(refusal)),
         };
@@ -156,7 +158,8 @@ impl Node {
         match answer {
             Ok(Ok(lock)) => self.copied_grant(lock, node, made).await,
             Ok(Err(AcquireError::Held(lock))) if own_grant(&lock) => {
-                self.speak_renew(&name, lock.id, lease, node, None).await
+                self.speak_renew(&name, lock.id, lease, node, None, None)
+                    .await
             }
             Ok(Err(AcquireError::Held(lock))) => Err(self.refused(Refusal::Held(lock))),
             Ok(Err(_)) | Err(_) => Err(ApiError::not_rebuilt()),
@@ -224,9 +227,10 @@ impl Node {
         Ok(lock)
     }
 
-    /// Renews a lock as the speaker, and answers once the renewal is on
-    /// record with enough members; a lock this table lacks is reclaimed
-    /// from `record`, the renewing node's view of it.
+    /// Renews a lock as the speaker (keeping `data` with it in place of
+    /// its data, if given), and answers once the renewal is on record with
+    /// enough members; a lock this table lacks is reclaimed from `record`,
+    /// the renewing node's view of it.
     pub(crate) async fn speak_renew(
         &self,
         name: &str,
@@ -234,6 +238,7 @@ impl Node {
         lease: Option<Duration>,
         node: NodeId,
         record: Option<Lock>,
+        data: Option<String>,
     ) -> Result<Lock, ApiError> {
         let guard = self.guard();
         let (renewed, made) = {
@@ -244,6 +249,7 @@ impl Node {
                 lease,
                 node,
                 record,
+                data,
             };
             let renewed = state.member.renew(renewal, &guard, self.clock.now());
             if renewed.is_ok() {

@@ -60,6 +60,8 @@ pub struct Renewal<'a> {
     pub node: NodeId,
     /// That node's record of the lock, if it has one.
     pub record: Option<Lock>,
+    /// New data for the lock, if the renewal changes it.
+    pub data: Option<String>,
 }
 
 /// A call this member forwarded to the speaker, as it left: when, and the
@@ -529,6 +531,7 @@ impl Member {
             lease,
             node,
             record,
+            data,
         } = renewal;
         self.speaker(guard, now)?;
         let before = self.table.held_through(name, id);
@@ -551,6 +554,13 @@ impl Member {
             other => other,
         }
         .map_err(lock_error)?;
+        let renewed = match data {
+            Some(data) => self
+                .table
+                .set_data(name, id, &data, now)
+                .map_err(lock_error)?,
+            None => renewed,
+        };
         if let Some((from, until)) = before.filter(|(from, _)| *from != node) {
             self.note_other_record(id, from, until, now);
         }

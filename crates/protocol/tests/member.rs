@@ -496,3 +496,64 @@ fn a_take_back_releases_a_ghost_but_not_a_grant_a_retry_renewed() {
     let kept = m.get("claimed", &guard, at(400)).unwrap().unwrap();
     assert_eq!(kept.id, claimed.id, "the retry's client keeps it");
 }
+
+/// A renewal that changes a lock's data (an election's leader
+/// proclaiming a new value) keeps the id, fence and holder; a rebuild
+/// that reads the renewed record beside an older copy, which still has
+/// the data as granted, keeps the new data (the view whose lease ends
+/// last wins, data and all), whichever it reads first.
+#[test]
+fn a_renewal_that_changes_data_survives_a_rebuild_beside_an_older_copy() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let lock = granted(&mut m, "a", 1, 2, &guard, now);
+    assert_eq!(lock.data, None);
+    let later = at(1000);
+    let mut proclaiming = renewal("a", lock.id, 2, None);
+    proclaiming.data = Some("v2".to_string());
+    let (renewed, _) = m.renew(proclaiming, &leading(3, later), later).unwrap();
+    assert_eq!(
+        (renewed.id, renewed.fence, renewed.data.as_deref()),
+        (lock.id, lock.fence, Some("v2"))
+    );
+    assert_eq!(
+        m.get("a", &leading(3, later), later)
+            .unwrap()
+            .unwrap()
+            .data
+            .as_deref(),
+        Some("v2")
+    );
+    // A renewal without data keeps it.
+    let (kept, _) = m
+        .renew(renewal("a", lock.id, 2, None), &leading(3, later), later)
+        .unwrap();
+    assert_eq!(kept.data.as_deref(), Some("v2"));
+    for reads in [
+        vec![(3, lock.clone()), (2, renewed.clone())],
+        vec![(2, renewed.clone()), (3, lock.clone())],
+    ] {
+        m.drop_table(Some(4), later);
+        let input = leasehold_protocol::RebuildInput {
+            term: 4,
+            generation: m.generation(),
+            reads: reads
+                .into_iter()
+                .map(|(member, record)| leasehold_protocol::MemberRead {
+                    member,
+                    max_lease: MAX_LEASE,
+                    copies: 2,
+                    uptime: None,
+                    locks: vec![record],
+                })
+                .collect(),
+            missing: vec![],
+            took: Duration::ZERO,
+        };
+        m.rebuild(input, &leading(4, later), later).unwrap();
+        let rebuilt = m.get("a", &leading(4, later), later).unwrap().unwrap();
+        assert_eq!(rebuilt.data.as_deref(), Some("v2"), "{rebuilt:?}");
+        assert_eq!(rebuilt.fence, lock.fence);
+    }
+}

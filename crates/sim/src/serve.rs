@@ -148,6 +148,7 @@ impl World {
             lease: Some(Duration::from_millis(lease_ms)),
             node: from,
             record,
+            data: None,
         };
         let renewed = node.member.renew(renewal, &guard, now);
         self.handed_over(n);

@@ -173,10 +173,12 @@ async fn renew(
     Ok(answer(&node, &lock))
 }
 
-/// `?wait_ms=&after_fence=`: wait for the lock to change (long poll).
+/// `?wait_ms=&after_fence=&after_data=`: wait for the lock to change (long
+/// poll): its fence, or its data's tag if `after_data` is given.
 fn watch_query(raw: Option<&str>) -> Result<Option<Watch>, ApiError> {
     let mut wait = None;
     let mut after_fence = 0;
+    let mut after_data = None;
     for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let number = |field: &str| {
@@ -189,10 +191,15 @@ fn watch_query(raw: Option<&str>) -> Result<Option<Watch>, ApiError> {
         match key {
             "wait_ms" => wait = Some(Duration::from_millis(number("wait_ms")?)),
             "after_fence" => after_fence = number("after_fence")?,
+            "after_data" => after_data = Some(number("after_data")?),
             _ => {}
         }
     }
-    Ok(wait.map(|wait| Watch { wait, after_fence }))
+    Ok(wait.map(|wait| Watch {
+        wait,
+        after_fence,
+        after_data,
+    }))
 }
 
 async fn get_lock(

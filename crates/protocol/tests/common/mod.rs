@@ -123,6 +123,7 @@ pub fn renewal(
         lease: None,
         node,
         record,
+        data: None,
     }
 }
 
