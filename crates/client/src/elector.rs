@@ -380,7 +380,7 @@ impl Elector {
         let mut work: Option<JoinHandle<()>> = shared
             .started
             .as_ref()
-            .map(|started| tokio::spawn(started(leading.clone())));
+            .map(|started| leasehold_tasks::spawn(started(leading.clone())));
         let returned = tokio::select! {
             () = leadership.lost() => false,
             () = stop.cancelled() => false,

@@ -289,7 +289,7 @@ impl LockGuard {
                 id: granted.id.clone(),
             };
             let t = transport.clone();
-            tokio::spawn(async move {
+            leasehold_tasks::spawn(async move {
                 let _ = t.release(body, ATTEMPT_TIMEOUT).await;
             });
             return Err(Error::ArrivedLate);
@@ -306,7 +306,7 @@ impl LockGuard {
             every,
         };
         let renewal = Arc::new(renewal);
-        let task = tokio::spawn(Arc::clone(&renewal).run(stopped));
+        let task = leasehold_tasks::spawn(Arc::clone(&renewal).run(stopped));
         Ok(LockGuard {
             view,
             lease: lease_count,

@@ -74,6 +74,23 @@ pub struct Options {
     /// delay up to it, most of them short): 100 ms by default, a slow and
     /// jittery network; a LAN's is a millisecond or two.
     pub max_latency: Duration,
+    /// An application embedding every node, run on the node's host beside
+    /// it: paused with the host, gone when it crashes.
+    pub app: Option<App>,
+}
+
+/// What an application embedding a node runs, given the node's id and the
+/// node (its client is `node.client()`).
+#[derive(Clone)]
+pub struct App(pub Arc<dyn Fn(u64, Arc<leasehold_node::Node>) -> AppLife + Send + Sync>);
+
+/// An embedding application's life on its host.
+pub type AppLife = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("App")
+    }
 }
 
 impl Default for Options {
@@ -94,6 +111,7 @@ impl Default for Options {
             timings: RaftTimings::default(),
             protocol: None,
             max_latency: Duration::from_millis(100),
+            app: None,
         }
     }
 }
@@ -158,6 +176,7 @@ pub fn build<'a>(options: &Options, dirs: &Path) -> turmoil::Sim<'a> {
             pauses: options.pauses.clone(),
             hosts: options.hosts.clone(),
             peers: (1..=options.nodes).map(addr).collect(),
+            app: options.app.clone(),
         };
         sim.host(host(id), move || serve(config.clone(), watch.clone()));
     }
@@ -174,6 +193,8 @@ struct Watch {
     hosts: Hosts,
     /// Every host's address, for a joiner to ask.
     peers: Vec<String>,
+    /// The application embedding the node, if any.
+    app: Option<App>,
 }
 
 /// A node's settings a host starts it with from some moment on: a
@@ -326,6 +347,7 @@ async fn serve(config: NodeConfig, watch: Watch) -> turmoil::Result {
         sabotage: watch.sabotage,
     };
     let (started_tx, started) = tokio::sync::oneshot::channel();
+    let app = watch.app.clone();
     let life = async move {
         let running = match leasehold_node::start_with(config, listener, seams).await {
             Ok(running) => running,
@@ -337,6 +359,10 @@ async fn serve(config: NodeConfig, watch: Watch) -> turmoil::Result {
             Err(e) => return Err(e),
         };
         let _ = started_tx.send(Arc::clone(running.node()));
+        if let Some(App(app)) = &app {
+            // In the host's set of tasks, as the node's own.
+            leasehold_raft::tasks::spawn(app(id, Arc::clone(running.node())));
+        }
         // The node runs until the host crashes, or until it is removed,
         // stopped or fails.
         tokio::select! {

@@ -49,9 +49,9 @@ pub mod routes;
 pub mod runtime;
 pub mod server;
 pub mod state_machine;
-pub mod tasks;
 pub mod terms;
 pub mod transport;
+pub use leasehold_tasks as tasks;
 pub mod types;
 pub mod version;
 

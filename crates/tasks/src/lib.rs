@@ -1,11 +1,12 @@
-//! Where the node's tasks run: on tokio's scheduler in production, or on
+//! Where leasehold's tasks run: on tokio's scheduler in production, or on
 //! the current `LocalSet` once [`spawn_locally`] was called on this thread.
 //!
-//! A simulator runs each host's node inside a `LocalSet` of its own and
-//! calls [`spawn_locally`]: every task the node, its HTTP server and
-//! openraft start then stays in that set, so that the host can be paused
-//! (the set not polled while time goes on, as SIGSTOP stops a process)
-//! without its tasks running elsewhere meanwhile.
+//! A simulator runs each host's node (and an application embedding it)
+//! inside a `LocalSet` of its own and calls [`spawn_locally`]: every task
+//! the node, its HTTP server, openraft and the client start then stays in
+//! that set, so that the host can be paused (the set not polled while time
+//! goes on, as SIGSTOP stops a process) without its tasks running
+//! elsewhere meanwhile.
 
 use std::cell::Cell;
 use std::future::Future;
