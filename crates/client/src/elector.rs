@@ -40,6 +40,14 @@ use crate::{BoxFuture, CampaignOptions, Client, Error, Holding, Leadership};
 type Started = Arc<dyn Fn(Leading) -> BoxFuture<'static, ()> + Send + Sync>;
 type Stopped = Arc<dyn Fn() + Send + Sync>;
 type NewLeader = Arc<dyn Fn(Option<&LockView>) + Send + Sync>;
+type Defer = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// How long a deferring candidate waits without a leader before it
+/// campaigns anyway, when no lease was given.
+const DEFAULT_STANDBY: Duration = Duration::from_secs(30);
+
+/// How often a deferring candidate asks whether it still defers.
+const DEFER_EVERY: Duration = Duration::from_millis(100);
 
 /// The first wait before campaigning again after a failed campaign; it
 /// doubles after each failure in a row, up to [`MAX_RETRY`].
@@ -116,6 +124,7 @@ pub struct ElectorBuilder {
     started: Option<Started>,
     stopped: Option<Stopped>,
     new_leader: Option<NewLeader>,
+    defer: Option<Defer>,
 }
 
 impl Client {
@@ -131,6 +140,7 @@ impl Client {
             started: None,
             stopped: None,
             new_leader: None,
+            defer: None,
         }
     }
 }
@@ -179,6 +189,21 @@ impl ElectorBuilder {
         self
     }
 
+    /// While `defer` answers true, this candidate stands by: it does not
+    /// campaign (and gives a campaign under way up) unless no one has led
+    /// for a whole lease (30 s without [`ElectorBuilder::lease`]), when it
+    /// campaigns anyway. A term it leads is not given up when `defer` turns
+    /// true. To keep the election's leader apart from the node that speaks
+    /// where another instance can lead:
+    /// `.defer_while(move || node.speaker() == Some(node.id()))`.
+    pub fn defer_while<F>(mut self, defer: F) -> Self
+    where
+        F: Fn() -> bool + Send + Sync + 'static,
+    {
+        self.defer = Some(Arc::new(defer));
+        self
+    }
+
     /// The elector, ready to [`Elector::run`].
     pub fn build(self) -> Elector {
         Elector {
@@ -190,6 +215,7 @@ impl ElectorBuilder {
                 started: self.started,
                 stopped: self.stopped,
                 new_leader: self.new_leader,
+                defer: self.defer,
                 leading: Mutex::new(None),
                 leader: Mutex::new(None),
                 counts: Mutex::new(Counts::default()),
@@ -213,6 +239,8 @@ struct Shared {
     started: Option<Started>,
     stopped: Option<Stopped>,
     new_leader: Option<NewLeader>,
+    /// While it answers true, this candidate stands by.
+    defer: Option<Defer>,
     /// The term of leadership under way, if this candidate leads.
     leading: Mutex<Option<Leading>>,
     /// The leader as last observed.
@@ -332,12 +360,17 @@ impl Elector {
         };
         let mut failures = 0u32;
         loop {
+            let Some(standby) = self.stand_by(stop).await else {
+                return Ok(());
+            };
             let campaign = shared
                 .client
                 .campaign(&shared.name, &shared.value, options.clone());
             let won = tokio::select! {
                 won = campaign => won,
                 () = stop.cancelled() => return Ok(()),
+                // Its node started speaking, say: stand back.
+                () = self.starts_deferring(), if !standby => continue,
             };
             match won {
                 Ok(leadership) => {
@@ -358,6 +391,49 @@ impl Elector {
             if stop.is_cancelled() {
                 return Ok(());
             }
+        }
+    }
+
+    /// Waits while this candidate defers and someone led within a lease;
+    /// answers whether it campaigns as a stand-by (no one led for a lease
+    /// while it deferred), or `None` once `stop` is cancelled.
+    async fn stand_by(&self, stop: &CancellationToken) -> Option<bool> {
+        let shared = &self.shared;
+        let Some(defer) = &shared.defer else {
+            return Some(false);
+        };
+        let patience = shared.lease.unwrap_or(DEFAULT_STANDBY);
+        let mut leaderless_since: Option<tokio::time::Instant> = None;
+        loop {
+            if !defer() {
+                return Some(false);
+            }
+            let leads = shared
+                .leader
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some();
+            let now = tokio::time::Instant::now();
+            if leads {
+                leaderless_since = None;
+            } else if now - *leaderless_since.get_or_insert(now) >= patience {
+                tracing::info!(election = %shared.name, "no one led for a lease: campaigning though deferring");
+                return Some(true);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(DEFER_EVERY) => {}
+                () = stop.cancelled() => return None,
+            }
+        }
+    }
+
+    /// Resolves once this candidate defers (never, without `defer_while`).
+    async fn starts_deferring(&self) {
+        let Some(defer) = &self.shared.defer else {
+            return std::future::pending().await;
+        };
+        while !defer() {
+            tokio::time::sleep(DEFER_EVERY).await;
         }
     }
 

@@ -209,3 +209,80 @@ async fn an_embedded_nodes_shutdown_resigns_the_elections_its_process_leads() {
         node.shutdown().await;
     }
 }
+
+/// An elector for `app/leader` as `n{id}` on `node`, standing by while
+/// its own node speaks.
+fn deferring(node: &Arc<leasehold_node::Node>, lease: Duration) -> Elector {
+    let own = Arc::clone(node);
+    node.client()
+        .elector("app/leader", &format!("n{}", node.id()))
+        .lease(lease)
+        .defer_while(move || own.speaker() == Some(own.id()))
+        .build()
+}
+
+/// Electors on every node that defer while their own node speaks: the
+/// election's leader is an instance whose node does not speak, though the
+/// speaker's instance campaigned first. Alone, the speaker's instance
+/// leads anyway once no one has led for a lease (a stand-by, not a
+/// non-candidate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn electors_that_defer_to_the_speaker_keep_the_leader_apart_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes(3, dir.path()).await;
+    let lease = Duration::from_secs(2);
+    until("every node names one speaker", || {
+        let first = nodes[0].node().speaker();
+        first.is_some() && nodes.iter().all(|n| n.node().speaker() == first)
+    })
+    .await;
+    let speaker = nodes[0].node().speaker().unwrap();
+    let stop = CancellationToken::new();
+    let mut electors = Vec::new();
+    // The speaker's instance first, then the others.
+    let mut order: Vec<&RunningNode> = nodes.iter().collect();
+    order.sort_by_key(|n| n.node().id() != speaker);
+    for running in order {
+        let e = deferring(running.node(), lease);
+        tokio::spawn({
+            let (e, stop) = (e.clone(), stop.clone());
+            async move { e.run(stop).await }
+        });
+        electors.push((running.node().id(), e));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    until("someone leads", || {
+        electors.iter().any(|(_, e)| e.is_leader())
+    })
+    .await;
+    let (leader, _) = electors.iter().find(|(_, e)| e.is_leader()).unwrap();
+    assert_ne!(*leader, speaker, "the leader's node speaks");
+    stop.cancel();
+
+    // Alone, the speaker's instance stands by for a lease, then leads.
+    let dir = tempfile::tempdir().unwrap();
+    let alone_nodes = nodes_alone(dir.path()).await;
+    let node = alone_nodes.node();
+    until("the single node speaks", || {
+        node.speaker() == Some(node.id())
+    })
+    .await;
+    let alone = deferring(node, lease);
+    let stop = CancellationToken::new();
+    let start = Instant::now();
+    tokio::spawn({
+        let (alone, stop) = (alone.clone(), stop.clone());
+        async move { alone.run(stop).await }
+    });
+    until("the stand-by leads", || alone.is_leader()).await;
+    assert!(
+        start.elapsed() >= lease,
+        "it stood by for a lease first: {:?}",
+        start.elapsed()
+    );
+    stop.cancel();
+}
+
+async fn nodes_alone(dir: &std::path::Path) -> RunningNode {
+    nodes(1, dir).await.remove(0)
+}
