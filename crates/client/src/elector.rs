@@ -287,6 +287,11 @@ impl std::fmt::Debug for Elector {
 }
 
 impl Elector {
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
     /// Whether this candidate leads now: it won, and its leadership is not
     /// lost, judged now on the client's clock.
     pub fn is_leader(&self) -> bool {

@@ -10,6 +10,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+mod elections;
+pub(crate) use elections::Elections;
+
 /// A request's route and status class, for the request histogram.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
@@ -89,6 +92,8 @@ pub(crate) struct Metrics {
     pub(crate) waiters: Gauge,
     pub(crate) is_speaker: Gauge,
     pub(crate) raft_term: Gauge,
+    /// The electors of this process whose counts the node exports.
+    pub(crate) elections: Elections,
     requests: RequestTimes,
 }
 
@@ -120,6 +125,7 @@ impl Metrics {
             waiters: Gauge::default(),
             is_speaker: Gauge::default(),
             raft_term: Gauge::default(),
+            elections: Elections::default(),
             requests: RequestTimes::new(Family::new_with_constructor(request_histogram)),
         };
         let r = &mut metrics.registry;
@@ -183,6 +189,7 @@ impl Metrics {
             "This node's current Raft term",
             metrics.raft_term.clone(),
         );
+        r.register_collector(Box::new(metrics.elections.clone()));
         r.register(
             "leasehold_http_request_duration_seconds",
             "Public API requests by route and status class, and how long each took",

@@ -769,6 +769,17 @@ impl Node {
         leader_state(&self.raft).map(|l| l.term())
     }
 
+    /// Exports `elector`'s counts on this node's `/metrics`, labelled by
+    /// election (`leasehold_election_leading`, `_has_leader`,
+    /// `_leader_fence`, `_leader_changes_total`, `_terms_led_total`,
+    /// `_leaderless_seconds_total`), read off [`Elector::stats`] when
+    /// scraped.
+    ///
+    /// [`Elector::stats`]: leasehold_client::Elector::stats
+    pub fn export_election(&self, elector: &leasehold_client::Elector) {
+        self.metrics.elections.add(elector);
+    }
+
     /// The member that speaks (Raft's leader), as this node knows it: an
     /// embedding application sees whether its own node speaks (`Some(id)`
     /// with [`Node::id`]) beside which instance leads its election.

@@ -125,6 +125,22 @@ async fn an_elector_leads_calls_back_and_campaigns_again_after_a_loss() {
     assert!(stats.leading);
     assert!(stats.changes >= 1, "{stats:?}");
 
+    // The embedded node exports the elector's counts on its /metrics.
+    nodes[0].node().export_election(&a);
+    let url = format!("http://{}/metrics", nodes[0].addr());
+    let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    for series in [
+        "leasehold_election_leading{election=\"app/leader\"} 1",
+        "leasehold_election_has_leader{election=\"app/leader\"} 1",
+        "leasehold_election_terms_led_total{election=\"app/leader\"} 2",
+        "leasehold_election_leader_changes_total{election=\"app/leader\"}",
+        "leasehold_election_leaderless_seconds_total{election=\"app/leader\"}",
+    ] {
+        assert!(text.contains(series), "{series} missing from:\n{text}");
+    }
+    let fence = format!("leasehold_election_leader_fence{{election=\"app/leader\"}} {second}");
+    assert!(text.contains(&fence), "{fence} missing from:\n{text}");
+
     // Stopped: the term ends, and leadership is resigned.
     stop.cancel();
     running.await.unwrap().unwrap();
