@@ -84,6 +84,11 @@ pub enum BadRequest {
     /// The name is empty.
     #[error("field `name` must not be empty")]
     EmptyName,
+    /// A new lock's name that cannot travel as one path segment, or be
+    /// told apart from another in a listing: `.`, `..`, a control
+    /// character, leading or trailing whitespace.
+    #[error("field `name` {0}: such a lock could not be read or released by name")]
+    NameCannotTravel(&'static str),
     /// A string is over its limit.
     #[error("field `{field}` is {len} bytes, more than the {max} allowed")]
     TooLong {
@@ -340,6 +345,26 @@ pub fn validate_name(name: &str) -> Result<(), BadRequest> {
     max_len("name", name, MAX_NAME_BYTES)
 }
 
+/// Checks the name of a lock to be granted: [`validate_name`], and none
+/// of what a path segment or a listing cannot carry ([`BadRequest::NameCannotTravel`]).
+/// Calls on a lock already held check [`validate_name`] only, so that a
+/// lock granted before this rule can still be renewed and released.
+pub fn validate_new_name(name: &str) -> Result<(), BadRequest> {
+    validate_name(name)?;
+    if name == "." || name == ".." {
+        return Err(BadRequest::NameCannotTravel("is a dot segment"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(BadRequest::NameCannotTravel("holds a control character"));
+    }
+    if name.trim() != name {
+        return Err(BadRequest::NameCannotTravel(
+            "starts or ends with whitespace",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a holder: at most [`MAX_HOLDER_BYTES`] bytes.
 pub fn validate_holder(holder: &str) -> Result<(), BadRequest> {
     max_len("holder", holder, MAX_HOLDER_BYTES)
@@ -435,7 +460,7 @@ impl Body for AcquireBody {
     ];
 
     fn validate(&self) -> Result<(), BadRequest> {
-        validate_name(&self.name)?;
+        validate_new_name(&self.name)?;
         validate_holder(self.holder())?;
         if let Some(data) = &self.data {
             validate_data(data)?;
@@ -605,6 +630,27 @@ mod tests {
         // The serialized form leaves absent fields out and reads back.
         let text = serde_json::to_string(&min).unwrap();
         assert_eq!(text, r#"{"name":"a"}"#);
+    }
+
+    /// A new lock's name must travel as one path segment and show as one
+    /// row: dot segments, control characters and edge whitespace are
+    /// refused at acquire; a held lock's calls check only the length, so
+    /// that one granted before the rule is still renewed and released.
+    #[test]
+    fn names_that_cannot_travel_are_refused_at_acquire_only() {
+        for name in [".", "..", "a\nb", "a\u{7}", " a", "a ", "\ta"] {
+            let json = serde_json::json!({ "name": name }).to_string();
+            let (e, msg) = refused(&json);
+            assert!(matches!(e, BadRequest::NameCannotTravel(_)), "{name:?}: {e:?}");
+            assert!(msg.contains("could not be read or released"), "{msg}");
+            let renew = serde_json::json!({ "name": name, "id": "00000000000000000000000001" });
+            let renew: RenewBody = parse_body(renew.to_string().as_bytes()).unwrap();
+            assert_eq!(renew.name, name);
+        }
+        for fine in ["a.b", "...", "jobs/42", "a b", "ünï"] {
+            let json = serde_json::json!({ "name": fine }).to_string();
+            assert_eq!(acquire(&json).unwrap().name, fine);
+        }
     }
 
     #[test]
