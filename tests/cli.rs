@@ -47,12 +47,6 @@ async fn lock_runs_the_command_and_passes_its_exit_status_on() {
         &["lock", "cli/a", "--", "/no/such/program"],
     ));
     assert_eq!(out.status.code(), Some(127));
-    let out = run(leasehold(&cluster, &[1], &["lock", "cli/a"]));
-    assert_eq!(
-        out.status.code(),
-        Some(64),
-        "a usage error without a command"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,10 +69,12 @@ async fn lock_refuses_when_held_and_locks_lists_the_holder() {
         assert!(start.elapsed() < Duration::from_secs(20));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // -n fails at once, as `flock -n` does; --wait takes a bound with
+    // units; --conflict-exit chooses the status, as `flock -E` does.
     let out = run(leasehold(
         &cluster,
         &[2],
-        &["lock", "cli/held", "--", "true"],
+        &["lock", "cli/held", "-n", "--", "true"],
     ));
     assert_eq!(
         out.status.code(),
@@ -87,6 +83,52 @@ async fn lock_refuses_when_held_and_locks_lists_the_holder() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("first"));
+    let waited = Instant::now();
+    let out = run(leasehold(
+        &cluster,
+        &[2],
+        &[
+            "lock",
+            "cli/held",
+            "--wait",
+            "1s",
+            "--conflict-exit",
+            "5",
+            "--",
+            "true",
+        ],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(waited.elapsed() >= Duration::from_secs(1));
+    let out = run(leasehold(
+        &cluster,
+        &[2],
+        &["lock", "cli/held", "--wait", "ten", "--", "true"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a bad duration is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a duration"));
+    // By default it waits, as flock, `etcdctl lock` and `consul lock` do:
+    // the holder goes, and the waiting command runs.
+    let mut waiting = leasehold(
+        &cluster,
+        &[2],
+        &["lock", "cli/held", "--lease", "5s", "--", "true"],
+    )
+    .stdin(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(waiting.try_wait().unwrap().is_none(), "it waits while held");
 
     let out = run(leasehold(&cluster, &[3], &["locks"]));
     assert!(out.status.success());
@@ -109,6 +151,52 @@ async fn lock_refuses_when_held_and_locks_lists_the_holder() {
 
     holder.kill().unwrap();
     let _ = holder.wait();
+    // The holder died without releasing: the waiter gets the lock once its
+    // lease is over, and runs its command.
+    let status = tokio::task::spawn_blocking(move || waiting.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+/// `lock NAME` without a command holds the lock and prints it until
+/// interrupted, as `etcdctl lock NAME` does; Ctrl-C releases it (exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_without_a_command_holds_until_interrupted() {
+    let cluster = Cluster::start(3).await;
+    let mut holding = leasehold(&cluster, &[1, 2, 3], &["lock", "cli/hold"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(holding.stdout.take().unwrap());
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert!(
+        line.starts_with("cli/hold ") && line.contains("fence"),
+        "{line}"
+    );
+    let (status, _) = cluster.get(1, "/v1/locks/cli%2Fhold").await;
+    assert_eq!(status, 200, "held while it runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(holding.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || holding.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let (status, _) = cluster.get(1, "/v1/locks/cli%2Fhold").await;
+    assert_eq!(status, 404, "released on Ctrl-C");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -641,7 +641,10 @@ mod tests {
         for name in [".", "..", "a\nb", "a\u{7}", " a", "a ", "\ta"] {
             let json = serde_json::json!({ "name": name }).to_string();
             let (e, msg) = refused(&json);
-            assert!(matches!(e, BadRequest::NameCannotTravel(_)), "{name:?}: {e:?}");
+            assert!(
+                matches!(e, BadRequest::NameCannotTravel(_)),
+                "{name:?}: {e:?}"
+            );
             assert!(msg.contains("could not be read or released"), "{msg}");
             let renew = serde_json::json!({ "name": name, "id": "00000000000000000000000001" });
             let renew: RenewBody = parse_body(renew.to_string().as_bytes()).unwrap();

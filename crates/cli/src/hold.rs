@@ -30,14 +30,47 @@ pub mod exit {
 
 /// Says why nothing was run, as an exit status.
 pub fn refused(what: &str, e: &Error) -> ExitCode {
+    refused_held_as(what, e, exit::HELD)
+}
+
+/// As [`refused`], with `held` the status for a lock held by another.
+fn refused_held_as(what: &str, e: &Error, held: u8) -> ExitCode {
     eprintln!("leasehold: {what}: {e}");
     ExitCode::from(match e {
-        Error::Held(_) => exit::HELD,
+        Error::Held(_) => held,
         Error::BadRequest(_) | Error::UnknownRoute(_) => exit::USAGE,
         Error::Unauthorized(_) | Error::Forbidden(_) => exit::NO_PERMISSION,
         _ => exit::UNAVAILABLE,
     })
 }
+
+/// How long `lock` and `elect` wait for the lock, as flock(1), `etcdctl
+/// lock` and `consul lock` do: until granted unless bounded, and the status
+/// to exit with if it is still held at the end.
+#[derive(Debug, Clone, Copy)]
+pub struct Wait {
+    /// The longest wait (`None`: until granted).
+    pub bound: Option<Duration>,
+    /// The exit status when the lock is held at the end of the wait.
+    pub conflict_exit: u8,
+}
+
+impl Wait {
+    /// From `--wait`, `--no-wait` and `--conflict-exit`.
+    pub fn from_flags(wait_ms: Option<u64>, no_wait: bool, conflict_exit: u8) -> Wait {
+        let bound = match no_wait {
+            true => Some(Duration::ZERO),
+            false => wait_ms.map(Duration::from_millis),
+        };
+        Wait {
+            bound,
+            conflict_exit,
+        }
+    }
+}
+
+/// The longest single wait of an unbounded `lock`: it asks again after.
+const ONE_WAIT: Duration = Duration::from_secs(3600);
 
 /// The shortest `--lease` the commands take: the guard renews at least
 /// twice a lease, and at most every 10 ms.
@@ -72,12 +105,22 @@ pub async fn lock(
     client: Client,
     name: &str,
     options: AcquireOptions,
+    wait: Wait,
     command: &[String],
 ) -> ExitCode {
     let asked = options.lease;
-    let guard = match client.acquire(name, options).await {
+    let acquired = loop {
+        let options = options.clone().wait(wait.bound.unwrap_or(ONE_WAIT));
+        match client.acquire(name, options).await {
+            Err(Error::Held(_)) if wait.bound.is_none() => continue,
+            acquired => break acquired,
+        }
+    };
+    let guard = match acquired {
         Ok(guard) => guard,
-        Err(e) => return refused(&format!("could not lock {name}"), &e),
+        Err(e) => {
+            return refused_held_as(&format!("could not lock {name}"), &e, wait.conflict_exit)
+        }
     };
     eprintln!("leasehold: holding {name} (fence {})", guard.fence());
     note_clamped(asked, &guard.lock());
@@ -87,9 +130,39 @@ pub async fn lock(
         lease_ends: &|| guard.lease_ends(),
         loss: &|| guard.loss(),
     };
-    let code = run(command, held).await;
+    let code = match command.is_empty() {
+        true => hold_until_interrupted(&guard.lock(), held).await,
+        false => run(command, held).await,
+    };
     let _ = guard.release().await;
     code
+}
+
+/// `lock NAME` without a command: prints the lock, then holds it until
+/// interrupted (exit 0) or lost (exit 75).
+async fn hold_until_interrupted(lock: &leasehold_client::Lock, held: Held<'_>) -> ExitCode {
+    let mut interrupts = match Interrupts::listen() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("leasehold: cannot listen for signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "{} {} (holder {}, fence {}, lease {} ms)",
+        lock.name, lock.id, lock.holder, lock.fence, lock.lease_ms
+    );
+    eprintln!(
+        "leasehold: holding {} until interrupted (Ctrl-C)",
+        lock.name
+    );
+    tokio::select! {
+        _ = interrupts.next() => ExitCode::SUCCESS,
+        _ = held.lost.cancelled() => {
+            eprintln!("leasehold: the lock was lost");
+            ExitCode::from(exit::LOST)
+        }
+    }
 }
 
 /// `leasehold elect`.
@@ -98,11 +171,14 @@ pub async fn elect(
     name: &str,
     value: &str,
     options: CampaignOptions,
+    wait: Wait,
     command: &[String],
 ) -> ExitCode {
     let leadership = match client.campaign(name, value, options).await {
         Ok(l) => l,
-        Err(e) => return refused(&format!("could not lead {name}"), &e),
+        Err(e) => {
+            return refused_held_as(&format!("could not lead {name}"), &e, wait.conflict_exit)
+        }
     };
     eprintln!(
         "leasehold: leading {name} as {value:?} (fence {})",

@@ -88,15 +88,17 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     peer_token_accept: Vec<String>,
-    /// The lease of a request naming none, in ms (default: 30000, or
-    /// --max-lease if that is shorter).
-    #[arg(long)]
+    /// The lease of a request naming none (a duration: 500ms, 10s, 2m; a
+    /// bare number is milliseconds; default: 30s, or --max-lease if that
+    /// is shorter).
+    #[arg(long, value_parser = crate::duration::millis)]
     default_lease: Option<u64>,
-    /// The longest lease granted, in ms.
-    #[arg(long, default_value_t = millis(LeaseRule::MAX_LEASE))]
+    /// The longest lease granted (a duration, as --default-lease).
+    #[arg(long, value_parser = crate::duration::millis, default_value_t = millis(LeaseRule::MAX_LEASE))]
     max_lease: u64,
-    /// The longest a new speaker waits for the members' reports, in ms.
-    #[arg(long, default_value_t = millis(NodeConfig::DEFAULT_REBUILD_TIMEOUT))]
+    /// The longest a new speaker waits for the members' reports (a
+    /// duration).
+    #[arg(long, value_parser = crate::duration::millis, default_value_t = millis(NodeConfig::DEFAULT_REBUILD_TIMEOUT))]
     rebuild_timeout: u64,
     /// What a rebuild that missed members does.
     #[arg(long, value_enum, default_value_t = RebuildMode::default().into())]
@@ -138,16 +140,16 @@ pub struct ServeArgs {
     /// (docs/operations.md, "Upgrades").
     #[arg(long, default_value_t = leasehold_raft::version::SPEAKS)]
     protocol: leasehold_raft::version::Protocol,
-    /// Raft's heartbeat interval, in ms; the same on every member
+    /// Raft's heartbeat interval (a duration); the same on every member
     /// (docs/operations.md, "Timings").
-    #[arg(long, default_value_t = RaftTimings::default().heartbeat_ms)]
+    #[arg(long, value_parser = crate::duration::millis, default_value_t = RaftTimings::default().heartbeat_ms)]
     heartbeat_interval: u64,
-    /// The shortest election timeout, in ms; the same on every member.
-    #[arg(long, default_value_t = RaftTimings::default().election_min_ms)]
+    /// The shortest election timeout (a duration); the same on every member.
+    #[arg(long, value_parser = crate::duration::millis, default_value_t = RaftTimings::default().election_min_ms)]
     election_timeout_min: u64,
-    /// The longest election timeout, in ms, which is also the speaker's
+    /// The longest election timeout (a duration), which is also the speaker's
     /// leader lease; the same on every member.
-    #[arg(long, default_value_t = RaftTimings::default().election_max_ms)]
+    #[arg(long, value_parser = crate::duration::millis, default_value_t = RaftTimings::default().election_max_ms)]
     election_timeout_max: u64,
     /// A TOML file of these flags (`max-lease = 4000`): a flag wins over
     /// its LEASEHOLD_* variable, which wins over the file.

@@ -1,6 +1,7 @@
 //! `leasehold`: run nodes (`up`, `serve`), hold locks from the shell
 //! (`lock`, `elect`), and look at the cluster (`locks`, `status`).
 
+mod duration;
 mod hold;
 mod local;
 mod member;
@@ -136,38 +137,53 @@ enum Command {
     Lock {
         /// The lock's name.
         name: String,
-        /// The lease in ms (renewed in the background).
-        #[arg(long, default_value_t = 10_000)]
+        /// The lease (500ms, 10s, 2m; a bare number is milliseconds),
+        /// renewed in the background.
+        #[arg(long, default_value = "10000", value_parser = duration::millis)]
         lease: u64,
-        /// How long to wait for the lock, in ms (0: fail at once if held).
-        #[arg(long, default_value_t = 0)]
-        wait: u64,
+        /// Wait at most this long for the lock (default: until granted).
+        #[arg(long, value_parser = duration::millis, conflicts_with = "no_wait")]
+        wait: Option<u64>,
+        /// Fail at once if the lock is held (as --wait 0).
+        #[arg(short = 'n', long)]
+        no_wait: bool,
+        /// The exit status when the lock is still held by another at the
+        /// end of the wait.
+        #[arg(long, value_name = "N", default_value_t = hold::exit::HELD)]
+        conflict_exit: u8,
         /// Who holds it, for listings (default: host and pid).
         #[arg(long)]
         holder: Option<String>,
         #[command(flatten)]
         endpoints: Endpoints,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true)]
+        /// The command and its arguments, after `--`; without one, the
+        /// lock is held until interrupted (Ctrl-C).
+        #[arg(last = true)]
         command: Vec<String>,
     },
     /// Run a command while this process leads an election.
     Elect {
         /// The election's name.
         name: String,
-        /// The leadership lease in ms.
-        #[arg(long, default_value_t = 10_000)]
+        /// The leadership lease (500ms, 10s, 2m; a bare number is
+        /// milliseconds).
+        #[arg(long, default_value = "10000", value_parser = duration::millis)]
         lease: u64,
         /// This candidate's value, shown to observers (default: host and pid).
         #[arg(long)]
         value: Option<String>,
-        /// How long to campaign before giving up, in ms (0: lead at once or
-        /// give up; default: until elected).
-        #[arg(long)]
+        /// Campaign at most this long (default: until elected).
+        #[arg(long, value_parser = duration::millis, conflicts_with = "no_wait")]
         wait: Option<u64>,
+        /// Lead at once or give up (as --wait 0).
+        #[arg(short = 'n', long)]
+        no_wait: bool,
+        /// The exit status when another still leads at the end of the wait.
+        #[arg(long, value_name = "N", default_value_t = hold::exit::HELD)]
+        conflict_exit: u8,
         /// Do not campaign: print the leader, then each new one, until
         /// interrupted.
-        #[arg(long, conflicts_with_all = ["wait", "value"])]
+        #[arg(long, conflicts_with_all = ["wait", "value", "no_wait"])]
         observe: bool,
         #[command(flatten)]
         endpoints: Endpoints,
@@ -296,6 +312,8 @@ async fn dispatch(command: Command) -> ExitCode {
             name,
             lease,
             wait,
+            no_wait,
+            conflict_exit,
             holder,
             endpoints,
             command,
@@ -310,15 +328,17 @@ async fn dispatch(command: Command) -> ExitCode {
             }
             let options = AcquireOptions::default()
                 .lease(Duration::from_millis(lease))
-                .wait(Duration::from_millis(wait))
                 .holder(holder.unwrap_or_else(whoami));
-            return hold::lock(client, &name, options, &command).await;
+            let wait = hold::Wait::from_flags(wait, no_wait, conflict_exit);
+            return hold::lock(client, &name, options, wait, &command).await;
         }
         Command::Elect {
             name,
             lease,
             value,
             wait,
+            no_wait,
+            conflict_exit,
             observe,
             endpoints,
             command,
@@ -334,12 +354,13 @@ async fn dispatch(command: Command) -> ExitCode {
                 eprintln!("leasehold: {e}");
                 return ExitCode::from(hold::exit::USAGE);
             }
+            let wait = hold::Wait::from_flags(wait, no_wait, conflict_exit);
             let options = CampaignOptions {
                 lease: Some(Duration::from_millis(lease)),
-                give_up_after: wait.map(Duration::from_millis),
+                give_up_after: wait.bound,
             };
             let value = value.unwrap_or_else(whoami);
-            return hold::elect(client, &name, &value, options, &command).await;
+            return hold::elect(client, &name, &value, options, wait, &command).await;
         }
         Command::Get { name, endpoints } => {
             return match endpoints.client() {

@@ -380,7 +380,9 @@ pub enum ChaosCommand {
         a: u64,
         /// The other.
         b: u64,
-        /// The delay, in milliseconds (0 takes it away).
+        /// The delay (a duration: 200ms, 1s; a bare number is
+        /// milliseconds; 0 takes it away).
+        #[arg(value_parser = crate::duration::millis)]
         ms: u64,
     },
     /// Clear every partition and slow link.
