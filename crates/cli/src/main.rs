@@ -8,6 +8,7 @@ mod member;
 mod playground;
 mod settings;
 mod show;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -109,6 +110,26 @@ impl Endpoints {
     }
 }
 
+/// `-o json`: one JSON document instead of the text for people.
+#[derive(clap::Args)]
+struct OutputFormat {
+    /// The output: text, for people, or json (one document).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+impl OutputFormat {
+    fn json(&self) -> bool {
+        self.output == Output::Json
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Start a local cluster of N nodes on 127.0.0.1, as child processes
@@ -198,6 +219,8 @@ enum Command {
         name: String,
         #[command(flatten)]
         endpoints: Endpoints,
+        #[command(flatten)]
+        output: OutputFormat,
     },
     /// Release a lock by name, whoever holds it: an operator's call (with
     /// --acl, a token that may lock the name).
@@ -217,11 +240,19 @@ enum Command {
         limit: usize,
         #[command(flatten)]
         endpoints: Endpoints,
+        #[command(flatten)]
+        output: OutputFormat,
     },
-    /// Show the members, the speaker, the term and the last rebuild.
+    /// Show the speaker a quorum backs, its view of the members and its
+    /// last rebuild; exit 69 when no speaker serves.
     Status {
         #[command(flatten)]
         endpoints: Endpoints,
+        /// How long each node has to answer.
+        #[arg(long, default_value = "1s", value_parser = duration::millis)]
+        timeout: u64,
+        #[command(flatten)]
+        output: OutputFormat,
     },
     /// Add or remove a member (docs/operations.md).
     #[command(subcommand)]
@@ -258,6 +289,8 @@ struct Admin {
     /// The cluster token (better given in the environment).
     #[arg(long, env = "LEASEHOLD_CLUSTER_TOKEN", hide_env_values = true)]
     cluster_token: String,
+    #[command(flatten)]
+    output: OutputFormat,
 }
 
 fn whoami() -> String {
@@ -362,9 +395,13 @@ async fn dispatch(command: Command) -> ExitCode {
             let value = value.unwrap_or_else(whoami);
             return hold::elect(client, &name, &value, options, wait, &command).await;
         }
-        Command::Get { name, endpoints } => {
+        Command::Get {
+            name,
+            endpoints,
+            output,
+        } => {
             return match endpoints.client() {
-                Ok(c) => show::get(c, &name).await,
+                Ok(c) => show::get(c, &name, output.json()).await,
                 Err(code) => code,
             };
         }
@@ -378,15 +415,21 @@ async fn dispatch(command: Command) -> ExitCode {
             prefix,
             limit,
             endpoints,
+            output,
         } => {
             return match endpoints.client() {
-                Ok(c) => show::locks(c, &prefix, limit).await,
+                Ok(c) => show::locks(c, &prefix, limit, output.json()).await,
                 Err(code) => code,
             };
         }
-        Command::Status { endpoints } => {
+        Command::Status {
+            endpoints,
+            timeout,
+            output,
+        } => {
             let client_to = |addr| endpoints.client_to(vec![addr]).ok();
-            return show::status(&endpoints.endpoints, client_to).await;
+            let within = Duration::from_millis(timeout);
+            return status::status(&endpoints.endpoints, client_to, within, output.json()).await;
         }
         Command::Member(MemberCommand::Add { id, addr, admin }) => {
             let body = AddMemberBody {
@@ -400,12 +443,14 @@ async fn dispatch(command: Command) -> ExitCode {
             }
             let ca = admin.endpoints.tls_ca.as_deref();
             let (endpoints, token) = (&admin.endpoints.endpoints, &admin.cluster_token);
-            return member::change(endpoints, token, ca, member::Change::Add(body)).await;
+            let json = admin.output.json();
+            return member::change(endpoints, token, ca, member::Change::Add(body), json).await;
         }
         Command::Member(MemberCommand::Remove { id, admin }) => {
             let ca = admin.endpoints.tls_ca.as_deref();
             let (endpoints, token) = (&admin.endpoints.endpoints, &admin.cluster_token);
-            return member::change(endpoints, token, ca, member::Change::Remove(id)).await;
+            let json = admin.output.json();
+            return member::change(endpoints, token, ca, member::Change::Remove(id), json).await;
         }
     };
     match result {

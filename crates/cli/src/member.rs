@@ -44,6 +44,7 @@ pub async fn change(
     token: &str,
     tls_ca: Option<&Path>,
     change: Change,
+    json: bool,
 ) -> ExitCode {
     let http = match http_client(tls_ca) {
         Ok(http) => http,
@@ -83,6 +84,10 @@ pub async fn change(
             let bytes = answer.bytes().await.unwrap_or_default();
             if ok {
                 return match serde_json::from_slice::<ClusterAnswer>(&bytes) {
+                    Ok(cluster) if json => {
+                        println!("{}", serde_json::json!(cluster));
+                        ExitCode::SUCCESS
+                    }
                     Ok(cluster) => {
                         print_cluster(&cluster);
                         ExitCode::SUCCESS

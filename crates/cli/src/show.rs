@@ -1,7 +1,6 @@
 //! `leasehold locks` and `leasehold status`: what is held, who speaks.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use leasehold_api::ClusterAnswer;
 use leasehold_client::Client;
@@ -13,11 +12,15 @@ fn seconds(ms: u64) -> String {
 }
 
 /// `leasehold locks`: a table of the locks held.
-pub async fn locks(client: Client, prefix: &str, limit: usize) -> ExitCode {
+pub async fn locks(client: Client, prefix: &str, limit: usize, json: bool) -> ExitCode {
     let locks = match client.list(prefix, limit).await {
         Ok(locks) => locks,
         Err(e) => return refused("could not list the locks", &e),
     };
+    if json {
+        println!("{}", serde_json::json!({ "locks": locks }));
+        return ExitCode::SUCCESS;
+    }
     let name_width = locks.iter().map(|l| l.name.len()).max().unwrap_or(0).max(4);
     let holder_width = locks
         .iter()
@@ -52,8 +55,16 @@ fn row(lock: &leasehold_client::Lock, name_width: usize, holder_width: usize) ->
 }
 
 /// `leasehold get NAME`: the lock's row, or exit 1 if nobody holds it.
-pub async fn get(client: Client, name: &str) -> ExitCode {
-    match client.get(name).await {
+pub async fn get(client: Client, name: &str, json: bool) -> ExitCode {
+    let found = client.get(name).await;
+    if let (true, Ok(lock)) = (json, &found) {
+        println!("{}", serde_json::json!({ "lock": lock }));
+        return match lock {
+            Some(_) => ExitCode::SUCCESS,
+            None => ExitCode::from(crate::hold::exit::NOT_HELD),
+        };
+    }
+    match found {
         Ok(Some(lock)) => {
             println!("{}", row(&lock, lock.name.len(), lock.holder.len()));
             ExitCode::SUCCESS
@@ -123,85 +134,8 @@ pub async fn observe(client: Client, name: &str) -> ExitCode {
     }
 }
 
-/// How long `status` waits for a node's answer.
-const ANSWER_WITHIN: Duration = Duration::from_secs(1);
-
-/// Node `client`'s view of the cluster, or why none came within
-/// [`ANSWER_WITHIN`].
-async fn view(client: Client) -> Result<ClusterAnswer, String> {
-    match tokio::time::timeout(ANSWER_WITHIN, client.cluster()).await {
-        Ok(Ok(info)) => Ok(info),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {ANSWER_WITHIN:?}")),
-    }
-}
-
-/// `leasehold status`: members, speaker, term, rebuilt, last rebuild.
-/// Every endpoint is asked at once and the first to answer is shown
-/// (within a second, whichever nodes are down); then the speaker it names
-/// is asked, as what it rebuilt is the speaker's to say.
-pub async fn status(
-    endpoints: &[String],
-    client_to: impl Fn(String) -> Option<Client>,
-) -> ExitCode {
-    let mut asks = tokio::task::JoinSet::new();
-    for endpoint in endpoints {
-        match client_to(endpoint.clone()) {
-            Some(client) => {
-                asks.spawn(view(client));
-            }
-            None => {
-                eprintln!("leasehold: {endpoint:?} is not an endpoint");
-                return ExitCode::from(crate::hold::exit::USAGE);
-            }
-        }
-    }
-    let mut last = String::from("no endpoint given");
-    let mut info = None;
-    while let Some(answer) = asks.join_next().await {
-        match answer {
-            Ok(Ok(answer)) => {
-                info = Some(answer);
-                break;
-            }
-            Ok(Err(e)) => last = e,
-            Err(e) => last = e.to_string(),
-        }
-    }
-    asks.abort_all();
-    let Some(mut info) = info else {
-        eprintln!("leasehold: could not reach the cluster: {last}");
-        return ExitCode::from(crate::hold::exit::UNAVAILABLE);
-    };
-    let mut note = None;
-    if let Some(leader) = info.leader.filter(|l| *l != info.node) {
-        let addr = info
-            .members
-            .iter()
-            .find(|m| m.id == leader)
-            .map(|m| m.addr.clone());
-        match addr.and_then(&client_to).map(view) {
-            Some(asked) => match asked.await {
-                Ok(from_speaker) => info = from_speaker,
-                Err(e) => {
-                    note = Some(format!(
-                        "node {} names node {leader} the speaker, but it did not answer ({e}): \
-                         it may be down, and the cluster electing another",
-                        info.node
-                    ))
-                }
-            },
-            None => note = Some(format!("node {leader}'s address is not known")),
-        }
-    }
-    print_cluster(&info);
-    if let Some(note) = note {
-        println!("note: {note}");
-    }
-    ExitCode::SUCCESS
-}
-
-/// Prints the cluster as `leasehold status` shows it.
+/// Prints the cluster as one node answered it (after a membership
+/// change: the speaker's answer).
 pub fn print_cluster(info: &ClusterAnswer) {
     let speaker = info
         .leader
@@ -210,6 +144,11 @@ pub fn print_cluster(info: &ClusterAnswer) {
         "speaker: {speaker}   term: {}   answered by node {}",
         info.term, info.node
     );
+    print_view(info);
+}
+
+/// The answering node's state, its members and its last rebuild.
+pub fn print_view(info: &ClusterAnswer) {
     println!(
         "rebuilt: {}   generation: {}   protocol: {}",
         info.rebuilt, info.generation, info.protocol
