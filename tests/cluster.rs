@@ -765,3 +765,53 @@ async fn large_calls_batched_through_a_follower_are_all_granted() {
 fn leasehold_api_max_data() -> usize {
     4096
 }
+
+/// A watch through a follower that waited 3 s for a lock to be granted
+/// answers the speaker's time left, less the call's own time, not less
+/// the wait: a 10 s grant shows more than 9 s left, never more than 10 s,
+/// and held for well under a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_through_a_follower_answers_the_time_left_not_less_the_wait() {
+    let cluster = std::sync::Arc::new(Cluster::start(3).await);
+    let (speaker, _) = cluster.speaker().await;
+    let follower = cluster.others(speaker)[0];
+    let watching = {
+        let cluster = std::sync::Arc::clone(&cluster);
+        tokio::spawn(async move {
+            cluster
+                .get(follower, "/v1/locks/watched?wait_ms=20000&after_fence=0")
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let granted = cluster
+        .must_acquire(
+            speaker,
+            "watched",
+            json!({"lease_ms": 10000, "holder": "w"}),
+        )
+        .await;
+    let (status, seen) = watching.await.unwrap();
+    assert_eq!(status, 200, "{seen}");
+    assert_eq!(seen["lock"]["fence"], granted["fence"], "{seen}");
+    let ttl = seen["lock"]["ttl_ms"].as_u64().unwrap();
+    assert!(
+        (9000..=10000).contains(&ttl),
+        "a lock granted a moment ago shows {ttl} ms left: {seen}"
+    );
+    // Its start as the follower tells it: the grant's, not 3 s before.
+    let ms_of_day = |at: &Value| -> i64 {
+        let time = at.as_str().unwrap().split('T').nth(1).unwrap();
+        let time = time.trim_end_matches('Z');
+        let mut parts = time.split(':');
+        let h: i64 = parts.next().unwrap().parse().unwrap();
+        let m: i64 = parts.next().unwrap().parse().unwrap();
+        let s: f64 = parts.next().unwrap().parse().unwrap();
+        (h * 3600 + m * 60) * 1000 + (s * 1000.0) as i64
+    };
+    let early = ms_of_day(&granted["acquired_at"]) - ms_of_day(&seen["lock"]["acquired_at"]);
+    assert!(
+        early.abs() < 1000,
+        "acquired_at {early} ms before the grant's: {seen} vs {granted}"
+    );
+}

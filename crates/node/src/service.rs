@@ -54,6 +54,10 @@ fn malformed(e: impl std::fmt::Display) -> ApiError {
 /// Slack over a request's own wait for a forwarded call.
 const FORWARD_SLACK: Duration = Duration::from_secs(5);
 
+/// A forwarded watch that took longer than this is read again without a
+/// wait, so that the lock's time left is not short by the wait.
+const READ_AGAIN_AFTER: Duration = Duration::from_millis(50);
+
 /// How soon a waiting call forwarded to a speaker that is not rebuilt
 /// yet (or did not answer, or while none is known) is asked again.
 const ASK_AGAIN_AFTER: Duration = Duration::from_millis(100);
@@ -365,6 +369,9 @@ impl Node {
     }
 
     /// The lock `name`, if held; with a watch, once it changes.
+    ///
+    /// Through a follower, the time left is the speaker's less the call's
+    /// own time: "a little shorter, never longer" (docs/api.md).
     pub async fn get(
         self: &Arc<Self>,
         name: &str,
@@ -380,9 +387,24 @@ impl Node {
             watch: watch.map(|w| Watch { wait: left, ..w }),
         };
         // Its caller awaits it: gone, it is dropped.
-        let (found, call): (Option<PeerLock>, Forwarded) = self
+        let (mut found, mut call): (Option<PeerLock>, Forwarded) = self
             .forward_waiting(routes::FORWARD_GET, wait, call, &|| true)
             .await?;
+        // A lock's time left is counted from when its call was sent, the
+        // most it can have been since the speaker read it: for a watch
+        // that waited, read it again, so that its time left is short by
+        // one round trip only, not by the wait.
+        if watch.is_some()
+            && self.clock.now().saturating_duration_since(call.sent) > READ_AGAIN_AFTER
+        {
+            let again = |_| ForwardGet {
+                name: name.to_string(),
+                watch: None,
+            };
+            (found, call) = self
+                .forward_waiting(routes::FORWARD_GET, Duration::ZERO, again, &|| true)
+                .await?;
+        }
         found
             .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(call.sent)))
             .transpose()
