@@ -220,4 +220,89 @@ async fn metrics_count_what_the_nodes_do() {
     assert_eq!(value(&text, "leasehold_is_speaker"), 0.0);
     assert!(value(&text, "leasehold_forwarded_total") >= 2.0, "{text}");
     assert_eq!(value(&text, "leasehold_grants_total"), 0.0, "{text}");
+    // Every node says whether it knows a speaker; only the speaker says
+    // which members answer it.
+    assert_eq!(value(&text, "leasehold_has_speaker"), 1.0);
+    assert!(!text.contains("leasehold_member_reachable{"), "{text}");
+    let text = metrics(&cluster, speaker).await;
+    for member in 1..=3 {
+        let series = format!("leasehold_member_reachable{{member=\"{member}\"}}");
+        assert_eq!(value(&text, &series), 1.0, "{text}");
+    }
+    assert!(value(&text, "leasehold_renewals_total") >= 0.0);
+    assert!(text.contains("leasehold_build_info{version=\""), "{text}");
+    assert!(value(&text, "process_resident_memory_bytes") > 0.0);
+    assert!(value(&text, "process_open_fds") > 0.0);
+    assert!(
+        !text.contains("# EOF"),
+        "the Prometheus text format: {text}"
+    );
+}
+
+/// `promtool check metrics` (Debian's `prometheus` package) accepts every
+/// node's `/metrics`: counters' metadata on their sampled names, help on
+/// every family; and a scraper asking for OpenMetrics gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_accepts_the_metrics() {
+    let cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    cluster.must_acquire(speaker, "m/p", json!({})).await;
+    for node in 1..=3 {
+        let text = metrics(&cluster, node).await;
+        let mut promtool = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("promtool (Debian's prometheus package; .ci/run installs it)");
+        std::io::Write::write_all(&mut promtool.stdin.take().unwrap(), text.as_bytes()).unwrap();
+        let out = promtool.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics on node {node}: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let response = cluster
+        .http
+        .get(cluster.url(speaker, "/metrics"))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    assert!(response.text().await.unwrap().ends_with("# EOF\n"));
+}
+
+/// The alert rules docs/operations.md gives (docs/alerts.yml) are valid,
+/// stay quiet through an ordinary failover and fire for a member down for
+/// good and for no speaker (tests/alerts_test.yml, `promtool test rules`).
+#[test]
+fn the_alert_rules_stay_quiet_through_a_failover() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for args in [
+        ["check", "rules", "docs/alerts.yml"],
+        ["test", "rules", "tests/alerts_test.yml"],
+    ] {
+        let out = std::process::Command::new("promtool")
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .expect("promtool (Debian's prometheus package; .ci/run installs it)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

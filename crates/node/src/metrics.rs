@@ -11,7 +11,25 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 mod elections;
+mod process;
+mod text;
 pub(crate) use elections::Elections;
+
+/// A member, for its reachability.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    /// The member's id.
+    member: String,
+}
+
+/// The build, for its info series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    /// leasehold's version.
+    version: String,
+    /// The highest protocol version the build speaks.
+    protocol: String,
+}
 
 /// A request's route and status class, for the request histogram.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,6 +109,10 @@ pub(crate) struct Metrics {
     pub(crate) locks_held: Gauge,
     pub(crate) waiters: Gauge,
     pub(crate) is_speaker: Gauge,
+    pub(crate) has_speaker: Gauge,
+    pub(crate) renewals: Counter,
+    pub(crate) speaker_changes: Counter,
+    member_reachable: Family<MemberLabels, Gauge>,
     pub(crate) raft_term: Gauge,
     /// The electors of this process whose counts the node exports.
     pub(crate) elections: Elections,
@@ -124,6 +146,10 @@ impl Metrics {
             locks_held: Gauge::default(),
             waiters: Gauge::default(),
             is_speaker: Gauge::default(),
+            has_speaker: Gauge::default(),
+            renewals: Counter::default(),
+            speaker_changes: Counter::default(),
+            member_reachable: Family::default(),
             raft_term: Gauge::default(),
             elections: Elections::default(),
             requests: RequestTimes::new(Family::new_with_constructor(request_histogram)),
@@ -189,6 +215,39 @@ impl Metrics {
             "This node's current Raft term",
             metrics.raft_term.clone(),
         );
+        r.register(
+            "leasehold_has_speaker",
+            "1 while this node knows a speaker (Raft leader), else 0",
+            metrics.has_speaker.clone(),
+        );
+        r.register(
+            "leasehold_renewals",
+            "Renewals this node as the speaker made (and answered)",
+            metrics.renewals.clone(),
+        );
+        r.register(
+            "leasehold_speaker_changes",
+            "Changes of speaker this node saw",
+            metrics.speaker_changes.clone(),
+        );
+        r.register(
+            "leasehold_member_reachable",
+            "While this node speaks: 1 for each member that answers it, 0 for one that has not lately",
+            metrics.member_reachable.clone(),
+        );
+        let build: Family<BuildLabels, Gauge> = Family::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                protocol: leasehold_raft::version::SPEAKS.to_string(),
+            })
+            .set(1);
+        r.register(
+            "leasehold_build_info",
+            "1, labelled with this build's version and protocol",
+            build,
+        );
+        r.register_collector(Box::new(process::Process));
         r.register_collector(Box::new(metrics.elections.clone()));
         r.register(
             "leasehold_http_request_duration_seconds",
@@ -203,12 +262,31 @@ impl Metrics {
         self.requests.observe(pattern, status, seconds);
     }
 
-    /// Every series, in the Prometheus text format.
+    /// While this node speaks, whether each member answers it; nothing
+    /// otherwise (a follower's view is not the one that counts).
+    pub(crate) fn set_reachable(&self, members: impl Iterator<Item = (u64, bool)>) {
+        self.member_reachable.clear();
+        for (member, reachable) in members {
+            self.member_reachable
+                .get_or_create(&MemberLabels {
+                    member: member.to_string(),
+                })
+                .set(i64::from(reachable));
+        }
+    }
+
+    /// Every series, in OpenMetrics text (`application/openmetrics-text`).
     pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String does not fail");
         text
+    }
+
+    /// Every series, in the Prometheus text format (`text/plain;
+    /// version=0.0.4`).
+    pub(crate) fn encode_prometheus(&self) -> String {
+        text::prometheus_text(&self.encode())
     }
 }
 

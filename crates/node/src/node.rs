@@ -570,8 +570,9 @@ impl Node {
         history.push_back(entry);
     }
 
-    /// Every metric, in the Prometheus text format, the gauges read now.
-    pub fn metrics_text(&self) -> String {
+    /// Every metric, in the Prometheus text format (`openmetrics`: in
+    /// OpenMetrics text), the gauges read now: each describes this moment.
+    pub fn metrics_text(&self, openmetrics: bool) -> String {
         let (locks, waiting) = self.state().member.table_size();
         let speaks = self.is_leader() && self.is_rebuilt();
         let m = &self.metrics;
@@ -579,9 +580,26 @@ impl Node {
         m.locks_held.set(if speaks { as_gauge(locks) } else { 0 });
         m.waiters.set(if speaks { as_gauge(waiting) } else { 0 });
         m.is_speaker.set(i64::from(speaks));
-        let term = self.raft.metrics().borrow_watched().current_term;
-        m.raft_term.set(i64::try_from(term).unwrap_or(i64::MAX));
-        m.encode()
+        if !speaks {
+            m.members_missing_at_rebuild.set(0);
+        }
+        let raft = self.raft.metrics().borrow_watched().clone();
+        m.raft_term
+            .set(i64::try_from(raft.current_term).unwrap_or(i64::MAX));
+        m.has_speaker.set(i64::from(raft.current_leader.is_some()));
+        let members = match speaks {
+            true => self.cluster().members,
+            false => Vec::new(),
+        };
+        m.set_reachable(
+            members
+                .iter()
+                .map(|member| (member.id, member.reachable != Some(false))),
+        );
+        match openmetrics {
+            true => m.encode(),
+            false => m.encode_prometheus(),
+        }
     }
 
     /// This node's failover history, oldest first.

@@ -259,6 +259,7 @@ impl Node {
         }
         .map_err(|r| self.refused(r))?;
         self.ensure_on_record(&renewed, node, made).await?;
+        self.metrics.renewals.inc();
         Ok(renewed)
     }
 

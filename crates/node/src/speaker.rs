@@ -49,7 +49,16 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
     // The term an attempt last failed in (for the `no_rebuild_retry`
     // sabotage only).
     let mut failed_in: Option<u64> = None;
+    let mut speaker_seen: Option<u64> = None;
     loop {
+        // Each change from one speaker to another, as this node sees it.
+        let speaker_now = node.raft.metrics().borrow_watched().current_leader;
+        if speaker_now.is_some() && speaker_now != speaker_seen {
+            if speaker_seen.is_some() {
+                node.metrics.speaker_changes.inc();
+            }
+            speaker_seen = speaker_now;
+        }
         let term = if node.is_stopping() {
             None
         } else {

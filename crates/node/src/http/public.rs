@@ -90,14 +90,22 @@ async fn openapi() -> Response {
         .into_response()
 }
 
-/// `GET /metrics`: every series, in the Prometheus text format.
-async fn metrics(State(node): State<Shared>) -> Response {
+/// `GET /metrics`: every series, in the Prometheus text format, or in
+/// OpenMetrics text for a scraper that asks for it (`Accept:
+/// application/openmetrics-text`).
+async fn metrics(State(node): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    let openmetrics = headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let content_type = match openmetrics {
+        true => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        false => "text/plain; version=0.0.4; charset=utf-8",
+    };
     (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        node.metrics_text(),
+        [(axum::http::header::CONTENT_TYPE, content_type)],
+        node.metrics_text(openmetrics),
     )
         .into_response()
 }
