@@ -247,6 +247,18 @@ async fn promtool_accepts_the_metrics() {
     let cluster = Cluster::start(3).await;
     let (speaker, _) = cluster.speaker().await;
     cluster.must_acquire(speaker, "m/p", json!({})).await;
+    // A watch that waits is timed apart from the fast calls.
+    let (status, _) = cluster
+        .get(speaker, "/v1/locks/m%2Ffree?wait_ms=200&after_fence=0")
+        .await;
+    assert_eq!(status, 404);
+    let text = metrics(&cluster, speaker).await;
+    let waited = "leasehold_http_waiting_request_duration_seconds_count{route=\"/v1/locks/{name}\",status=\"4xx\"}";
+    assert_eq!(value(&text, waited), 1.0, "{text}");
+    assert!(
+        !text.contains("leasehold_http_request_duration_seconds_count{route=\"/v1/locks/{name}\",status=\"4xx\"}"),
+        "{text}"
+    );
     for node in 1..=3 {
         let text = metrics(&cluster, node).await;
         let mut promtool = std::process::Command::new("promtool")

@@ -117,6 +117,7 @@ pub(crate) struct Metrics {
     /// The electors of this process whose counts the node exports.
     pub(crate) elections: Elections,
     requests: RequestTimes,
+    waiting: RequestTimes,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -128,6 +129,12 @@ impl std::fmt::Debug for Metrics {
 fn request_histogram() -> Histogram {
     // 100 µs to about 6.5 s.
     Histogram::new(exponential_buckets(0.0001, 2.0, 17))
+}
+
+fn waiting_histogram() -> Histogram {
+    // 1 ms to about 2 min: a wait lasts up to 60 s, and a waiting acquire
+    // through a failover longer.
+    Histogram::new(exponential_buckets(0.001, 2.0, 18))
 }
 
 impl Metrics {
@@ -153,6 +160,7 @@ impl Metrics {
             raft_term: Gauge::default(),
             elections: Elections::default(),
             requests: RequestTimes::new(Family::new_with_constructor(request_histogram)),
+            waiting: RequestTimes::new(Family::new_with_constructor(waiting_histogram)),
         };
         let r = &mut metrics.registry;
         r.register(
@@ -251,15 +259,30 @@ impl Metrics {
         r.register_collector(Box::new(metrics.elections.clone()));
         r.register(
             "leasehold_http_request_duration_seconds",
-            "Public API requests by route and status class, and how long each took",
+            "Public API requests that did not ask to wait, by route and status class, and how long each took",
             metrics.requests.family.clone(),
+        );
+        r.register(
+            "leasehold_http_waiting_request_duration_seconds",
+            "Public API requests that asked to wait (an acquire with wait_ms, a watch), by route and status class, and how long each took",
+            metrics.waiting.family.clone(),
         );
         metrics
     }
 
-    /// Times a public request: the route pattern it matched, its status.
-    pub(crate) fn observe_request(&self, pattern: Option<&str>, status: u16, seconds: f64) {
-        self.requests.observe(pattern, status, seconds);
+    /// Times a public request: the route pattern it matched, its status,
+    /// and whether it asked to wait.
+    pub(crate) fn observe_request(
+        &self,
+        pattern: Option<&str>,
+        status: u16,
+        seconds: f64,
+        waited: bool,
+    ) {
+        match waited {
+            true => self.waiting.observe(pattern, status, seconds),
+            false => self.requests.observe(pattern, status, seconds),
+        }
     }
 
     /// While this node speaks, whether each member answers it; nothing
@@ -298,9 +321,10 @@ mod tests {
     fn every_series_the_operations_doc_names_is_exported() {
         let metrics = Metrics::new();
         metrics.grants.inc();
-        metrics.observe_request(Some("/v1/locks/acquire"), 200, 0.002);
-        metrics.observe_request(Some("/v1/locks/acquire"), 200, 0.004);
-        metrics.observe_request(Some("/no/such"), 503, 0.001);
+        metrics.observe_request(Some("/v1/locks/acquire"), 200, 0.002, false);
+        metrics.observe_request(Some("/v1/locks/acquire"), 200, 0.004, false);
+        metrics.observe_request(Some("/no/such"), 503, 0.001, false);
+        metrics.observe_request(Some("/v1/locks/{name}"), 200, 12.0, true);
         let text = metrics.encode();
         for series in [
             "leasehold_grants_total 1",
@@ -317,6 +341,7 @@ mod tests {
             "leasehold_forwarded_total",
             "leasehold_http_request_duration_seconds_count{route=\"/v1/locks/acquire\",status=\"2xx\"} 2",
             "leasehold_http_request_duration_seconds_count{route=\"other\",status=\"5xx\"} 1",
+            "leasehold_http_waiting_request_duration_seconds_count{route=\"/v1/locks/{name}\",status=\"2xx\"} 1",
         ] {
             assert!(text.contains(series), "{series} missing from:\n{text}");
         }

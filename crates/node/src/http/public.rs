@@ -54,19 +54,34 @@ pub(super) fn router(node: Shared) -> Router<Shared> {
         .layer(axum::middleware::from_fn_with_state(node, observe))
 }
 
-/// Times every public request into the request histogram, by the route
-/// it matched and its status class.
-async fn observe(State(node): State<Shared>, request: Request, next: Next) -> Response {
+/// Set by a handler whose call asked to wait (an acquire with `wait_ms`,
+/// a watch): its time goes to the waiting calls' histogram, not the fast
+/// calls'.
+#[derive(Clone, Default)]
+struct Waits(Arc<std::sync::atomic::AtomicBool>);
+
+impl Waits {
+    fn set(&self, waits: bool) {
+        self.0.store(waits, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Times every public request into the request histograms, by the route
+/// it matched and its status class: calls that asked to wait apart.
+async fn observe(State(node): State<Shared>, mut request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .cloned();
+    let waits = Waits::default();
+    request.extensions_mut().insert(waits.clone());
     let response = next.run(request).await;
     node.metrics.observe_request(
         route.as_ref().map(|p| p.as_str()),
         response.status().as_u16(),
         started.elapsed().as_secs_f64(),
+        waits.0.load(std::sync::atomic::Ordering::Relaxed),
     );
     response
 }
@@ -147,10 +162,14 @@ fn seen_by(caller: &Caller, node: &Node, lock: &Lock) -> leasehold_api::LockView
 async fn acquire(
     State(node): State<Shared>,
     Extension(caller): Extension<Caller>,
+    waits: Option<Extension<Waits>>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let received = Instant::now();
     let request: AcquireBody = body(&bytes)?;
+    if let Some(Extension(waits)) = waits {
+        waits.set(!request.wait().is_zero());
+    }
     caller.check(Right::Lock, &request.name)?;
     let lock = node.acquire(request).await?;
     Ok(Json(LockAnswer {
@@ -215,11 +234,15 @@ async fn get_lock(
     Extension(caller): Extension<Caller>,
     name: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
+    waits: Option<Extension<Waits>>,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let Path(name) = name
         .map_err(|e| ApiError::bad_request(format!("the name in the path: {}", e.body_text())))?;
     caller.check(Right::Read, &name)?;
     let watch = watch_query(raw.as_deref())?;
+    if let Some(Extension(waits)) = waits {
+        waits.set(watch.is_some_and(|w| !w.wait.is_zero()));
+    }
     let lock = node.get(&name, watch).await?;
     let lock = lock.ok_or_else(|| ApiError::free(&name))?;
     Ok(Json(LockAnswer {
