@@ -779,6 +779,61 @@ fn serve_needs_its_members_on_a_new_data_directory() {
 /// `up` on a port already taken fails with the port's error, and leaves no
 /// temporary data directory behind; logs go to stderr without colour codes
 /// when it is not a terminal.
+/// An empty name is the caller's mistake, said as such (not blamed on the
+/// endpoint); a dead endpoint is reported within `--timeout`, naming the
+/// cause.
+#[test]
+fn failures_name_their_cause_within_the_timeout() {
+    let dead = support::free_addr();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["get", "", "--endpoints", &dead])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("name"), "{stderr}");
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["get", "jobs/1", "--timeout", "1s", "--endpoints", &dead])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("connection refused"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A link from a node to itself is refused as bad usage, before anything
+/// is asked of a cluster.
+#[test]
+fn chaos_refuses_a_link_from_a_node_to_itself() {
+    for args in [
+        ["chaos", "partition", "1", "1"],
+        ["chaos", "slow", "2", "2"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(args)
+            .args(if args[1] == "slow" {
+                &["100ms"][..]
+            } else {
+                &[][..]
+            })
+            .env("LEASEHOLD_UP", "/nonexistent")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains("one node"), "{stderr}");
+    }
+}
+
 #[test]
 fn up_that_cannot_start_removes_its_temporary_directory() {
     // Node 1's port free, node 2's taken: node 1 starts (and makes its
@@ -794,7 +849,11 @@ fn up_that_cannot_start_removes_its_temporary_directory() {
         .output()
         .expect("run leasehold up");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "unavailable, as elsewhere: {stderr}"
+    );
     assert!(stderr.contains(&port.to_string()), "{stderr}");
     assert!(!stderr.contains('\u{1b}'), "no ANSI codes: {stderr:?}");
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();

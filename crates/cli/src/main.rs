@@ -87,6 +87,11 @@ struct Endpoints {
     /// with https://.
     #[arg(long, env = "LEASEHOLD_TLS_CA")]
     tls_ca: Option<PathBuf>,
+    /// How long to keep trying while no node can serve, before failing
+    /// with why (default 10s; for `status`, how long each node has to
+    /// answer, default 1s).
+    #[arg(long, value_parser = duration::millis)]
+    timeout: Option<u64>,
 }
 
 impl Endpoints {
@@ -106,7 +111,11 @@ impl Endpoints {
         if let Some(ca) = &self.tls_ca {
             builder = builder.tls_ca_file(ca).map_err(|e| e.to_string())?;
         }
-        builder.build().map_err(|e| e.to_string())
+        let client = builder.build().map_err(|e| e.to_string())?;
+        Ok(match self.timeout {
+            Some(ms) => client.with_retry_for(Duration::from_millis(ms)),
+            None => client,
+        })
     }
 }
 
@@ -248,9 +257,6 @@ enum Command {
     Status {
         #[command(flatten)]
         endpoints: Endpoints,
-        /// How long each node has to answer.
-        #[arg(long, default_value = "1s", value_parser = duration::millis)]
-        timeout: u64,
         #[command(flatten)]
         output: OutputFormat,
     },
@@ -306,6 +312,10 @@ async fn dispatch(command: Command) -> ExitCode {
             data_dir,
         } => playground::up(nodes, base_port, data_dir).await,
         Command::Chaos { command } => {
+            if let Some(why) = command.misuse() {
+                eprintln!("leasehold chaos: {why}");
+                return ExitCode::from(hold::exit::USAGE);
+            }
             return match playground::chaos(command).await {
                 Ok(done) => {
                     println!("{done}");
@@ -422,13 +432,9 @@ async fn dispatch(command: Command) -> ExitCode {
                 Err(code) => code,
             };
         }
-        Command::Status {
-            endpoints,
-            timeout,
-            output,
-        } => {
+        Command::Status { endpoints, output } => {
             let client_to = |addr| endpoints.client_to(vec![addr]).ok();
-            let within = Duration::from_millis(timeout);
+            let within = Duration::from_millis(endpoints.timeout.unwrap_or(1000));
             return status::status(&endpoints.endpoints, client_to, within, output.json()).await;
         }
         Command::Member(MemberCommand::Add { id, addr, admin }) => {
@@ -456,8 +462,9 @@ async fn dispatch(command: Command) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // `up` could not start its cluster (a port in use, say).
             eprintln!("leasehold: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(hold::exit::UNAVAILABLE)
         }
     }
 }

@@ -411,6 +411,19 @@ pub enum ChaosCommand {
     KillSpeaker,
 }
 
+impl ChaosCommand {
+    /// Why the command makes no sense, if it does not: a link from a node
+    /// to itself.
+    pub fn misuse(&self) -> Option<String> {
+        match self {
+            ChaosCommand::Partition { a, b } | ChaosCommand::Slow { a, b, .. } if a == b => {
+                Some(format!("nodes {a} and {b} are one node: a link needs two"))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// `leasehold chaos`: carries out `command` on the `up` cluster; what was
 /// done, or why not.
 pub async fn chaos(command: ChaosCommand) -> Result<String, String> {

@@ -113,6 +113,8 @@ pub(crate) fn after(d: Duration) -> Instant {
 pub struct Client {
     transport: Arc<dyn Transport>,
     suspends: Arc<dyn SuspendClock>,
+    /// How long a one-shot call keeps trying while no node can serve.
+    retry_for: Duration,
 }
 
 fn retryable(e: &CallError) -> bool {
@@ -191,6 +193,12 @@ impl ClientBuilder {
     }
 }
 
+/// `Err(Error::BadRequest)` for a name no lock can have (empty, or too
+/// long): said as such, not as an endpoint that serves no such call.
+fn checked_name(name: &str) -> Result<(), Error> {
+    leasehold_api::validate_name(name).map_err(|e| Error::BadRequest(e.to_string()))
+}
+
 /// A short pause before trying again.
 async fn backoff(attempt: u32) {
     let ms = (50u64 << attempt.min(4)).min(500);
@@ -239,6 +247,7 @@ impl Client {
         Client {
             transport,
             suspends: Arc::new(BootClock::new()),
+            retry_for: RETRY_FOR,
         }
     }
 
@@ -247,6 +256,14 @@ impl Client {
     /// give a clock of their own to simulate a suspend).
     pub fn with_suspend_clock(self, suspends: Arc<dyn SuspendClock>) -> Self {
         Client { suspends, ..self }
+    }
+
+    /// How long a one-shot call (and an acquire beyond its wait) keeps
+    /// trying through other nodes while none can serve, before it fails
+    /// with why (default 10 s: a speaker change takes well under a
+    /// second). A command line's `--timeout`.
+    pub fn with_retry_for(self, retry_for: Duration) -> Self {
+        Client { retry_for, ..self }
     }
 
     /// Runs `call` until it succeeds, is refused for good, or `until`
@@ -298,7 +315,7 @@ impl Client {
             data: options.data.clone(),
             request_id: Some(request_id()),
         };
-        let until = after(options.wait.saturating_add(RETRY_FOR));
+        let until = after(options.wait.saturating_add(self.retry_for));
         let wait_until = after(options.wait);
         let mut sent = (Instant::now(), self.suspends.suspended());
         let granted = loop {
@@ -405,7 +422,8 @@ impl Client {
 
     /// The lock `name`, if held.
     pub async fn get(&self, name: &str) -> Result<Option<LockView>, Error> {
-        let until = Instant::now() + RETRY_FOR;
+        checked_name(name)?;
+        let until = Instant::now() + self.retry_for;
         self.retrying(until, || {
             self.transport.get(name.to_string(), None, REQUEST_TIMEOUT)
         })
@@ -445,8 +463,9 @@ impl Client {
         after_data: Option<u64>,
         wait: Duration,
     ) -> Result<Option<LockView>, Error> {
+        checked_name(name)?;
         let wait = wait.min(MAX_WATCH);
-        let until = after(wait + RETRY_FOR);
+        let until = after(wait + self.retry_for);
         let watch = leasehold_api::Watch {
             wait,
             after_fence,
@@ -462,7 +481,7 @@ impl Client {
 
     /// The locks whose names start with `prefix`, at most `limit`.
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, Error> {
-        let until = Instant::now() + RETRY_FOR;
+        let until = Instant::now() + self.retry_for;
         self.retrying(until, || {
             self.transport
                 .list(prefix.to_string(), limit, REQUEST_TIMEOUT)
@@ -473,7 +492,7 @@ impl Client {
 
     /// The cluster as the node reached sees it.
     pub async fn cluster(&self) -> Result<ClusterAnswer, Error> {
-        let until = Instant::now() + RETRY_FOR;
+        let until = Instant::now() + self.retry_for;
         self.retrying(until, || self.transport.cluster(REQUEST_TIMEOUT))
             .await
             .map_err(refused)
@@ -481,7 +500,7 @@ impl Client {
 
     /// Releases a lock by name and id (for a lock held without a guard).
     pub async fn release(&self, name: &str, id: &str) -> Result<LockView, Error> {
-        let until = Instant::now() + RETRY_FOR;
+        let until = Instant::now() + self.retry_for;
         let body = ReleaseBody {
             name: name.to_string(),
             id: id.to_string(),

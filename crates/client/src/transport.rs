@@ -277,9 +277,9 @@ impl HttpTransport {
     ) -> Result<T, CallError> {
         let response = request.send().await.map_err(|e| {
             if e.is_connect() {
-                CallError::NotSent(e.to_string())
+                CallError::NotSent(cause(&e))
             } else {
-                CallError::NoAnswer(e.to_string())
+                CallError::NoAnswer(cause(&e))
             }
         })?;
         let status = response.status();
@@ -316,6 +316,36 @@ impl HttpTransport {
     fn get_url(&self, path: &str, timeout: Duration) -> (usize, reqwest::RequestBuilder) {
         let (at, base) = self.base();
         (at, self.http.get(format!("{base}{path}")).timeout(timeout))
+    }
+}
+
+/// What went wrong with a request, named as an operator reads it first
+/// ("connection refused", "TLS handshake failed", "timed out"), then the
+/// error and its causes.
+fn cause(e: &reqwest::Error) -> String {
+    let mut chain = vec![e.to_string()];
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        chain.push(s.to_string());
+        source = s.source();
+    }
+    let all = chain.join(": ");
+    let lower = all.to_ascii_lowercase();
+    let named = if lower.contains("connection refused") {
+        Some("connection refused")
+    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
+    {
+        Some("TLS handshake failed")
+    } else if e.is_timeout() {
+        Some("timed out")
+    } else if lower.contains("dns") || lower.contains("failed to lookup") {
+        Some("the host name does not resolve")
+    } else {
+        None
+    };
+    match named {
+        Some(named) => format!("{named} ({all})"),
+        None => all,
     }
 }
 

@@ -218,6 +218,10 @@ impl RunningNode {
     /// next speaker grant them again (proceed mode) or hold every new grant
     /// back (strict mode).
     async fn hand_over(&self, term: u64) {
+        if self.node.transfer_target().is_none() {
+            tracing::info!("shutdown: no other voter to hand leadership to");
+            return;
+        }
         let Some(to) = self.node.transfer_leadership().await else {
             tracing::warn!("shutdown: leadership could not be handed over");
             return;

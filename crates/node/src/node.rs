@@ -806,7 +806,7 @@ impl Node {
     }
 
     /// The voter most caught up with this leader's log, other than itself.
-    fn transfer_target(&self) -> Option<NodeId> {
+    pub(crate) fn transfer_target(&self) -> Option<NodeId> {
         let metrics = self.raft.metrics().borrow_watched().clone();
         let voters: Vec<NodeId> = metrics
             .membership_config
