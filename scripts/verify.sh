@@ -5,13 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 
-echo "== cargo fmt --check"
+echo "== $(date -u +%T) cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== cargo clippy"
+echo "== $(date -u +%T) cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== locktable and the protocol stay free of I/O runtimes"
+echo "== $(date -u +%T) locktable and the protocol stay free of I/O runtimes"
 for pure in locktable leasehold-protocol; do
     if cargo tree -p "$pure" -e normal --prefix none | grep -Eq '^(tokio|mio|async-std|smol|reqwest|hyper|axum) '; then
         echo "$pure must not depend on an async runtime or a network stack:" >&2
@@ -20,8 +20,8 @@ for pure in locktable leasehold-protocol; do
     fi
 done
 
-echo "== cargo doc"
+echo "== $(date -u +%T) cargo doc"
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --locked --quiet
 
-echo "== tests"
+echo "== $(date -u +%T) tests"
 cargo test --workspace --locked
