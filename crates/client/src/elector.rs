@@ -514,11 +514,16 @@ impl Elector {
                 continue;
             }
             let first = seen.is_none();
+            // A new term (or none), not a leader's new value (a proclaim).
+            let fence_of = |key: &Option<(u64, Option<String>)>| key.as_ref().map(|(f, _)| *f);
+            let new_term = seen
+                .as_ref()
+                .is_none_or(|old| fence_of(old) != fence_of(&key));
             seen = Some(key);
             *shared.leader.lock().unwrap_or_else(|p| p.into_inner()) = leader.clone();
             {
                 let mut counts = shared.counts.lock().unwrap_or_else(|p| p.into_inner());
-                counts.changes += u64::from(!first);
+                counts.changes += u64::from(!first && new_term);
                 let now = tokio::time::Instant::now();
                 match (&leader, counts.leaderless_since) {
                     (None, None) => counts.leaderless_since = Some(now),

@@ -125,6 +125,17 @@ async fn an_elector_leads_calls_back_and_campaigns_again_after_a_loss() {
     assert!(stats.leading);
     assert!(stats.changes >= 1, "{stats:?}");
 
+    // The leader proclaims a new value: every observer (this elector's
+    // on_new_leader included) sees it; it is no change of leader.
+    a.leading().unwrap().proclaim("a2").await.unwrap();
+    until("a2 is observed", || {
+        seen.lock().unwrap().leaders.last() == Some(&Some("a2".to_string()))
+    })
+    .await;
+    let after = a.stats();
+    assert_eq!(after.changes, stats.changes, "{after:?}");
+    assert_eq!(after.leader.as_deref(), Some("a2"));
+
     // The embedded node exports the elector's counts on its /metrics.
     nodes[0].node().export_election(&a);
     let url = format!("http://{}/metrics", nodes[0].addr());
