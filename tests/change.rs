@@ -731,3 +731,51 @@ async fn a_member_that_lost_its_disk_rejoins_by_itself_then_a_speaker_crash_keep
     assert_eq!(renewed.0, 200, "the holder lost its lock: {renewed:?}");
     assert_eq!(renewed.1["lock"]["fence"], lock["fence"]);
 }
+
+/// A node rejoining with `--rejoin` is killed after the cluster removed its
+/// id's old directory and before its join is answered (the join waits out
+/// the removal's lease), then started again with the same flags: its
+/// directory was never named by a configuration, so it rejoins still, and
+/// votes. Before, only a first start rejoined: the restarted node took
+/// itself for a member of the cluster's first start and never joined
+/// (found by a second reader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejoin_cut_short_by_a_restart_still_joins() {
+    let flags = ["--max-lease", "6000", "--rejoin"];
+    let mut cluster = Cluster::start_with(3, &flags).await;
+    cluster.all_follow_one().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (speaker, _) = cluster.speaker().await;
+    let lost = cluster.others(speaker)[1];
+    cluster.kill(lost);
+    let _ = std::fs::remove_dir_all(cluster.data_dir(lost));
+    cluster.spawn(lost);
+    let start = Instant::now();
+    while !cluster.log(lost).contains("joining again under it") {
+        assert!(start.elapsed() < PATIENCE, "{}", cluster.log(lost));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!cluster.log(lost).contains("joined the cluster"));
+    // Killed while its join waits; started again as it was.
+    cluster.kill(lost);
+    cluster.spawn(lost);
+    let start = Instant::now();
+    loop {
+        let log = cluster.log(lost);
+        let (_, view) = cluster.get(speaker, "/v1/cluster").await;
+        let voters = view["members"].as_array().map_or(0, |members| {
+            members
+                .iter()
+                .filter(|m| m["role"] == json!("voter"))
+                .count()
+        });
+        if voters == 3 && view["changing"] == json!(false) && log.contains("joined the cluster") {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "never voting again: {view}\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

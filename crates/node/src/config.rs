@@ -109,9 +109,6 @@ impl std::fmt::Debug for NodeConfig {
 /// A configuration that cannot run.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    /// `--rejoin` with no member to ask (neither `--join` nor other peers).
-    #[error("--rejoin asks the cluster to remove this id's old data directory: give --join, or the other members in --peers")]
-    RejoinAlone,
     /// This node's id is not among the peers.
     #[error("--id {0} is not in --peers")]
     NotAPeer(NodeId),
@@ -456,9 +453,6 @@ impl NodeConfig {
             .contains(&self.protocol)
         {
             return Err(ConfigError::Protocol(self.protocol));
-        }
-        if self.rejoin && self.join.is_empty() && self.peers.len() < 2 {
-            return Err(ConfigError::RejoinAlone);
         }
         if self.report_frame_bytes < Self::MIN_REPORT_FRAME_BYTES {
             return Err(ConfigError::ReportFrameTooSmall);

@@ -365,9 +365,10 @@ where
             false
         }
     };
-    // A new directory replacing its id's lost one: refusals of it are
-    // expected until the cluster removed the old one.
-    let rejoin = config.rejoin && first_start;
+    // A directory no configuration ever named replacing its id's lost one
+    // (a first start, or a restart before its join was answered): refusals
+    // of it are expected until the cluster removed the old one.
+    let rejoin = config.rejoin && identity.was_named() == Some(false);
     identity.set_rejoining(rejoin);
     let node = Node::new(
         config,

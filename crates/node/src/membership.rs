@@ -426,6 +426,21 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
                 Ok(Err(refused)) => {
                     tracing::info!(through = %target, %refused, "joining: asking again")
                 }
+                // Rejoining, and the members still know this id on its old
+                // directory (a member that answered the retirement could not
+                // tell): ask for the retirement again.
+                Err(e)
+                    if node.identity.is_rejoining()
+                        && e.kind()
+                            == crate::peers::PeerErrorKind::Refused(
+                                leasehold_raft::identity::RefusedAs::StoreChanged,
+                            ) =>
+                {
+                    tracing::info!(through = %target, "joining: the old directory is still known; asking for its removal again");
+                    if !retire_old_self(&node, &stop).await {
+                        return;
+                    }
+                }
                 Err(e) => tracing::info!(through = %target, %e, "joining: no answer"),
             }
         }
@@ -446,6 +461,12 @@ pub(crate) async fn join(node: Arc<Node>, stop: CancellationToken) {
 /// peers if not. Whether to go on (`false`: stopping).
 pub(crate) async fn retire_old_self(node: &Node, stop: &CancellationToken) -> bool {
     let targets = node.join_targets();
+    if targets.is_empty() {
+        // A single node, or a restart with neither --peers nor --join:
+        // no one to ask, and no one that could know another directory.
+        node.identity.set_rejoining(false);
+        return true;
+    }
     let mut pause = Duration::from_millis(200);
     loop {
         for target in &targets {
@@ -506,23 +527,23 @@ impl Node {
         // Read without Raft's core, which may not run yet here (every
         // member of a cluster's first start, `--rejoin` among its flags,
         // asks the others before its Raft runs).
-        let formed = self.identity.cluster().is_some()
-            || self
-                .raft
-                .metrics()
-                .borrow_watched()
-                .membership_config
-                .membership()
-                .nodes()
-                .next()
-                .is_some();
-        if !formed {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let membership = metrics.membership_config.membership();
+        if membership.nodes().next().is_none() {
+            if self.identity.cluster().is_some() {
+                // A member of a formed cluster whose Raft does not run yet
+                // (restarting) does not know the members: ask another.
+                return Err(ApiError::new(
+                    ErrorCode::NoLeader,
+                    "this member is starting and does not know the members yet: ask another",
+                ));
+            }
             return Ok(RetireAnswer {
                 cluster: false,
                 removed: false,
             });
         }
-        let named = self.roster().addr(id).is_some();
+        let named = membership.get_node(&id).is_some();
         let known = self
             .identity
             .pinned(id)
