@@ -788,9 +788,11 @@ mod tests {
     #[test]
     fn worst_case_escaped_body_fits_the_body_limit() {
         let esc = |n| "\\u0000".repeat(n);
+        // A name escaped as fully, of a printable character (a new lock's
+        // name holds no control character).
         let body = format!(
             r#"{{"name":"{}","holder":"{}","lease_ms":18446744073709551615,"wait_ms":18446744073709551615,"data":"{}"}}"#,
-            esc(MAX_NAME_BYTES),
+            "\\u0041".repeat(MAX_NAME_BYTES),
             esc(MAX_HOLDER_BYTES),
             esc(MAX_DATA_BYTES)
         );
