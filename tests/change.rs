@@ -14,6 +14,19 @@ async fn wait_for_voters(cluster: &Cluster, via: u64, voters: &[u64]) {
     cluster.wait_for_voters(via, voters).await;
 }
 
+/// How many voters a cluster view names, 0 while a change is under way.
+fn settled_voters(view: &Value) -> usize {
+    if view["changing"] != json!(false) {
+        return 0;
+    }
+    view["members"].as_array().map_or(0, |members| {
+        members
+            .iter()
+            .filter(|m| m["role"] == json!("voter"))
+            .count()
+    })
+}
+
 /// Kills `speaker` and answers the next speaker and its rebuild's report.
 async fn kill_the_speaker(cluster: &mut Cluster, speaker: u64) -> (u64, Value) {
     cluster.kill(speaker);
@@ -611,13 +624,7 @@ async fn a_replacement_joining_through_a_restarting_member_is_not_refused() {
             "the replacement was refused: {log}"
         );
         let (_, view) = cluster.get(left[1], "/v1/cluster").await;
-        let voters = view["members"].as_array().map_or(0, |members| {
-            members
-                .iter()
-                .filter(|m| m["role"] == json!("voter"))
-                .count()
-        });
-        if voters == 3 && view["changing"] == json!(false) {
+        if settled_voters(&view) == 3 {
             break;
         }
         assert!(
@@ -691,13 +698,7 @@ async fn a_member_that_lost_its_disk_rejoins_by_itself_then_a_speaker_crash_keep
             "the node that lost its disk was refused: {log}"
         );
         let (_, view) = cluster.get(speaker, "/v1/cluster").await;
-        let voters = view["members"].as_array().map_or(0, |members| {
-            members
-                .iter()
-                .filter(|m| m["role"] == json!("voter"))
-                .count()
-        });
-        if voters == 3 && view["changing"] == json!(false) && log.contains("joined the cluster") {
+        if settled_voters(&view) == 3 && log.contains("joined the cluster") {
             assert!(log.contains("joining again under it"), "{log}");
             break;
         }
@@ -763,13 +764,7 @@ async fn a_rejoin_cut_short_by_a_restart_still_joins() {
     loop {
         let log = cluster.log(lost);
         let (_, view) = cluster.get(speaker, "/v1/cluster").await;
-        let voters = view["members"].as_array().map_or(0, |members| {
-            members
-                .iter()
-                .filter(|m| m["role"] == json!("voter"))
-                .count()
-        });
-        if voters == 3 && view["changing"] == json!(false) && log.contains("joined the cluster") {
+        if settled_voters(&view) == 3 && log.contains("joined the cluster") {
             break;
         }
         assert!(

@@ -295,12 +295,7 @@ impl Elector {
     /// Whether this candidate leads now: it won, and its leadership is not
     /// lost, judged now on the client's clock.
     pub fn is_leader(&self) -> bool {
-        let leading = self
-            .shared
-            .leading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        leading.as_ref().is_some_and(|l| !l.is_over())
+        self.leading().is_some()
     }
 
     /// The term of leadership under way, if this candidate leads.
