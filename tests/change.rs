@@ -774,3 +774,87 @@ async fn a_rejoin_cut_short_by_a_restart_still_joins() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A retirement (what `serve --rejoin` asks, sent here as a member would
+/// forward it) as the speaker takes it: refused while the id's process
+/// still answers on its directory (two processes under one id must not
+/// take the healthy one out), nothing when it comes from the directory
+/// the id runs on already (a retirement arriving after the rejoin must not
+/// undo it), and a removal once the old directory is silent; a lock held
+/// through another member is kept through all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retirement_removes_only_a_silent_old_directory() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.all_follow_one().await;
+    let (speaker, _) = cluster.speaker().await;
+    let others = cluster.others(speaker);
+    let (via, old) = (others[0], others[1]);
+    let start = Instant::now();
+    loop {
+        let (_, view) = cluster.get(speaker, "/v1/cluster").await;
+        if view["protocol"] == json!(2) {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "never agreed protocol 2: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let lock = cluster
+        .must_acquire(via, "retire/x", json!({ "lease_ms": 60000 }))
+        .await;
+    let log = cluster.log(old);
+    let store = log
+        .split("store=")
+        .nth(1)
+        .map(|rest| rest[..32].to_string())
+        .unwrap_or_else(|| panic!("no store in the log: {log}"));
+    let retire = |store: &str| json!({ "retire": { "id": old, "store": store } });
+    let (http, url) = (
+        cluster.http.clone(),
+        cluster.url(speaker, "/internal/members"),
+    );
+    let send = |body: Value| {
+        let request = http
+            .post(&url)
+            .header("x-leasehold-token", TOKEN)
+            .header("x-leasehold-from", "99")
+            .header("x-leasehold-store", format!("{:032x}", 99))
+            .header("x-leasehold-protocol", support::PROTOCOL_STAMP)
+            .json(&body)
+            .timeout(Duration::from_secs(30));
+        support::answer(request)
+    };
+    let members = |view: &Value| view["members"].as_array().map_or(0, Vec::len);
+    let other_store = format!("{:032x}", 0xfeed_u128);
+
+    let (status, body) = send(retire(&other_store)).await;
+    assert_eq!(status, 409, "a live member retired: {body}");
+    assert_eq!(body["error"], json!("member_exists"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("still answers"),
+        "{body}"
+    );
+    let (status, body) = send(retire(&store)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(members(&body), 3, "the id runs on that directory: {body}");
+
+    cluster.kill(old);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (status, body) = send(retire(&store)).await;
+    assert_eq!((status, members(&body)), (200, 3), "{body}");
+    let (status, body) = send(retire(&other_store)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(members(&body), 2, "the silent old directory stays: {body}");
+
+    let (status, body) = cluster
+        .post(
+            via,
+            "/v1/locks/renew",
+            json!({ "name": "retire/x", "id": lock["id"] }),
+        )
+        .await;
+    assert_eq!(status, 200, "the lock was lost: {body}");
+    assert_eq!(body["lock"]["fence"], lock["fence"]);
+}

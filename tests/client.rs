@@ -372,3 +372,30 @@ async fn a_proclaimed_value_is_seen_at_once_and_survives_a_speaker_crash() {
         "the leader kept its term through the crash"
     );
 }
+
+/// A cluster held below the protocol that lets data change (a member
+/// started with a lower `--protocol`: the downgrade window): a change of
+/// data gives up with `Unavailable` and costs nothing else: the lock is
+/// kept, renewed, with its data as granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_data_the_cluster_cannot_take_yet_keeps_the_lock() {
+    let cluster = Cluster::start_with(1, &["--protocol", "1"]).await;
+    let mine = all(&cluster);
+    let guard = mine
+        .acquire("d/1", AcquireOptions::default().lease(2 * SEC).data("v1"))
+        .await
+        .unwrap();
+    match guard.set_data("v2").await {
+        Err(Error::Unavailable(why)) => assert!(why.contains("protocol 2"), "{why}"),
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    // Longer than the lease: renewals went on beside the refused change.
+    tokio::time::sleep(3 * SEC).await;
+    assert!(!guard.is_lost(), "{:?}", guard.loss());
+    let now = mine.get("d/1").await.unwrap().expect("still held");
+    assert_eq!(
+        (now.fence, now.data.as_deref()),
+        (guard.fence(), Some("v1"))
+    );
+    guard.release().await.unwrap();
+}

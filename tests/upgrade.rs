@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{Cluster, PATIENCE};
 
+/// The protocol version this build speaks.
+const SPEAKS: u64 = 2;
+
 /// The earlier build the upgrade starts from: the last commit before
 /// protocol versions (it sends no version header: it speaks version 0).
 const BASE: &str = "61717f87cab6b650b61c62b9aeceeedfba1ebf30";
@@ -213,7 +216,7 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
         cluster.spawn(id);
         cluster.all_follow_one().await;
         let (_, view) = cluster.get(id, "/v1/cluster").await;
-        assert_eq!(view["protocol_offered"], json!(1), "{view}");
+        assert_eq!(view["protocol_offered"], json!(SPEAKS), "{view}");
         if step < 2 {
             // A member still runs the earlier build: the cluster speaks
             // what it reads, whatever the upgraded ones offer.
@@ -230,9 +233,9 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
             .await;
         assert!(fresh["fence"].as_u64().unwrap() > 0);
     }
-    let view = wait_protocol(&cluster, 1).await;
+    let view = wait_protocol(&cluster, SPEAKS).await;
     for member in view["members"].as_array().unwrap() {
-        assert_eq!(member["protocol"], json!(1), "{view}");
+        assert_eq!(member["protocol"], json!(SPEAKS), "{view}");
     }
     // A crash after the change: the next speaker reads every lock back.
     let (speaker, _) = cluster.speaker().await;
@@ -266,14 +269,17 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
     }
 }
 
-/// A member started with `--protocol 0` holds its cluster at version 0
-/// (the downgrade window); once it offers 1 the cluster agrees on 1, and a
-/// member (or a newcomer) held below that refuses to start with exit 64.
+/// A member started with `--protocol 1` holds its cluster at version 1
+/// (the downgrade window), where a lock's data cannot change (`503
+/// upgrading`, and the lock is kept); once it offers 2 the cluster agrees
+/// on 2 and a proclaim goes through, and a member (or a newcomer) held
+/// below that refuses to start with exit 64.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64() {
+    let below = (SPEAKS - 1).to_string();
     let mut cluster = Cluster::start_each(3, &[], |id| {
         if id == 3 {
-            vec!["--protocol".into(), "0".into()]
+            vec!["--protocol".into(), below.clone()]
         } else {
             Vec::new()
         }
@@ -282,15 +288,42 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
     tokio::time::sleep(Duration::from_secs(5)).await;
     for id in 1..=3 {
         let (_, view) = cluster.get(id, "/v1/cluster").await;
-        assert_eq!(view["protocol"], json!(0), "node 3 offers 0 only: {view}");
+        assert_eq!(
+            view["protocol"],
+            json!(SPEAKS - 1),
+            "node 3 offers less: {view}"
+        );
     }
+    let lock = cluster
+        .must_acquire(1, "leader", json!({ "lease_ms": 60000, "data": "v1" }))
+        .await;
+    let proclaim = json!({ "name": "leader", "id": lock["id"], "data": "v2" });
+    for via in 1..=3 {
+        let (status, body) = cluster.post(via, "/v1/locks/renew", proclaim.clone()).await;
+        assert_eq!(status, 503, "via {via}: {body}");
+        assert_eq!(body["error"], json!("upgrading"), "via {via}: {body}");
+    }
+    let (status, body) = cluster
+        .post(
+            2,
+            "/v1/locks/renew",
+            json!({ "name": "leader", "id": lock["id"] }),
+        )
+        .await;
+    assert_eq!(status, 200, "a renewal without data goes through: {body}");
+    assert_eq!(body["lock"]["data"], json!("v1"), "{body}");
+
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
     cluster.set_node_args(3, Vec::new());
     cluster.spawn(3);
-    wait_protocol(&cluster, 1).await;
+    wait_protocol(&cluster, SPEAKS).await;
+    let (status, body) = cluster.post(3, "/v1/locks/renew", proclaim.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["lock"]["data"], json!("v2"), "{body}");
+    assert_eq!(body["lock"]["fence"], lock["fence"], "{body}");
 
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
-    cluster.set_node_args(3, vec!["--protocol".into(), "0".into()]);
+    cluster.set_node_args(3, vec!["--protocol".into(), below.clone()]);
     cluster.spawn(3);
     assert_eq!(
         cluster.wait_exit(3, PATIENCE),
@@ -298,16 +331,20 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
         "{}",
         cluster.log(3)
     );
-    assert!(cluster.log(3).contains("protocol 1"), "{}", cluster.log(3));
+    assert!(
+        cluster.log(3).contains(&format!("protocol {SPEAKS}")),
+        "{}",
+        cluster.log(3)
+    );
     cluster.set_node_args(3, Vec::new());
     cluster.spawn(3);
     cluster.all_follow_one().await;
     let lock = cluster.must_acquire(3, "after", json!({})).await;
     assert!(lock["fence"].as_u64().unwrap() > 0);
 
-    // A newcomer held at 0 asks to join: the first message from the
-    // cluster says it speaks 1, and the newcomer stops.
-    cluster.set_node_args(4, vec!["--protocol".into(), "0".into()]);
+    // A newcomer held below asks to join: the first message from the
+    // cluster says it speaks more, and the newcomer stops.
+    cluster.set_node_args(4, vec!["--protocol".into(), below]);
     cluster.spawn_joining(4);
     assert_eq!(
         cluster.wait_exit(4, PATIENCE),

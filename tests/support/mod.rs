@@ -17,7 +17,7 @@ pub const TOKEN: &str = "test-token-0123456789";
 /// The protocol header a peer request made by a test carries: this
 /// build's, in a cluster that agreed on it (a request without it is an
 /// earlier build's, refused once the cluster agreed).
-pub const PROTOCOL_STAMP: &str = "speaks=1; cluster=1";
+pub const PROTOCOL_STAMP: &str = "speaks=2; cluster=2";
 
 /// Generous: correctness is asserted, not speed.
 pub const PATIENCE: Duration = Duration::from_secs(30);

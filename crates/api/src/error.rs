@@ -59,11 +59,15 @@ pub enum ErrorCode {
     /// A new member has not caught up with the log yet; it stays a learner
     /// until the same request is sent again: `503`, retryable.
     NotCaughtUp,
+    /// The request needs a protocol version the cluster has not agreed yet
+    /// (a member runs an older build, or the cluster has just started):
+    /// `503`, retryable.
+    Upgrading,
 }
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::BadRequest,
         ErrorCode::Held,
         ErrorCode::NotHeld,
@@ -82,6 +86,7 @@ impl ErrorCode {
         ErrorCode::ChangeInProgress,
         ErrorCode::WouldLoseQuorum,
         ErrorCode::NotCaughtUp,
+        ErrorCode::Upgrading,
     ];
 
     /// The HTTP status answered with this code.
@@ -94,7 +99,10 @@ impl ErrorCode {
             | ErrorCode::ChangeInProgress
             | ErrorCode::WouldLoseQuorum => 409,
             ErrorCode::NotHeld | ErrorCode::UnknownRoute | ErrorCode::UnknownMember => 404,
-            ErrorCode::NotRebuilt | ErrorCode::NoLeader | ErrorCode::NotCaughtUp => 503,
+            ErrorCode::NotRebuilt
+            | ErrorCode::NoLeader
+            | ErrorCode::NotCaughtUp
+            | ErrorCode::Upgrading => 503,
             ErrorCode::Unauthorized => 401,
             ErrorCode::TooLarge => 413,
             ErrorCode::Internal => 500,
@@ -105,12 +113,16 @@ impl ErrorCode {
 
     /// Whether the same request may succeed if simply sent again later, to
     /// this node or another: true for the `503`s (`not_rebuilt`,
-    /// `no_leader`, `not_caught_up`), which carry `Retry-After`. `held` is not: an acquire
-    /// that should wait says so with `wait_ms`.
+    /// `no_leader`, `not_caught_up`, `upgrading`), which carry
+    /// `Retry-After`. `held` is not: an acquire that should wait says so
+    /// with `wait_ms`.
     pub const fn retryable(self) -> bool {
         matches!(
             self,
-            ErrorCode::NotRebuilt | ErrorCode::NoLeader | ErrorCode::NotCaughtUp
+            ErrorCode::NotRebuilt
+                | ErrorCode::NoLeader
+                | ErrorCode::NotCaughtUp
+                | ErrorCode::Upgrading
         )
     }
 
@@ -135,6 +147,7 @@ impl ErrorCode {
             ErrorCode::ChangeInProgress => "change_in_progress",
             ErrorCode::WouldLoseQuorum => "would_lose_quorum",
             ErrorCode::NotCaughtUp => "not_caught_up",
+            ErrorCode::Upgrading => "upgrading",
         }
     }
 }
@@ -251,6 +264,7 @@ mod tests {
             ("change_in_progress", 409, false),
             ("would_lose_quorum", 409, false),
             ("not_caught_up", 503, true),
+            ("upgrading", 503, true),
         ];
         assert_eq!(expect.len(), ErrorCode::ALL.len());
         for (code, (text, status, retry)) in ErrorCode::ALL.into_iter().zip(expect) {

@@ -242,6 +242,10 @@ pub struct ReportRequest {
     /// speaking for an older term drops its table before it answers, so it
     /// grants nothing after the report it gives.
     pub term: u64,
+    /// Whether the locks are to carry their data's revision (the reader's
+    /// cluster speaks protocol 2); absent means not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revs: bool,
 }
 
 /// Tells a node to forget a released lock (from its `Held` and `Granted`),
@@ -316,6 +320,17 @@ pub enum MemberChange {
     Remove {
         /// The member's id.
         id: u64,
+    },
+    /// Remove the member with this id if it runs on another data
+    /// directory than `store` (a node on `store` rejoins under the id,
+    /// `serve --rejoin`), and its old directory's process no longer
+    /// answers; nothing if the id runs on `store` already (a retirement
+    /// that arrives late must not undo the rejoin). Protocol 2.
+    Retire {
+        /// The member's id.
+        id: u64,
+        /// The new data directory's id (32 hex digits).
+        store: String,
     },
 }
 

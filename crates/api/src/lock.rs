@@ -129,6 +129,7 @@ mod tests {
             acquired: now - Duration::from_micros(12_500),
             expires: now + Duration::from_micros(29_987_600),
             data: data.map(Into::into),
+            data_rev: 0,
         };
         (lock, now)
     }

@@ -38,6 +38,15 @@ pub struct PeerLock {
     /// Data kept with the lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// How many times the data was changed since the grant (protocol 2;
+    /// absent means 0): of two records of one grant, the higher revision's
+    /// data is the newer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub data_rev: u32,
+}
+
+fn is_zero(rev: &u32) -> bool {
+    *rev == 0
 }
 
 impl From<LockInTransit> for PeerLock {
@@ -52,6 +61,7 @@ impl From<LockInTransit> for PeerLock {
             ttl_ms: millis_floor(lock.ttl),
             held_ms: millis_ceil(lock.held_for),
             data: lock.data,
+            data_rev: lock.data_rev,
         }
     }
 }
@@ -85,6 +95,7 @@ impl TryFrom<PeerLock> for LockInTransit {
             ttl: Duration::from_millis(lock.ttl_ms),
             held_for: Duration::from_millis(lock.held_ms),
             data: lock.data,
+            data_rev: lock.data_rev,
         })
     }
 }
@@ -105,6 +116,7 @@ mod tests {
             ttl,
             held_for: held,
             data: Some("x".into()),
+            data_rev: 0,
         }
     }
 

@@ -126,6 +126,20 @@ enum Stop {
     Release(Option<oneshot::Sender<Result<(), Error>>>),
 }
 
+/// How long a change of data is tried while the cluster answers
+/// `upgrading` (its members have not all agreed the version that allows
+/// it: at a new cluster's start, for a few seconds, or through a rolling
+/// upgrade).
+const DATA_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Why a renewal did not go through.
+enum Failed {
+    /// The lock is lost.
+    Lost(Loss),
+    /// A change of data was refused; the lock is kept.
+    NotChanged(Error),
+}
+
 /// Why a held lock was lost ([`LockGuard::loss`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Loss {
@@ -248,6 +262,10 @@ impl LeaseCount {
 struct Renewal {
     transport: Arc<dyn Transport>,
     view: Arc<Mutex<LockView>>,
+    /// When the call that answered `view` was sent: an answer to an
+    /// earlier call (a background renewal crossing a change of data)
+    /// does not replace it.
+    view_sent: Mutex<Instant>,
     lease_count: Arc<LeaseCount>,
     name: String,
     id: String,
@@ -299,6 +317,7 @@ impl LockGuard {
         let renewal = Renewal {
             transport,
             view: view.clone(),
+            view_sent: Mutex::new(sent),
             lease_count: lease_count.clone(),
             name: granted.name.clone(),
             id: granted.id.clone(),
@@ -350,7 +369,9 @@ impl LockGuard {
     /// `Err(Error::Lost)` if the lock is lost or may be (judged on the
     /// clock first); `Err(Error::BadRequest)` for data too long, or when the
     /// speaker runs an earlier build, which renews but keeps the data as
-    /// granted (upgrade every member first).
+    /// granted; `Err(Error::Unavailable)` while the cluster cannot change
+    /// data yet (`upgrading`: a member runs an earlier build), after
+    /// trying for 5 s. The lock is kept on every error but `Lost`.
     pub async fn set_data(&self, data: &str) -> Result<LockView, Error> {
         self.holding().set_data(data).await
     }
@@ -451,10 +472,14 @@ impl Holding {
             return Err(Error::Lost);
         }
         leasehold_api::validate_data(data).map_err(|e| Error::BadRequest(e.to_string()))?;
-        let renewed = self.renewal.renew(Some(data)).await.map_err(|loss| {
-            self.lease.lose(loss);
-            Error::Lost
-        })?;
+        let renewed = match self.renewal.renew(Some(data)).await {
+            Ok(renewed) => renewed,
+            Err(Failed::NotChanged(e)) => return Err(e),
+            Err(Failed::Lost(loss)) => {
+                self.lease.lose(loss);
+                return Err(Error::Lost);
+            }
+        };
         if renewed.data.as_deref() != Some(data) {
             return Err(Error::BadRequest(
                 "the speaker renewed the lock but kept its data: it runs an earlier build; \
@@ -570,7 +595,9 @@ impl Renewal {
             }
             match self.renew(None).await {
                 Ok(_) => next = self.next_renewal(),
-                Err(loss) => {
+                // Only a change of data is refused without a loss.
+                Err(Failed::NotChanged(_)) => next = self.next_renewal(),
+                Err(Failed::Lost(loss)) => {
                     self.lease_count.lose(loss);
                     let _ = self.release_when_stopped(stopped).await;
                     return;
@@ -592,8 +619,14 @@ impl Renewal {
     /// Renews (keeping `data` with the lock in place of its data, if
     /// given), trying node after node, until it gets through or the lapse:
     /// the lock as renewed.
-    async fn renew(&self, data: Option<&str>) -> Result<LockView, Loss> {
+    ///
+    /// A change of data the cluster cannot take is not a loss: refused as
+    /// malformed or forbidden it fails at once, and while the cluster is
+    /// `upgrading` (a member runs an earlier build) it is tried for
+    /// [`DATA_PATIENCE`] and then given up; the lock is kept either way.
+    async fn renew(&self, data: Option<&str>) -> Result<LockView, Failed> {
         let mut attempt = 0u32;
+        let started = Instant::now();
         loop {
             // Looked at again before every attempt, and raced against it: a
             // suspend meanwhile moves the lapse closer.
@@ -601,7 +634,7 @@ impl Renewal {
             let sent = Instant::now();
             let suspended_at_send = self.lease_count.suspends.suspended();
             if sent >= lapse || self.lease_count.lost.is_cancelled() {
-                return Err(Loss::Lapsed);
+                return Err(Failed::Lost(Loss::Lapsed));
             }
             let body = RenewBody {
                 name: self.name.clone(),
@@ -614,23 +647,48 @@ impl Renewal {
             let timeout = attempt_timeout(lapse.saturating_duration_since(sent), tries_left);
             let answer = tokio::select! {
                 answer = self.transport.renew(body, timeout) => answer,
-                _ = self.lease_count.lapsed() => return Err(Loss::Lapsed),
+                _ = self.lease_count.lapsed() => return Err(Failed::Lost(Loss::Lapsed)),
             };
             match answer {
                 // Declared lost meanwhile (`is_lost` saw the lapse): lost
                 // it stays, whatever the cluster says.
-                Ok(_) if self.lease_count.lost.is_cancelled() => return Err(Loss::Lapsed),
+                Ok(_) if self.lease_count.lost.is_cancelled() => {
+                    return Err(Failed::Lost(Loss::Lapsed))
+                }
                 Ok(view) => {
                     let left = Duration::from_millis(view.ttl_ms).min(self.lease);
                     self.lease_count.counted_from(sent, suspended_at_send, left);
-                    *self.view.lock().unwrap_or_else(|p| p.into_inner()) = view.clone();
+                    let mut latest = self.view_sent.lock().unwrap_or_else(|p| p.into_inner());
+                    if sent >= *latest {
+                        *latest = sent;
+                        *self.view.lock().unwrap_or_else(|p| p.into_inner()) = view.clone();
+                    }
                     return Ok(view);
                 }
                 Err(CallError::Api(e))
                     if matches!(e.error, ErrorCode::NotHeld | ErrorCode::Held) =>
                 {
                     tracing::warn!(name = %self.name, error = %e.error, "renewal refused: the lock is lost");
-                    return Err(Loss::Refused);
+                    return Err(Failed::Lost(Loss::Refused));
+                }
+                Err(CallError::Api(e))
+                    if data.is_some()
+                        && matches!(
+                            e.error,
+                            ErrorCode::BadRequest
+                                | ErrorCode::TooLarge
+                                | ErrorCode::Forbidden
+                                | ErrorCode::Unauthorized
+                        ) =>
+                {
+                    return Err(Failed::NotChanged(refused(CallError::Api(e))));
+                }
+                Err(CallError::Api(e))
+                    if data.is_some()
+                        && e.error == ErrorCode::Upgrading
+                        && started.elapsed() >= DATA_PATIENCE =>
+                {
+                    return Err(Failed::NotChanged(refused(CallError::Api(e))));
                 }
                 Err(e) => {
                     // Unknown outcome, no speaker, or a node that failed:
@@ -641,7 +699,7 @@ impl Renewal {
                     let pause = Duration::from_millis((25u64 << attempt.min(3)).min(200));
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => {}
-                        _ = self.lease_count.lapsed() => return Err(Loss::Lapsed),
+                        _ = self.lease_count.lapsed() => return Err(Failed::Lost(Loss::Lapsed)),
                     }
                     attempt += 1;
                 }

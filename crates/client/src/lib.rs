@@ -142,7 +142,7 @@ fn refused(e: CallError) -> Error {
             ErrorCode::UnknownRoute | ErrorCode::MethodNotAllowed => {
                 Error::UnknownRoute(body.message)
             }
-            ErrorCode::NotCaughtUp => Error::Unavailable(body.message),
+            ErrorCode::NotCaughtUp | ErrorCode::Upgrading => Error::Unavailable(body.message),
             ErrorCode::UnknownMember
             | ErrorCode::MemberExists
             | ErrorCode::ChangeInProgress

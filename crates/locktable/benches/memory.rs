@@ -52,6 +52,7 @@ fn lock(i: u64, now: MonoTime) -> Lock {
         acquired: now,
         expires: now + Duration::from_secs(30),
         data: None,
+        data_rev: 0,
     }
 }
 

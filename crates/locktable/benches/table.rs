@@ -58,6 +58,7 @@ fn lock(i: u64, node: u64) -> Lock {
         acquired: now(),
         expires: now() + Duration::from_secs(3600),
         data: None,
+        data_rev: 0,
     }
 }
 

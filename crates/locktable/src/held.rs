@@ -77,6 +77,11 @@ impl<'a> HeldLock<'a> {
         self.slot.data()
     }
 
+    /// The data's revision ([`Lock::data_rev`]).
+    pub fn data_rev(&self) -> u32 {
+        self.slot.data_rev()
+    }
+
     /// The lock, copied out.
     pub fn to_lock(&self) -> Lock {
         self.slot.to_lock()
@@ -218,6 +223,7 @@ mod tests {
             acquired: t(0),
             expires,
             data: (id % 2 == 0).then(|| format!("data-{id}")),
+            data_rev: 0,
         }
     }
 

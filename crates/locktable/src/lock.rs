@@ -154,6 +154,10 @@ pub struct Lock {
     pub expires: MonoTime,
     /// Data kept with the lock.
     pub data: Option<String>,
+    /// How many times the data was changed since the grant: of two records
+    /// of one grant, the data of the higher revision is the newer, whatever
+    /// their leases (a proclaim may shorten the lease).
+    pub data_rev: u32,
 }
 
 impl Lock {
@@ -191,6 +195,7 @@ impl Lock {
             ttl: self.ttl(now),
             held_for: self.held_for(now),
             data: self.data.clone(),
+            data_rev: self.data_rev,
         }
     }
 }
@@ -217,6 +222,8 @@ pub struct LockInTransit {
     pub held_for: Duration,
     /// Data kept with the lock.
     pub data: Option<String>,
+    /// The data's revision ([`Lock::data_rev`]).
+    pub data_rev: u32,
 }
 
 impl LockInTransit {
@@ -237,6 +244,7 @@ impl LockInTransit {
             acquired: counted_from - self.held_for,
             expires: counted_from + self.ttl,
             data: self.data,
+            data_rev: self.data_rev,
         }
     }
 }
@@ -327,6 +335,7 @@ mod tests {
             acquired: at - Duration::from_secs(2),
             expires: at + Duration::from_secs(3),
             data: None,
+            data_rev: 0,
         };
         let moved = lock.in_transit(at);
         assert_eq!(moved.ttl, Duration::from_secs(3));

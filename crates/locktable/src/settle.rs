@@ -56,6 +56,10 @@ fn merge_report(into: &mut Lock, other: Lock) {
         into.lease = other.lease;
         into.node = other.node;
     }
+    if other.data_rev > into.data_rev {
+        into.data = other.data;
+        into.data_rev = other.data_rev;
+    }
 }
 
 /// Settles the locks the nodes report into `slots`, which start empty, and

@@ -22,7 +22,9 @@ pub(crate) struct Slot {
     text: Box<str>,
     name_len: u16,
     holder_len: u16,
-    has_data: bool,
+    /// The data's revision, shifted left by one; the low bit says whether
+    /// there is data (one field keeps the slot at 80 bytes).
+    data_bits: u32,
     pub(crate) id: LockId,
     pub(crate) node: NodeId,
     pub(crate) fence: Fence,
@@ -50,7 +52,7 @@ impl Slot {
             text: text.into_boxed_str(),
             name_len: name.len() as u16,
             holder_len: holder.len() as u16,
-            has_data: data.is_some(),
+            data_bits: data_bits(lock.data_rev, data.is_some()),
             id: lock.id,
             node: lock.node,
             fence: lock.fence,
@@ -70,9 +72,10 @@ impl Slot {
         self.expires = now + lease;
     }
 
-    /// Takes in another report of the same grant: the earliest start, and
-    /// the latest lease end through the node that reported it, with the
-    /// data that report has (a renewal may have changed it).
+    /// Takes in another report of the same grant: the earliest start, the
+    /// latest lease end through the node that reported it, and the data of
+    /// the higher revision (a renewal that changed the data may have ended
+    /// sooner than an earlier one that did not).
     pub(crate) fn merge(&mut self, other: &Lock) {
         debug_assert_eq!(self.id, other.id);
         self.acquired = self.acquired.min(other.acquired);
@@ -80,21 +83,30 @@ impl Slot {
             self.lease_nanos = nanos(other.lease);
             self.expires = other.expires;
             self.node = other.node;
-            if other.data.as_deref() != self.data() {
-                self.set_data(other.data.as_deref());
-            }
+        }
+        if other.data_rev > self.data_rev() {
+            self.put_data(other.data.as_deref(), other.data_rev);
         }
     }
 
-    /// Keeps `data` in place of the data kept so far.
+    /// Keeps `data` in place of the data kept so far, one revision on.
     pub(crate) fn set_data(&mut self, data: Option<&str>) {
+        self.put_data(data, self.data_rev().saturating_add(1));
+    }
+
+    fn put_data(&mut self, data: Option<&str>, rev: u32) {
         let data = data.map(clip);
         let kept = self.name_len as usize + self.holder_len as usize;
         let mut text = String::with_capacity(kept + data.map_or(0, str::len));
         text.push_str(&self.text[..kept]);
         text.push_str(data.unwrap_or(""));
         self.text = text.into_boxed_str();
-        self.has_data = data.is_some();
+        self.data_bits = data_bits(rev, data.is_some());
+    }
+
+    /// The data's revision.
+    pub(crate) fn data_rev(&self) -> u32 {
+        self.data_bits >> 1
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -108,7 +120,7 @@ impl Slot {
 
     pub(crate) fn data(&self) -> Option<&str> {
         let start = self.name_len as usize + self.holder_len as usize;
-        self.has_data.then(|| &self.text[start..])
+        (self.data_bits & 1 == 1).then(|| &self.text[start..])
     }
 
     pub(crate) fn is_live(&self, now: MonoTime) -> bool {
@@ -126,8 +138,15 @@ impl Slot {
             acquired: self.acquired,
             expires: self.expires,
             data: self.data().map(str::to_owned),
+            data_rev: self.data_rev(),
         }
     }
+}
+
+/// A revision (at most `u32::MAX >> 1`) and whether there is data, in one
+/// field.
+fn data_bits(rev: u32, has_data: bool) -> u32 {
+    (rev.min(u32::MAX >> 1) << 1) | u32::from(has_data)
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -288,6 +307,7 @@ mod tests {
             acquired: MonoTime::from_nanos(1),
             expires: MonoTime::from_nanos(2),
             data: data.map(Into::into),
+            data_rev: 0,
         }
     }
 

@@ -816,6 +816,7 @@ impl Table {
             acquired: now,
             expires: now + lease,
             data: request.data,
+            data_rev: 0,
         };
         self.insert(&lock);
         Ok(lock)

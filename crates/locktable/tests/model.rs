@@ -95,6 +95,7 @@ impl Model {
             acquired: now,
             expires: now + lease,
             data: None,
+            data_rev: 0,
         };
         self.locks.insert(lock.name.clone(), lock.clone());
         lock
@@ -357,6 +358,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         acquired,
                         expires: now + ms(4_000),
                         data: None,
+                        data_rev: 0,
                     });
                 }
                 // The model: per name, the live, unreleased report held
@@ -419,6 +421,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     acquired: now,
                     expires: now + ms(1000),
                     data: None,
+                    data_rev: 0,
                 };
                 let stale = table.rebuild(
                     RebuildFrom {

@@ -450,6 +450,8 @@ async fn run_raft(node: Arc<Node>, stop: CancellationToken, rejoin: bool) {
     }
     tracing::info!(
         ?wait,
+        store = %node.identity.store(),
+        new = node.identity.was_named() == Some(false),
         "waiting out any leader lease this node may have backed before Raft runs"
     );
     tokio::select! {

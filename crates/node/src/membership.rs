@@ -56,8 +56,57 @@ impl Node {
                 self.add_member(id, addr, store).await?
             }
             MemberChange::Remove { id } => self.remove_member(id).await?,
+            MemberChange::Retire { id, store } => {
+                let store = parse_store(&store)?;
+                self.retire_member(id, store).await?
+            }
         }
         Ok(self.cluster())
+    }
+
+    /// As the speaker: removes `id` if it runs on another data directory
+    /// than `store`, which asks to rejoin under it, and that directory's
+    /// process has not answered this speaker lately ([`RETIRE_QUIET`]):
+    /// two processes under one id would otherwise take the healthy one
+    /// out. Nothing if the id runs on `store` already, or is no member.
+    async fn retire_member(&self, id: NodeId, store: StoreId) -> Result<(), ApiError> {
+        let metrics = self.settled_metrics().await?;
+        if metrics
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .is_none()
+        {
+            return Ok(());
+        }
+        let known = self
+            .identity
+            .pinned(id)
+            .or_else(|| self.identity.recorded(id));
+        let Some(known) = known.filter(|known| *known != store) else {
+            return Ok(());
+        };
+        let quiet = RETIRE_QUIET.max(3 * Duration::from_millis(self.config.timings.heartbeat_ms));
+        let answers = if id == self.id() {
+            Some(Duration::ZERO)
+        } else {
+            self.peers
+                .reach()
+                .of(id)
+                .filter(|reach| reach.reachable)
+                .and_then(|reach| reach.last_contact)
+        };
+        if let Some(ago) = answers.filter(|ago| *ago < quiet) {
+            return Err(ApiError::new(
+                ErrorCode::MemberExists,
+                format!(
+                    "member {id} still answers on its data directory {known} (last {} ms ago): \
+                     stop that process before starting another under its id with --rejoin",
+                    ago.as_millis()
+                ),
+            ));
+        }
+        self.remove_member(id).await
     }
 
     /// As the speaker: adds `id` at `addr` as a learner, waits until it
@@ -554,14 +603,29 @@ impl Node {
                 removed: false,
             });
         }
-        self.change_members(MemberChange::Remove { id }, false)
-            .await?;
+        // From protocol 2 the speaker is told which directory asks, and
+        // checks again under its membership lock: a retirement that
+        // arrives after the rejoin removes nothing.
+        let change = if self.data_revs() {
+            MemberChange::Retire {
+                id,
+                store: stamp.store.to_string(),
+            }
+        } else {
+            MemberChange::Remove { id }
+        };
+        let after = self.change_members(change, false).await?;
         Ok(RetireAnswer {
             cluster: true,
-            removed: true,
+            removed: after.members.iter().all(|m| m.id != id),
         })
     }
 }
+
+/// How long a member's old data directory must have been silent (no
+/// answer to the speaker's Raft messages) before a node on a new one may
+/// retire it (at least three heartbeats).
+const RETIRE_QUIET: Duration = Duration::from_secs(2);
 
 /// How often the speaker looks for members whose data directory the log
 /// does not say yet.

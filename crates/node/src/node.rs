@@ -729,6 +729,13 @@ impl Node {
         Some((leader, addr))
     }
 
+    /// Whether this node's cluster speaks data revisions (protocol
+    /// [`leasehold_raft::version::DATA_REVS`], as applied here): reports
+    /// carry them, and a lock's data may change after its grant.
+    pub(crate) fn data_revs(&self) -> bool {
+        self.identity.versions().cluster() >= leasehold_raft::version::DATA_REVS
+    }
+
     /// Whether this node is the Raft leader (rebuilt or not).
     pub(crate) fn is_leader(&self) -> bool {
         self.raft.as_leader().is_ok()

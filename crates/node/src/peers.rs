@@ -227,20 +227,24 @@ impl Peers {
         }
     }
 
-    /// A member's `Held` and `Granted`, read by the speaker of `term` frame by frame as they arrive
-    /// (frames over `frame_limit` bytes are refused), each frame's leases
-    /// counted on `clock` from its arrival. `timeout` bounds the whole read.
+    /// A member's `Held` and `Granted`, read by the speaker of `term` frame
+    /// by frame as they arrive (frames over `frame_limit` bytes are
+    /// refused), each frame's leases counted on `clock` from its arrival,
+    /// their data's revisions asked for if `revs`. `timeout` bounds the
+    /// whole read.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn report(
         &self,
         addr: &str,
         term: u64,
+        revs: bool,
         timeout: Duration,
         frame_limit: usize,
         clock: Clock,
     ) -> Result<MemberReport, PeerError> {
         use PeerErrorKind::{Answered, Malformed, NoAnswer};
         let read = async {
-            let body = serde_json::to_vec(&ReportRequest { term })
+            let body = serde_json::to_vec(&ReportRequest { term, revs })
                 .map_err(|e| PeerError::new(addr, Malformed, e))?;
             let mut response = self
                 .send_streamed(addr, routes::HELD, Some(body), timeout)
@@ -255,7 +259,7 @@ impl Peers {
                     "the member refused to report",
                 ));
             }
-            let mut reader = ReportReader::new(frame_limit, || clock.now());
+            let mut reader = ReportReader::new(frame_limit, revs, || clock.now());
             while let Some(piece) = response
                 .body
                 .try_next()

@@ -53,7 +53,8 @@ pub(crate) struct Departed {
 
 /// One lock of a report: times as durations (nanoseconds). Sent with
 /// borrowed strings (`S = &str`), received with owned ones; both encode
-/// alike.
+/// alike. This is the layout of protocol 0 and 1; from protocol 2 a report
+/// asked for revisions sends [`Revised`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ReportLock<S = String> {
     name: S,
@@ -67,47 +68,59 @@ pub(crate) struct ReportLock<S = String> {
     data: Option<S>,
 }
 
+/// A lock of a report with its data's revision (protocol 2): the fields of
+/// [`ReportLock`], then the revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Revised<S = String> {
+    lock: ReportLock<S>,
+    data_rev: u32,
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl<'a> ReportLock<&'a str> {
+impl<'a> Revised<&'a str> {
     /// `lock` as it leaves at `now`, its strings borrowed.
     pub(crate) fn of(lock: &'a Lock, now: MonoTime) -> Self {
-        ReportLock {
-            name: &lock.name,
-            id: lock.id.as_u128(),
-            node: lock.node,
-            holder: &lock.holder,
-            fence: lock.fence.0,
-            lease_ns: nanos(lock.lease),
-            ttl_ns: nanos(lock.ttl(now)),
-            held_ns: nanos(lock.held_for(now)),
-            data: lock.data.as_deref(),
+        Revised {
+            lock: ReportLock {
+                name: &lock.name,
+                id: lock.id.as_u128(),
+                node: lock.node,
+                holder: &lock.holder,
+                fence: lock.fence.0,
+                lease_ns: nanos(lock.lease),
+                ttl_ns: nanos(lock.ttl(now)),
+                held_ns: nanos(lock.held_for(now)),
+                data: lock.data.as_deref(),
+            },
+            data_rev: lock.data_rev,
         }
     }
-}
 
-impl<'a> ReportLock<&'a str> {
     /// A lock of this node's `Held` as it leaves at `now`, read where it is
     /// kept.
     pub(crate) fn held(lock: HeldLock<'a>, now: MonoTime) -> Self {
-        ReportLock {
-            name: lock.name(),
-            id: lock.id().as_u128(),
-            node: lock.node(),
-            holder: lock.holder(),
-            fence: lock.fence().0,
-            lease_ns: nanos(lock.lease()),
-            ttl_ns: nanos(lock.ttl(now)),
-            held_ns: nanos(lock.held_for(now)),
-            data: lock.data(),
+        Revised {
+            lock: ReportLock {
+                name: lock.name(),
+                id: lock.id().as_u128(),
+                node: lock.node(),
+                holder: lock.holder(),
+                fence: lock.fence().0,
+                lease_ns: nanos(lock.lease()),
+                ttl_ns: nanos(lock.ttl(now)),
+                held_ns: nanos(lock.held_for(now)),
+                data: lock.data(),
+            },
+            data_rev: lock.data_rev(),
         }
     }
 }
 
-impl From<ReportLock> for LockInTransit {
-    fn from(l: ReportLock) -> Self {
+impl From<Revised> for LockInTransit {
+    fn from(Revised { lock: l, data_rev }: Revised) -> Self {
         LockInTransit {
             name: l.name,
             id: LockId::from_u128(l.id),
@@ -118,20 +131,34 @@ impl From<ReportLock> for LockInTransit {
             ttl: Duration::from_nanos(l.ttl_ns),
             held_for: Duration::from_nanos(l.held_ns),
             data: l.data,
+            data_rev,
         }
     }
 }
 
+impl From<ReportLock> for LockInTransit {
+    fn from(lock: ReportLock) -> Self {
+        LockInTransit::from(Revised { lock, data_rev: 0 })
+    }
+}
+
 /// Encodes a report: `header`, then `locks` in frames of at most `limit`
-/// bytes each, then their count. Each frame is its own buffer.
+/// bytes each, then their count. Each frame is its own buffer. The locks
+/// carry their data's revision if `revs` (the reader asked for them: its
+/// cluster speaks protocol 2), else the older layout.
 pub(crate) fn encode<'a>(
     header: &ReportHeader,
-    locks: impl IntoIterator<Item = ReportLock<&'a str>>,
+    locks: impl IntoIterator<Item = Revised<&'a str>>,
+    revs: bool,
     limit: usize,
 ) -> Result<Vec<Vec<u8>>, CodecError> {
     let mut writer = ChunkWriter::new(header, limit)?;
     for lock in locks {
-        writer.push(&lock)?;
+        if revs {
+            writer.push(&lock)?;
+        } else {
+            writer.push(&lock.lock)?;
+        }
     }
     writer.finish()
 }
@@ -155,7 +182,7 @@ pub(crate) struct MemberReport {
 /// and its locks put on this node's clock, so only the frame being received
 /// is held as bytes.
 pub(crate) struct ReportReader<C> {
-    stream: ChunkReader<ReportHeader, ReportLock>,
+    stream: Stream,
     /// Reads the lease clock when bytes arrive.
     clock: C,
     report: Option<MemberReport>,
@@ -165,10 +192,15 @@ pub(crate) struct ReportReader<C> {
 
 impl<C: FnMut() -> MonoTime> ReportReader<C> {
     /// A reader refusing frames over `limit` bytes, counting leases from
-    /// `clock`'s reading when each part of the report arrives.
-    pub(crate) fn new(limit: usize, clock: C) -> Self {
+    /// `clock`'s reading when each part of the report arrives; its locks
+    /// carry revisions if `revs` (as asked of the member).
+    pub(crate) fn new(limit: usize, revs: bool, clock: C) -> Self {
         ReportReader {
-            stream: ChunkReader::new(limit),
+            stream: if revs {
+                Stream::Revised(ChunkReader::new(limit))
+            } else {
+                Stream::Plain(ChunkReader::new(limit))
+            },
             clock,
             report: None,
             frames: 0,
@@ -198,11 +230,8 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
                 }
                 Chunk::Items(locks) => {
                     self.frames += 1;
-                    self.locks.extend(
-                        locks
-                            .into_iter()
-                            .map(|l| LockInTransit::from(l).arrive(arrived)),
-                    );
+                    self.locks
+                        .extend(locks.into_iter().map(|l| l.arrive(arrived)));
                 }
             }
         }
@@ -222,6 +251,43 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
     }
 }
 
+/// A report's frames as they are read, in the layout asked for.
+enum Stream {
+    Plain(ChunkReader<ReportHeader, ReportLock>),
+    Revised(ChunkReader<ReportHeader, Revised>),
+}
+
+impl Stream {
+    fn push(&mut self, bytes: &[u8]) {
+        match self {
+            Stream::Plain(r) => r.push(bytes),
+            Stream::Revised(r) => r.push(bytes),
+        }
+    }
+
+    fn next_chunk(&mut self) -> Result<Option<Chunk<ReportHeader, LockInTransit>>, CodecError> {
+        fn locks<T: Into<LockInTransit>>(
+            chunk: Chunk<ReportHeader, T>,
+        ) -> Chunk<ReportHeader, LockInTransit> {
+            match chunk {
+                Chunk::Header(h) => Chunk::Header(h),
+                Chunk::Items(items) => Chunk::Items(items.into_iter().map(Into::into).collect()),
+            }
+        }
+        Ok(match self {
+            Stream::Plain(r) => r.next_chunk()?.map(locks),
+            Stream::Revised(r) => r.next_chunk()?.map(locks),
+        })
+    }
+
+    fn finish(&mut self) -> Result<(), CodecError> {
+        match self {
+            Stream::Plain(r) => r.finish(),
+            Stream::Revised(r) => r.finish(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +304,7 @@ mod tests {
             acquired: at - Duration::from_millis(i),
             expires: at + Duration::from_secs(20) + Duration::from_nanos(i),
             data: (i % 3 == 0).then(|| "x".repeat(i as usize % 50)),
+            data_rev: (i % 5) as u32,
         }
     }
 
@@ -258,13 +325,20 @@ mod tests {
 
     #[test]
     fn a_report_crosses_in_bounded_frames_and_each_frame_counts_from_its_arrival() {
+        crosses(false);
+        crosses(true);
+    }
+
+    /// A report of 3000 locks, with data revisions if `revs`.
+    fn crosses(revs: bool) {
         let clock = Clock::new();
         let sent = clock.now();
         let locks: Vec<Lock> = (0..3000).map(|i| lock(i, sent)).collect();
         let limit = 16 * 1024;
         let frames = encode(
             &header(),
-            locks.iter().map(|l| ReportLock::of(l, sent)),
+            locks.iter().map(|l| Revised::of(l, sent)),
+            revs,
             limit,
         )
         .unwrap();
@@ -274,7 +348,7 @@ mod tests {
         // The pieces arrive a second apart, cut to 1000 bytes each.
         let start = sent + Duration::from_millis(500);
         let arrivals = std::cell::Cell::new(0u32);
-        let mut reader = ReportReader::new(limit, || {
+        let mut reader = ReportReader::new(limit, revs, || {
             let i = arrivals.get();
             arrivals.set(i + 1);
             start + Duration::from_secs(u64::from(i))
@@ -301,6 +375,8 @@ mod tests {
                     sent_lock.data.as_deref()
                 )
             );
+            let rev = if revs { sent_lock.data_rev } else { 0 };
+            assert_eq!(got.data_rev, rev, "revisions cross only when asked");
             assert_eq!(
                 got.acquired,
                 sent_lock.acquired + delay,
@@ -322,11 +398,16 @@ mod tests {
         let clock = Clock::new();
         let now = clock.now();
         let locks: Vec<Lock> = (0..40).map(|i| lock(i, now)).collect();
-        let bytes = encode(&header(), locks.iter().map(|l| ReportLock::of(l, now)), 512)
-            .unwrap()
-            .concat();
+        let bytes = encode(
+            &header(),
+            locks.iter().map(|l| Revised::of(l, now)),
+            true,
+            512,
+        )
+        .unwrap()
+        .concat();
         let read = |bytes: &[u8]| {
-            let mut reader = ReportReader::new(512, || clock.now());
+            let mut reader = ReportReader::new(512, true, || clock.now());
             reader.push(bytes)?;
             reader.finish()
         };
@@ -364,7 +445,8 @@ mod tests {
         big.holder = "h".repeat(MAX_HOLDER_BYTES);
         big.data = Some("d".repeat(MAX_DATA_BYTES));
         let limit = crate::NodeConfig::MIN_REPORT_FRAME_BYTES;
-        let frames = encode(&header(), [ReportLock::of(&big, now)], limit).unwrap();
+        big.data_rev = u32::MAX;
+        let frames = encode(&header(), [Revised::of(&big, now)], true, limit).unwrap();
         assert!(frames.iter().all(|f| f.len() <= limit + 4));
     }
 
@@ -375,13 +457,10 @@ mod tests {
         for i in 0..4 {
             held.record(lock(i, now));
         }
-        let from_held: Vec<ReportLock<&str>> = held
-            .iter_live(now)
-            .map(|l| ReportLock::held(l, now))
-            .collect();
+        let from_held: Vec<Revised<&str>> =
+            held.iter_live(now).map(|l| Revised::held(l, now)).collect();
         let locks = held.live(now);
-        let from_locks: Vec<ReportLock<&str>> =
-            locks.iter().map(|l| ReportLock::of(l, now)).collect();
+        let from_locks: Vec<Revised<&str>> = locks.iter().map(|l| Revised::of(l, now)).collect();
         assert_eq!(from_held.len(), 4);
         assert_eq!(from_held, from_locks);
     }

@@ -321,10 +321,12 @@ impl Node {
             unrenewed: false,
         };
         let released = forwarded_lock(self.forward_call(ForwardCall::Release(forwarded)).await?)?;
-        self.drop_held(id);
-        Ok(LockInTransit::try_from(released)
+        let now = self.clock.now();
+        let released = LockInTransit::try_from(released)
             .map_err(malformed)?
-            .arrive(self.clock.now()))
+            .arrive(now);
+        self.state().member.released_through_speaker(&released, now);
+        Ok(released)
     }
 
     /// Renews a lock by name and id; this node keeps its record from now on.

@@ -240,6 +240,16 @@ impl Node {
         record: Option<Lock>,
         data: Option<String>,
     ) -> Result<Lock, ApiError> {
+        if data.is_some() && !self.data_revs() {
+            return Err(ApiError::new(
+                ErrorCode::Upgrading,
+                format!(
+                    "a lock's data can change only once every member speaks protocol {} \
+                     (a member runs an older build, or the cluster has just started)",
+                    leasehold_raft::version::DATA_REVS
+                ),
+            ));
+        }
         let guard = self.guard();
         let (renewed, made) = {
             let mut state = self.state();
@@ -251,14 +261,14 @@ impl Node {
                 record,
                 data,
             };
-            let renewed = state.member.renew(renewal, &guard, self.clock.now());
-            if renewed.is_ok() {
-                self.changed(&state);
-            }
-            renewed
+            state.member.renew(renewal, &guard, self.clock.now())
         }
         .map_err(|r| self.refused(r))?;
-        self.ensure_on_record(&renewed, node, made).await?;
+        // Watchers wake once the renewal (and new data) is on record with
+        // as many members as a grant, or failed to be.
+        let on_record = self.ensure_on_record(&renewed, node, made).await;
+        self.changed(&self.state());
+        on_record?;
         self.metrics.renewals.inc();
         Ok(renewed)
     }

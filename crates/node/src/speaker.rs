@@ -23,7 +23,7 @@ use tracing::Instrument;
 
 use crate::node::Node;
 use crate::peers::PeerError;
-use crate::report::{self, MemberReport, ReportHeader, ReportLock};
+use crate::report::{self, MemberReport, ReportHeader, Revised};
 use tokio_util::sync::CancellationToken;
 
 /// The longest the speaker task sleeps without looking: its guard can run
@@ -366,6 +366,7 @@ async fn read_member(
             .report(
                 &addr,
                 term,
+                node.data_revs(),
                 timeout,
                 node.config.report_frame_bytes,
                 node.clock,
@@ -454,15 +455,20 @@ impl Node {
     ///
     /// The clients' locks are encoded where they are kept, under the node's
     /// lock: the frames are the only copy made of them.
-    pub(crate) fn report_frames(&self) -> Result<Vec<Vec<u8>>, CodecError> {
+    pub(crate) fn report_frames(&self, revs: bool) -> Result<Vec<Vec<u8>>, CodecError> {
         let header = self.report_header();
         let started = Instant::now();
         let now = self.clock.now();
         let state = self.state();
         let (held, granted) = state.member.report(now);
-        let held = held.map(|l| ReportLock::held(l, now));
-        let granted = granted.iter().map(|l| ReportLock::of(l, now));
-        let frames = report::encode(&header, held.chain(granted), self.config.report_frame_bytes)?;
+        let held = held.map(|l| Revised::held(l, now));
+        let granted = granted.iter().map(|l| Revised::of(l, now));
+        let frames = report::encode(
+            &header,
+            held.chain(granted),
+            revs,
+            self.config.report_frame_bytes,
+        )?;
         drop(state);
         tracing::info!(
             frames = frames.len(),

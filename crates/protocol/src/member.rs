@@ -811,15 +811,29 @@ impl Member {
     /// lease counted from the call's send, never from the answer's arrival
     /// at `_arrived` (the speaker renewed it no earlier than it was sent).
     /// Recorded in `Held` unless a newer speaker read this member meanwhile.
+    ///
+    /// A renewal answered after the lock's release through this member
+    /// (the two crossed) is not recorded: the record would outlive the
+    /// release and bring the lock back at the next rebuild.
     pub fn renewed_through_speaker(
         &mut self,
         call: Forwarded,
         lock: LockInTransit,
-        _arrived: MonoTime,
+        arrived: MonoTime,
     ) -> Result<Lock, Refusal> {
+        if self.table.is_forgotten(lock.id, arrived) {
+            return Err(Refusal::NotHeld);
+        }
         let lock = lock.arrive(call.sent);
         self.record_held(lock.clone(), call.read_before)?;
         Ok(lock)
+    }
+
+    /// The speaker released a lock this member forwarded the release of:
+    /// its record goes, and a renewal of it answered later is not
+    /// recorded ([`Member::renewed_through_speaker`]).
+    pub fn released_through_speaker(&mut self, lock: &Lock, now: MonoTime) {
+        self.forget(&lock.name, lock.id, lock.lease, now);
     }
 
     /// The speaker refused a renewal this member forwarded: a lock "not

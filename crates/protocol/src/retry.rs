@@ -63,6 +63,7 @@ mod tests {
             acquired: MonoTime::from_nanos(1),
             expires: MonoTime::from_nanos(2),
             data: None,
+            data_rev: 0,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use leasehold_protocol::{CopyStep, Guard, Members, RebuildMode, Refusal};
-use locktable::{AcquireError, Acquired, LockId, MonoTime, Request};
+use locktable::{AcquireError, Acquired, Lock, LockId, MonoTime, Request};
 
 fn wait_for(name: &str, id: u128, node: u64) -> Request {
     Request {
@@ -534,26 +534,69 @@ fn a_renewal_that_changes_data_survives_a_rebuild_beside_an_older_copy() {
         vec![(3, lock.clone()), (2, renewed.clone())],
         vec![(2, renewed.clone()), (3, lock.clone())],
     ] {
-        m.drop_table(Some(4), later);
-        let input = leasehold_protocol::RebuildInput {
-            term: 4,
-            generation: m.generation(),
-            reads: reads
-                .into_iter()
-                .map(|(member, record)| leasehold_protocol::MemberRead {
-                    member,
-                    max_lease: MAX_LEASE,
-                    copies: 2,
-                    uptime: None,
-                    locks: vec![record],
-                })
-                .collect(),
-            missing: vec![],
-            took: Duration::ZERO,
-        };
-        m.rebuild(input, &leading(4, later), later).unwrap();
-        let rebuilt = m.get("a", &leading(4, later), later).unwrap().unwrap();
+        let rebuilt = rebuilt_from(&mut m, reads, "a", later);
         assert_eq!(rebuilt.data.as_deref(), Some("v2"), "{rebuilt:?}");
         assert_eq!(rebuilt.fence, lock.fence);
     }
+}
+
+/// A proclaim with a shorter lease than the renewal before it: the record
+/// of the older data ends later, yet a rebuild keeps the newer data (the
+/// higher revision), whichever member it reads first.
+#[test]
+fn a_proclaim_with_a_shorter_lease_keeps_its_data_through_a_rebuild() {
+    let now = at(0);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let lock = granted(&mut m, "a", 1, 2, &leading(3, now), now);
+    let mut long = renewal("a", lock.id, 2, None);
+    long.lease = Some(Duration::from_secs(20));
+    let (long, _) = m.renew(long, &leading(3, at(100)), at(100)).unwrap();
+    let mut proclaim = renewal("a", lock.id, 2, None);
+    proclaim.lease = Some(Duration::from_secs(2));
+    proclaim.data = Some("v2".to_string());
+    let later = at(200);
+    let (short, _) = m.renew(proclaim, &leading(3, later), later).unwrap();
+    assert!(long.expires > short.expires, "the older record ends later");
+    assert_eq!((long.data_rev, short.data_rev), (0, 1));
+    for reads in [
+        vec![(3, long.clone()), (2, short.clone())],
+        vec![(2, short.clone()), (3, long.clone())],
+    ] {
+        let rebuilt = rebuilt_from(&mut m, reads, "a", later);
+        assert_eq!(rebuilt.data.as_deref(), Some("v2"), "{rebuilt:?}");
+        assert_eq!(rebuilt.data_rev, 1);
+        assert_eq!(
+            rebuilt.expires, long.expires,
+            "the longest lease still counts"
+        );
+    }
+}
+
+/// `m`'s table dropped and rebuilt for term 4 at `now` from one record per
+/// member (`reads`, in that order): the lock `name` as rebuilt.
+fn rebuilt_from(
+    m: &mut leasehold_protocol::Member,
+    reads: Vec<(u64, Lock)>,
+    name: &str,
+    now: MonoTime,
+) -> Lock {
+    m.drop_table(Some(4), now);
+    let input = leasehold_protocol::RebuildInput {
+        term: 4,
+        generation: m.generation(),
+        reads: reads
+            .into_iter()
+            .map(|(member, record)| leasehold_protocol::MemberRead {
+                member,
+                max_lease: MAX_LEASE,
+                copies: 2,
+                uptime: None,
+                locks: vec![record],
+            })
+            .collect(),
+        missing: vec![],
+        took: Duration::ZERO,
+    };
+    m.rebuild(input, &leading(4, now), now).unwrap();
+    m.get(name, &leading(4, now), now).unwrap().unwrap()
 }

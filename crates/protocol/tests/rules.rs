@@ -91,6 +91,32 @@ fn an_answer_a_newer_speakers_read_overtook_is_refused_and_not_recorded() {
     assert!(granted.is_ok());
 }
 
+/// A renewal and a release of one lock forwarded together, the release
+/// answered first: the renewal's late answer must not bring the record
+/// back (a next rebuild would hold the released name for a whole lease).
+#[test]
+fn a_renewal_answered_after_the_release_is_not_recorded() {
+    let mut m = member(2, RebuildMode::Proceed);
+    let call = Forwarded {
+        sent: at(0),
+        read_before: 0,
+    };
+    let id = LockId::from_u128(7);
+    m.renewed_through_speaker(call, in_transit(7, 1, LEASE), at(1))
+        .unwrap();
+    let released = in_transit(7, 1, LEASE).arrive(at(10));
+    m.released_through_speaker(&released, at(10));
+    assert!(m.held_record(id).is_none());
+    let late = Forwarded {
+        sent: at(5),
+        read_before: 0,
+    };
+    let renewed = m.renewed_through_speaker(late, in_transit(7, 1, LEASE), at(20));
+    assert_eq!(renewed.err(), Some(Refusal::NotHeld));
+    assert!(m.held_record(id).is_none(), "no ghost record");
+    assert!(m.records(at(20)).is_empty());
+}
+
 #[test]
 fn a_not_held_renewal_drops_the_record_and_other_refusals_keep_it() {
     let mut m = member(2, RebuildMode::Proceed);
@@ -400,6 +426,7 @@ fn a_stopping_member_takes_no_new_record() {
         acquired: at(0),
         expires: at(10_000),
         data: None,
+        data_rev: 0,
     };
     assert_eq!(m.take_copies(3, vec![lock.clone()], 3, at(0)), Ok(()));
     m.stop_speaking(at(1));

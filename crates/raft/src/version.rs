@@ -46,7 +46,15 @@ pub type Protocol = u16;
 ///
 /// - 0: the builds before versions (no header).
 /// - 1: the header itself and [`crate::types::Command::Protocol`].
-pub const SPEAKS: Protocol = 1;
+/// - 2: data revisions ([`DATA_REVS`]).
+pub const SPEAKS: Protocol = 2;
+
+/// The version from which a lock's data may change after its grant (a
+/// renewal with data: proclaim): locks crossing between members carry
+/// their data's revision, and a rebuilding speaker asks reports for it, so
+/// the newest data wins whatever the leases. A cluster below it refuses
+/// such renewals (`503 upgrading`) until every member speaks it.
+pub const DATA_REVS: Protocol = 2;
 
 /// The lowest cluster version this build runs in.
 pub const OLDEST: Protocol = 0;

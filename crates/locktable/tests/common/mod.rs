@@ -80,5 +80,6 @@ pub fn held_lock(
         acquired,
         expires,
         data: None,
+        data_rev: 0,
     }
 }

@@ -216,7 +216,7 @@ async fn internal_held(
 ) -> Result<Response, ApiError> {
     let read: leasehold_api::ReportRequest = peer_body(&bytes)?;
     node.deposed_by(read.term);
-    let frames = leasehold_raft::blocking::unblock(move || node.report_frames())
+    let frames = leasehold_raft::blocking::unblock(move || node.report_frames(read.revs))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| ApiError::internal(e.to_string()))?;

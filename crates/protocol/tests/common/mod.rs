@@ -107,6 +107,7 @@ pub fn in_transit(id: u128, epoch: u64, ttl: Duration) -> LockInTransit {
         ttl,
         held_for: Duration::ZERO,
         data: None,
+        data_rev: 0,
     }
 }
 
