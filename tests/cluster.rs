@@ -40,6 +40,43 @@ async fn a_cluster_forms_grants_and_forwards() {
         }
     }
 
+    // Every view says whose it is; a follower asked for the speaker's
+    // answers the speaker's, through itself.
+    assert_eq!(info["view"], json!("speaker"), "{info}");
+    let (_, own) = cluster.get(f[0], "/v1/cluster").await;
+    assert_eq!(
+        (own["node"].clone(), own["view"].clone()),
+        (json!(f[0]), json!("own"))
+    );
+    assert!(own["at_ms"].as_u64().unwrap() > 1_700_000_000_000, "{own}");
+    let (status, through) = cluster.get(f[0], "/v1/cluster?view=speaker").await;
+    assert_eq!(status, 200, "{through}");
+    assert_eq!(
+        (&through["node"], &through["view"], &through["through"]),
+        (&json!(speaker), &json!("speaker"), &json!(f[0])),
+        "{through}"
+    );
+    assert!(
+        through["members"][0]["lag"].is_u64(),
+        "the speaker's members: {through}"
+    );
+    let (status, history) = cluster.get(f[0], "/v1/cluster/history?view=speaker").await;
+    assert_eq!(
+        (status, &history["node"]),
+        (200, &json!(speaker)),
+        "{history}"
+    );
+    assert!(
+        !history["rebuilds"].as_array().unwrap().is_empty(),
+        "{history}"
+    );
+    let (status, bad) = cluster.get(f[0], "/v1/cluster?view=leader").await;
+    assert_eq!(
+        (status, &bad["error"]),
+        (400, &json!("bad_request")),
+        "{bad}"
+    );
+
     // A lock taken through a follower names that follower.
     let lock = cluster
         .must_acquire(

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test file uses a part
 
+pub mod browser;
+
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;

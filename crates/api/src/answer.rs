@@ -57,6 +57,28 @@ pub struct ClusterAnswer {
     /// The highest protocol version the answering node offers.
     #[serde(default)]
     pub protocol_offered: u16,
+    /// Whose view this is: `"speaker"` when the answering node speaks and
+    /// has rebuilt (its members' reachability is what the speaker sees),
+    /// `"own"` otherwise (a follower's, or a speaker still rebuilding).
+    #[serde(default)]
+    pub view: String,
+    /// With `?view=speaker` through another node: that node, which asked
+    /// the speaker for its view. Absent when answered directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through: Option<NodeId>,
+    /// With `?view=speaker`, when the speaker's view could not be had: why
+    /// (the answer is then the asked node's own view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speaker_error: Option<String>,
+    /// When the view was taken: Unix time in milliseconds, on the answering
+    /// node's clock.
+    #[serde(default)]
+    pub at_ms: u64,
+    /// How many locks the answering node has granted since its process
+    /// started (as `leasehold_grants_total`): the speaker's view gives the
+    /// cluster's grant rate between two reads.
+    #[serde(default)]
+    pub grants: u64,
 }
 
 /// A member of the cluster.
@@ -181,6 +203,11 @@ mod tests {
             version: "0.1.0".into(),
             protocol: 1,
             protocol_offered: 1,
+            view: "own".into(),
+            through: None,
+            speaker_error: None,
+            at_ms: 1_795_982_400_000,
+            grants: 7,
         };
         let json = serde_json::to_value(&answer).unwrap();
         assert_eq!(
@@ -190,7 +217,8 @@ mod tests {
                     "state": "follower", "role": "voter", "lag": null, "reachable": null,
                     "last_contact_ms": null, "protocol": 1}],
                 "changing": false, "last_rebuild": null, "version": "0.1.0",
-                "protocol": 1, "protocol_offered": 1})
+                "protocol": 1, "protocol_offered": 1, "view": "own",
+                "at_ms": 1_795_982_400_000_u64, "grants": 7})
         );
         answer.leader = Some(2);
         answer.last_rebuild = Some(RebuildReport {

@@ -51,3 +51,10 @@ pub const IDENTITY: &str = "/internal/identity";
 /// `leasehold_raft::FaultPlan` → `{}`: an operator's route (token only, no
 /// identity), served by a node started with `--chaos`.
 pub const CHAOS: &str = "/internal/chaos";
+/// The speaker's view of the cluster, asked by a member for a caller of
+/// `GET /v1/cluster?view=speaker` → [`ClusterAnswer`](crate::ClusterAnswer).
+pub const CLUSTER: &str = "/internal/cluster";
+/// The speaker's failover history, asked by a member for a caller of
+/// `GET /v1/cluster/history?view=speaker` →
+/// [`HistoryAnswer`](crate::HistoryAnswer).
+pub const HISTORY: &str = "/internal/history";

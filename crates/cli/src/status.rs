@@ -239,6 +239,11 @@ mod tests {
             version: "test".into(),
             protocol: 1,
             protocol_offered: 1,
+            view: String::new(),
+            through: None,
+            speaker_error: None,
+            at_ms: 0,
+            grants: 0,
         }
     }
 

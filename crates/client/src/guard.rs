@@ -368,8 +368,8 @@ impl LockGuard {
     /// Watchers of the lock see the change at once (`after_data`).
     /// `Err(Error::Lost)` if the lock is lost or may be (judged on the
     /// clock first); `Err(Error::BadRequest)` for data too long, or when the
-    /// speaker runs an earlier build, which renews but keeps the data as
-    /// granted; `Err(Error::Unavailable)` while the cluster cannot change
+    /// speaker runs a build from before data could change, which renews but
+    /// keeps the data as granted; `Err(Error::Unavailable)` while the cluster cannot change
     /// data yet (`upgrading`: a member runs an earlier build), after
     /// trying for 5 s. The lock is kept on every error but `Lost`.
     pub async fn set_data(&self, data: &str) -> Result<LockView, Error> {

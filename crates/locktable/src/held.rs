@@ -427,3 +427,54 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod data_tests {
+    use super::*;
+
+    fn t(secs: u64) -> MonoTime {
+        MonoTime::from_nanos(1_000_000_000_000) + Duration::from_secs(secs)
+    }
+
+    fn record(data: &str, rev: u32, expires: MonoTime) -> Lock {
+        Lock {
+            name: "leader".into(),
+            id: LockId::from_u128(7),
+            node: 2,
+            holder: "h".into(),
+            fence: crate::Fence::new(1, 1),
+            lease: Duration::from_secs(10),
+            acquired: t(0),
+            expires,
+            data: Some(data.into()),
+            data_rev: rev,
+        }
+    }
+
+    /// Records of one grant, in either order: the higher revision's data,
+    /// and of equal revisions the later renewal's (a speaker of protocol 1
+    /// changes data at revision 0), with the latest lease end.
+    #[test]
+    fn the_newer_data_is_kept_whichever_record_comes_first() {
+        let cases = [
+            (record("old", 0, t(20)), record("new", 1, t(5)), "new"),
+            (record("old", 0, t(5)), record("new", 0, t(20)), "new"),
+            (record("old", 2, t(5)), record("new", 2, t(20)), "new"),
+        ];
+        for (a, b, want) in cases {
+            for (first, second) in [(&a, &b), (&b, &a)] {
+                let mut held = Held::new();
+                held.record(first.clone());
+                held.record(second.clone());
+                let kept = held.get(LockId::from_u128(7)).unwrap();
+                assert_eq!(
+                    kept.data.as_deref(),
+                    Some(want),
+                    "{first:?} then {second:?}"
+                );
+                assert_eq!(kept.expires, t(20));
+                assert_eq!(kept.data_rev, a.data_rev.max(b.data_rev));
+            }
+        }
+    }
+}

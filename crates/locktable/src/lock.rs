@@ -200,6 +200,15 @@ impl Lock {
     }
 }
 
+/// Whether data at revision `a.0` in a record whose lease ends at `a.1` is
+/// newer than the data of `b`: the higher revision, and of equal ones the
+/// record whose lease ends later (the record of the later renewal; builds
+/// before revisions changed data at revision 0, and two speakers that each
+/// took a change unknown to the other count the same revision).
+pub fn newer_data(a: (u32, MonoTime), b: (u32, MonoTime)) -> bool {
+    a.0 > b.0 || (a.0 == b.0 && a.1 > b.1)
+}
+
 /// A lock on its way between nodes: the lease as time left, the age as time
 /// held, never an instant of the sender's clock.
 #[derive(Clone, Debug, PartialEq, Eq)]

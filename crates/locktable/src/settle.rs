@@ -6,7 +6,7 @@ use std::time::Duration;
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
-use crate::lock::{Fence, Lock, LockId};
+use crate::lock::{newer_data, Fence, Lock, LockId};
 use crate::slots::{Slot, Slots};
 use crate::time::MonoTime;
 
@@ -51,14 +51,17 @@ fn age(lock: &Lock) -> (MonoTime, Fence, LockId) {
 /// node that renewed it last.
 fn merge_report(into: &mut Lock, other: Lock) {
     into.acquired = into.acquired.min(other.acquired);
+    if newer_data(
+        (other.data_rev, other.expires),
+        (into.data_rev, into.expires),
+    ) {
+        into.data = other.data;
+        into.data_rev = other.data_rev;
+    }
     if other.expires > into.expires {
         into.expires = other.expires;
         into.lease = other.lease;
         into.node = other.node;
-    }
-    if other.data_rev > into.data_rev {
-        into.data = other.data;
-        into.data_rev = other.data_rev;
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use crate::lock::{Fence, Lock, LockId, NodeId};
+use crate::lock::{newer_data, Fence, Lock, LockId, NodeId};
 use crate::time::MonoTime;
 
 /// One lock as the table (or a `Held`) keeps it.
@@ -73,19 +73,22 @@ impl Slot {
     }
 
     /// Takes in another report of the same grant: the earliest start, the
-    /// latest lease end through the node that reported it, and the data of
-    /// the higher revision (a renewal that changed the data may have ended
-    /// sooner than an earlier one that did not).
+    /// latest lease end through the node that reported it, and the newer
+    /// data ([`newer_data`]).
     pub(crate) fn merge(&mut self, other: &Lock) {
         debug_assert_eq!(self.id, other.id);
         self.acquired = self.acquired.min(other.acquired);
+        let newer = newer_data(
+            (other.data_rev, other.expires),
+            (self.data_rev(), self.expires),
+        );
+        if newer && (other.data_rev, other.data.as_deref()) != (self.data_rev(), self.data()) {
+            self.put_data(other.data.as_deref(), other.data_rev);
+        }
         if other.expires > self.expires {
             self.lease_nanos = nanos(other.lease);
             self.expires = other.expires;
             self.node = other.node;
-        }
-        if other.data_rev > self.data_rev() {
-            self.put_data(other.data.as_deref(), other.data_rev);
         }
     }
 

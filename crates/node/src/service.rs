@@ -544,9 +544,87 @@ impl Node {
             version: env!("CARGO_PKG_VERSION").to_string(),
             protocol: versions.cluster(),
             protocol_offered: versions.speaks(),
+            view: if self.is_leader() && state.member.is_rebuilt() {
+                "speaker"
+            } else {
+                "own"
+            }
+            .into(),
+            through: None,
+            speaker_error: None,
+            at_ms: self.clock.wall_ms(),
+            grants: self.metrics.grants.get(),
         }
     }
+
+    /// The speaker's view of the cluster (`?view=speaker`): this node's
+    /// own if it speaks, else asked of the speaker, within
+    /// [`SPEAKER_VIEW_WAIT`]; this node's own, saying why, if the speaker
+    /// cannot be asked or does not answer.
+    pub async fn speaker_cluster(&self) -> ClusterAnswer {
+        if self.is_leader() {
+            return self.cluster();
+        }
+        let asked = match self.leader() {
+            None => Err("no speaker is known".to_string()),
+            Some((leader, addr)) => self
+                .peers
+                .call::<_, ClusterAnswer>(&addr, routes::CLUSTER, &(), SPEAKER_VIEW_WAIT)
+                .await
+                .map_err(|e| format!("node {leader} did not answer: {e}"))
+                .and_then(|answer| {
+                    answer.map_err(|e| format!("node {leader} refused: {}", e.message))
+                }),
+        };
+        match asked {
+            Ok(mut view) if view.view == "speaker" => {
+                view.through = Some(self.id());
+                view
+            }
+            Ok(view) => {
+                let mut own = self.cluster();
+                own.speaker_error = Some(format!(
+                    "node {} does not speak yet (it is rebuilding, or another was elected)",
+                    view.node
+                ));
+                own
+            }
+            Err(why) => {
+                let mut own = self.cluster();
+                own.speaker_error = Some(why);
+                own
+            }
+        }
+    }
+
+    /// The speaker's failover history (`?view=speaker`): as
+    /// [`Node::speaker_cluster`], this node's own if the speaker cannot be
+    /// asked.
+    pub async fn speaker_history(&self) -> leasehold_api::HistoryAnswer {
+        if self.is_leader() {
+            return self.history();
+        }
+        if let Some((_, addr)) = self.leader() {
+            let asked = self
+                .peers
+                .call::<_, leasehold_api::HistoryAnswer>(
+                    &addr,
+                    routes::HISTORY,
+                    &(),
+                    SPEAKER_VIEW_WAIT,
+                )
+                .await;
+            if let Ok(Ok(history)) = asked {
+                return history;
+            }
+        }
+        self.history()
+    }
 }
+
+/// How long a node waits for the speaker's view before it answers its
+/// own: a status page asks every second.
+const SPEAKER_VIEW_WAIT: Duration = Duration::from_millis(800);
 
 impl From<&AcquireBody> for AcquireRequest {
     fn from(body: &AcquireBody) -> Self {

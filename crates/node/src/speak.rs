@@ -261,14 +261,14 @@ impl Node {
                 record,
                 data,
             };
-            state.member.renew(renewal, &guard, self.clock.now())
+            let renewed = state.member.renew(renewal, &guard, self.clock.now());
+            if renewed.is_ok() {
+                self.changed(&state);
+            }
+            renewed
         }
         .map_err(|r| self.refused(r))?;
-        // Watchers wake once the renewal (and new data) is on record with
-        // as many members as a grant, or failed to be.
-        let on_record = self.ensure_on_record(&renewed, node, made).await;
-        self.changed(&self.state());
-        on_record?;
+        self.ensure_on_record(&renewed, node, made).await?;
         self.metrics.renewals.inc();
         Ok(renewed)
     }

@@ -847,9 +847,23 @@ impl Member {
     /// This member's record of `id`: its client's, or a copy.
     pub fn held_record(&self, id: LockId) -> Option<Lock> {
         // A member may keep both (a `Held` from before the lock moved away,
-        // a copy of a later renewal): the one whose lease ends last.
+        // a copy of a later renewal): the one whose lease ends last, with
+        // the newer data of the two.
         match (self.held.get(id), self.copies.get(id)) {
-            (Some(held), Some(copy)) if copy.expires > held.expires => Some(copy),
+            (Some(held), Some(copy)) => {
+                let (mut record, other) = match copy.expires > held.expires {
+                    true => (copy, held),
+                    false => (held, copy),
+                };
+                if locktable::newer_data(
+                    (other.data_rev, other.expires),
+                    (record.data_rev, record.expires),
+                ) {
+                    record.data = other.data;
+                    record.data_rev = other.data_rev;
+                }
+                Some(record)
+            }
             (held, copy) => held.or(copy),
         }
     }

@@ -494,3 +494,26 @@ fn a_handed_over_record_is_kept_if_live_refused_if_unknown_and_dropped_if_gone()
         Err(Refusal::MayBeOnRecordElsewhere)
     );
 }
+
+/// A member keeps a lock in `Held` (a proclaim with a short lease, data
+/// revision 1) and a late copy of an earlier, longer renewal (revision
+/// 0): its record, which a renewal through it reclaims, has the longer
+/// lease and the newer data.
+#[test]
+fn a_members_record_has_the_later_lease_and_the_newer_data() {
+    let mut m = member(2, RebuildMode::Proceed);
+    let call = Forwarded {
+        sent: at(0),
+        read_before: 0,
+    };
+    let mut proclaimed = in_transit(7, 1, Duration::from_secs(2));
+    proclaimed.data = Some("new".into());
+    proclaimed.data_rev = 1;
+    m.renewed_through_speaker(call, proclaimed, at(1)).unwrap();
+    let mut earlier = in_transit(7, 1, Duration::from_secs(20)).arrive(at(0));
+    earlier.data = Some("old".into());
+    m.take_copies(1, vec![earlier.clone()], 1, at(2)).unwrap();
+    let record = m.held_record(LockId::from_u128(7)).unwrap();
+    assert_eq!(record.expires, earlier.expires);
+    assert_eq!((record.data.as_deref(), record.data_rev), (Some("new"), 1));
+}

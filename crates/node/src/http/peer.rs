@@ -55,6 +55,8 @@ pub(super) fn router(node: Shared) -> Router {
         .route(routes::MEMBERS, post(internal_members))
         .route(routes::JOIN, post(internal_join))
         .route(routes::REMOVED, post(internal_removed))
+        .route(routes::CLUSTER, post(internal_cluster))
+        .route(routes::HISTORY, post(internal_history))
         .route(
             leasehold_raft::routes::RETIRE_SELF,
             post(internal_retire_self),
@@ -381,6 +383,17 @@ async fn internal_members(
 ) -> Result<Json<leasehold_api::ClusterAnswer>, ApiError> {
     let change: leasehold_api::MemberChange = peer_body(&bytes)?;
     Ok(Json(node.change_members(change, true).await?))
+}
+
+/// This node's view of the cluster, for a member answering
+/// `?view=speaker`.
+async fn internal_cluster(State(node): State<Shared>) -> Json<leasehold_api::ClusterAnswer> {
+    Json(node.cluster())
+}
+
+/// This node's failover history, for a member answering `?view=speaker`.
+async fn internal_history(State(node): State<Shared>) -> Json<leasehold_api::HistoryAnswer> {
+    Json(node.history())
 }
 
 /// A new node asks to be added: forwarded to the speaker.

@@ -269,12 +269,47 @@ async fn list(
     }))
 }
 
-async fn cluster(State(node): State<Shared>) -> Json<ClusterAnswer> {
-    Json(node.cluster())
+/// `GET /v1/cluster`: this node's view, or with `?view=speaker` the
+/// speaker's (asked of it by this node; this node's own, saying why, if it
+/// cannot be had).
+async fn cluster(
+    State(node): State<Shared>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<ClusterAnswer>, ApiError> {
+    Ok(Json(match speaker_view(raw.as_deref())? {
+        true => node.speaker_cluster().await,
+        false => node.cluster(),
+    }))
 }
 
-async fn history(State(node): State<Shared>) -> Json<leasehold_api::HistoryAnswer> {
-    Json(node.history())
+/// `GET /v1/cluster/history`: this node's rebuilds, or with
+/// `?view=speaker` the speaker's.
+async fn history(
+    State(node): State<Shared>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<leasehold_api::HistoryAnswer>, ApiError> {
+    Ok(Json(match speaker_view(raw.as_deref())? {
+        true => node.speaker_history().await,
+        false => node.history(),
+    }))
+}
+
+/// Whether a view's query asks for the speaker's view (`view=speaker`;
+/// `view=own`, or none, is the answering node's).
+fn speaker_view(raw: Option<&str>) -> Result<bool, ApiError> {
+    let mut speaker = false;
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("view", "speaker")) => speaker = true,
+            Some(("view", "own")) => speaker = false,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown query {pair:?}: this route takes view=speaker or view=own"
+                )))
+            }
+        }
+    }
+    Ok(speaker)
 }
 
 /// The name `/readyz` looks up at the speaker (whether anyone holds it
