@@ -127,6 +127,13 @@ async fn a_harness_breaks_a_local_cluster_and_reads_what_each_failover_cost() {
     let killed = chaos(&up_dir, &["kill-speaker"]).unwrap();
     assert!(killed.contains(&format!("killed node {first}")), "{killed}");
     let second = up.speaker(Some(first)).await;
+    let status = chaos(&up_dir, &["status"]).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with(&format!("{first} ")) && l.contains("killed")),
+        "{status}"
+    );
     let start = Instant::now();
     let report = loop {
         let history = up
@@ -174,6 +181,26 @@ async fn a_harness_breaks_a_local_cluster_and_reads_what_each_failover_cost() {
         member_state(v, cut) == json!("unreachable")
     })
     .await;
+    let status = chaos(&up_dir, &["status"]).unwrap();
+    let row = |id: u64| {
+        status
+            .lines()
+            .find(|l| l.starts_with(&format!("{id} ")))
+            .unwrap_or_else(|| panic!("no row for node {id}:\n{status}"))
+            .to_string()
+    };
+    assert!(
+        row(second).contains(&format!("running    cut off from {cut}")),
+        "{status}"
+    );
+    assert!(
+        row(cut).contains(&format!("cut off from {second}")),
+        "{status}"
+    );
+    assert!(
+        status.contains(&format!("speaker: node {second}")),
+        "{status}"
+    );
     chaos(&up_dir, &["heal"]).unwrap();
     up.wait_view(second, "saw the link healed", |v| {
         member_state(v, cut) == json!("follower")
@@ -185,6 +212,13 @@ async fn a_harness_breaks_a_local_cluster_and_reads_what_each_failover_cost() {
     // Pause the speaker: the others elect another; resumed, it follows.
     chaos(&up_dir, &["pause", &second.to_string()]).unwrap();
     let third = up.speaker(Some(second)).await;
+    let status = chaos(&up_dir, &["status"]).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with(&format!("{second} ")) && l.contains("paused")),
+        "{status}"
+    );
     chaos(&up_dir, &["resume", &second.to_string()]).unwrap();
     up.wait_view(second, "followed the new speaker", |v| {
         v["leader"] == json!(third)

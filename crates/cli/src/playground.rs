@@ -9,7 +9,7 @@
 //! their addresses and the cluster token), `faults.json` (the fault plans
 //! set so far) and `control.sock`, where it takes one command a line.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -71,6 +71,8 @@ struct Cluster {
     state: UpState,
     peers: String,
     children: BTreeMap<u64, Child>,
+    /// The nodes stopped with SIGSTOP and not resumed since.
+    paused: BTreeSet<u64>,
 }
 
 impl Cluster {
@@ -122,6 +124,7 @@ impl Cluster {
             .remove(&id)
             .ok_or_else(|| format!("node {id} is not running"))?;
         // A paused node dies as well as a running one.
+        self.paused.remove(&id);
         let _ = child.start_kill();
         let _ = child.wait().await;
         Ok(())
@@ -160,12 +163,29 @@ impl Cluster {
             Some("pause") => {
                 let id = node(1)?;
                 self.signal(id, nix::sys::signal::Signal::SIGSTOP)?;
+                self.paused.insert(id);
                 Ok(format!("paused node {id}"))
             }
             Some("resume") => {
                 let id = node(1)?;
                 self.signal(id, nix::sys::signal::Signal::SIGCONT)?;
+                self.paused.remove(&id);
                 Ok(format!("resumed node {id}"))
+            }
+            Some("processes") => {
+                let mut states = BTreeMap::new();
+                for id in self.state.nodes.keys() {
+                    let state = match self.children.get_mut(id) {
+                        None => "killed".to_string(),
+                        Some(child) => match child.try_wait() {
+                            Ok(Some(status)) => format!("exited ({status})"),
+                            _ if self.paused.contains(id) => "paused".to_string(),
+                            _ => "running".to_string(),
+                        },
+                    };
+                    states.insert(*id, state);
+                }
+                serde_json::to_string(&states).map_err(|e| e.to_string())
             }
             Some("restart") => {
                 let id = node(1)?;
@@ -279,6 +299,7 @@ async fn run_up(nodes: u64, base_port: u16, dir: &Path) -> Result<(), String> {
         state,
         peers,
         children: BTreeMap::new(),
+        paused: BTreeSet::new(),
     };
     for id in 1..=nodes {
         if let Err(e) = cluster.spawn(id) {
@@ -409,6 +430,9 @@ pub enum ChaosCommand {
     },
     /// `kill -9` whichever node speaks now.
     KillSpeaker,
+    /// Show each node's process (running, paused, killed), its cut and
+    /// slowed links, and the speaker.
+    Status,
 }
 
 impl ChaosCommand {
@@ -463,7 +487,79 @@ pub async fn chaos(command: ChaosCommand) -> Result<String, String> {
         ChaosCommand::Resume { n } => format!("resume {n}"),
         ChaosCommand::Restart { n } => format!("restart {n}"),
         ChaosCommand::KillSpeaker => "kill-speaker".to_string(),
+        ChaosCommand::Status => {
+            let processes = control(&dir, "processes").await?;
+            let processes: BTreeMap<u64, String> = serde_json::from_str(&processes)
+                .map_err(|e| format!("`up` answered {processes:?}: {e}"))?;
+            return Ok(status_lines(&dir, &state, &processes).await);
+        }
     };
+    control(&dir, &line).await
+}
+
+/// The table `chaos status` prints: each node's process and links, then
+/// who speaks, as the first running node that answers says.
+async fn status_lines(dir: &Path, state: &UpState, processes: &BTreeMap<u64, String>) -> String {
+    let plans: BTreeMap<u64, FaultPlan> = std::fs::read_to_string(dir.join("faults.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let mut lines = vec![format!(
+        "{:<5} {:<22} {:<10} links",
+        "node", "address", "process"
+    )];
+    for (id, node) in &state.nodes {
+        let plan = plans.get(id).cloned().unwrap_or_default();
+        let mut links: Vec<String> = plan
+            .drop_to
+            .iter()
+            .map(|to| format!("cut off from {to}"))
+            .collect();
+        links.extend(
+            plan.delay_to
+                .iter()
+                .map(|(to, ms)| format!("{ms} ms to {to}")),
+        );
+        let process = processes.get(id).map_or("?", String::as_str);
+        let links = if links.is_empty() {
+            "ok".to_string()
+        } else {
+            links.join(", ")
+        };
+        lines.push(format!("{id:<5} {:<22} {process:<10} {links}", node.addr));
+    }
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(500))
+        .build();
+    let mut speaker = "no running node answers".to_string();
+    if let Ok(http) = http {
+        for (id, node) in &state.nodes {
+            if processes.get(id).map(String::as_str) != Some("running") {
+                continue;
+            }
+            let url = format!("http://{}/v1/cluster?view=speaker", node.addr);
+            let Ok(answer) = http.get(url).send().await else {
+                continue;
+            };
+            if let Ok(view) = answer.json::<leasehold_api::ClusterAnswer>().await {
+                speaker = match view.leader {
+                    Some(leader) => {
+                        format!("node {leader}, term {} (as node {id} sees it)", view.term)
+                    }
+                    None => format!("none (as node {id} sees it)"),
+                };
+                break;
+            }
+        }
+    }
+    lines.push(format!("speaker: {speaker}"));
+    lines.join("\n")
+}
+
+/// Sends `line` to the `up` running in `dir` over its control socket: what
+/// it did, or why not.
+async fn control(dir: &Path, line: &str) -> Result<String, String> {
     let socket = dir.join("control.sock");
     let mut stream = UnixStream::connect(&socket)
         .await
