@@ -1145,3 +1145,34 @@ async fn get_unlock_observe_and_wait_as_operators_use_them() {
     let _ = observer.kill();
     let _ = observer.wait();
 }
+
+/// `member` honours `--timeout` and names why no node could make the
+/// change.
+#[test]
+fn member_gives_up_within_its_timeout_naming_the_cause() {
+    let dead = support::free_addr();
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "member",
+            "remove",
+            "3",
+            "--timeout",
+            "2s",
+            "--endpoints",
+            &dead,
+        ])
+        .args(["--cluster-token", "t"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("connection refused"), "{stderr}");
+    assert!(stderr.contains("within 2s"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}

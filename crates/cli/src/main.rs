@@ -88,13 +88,18 @@ struct Endpoints {
     #[arg(long, env = "LEASEHOLD_TLS_CA")]
     tls_ca: Option<PathBuf>,
     /// How long to keep trying while no node can serve, before failing
-    /// with why (default 10s; for `status`, how long each node has to
-    /// answer, default 1s).
+    /// with why (default 10s; for `member`, 60s; for `status`, how long
+    /// each node has to answer, default 1s).
     #[arg(long, value_parser = duration::millis)]
     timeout: Option<u64>,
 }
 
 impl Endpoints {
+    /// `--timeout`, or `default` without it.
+    fn timeout_or(&self, default: Duration) -> Duration {
+        self.timeout.map_or(default, Duration::from_millis)
+    }
+
     fn client(&self) -> Result<Client, ExitCode> {
         self.client_to(self.endpoints.clone()).map_err(|e| {
             eprintln!("leasehold: {e}");
@@ -450,13 +455,24 @@ async fn dispatch(command: Command) -> ExitCode {
             let ca = admin.endpoints.tls_ca.as_deref();
             let (endpoints, token) = (&admin.endpoints.endpoints, &admin.cluster_token);
             let json = admin.output.json();
-            return member::change(endpoints, token, ca, member::Change::Add(body), json).await;
+            let timeout = admin.endpoints.timeout_or(member::DEFAULT_TIMEOUT);
+            return member::change(
+                endpoints,
+                token,
+                ca,
+                member::Change::Add(body),
+                json,
+                timeout,
+            )
+            .await;
         }
         Command::Member(MemberCommand::Remove { id, admin }) => {
             let ca = admin.endpoints.tls_ca.as_deref();
             let (endpoints, token) = (&admin.endpoints.endpoints, &admin.cluster_token);
             let json = admin.output.json();
-            return member::change(endpoints, token, ca, member::Change::Remove(id), json).await;
+            let timeout = admin.endpoints.timeout_or(member::DEFAULT_TIMEOUT);
+            let change = member::Change::Remove(id);
+            return member::change(endpoints, token, ca, change, json, timeout).await;
         }
     };
     match result {

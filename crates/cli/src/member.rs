@@ -14,13 +14,14 @@ use crate::show::print_cluster;
 /// How long one node may take to answer: the speaker waits up to 10 s for
 /// a new member to catch up, and up to 20 s for a change to commit.
 const CALL_TIMEOUT: Duration = Duration::from_secs(45);
-/// Rounds over the endpoints while none can serve (no speaker yet).
-const ROUNDS: u32 = 5;
+/// How long a change is tried, over the endpoints in turn, while none can
+/// make it (no speaker yet, none reachable), unless `--timeout` says.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The HTTP client for a change: verifying the nodes against `tls_ca`
 /// (and only it) when given.
 fn http_client(tls_ca: Option<&Path>) -> Result<reqwest::Client, String> {
-    let mut http = reqwest::Client::builder().timeout(CALL_TIMEOUT).no_proxy();
+    let mut http = reqwest::Client::builder().no_proxy();
     if let Some(path) = tls_ca {
         let pem = std::fs::read(path).map_err(|e| format!("--tls-ca {}: {e}", path.display()))?;
         http = leasehold_client::trust_only(http, &pem)
@@ -38,14 +39,17 @@ pub enum Change {
 }
 
 /// Sends `change` to the first of `endpoints` that can serve it, with the
-/// cluster `token`, and prints the membership after it.
+/// cluster `token`, and prints the membership after it; gives up, saying
+/// why, after `timeout`.
 pub async fn change(
     endpoints: &[String],
     token: &str,
     tls_ca: Option<&Path>,
     change: Change,
     json: bool,
+    timeout: Duration,
 ) -> ExitCode {
+    let deadline = tokio::time::Instant::now() + timeout;
     let http = match http_client(tls_ca) {
         Ok(http) => http,
         Err(e) => {
@@ -55,11 +59,20 @@ pub async fn change(
     };
     let scheme = if tls_ca.is_some() { "https" } else { "http" };
     let mut last = String::from("no endpoint given");
-    for round in 0..ROUNDS {
+    let mut round = 0u32;
+    'rounds: while tokio::time::Instant::now() < deadline {
         if round > 0 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep_until(
+                deadline.min(tokio::time::Instant::now() + Duration::from_secs(1)),
+            )
+            .await;
         }
+        round += 1;
         for endpoint in endpoints {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break 'rounds;
+            }
             let base = if endpoint.contains("://") {
                 endpoint.trim_end_matches('/').to_string()
             } else {
@@ -71,12 +84,13 @@ pub async fn change(
             };
             let answer = request
                 .header(leasehold_raft::TOKEN_HEADER, token)
+                .timeout(left.min(CALL_TIMEOUT))
                 .send()
                 .await;
             let answer = match answer {
                 Ok(answer) => answer,
                 Err(e) => {
-                    last = format!("{endpoint}: {e}");
+                    last = format!("{endpoint}: {}", leasehold_client::request_failure(&e));
                     continue;
                 }
             };
@@ -115,6 +129,9 @@ pub async fn change(
             });
         }
     }
-    eprintln!("leasehold: no node could make the change: {last}");
+    eprintln!(
+        "leasehold: no node could make the change within {}: {last}",
+        humantime::format_duration(timeout)
+    );
     ExitCode::from(exit::UNAVAILABLE)
 }

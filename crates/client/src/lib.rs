@@ -38,7 +38,8 @@ pub use guard::{Holding, LockGuard, Loss};
 pub use leasehold_api::LockView as Lock;
 pub use suspend::{BootClock, SuspendClock};
 pub use transport::{
-    trust_only, BoxFuture, CallError, EndpointError, HttpOptions, HttpTransport, Transport,
+    request_failure, trust_only, BoxFuture, CallError, EndpointError, HttpOptions, HttpTransport,
+    Transport,
 };
 
 /// How a lock is asked for.

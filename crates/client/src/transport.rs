@@ -277,9 +277,9 @@ impl HttpTransport {
     ) -> Result<T, CallError> {
         let response = request.send().await.map_err(|e| {
             if e.is_connect() {
-                CallError::NotSent(cause(&e))
+                CallError::NotSent(request_failure(&e))
             } else {
-                CallError::NoAnswer(cause(&e))
+                CallError::NoAnswer(request_failure(&e))
             }
         })?;
         let status = response.status();
@@ -322,7 +322,7 @@ impl HttpTransport {
 /// What went wrong with a request, named as an operator reads it first
 /// ("connection refused", "TLS handshake failed", "timed out"), then the
 /// error and its causes.
-fn cause(e: &reqwest::Error) -> String {
+pub fn request_failure(e: &reqwest::Error) -> String {
     let mut chain = vec![e.to_string()];
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
