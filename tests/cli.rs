@@ -586,6 +586,16 @@ async fn ctrl_c_stops_a_command_that_ignores_sigterm_before_the_lease_ends() {
         "a killed command's status is a failure"
     );
     assert!(said.contains("before the lease ends"), "{said}");
+    // One story: when SIGKILL comes, then that it came; no promise of a
+    // margin the renewals went on to move.
+    let promised: u64 = said
+        .split("SIGKILL in ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("when SIGKILL comes is not said: {said}"));
+    assert!(promised <= 2000, "{said}");
+    assert!(!said.contains("at the latest"), "{said}");
 }
 
 /// On a lapsed lock the command gets SIGTERM at once and SIGKILL before

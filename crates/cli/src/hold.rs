@@ -370,12 +370,13 @@ async fn stop(
                 kill_now = true;
             }
             Stopping::Lost => eprintln!(
-                "leasehold: the lock was lost (no renewal got through in time); stopping the command (SIGTERM), SIGKILL {} ms before the lease ends",
+                "leasehold: the lock was lost (no renewal got through in time); stopping the command (SIGTERM), SIGKILL in {} ms if it has not exited ({} ms before the lease ends)",
+                held.kill_at().saturating_duration_since(Instant::now()).as_millis(),
                 kill_margin(held.lapse_margin).as_millis()
             ),
             Stopping::Interrupted => eprintln!(
-                "leasehold: interrupted; stopping the command (SIGTERM), SIGKILL at the latest {} ms before the lease ends",
-                kill_margin(held.lapse_margin).as_millis()
+                "leasehold: interrupted; stopping the command (SIGTERM), SIGKILL in {} ms if it has not exited (the lock is renewed meanwhile)",
+                kill_at.saturating_duration_since(Instant::now()).as_millis()
             ),
         }
         group.signal(Signal::SIGTERM);
