@@ -722,6 +722,15 @@ async fn a_refused_renewal_stops_the_command_at_once() {
         "the command ran {took:?} after its lock was released: {said}"
     );
     assert!(said.contains("refused"), "{said}");
+    // The client library's lines read as the command's own.
+    assert!(
+        said.contains("leasehold: warning: renewal refused: the lock is lost"),
+        "{said}"
+    );
+    assert!(
+        !said.contains(" WARN "),
+        "a tracing line among the command's: {said}"
+    );
 }
 
 /// Every duration flag of `serve` is checked before anything starts: a

@@ -52,8 +52,10 @@ enum LogFormat {
 const DEFAULT_LOG: &str = "info,openraft=error";
 
 /// Sends log lines to stderr in `format`, filtered by `RUST_LOG` (default
-/// [`DEFAULT_LOG`]).
-fn init_logs(format: LogFormat) {
+/// [`DEFAULT_LOG`]). A node (`serve`, `up`) writes timestamped lines; a
+/// command talking to nodes writes the library's lines as it writes its
+/// own, `leasehold: warning: ...`.
+fn init_logs(format: LogFormat, node: bool) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| DEFAULT_LOG.into());
@@ -61,8 +63,37 @@ fn init_logs(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Text if node => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Text => logs.with_ansi(false).event_format(CommandLine).init(),
         LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
+}
+
+/// A command's log line: `leasehold: LEVEL: message key=value ...`, as the
+/// command's own messages read.
+struct CommandLine;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for CommandLine
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "note",
+            tracing::Level::DEBUG => "debug",
+            tracing::Level::TRACE => "trace",
+        };
+        write!(writer, "leasehold: {level}: ")?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
     }
 }
 
@@ -517,7 +548,8 @@ fn main() -> ExitCode {
             };
         }
     };
-    init_logs(cli.log_format);
+    let node = matches!(cli.command, Command::Serve(_) | Command::Up { .. });
+    init_logs(cli.log_format, node);
     let threads = match &cli.command {
         Command::Serve(args) => args.threads,
         _ => None,

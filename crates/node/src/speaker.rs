@@ -73,7 +73,7 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
                 Some(term) => tracing::info!(
                     node = node.id(),
                     term,
-                    "became leader: rebuilding the lock table"
+                    "leads this term in Raft: rebuilding the lock table (it speaks once rebuilt)"
                 ),
                 None => tracing::info!(node = node.id(), "not the speaker"),
             }
