@@ -836,6 +836,14 @@ async fn a_retirement_removes_only_a_silent_old_directory() {
         body["message"].as_str().unwrap().contains("still answers"),
         "{body}"
     );
+    // A pause longer than a heartbeat's timeout, shorter than the quiet
+    // window: still a live member (found by a second reader: one slow
+    // heartbeat let it be removed).
+    cluster.pause(old);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (status, body) = send(retire(&other_store)).await;
+    cluster.resume(old);
+    assert_eq!(status, 409, "a paused live member retired: {body}");
     let (status, body) = send(retire(&store)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(members(&body), 3, "the id runs on that directory: {body}");

@@ -70,6 +70,9 @@ async fn a_cluster_forms_grants_and_forwards() {
         !history["rebuilds"].as_array().unwrap().is_empty(),
         "{history}"
     );
+    assert_eq!(history["view"], json!("speaker"), "{history}");
+    let (status, _) = cluster.get(f[0], "/v1/cluster?view=speaker&_=17").await;
+    assert_eq!(status, 200, "a cache buster is skipped");
     let (status, bad) = cluster.get(f[0], "/v1/cluster?view=leader").await;
     assert_eq!(
         (status, &bad["error"]),
@@ -199,6 +202,33 @@ async fn waiters_are_served_first_come_first_served() {
         }));
         // Arrive in order.
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // A listing says how many wait, through the speaker and a follower,
+    // and how many locks there are beyond its limit (through a follower
+    // once the members agreed protocol 2, a few seconds after the start).
+    let start = std::time::Instant::now();
+    for via in [1u64, 2, 3] {
+        while cluster.get(via, "/v1/cluster").await.1["protocol"] != json!(2) {
+            assert!(
+                start.elapsed() < support::PATIENCE,
+                "protocol 2 never agreed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    cluster
+        .must_acquire(2, "fifo-other", json!({"lease_ms": 60000}))
+        .await;
+    for via in [1u64, 2, 3] {
+        let (status, listed) = cluster.get(via, "/v1/locks?prefix=fifo&limit=1").await;
+        assert_eq!(status, 200, "{listed}");
+        assert_eq!(listed["locks"][0]["name"], json!("fifo"), "{listed}");
+        assert_eq!(
+            listed["locks"][0]["waiters"],
+            json!(4),
+            "via {via}: {listed}"
+        );
+        assert_eq!(listed["total"], json!(2), "via {via}: {listed}");
     }
     let (status, _) = cluster
         .post(

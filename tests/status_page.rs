@@ -66,6 +66,18 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
         )
         .await;
 
+    // A request waits for the lock for the whole test.
+    let waiting = {
+        let (http, url) = (
+            cluster.http.clone(),
+            cluster.url(speaker, "/v1/locks/acquire"),
+        );
+        tokio::spawn(async move {
+            let body = json!({"name": "page/taken-in-the-test", "wait_ms": 60000});
+            let _ = http.post(url).json(&body).send().await;
+        })
+    };
+
     // The speaker's page and a follower's show the same, the speaker's view.
     let speaker_page = browser.open(&cluster.url(speaker, "/"));
     let page = browser.open(&cluster.url(page_node, "/"));
@@ -77,7 +89,9 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
                 "document.body.innerText.includes({named:?}) && \
                  document.body.innerText.includes('page/taken-in-the-test') && \
                  document.body.innerText.includes('grants/s') && \
-                 document.querySelectorAll('#history tr').length > 0"
+                 document.querySelectorAll('#history tr').length > 0 && \
+                 document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').textContent === '1' && \
+                 document.getElementById('lock-count').textContent.startsWith('1 held')"
             ),
             Duration::from_secs(20),
         );
@@ -186,6 +200,7 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
         "the speaker's failovers are kept, marked:\n{text}"
     );
 
+    waiting.abort();
     let console = browser.console.lock().unwrap().clone();
     let errors: Vec<_> = console
         .iter()

@@ -23,6 +23,11 @@ pub struct LockAnswer {
 pub struct LocksAnswer {
     /// The locks, in name order.
     pub locks: Vec<LockView>,
+    /// How many locks are held under the prefix in all, beyond the limit
+    /// too (absent for a token of `--acl`, and from a speaker of an older
+    /// protocol).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
 }
 
 /// `GET /v1/cluster`: who speaks, and how the last rebuild went.
@@ -126,6 +131,10 @@ pub struct HistoryAnswer {
     pub node: NodeId,
     /// Its rebuilds, each with when it ended.
     pub rebuilds: Vec<HistoryEntry>,
+    /// Whose history this is: `"speaker"` when the answering node speaks
+    /// and has rebuilt, `"own"` otherwise (as [`ClusterAnswer::view`]).
+    #[serde(default)]
+    pub view: String,
 }
 
 /// How many rebuilds a node keeps for `GET /v1/cluster/history`.

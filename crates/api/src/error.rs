@@ -321,6 +321,7 @@ mod tests {
             acquired_at: "1970-01-01T00:00:00.000Z".into(),
             expires_at: "1970-01-01T00:00:00.001Z".into(),
             data: None,
+            waiters: 0,
         };
         let held = ErrorBody {
             lock: Some(lock.clone()),

@@ -213,26 +213,61 @@ pub struct ForwardGet {
 }
 
 /// A listing a follower hands to the speaker. On the wire it is the pair
-/// `[prefix, limit]`, as every node sends and reads it.
+/// `[prefix, limit]`, as every node sends and reads it (with counts asked,
+/// from protocol 2, `[prefix, limit, true]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "(String, usize)", into = "(String, usize)")]
+#[serde(from = "ListWire", into = "ListWire")]
 pub struct ForwardList {
     /// Only names starting with this.
     pub prefix: String,
     /// At most this many locks.
     pub limit: usize,
+    /// Answer a [`ForwardListAnswer`] (how many in all, and the waiters)
+    /// rather than the bare list (protocol 2: `[prefix, limit, true]`).
+    pub counts: bool,
 }
 
-impl From<(String, usize)> for ForwardList {
-    fn from((prefix, limit): (String, usize)) -> Self {
-        ForwardList { prefix, limit }
+/// A [`ForwardList`] on the wire: `[prefix, limit]`, or with counts asked
+/// `[prefix, limit, true]`.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum ListWire {
+    Counted(String, usize, bool),
+    Bare(String, usize),
+}
+
+impl From<ListWire> for ForwardList {
+    fn from(wire: ListWire) -> Self {
+        let (prefix, limit, counts) = match wire {
+            ListWire::Counted(prefix, limit, counts) => (prefix, limit, counts),
+            ListWire::Bare(prefix, limit) => (prefix, limit, false),
+        };
+        ForwardList {
+            prefix,
+            limit,
+            counts,
+        }
     }
 }
 
-impl From<ForwardList> for (String, usize) {
+impl From<ForwardList> for ListWire {
     fn from(list: ForwardList) -> Self {
-        (list.prefix, list.limit)
+        match list.counts {
+            true => ListWire::Counted(list.prefix, list.limit, true),
+            false => ListWire::Bare(list.prefix, list.limit),
+        }
     }
+}
+
+/// The speaker's answer to a [`ForwardList`] that asked for `counts`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardListAnswer {
+    /// The locks, in name order.
+    pub locks: Vec<PeerLock>,
+    /// How many locks are held under the prefix in all.
+    pub total: u64,
+    /// How many requests wait for each of `locks`, in the same order.
+    pub waiters: Vec<u64>,
 }
 
 /// A rebuilding speaker's read of a member's report (`/internal/held`).
@@ -440,12 +475,17 @@ mod tests {
 
     #[test]
     fn a_listing_travels_as_a_pair() {
-        let list = ForwardList {
+        let mut list = ForwardList {
             prefix: "jobs/".into(),
             limit: 10,
+            counts: false,
         };
         let json = serde_json::to_string(&list).unwrap();
         assert_eq!(json, r#"["jobs/",10]"#);
+        assert_eq!(serde_json::from_str::<ForwardList>(&json).unwrap(), list);
+        list.counts = true;
+        let json = serde_json::to_string(&list).unwrap();
+        assert_eq!(json, r#"["jobs/",10,true]"#);
         assert_eq!(serde_json::from_str::<ForwardList>(&json).unwrap(), list);
     }
 

@@ -45,6 +45,14 @@ pub struct LockView {
     /// Data kept with the lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// How many requests wait for the lock (in a listing; absent when
+    /// none, and in other answers).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiters: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl LockView {
@@ -93,6 +101,7 @@ impl LockView {
             acquired_at: format_rfc3339_ms(wall_now_ms.saturating_sub(held_ms)),
             expires_at: format_rfc3339_ms(wall_now_ms.saturating_add(ttl_ms)),
             data: data.map(str::to_owned),
+            waiters: 0,
         }
     }
 

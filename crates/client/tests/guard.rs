@@ -84,6 +84,7 @@ impl Fake {
             acquired_at: String::new(),
             expires_at: String::new(),
             data: None,
+            waiters: 0,
         }
     }
 

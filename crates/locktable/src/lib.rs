@@ -38,5 +38,5 @@ pub use error::{AcquireError, LockError, NotRebuilt, StaleGeneration};
 pub use held::{Held, HeldLock};
 pub use lock::{newer_data, BadLockId, Fence, Lock, LockId, LockInTransit, NodeId, Request};
 pub use rebuild::{RebuildBasis, Settled};
-pub use table::{Acquired, Answer, RebuildError, RebuildFrom, Rebuilt, Table, WaiterId};
+pub use table::{Acquired, Answer, Listing, RebuildError, RebuildFrom, Rebuilt, Table, WaiterId};
 pub use time::{LeaseRule, MonoTime};

@@ -12,6 +12,18 @@ use crate::rebuild::{RebuildBasis, Settled};
 use crate::slots::{Slot, Slots};
 use crate::time::{LeaseRule, MonoTime};
 
+/// Locks listed under a prefix ([`Table::listing`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The locks, in name order, at most the limit asked.
+    pub locks: Vec<Lock>,
+    /// How many locks are held under the prefix in all (`None` where it is
+    /// not known: a listing forwarded to a speaker of an older protocol).
+    pub total: Option<usize>,
+    /// How many requests wait for each of `locks`, in the same order.
+    pub waiters: Vec<usize>,
+}
+
 /// A request waiting for a lock held by another, as the table numbers it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WaiterId(pub u64);
@@ -481,6 +493,18 @@ impl Table {
     /// The locks held whose names start with `prefix`, in name order, at
     /// most `limit` of them.
     pub fn list(&self, prefix: &str, limit: usize, now: MonoTime) -> Result<Vec<Lock>, NotRebuilt> {
+        self.listing(prefix, limit, now)
+            .map(|listing| listing.locks)
+    }
+
+    /// As [`Table::list`], with how many locks are held under `prefix` in
+    /// all and how many requests wait for each lock listed.
+    pub fn listing(
+        &self,
+        prefix: &str,
+        limit: usize,
+        now: MonoTime,
+    ) -> Result<Listing, NotRebuilt> {
         if !self.rebuilt {
             return Err(NotRebuilt);
         }
@@ -489,12 +513,21 @@ impl Table {
             .iter()
             .filter(|s| s.is_live(now) && s.name().starts_with(prefix))
             .collect();
+        let total = found.len();
         if found.len() > limit {
             found.select_nth_unstable_by(limit, |a, b| a.name().cmp(b.name()));
             found.truncate(limit);
         }
         found.sort_unstable_by(|a, b| a.name().cmp(b.name()));
-        Ok(found.into_iter().map(Slot::to_lock).collect())
+        let waiters = found
+            .iter()
+            .map(|s| self.waiters.get(s.name()).map_or(0, VecDeque::len))
+            .collect();
+        Ok(Listing {
+            locks: found.into_iter().map(Slot::to_lock).collect(),
+            total: Some(total),
+            waiters,
+        })
     }
 
     /// Ends the leases run out by `now`, handing each lock to its first

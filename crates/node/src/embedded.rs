@@ -93,6 +93,22 @@ impl Embedded {
     }
 }
 
+/// The views of a listing's locks, each with its waiters.
+pub(crate) fn listed(
+    listing: locktable::Listing,
+    view: impl Fn(&Lock) -> LockView,
+) -> Vec<LockView> {
+    listing
+        .locks
+        .iter()
+        .zip(listing.waiters.iter().copied().chain(std::iter::repeat(0)))
+        .map(|(lock, waiters)| LockView {
+            waiters: waiters as u64,
+            ..view(lock)
+        })
+        .collect()
+}
+
 impl Transport for Embedded {
     fn acquire(
         &self,
@@ -156,8 +172,8 @@ impl Transport for Embedded {
     ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
         Box::pin(async move {
             let limit = limit.clamp(1, leasehold_api::MAX_LIST_LIMIT);
-            let locks = within(timeout, self.node.list(&prefix, limit)).await?;
-            Ok(locks.iter().map(|l| self.view(l)).collect())
+            let listing = within(timeout, self.node.list(&prefix, limit)).await?;
+            Ok(listed(listing, |l| self.view(l)))
         })
     }
 

@@ -83,25 +83,33 @@ impl Node {
             .identity
             .pinned(id)
             .or_else(|| self.identity.recorded(id));
-        let Some(known) = known.filter(|known| *known != store) else {
+        if known == Some(store) {
+            // It rejoined on `store` already: this retirement came late.
             return Ok(());
-        };
+        }
+        // (A speaker that knows no directory for the id yet, as one elected
+        // after the member died in a log without pins, removes it: the
+        // asked member knew another one, and the new directory has not
+        // joined, or this speaker would know it.)
         let quiet = RETIRE_QUIET.max(3 * Duration::from_millis(self.config.timings.heartbeat_ms));
-        let answers = if id == self.id() {
+        // The last answer, whatever came since: one heartbeat slower than
+        // its timeout (a pause, a busy machine) must not make a live member
+        // look gone.
+        let answered = if id == self.id() {
             Some(Duration::ZERO)
         } else {
             self.peers
                 .reach()
                 .of(id)
-                .filter(|reach| reach.reachable)
                 .and_then(|reach| reach.last_contact)
         };
-        if let Some(ago) = answers.filter(|ago| *ago < quiet) {
+        if let Some(ago) = answered.filter(|ago| *ago < quiet) {
             return Err(ApiError::new(
                 ErrorCode::MemberExists,
                 format!(
-                    "member {id} still answers on its data directory {known} (last {} ms ago): \
+                    "member {id} still answers on its data directory{} (last {} ms ago): \
                      stop that process before starting another under its id with --rejoin",
+                    known.map_or(String::new(), |k| format!(" {k}")),
                     ago.as_millis()
                 ),
             ));

@@ -604,10 +604,12 @@ impl Node {
 
     /// This node's failover history, oldest first.
     pub fn history(&self) -> leasehold_api::HistoryAnswer {
+        let speaks = self.is_leader() && self.state().member.is_rebuilt();
         let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
         leasehold_api::HistoryAnswer {
             node: self.id(),
             rebuilds: history.iter().cloned().collect(),
+            view: if speaks { "speaker" } else { "own" }.into(),
         }
     }
 

@@ -439,26 +439,51 @@ impl Node {
     }
 
     /// The locks whose names start with `prefix`, at most `limit`.
-    pub async fn list(self: &Arc<Self>, prefix: &str, limit: usize) -> Result<Vec<Lock>, ApiError> {
+    pub async fn list(
+        self: &Arc<Self>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<locktable::Listing, ApiError> {
         if self.is_leader() {
             return self.speak_list(prefix, limit);
         }
         let sent = self.clock.now();
-        let found: Vec<PeerLock> = self
-            .forward(
-                routes::FORWARD_LIST,
-                &ForwardList {
-                    prefix: prefix.to_string(),
-                    limit,
-                },
-                Duration::ZERO,
-            )
-            .await?;
-        found
+        // Counts are asked once every member reads the three-part request.
+        let counts = self.data_revs();
+        let list = ForwardList {
+            prefix: prefix.to_string(),
+            limit,
+            counts,
+        };
+        let (answer, total) = if counts {
+            let answer: leasehold_api::ForwardListAnswer = self
+                .forward(routes::FORWARD_LIST, &list, Duration::ZERO)
+                .await?;
+            let total = answer.total as usize;
+            (answer, Some(total))
+        } else {
+            let locks: Vec<PeerLock> = self
+                .forward(routes::FORWARD_LIST, &list, Duration::ZERO)
+                .await?;
+            let answer = leasehold_api::ForwardListAnswer {
+                total: 0,
+                waiters: vec![0; locks.len()],
+                locks,
+            };
+            (answer, None)
+        };
+        let locks = answer
+            .locks
             .into_iter()
             .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(malformed)
+            .map_err(malformed)?;
+        let waiters = answer.waiters.iter().map(|w| *w as usize).collect();
+        Ok(locktable::Listing {
+            total: total.map(|t| t.max(locks.len())),
+            waiters,
+            locks,
+        })
     }
 
     /// Who speaks, and this node's view of the cluster.
@@ -563,7 +588,12 @@ impl Node {
     /// cannot be asked or does not answer.
     pub async fn speaker_cluster(&self) -> ClusterAnswer {
         if self.is_leader() {
-            return self.cluster();
+            let mut own = self.cluster();
+            if own.view != "speaker" {
+                own.speaker_error =
+                    Some("this node leads but has not rebuilt its lock table yet".into());
+            }
+            return own;
         }
         let asked = match self.leader() {
             None => Err("no speaker is known".to_string()),
@@ -614,8 +644,10 @@ impl Node {
                     SPEAKER_VIEW_WAIT,
                 )
                 .await;
-            if let Ok(Ok(history)) = asked {
-                return history;
+            if let Ok(Ok(history)) = asked.as_ref().map(|a| a.as_ref()) {
+                if history.view == "speaker" {
+                    return history.clone();
+                }
             }
         }
         self.history()

@@ -283,7 +283,11 @@ impl Node {
     }
 
     /// The locks under `prefix`, as the speaker has them.
-    pub(crate) fn speak_list(&self, prefix: &str, limit: usize) -> Result<Vec<Lock>, ApiError> {
+    pub(crate) fn speak_list(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<locktable::Listing, ApiError> {
         let guard = self.guard();
         let state = self.state();
         let found = state.member.list(prefix, limit, &guard, self.clock.now());

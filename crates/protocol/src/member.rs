@@ -578,17 +578,18 @@ impl Member {
         self.table.get(name, now).map_err(|_| Refusal::NotRebuilt)
     }
 
-    /// The locks under `prefix`, at most `limit`, as the speaker has them.
+    /// The locks under `prefix`, at most `limit`, as the speaker has them,
+    /// with how many there are and how many requests wait for each.
     pub fn list(
         &self,
         prefix: &str,
         limit: usize,
         guard: &Guard,
         now: MonoTime,
-    ) -> Result<Vec<Lock>, Refusal> {
+    ) -> Result<locktable::Listing, Refusal> {
         self.speaker(guard, now)?;
         self.table
-            .list(prefix, limit, now)
+            .listing(prefix, limit, now)
             .map_err(|_| Refusal::NotRebuilt)
     }
 

@@ -283,13 +283,17 @@ fn get_and_list_answer_the_speakers_table() {
         m.get("jobs/a", &guard, now).unwrap().map(|l| l.id),
         Some(a.id)
     );
-    let names: Vec<String> = m
-        .list("jobs/", 10, &guard, now)
-        .unwrap()
-        .into_iter()
-        .map(|l| l.name)
-        .collect();
+    let listing = m.list("jobs/", 10, &guard, now).unwrap();
+    let names: Vec<&str> = listing.locks.iter().map(|l| l.name.as_str()).collect();
     assert_eq!(names, ["jobs/a", "jobs/b"]);
+    assert_eq!(listing.total, Some(2));
+    assert_eq!(listing.waiters, [0, 0]);
+    let first = m.list("jobs/", 1, &guard, now).unwrap();
+    assert_eq!(
+        (first.locks.len(), first.total),
+        (1, Some(2)),
+        "counted beyond the limit"
+    );
     assert_eq!(
         m.get("jobs/a", &Guard::FOLLOWER, now),
         Err(Refusal::NotRebuilt)

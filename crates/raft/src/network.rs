@@ -106,8 +106,15 @@ impl PeerClient {
                 timeout,
             )
             .await;
+        // Only a success counts as an answer: an error status (a proxy in
+        // front of a dead member, a process not running Raft) is not the
+        // member answering Raft.
         match &resp {
-            Ok(_) => self.http.reach().answered(self.target),
+            Ok(r) if r.status.is_success() => self.http.reach().answered(self.target),
+            Ok(r) => self
+                .http
+                .reach()
+                .failed(self.target, &format_args!("HTTP {}", r.status)),
             Err(e) => self.http.reach().failed(self.target, e),
         }
         let resp = resp.map_err(|e| match e {

@@ -559,3 +559,34 @@ async fn http1_connections_to_a_member_no_longer_asked_are_closed_after_the_idle
         "the departed member's idle connection was closed"
     );
 }
+
+/// An error answer without a stamp (a proxy's 503 in front of a dead
+/// member) is not the member answering Raft: it leaves the member
+/// unreachable, with no contact, so a `--rejoin` retirement is not refused
+/// forever as "still answers" (found by a second reader).
+#[tokio::test]
+async fn an_error_answer_is_not_counted_as_the_member_answering() {
+    let answer = PeerResponse {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        headers: HeaderMap::new(),
+        body: bytes::Bytes::from_static(b"no healthy upstream"),
+    };
+    let transport = Canned::new(Ok(answer));
+    let (_dir, _store, http) = node_one(transport);
+    let node = BasicNode {
+        addr: PEER_ADDR.to_string(),
+    };
+    let mut client = NetworkFactory::new(http.clone())
+        .new_client(PEER, &node)
+        .await;
+    let voted = client
+        .vote(
+            VoteRequest::new(Vote::new(5, 1), None),
+            RPCOption::new(Duration::from_secs(2)),
+        )
+        .await;
+    assert!(voted.is_err(), "{voted:?}");
+    let reach = http.reach().of(PEER).unwrap();
+    assert!(!reach.reachable, "{reach:?}");
+    assert_eq!(reach.last_contact, None, "{reach:?}");
+}

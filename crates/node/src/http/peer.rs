@@ -293,16 +293,24 @@ async fn forward_get(
 async fn forward_list(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<Vec<PeerLock>>, ApiError> {
+) -> Result<Response, ApiError> {
     let list: ForwardList = peer_body(&bytes)?;
     let now = node.clock.now();
-    let locks = node.speak_list(&list.prefix, list.limit)?;
-    Ok(Json(
-        locks
-            .iter()
-            .map(|l| PeerLock::from(l.in_transit(now)))
-            .collect(),
-    ))
+    let listing = node.speak_list(&list.prefix, list.limit)?;
+    let locks: Vec<PeerLock> = listing
+        .locks
+        .iter()
+        .map(|l| PeerLock::from(l.in_transit(now)))
+        .collect();
+    Ok(match list.counts {
+        true => Json(leasehold_api::ForwardListAnswer {
+            locks,
+            total: listing.total.unwrap_or(listing.locks.len()) as u64,
+            waiters: listing.waiters.iter().map(|w| *w as u64).collect(),
+        })
+        .into_response(),
+        false => Json(locks).into_response(),
+    })
 }
 
 /// Copies of grants from the speaker, kept until their leases end.

@@ -259,14 +259,17 @@ async fn list(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<LocksAnswer>, ApiError> {
     let query = ListQuery::parse(raw.as_deref())?;
-    let locks = node.list(query.prefix(), query.limit()).await?;
-    Ok(Json(LocksAnswer {
-        locks: locks
-            .iter()
-            .filter(|l| caller.may(Right::Read, &l.name))
-            .map(|l| seen_by(&caller, &node, l))
-            .collect(),
-    }))
+    let listing = node.list(query.prefix(), query.limit()).await?;
+    // A token that may not read every name is not told how many there are.
+    let total = match caller {
+        Caller::Open | Caller::Cluster => listing.total.map(|t| t as u64),
+        Caller::Token(_) => None,
+    };
+    let locks = crate::embedded::listed(listing, |l| seen_by(&caller, &node, l))
+        .into_iter()
+        .filter(|view| caller.may(Right::Read, &view.name))
+        .collect();
+    Ok(Json(LocksAnswer { locks, total }))
 }
 
 /// `GET /v1/cluster`: this node's view, or with `?view=speaker` the
@@ -295,18 +298,20 @@ async fn history(
 }
 
 /// Whether a view's query asks for the speaker's view (`view=speaker`;
-/// `view=own`, or none, is the answering node's).
+/// `view=own`, or none, is the answering node's). Other keys are skipped
+/// (a dashboard's cache buster); another `view` is a `400`.
 fn speaker_view(raw: Option<&str>) -> Result<bool, ApiError> {
     let mut speaker = false;
-    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+    for pair in raw.unwrap_or("").split('&') {
         match pair.split_once('=') {
             Some(("view", "speaker")) => speaker = true,
             Some(("view", "own")) => speaker = false,
-            _ => {
+            Some(("view", other)) => {
                 return Err(ApiError::bad_request(format!(
-                    "unknown query {pair:?}: this route takes view=speaker or view=own"
+                    "view={other:?}: this route takes view=speaker or view=own"
                 )))
             }
+            _ => {}
         }
     }
     Ok(speaker)
