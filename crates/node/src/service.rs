@@ -584,7 +584,7 @@ impl Node {
 
     /// The speaker's view of the cluster (`?view=speaker`): this node's
     /// own if it speaks, else asked of the speaker, within
-    /// [`SPEAKER_VIEW_WAIT`]; this node's own, saying why, if the speaker
+    /// 800 ms; this node's own, saying why, if the speaker
     /// cannot be asked or does not answer.
     pub async fn speaker_cluster(&self) -> ClusterAnswer {
         if self.is_leader() {
