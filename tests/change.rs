@@ -789,18 +789,7 @@ async fn a_retirement_removes_only_a_silent_old_directory() {
     let (speaker, _) = cluster.speaker().await;
     let others = cluster.others(speaker);
     let (via, old) = (others[0], others[1]);
-    let start = Instant::now();
-    loop {
-        let (_, view) = cluster.get(speaker, "/v1/cluster").await;
-        if view["protocol"] == json!(2) {
-            break;
-        }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "never agreed protocol 2: {view}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    cluster.wait_protocol(2).await;
     let lock = cluster
         .must_acquire(via, "retire/x", json!({ "lease_ms": 60000 }))
         .await;

@@ -206,16 +206,7 @@ async fn waiters_are_served_first_come_first_served() {
     // A listing says how many wait, through the speaker and a follower,
     // and how many locks there are beyond its limit (through a follower
     // once the members agreed protocol 2, a few seconds after the start).
-    let start = std::time::Instant::now();
-    for via in [1u64, 2, 3] {
-        while cluster.get(via, "/v1/cluster").await.1["protocol"] != json!(2) {
-            assert!(
-                start.elapsed() < support::PATIENCE,
-                "protocol 2 never agreed"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    cluster.wait_protocol(2).await;
     cluster
         .must_acquire(2, "fifo-other", json!({"lease_ms": 60000}))
         .await;

@@ -158,28 +158,6 @@ fn keep_at_it(
     })
 }
 
-/// Waits until every node says the cluster agreed on `protocol`.
-async fn wait_protocol(cluster: &Cluster, protocol: u64) -> Value {
-    let start = Instant::now();
-    loop {
-        let mut last = Value::Null;
-        let mut all = true;
-        for id in cluster.live() {
-            let (status, view) = cluster.get(id, "/v1/cluster").await;
-            all &= status == 200 && view["protocol"] == json!(protocol);
-            last = view;
-        }
-        if all {
-            return last;
-        }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "the cluster never agreed on protocol {protocol}: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothing_twice() {
     let base = tokio::task::spawn_blocking(base_binary).await.unwrap();
@@ -233,7 +211,7 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
             .await;
         assert!(fresh["fence"].as_u64().unwrap() > 0);
     }
-    let view = wait_protocol(&cluster, SPEAKS).await;
+    let view = cluster.wait_protocol(SPEAKS).await;
     for member in view["members"].as_array().unwrap() {
         assert_eq!(member["protocol"], json!(SPEAKS), "{view}");
     }
@@ -316,7 +294,7 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
     cluster.set_node_args(3, Vec::new());
     cluster.spawn(3);
-    wait_protocol(&cluster, SPEAKS).await;
+    cluster.wait_protocol(SPEAKS).await;
     let (status, body) = cluster.post(3, "/v1/locks/renew", proclaim.clone()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["lock"]["data"], json!("v2"), "{body}");

@@ -452,6 +452,29 @@ impl Cluster {
     }
 
     /// The running nodes.
+    /// Waits until every live node says the cluster agreed on protocol
+    /// `protocol`: the view of the last node asked.
+    pub async fn wait_protocol(&self, protocol: u64) -> Value {
+        let start = Instant::now();
+        loop {
+            let mut last = Value::Null;
+            let mut all = true;
+            for id in self.live() {
+                let (status, view) = self.get(id, "/v1/cluster").await;
+                all &= status == 200 && view["protocol"] == json!(protocol);
+                last = view;
+            }
+            if all {
+                return last;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "the cluster never agreed on protocol {protocol}: {last}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     pub fn live(&self) -> Vec<u64> {
         self.procs.keys().copied().collect()
     }

@@ -644,9 +644,9 @@ impl Node {
                     SPEAKER_VIEW_WAIT,
                 )
                 .await;
-            if let Ok(Ok(history)) = asked.as_ref().map(|a| a.as_ref()) {
+            if let Ok(Ok(history)) = asked {
                 if history.view == "speaker" {
-                    return history.clone();
+                    return history;
                 }
             }
         }
