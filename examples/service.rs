@@ -1,6 +1,6 @@
 //! A service instance that embeds a leasehold node and elects a leader
 //! among its instances with the leader elector: the shape of a real
-//! service, and what `crates/node/tests/service.rs` runs three of, pausing
+//! service, and what `tests/embedded_service.rs` runs three of, pausing
 //! and stopping them.
 //!
 //! ```text

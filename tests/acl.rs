@@ -4,7 +4,7 @@
 //! lock the name, membership only for admin tokens, and the CLI's
 //! `--token` / `LEASEHOLD_TOKEN`.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The Rust client against a real 3-node cluster: guards, try_acquire,
 //! with_lock, moving to another node, and leader election.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! take it, and holds back no new grant; two crashes at once (five nodes,
 //! two copies) fall back to the documented rules.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{fence, Cluster};

@@ -7,7 +7,7 @@
 //! see it, and the paused one, resumed, runs no step of work after its
 //! lease.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -3,7 +3,7 @@
 //! pauses, partitions and heals it, and the failover history says what
 //! each failover cost. Over real processes, as docs/harness.md shows.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! refused with a clear message instead of rejoining having forgotten its
 //! votes, and the cluster goes on serving.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! once the faults that stopped it heal, and a member that restarts or a
 //! speaker that hands over never lets two nodes grant at once.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -89,7 +89,7 @@ async fn a_leader_whose_rebuild_failed_serves_once_a_quorum_is_back() {
 /// instant. No request sent to the old speaker after a new leader is seen
 /// may be granted in the old term. (That a restarted member answers no vote
 /// before a leader lease has passed, which this relies on, is pinned
-/// deterministically in crates/node/tests/restart.rs.)
+/// deterministically in crates/node/tests/it/restart.rs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_speaker_stops_before_a_new_leader_and_the_cluster_recovers() {
     let mut cluster = Cluster::start_with(3, &["--chaos"]).await;

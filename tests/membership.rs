@@ -3,7 +3,7 @@
 //! (the speaker too), and a lock held throughout is neither lost nor given
 //! to another.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

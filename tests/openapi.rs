@@ -3,7 +3,7 @@
 //! is served with the methods it names, every route docs/api.md lists is in
 //! it, and real answers, successes and errors, fit its schemas.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

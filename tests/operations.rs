@@ -4,7 +4,7 @@
 //! version, `/v1/cluster/history` keeps each rebuild with its wall-clock
 //! time, and a rebuild's report names a member that restarted as such.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -2,7 +2,7 @@
 //! nodes, so the cluster keeps a quorum with the old speaker dead and the
 //! holder's node paused.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! thousand locks make a report of several frames, as a million locks do
 //! with the default frame.
 
-mod support;
+use crate::support;
 
 use futures::StreamExt;
 use serde_json::{json, Value};

@@ -6,7 +6,7 @@
 //! as an empty one, and a banner within 3 s once the page's own node
 //! stops answering; nothing logged to the console.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use support::Cluster;
 
 /// Saves a screenshot of `page` as `name` under the directory
 /// `LEASEHOLD_SCREENSHOTS` names, if set (docs/operations.md's pictures:
-/// `LEASEHOLD_SCREENSHOTS=docs/img cargo test --test status_page`).
+/// `LEASEHOLD_SCREENSHOTS=docs/img cargo test --test it status_page`).
 fn screenshot(browser: &mut Browser, page: &support::browser::Page, name: &str) {
     if let Some(dir) = std::env::var_os("LEASEHOLD_SCREENSHOTS") {
         let dir = std::path::PathBuf::from(dir);

@@ -4,7 +4,7 @@
 //! a peer with a certificate from another CA can neither join nor vote;
 //! certificates are read again on SIGHUP.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! every stop exits 0, and the cluster agrees on this build's protocol
 //! only once every member runs it. Then the speaker is killed.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

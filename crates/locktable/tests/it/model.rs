@@ -1,7 +1,7 @@
 //! Property tests: random sequences of table operations against a simple
 //! model of the seed's rules.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;

@@ -8,7 +8,7 @@ use locktable::{
     MonoTime, NotRebuilt, RebuildFrom, Table,
 };
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -12,7 +12,7 @@ use leasehold_protocol::{
 use locktable::MonoTime;
 use locktable::{Fence, Lock, LockId};
 
-mod common;
+use crate::common;
 
 use common::*;
 

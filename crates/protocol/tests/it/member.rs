@@ -2,7 +2,7 @@
 //! own clients, when a grant may still be answered, what a drop, a stop and
 //! a newer speaker's read do, and what a renewal reclaims.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

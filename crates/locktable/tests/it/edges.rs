@@ -2,7 +2,7 @@
 //! a lock reported twice, the first and last fences of a term, the largest
 //! term, and fields longer than a slot keeps.
 
-mod common;
+use crate::common;
 
 use common::*;
 use locktable::{Fence, Held, Lock, LockId, RebuildError, RebuildFrom, Request, Table};

@@ -6,7 +6,7 @@ use locktable::{
     AcquireError, Fence, LeaseRule, Lock, LockError, RebuildError, RebuildFrom, Table,
 };
 
-mod common;
+use crate::common;
 
 use common::*;
 

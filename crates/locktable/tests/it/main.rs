@@ -1,0 +1,9 @@
+//! The lock table's integration tests, one binary: the seed's sentences,
+//! rebuilds, edges and the model-based property tests, a module each.
+
+mod common;
+
+mod edges;
+mod model;
+mod rebuild;
+mod seed;

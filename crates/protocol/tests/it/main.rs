@@ -1,0 +1,7 @@
+//! The protocol's integration tests, one binary: a member's operations and
+//! the rules about time and the guard, a module each.
+
+mod common;
+
+mod member;
+mod rules;

@@ -1,0 +1,7 @@
+//! The Raft layer's integration tests, one binary: storage, codec,
+//! transport and a three-node cluster over loopback, a module each.
+
+mod cluster;
+mod codec;
+mod storage;
+mod transport;

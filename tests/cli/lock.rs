@@ -1,0 +1,393 @@
+//! `lock` and `elect` as a shell uses them: exit codes passed on, a held
+//! lock refused, one leader at a time, a dead leader's command stopped.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{leasehold, run};
+use crate::support::Cluster;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_runs_the_command_and_passes_its_exit_status_on() {
+    let cluster = Cluster::start(3).await;
+    let out = run(leasehold(
+        &cluster,
+        &[1, 2, 3],
+        &["lock", "cli/a", "--", "sh", "-c", "exit 7"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(leasehold(&cluster, &[2], &["lock", "cli/a", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0));
+    // Released when the command ended: nothing left.
+    let (status, _) = cluster.get(1, "/v1/locks/cli%2Fa").await;
+    assert_eq!(status, 404);
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "cli/a", "--", "/no/such/program"],
+    ));
+    assert_eq!(out.status.code(), Some(127));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_refuses_when_held_and_locks_lists_the_holder() {
+    let cluster = Cluster::start(3).await;
+    let mut holder = leasehold(
+        &cluster,
+        &[1],
+        &["lock", "cli/held", "--holder", "first", "--", "sleep", "30"],
+    )
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let (status, _) = cluster.get(1, "/v1/locks/cli%2Fheld").await;
+        if status == 200 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // -n fails at once, as `flock -n` does; --wait takes a bound with
+    // units; --conflict-exit chooses the status, as `flock -E` does.
+    let out = run(leasehold(
+        &cluster,
+        &[2],
+        &["lock", "cli/held", "-n", "--", "true"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(73),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("first"));
+    let waited = Instant::now();
+    let out = run(leasehold(
+        &cluster,
+        &[2],
+        &[
+            "lock",
+            "cli/held",
+            "--wait",
+            "1s",
+            "--conflict-exit",
+            "5",
+            "--",
+            "true",
+        ],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(waited.elapsed() >= Duration::from_secs(1));
+    let out = run(leasehold(
+        &cluster,
+        &[2],
+        &["lock", "cli/held", "--wait", "ten", "--", "true"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a bad duration is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a duration"));
+    // By default it waits, as flock, `etcdctl lock` and `consul lock` do:
+    // the holder goes, and the waiting command runs.
+    let mut waiting = leasehold(
+        &cluster,
+        &[2],
+        &["lock", "cli/held", "--lease", "5s", "--", "true"],
+    )
+    .stdin(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(waiting.try_wait().unwrap().is_none(), "it waits while held");
+
+    let out = run(leasehold(&cluster, &[3], &["locks"]));
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("cli/held") && table.contains("first"),
+        "{table}"
+    );
+
+    // -o json: one document each, the API's shapes.
+    let out = run(leasehold(&cluster, &[3], &["locks", "-o", "json"]));
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed = doc["locks"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|l| l["name"] == json!("cli/held") && l["holder"] == json!("first")),
+        "{doc}"
+    );
+    let out = run(leasehold(
+        &cluster,
+        &[2],
+        &["get", "cli/held", "-o", "json"],
+    ));
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["lock"]["holder"], json!("first"), "{doc}");
+    let out = run(leasehold(
+        &cluster,
+        &[2],
+        &["get", "cli/free", "-o", "json"],
+    ));
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc, json!({ "lock": null }));
+
+    let out = run(leasehold(&cluster, &[3], &["status"]));
+    assert!(out.status.success());
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.contains("speaker: node") && status.contains("rebuilt: true"),
+        "{status}"
+    );
+    // Three voters, and how far behind each is (the speaker answers).
+    assert_eq!(status.matches(" voter ").count(), 3, "{status}");
+    assert_eq!(status.matches("entries behind").count(), 3, "{status}");
+
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    // The holder died without releasing: the waiter gets the lock once its
+    // lease is over, and runs its command.
+    let status = tokio::task::spawn_blocking(move || waiting.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+/// `lock NAME` without a command holds the lock and prints it until
+/// interrupted, as `etcdctl lock NAME` does; Ctrl-C releases it (exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_without_a_command_holds_until_interrupted() {
+    let cluster = Cluster::start(3).await;
+    let mut holding = leasehold(&cluster, &[1, 2, 3], &["lock", "cli/hold"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(holding.stdout.take().unwrap());
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert!(
+        line.starts_with("cli/hold ") && line.contains("fence"),
+        "{line}"
+    );
+    let (status, _) = cluster.get(1, "/v1/locks/cli%2Fhold").await;
+    assert_eq!(status, 200, "held while it runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(holding.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || holding.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let (status, _) = cluster.get(1, "/v1/locks/cli%2Fhold").await;
+    assert_eq!(status, 404, "released on Ctrl-C");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_signals_its_command_and_exits_non_zero_when_the_lock_is_lost() {
+    let mut cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let follower = cluster.live().into_iter().find(|&i| i != speaker).unwrap();
+    let marker = cluster.dir.path().join("got-term");
+    let script = format!(
+        "trap 'echo term > {}; exit 0' TERM; while true; do sleep 0.1; done",
+        marker.display()
+    );
+    // This holder can reach only one node, which then dies.
+    let mut holder = leasehold(
+        &cluster,
+        &[follower],
+        &[
+            "lock", "cli/lost", "--lease", "2000", "--", "sh", "-c", &script,
+        ],
+    )
+    .stdin(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let (status, _) = cluster.get(speaker, "/v1/locks/cli%2Flost").await;
+        if status == 200 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.kill(follower);
+    let status = tokio::task::spawn_blocking(move || holder.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(75));
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap().trim(),
+        "term",
+        "the command got SIGTERM"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_runs_one_leader_at_a_time() {
+    let cluster = Cluster::start(3).await;
+    let log = cluster.dir.path().join("leaders.log");
+    let script = format!(
+        "echo start $0 >> {log}; sleep 0.5; echo end $0 >> {log}",
+        log = log.display()
+    );
+    let mut candidates = Vec::new();
+    for i in 0..3u64 {
+        candidates.push(
+            leasehold(
+                &cluster,
+                &[1 + i % 3],
+                &[
+                    "elect",
+                    "cli/leader",
+                    "--value",
+                    &format!("c{i}"),
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                    &format!("c{i}"),
+                ],
+            )
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+        );
+    }
+    for mut c in candidates {
+        let status = tokio::task::spawn_blocking(move || c.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success());
+    }
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    for pair in lines.chunks(2) {
+        let who = pair[0].strip_prefix("start ").unwrap();
+        assert_eq!(
+            pair[1],
+            format!("end {who}"),
+            "leaders never overlap: {lines:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_leaders_process_dies_its_command_dies_and_another_leads_within_a_lease() {
+    let cluster = Cluster::start(3).await;
+    let pid_file = cluster.dir.path().join("first.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
+    let mut first = leasehold(
+        &cluster,
+        &[1, 2, 3],
+        &[
+            "elect", "cli/dies", "--lease", "2000", "--value", "first", "--", "sh", "-c", &script,
+        ],
+    )
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    while !pid_file.exists()
+        || std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the first candidate never led"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let command_pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let second_log = cluster.dir.path().join("second.log");
+    let second_script = format!("echo led > {}", second_log.display());
+    let second = leasehold(
+        &cluster,
+        &[2, 3],
+        &[
+            "elect",
+            "cli/dies",
+            "--lease",
+            "2000",
+            "--value",
+            "second",
+            "--",
+            "sh",
+            "-c",
+            &second_script,
+        ],
+    )
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The leader's process dies without a word.
+    first.kill().unwrap();
+    let killed_at = Instant::now();
+    let _ = first.wait();
+    let mut second = second;
+    let status = tokio::task::spawn_blocking(move || second.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(&second_log).unwrap().trim(), "led");
+    // Within a lease of the death (generously: 3 leases on a loaded machine).
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        killed_at.elapsed()
+    );
+    // And the dead leader's command did not outlive it.
+    let alive = std::path::Path::new("/proc").join(&command_pid).exists()
+        && !std::fs::read_to_string(format!("/proc/{command_pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
+    assert!(!alive, "the command of a dead leader must not run on");
+}

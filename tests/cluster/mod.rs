@@ -1,0 +1,12 @@
+//! A real cluster of `leasehold serve` processes: forming, granting,
+//! forwarding, waiting, failover, pauses, restarts, auth and bad input.
+
+mod failover;
+mod grants;
+mod requests;
+
+use crate::support::Cluster;
+
+fn followers(cluster: &Cluster, speaker: u64) -> Vec<u64> {
+    cluster.others(speaker)
+}
