@@ -20,6 +20,7 @@ mod openapi;
 mod operations;
 mod rebuild_modes;
 mod reports;
+mod shape;
 mod status_page;
 mod tls;
 mod upgrade;

@@ -51,3 +51,33 @@ pub struct StaleGeneration {
     /// The table's generation now.
     pub current: u64,
 }
+
+/// Why a rebuild changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RebuildError {
+    /// The table was dropped since the generation the nodes were read for.
+    #[error(transparent)]
+    Stale(#[from] StaleGeneration),
+    /// The term is too large to be carried in a fence.
+    #[error("term {0} does not fit in a fence")]
+    EpochTooLarge(u64),
+    /// A report holds a lock granted in a later term than the rebuild's:
+    /// another node has spoken since, so this one no longer leads. (Taken
+    /// in, that lock would stay in this node's `Granted`, where a release
+    /// passed on only to the nodes that hold the lock would not reach it.)
+    #[error("a member reported a lock of term {reported}, later than term {term}")]
+    NewerTerm {
+        /// The rebuild's term.
+        term: u64,
+        /// The latest term of a reported lock.
+        reported: u64,
+    },
+    /// A rebuild that has not seen every grant, in a term whose fences
+    /// already say it has ([`Fence::SEEN_ALL`], from an earlier rebuild of
+    /// the term): fences only grow, so every later one would say so too,
+    /// and win a settlement it must not. The term cannot speak again.
+    ///
+    /// [`Fence::SEEN_ALL`]: crate::Fence::SEEN_ALL
+    #[error("term {0} already granted as having seen every grant; this rebuild has not")]
+    SeenAllSpent(u64),
+}

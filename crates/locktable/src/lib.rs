@@ -26,6 +26,7 @@
 //! requests ([`Table::take_answers`]).
 
 mod error;
+mod forgotten;
 mod held;
 mod lock;
 mod rebuild;
@@ -34,9 +35,9 @@ mod slots;
 mod table;
 mod time;
 
-pub use error::{AcquireError, LockError, NotRebuilt, StaleGeneration};
+pub use error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGeneration};
 pub use held::{Held, HeldLock};
 pub use lock::{newer_data, BadLockId, Fence, Lock, LockId, LockInTransit, NodeId, Request};
-pub use rebuild::{RebuildBasis, Settled};
-pub use table::{Acquired, Answer, Listing, RebuildError, RebuildFrom, Rebuilt, Table, WaiterId};
+pub use rebuild::{RebuildBasis, RebuildFrom, Settled};
+pub use table::{Acquired, Answer, Listing, Rebuilt, Table, WaiterId};
 pub use time::{LeaseRule, MonoTime};

@@ -11,12 +11,33 @@ use std::collections::BinaryHeap;
 
 use hashbrown::HashMap;
 
-use crate::error::StaleGeneration;
+use crate::error::{RebuildError, StaleGeneration};
 use crate::lock::{Fence, Lock, LockId};
 use crate::settle::settle_into;
 use crate::slots::Slots;
-use crate::table::{RebuildError, RebuildFrom};
 use crate::time::{LeaseRule, MonoTime};
+
+/// The inputs of a rebuild.
+#[derive(Debug, Clone)]
+pub struct RebuildFrom {
+    /// The generation the nodes were read for
+    /// ([`Table::generation`](crate::Table::generation) when the reading
+    /// began).
+    pub generation: u64,
+    /// The speaker's Raft term: the high bits of the fences it grants.
+    pub epoch: u64,
+    /// What the nodes said: their clients' locks and their own grants, on
+    /// this node's clock.
+    pub locks: Vec<Lock>,
+    /// In strict mode after a rebuild that missed members, no new grant is
+    /// made before this instant; renewals and reclaims go on.
+    pub hold_new_grants_until: Option<MonoTime>,
+    /// Whether the reads saw every grant answered to a client before this
+    /// term (fewer members missing than there are copies): this term's
+    /// grants then carry [`Fence::SEEN_ALL`], and win over any lock of an
+    /// earlier term a later rebuild finds beside them.
+    pub seen_all: bool,
+}
 
 /// What settling a rebuild needs of the table, taken by
 /// [`Table::begin_rebuild`](crate::Table::begin_rebuild): its generation

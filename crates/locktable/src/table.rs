@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 
-use crate::error::{AcquireError, LockError, NotRebuilt, StaleGeneration};
+use crate::error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGeneration};
+use crate::forgotten::Forgotten;
 use crate::lock::{Fence, Lock, LockId, NodeId, Request};
-use crate::rebuild::{RebuildBasis, Settled};
+use crate::rebuild::{RebuildBasis, RebuildFrom, Settled};
 use crate::slots::{Slot, Slots};
 use crate::time::{LeaseRule, MonoTime};
 
@@ -56,55 +57,6 @@ pub struct Rebuilt {
     /// Locks still held by their clients that lost to another grant of the
     /// same name held longer; each is to be reported back to its node.
     pub lost: Vec<Lock>,
-}
-
-/// Why a rebuild changed nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum RebuildError {
-    /// The table was dropped since the generation the nodes were read for.
-    #[error(transparent)]
-    Stale(#[from] StaleGeneration),
-    /// The term is too large to be carried in a fence.
-    #[error("term {0} does not fit in a fence")]
-    EpochTooLarge(u64),
-    /// A report holds a lock granted in a later term than the rebuild's:
-    /// another node has spoken since, so this one no longer leads. (Taken
-    /// in, that lock would stay in this node's `Granted`, where a release
-    /// passed on only to the nodes that hold the lock would not reach it.)
-    #[error("a member reported a lock of term {reported}, later than term {term}")]
-    NewerTerm {
-        /// The rebuild's term.
-        term: u64,
-        /// The latest term of a reported lock.
-        reported: u64,
-    },
-    /// A rebuild that has not seen every grant, in a term whose fences
-    /// already say it has ([`Fence::SEEN_ALL`], from an earlier rebuild of
-    /// the term): fences only grow, so every later one would say so too,
-    /// and win a settlement it must not. The term cannot speak again.
-    #[error("term {0} already granted as having seen every grant; this rebuild has not")]
-    SeenAllSpent(u64),
-}
-
-/// The inputs of a rebuild.
-#[derive(Debug, Clone)]
-pub struct RebuildFrom {
-    /// The generation the nodes were read for ([`Table::generation`] when
-    /// the reading began).
-    pub generation: u64,
-    /// The speaker's Raft term: the high bits of the fences it grants.
-    pub epoch: u64,
-    /// What the nodes said: their clients' locks and their own grants, on
-    /// this node's clock.
-    pub locks: Vec<Lock>,
-    /// In strict mode after a rebuild that missed members, no new grant is
-    /// made before this instant; renewals and reclaims go on.
-    pub hold_new_grants_until: Option<MonoTime>,
-    /// Whether the reads saw every grant answered to a client before this
-    /// term (fewer members missing than there are copies): this term's
-    /// grants then carry [`Fence::SEEN_ALL`], and win over any lock of an
-    /// earlier term a later rebuild finds beside them.
-    pub seen_all: bool,
 }
 
 struct Waiter {
@@ -160,117 +112,6 @@ pub struct Table {
     /// ([`Table::begin_rebuild`]), for its install to apply.
     forgets_since_basis: Option<Vec<(Box<str>, LockId)>>,
 }
-
-/// Released ids and until when each is kept from rebuilds: until no node's
-/// record of the released lease can still be live.
-///
-/// Ids are filed by the second their time is up in (a wheel of one-second
-/// slots), so each is dropped within a second of its time whatever order
-/// the ids came in: an id kept for a short lease is not held up behind one
-/// kept for a long lease. Filing an id and pruning the ids due cost the same
-/// however many are kept: each insert prunes a few due ids, and a poll
-/// prunes what is left.
-#[derive(Default)]
-struct Forgotten {
-    until: HashMap<LockId, MonoTime>,
-    /// `slots[i]` holds ids whose time is up by the end of second
-    /// `first + i` of the table's clock. An id kept longer since it was
-    /// filed, or due past the last slot, is filed again when its slot comes
-    /// up.
-    slots: VecDeque<Vec<LockId>>,
-    first: u64,
-}
-
-impl Forgotten {
-    /// How many due ids an insert prunes: more than one, so pruning keeps up
-    /// with inserts.
-    const PRUNE_PER_INSERT: usize = 4;
-    /// The most slots (seconds ahead) the wheel keeps: 68 minutes. An id
-    /// due later waits in the last slot and is filed again from there.
-    const MAX_SLOTS: u64 = 4096;
-
-    /// Keeps `id` from rebuilds until `until` (or longer, if it was kept
-    /// longer already).
-    fn insert(&mut self, id: LockId, until: MonoTime, now: MonoTime) {
-        self.prune(now, Self::PRUNE_PER_INSERT);
-        if until <= now {
-            return;
-        }
-        match self.until.entry(id) {
-            hashbrown::hash_map::Entry::Occupied(mut e) => {
-                // Filed already: its slot files it again when it comes up.
-                if *e.get() < until {
-                    e.insert(until);
-                }
-            }
-            hashbrown::hash_map::Entry::Vacant(e) => {
-                e.insert(until);
-                self.file(id, until, now);
-            }
-        }
-    }
-
-    /// Files `id`, kept until `until` (later than `now`), in the slot of the
-    /// second it is due in.
-    fn file(&mut self, id: LockId, until: MonoTime, now: MonoTime) {
-        if self.slots.is_empty() {
-            self.first = now.as_nanos() / NANOS_PER_SEC + 1;
-        }
-        // `first` is at most the second after `now`'s, and `until` is later
-        // than `now`: the id is due in `first` or after.
-        let second = until.as_nanos().div_ceil(NANOS_PER_SEC).max(self.first);
-        let at = (second - self.first).min(Self::MAX_SLOTS - 1) as usize;
-        if at >= self.slots.len() {
-            self.slots.resize_with(at + 1, Vec::new);
-        }
-        self.slots[at].push(id);
-    }
-
-    /// Whether `id` is kept from rebuilds at `now`.
-    fn contains(&self, id: LockId, now: MonoTime) -> bool {
-        self.until.get(&id).is_some_and(|&until| until > now)
-    }
-
-    /// How many ids are kept (some may be due, until pruned).
-    fn len(&self) -> usize {
-        self.until.len()
-    }
-
-    /// Drops up to `budget` ids whose time is up by `now`, oldest second
-    /// first.
-    fn prune(&mut self, now: MonoTime, budget: usize) {
-        let due = now.as_nanos() / NANOS_PER_SEC;
-        let mut left = budget;
-        let mut later = Vec::new();
-        while left > 0 && self.first <= due {
-            let Some(slot) = self.slots.front_mut() else {
-                break;
-            };
-            while left > 0 {
-                let Some(id) = slot.pop() else {
-                    break;
-                };
-                left -= 1;
-                match self.until.get(&id) {
-                    Some(&until) if until <= now => {
-                        self.until.remove(&id);
-                    }
-                    Some(&until) => later.push((id, until)),
-                    None => {}
-                }
-            }
-            if slot.is_empty() {
-                self.slots.pop_front();
-                self.first += 1;
-            }
-        }
-        for (id, until) in later {
-            self.file(id, until, now);
-        }
-    }
-}
-
-const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 impl Table {
     /// An empty table, not rebuilt, at generation 0.
@@ -712,7 +553,7 @@ impl Table {
         self.forgets_since_basis = Some(Vec::new());
         RebuildBasis {
             generation: self.generation,
-            forgotten: self.forgotten.until.clone(),
+            forgotten: self.forgotten.until().clone(),
         }
     }
 

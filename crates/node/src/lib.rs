@@ -397,9 +397,13 @@ where
     tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
     for (member, addr) in node.roster().members() {
-        forgets::start_sender(&node, member, addr.to_string());
+        node.start_release_sender(member, addr.to_string());
     }
-    tasks.spawn(roster::follow(Arc::clone(&node), stop.clone()).in_current_span());
+    tasks.spawn(
+        Arc::clone(&node)
+            .follow_roster(stop.clone())
+            .in_current_span(),
+    );
     tasks.spawn(membership::pin_members(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(
         Arc::clone(&node)

@@ -11,13 +11,9 @@
 //! adds.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
-use leasehold_raft::{RaftMetrics, StoredMembership, WatchReceiver};
+use leasehold_raft::{RaftMetrics, StoredMembership};
 use locktable::NodeId;
-use tokio_util::sync::CancellationToken;
-
-use crate::node::Node;
 
 /// The members as one node knows them at one moment.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -146,29 +142,6 @@ impl Roster {
     /// Whether `id` votes.
     pub fn is_voter(&self, id: NodeId) -> bool {
         self.voters.contains(&id)
-    }
-}
-
-/// Keeps `node`'s roster in step with Raft's latest membership until `stop`:
-/// on every change the protocol's member list follows, and the members new
-/// to it get their lanes of releases.
-pub(crate) async fn follow(node: Arc<Node>, stop: CancellationToken) {
-    let mut metrics = node.raft.metrics();
-    loop {
-        let latest = {
-            let metrics = metrics.borrow_watched();
-            Roster::from_membership(
-                &metrics.membership_config,
-                &metrics.committed_membership_config,
-            )
-        };
-        if let Some(latest) = latest {
-            node.roster_changed(latest);
-        }
-        tokio::select! {
-            changed = metrics.changed() => if changed.is_err() { return },
-            _ = stop.cancelled() => return,
-        }
     }
 }
 

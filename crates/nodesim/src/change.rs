@@ -110,7 +110,7 @@ impl Change {
                 default: Duration::from_secs(6),
                 max: Duration::from_secs(9),
             },
-            Change::Timings | Change::Protocol => crate::run::LEASE,
+            Change::Timings | Change::Protocol => crate::lease::LEASE,
         }
     }
 

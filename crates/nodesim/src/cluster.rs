@@ -18,14 +18,12 @@ use locktable::LeaseRule;
 
 use crate::guards::Guards;
 use crate::leaders::Leaders;
+pub use crate::net::TOKEN;
 use crate::net::{SimListener, SimTransport};
 use crate::pauses::Pauses;
 
 /// The port every simulated node listens on.
 pub const PORT: u16 = 7700;
-
-/// The cluster token of every simulated cluster.
-pub const TOKEN: &str = "simulated-cluster-token";
 
 /// The host name of node `id`.
 pub fn host(id: u64) -> String {

@@ -13,6 +13,10 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use leasehold_raft::{PeerRequest, PeerResponse, Transport, TransportError};
 
+/// The cluster token of every simulated cluster: its nodes are made with
+/// it, and [`admin_call`] carries it.
+pub const TOKEN: &str = "simulated-cluster-token";
+
 /// A simulated host's listening socket, for `axum::serve`.
 pub struct SimListener(turmoil::net::TcpListener);
 
@@ -196,10 +200,7 @@ pub async fn admin_call(
     timeout: Duration,
 ) -> Result<(StatusCode, serde_json::Value), TransportError> {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        "x-leasehold-token",
-        HeaderValue::from_static(crate::cluster::TOKEN),
-    );
+    headers.insert("x-leasehold-token", HeaderValue::from_static(TOKEN));
     call_with(addr, method, path, None, headers, timeout).await
 }
 

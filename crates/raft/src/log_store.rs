@@ -28,13 +28,14 @@ use redb::ReadableDatabase;
 use redb::ReadableTable;
 use redb::TableDefinition;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 
+use crate::blocking;
 use crate::codec;
-use crate::identity::ClusterId;
+use crate::entropy;
 use crate::identity::Identity;
 use crate::identity::Recorded;
 use crate::identity::StoreId;
+use crate::meta_table::{get_meta, io_err, put_meta, META};
 use crate::types::Entry;
 use crate::types::LogId;
 use crate::types::NodeId;
@@ -44,7 +45,6 @@ use crate::types::Vote;
 /// The file, inside the data directory, that holds the store.
 pub const DB_FILE: &str = "raft.redb";
 
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 
 const KEY_NODE_ID: &str = "node_id";
@@ -52,16 +52,6 @@ const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
 const KEY_LAST_PURGED: &str = "last_purged";
 const KEY_STORE_ID: &str = "store_id";
-const KEY_CLUSTER_ID: &str = "cluster_id";
-const KEY_MEMBERS: &str = "member_stores";
-const KEY_RETIRED: &str = "retired_stores";
-const KEY_ADDED: &str = "members_added_at";
-const KEY_RECORDED_AT: &str = "member_stores_recorded_at";
-const KEY_NAMED: &str = "named";
-const KEY_PINNED: &str = "members_pinned";
-const KEY_LEADER_LEASE: &str = "leader_lease_ms";
-const KEY_LEFT_CLEANLY: &str = "left_cleanly";
-const KEY_PROTOCOL: &str = "protocol";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -100,30 +90,6 @@ pub enum StoreError {
         /// The node id this process was started with.
         given: NodeId,
     },
-}
-
-fn io_err(e: impl Into<redb::Error>) -> io::Error {
-    io::Error::other(e.into())
-}
-
-fn get_meta<T: DeserializeOwned>(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-    key: &str,
-) -> io::Result<Option<T>> {
-    match table.get(key).map_err(io_err)? {
-        Some(v) => Ok(Some(codec::decode(v.value())?)),
-        None => Ok(None),
-    }
-}
-
-fn put_meta<T: Serialize>(
-    table: &mut redb::Table<&'static str, &'static [u8]>,
-    key: &str,
-    value: &T,
-) -> io::Result<()> {
-    let bytes = codec::encode(value)?;
-    table.insert(key, bytes.as_slice()).map_err(io_err)?;
-    Ok(())
 }
 
 /// Runs redb write transactions on one thread, in submission order.
@@ -167,7 +133,7 @@ impl Writer {
             txn.commit().map_err(io_err)?;
             Ok(r)
         };
-        if crate::blocking::inline() {
+        if blocking::inline() {
             return transaction(&self.db);
         }
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
@@ -222,7 +188,7 @@ impl LogStore {
     /// different id fails with [`StoreError::NodeIdMismatch`], so a data
     /// directory keeps the identity it was created with.
     pub fn open(dir: &Path, node_id: NodeId) -> Result<Self, StoreError> {
-        Self::open_named(dir, node_id, StoreId(crate::entropy::random_u128()))
+        Self::open_named(dir, node_id, StoreId(entropy::random_u128()))
     }
 
     /// As [`LogStore::open`], naming a store it creates `fresh`: drawn by
@@ -251,35 +217,12 @@ impl LogStore {
             let to_store = |e| io_to_store(&path, e);
             let stored: Option<NodeId> = get_meta(&meta, KEY_NODE_ID).map_err(to_store)?;
             let store_id: Option<StoreId> = get_meta(&meta, KEY_STORE_ID).map_err(to_store)?;
-            let recorded = Recorded {
-                cluster: get_meta(&meta, KEY_CLUSTER_ID).map_err(to_store)?,
-                members: get_meta(&meta, KEY_MEMBERS)
-                    .map_err(to_store)?
-                    .unwrap_or_default(),
-                retired: get_meta(&meta, KEY_RETIRED)
-                    .map_err(to_store)?
-                    .unwrap_or_default(),
-                added: get_meta(&meta, KEY_ADDED)
-                    .map_err(to_store)?
-                    .unwrap_or_default(),
-                recorded_at: get_meta(&meta, KEY_RECORDED_AT)
-                    .map_err(to_store)?
-                    .unwrap_or_default(),
-                named: get_meta(&meta, KEY_NAMED).map_err(to_store)?,
-                pinned: get_meta(&meta, KEY_PINNED)
-                    .map_err(to_store)?
-                    .unwrap_or_default(),
-                leader_lease_ms: get_meta(&meta, KEY_LEADER_LEASE).map_err(to_store)?,
-                left_cleanly: get_meta(&meta, KEY_LEFT_CLEANLY).map_err(to_store)?,
-                protocol: get_meta(&meta, KEY_PROTOCOL).map_err(to_store)?,
-            };
+            let recorded = Recorded::read(&meta).map_err(to_store)?;
             let recorded = if stored.is_none() {
                 put_meta(&mut meta, KEY_NODE_ID, &node_id).map_err(|e| io_to_store(&path, e))?;
-                put_meta(&mut meta, KEY_NAMED, &false).map_err(|e| io_to_store(&path, e))?;
-                Recorded {
-                    named: Some(false),
-                    ..recorded
-                }
+                recorded
+                    .created(&mut meta)
+                    .map_err(|e| io_to_store(&path, e))?
             } else {
                 recorded
             };
@@ -430,7 +373,7 @@ impl StoreClosed {
                 // A read transaction still under way keeps the file open a
                 // little after the last handle drops: try it.
                 let path = self.path.clone();
-                let free = crate::blocking::unblock(move || {
+                let free = blocking::unblock(move || {
                     !matches!(
                         Database::open(&path),
                         Err(redb::DatabaseError::DatabaseAlreadyOpen)
@@ -448,38 +391,6 @@ impl StoreClosed {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
-}
-
-/// Records `known` (the cluster id, every member's store id and when it
-/// was recorded, the retired ones, when each member was added, and whether
-/// this node was named) in one
-/// committed transaction.
-pub(crate) fn write_identity(db: &Database, known: &Recorded) -> io::Result<()> {
-    let txn = db.begin_write().map_err(io_err)?;
-    {
-        let mut meta = txn.open_table(META).map_err(io_err)?;
-        if let Some(cluster) = known.cluster {
-            put_meta::<ClusterId>(&mut meta, KEY_CLUSTER_ID, &cluster)?;
-        }
-        put_meta(&mut meta, KEY_MEMBERS, &known.members)?;
-        put_meta(&mut meta, KEY_RETIRED, &known.retired)?;
-        put_meta(&mut meta, KEY_ADDED, &known.added)?;
-        put_meta(&mut meta, KEY_RECORDED_AT, &known.recorded_at)?;
-        put_meta(&mut meta, KEY_PINNED, &known.pinned)?;
-        if let Some(named) = known.named {
-            put_meta(&mut meta, KEY_NAMED, &named)?;
-        }
-        if let Some(lease) = known.leader_lease_ms {
-            put_meta(&mut meta, KEY_LEADER_LEASE, &lease)?;
-        }
-        if let Some(clean) = known.left_cleanly {
-            put_meta(&mut meta, KEY_LEFT_CLEANLY, &clean)?;
-        }
-        if let Some(protocol) = known.protocol {
-            put_meta(&mut meta, KEY_PROTOCOL, &protocol)?;
-        }
-    }
-    txn.commit().map_err(io_err)
 }
 
 /// Makes a directory's entries durable.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use crate::types::NodeId;
+use crate::ids::NodeId;
 
 /// The header carrying a member's [`Terms`].
 pub const TERMS_HEADER: &str = "x-leasehold-terms";

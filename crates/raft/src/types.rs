@@ -5,7 +5,10 @@ use std::fmt;
 use serde::Deserialize;
 use serde::Serialize;
 
+use crate::ids::StoreId;
+use crate::runtime::EntropyRuntime;
 use crate::state_machine::StateMachine;
+use crate::version::Protocol;
 
 /// The application data carried by normal Raft log entries.
 ///
@@ -23,14 +26,14 @@ pub enum Command {
         /// The member.
         member: NodeId,
         /// Its data directory's id.
-        store: crate::identity::StoreId,
+        store: StoreId,
     },
     /// From this entry on the cluster speaks protocol version `0`
     /// ([`crate::version`]): appended by the speaker once every member of
     /// the committed configuration offers it. Since version 1: a build
     /// before it cannot read this entry, and it is never appended while
     /// such a build is a member.
-    Protocol(crate::version::Protocol),
+    Protocol(Protocol),
 }
 
 impl fmt::Display for Command {
@@ -60,11 +63,10 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Term = u64,
         LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
-        AsyncRuntime = crate::runtime::EntropyRuntime,
+        AsyncRuntime = EntropyRuntime,
 );
 
-/// A node id.
-pub type NodeId = u64;
+pub use crate::ids::NodeId;
 /// A running (or built) Raft member.
 pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
 /// A leader id: the term and the node elected in it.
@@ -123,7 +125,7 @@ mod wire_tests {
     #[test]
     fn the_entries_older_builds_read_keep_their_encoding() {
         assert_eq!(encode(&Command::Noop).unwrap(), vec![0]);
-        let store = crate::identity::StoreId(0x0102);
+        let store = StoreId(0x0102);
         let pin = encode(&Command::MemberStore { member: 7, store }).unwrap();
         assert_eq!(pin[..2], [1, 7], "variant 1, then the member");
         assert_eq!(encode(&Command::Protocol(1)).unwrap(), vec![2, 1]);

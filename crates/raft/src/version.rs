@@ -37,7 +37,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 
-use crate::types::NodeId;
+use crate::ids::NodeId;
 
 /// A protocol version.
 pub type Protocol = u16;

@@ -7,64 +7,15 @@
 //! holder's own count runs is a lost lock. In the quiet tail a probe per
 //! node asks for a fresh name until it is granted: the liveness check.
 
-use locktable::{LockId, NodeId};
 use rand::Rng;
 
-use crate::check::{Interval, LostLock};
+use crate::client_state::{ClientState, Holding};
 use crate::config::timing::{
     CLIENT_MARGIN_MS, LEASE_MS, MAX_LEASE_MS, PROBE_EVERY_MS, RENEW_ATTEMPT_MS, RENEW_DIVISOR,
 };
-use crate::world::{Answer, Ask, ClientId, Event, Msg, Refusal, ReqId, To, World};
-
-#[derive(Debug, Clone)]
-pub(crate) enum ClientState {
-    Idle,
-    Asking { req: ReqId, sent: u64, name: String },
-    Holding(Holding),
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Holding {
-    /// The acquire that won the lock.
-    req: ReqId,
-    name: String,
-    id: LockId,
-    fence: u64,
-    start: u64,
-    /// When the holder's own count of the lease ends (less its margin).
-    ends: u64,
-    lease_ms: u64,
-    /// When the next renewal is due (later events are stale).
-    next_renew: u64,
-    /// The renewal attempt under way: its request and when it left.
-    renewing: Option<(ReqId, u64)>,
-    /// Failed renewal attempts in a row.
-    attempts: u32,
-    /// The nodes the holder went through.
-    via: Vec<NodeId>,
-}
-
-pub(crate) struct Client {
-    pub(crate) node: NodeId,
-    pub(crate) state: ClientState,
-    /// A liveness probe (asks for fresh names in the quiet tail).
-    pub(crate) probe: bool,
-    /// When a probe was first granted.
-    pub(crate) granted_at: Option<u64>,
-    asked: u64,
-}
-
-impl Client {
-    pub(crate) fn new(node: NodeId, probe: bool) -> Client {
-        Client {
-            node,
-            state: ClientState::Idle,
-            probe,
-            granted_at: None,
-            asked: 0,
-        }
-    }
-}
+use crate::history::{Interval, LostLock};
+use crate::msg::{Answer, Ask, ClientId, Event, Msg, Refusal, ReqId, To};
+use crate::world::World;
 
 impl World {
     pub(crate) fn client_wake(&mut self, c: ClientId) {

@@ -13,9 +13,10 @@ use locktable::{Lock, LockInTransit, NodeId};
 
 use crate::config::timing::{COPY_QUEUE_MS, COPY_TIMEOUT_MS};
 use crate::config::Sabotage;
+use crate::msg::{Answer, Event, Msg, To};
 use crate::node::{CopyWait, Origin};
 use crate::serve::wire;
-use crate::world::{Answer, Event, Msg, To, World};
+use crate::world::World;
 
 impl World {
     /// `ensure_on_record`: answers `origin` with `lock`, just granted

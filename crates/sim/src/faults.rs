@@ -8,11 +8,12 @@ use locktable::NodeId;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use crate::client::Client;
+use crate::client_state::Client;
 use crate::config::timing::{HANDOVER_PATIENCE_MS, MAX_LEASE_MS, RAFT_TICK_MS, REBUILD_TIMEOUT_MS};
 use crate::config::Scenario;
+use crate::msg::{Event, Msg};
 use crate::node::Node;
-use crate::world::{Event, Msg, World};
+use crate::world::World;
 
 impl World {
     pub(crate) fn fault(&mut self) {

@@ -28,9 +28,12 @@
 
 mod check;
 mod client;
+mod client_state;
 mod config;
 mod copies;
 mod faults;
+mod history;
+mod msg;
 mod node;
 mod raft;
 mod releases;
@@ -38,6 +41,6 @@ mod serve;
 mod speaker;
 mod world;
 
-pub use check::Report;
 pub use config::{liveness_bound_ms, Config, Sabotage, Scenario};
+pub use history::Report;
 pub use world::run;

@@ -9,15 +9,14 @@ use std::time::Duration;
 
 use leasehold_protocol::{
     Attempt, CopyRound, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig,
-    MemberRead, Reads, RebuildMode,
+    MemberRead, Reads, RebuildMode, ReleaseSender,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
 use crate::config::timing::{LEADER_LEASE_MS, LEASE_MS, MAX_LEASE_MS};
 use crate::config::Config;
+use crate::msg::{ClientId, Event, ReportHeader, ReqId};
 use crate::raft::{Persisted, Raft};
-use crate::releases::Outgoing;
-use crate::world::{ClientId, Event, ReqId};
 
 /// Who is waiting for a table answer.
 #[derive(Debug, Clone, Copy)]
@@ -145,13 +144,14 @@ pub(crate) struct CopyWait {
     pub(crate) out: BTreeSet<NodeId>,
 }
 
-/// What a member says of itself ahead of its report.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ReportHeader {
-    pub(crate) uptime: Duration,
-    pub(crate) first_start: bool,
-    pub(crate) max_lease: Duration,
-    pub(crate) copies: usize,
+/// One member's releases on their way from a node.
+#[derive(Default)]
+pub(crate) struct Outgoing {
+    pub(crate) sender: ReleaseSender,
+    /// The batch under way, by key.
+    pub(crate) in_flight: Option<u64>,
+    /// Waiting out the pause after a failed batch.
+    pub(crate) paused: bool,
 }
 
 /// One process of a member, as the simulation runs it.

@@ -9,20 +9,11 @@ use std::time::Duration;
 use leasehold_protocol::{Members, Release, ReleaseSender};
 use locktable::{Lock, NodeId};
 
-use crate::world::{Event, Msg, To, World};
+use crate::msg::{Event, Msg, To};
+use crate::world::World;
 
 /// How long a member has to acknowledge a batch (the node's `SEND_TIMEOUT`).
 const SEND_TIMEOUT_MS: u64 = 2_000;
-
-/// One member's releases on their way from a node.
-#[derive(Default)]
-pub(crate) struct Outgoing {
-    sender: ReleaseSender,
-    /// The batch under way, by key.
-    in_flight: Option<u64>,
-    /// Waiting out the pause after a failed batch.
-    paused: bool,
-}
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

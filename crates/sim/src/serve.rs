@@ -10,8 +10,9 @@ use leasehold_protocol::Renewal;
 use locktable::{AcquireError, Acquired, Lock, LockId, NodeId, Request};
 
 use crate::config::Sabotage;
+use crate::msg::{Ask, ClientId, Msg, Refusal, ReqId, To};
 use crate::node::{Origin, Pending};
-use crate::world::{Ask, ClientId, Msg, Refusal, ReqId, To, World};
+use crate::world::World;
 
 /// A refusal as the node answers it on the wire: `409 held`, `404
 /// not_held`, or `503` (retry).
@@ -242,7 +243,7 @@ impl World {
         n: NodeId,
         client: ClientId,
         req: ReqId,
-        result: crate::world::Answer,
+        result: crate::msg::Answer,
     ) {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");

@@ -14,8 +14,9 @@ use locktable::{LockInTransit, NodeId};
 
 use crate::config::timing::{LEADER_LEASE_MS, READ_AGAIN_AFTER_MS, REBUILD_TIMEOUT_MS};
 use crate::config::Sabotage;
-use crate::node::{Phase, Reading, RebuildAttempt, ReportHeader};
-use crate::world::{Event, Msg, To, World};
+use crate::msg::{Event, Msg, ReportHeader, To};
+use crate::node::{Phase, Reading, RebuildAttempt};
+use crate::world::World;
 
 impl World {
     /// Node `n`'s guard as it builds it from its Raft, at the current time.

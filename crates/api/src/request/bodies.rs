@@ -1,0 +1,185 @@
+//! The bodies of the public routes that take one, each with its fields and checks.
+
+use std::time::Duration;
+
+use locktable::LockId;
+use serde::{Deserialize, Serialize};
+
+use super::bad_request::BadRequest;
+use super::limits::MAX_WAIT_MS;
+use super::read::{field, Body, Field, FieldKind};
+use super::validate::{
+    validate_addr, validate_data, validate_holder, validate_id, validate_member_id, validate_name,
+    validate_new_name, validate_request_id,
+};
+
+fn ms(v: Option<u64>) -> Option<Duration> {
+    v.map(Duration::from_millis)
+}
+
+/// `POST /v1/locks/acquire`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireBody {
+    /// The name to lock.
+    pub name: String,
+    /// Who asks, for the reader of a listing; absent means "".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// The lease asked for, in milliseconds; absent or 0 means the node's
+    /// default, longer than its maximum is clamped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// How long to wait for a lock held by another, in milliseconds; absent
+    /// or 0 fails at once, longer than [`MAX_WAIT_MS`] is clamped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Data to keep with the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// The caller's name for this acquisition, the same on each retry of
+    /// it: a retry of a call that was granted is answered with that grant
+    /// (renewed) instead of `409 held` against the caller's own lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+impl AcquireBody {
+    /// The holder, "" when absent.
+    pub fn holder(&self) -> &str {
+        self.holder.as_deref().unwrap_or("")
+    }
+
+    /// The lease asked for, for [`locktable::LeaseRule::lease`] to default and clamp.
+    pub fn lease(&self) -> Option<Duration> {
+        ms(self.lease_ms)
+    }
+
+    /// The wait, clamped to [`MAX_WAIT_MS`]; zero when absent.
+    pub fn wait(&self) -> Duration {
+        Duration::from_millis(self.wait_ms.unwrap_or(0).min(MAX_WAIT_MS))
+    }
+}
+
+impl Body for AcquireBody {
+    const FIELDS: &'static [Field] = &[
+        field("name", FieldKind::Str, true),
+        field("holder", FieldKind::Str, false),
+        field("lease_ms", FieldKind::Millis, false),
+        field("wait_ms", FieldKind::Millis, false),
+        field("data", FieldKind::Str, false),
+        field("request_id", FieldKind::Str, false),
+    ];
+
+    fn validate(&self) -> Result<(), BadRequest> {
+        validate_new_name(&self.name)?;
+        validate_holder(self.holder())?;
+        if let Some(data) = &self.data {
+            validate_data(data)?;
+        }
+        if let Some(request) = &self.request_id {
+            validate_request_id(request)?;
+        }
+        Ok(())
+    }
+}
+
+/// `POST /v1/locks/release`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseBody {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id.
+    pub id: String,
+}
+
+impl ReleaseBody {
+    /// The id, parsed.
+    pub fn lock_id(&self) -> Result<LockId, BadRequest> {
+        validate_id(&self.id)
+    }
+}
+
+impl Body for ReleaseBody {
+    const FIELDS: &'static [Field] = &[
+        field("name", FieldKind::Str, true),
+        field("id", FieldKind::Str, true),
+    ];
+
+    fn validate(&self) -> Result<(), BadRequest> {
+        validate_name(&self.name)?;
+        validate_id(&self.id).map(drop)
+    }
+}
+
+/// `POST /v1/locks/renew`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewBody {
+    /// The name locked.
+    pub name: String,
+    /// The grant's id.
+    pub id: String,
+    /// The new lease, in milliseconds; absent means the lease the lock had,
+    /// 0 the node's default; longer than its maximum is clamped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// New data for the lock in place of what it kept (an election's
+    /// leader proclaiming a new value); absent keeps the data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
+impl RenewBody {
+    /// The id, parsed.
+    pub fn lock_id(&self) -> Result<LockId, BadRequest> {
+        validate_id(&self.id)
+    }
+
+    /// The lease asked for, for [`locktable::LeaseRule::lease`] to default and clamp.
+    pub fn lease(&self) -> Option<Duration> {
+        ms(self.lease_ms)
+    }
+}
+
+impl Body for RenewBody {
+    const FIELDS: &'static [Field] = &[
+        field("name", FieldKind::Str, true),
+        field("id", FieldKind::Str, true),
+        field("lease_ms", FieldKind::Millis, false),
+        field("data", FieldKind::Str, false),
+    ];
+
+    fn validate(&self) -> Result<(), BadRequest> {
+        validate_name(&self.name)?;
+        if let Some(data) = &self.data {
+            validate_data(data)?;
+        }
+        validate_id(&self.id).map(drop)
+    }
+}
+
+/// `POST /v1/cluster/members`: a member to add.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddMemberBody {
+    /// Its id: not a member's (one removed may be added again).
+    pub id: u64,
+    /// Where the members reach it, `host:port`.
+    pub addr: String,
+    /// Its data directory's id (32 hex digits), as the node itself showed
+    /// it in its join: set by the member the join came to, never taken
+    /// from an operator's request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
+}
+
+impl Body for AddMemberBody {
+    const FIELDS: &'static [Field] = &[
+        field("id", FieldKind::MemberId, true),
+        field("addr", FieldKind::Str, true),
+        field("store", FieldKind::Str, false),
+    ];
+
+    fn validate(&self) -> Result<(), BadRequest> {
+        validate_member_id(self.id)?;
+        validate_addr(&self.addr)
+    }
+}

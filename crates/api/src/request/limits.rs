@@ -1,0 +1,38 @@
+//! The limits a request is held to.
+
+use std::time::Duration;
+
+/// Longest `name`, in bytes of UTF-8.
+pub const MAX_NAME_BYTES: usize = 512;
+/// Longest `holder`, in bytes of UTF-8.
+pub const MAX_HOLDER_BYTES: usize = 256;
+/// Longest `data`, in bytes of UTF-8.
+pub const MAX_DATA_BYTES: usize = 4096;
+/// Longest `request_id`, in bytes.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
+/// Largest request body the server reads; a larger one is answered `413
+/// too_large`.
+///
+/// 64 KiB: JSON escaping can make a field up to six times its bytes
+/// (`\u0000`), so a body whose name, holder and data are all at their limits
+/// and fully escaped (about 29 KiB) still fits, with room for whitespace.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Longest wait an acquire is given, in milliseconds: 10 minutes, the seed's
+/// longest lease. A longer `wait_ms` is clamped to it, not refused.
+pub const MAX_WAIT_MS: u64 = 600_000;
+/// How long a node keeps a connection open without a whole request head
+/// (from its start, or its last answer) or a body it waits for; an
+/// embedded node may set its own.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client keeps an idle connection to a node: well under
+/// [`IDLE_TIMEOUT`], so it never sends a request on one the node is
+/// closing.
+pub const IDLE_KEPT: Duration = Duration::from_secs(20);
+const _: () = assert!(IDLE_KEPT.as_secs() + 5 <= IDLE_TIMEOUT.as_secs());
+/// Locks listed when the query names no `limit`.
+pub const DEFAULT_LIST_LIMIT: usize = 1000;
+/// Most locks one listing returns; a larger `limit` is clamped to it.
+pub const MAX_LIST_LIMIT: usize = 10_000;
+
+/// The most bytes of a member's address.
+pub const MAX_ADDR_BYTES: usize = 256;

@@ -1,0 +1,243 @@
+use std::time::Duration;
+
+use locktable::LockId;
+
+use super::*;
+
+fn acquire(json: &str) -> Result<AcquireBody, BadRequest> {
+    parse_body(json.as_bytes())
+}
+
+fn refused(json: &str) -> (BadRequest, String) {
+    let e = acquire(json).expect_err(json);
+    let msg = e.to_string();
+    (e, msg)
+}
+
+#[test]
+fn a_good_acquire() {
+    let b = acquire(
+        r#"{"name":"jobs/42","holder":"w","lease_ms":5000,"wait_ms":0,"data":"d","future":1}"#,
+    )
+    .unwrap();
+    assert_eq!(b.name, "jobs/42");
+    assert_eq!(b.holder(), "w");
+    assert_eq!(b.lease(), Some(Duration::from_secs(5)));
+    assert_eq!(b.wait(), Duration::ZERO);
+    let min = acquire(r#"{"name":"a","holder":null,"lease_ms":null}"#).unwrap();
+    assert_eq!(
+        (min.holder(), min.lease(), min.wait()),
+        ("", None, Duration::ZERO)
+    );
+    let long = acquire(r#"{"name":"a","wait_ms":18446744073709551615}"#).unwrap();
+    assert_eq!(long.wait(), Duration::from_millis(MAX_WAIT_MS));
+    // The serialized form leaves absent fields out and reads back.
+    let text = serde_json::to_string(&min).unwrap();
+    assert_eq!(text, r#"{"name":"a"}"#);
+}
+
+/// A new lock's name must travel as one path segment and show as one
+/// row: dot segments, control characters and edge whitespace are
+/// refused at acquire; a held lock's calls check only the length, so
+/// that one granted before the rule is still renewed and released.
+#[test]
+fn names_that_cannot_travel_are_refused_at_acquire_only() {
+    for name in [".", "..", "a\nb", "a\u{7}", " a", "a ", "\ta"] {
+        let json = serde_json::json!({ "name": name }).to_string();
+        let (e, msg) = refused(&json);
+        assert!(
+            matches!(e, BadRequest::NameCannotTravel(_)),
+            "{name:?}: {e:?}"
+        );
+        assert!(msg.contains("could not be read or released"), "{msg}");
+        let renew = serde_json::json!({ "name": name, "id": "00000000000000000000000001" });
+        let renew: RenewBody = parse_body(renew.to_string().as_bytes()).unwrap();
+        assert_eq!(renew.name, name);
+    }
+    for fine in ["a.b", "...", "jobs/42", "a b", "ünï"] {
+        let json = serde_json::json!({ "name": fine }).to_string();
+        assert_eq!(acquire(&json).unwrap().name, fine);
+    }
+}
+
+#[test]
+fn malformed_and_not_objects() {
+    for bad in ["", "{", "{\"name\":", "nope", "{\"name\":\"a\",}", "\u{1}"] {
+        assert!(
+            matches!(refused(bad).0, BadRequest::Malformed(_)),
+            "{bad:?}"
+        );
+        assert!(refused(bad).1.starts_with("malformed JSON"));
+    }
+    for bad in ["[]", "\"a\"", "1", "null"] {
+        assert_eq!(refused(bad).0, BadRequest::NotAnObject);
+    }
+    // Lone surrogates are not UTF-8.
+    assert!(matches!(
+        refused(r#"{"name":"\ud800"}"#).0,
+        BadRequest::Malformed(_)
+    ));
+}
+
+#[test]
+fn missing_and_wrong_types_name_the_field() {
+    assert_eq!(refused("{}").0, BadRequest::Missing("name"));
+    assert_eq!(refused(r#"{"name":null}"#).1, "missing field `name`");
+    for (json, field) in [
+        (r#"{"name":1}"#, "name"),
+        (r#"{"name":["a"]}"#, "name"),
+        (r#"{"name":"a","holder":7}"#, "holder"),
+        (r#"{"name":"a","data":{}}"#, "data"),
+        (r#"{"name":"a","lease_ms":"5"}"#, "lease_ms"),
+        (r#"{"name":"a","wait_ms":true}"#, "wait_ms"),
+    ] {
+        let (e, msg) = refused(json);
+        assert!(matches!(e, BadRequest::WrongType { .. }), "{json}");
+        assert!(msg.contains(&format!("`{field}`")), "{msg}");
+    }
+}
+
+#[test]
+fn bad_durations_name_the_field_and_fault() {
+    for (json, want) in [
+        (
+            r#"{"name":"a","lease_ms":-1}"#,
+            BadRequest::Negative("lease_ms"),
+        ),
+        (
+            r#"{"name":"a","wait_ms":-1.5}"#,
+            BadRequest::Negative("wait_ms"),
+        ),
+        (
+            r#"{"name":"a","lease_ms":-99999999999999999999}"#,
+            BadRequest::Negative("lease_ms"),
+        ),
+        (
+            r#"{"name":"a","lease_ms":1.5}"#,
+            BadRequest::NotInteger("lease_ms"),
+        ),
+        (
+            r#"{"name":"a","lease_ms":1.0}"#,
+            BadRequest::NotInteger("lease_ms"),
+        ),
+        (
+            r#"{"name":"a","wait_ms":1e3}"#,
+            BadRequest::NotInteger("wait_ms"),
+        ),
+        (
+            r#"{"name":"a","lease_ms":18446744073709551616}"#,
+            BadRequest::TooBig("lease_ms"),
+        ),
+        (
+            r#"{"name":"a","wait_ms":99999999999999999999999999999}"#,
+            BadRequest::TooBig("wait_ms"),
+        ),
+        (
+            r#"{"name":"a","wait_ms":1e300}"#,
+            BadRequest::TooBig("wait_ms"),
+        ),
+    ] {
+        assert_eq!(refused(json).0, want, "{json}");
+    }
+    assert_eq!(
+        refused(r#"{"name":"a","lease_ms":-1}"#).1,
+        "field `lease_ms` must not be negative"
+    );
+    assert_eq!(
+        refused(r#"{"name":"a","lease_ms":18446744073709551616}"#).1,
+        "field `lease_ms` does not fit in 64 bits"
+    );
+    assert_eq!(
+        refused(r#"{"name":"a","lease_ms":1.5}"#).1,
+        "field `lease_ms` must be an integer number of milliseconds"
+    );
+    // The edge that fits.
+    let b = acquire(r#"{"name":"a","lease_ms":18446744073709551615}"#).unwrap();
+    assert_eq!(b.lease_ms, Some(u64::MAX));
+    // serde_json cannot tell `-0` from -0.0; both are refused.
+    assert_eq!(
+        refused(r#"{"name":"a","lease_ms":-0}"#).0,
+        BadRequest::Negative("lease_ms")
+    );
+}
+
+#[test]
+fn sizes() {
+    assert_eq!(refused(r#"{"name":""}"#).0, BadRequest::EmptyName);
+    let ok = format!(r#"{{"name":"{}"}}"#, "n".repeat(MAX_NAME_BYTES));
+    assert!(acquire(&ok).is_ok());
+    // 171 three-byte characters: 513 bytes.
+    let multi = format!(r#"{{"name":"{}"}}"#, "€".repeat(171));
+    assert_eq!(
+        refused(&multi).0,
+        BadRequest::TooLong {
+            field: "name",
+            len: 513,
+            max: MAX_NAME_BYTES
+        }
+    );
+    let holder = format!(r#"{{"name":"a","holder":"{}"}}"#, "h".repeat(257));
+    assert_eq!(
+        refused(&holder).1,
+        "field `holder` is 257 bytes, more than the 256 allowed"
+    );
+    let holder_ok = format!(r#"{{"name":"a","holder":"{}"}}"#, "h".repeat(256));
+    assert!(acquire(&holder_ok).is_ok());
+    let data = format!(r#"{{"name":"a","data":"{}"}}"#, "d".repeat(4097));
+    assert!(refused(&data).1.contains("`data`"));
+    let data_ok = format!(r#"{{"name":"a","data":"{}"}}"#, "d".repeat(4096));
+    assert!(acquire(&data_ok).is_ok());
+}
+
+#[test]
+fn worst_case_escaped_body_fits_the_body_limit() {
+    let esc = |n| "\\u0000".repeat(n);
+    // A name escaped as fully, of a printable character (a new lock's
+    // name holds no control character).
+    let body = format!(
+        r#"{{"name":"{}","holder":"{}","lease_ms":18446744073709551615,"wait_ms":18446744073709551615,"data":"{}"}}"#,
+        "\\u0041".repeat(MAX_NAME_BYTES),
+        esc(MAX_HOLDER_BYTES),
+        esc(MAX_DATA_BYTES)
+    );
+    assert!(body.len() <= MAX_BODY_BYTES);
+    assert!(acquire(&body).is_ok());
+}
+
+#[test]
+fn release_and_renew() {
+    let id = LockId::from_u128(12345).to_string();
+    let r: ReleaseBody = parse_body(format!(r#"{{"name":"a","id":"{id}"}}"#).as_bytes()).unwrap();
+    assert_eq!(r.lock_id(), Ok(LockId::from_u128(12345)));
+    let e = parse_body::<ReleaseBody>(br#"{"name":"a","id":"nope"}"#).unwrap_err();
+    assert_eq!(e, BadRequest::BadId);
+    assert!(e.to_string().contains("`id`"));
+    assert_eq!(
+        parse_body::<ReleaseBody>(br#"{"name":"a"}"#).unwrap_err(),
+        BadRequest::Missing("id")
+    );
+    assert!(matches!(
+        parse_body::<ReleaseBody>(br#"{"name":"a","id":5}"#).unwrap_err(),
+        BadRequest::WrongType { field: "id", .. }
+    ));
+    let n: RenewBody =
+        parse_body(format!(r#"{{"name":"a","id":"{id}","lease_ms":100}}"#).as_bytes()).unwrap();
+    assert_eq!(n.lease(), Some(Duration::from_millis(100)));
+    assert_eq!(
+        parse_body::<RenewBody>(format!(r#"{{"name":"a","id":"{id}","lease_ms":-5}}"#).as_bytes())
+            .unwrap_err(),
+        BadRequest::Negative("lease_ms")
+    );
+    assert_eq!(
+        parse_body::<RenewBody>(format!(r#"{{"name":"","id":"{id}"}}"#).as_bytes()).unwrap_err(),
+        BadRequest::EmptyName
+    );
+}
+
+#[test]
+fn name_checks_for_paths() {
+    assert!(validate_name("jobs/42").is_ok());
+    assert_eq!(validate_name(""), Err(BadRequest::EmptyName));
+    assert!(validate_name(&"x".repeat(513)).is_err());
+    assert_eq!(validate_id("x"), Err(BadRequest::BadId));
+}

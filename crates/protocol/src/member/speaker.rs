@@ -1,0 +1,322 @@
+//! The speaker's operations on its table: grants, releases, renewals, reads
+//! and the expiry of leases, and when its table is dropped.
+
+use locktable::{
+    AcquireError, Acquired, Answer, Lock, LockError, LockId, MonoTime, NodeId, Request, WaiterId,
+};
+
+use crate::guard::Guard;
+use crate::members::Members;
+use crate::refusal::Refusal;
+
+use super::{Made, Member, Moved, Polled, Renewal, MOVED_PRUNE_AT};
+
+impl Member {
+    /// Grants (or queues) `request` as the speaker; a lock of this
+    /// member's own client goes into its `Held` at once. Answers the
+    /// outcome and the table that made it.
+    pub fn acquire(
+        &mut self,
+        request: Request,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<(Acquired, Made), Refusal> {
+        self.speaker(guard, now)?;
+        let node = request.node;
+        let acquired = self.table.acquire(request, now).map_err(|e| match e {
+            AcquireError::Held(lock) => Refusal::Held(lock),
+            AcquireError::NotRebuilt(_)
+            | AcquireError::HeldBack { .. }
+            | AcquireError::FencesExhausted => Refusal::NotRebuilt,
+        })?;
+        if let Acquired::Granted(lock) = &acquired {
+            if node == self.config.id {
+                self.held.record(lock.clone());
+            }
+        }
+        Ok((acquired, self.made()))
+    }
+
+    /// Stops waiting for `waiter` (its client went away).
+    pub fn cancel(&mut self, name: &str, waiter: WaiterId) {
+        self.table.cancel(name, waiter);
+    }
+
+    /// The table's answers to waiting requests since the last call; a
+    /// grant to this member's own client goes into its `Held`.
+    pub fn take_answers(&mut self) -> Vec<Answer> {
+        let answers = self.table.take_answers();
+        for answer in &answers {
+            if let Ok(lock) = &answer.result {
+                if lock.node == self.config.id {
+                    self.held.record(lock.clone());
+                }
+            }
+        }
+        answers
+    }
+
+    /// Releases a lock as the speaker; answers it and the members that may
+    /// keep a record of it, to be told to forget it.
+    pub fn release(
+        &mut self,
+        name: &str,
+        id: LockId,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<(Lock, Members), Refusal> {
+        self.speaker(guard, now)?;
+        let lock = self.table.release(name, id, now).map_err(lock_error)?;
+        self.held.remove(id);
+        self.copies.remove(id);
+        let to = self.forget_to(&lock, now);
+        Ok((lock, to))
+    }
+
+    /// Takes back, as the speaker, a grant a follower's caller never heard
+    /// of (the caller went away): released as [`Member::release`] does,
+    /// unless it was renewed since it was granted, which only a client
+    /// holding it does (a retry of the same request, answered with this
+    /// grant): then it is that client's, and kept ([`Refusal::Claimed`]).
+    pub fn take_back_unrenewed(
+        &mut self,
+        name: &str,
+        id: LockId,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<(Lock, Members), Refusal> {
+        self.speaker(guard, now)?;
+        let current = self.table.get(name, now).ok().flatten();
+        if current.is_some_and(|lock| lock.id == id && lock.renewed_since_granted()) {
+            return Err(Refusal::Claimed);
+        }
+        self.release(name, id, guard, now)
+    }
+
+    /// Releases a grant its client never heard of (it could not be put on
+    /// record with enough members, or its caller went away); answers the
+    /// members to tell. A table dropped meanwhile forgets it (it may be in
+    /// `Granted`), and every member is told.
+    pub fn take_back(&mut self, lock: &Lock, now: MonoTime) -> Members {
+        self.held.remove(lock.id);
+        self.copies.remove(lock.id);
+        match self.table.release(&lock.name, lock.id, now) {
+            Ok(_) => self.forget_to(lock, now),
+            Err(_) => {
+                self.table.forget(&lock.name, lock.id, lock.ttl(now), now);
+                Members::ALL
+            }
+        }
+    }
+
+    /// The members that may keep a record of `lock`, released now (this
+    /// member among them is left out when the release is passed on).
+    ///
+    /// A member keeps a record of a lock its client holds (`Held`: the
+    /// lock's node, and a node a renewal moved it from, until the lease it
+    /// knew ends), of a copy it was sent, and of what it granted while it
+    /// spoke (`Granted`). A lock granted in this term was granted here:
+    /// only the members noted with it have a record of it (a rebuild for an
+    /// earlier term that reads it is refused, see `Table::rebuild`). A lock
+    /// from an earlier term may be in any member's record: every member.
+    fn forget_to(&mut self, lock: &Lock, now: MonoTime) -> Members {
+        let moved = if self.moved.is_empty() {
+            None
+        } else {
+            self.moved.remove(&lock.id)
+        };
+        if Some(lock.fence.epoch()) != self.speaking {
+            return Members::ALL;
+        }
+        let to = self.member(lock.node);
+        match moved {
+            Some(moved) if moved.until > now => to.with(moved.from),
+            _ => to,
+        }
+    }
+
+    /// Renews a lock as the speaker; a lock this table lacks is reclaimed
+    /// from the renewing node's record of it. The renewing node keeps the
+    /// record from now on. Answers the renewed lock and the table that
+    /// renewed it.
+    pub fn renew(
+        &mut self,
+        renewal: Renewal<'_>,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<(Lock, Made), Refusal> {
+        let Renewal {
+            name,
+            id,
+            lease,
+            node,
+            record,
+            data,
+        } = renewal;
+        self.speaker(guard, now)?;
+        let before = self.table.held_through(name, id);
+        let renewed = match self.table.renew(name, id, lease, node, now) {
+            Err(LockError::NotHeld) if record.is_some() => {
+                let record = record.expect("checked");
+                self.table.reclaim(record, now).map_err(lock_error)?;
+                self.table.renew(name, id, lease, node, now)
+            }
+            Err(LockError::NotHeld)
+                if self.table.new_grants_held_until(now).is_some()
+                    && !self.table.is_forgotten(id, now) =>
+            {
+                // The last rebuild missed as many members as there are
+                // copies: one of them may have this lock on record, and a
+                // renewal through it reclaims it. Not "not held" yet,
+                // unless it was released or settled as lost.
+                return Err(Refusal::MayBeOnRecordElsewhere);
+            }
+            other => other,
+        }
+        .map_err(lock_error)?;
+        let renewed = match data {
+            Some(data) => self
+                .table
+                .set_data(name, id, &data, now)
+                .map_err(lock_error)?,
+            None => renewed,
+        };
+        if let Some((from, until)) = before.filter(|(from, _)| *from != node) {
+            self.note_other_record(id, from, until, now);
+        }
+        if node == self.config.id {
+            self.held.record(renewed.clone());
+        } else {
+            self.held.remove(id);
+        }
+        Ok((renewed, self.made()))
+    }
+
+    /// The lock `name`, as the speaker has it.
+    pub fn get(&self, name: &str, guard: &Guard, now: MonoTime) -> Result<Option<Lock>, Refusal> {
+        self.speaker(guard, now)?;
+        self.table.get(name, now).map_err(|_| Refusal::NotRebuilt)
+    }
+
+    /// The locks under `prefix`, at most `limit`, as the speaker has them,
+    /// with how many there are and how many requests wait for each.
+    pub fn list(
+        &self,
+        prefix: &str,
+        limit: usize,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<locktable::Listing, Refusal> {
+        self.speaker(guard, now)?;
+        self.table
+            .listing(prefix, limit, now)
+            .map_err(|_| Refusal::NotRebuilt)
+    }
+
+    /// Ends the leases and waits due by `now` if this member may speak,
+    /// turns waiters away if it may not, and ends `Held` records and copies
+    /// whose leases ended. Answers for waiting requests are then in
+    /// [`Member::take_answers`].
+    pub fn poll(&mut self, guard: &Guard, now: MonoTime) -> Polled {
+        let mut speaking = false;
+        let mut changed = false;
+        if self.table.is_rebuilt() {
+            if self.may_speak(guard, now) {
+                speaking = true;
+                let before = self.table_size();
+                self.table.poll(now);
+                changed = self.table_size() != before;
+            } else if self.table.waiting() > 0 {
+                // Deposed, or its lease lapsed: grant nothing, and tell the
+                // waiters to retry.
+                self.table.turn_away_waiters();
+            }
+        }
+        self.held.expire(now);
+        self.copies.expire(now);
+        // A table that cannot grant has no deadline to keep (its due
+        // entries would wake the driver at once, again and again).
+        Polled {
+            next: if speaking {
+                self.table.next_deadline()
+            } else {
+                None
+            },
+            changed,
+        }
+    }
+
+    /// Drops the table (this member stopped speaking, or starts again):
+    /// waiting requests are answered `not_rebuilt`. What a renewal moved is
+    /// kept while the term stays the same (a rebuild retried in it brings
+    /// the same locks back).
+    pub fn drop_table(&mut self, speaking: Option<u64>, now: MonoTime) {
+        if self.table.is_rebuilt() {
+            // Its grants run on after it stops speaking.
+            self.note_own_copies(self.config.copies, now);
+        }
+        self.table.drop_table(now);
+        if self.speaking != speaking {
+            self.moved.clear();
+            self.moved_prune_at = MOVED_PRUNE_AT;
+        }
+        self.speaking = speaking;
+    }
+
+    /// Stops speaking for good: the table is dropped and no rebuild
+    /// succeeds again, and no new record (a copy, a forwarded grant or
+    /// renewal) is taken: it would leave with this member, and cost the
+    /// cluster a record that a member staying would have kept. The first
+    /// step of a shutdown or a removal.
+    pub fn stop_speaking(&mut self, now: MonoTime) {
+        self.stopping = true;
+        self.drop_table(None, now);
+    }
+
+    /// A speaker of `term` read this member's report: if this member still
+    /// speaks for an older term, it has been deposed (the reader's blank
+    /// entry is committed) and must grant nothing more, even before Raft
+    /// tells it so. Its table is dropped; its grants stay in `Granted`.
+    /// Answers whether `term` is newer than any that read it before.
+    pub fn deposed_by(&mut self, term: u64, now: MonoTime) -> bool {
+        if self.config.sabotage.no_term_fence {
+            return false;
+        }
+        let newer = term > self.read_by;
+        self.read_by = self.read_by.max(term);
+        if let Some(own) = self.speaking.filter(|own| *own < term) {
+            tracing::info!(own, term, "a newer speaker read this node: table dropped");
+            self.drop_table(Some(own), now);
+        }
+        newer
+    }
+
+    /// Notes that node `from` keeps a record of lock `id` until `until`
+    /// besides the lock's node: a renewal moved the lock away from it, or
+    /// it took a copy. Entries whose records have all ended are pruned when
+    /// the map has doubled since it was last pruned, so locks that end
+    /// without a release do not pile up.
+    pub(super) fn note_other_record(
+        &mut self,
+        id: LockId,
+        from: NodeId,
+        until: MonoTime,
+        now: MonoTime,
+    ) {
+        if self.moved.len() >= self.moved_prune_at {
+            self.moved.retain(|_, m| m.until > now);
+            self.moved_prune_at = (2 * self.moved.len()).max(MOVED_PRUNE_AT);
+        }
+        let from = self.member(from);
+        let entry = self.moved.entry(id).or_insert(Moved { from, until });
+        entry.from = entry.from.with(from);
+        entry.until = entry.until.max(until);
+    }
+}
+
+fn lock_error(e: LockError) -> Refusal {
+    match e {
+        LockError::NotHeld => Refusal::NotHeld,
+        LockError::NotRebuilt(_) => Refusal::NotRebuilt,
+    }
+}

@@ -1,0 +1,60 @@
+//! What each simulated client is: the node it talks to, and what it is
+//! doing (asking for a name, or holding one).
+
+use locktable::{LockId, NodeId};
+
+use crate::msg::ReqId;
+
+/// What a client is doing.
+#[derive(Debug, Clone)]
+pub(crate) enum ClientState {
+    Idle,
+    Asking { req: ReqId, sent: u64, name: String },
+    Holding(Holding),
+}
+
+/// A lock a client holds, as its holder counts it.
+#[derive(Debug, Clone)]
+pub(crate) struct Holding {
+    /// The acquire that won the lock.
+    pub(crate) req: ReqId,
+    pub(crate) name: String,
+    pub(crate) id: LockId,
+    pub(crate) fence: u64,
+    pub(crate) start: u64,
+    /// When the holder's own count of the lease ends (less its margin).
+    pub(crate) ends: u64,
+    pub(crate) lease_ms: u64,
+    /// When the next renewal is due (later events are stale).
+    pub(crate) next_renew: u64,
+    /// The renewal attempt under way: its request and when it left.
+    pub(crate) renewing: Option<(ReqId, u64)>,
+    /// Failed renewal attempts in a row.
+    pub(crate) attempts: u32,
+    /// The nodes the holder went through.
+    pub(crate) via: Vec<NodeId>,
+}
+
+/// A simulated client, or a liveness probe.
+pub(crate) struct Client {
+    pub(crate) node: NodeId,
+    pub(crate) state: ClientState,
+    /// A liveness probe (asks for fresh names in the quiet tail).
+    pub(crate) probe: bool,
+    /// When a probe was first granted.
+    pub(crate) granted_at: Option<u64>,
+    pub(crate) asked: u64,
+}
+
+impl Client {
+    /// An idle client of `node`; a liveness probe if `probe`.
+    pub(crate) fn new(node: NodeId, probe: bool) -> Client {
+        Client {
+            node,
+            state: ClientState::Idle,
+            probe,
+            granted_at: None,
+            asked: 0,
+        }
+    }
+}

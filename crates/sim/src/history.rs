@@ -1,0 +1,119 @@
+//! What a run records for the checker ([`History`]), and what it comes to
+//! ([`Report`]).
+
+use std::collections::BTreeSet;
+
+use locktable::NodeId;
+
+/// A holding a client completed: from its receipt of the grant to its
+/// release, its own count of the lease's end (as the last renewal left
+/// it), or the renewal that found it lost, whichever came first.
+pub(crate) struct Interval {
+    pub(crate) name: String,
+    pub(crate) fence: u64,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+}
+
+/// A lock its holder kept renewing until a renewal was answered "not
+/// held" while the holder's own count of the lease still ran.
+pub(crate) struct LostLock {
+    pub(crate) name: String,
+    pub(crate) fence: u64,
+    /// When the holder received the grant.
+    pub(crate) granted: u64,
+    pub(crate) lost: u64,
+    /// The nodes the holder went through.
+    pub(crate) via: Vec<NodeId>,
+}
+
+/// What the checker reads.
+#[derive(Default)]
+pub(crate) struct History {
+    pub(crate) intervals: Vec<Interval>,
+    pub(crate) lost: Vec<LostLock>,
+    /// Members faulted, and from when to when: crashed (until restarted),
+    /// paused, stopping gracefully (until restarted), or at either end of a
+    /// cut link.
+    pub(crate) faults: Vec<(NodeId, u64, u64)>,
+    /// When rebuilds that missed as many members as there are copies (or
+    /// more) finished.
+    pub(crate) missing_rebuilds: Vec<u64>,
+    /// The latest term a leader was elected in so far: (term, when, who).
+    pub(crate) newest: Option<(u64, u64, NodeId)>,
+    /// Nodes found able to grant for a term after a later one's election.
+    pub(crate) deposed: BTreeSet<(NodeId, u64)>,
+}
+
+/// What a run saw.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Simulated time, in ms.
+    pub sim_ms: u64,
+    /// Holding intervals clients completed.
+    pub grants: usize,
+    /// Overlapping intervals of one name.
+    pub overlaps: usize,
+    /// Overlaps, and fences out of order, explained by a rebuild that
+    /// missed as many members as there are copies, or more (proceed mode).
+    pub explained: usize,
+    /// Overlaps the promises do not allow.
+    pub unexplained: Vec<String>,
+    /// Fences that did not increase along a name's history.
+    pub fence_inversions: Vec<String>,
+    /// Grants by a speaker after a leader of a later term was elected.
+    pub deposed_grants: Vec<String>,
+    /// Speakers that could grant (table rebuilt, leading its term, guard
+    /// open) after a leader of a later term was elected, found at their
+    /// ticks: the guard's premise broken, whether or not a request came.
+    pub deposed_speakers: Vec<String>,
+    /// Locks lost while their holders kept renewing, with fewer members
+    /// faulted meanwhile than there are copies.
+    pub lost_locks: Vec<String>,
+    /// Locks lost while their holders kept renewing, with as many members
+    /// faulted meanwhile as there are copies, or more.
+    pub excused_losses: usize,
+    /// Nodes that served no grant within the bound after the last fault
+    /// healed.
+    pub liveness: Vec<String>,
+    /// Violations of every kind, counted (the lists above spell out the
+    /// first few of each).
+    pub violations: usize,
+    /// The longest any node took to serve its probe after the last fault
+    /// healed, in ms.
+    pub liveness_ms: u64,
+    /// Leaders elected.
+    pub elections: usize,
+    /// Crashes injected (graceful stops included).
+    pub crashes: usize,
+    /// Pauses injected.
+    pub pauses: usize,
+    /// Partitions injected (quorum blips included).
+    pub partitions: usize,
+    /// Graceful stops (leadership handed over) injected.
+    pub graceful_stops: usize,
+    /// Leaders cut off from every member right after their election.
+    pub blips: usize,
+    /// Rebuild attempts that failed (and were tried again).
+    pub failed_rebuilds: usize,
+    /// Speakers that stepped down after failing to rebuild too long.
+    pub step_downs: usize,
+    /// Messages lost (to loss or cut links).
+    pub lost_messages: usize,
+    /// What happened, when the run kept a trace.
+    pub trace: Vec<String>,
+}
+
+impl Report {
+    /// Whether every promise held.
+    pub fn ok(&self) -> bool {
+        self.violations == 0
+    }
+
+    /// Faults injected, of every kind.
+    pub fn faults(&self) -> usize {
+        self.crashes + self.pauses + self.partitions
+    }
+}

@@ -1,0 +1,200 @@
+//! What travels in the simulated world: the messages between nodes and
+//! clients, and the events on the world's queue.
+
+use std::time::Duration;
+
+use locktable::{LockId, LockInTransit, NodeId};
+
+use crate::raft::RaftMsg;
+
+/// A client, by its place in the world's clients.
+pub(crate) type ClientId = usize;
+/// A client's request, numbered across the run.
+pub(crate) type ReqId = u64;
+
+/// Why a node did not grant.
+#[derive(Debug, Clone)]
+pub(crate) enum Refusal {
+    Held,
+    Unavailable,
+    /// A renewal of a lock the speaker does not hold (nor could reclaim).
+    NotHeld,
+}
+
+/// A grant as it travels back: the lock, and how long the speaker (and a
+/// forwarding node) held the request.
+pub(crate) type Answer = Result<(LockInTransit, u64), Refusal>;
+
+/// What a client asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Ask {
+    pub(crate) name: String,
+    pub(crate) wait_ms: u64,
+    pub(crate) lease_ms: u64,
+}
+
+/// A message between a client and its node, or between nodes.
+#[derive(Debug, Clone)]
+pub(crate) enum Msg {
+    // A client and its node.
+    Acquire {
+        client: ClientId,
+        req: ReqId,
+        ask: Ask,
+    },
+    Release {
+        name: String,
+        id: LockId,
+    },
+    Renew {
+        client: ClientId,
+        req: ReqId,
+        name: String,
+        id: LockId,
+        lease_ms: u64,
+    },
+    Reply {
+        req: ReqId,
+        result: Answer,
+    },
+    // Between nodes.
+    Forward {
+        from: NodeId,
+        client: ClientId,
+        req: ReqId,
+        ask: Ask,
+    },
+    /// The answer to a forwarded acquire or renewal.
+    ForwardReply {
+        client: ClientId,
+        req: ReqId,
+        result: Answer,
+    },
+    ForwardRenew {
+        from: NodeId,
+        client: ClientId,
+        req: ReqId,
+        name: String,
+        id: LockId,
+        lease_ms: u64,
+        /// The renewing node's record of the lock, if it has one.
+        record: Option<LockInTransit>,
+    },
+    /// A copy of a grant or renewal by the speaker of `term`.
+    Copy {
+        from: NodeId,
+        key: u64,
+        term: u64,
+        lock: LockInTransit,
+    },
+    CopyAck {
+        from: NodeId,
+        key: u64,
+        ok: bool,
+    },
+    ForwardRelease {
+        name: String,
+        id: LockId,
+    },
+    /// Releases passed on, each with the time its lease had left at the
+    /// send, as batch `key`.
+    Forgets {
+        from: NodeId,
+        key: u64,
+        forgets: Vec<(String, LockId, Duration)>,
+    },
+    /// A member took the batch of releases `key`.
+    ForgetAck {
+        from: NodeId,
+        key: u64,
+    },
+    ReadReport {
+        leader: NodeId,
+        term: u64,
+        attempt: u64,
+    },
+    Report {
+        from: NodeId,
+        attempt: u64,
+        header: ReportHeader,
+        locks: Vec<LockInTransit>,
+    },
+    Lost {
+        ids: Vec<LockId>,
+    },
+    Raft {
+        from: NodeId,
+        msg: RaftMsg,
+    },
+}
+
+/// Where a message is delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum To {
+    Node(NodeId),
+    Client(ClientId),
+}
+
+/// What the world's queue holds, each due at a simulated time.
+#[derive(Debug)]
+pub(crate) enum Event {
+    Deliver(To, Box<Msg>),
+    /// A node's Raft tick, speaker watch and expiry poll.
+    Tick(NodeId),
+    /// Raft starts on a node's incarnation.
+    RaftStart(NodeId, u64),
+    /// A rebuild attempt's reads are due.
+    ReadDeadline(NodeId, u64),
+    /// `Reads` said the reads of node `n`'s attempt may stop now: asked
+    /// again, as a member may have answered meanwhile.
+    ReadsMayStop(NodeId, u64),
+    /// A rebuild attempt's speaker learns that its read of a member failed.
+    ReadFailed(NodeId, u64, NodeId),
+    /// A rebuild attempt's speaker reads a member again.
+    ReadAgain(NodeId, u64, NodeId),
+    ClientWake(ClientId),
+    /// A client stops waiting for the answer to this request.
+    ClientGiveUp(ClientId, ReqId),
+    /// A client lets go of what this request won.
+    ClientRelease(ClientId, ReqId),
+    Probe(ClientId),
+    Fault,
+    /// A crashed (or stopped) node starts again.
+    Restart(NodeId),
+    /// Links cut by a partition heal.
+    Reconnect(Vec<(NodeId, NodeId)>),
+    /// A stopping node (this incarnation) checks whether another leads yet.
+    StopCheck(NodeId, u64),
+    /// A node crashes, to start again after the given time.
+    Crash(NodeId, u64),
+    /// A paused node (this incarnation) wakes, if it is due to now.
+    Wake(NodeId, u64),
+    /// The last fault has healed: the quiet tail begins.
+    Quiet,
+    /// A node (this incarnation) sends the copies it queued.
+    CopyFlush(NodeId, u64),
+    /// A node (this incarnation) stops waiting for a member's
+    /// acknowledgement of the copy `key`.
+    CopyTimeout(NodeId, u64, u64, NodeId),
+    /// A node (this incarnation) sees whether a member took the releases
+    /// `key` soon enough.
+    ForgetLate(NodeId, u64, NodeId, u64),
+    /// A node (this incarnation) stops waiting for a member to take the
+    /// releases `key`.
+    ForgetTimeout(NodeId, u64, NodeId, u64),
+    /// A node (this incarnation) tries a member's releases again.
+    ForgetRetry(NodeId, u64, NodeId),
+    /// A holder renews the lock won by this request, if it still holds it.
+    ClientRenew(ClientId, ReqId),
+    /// A holder stops waiting for the answer to this renewal attempt.
+    RenewGiveUp(ClientId, ReqId),
+}
+
+/// What a member says of itself ahead of its report.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReportHeader {
+    pub(crate) uptime: Duration,
+    pub(crate) first_start: bool,
+    pub(crate) max_lease: Duration,
+    pub(crate) copies: usize,
+}
