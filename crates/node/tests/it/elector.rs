@@ -4,39 +4,17 @@
 //! the elections its own process leads, so another instance leads at once
 //! rather than a lease later.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leasehold_node::client::{Client, Elector, Lock};
-use leasehold_node::{NodeConfig, RunningNode};
-use tokio::net::TcpListener;
+use leasehold_node::RunningNode;
 use tokio_util::sync::CancellationToken;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
 async fn nodes(n: u64, dir: &std::path::Path) -> Vec<RunningNode> {
-    let mut listeners = Vec::new();
-    for _ in 0..n {
-        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-    }
-    let peers: BTreeMap<u64, String> = listeners
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string()))
-        .collect();
-    let mut nodes = Vec::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let id = i as u64 + 1;
-        let config = NodeConfig::new(
-            id,
-            peers.clone(),
-            dir.join(format!("node-{id}")),
-            "elector-test",
-        );
-        nodes.push(leasehold_node::start(config, listener).await.unwrap());
-    }
-    nodes
+    crate::common::start_nodes(n, dir, "elector-test").await
 }
 
 /// What an elector's callbacks saw.

@@ -1,35 +1,13 @@
 //! Nodes embedded in this process, used through the same client types as
 //! over HTTP, without HTTP to themselves.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_client::{AcquireOptions, CampaignOptions, Error};
-use leasehold_node::{NodeConfig, RunningNode};
-use tokio::net::TcpListener;
+use leasehold_node::RunningNode;
 
 async fn three_nodes(dir: &std::path::Path) -> Vec<RunningNode> {
-    let mut listeners = Vec::new();
-    for _ in 0..3 {
-        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-    }
-    let peers: BTreeMap<u64, String> = listeners
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string()))
-        .collect();
-    let mut nodes = Vec::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let id = i as u64 + 1;
-        let config = NodeConfig::new(
-            id,
-            peers.clone(),
-            dir.join(format!("node-{id}")),
-            "embedded-test",
-        );
-        nodes.push(leasehold_node::start(config, listener).await.unwrap());
-    }
-    nodes
+    crate::common::start_nodes(3, dir, "embedded-test").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

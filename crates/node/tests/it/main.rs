@@ -1,6 +1,8 @@
 //! A node embedded in this process, one test binary: its HTTP answers, the
 //! leader elector, restarts and property tests over the API, a module each.
 
+mod common;
+
 mod elector;
 mod embedded;
 mod http_errors;

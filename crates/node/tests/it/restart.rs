@@ -60,18 +60,9 @@ async fn vote_answered_after_restart(before: RaftTimings, after: RaftTimings) ->
         config(id, peers, dir).with_timings(before)
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut listeners = Vec::new();
-    for _ in 0..3 {
-        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-    }
-    let peers: BTreeMap<u64, String> = listeners
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string()))
-        .collect();
+    let (listeners, peers) = crate::common::listeners(3).await;
     let mut nodes = BTreeMap::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let id = i as u64 + 1;
+    for (listener, id) in listeners.into_iter().zip(1..) {
         let node = leasehold_node::start(config(id, &peers, dir.path()), listener)
             .await
             .unwrap();
