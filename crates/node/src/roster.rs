@@ -106,6 +106,11 @@ impl Roster {
         self.addrs.contains_key(&id) && self.committed.contains(&id)
     }
 
+    /// Whether the committed configuration names `id`.
+    pub fn is_committed_member(&self, id: NodeId) -> bool {
+        self.committed.contains(&id)
+    }
+
     /// Every member's id, in order.
     pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.addrs.keys().copied()

@@ -278,7 +278,13 @@ impl Node {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))
         };
         tracing::info!(member = id, "removing a member");
-        let written = within(COMMIT_WAIT, self.raft.change_membership(change, false)).await?;
+        let written = within(COMMIT_WAIT, self.raft.change_membership(change, false)).await;
+        if id == self.id() && written.is_err() && self.removal_committed() {
+            // Its runner stopped this node once the change committed,
+            // before openraft answered it.
+            return Ok(());
+        }
+        let written = written?;
         if id == self.id() {
             // openraft leaves a removed leader leading (`removed_leader_step_down:
             // Never`): this node stops granting now, and whoever runs it
@@ -298,6 +304,13 @@ impl Node {
             );
         }
         Ok(())
+    }
+
+    /// Whether a committed configuration no longer names this node.
+    fn removal_committed(&self) -> bool {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let committed = metrics.committed_membership_config.membership();
+        committed.get_node(&self.id()).is_none()
     }
 
     /// Refuses a change that leaves `remaining` voters of which fewer than

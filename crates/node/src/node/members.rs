@@ -47,7 +47,9 @@ impl Node {
             if confirmed {
                 self.confirm_joined();
             }
-        } else if was_member {
+        } else if was_member && !(self.is_leader() && latest.is_committed_member(self.id())) {
+            // A speaker removing itself goes on until the change commits:
+            // stopping sooner would cut its own change short.
             self.removed_from_cluster();
         }
         let before = self.roster();

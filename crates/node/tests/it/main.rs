@@ -7,4 +7,5 @@ mod elector;
 mod embedded;
 mod http_errors;
 mod http_input;
+mod removal;
 mod restart;
