@@ -30,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 /// out (and a shutdown begin) with no event to wake it.
 const LOOK_AT_LEAST_EVERY: Duration = Duration::from_millis(100);
 
-/// A rebuild attempt under way: its number, and its task.
-type Running = Option<(u64, JoinHandle<()>)>;
+/// The task of the rebuild attempt under way.
+type Running = Option<JoinHandle<()>>;
 
 /// Watches leadership until `stop` fires, and does what the protocol's
 /// [`Leadership`] says: drop the table on every change of leader or term,
@@ -39,16 +39,12 @@ type Running = Option<(u64, JoinHandle<()>)>;
 /// down. Wakes when Raft's server state changes, when an attempt ends, when
 /// a retry falls due, and at least every [`LOOK_AT_LEAST_EVERY`].
 pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
-    let mut lead = Leadership::new();
+    let mut lead = Leadership::new(node.sabotage());
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<(u64, Attempt)>();
     let mut attempt: Running = None;
-    let mut attempts = 0u64;
     let mut ended: Option<(u64, Attempt)> = None;
     let mut server = node.raft.server_metrics();
     let mut raft_alive = true;
-    // The term an attempt last failed in (for the `no_rebuild_retry`
-    // sabotage only).
-    let mut failed_in: Option<u64> = None;
     let mut speaker_seen: Option<u64> = None;
     loop {
         // Each change from one speaker to another, as this node sees it.
@@ -66,7 +62,7 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
         };
         if let Some(Step::Drop(term)) = lead.leads(term) {
             node.drop_table(term);
-            if let Some((_, stale)) = attempt.take() {
+            if let Some(stale) = attempt.take() {
                 stale.abort();
             }
             match term {
@@ -78,25 +74,15 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
                 None => tracing::info!(node = node.id(), "not the speaker"),
             }
         }
-        // The outcome of the attempt under way (one dropped with its term
-        // above is stale).
-        if let Some((id, outcome)) = ended.take() {
-            if attempt.as_ref().is_some_and(|(running, _)| *running == id) {
-                attempt = None;
-                if matches!(outcome, Attempt::Failed(_)) {
-                    failed_in = term;
-                }
-                if let Some(step) = lead.attempt_ended(outcome, node.clock.now()) {
-                    carry_out(&node, step, &mut attempt, &mut attempts, &ended_tx).await;
-                }
+        // `Leadership` drops the outcome of an attempt abandoned above.
+        if let Some((number, outcome)) = ended.take() {
+            if let Some(step) = lead.attempt_ended(number, outcome, node.clock.now()) {
+                carry_out(&node, step, &mut attempt, &ended_tx).await;
             }
         }
         let now = node.clock.now();
         if let Some(step) = lead.tick(node.is_rebuilt(), node.may_speak_now(), now) {
-            let retry = matches!(step, Step::Rebuild { term } if failed_in == Some(term));
-            if !(retry && node.sabotage().no_rebuild_retry) {
-                carry_out(&node, step, &mut attempt, &mut attempts, &ended_tx).await;
-            }
+            carry_out(&node, step, &mut attempt, &ended_tx).await;
         }
         // A lower count of copies that ended is no longer stamped.
         node.refresh_terms();
@@ -111,7 +97,7 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
             changed = server.changed(), if raft_alive => raft_alive = changed.is_ok(),
             Some(outcome) = ended_rx.recv() => ended = Some(outcome),
             _ = stop.cancelled() => {
-                if let Some((_, attempt)) = attempt.take() {
+                if let Some(attempt) = attempt.take() {
                     attempt.abort();
                 }
                 return;
@@ -120,22 +106,19 @@ pub(crate) async fn watch_leadership(node: Arc<Node>, stop: CancellationToken) {
     }
 }
 
-/// Does `step`: starts a rebuild attempt (numbered, its outcome sent to
-/// `ended`), or steps down.
+/// Does `step`: starts a rebuild attempt (its outcome sent to `ended`
+/// with its number), or steps down.
 async fn carry_out(
     node: &Arc<Node>,
     step: Step,
     attempt: &mut Running,
-    attempts: &mut u64,
     ended: &mpsc::UnboundedSender<(u64, Attempt)>,
 ) {
     match step {
         Step::Drop(term) => {
             node.drop_table(term);
         }
-        Step::Rebuild { term } => {
-            *attempts += 1;
-            let id = *attempts;
+        Step::Rebuild { term, attempt: id } => {
             let generation = node.generation();
             let (rebuilder, ended) = (Arc::clone(node), ended.clone());
             let task = node.tasks.spawn(
@@ -148,7 +131,7 @@ async fn carry_out(
                 }
                 .in_current_span(),
             );
-            *attempt = Some((id, task));
+            *attempt = Some(task);
         }
         Step::StepDown { term, why } => step_down(node, term, &why).await,
     }

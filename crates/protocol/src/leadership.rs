@@ -3,6 +3,10 @@
 //! for as long as this member leads that term without serving, and hand
 //! leadership on when it cannot serve.
 //!
+//! Attempts are numbered: an outcome that comes back after its attempt
+//! was abandoned (leadership moved on meanwhile) is dropped here, so a
+//! driver only runs attempts and reports how each ended.
+//!
 //! Every state has a way out: a rebuild that fails (openraft's ReadIndex
 //! gives up after one leader lease while a quorum is out of reach, and the
 //! leader keeps its term when the quorum comes back) is tried again with
@@ -14,6 +18,8 @@
 use std::time::Duration;
 
 use locktable::MonoTime;
+
+use crate::Sabotage;
 
 /// The first wait before a failed rebuild is tried again; it doubles on
 /// every failure up to [`RETRY_AT_MOST`].
@@ -46,10 +52,13 @@ pub enum Step {
     /// Leadership changed: drop the table (speaking for the given term
     /// now, or none) and abandon any rebuild under way.
     Drop(Option<u64>),
-    /// Start a rebuild attempt for `term`.
+    /// Start a rebuild attempt for `term`, and report how it ended with
+    /// its number ([`Leadership::attempt_ended`]).
     Rebuild {
         /// The term.
         term: u64,
+        /// The attempt's number.
+        attempt: u64,
     },
     /// Drop the table for `term`, then hand Raft leadership to another
     /// member (in that order: the transfer lets the target win at once).
@@ -102,27 +111,37 @@ impl Retry {
 #[derive(Debug, Clone)]
 pub struct Leadership {
     speaking: Option<u64>,
-    attempting: bool,
+    /// The number of the attempt under way.
+    attempting: Option<u64>,
+    /// How many attempts were started: the last one's number.
+    attempts: u64,
     retry: Retry,
     /// Since when this member, rebuilt, has been barred from granting by
     /// its guard while still leading the term.
     muted_since: Option<MonoTime>,
+    /// Whether an attempt of the term spoken for failed.
+    failed_in_term: bool,
+    sabotage: Sabotage,
 }
 
 impl Default for Leadership {
     fn default() -> Self {
-        Self::new()
+        Self::new(Sabotage::NONE)
     }
 }
 
 impl Leadership {
-    /// Speaking for no term.
-    pub fn new() -> Self {
+    /// Speaking for no term; `sabotage` is [`Sabotage::NONE`] but in a
+    /// simulation's self-test (it reads `no_rebuild_retry`).
+    pub fn new(sabotage: Sabotage) -> Self {
         Leadership {
             speaking: None,
-            attempting: false,
+            attempting: None,
+            attempts: 0,
             retry: Retry::NEW,
             muted_since: None,
+            failed_in_term: false,
+            sabotage,
         }
     }
 
@@ -143,15 +162,21 @@ impl Leadership {
             return None;
         }
         self.speaking = term;
-        self.attempting = false;
+        self.attempting = None;
         self.retry = Retry::NEW;
         self.muted_since = None;
+        self.failed_in_term = false;
         Some(Step::Drop(term))
     }
 
-    /// The attempt under way ended at `now` with `outcome`.
-    pub fn attempt_ended(&mut self, outcome: Attempt, now: MonoTime) -> Option<Step> {
-        self.attempting = false;
+    /// The attempt numbered `attempt` ended at `now` with `outcome`; one
+    /// that is no longer under way (abandoned when leadership changed) is
+    /// dropped.
+    pub fn attempt_ended(&mut self, attempt: u64, outcome: Attempt, now: MonoTime) -> Option<Step> {
+        if self.attempting != Some(attempt) {
+            return None;
+        }
+        self.attempting = None;
         let term = self.speaking?;
         match outcome {
             Attempt::Rebuilt => {
@@ -159,6 +184,7 @@ impl Leadership {
                 None
             }
             Attempt::Failed(why) => {
+                self.failed_in_term = true;
                 self.retry.failed(now);
                 tracing::warn!(
                     term,
@@ -190,9 +216,17 @@ impl Leadership {
     /// cannot grant).
     pub fn tick(&mut self, rebuilt: bool, may_speak: bool, now: MonoTime) -> Option<Step> {
         let term = self.speaking?;
-        if !self.attempting && !rebuilt && self.retry.due(now) {
-            self.attempting = true;
-            return Some(Step::Rebuild { term });
+        if self.attempting.is_none() && !rebuilt && self.retry.due(now) {
+            self.attempts += 1;
+            self.attempting = Some(self.attempts);
+            if self.failed_in_term && self.sabotage.no_rebuild_retry {
+                // Sabotaged: this attempt is never made, so never ends.
+                return None;
+            }
+            return Some(Step::Rebuild {
+                term,
+                attempt: self.attempts,
+            });
         }
         if rebuilt && !may_speak {
             let since = *self.muted_since.get_or_insert(now);
@@ -217,7 +251,7 @@ impl Leadership {
         if let Some(since) = self.muted_since {
             return Some(since + STEP_DOWN_AFTER);
         }
-        if self.attempting {
+        if self.attempting.is_some() {
             return None;
         }
         self.retry.next
@@ -234,20 +268,23 @@ mod tests {
 
     #[test]
     fn a_new_term_drops_the_table_and_rebuilds_at_once() {
-        let mut lead = Leadership::new();
+        let mut lead = Leadership::default();
         assert_eq!(lead.tick(false, false, at(0)), None, "not leading");
         assert_eq!(lead.leads(Some(4)), Some(Step::Drop(Some(4))));
         assert_eq!(lead.leads(Some(4)), None);
         assert_eq!(
             lead.tick(false, false, at(0)),
-            Some(Step::Rebuild { term: 4 })
+            Some(Step::Rebuild {
+                term: 4,
+                attempt: 1
+            })
         );
         assert_eq!(
             lead.tick(false, false, at(1)),
             None,
             "one attempt at a time"
         );
-        assert_eq!(lead.attempt_ended(Attempt::Failed("x"), at(2)), None);
+        assert_eq!(lead.attempt_ended(1, Attempt::Failed("x"), at(2)), None);
         assert_eq!(lead.failures(), 1);
         assert_eq!(lead.leads(None), Some(Step::Drop(None)));
         assert_eq!(lead.failures(), 0);
@@ -255,16 +292,17 @@ mod tests {
 
     #[test]
     fn failed_rebuilds_back_off_doubling_to_a_second_then_step_down() {
-        let mut lead = Leadership::new();
+        let mut lead = Leadership::default();
         lead.leads(Some(2));
         let mut now = 0;
         let mut starts = Vec::new();
         let mut stepped = None;
         while now < 12_000 {
             match lead.tick(false, false, at(now)) {
-                Some(Step::Rebuild { .. }) => {
+                Some(Step::Rebuild { attempt, .. }) => {
                     starts.push(now);
-                    if let Some(step) = lead.attempt_ended(Attempt::Failed("no quorum"), at(now)) {
+                    let failed = Attempt::Failed("no quorum");
+                    if let Some(step) = lead.attempt_ended(attempt, failed, at(now)) {
                         stepped = Some((now, step));
                         break;
                     }
@@ -284,10 +322,10 @@ mod tests {
 
     #[test]
     fn a_rebuilt_leader_barred_by_its_guard_steps_down_after_the_bound() {
-        let mut lead = Leadership::new();
+        let mut lead = Leadership::default();
         lead.leads(Some(7));
         lead.tick(false, true, at(0));
-        assert_eq!(lead.attempt_ended(Attempt::Rebuilt, at(5)), None);
+        assert_eq!(lead.attempt_ended(1, Attempt::Rebuilt, at(5)), None);
         assert_eq!(lead.tick(true, true, at(10)), None);
         assert_eq!(lead.tick(true, false, at(20)), None, "muted since 20");
         assert_eq!(lead.next_due(), Some(at(10_020)));
@@ -302,10 +340,10 @@ mod tests {
 
     #[test]
     fn a_term_that_cannot_speak_steps_down_at_once() {
-        let mut lead = Leadership::new();
+        let mut lead = Leadership::default();
         lead.leads(Some(1));
         lead.tick(false, false, at(0));
-        let step = lead.attempt_ended(Attempt::CannotSpeak("fences".into()), at(1));
+        let step = lead.attempt_ended(1, Attempt::CannotSpeak("fences".into()), at(1));
         assert_eq!(
             step,
             Some(Step::StepDown {
@@ -313,5 +351,68 @@ mod tests {
                 why: "fences".into()
             })
         );
+    }
+
+    #[test]
+    fn an_outcome_of_an_abandoned_attempt_is_dropped() {
+        let mut lead = Leadership::default();
+        lead.leads(Some(3));
+        let Some(Step::Rebuild { attempt: first, .. }) = lead.tick(false, false, at(0)) else {
+            panic!("no attempt");
+        };
+        // Leadership moves on and back while the attempt runs.
+        assert_eq!(lead.leads(None), Some(Step::Drop(None)));
+        assert_eq!(lead.leads(Some(5)), Some(Step::Drop(Some(5))));
+        let Some(Step::Rebuild {
+            attempt: second, ..
+        }) = lead.tick(false, false, at(1))
+        else {
+            panic!("no attempt");
+        };
+        assert_ne!(first, second);
+        assert_eq!(
+            lead.attempt_ended(first, Attempt::CannotSpeak("old".into()), at(2)),
+            None,
+            "the first attempt's outcome is stale"
+        );
+        assert_eq!(lead.failures(), 0);
+        assert_eq!(lead.tick(false, false, at(3)), None, "the second runs on");
+        assert_eq!(
+            lead.attempt_ended(second, Attempt::Failed("x"), at(4)),
+            None
+        );
+        assert_eq!(lead.failures(), 1);
+        assert_eq!(
+            lead.attempt_ended(second, Attempt::Failed("x"), at(5)),
+            None,
+            "an outcome counts once"
+        );
+        assert_eq!(lead.failures(), 1);
+    }
+
+    #[test]
+    fn sabotaged_no_attempt_follows_a_failed_one_in_the_term() {
+        let sabotage = Sabotage {
+            no_rebuild_retry: true,
+            ..Sabotage::NONE
+        };
+        for sabotaged in [false, true] {
+            let mut lead = Leadership::new(if sabotaged { sabotage } else { Sabotage::NONE });
+            lead.leads(Some(2));
+            let Some(Step::Rebuild { attempt, .. }) = lead.tick(false, false, at(0)) else {
+                panic!("no first attempt");
+            };
+            lead.attempt_ended(attempt, Attempt::Failed("no quorum"), at(1));
+            let retried = (2..2_000)
+                .step_by(10)
+                .any(|ms| matches!(lead.tick(false, false, at(ms)), Some(Step::Rebuild { .. })));
+            assert_eq!(retried, !sabotaged, "sabotaged: {sabotaged}");
+            // A new term tries again either way.
+            lead.leads(Some(3));
+            assert!(matches!(
+                lead.tick(false, false, at(3_000)),
+                Some(Step::Rebuild { term: 3, .. })
+            ));
+        }
     }
 }

@@ -46,8 +46,7 @@ pub enum Sabotage {
     IgnoreLeaderLease,
     /// A rebuild that failed is not tried again while the node leads the
     /// same term (the node before issue 10: it rebuilt only on a change of
-    /// term, finding 1): `Step::Rebuild` is ignored after a failed attempt
-    /// in the term.
+    /// term, finding 1): the protocol's `Sabotage::no_rebuild_retry`.
     NoRebuildRetry,
     /// Raft runs as soon as a (re)started node is up, instead of one leader
     /// lease later (finding 2: openraft reloads a vote with a zero lease).

@@ -125,7 +125,10 @@ impl Reading {
 
 /// One rebuild attempt.
 pub(crate) struct RebuildAttempt {
+    /// Its reads' messages' id, unique in the run.
     pub(crate) id: u64,
+    /// `Leadership`'s number for it.
+    pub(crate) number: u64,
     pub(crate) term: u64,
     pub(crate) generation: u64,
     pub(crate) started: u64,
@@ -176,8 +179,6 @@ pub(crate) struct Node {
     pub(crate) member: Member,
     /// The speaker task's decisions.
     pub(crate) lead: Leadership,
-    /// A rebuild attempt of the term spoken for failed.
-    pub(crate) failed_in_term: bool,
     /// When a shutdown began, and how long after it stops the node starts
     /// again.
     pub(crate) stop_began: u64,
@@ -240,8 +241,10 @@ impl Node {
             first_start: store.is_none(),
             raft: Raft::load(id, config.nodes, store, seed, now),
             member: Member::new(member_config(id, config)),
-            lead: Leadership::new(),
-            failed_in_term: false,
+            lead: Leadership::new(leasehold_protocol::Sabotage {
+                no_rebuild_retry: config.sabotaged(crate::config::Sabotage::NoRebuildRetry),
+                ..leasehold_protocol::Sabotage::NONE
+            }),
             stop_began: 0,
             restart_after: 0,
             attempt: None,
@@ -282,14 +285,16 @@ impl Node {
         }
     }
 
-    /// The term and outcome of the rebuild attempt that ended, taken.
-    pub(crate) fn ended_attempt(&mut self) -> Option<(u64, Attempt)> {
+    /// The term, number and outcome of the rebuild attempt that ended,
+    /// taken.
+    pub(crate) fn ended_attempt(&mut self) -> Option<(u64, u64, Attempt)> {
         match self.attempt.take() {
             Some(RebuildAttempt {
                 term,
+                number,
                 phase: Phase::Done(outcome),
                 ..
-            }) => Some((term, outcome)),
+            }) => Some((term, number, outcome)),
             other => {
                 self.attempt = other;
                 None

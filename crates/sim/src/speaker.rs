@@ -37,7 +37,6 @@ impl World {
         };
         if let Some(step) = node.lead.leads(term) {
             node.attempt = None;
-            node.failed_in_term = false;
             match term {
                 Some(term) => self.note(|| format!("node {n}: leads term {term}, rebuilding")),
                 None => self.note(|| format!("node {n}: not the speaker")),
@@ -45,9 +44,8 @@ impl World {
             self.carry_out(n, step);
         }
         let node = self.nodes.get_mut(&n).expect("member");
-        if let Some((term, outcome)) = node.ended_attempt() {
+        if let Some((term, number, outcome)) = node.ended_attempt() {
             if let Attempt::Failed(why) = &outcome {
-                node.failed_in_term = true;
                 self.report.failed_rebuilds += 1;
                 let failures = self.nodes[&n].lead.failures() + 1;
                 self.note(|| {
@@ -56,7 +54,7 @@ impl World {
             }
             let node = self.nodes.get_mut(&n).expect("member");
             let now = node.mono(t);
-            if let Some(step) = node.lead.attempt_ended(outcome, now) {
+            if let Some(step) = node.lead.attempt_ended(number, outcome, now) {
                 self.carry_out(n, step);
             }
         }
@@ -73,14 +71,7 @@ impl World {
     fn carry_out(&mut self, n: NodeId, step: Step) {
         match step {
             Step::Drop(term) => self.drop_table(n, term),
-            Step::Rebuild { term } => {
-                let node = &self.nodes[&n];
-                // As before issue 10: rebuilt only on a change of term.
-                let refuse = node.failed_in_term && self.config.sabotaged(Sabotage::NoRebuildRetry);
-                if !refuse {
-                    self.start_attempt(n, term);
-                }
-            }
+            Step::Rebuild { term, attempt } => self.start_attempt(n, term, attempt),
             Step::StepDown { term, why } => self.step_down(n, term, &why),
         }
     }
@@ -111,7 +102,9 @@ impl World {
         self.dispatch(n);
     }
 
-    fn start_attempt(&mut self, n: NodeId, term: u64) {
+    /// Starts `Leadership`'s attempt `number`: the simulation numbers its
+    /// reads' messages apart, across the nodes and their restarts.
+    fn start_attempt(&mut self, n: NodeId, term: u64, number: u64) {
         let t = self.t;
         self.next_attempt += 1;
         let id = self.next_attempt;
@@ -126,6 +119,7 @@ impl World {
         };
         node.attempt = Some(RebuildAttempt {
             id,
+            number,
             term,
             generation,
             started: t,
