@@ -146,6 +146,7 @@ impl Node {
             lease: config.lease,
             rebuild_mode: config.rebuild_mode,
             leader_lease: config.timings.leader_lease(),
+            rebuild_timeout: config.rebuild_timeout,
             sabotage,
         });
         let node = Arc::new(Node {

@@ -10,9 +10,7 @@ use std::time::Duration;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use leasehold_api::PeerLock;
-use leasehold_protocol::{
-    Attempt, Leadership, MemberRead, Reads, RebuildInput, Step, READ_AGAIN_AFTER,
-};
+use leasehold_protocol::{Attempt, Leadership, MemberRead, RebuildInput, Step, READ_AGAIN_AFTER};
 use leasehold_raft::codec::CodecError;
 use leasehold_raft::{ReadPolicy, WatchReceiver};
 use locktable::{Lock, NodeId};
@@ -232,8 +230,6 @@ type Reports = Vec<(NodeId, MemberReport)>;
 /// The read carries `term`: a member still speaking for an older term drops
 /// its table before it answers, so it grants nothing after its report.
 async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
-    let started = Instant::now();
-    let deadline = started + node.config.rebuild_timeout;
     // Every member of the latest configuration, both halves of a joint
     // one and the learners: any of them may hold locks of its clients;
     // and the members that left within a lease, which may too.
@@ -243,20 +239,10 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
         .map(|(id, addr)| (id, addr.to_string()))
         .collect();
     members.extend(node.departed());
-    let mut reads = Reads::new(
-        &members.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-        node.fewest_copies(),
-        node.config.lease.max,
-        node.clock.now() + node.config.rebuild_timeout,
-        node.config.rebuild_timeout,
-    );
-    // In strict mode a member missed costs a hold, which renewals outlast;
-    // a dead member waited for to the timeout costs every holder its
-    // renewals meanwhile (a lease as short as the timeout runs out).
-    if node.config.rebuild_mode == leasehold_protocol::RebuildMode::Strict {
-        let timeout = node.config.rebuild_timeout;
-        reads = reads.reread_for(timeout / leasehold_protocol::STRAGGLER_SHARE, timeout);
-    }
+    let ids: Vec<NodeId> = members.iter().map(|(id, _)| *id).collect();
+    let now = node.clock.now();
+    let mut reads = node.state().member.start_reads(&ids, now);
+    let deadline = Instant::now() + reads.deadline().saturating_duration_since(now);
     let read_after =
         |id, addr, delay| read_member(Arc::clone(node), id, addr, term, deadline, delay);
     let mut pending: FuturesUnordered<_> = members

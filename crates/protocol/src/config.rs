@@ -38,6 +38,8 @@ pub struct MemberConfig {
     pub lease: LeaseRule,
     /// What a rebuild that missed members does.
     pub rebuild_mode: RebuildMode,
+    /// The longest a rebuild reads members (`--rebuild-timeout`).
+    pub rebuild_timeout: Duration,
     /// How long after a quorum's acknowledgement no other leader can
     /// exist (openraft's `election_timeout_max`).
     pub leader_lease: Duration,

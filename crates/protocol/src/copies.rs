@@ -153,6 +153,7 @@ mod tests {
             lease: LeaseRule::default(),
             rebuild_mode: RebuildMode::Proceed,
             leader_lease: Duration::from_secs(1),
+            rebuild_timeout: Duration::from_secs(1),
             sabotage: crate::Sabotage::NONE,
         }
     }

@@ -93,6 +93,11 @@ impl Reads {
         self
     }
 
+    /// When the reads end at the latest: every read's own timeout.
+    pub fn deadline(&self) -> MonoTime {
+        self.deadline
+    }
+
     /// The members to read first: all of them.
     pub fn members(&self) -> &[NodeId] {
         &self.members
@@ -327,6 +332,37 @@ impl RebuildJob {
 }
 
 impl Member {
+    /// The reads of a rebuild starting at `now` of `members` (every member
+    /// of the latest configuration, learners and this one included, and
+    /// the members that left lately): until the rebuild timeout, a failed
+    /// read read again while it matters. In strict mode only for a
+    /// [`STRAGGLER_SHARE`] of the timeout: a member missed costs a hold,
+    /// which renewals outlast, while a dead member waited for to the
+    /// timeout costs every holder its renewals meanwhile.
+    pub fn start_reads(&mut self, members: &[NodeId], now: MonoTime) -> Reads {
+        let timeout = self.config().rebuild_timeout;
+        let copies = self.counted_copies(now);
+        let reads = Reads::new(
+            members,
+            copies,
+            self.config().lease.max,
+            now + timeout,
+            timeout,
+        );
+        match self.config().rebuild_mode {
+            RebuildMode::Strict => reads.reread_for(timeout / STRAGGLER_SHARE, timeout),
+            RebuildMode::Proceed => reads,
+        }
+    }
+
+    /// Until when rebuilds read a member that left the configuration at
+    /// `now`, or count it missing: it may hold the only other record of a
+    /// lock for as long as a lease runs, and a rebuild under way as it
+    /// left reads for up to the rebuild timeout more.
+    pub fn departed_until(&self, now: MonoTime) -> MonoTime {
+        now + self.config().lease.max + self.config().rebuild_timeout
+    }
+
     /// Rebuilds the table for `input.term` from what was read, unless
     /// leadership or the table moved on meanwhile: [`Member::begin_rebuild`],
     /// [`RebuildJob::settle`] and [`Member::finish_rebuild`] at once.

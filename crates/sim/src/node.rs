@@ -13,7 +13,7 @@ use leasehold_protocol::{
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
-use crate::config::timing::{LEADER_LEASE_MS, LEASE_MS, MAX_LEASE_MS};
+use crate::config::timing::{LEADER_LEASE_MS, LEASE_MS, MAX_LEASE_MS, REBUILD_TIMEOUT_MS};
 use crate::config::Config;
 use crate::msg::{ClientId, Event, ReportHeader, ReqId};
 use crate::raft::{Persisted, Raft};
@@ -215,6 +215,7 @@ fn member_config(id: NodeId, config: &Config) -> MemberConfig {
             RebuildMode::Proceed
         },
         leader_lease: Duration::from_millis(LEADER_LEASE_MS),
+        rebuild_timeout: Duration::from_millis(REBUILD_TIMEOUT_MS),
         sabotage: leasehold_protocol::Sabotage::NONE,
     }
 }

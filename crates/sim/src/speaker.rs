@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{Attempt, Reads, RebuildInput, Step};
+use leasehold_protocol::{Attempt, RebuildInput, Step};
 use locktable::{LockInTransit, NodeId};
 
 use crate::config::timing::{LEADER_LEASE_MS, READ_AGAIN_AFTER_MS, REBUILD_TIMEOUT_MS};
@@ -158,15 +158,9 @@ impl World {
         }
         let term = attempt.term;
         let now = node.mono(t);
-        let config = node.member.config();
-        let reads = Reads::new(
-            &config.members,
-            config.copies,
-            config.lease.max,
-            node.mono(t + REBUILD_TIMEOUT_MS),
-            Duration::from_millis(REBUILD_TIMEOUT_MS),
-        );
-        let others: Vec<NodeId> = config.members.iter().copied().filter(|m| *m != n).collect();
+        let members = node.member.config().members.clone();
+        let reads = node.member.start_reads(&members, now);
+        let others: Vec<NodeId> = members.iter().copied().filter(|m| *m != n).collect();
         node.member.deposed_by(term, now);
         let mut reading = Reading {
             reads,

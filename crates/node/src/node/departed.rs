@@ -59,7 +59,7 @@ impl Node {
         if self.roster().addr(member).is_some() {
             return;
         }
-        let until = self.clock.now() + self.config.lease.max + self.config.rebuild_timeout;
+        let until = self.state().member.departed_until(self.clock.now());
         self.handed
             .lock()
             .unwrap_or_else(|p| p.into_inner())

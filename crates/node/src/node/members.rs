@@ -59,10 +59,7 @@ impl Node {
         for (member, addr) in latest.members() {
             self.start_release_sender(member, addr.to_string());
         }
-        // A member that left may hold the only other record of a lock for
-        // as long as a lease runs: rebuilds read it, or count it missing,
-        // until then.
-        let until = self.clock.now() + self.config.lease.max + self.config.rebuild_timeout;
+        let until = self.state().member.departed_until(self.clock.now());
         {
             let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
             for (member, addr) in before.members() {

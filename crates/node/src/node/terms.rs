@@ -12,13 +12,6 @@ impl Node {
         self.state().member.config().copies
     }
 
-    /// The fewest copies a grant still running may have, as far as this
-    /// node knows, and the copies it makes now: what its rebuild counts on.
-    pub(crate) fn fewest_copies(&self) -> usize {
-        let now = self.clock.now();
-        self.state().member.counted_copies(now)
-    }
-
     /// What this node's report says of copies: the fewest a running grant
     /// may have as far as it knows (`u64::MAX`: nothing known, so the
     /// reader counts on its own).

@@ -183,6 +183,7 @@ fn member4(id: u64, copies: usize) -> leasehold_protocol::Member {
         lease: locktable::LeaseRule::default(),
         rebuild_mode: RebuildMode::Proceed,
         leader_lease: LEADER_LEASE,
+        rebuild_timeout: Duration::from_millis(500),
         sabotage: leasehold_protocol::Sabotage::NONE,
     })
 }

@@ -517,3 +517,29 @@ fn a_members_record_has_the_later_lease_and_the_newer_data() {
     assert_eq!(record.expires, earlier.expires);
     assert_eq!((record.data.as_deref(), record.data_rev), (Some("new"), 1));
 }
+
+#[test]
+fn the_reads_run_on_the_rebuild_timeout_of_the_members_configuration() {
+    for (mode, reread) in [
+        (RebuildMode::Proceed, REBUILD_TIMEOUT),
+        (RebuildMode::Strict, REBUILD_TIMEOUT / 4),
+    ] {
+        let mut m = member(1, mode);
+        let mut reads = m.start_reads(&[1, 2, 3], at(0));
+        assert_eq!(reads.deadline(), at(0) + REBUILD_TIMEOUT, "{mode:?}");
+        // Two of three unread with two copies: a failed read is read again
+        // while the next read ends within the reread window.
+        let last = reread.as_millis() as u64 - 51;
+        assert!(reads.failed(2, "refused".into(), at(last)), "{mode:?}");
+        assert!(
+            !reads.failed(2, "refused".into(), at(last + 1)),
+            "{mode:?}: past the window"
+        );
+    }
+    let m = member(1, RebuildMode::Proceed);
+    assert_eq!(
+        m.departed_until(at(5)),
+        at(5) + MAX_LEASE + REBUILD_TIMEOUT,
+        "a member that left is read for a lease and a rebuild's reads"
+    );
+}

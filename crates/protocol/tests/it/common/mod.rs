@@ -12,6 +12,7 @@ use locktable::{Acquired, Fence, LeaseRule, Lock, LockId, LockInTransit, MonoTim
 pub const LEADER_LEASE: Duration = Duration::from_millis(1_000);
 pub const LEASE: Duration = Duration::from_secs(10);
 pub const MAX_LEASE: Duration = Duration::from_secs(60);
+pub const REBUILD_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub fn at(ms: u64) -> MonoTime {
     MonoTime::from_nanos((1 << 40) + ms * 1_000_000)
@@ -29,6 +30,7 @@ pub fn member(id: u64, mode: RebuildMode) -> Member {
         },
         rebuild_mode: mode,
         leader_lease: LEADER_LEASE,
+        rebuild_timeout: REBUILD_TIMEOUT,
         sabotage: leasehold_protocol::Sabotage::NONE,
     })
 }
