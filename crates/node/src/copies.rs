@@ -1,11 +1,12 @@
-//! Copies on their way: one lane per member, in batches. Which members
-//! a grant needs and when it may be answered are the protocol's (`leasehold_protocol::CopyRound`); this module sends.
+//! Copies on their way: one lane per member, in batches. Which members a
+//! grant needs, which to try next and when it may be answered are the
+//! protocol's (`leasehold_protocol::OnRecord`); this module sends.
 
 use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{PeerLock, MAX_BODY_BYTES};
-use leasehold_protocol::{CopyStep, Made, Refusal, COPY_TIMEOUT};
+use leasehold_protocol::{Copying, Made, Refusal, COPY_TIMEOUT};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, NodeId};
 
@@ -26,45 +27,54 @@ impl Node {
         holder: NodeId,
         made: Made,
     ) -> Result<(), ApiError> {
-        let mut round = self.state().member.copy_round(holder);
         // Skipping copies is a chaos-only sabotage: the grant is answered
         // on the guard alone.
-        let skip = self.peers.faults().skip_copies();
-        if round.needed() > 0 && !skip {
-            let term = made.term.ok_or_else(ApiError::not_rebuilt)?;
-            let mut sent = FuturesUnordered::new();
-            for member in round.start() {
-                sent.push(self.copy_one(member, lock, term));
-            }
-            while let Some((member, acked)) = sent.next().await {
-                self.state().member.copy_answered(member, acked);
-                match round.answered(member, acked) {
-                    CopyStep::Done | CopyStep::GiveUp => break,
-                    CopyStep::SendTo(next) => sent.push(self.copy_one(next, lock, term)),
-                    CopyStep::Wait => {}
+        if self.peers.faults().skip_copies() {
+            let guard = self.guard();
+            let state = self.state();
+            return match state
+                .member
+                .still_speaks_for(made, &guard, self.clock.now())
+            {
+                true => Ok(()),
+                false => Err(self.refused(Refusal::NotRebuilt)),
+            };
+        }
+        let now = self.clock.now();
+        let (mut job, mut next) =
+            self.state()
+                .member
+                .begin_on_record(lock.clone(), holder, made, now);
+        let mut sent = FuturesUnordered::new();
+        loop {
+            if let Copying::Send(members) = next {
+                for member in members {
+                    sent.push(self.copy_one(member, job.lock().clone(), job.term()));
                 }
+            } else if next == Copying::Decide {
+                break;
             }
+            let Some((member, acked)) = sent.next().await else {
+                break;
+            };
+            let now = self.clock.now();
+            next = self
+                .state()
+                .member
+                .copy_answered(&mut job, member, acked, now);
         }
         let guard = self.guard();
         let state = self.state();
         // Read under the lock, as every grant's guard check is.
-        let now = self.clock.now();
-        let on_record = if skip {
-            match state.member.still_speaks_for(made, &guard, now) {
-                true => Ok(()),
-                false => Err(Refusal::NotRebuilt),
-            }
-        } else {
-            state.member.on_record(&round, made, &guard, now)
-        };
+        let on_record = state.member.on_record(&job, &guard, self.clock.now());
         drop(state);
         on_record.map_err(|r| self.refused(r))
     }
 
-    /// Sends one copy to `member`, noted first as a member that may keep
-    /// it, in the next batch of its lane; answers whether it acknowledged
+    /// Sends one copy to `member` (noted already as a member that may keep
+    /// it) in the next batch of its lane; answers whether it acknowledged
     /// in time.
-    async fn copy_one(&self, member: NodeId, lock: &Lock, term: u64) -> (NodeId, bool) {
+    async fn copy_one(&self, member: NodeId, lock: Lock, term: u64) -> (NodeId, bool) {
         let Some(to) = self
             .roster()
             .addr(member)
@@ -73,9 +83,8 @@ impl Node {
             return (member, false);
         };
         let now = self.clock.now();
-        self.state().member.copy_sent(member, lock, now);
         let pending = PendingCopy {
-            lock: lock.clone(),
+            lock,
             term,
             deadline: now + COPY_TIMEOUT,
         };

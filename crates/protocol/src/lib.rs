@@ -15,7 +15,8 @@
 //!   ([`Reads`]), and what the rebuilt table holds back ([`Member::rebuild`]);
 //! - the holder's node's record (`Held`) and copies, which member may keep
 //!   a record of a lock, and who hears of a release ([`Members`]);
-//! - how many copies a grant needs and where they go ([`CopyRound`]), and
+//! - how many copies a grant needs, where they go and when its client may
+//!   hear of it ([`OnRecord`]), and
 //!   the fewest a running grant may have after the count rose
 //!   ([`CopiesFloor`]);
 //! - a retry of an acquisition the caller named: answered with its own
@@ -41,7 +42,7 @@ mod retry;
 mod sabotage;
 
 pub use config::{MemberConfig, RebuildMode};
-pub use copies::{copies_needed, CopyRound, CopyStep, COPY_TIMEOUT};
+pub use copies::{copies_needed, CopyRound, CopyStep, Copying, OnRecord, COPY_TIMEOUT};
 pub use floor::{CopiesFloor, FLOOR_MARGIN};
 pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};

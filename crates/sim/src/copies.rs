@@ -1,14 +1,11 @@
 //! Copies, as `crates/node/src/copies.rs` drives the protocol: the
-//! member's `CopyRound` says how many members must acknowledge a copy and
-//! which to try next, `copy_sent` notes each before it leaves, and
-//! `on_record` says whether the grant may then be answered. The driver
+//! member's `OnRecord` says which members to send a copy to, next after
+//! each answer, and whether the grant may then be answered. The driver
 //! queues copies for a flush a moment later (a crash loses what is
 //! queued), times out members that do not acknowledge, takes back a grant
 //! that was not put on record, and passes releases on.
 
-use std::collections::BTreeSet;
-
-use leasehold_protocol::{CopyStep, Made};
+use leasehold_protocol::{Copying, Made};
 use locktable::{Lock, LockInTransit, NodeId};
 
 use crate::config::timing::{COPY_QUEUE_MS, COPY_TIMEOUT_MS};
@@ -30,31 +27,20 @@ impl World {
         made: Made,
         grant: bool,
     ) {
-        let round = self.nodes[&n].member.copy_round(origin.node(n));
+        let node = self.nodes.get_mut(&n).expect("member");
+        let now = node.mono(self.t);
+        let (job, first) = node.member.begin_on_record(lock, origin.node(n), made, now);
         self.next_copy += 1;
         let key = self.next_copy;
-        let mut wait = CopyWait {
-            lock,
-            origin,
-            made,
-            term: made.term.unwrap_or(0),
-            grant,
-            out: BTreeSet::new(),
-            round,
-        };
-        // Without a term the table made nothing: the round's outcome
-        // refuses it.
-        let first = if made.term.is_some() {
-            wait.round.start()
-        } else {
-            Vec::new()
-        };
+        let wait = CopyWait { job, origin, grant };
         // A node that answers before the copies are acknowledged sends them
         // all the same, and waits for none.
         let unacked = self.config.sabotaged(Sabotage::UnackedCopies);
-        for &member in &first {
-            self.send_copy(n, key, &wait, member, !unacked);
-            wait.out.insert(member);
+        let sending = matches!(first, Copying::Send(_));
+        if let Copying::Send(members) = first {
+            for member in members {
+                self.send_copy(n, key, &wait, member, !unacked);
+            }
         }
         if unacked {
             let guard = self.guard(n);
@@ -65,7 +51,7 @@ impl World {
                 .then_some(())
                 .ok_or(leasehold_protocol::Refusal::NotRebuilt);
             self.conclude(n, wait, result);
-        } else if wait.out.is_empty() {
+        } else if !sending {
             self.on_record(n, wait);
         } else {
             let node = self.nodes.get_mut(&n).expect("member");
@@ -73,21 +59,19 @@ impl World {
         }
     }
 
-    /// Queues a copy of `wait`'s lock for `member`, noted first as a
-    /// member that may keep it; if `timed`, gives the member a while to
+    /// Queues a copy of `wait`'s lock for `member` (noted already as a
+    /// member that may keep it); if `timed`, gives the member a while to
     /// acknowledge.
     fn send_copy(&mut self, n: NodeId, key: u64, wait: &CopyWait, member: NodeId, timed: bool) {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
-        let now = node.mono(t);
-        node.member.copy_sent(member, &wait.lock, now);
         if node.copy_queue.is_empty() {
             let incarnation = node.incarnation;
             self.at(t + COPY_QUEUE_MS, Event::CopyFlush(n, incarnation));
         }
         let node = self.nodes.get_mut(&n).expect("member");
         node.copy_queue
-            .push((member, key, wait.term, wait.lock.clone()));
+            .push((member, key, wait.job.term(), wait.job.lock().clone()));
         if timed {
             let incarnation = node.incarnation;
             self.at(
@@ -119,26 +103,23 @@ impl World {
     /// answer.
     pub(crate) fn copy_answered(&mut self, n: NodeId, key: u64, member: NodeId, ok: bool) {
         let node = self.nodes.get_mut(&n).expect("member");
-        let Some(wait) = node.copying.get_mut(&key) else {
+        let now = node.mono(self.t);
+        let Some(mut wait) = node.copying.remove(&key) else {
             return;
         };
-        // An acknowledgement after its timeout, or a timeout after it.
-        if !wait.out.remove(&member) {
-            return;
-        }
-        node.member.copy_answered(member, ok);
-        match wait.round.answered(member, ok) {
-            CopyStep::Wait => {}
-            CopyStep::SendTo(next) => {
-                wait.out.insert(next);
-                let wait = node.copying.remove(&key).expect("waiting");
-                self.send_copy(n, key, &wait, next, true);
+        match node.member.copy_answered(&mut wait.job, member, ok, now) {
+            Copying::Wait => {
+                node.copying.insert(key, wait);
+            }
+            Copying::Send(next) => {
+                for member in next {
+                    self.send_copy(n, key, &wait, member, true);
+                }
                 let node = self.nodes.get_mut(&n).expect("member");
                 node.copying.insert(key, wait);
             }
-            CopyStep::Done | CopyStep::GiveUp => {
-                let wait = node.copying.remove(&key).expect("waiting");
-                let (name, on) = (&wait.lock.name, wait.round.acked());
+            Copying::Decide => {
+                let (name, on) = (&wait.job.lock().name, wait.job.acked());
                 self.note(|| format!("node {n}: {name} copied to {on:?}"));
                 self.on_record(n, wait);
             }
@@ -151,7 +132,7 @@ impl World {
         let guard = self.guard(n);
         let node = &self.nodes[&n];
         let now = node.mono(self.t);
-        let result = node.member.on_record(&wait.round, wait.made, &guard, now);
+        let result = node.member.on_record(&wait.job, &guard, now);
         self.conclude(n, wait, result);
     }
 
@@ -164,12 +145,8 @@ impl World {
         result: Result<(), leasehold_protocol::Refusal>,
     ) {
         let t = self.t;
-        let CopyWait {
-            lock,
-            origin,
-            grant,
-            ..
-        } = wait;
+        let CopyWait { job, origin, grant } = wait;
+        let lock = job.lock().clone();
         match result {
             Ok(()) => {
                 let transit = lock.in_transit(self.nodes[&n].mono(t));

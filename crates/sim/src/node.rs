@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Attempt, CopyRound, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig,
-    MemberRead, Reads, RebuildMode, ReleaseSender,
+    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, MemberRead,
+    OnRecord, Reads, RebuildMode, ReleaseSender,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
@@ -137,14 +137,10 @@ pub(crate) struct RebuildAttempt {
 
 /// A grant or renewal waiting for its copies' acknowledgements.
 pub(crate) struct CopyWait {
-    pub(crate) lock: Lock,
+    /// The protocol's side: the lock, its copy round, the copies out.
+    pub(crate) job: OnRecord,
     pub(crate) origin: Origin,
-    pub(crate) made: Made,
-    pub(crate) term: u64,
     pub(crate) grant: bool,
-    pub(crate) round: CopyRound,
-    /// Members sent a copy that have not answered, nor timed out.
-    pub(crate) out: BTreeSet<NodeId>,
 }
 
 /// One member's releases on their way from a node.

@@ -1,9 +1,11 @@
 //! Copies as the speaker makes them, and the records a leaving member hands
 //! over.
 
+use std::collections::BTreeSet;
+
 use locktable::{Lock, LockId, MonoTime, NodeId, Table};
 
-use crate::copies::{CopyRound, COPY_TIMEOUT};
+use crate::copies::{CopyRound, CopyStep, Copying, OnRecord, COPY_TIMEOUT};
 use crate::guard::Guard;
 use crate::refusal::Refusal;
 
@@ -11,9 +13,71 @@ use super::{Made, Member};
 
 impl Member {
     /// The copies a grant or renewal for a client of `holder` needs, and
-    /// the members to try, in order.
+    /// the members to try, in order (a member that failed a copy last).
     pub fn copy_round(&self, holder: NodeId) -> CopyRound {
         CopyRound::new(&self.config, holder, &self.suspects)
+    }
+
+    /// Begins putting `lock`, just granted or renewed by the table `made`
+    /// for a client of `holder`, on record with `--copies` members: the
+    /// members to send the first copies to, each noted as one that may
+    /// keep it. Nothing to send (the speaker and the holder's node are
+    /// records enough, or the table spoke for no term): decide at once.
+    pub fn begin_on_record(
+        &mut self,
+        lock: Lock,
+        holder: NodeId,
+        made: Made,
+        now: MonoTime,
+    ) -> (OnRecord, Copying) {
+        let mut job = OnRecord {
+            round: self.copy_round(holder),
+            lock,
+            made,
+            out: BTreeSet::new(),
+        };
+        let first = match made.term {
+            Some(_) => job.round.start(),
+            None => Vec::new(),
+        };
+        if first.is_empty() {
+            return (job, Copying::Decide);
+        }
+        for &member in &first {
+            self.copy_sent(member, &job.lock, now);
+            job.out.insert(member);
+        }
+        (job, Copying::Send(first))
+    }
+
+    /// `member` acknowledged the copy of `job` (`acked`), refused it, or
+    /// let it time out (an answer after its timeout, or a timeout after
+    /// its answer, counts once). A member that failed a copy is tried
+    /// last until it acknowledges one again.
+    pub fn copy_answered(
+        &mut self,
+        job: &mut OnRecord,
+        member: NodeId,
+        acked: bool,
+        now: MonoTime,
+    ) -> Copying {
+        if !job.out.remove(&member) {
+            return Copying::Wait;
+        }
+        if acked {
+            self.suspects.remove(&member);
+        } else {
+            self.suspects.insert(member);
+        }
+        match job.round.answered(member, acked) {
+            CopyStep::Wait => Copying::Wait,
+            CopyStep::SendTo(next) => {
+                self.copy_sent(next, &job.lock, now);
+                job.out.insert(next);
+                Copying::Send(vec![next])
+            }
+            CopyStep::Done | CopyStep::GiveUp => Copying::Decide,
+        }
     }
 
     /// Notes, before a copy of `lock` is sent to `member`, that it may keep
@@ -25,27 +89,12 @@ impl Member {
         self.note_other_record(lock.id, member, until, now);
     }
 
-    /// Notes whether `member` acknowledged a copy: a member that failed
-    /// one is tried last until it acknowledges one again.
-    pub fn copy_answered(&mut self, member: NodeId, acked: bool) {
-        if acked {
-            self.suspects.remove(&member);
-        } else {
-            self.suspects.insert(member);
-        }
-    }
-
-    /// Whether a grant of the table `made`, copied as `round` says, may be
-    /// answered to its client now.
-    pub fn on_record(
-        &self,
-        round: &CopyRound,
-        made: Made,
-        guard: &Guard,
-        now: MonoTime,
-    ) -> Result<(), Refusal> {
-        round.outcome(self.config.copies)?;
-        if !self.still_speaks_for(made, guard, now) {
+    /// Whether the lock of `job` may be answered to its client now: enough
+    /// members acknowledged a copy, and the table that made it still
+    /// speaks. If not, a grant is to be taken back ([`Member::take_back`]).
+    pub fn on_record(&self, job: &OnRecord, guard: &Guard, now: MonoTime) -> Result<(), Refusal> {
+        job.round.outcome(self.config.copies)?;
+        if !self.still_speaks_for(job.made, guard, now) {
             return Err(Refusal::NotRebuilt);
         }
         Ok(())

@@ -7,7 +7,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use leasehold_protocol::{CopyStep, Guard, Members, RebuildMode, Refusal};
+use leasehold_protocol::{CopyStep, Copying, Guard, Members, RebuildMode, Refusal};
 use locktable::{AcquireError, Acquired, Lock, LockId, MonoTime, Request};
 
 fn wait_for(name: &str, id: u128, node: u64) -> Request {
@@ -127,50 +127,79 @@ fn a_grant_short_of_copies_or_from_a_dropped_table_is_not_answered() {
     let Ok((Acquired::Granted(lock), made)) = m.acquire(request("a", 1, 1), &guard, now) else {
         panic!("granted")
     };
-    let mut round = m.copy_round(1);
-    assert_eq!(round.needed(), 1, "a client of the speaker: one copy more");
-    for member in round.start() {
-        m.copy_sent(member, &lock, now);
-        assert_eq!(round.answered(member, false), CopyStep::SendTo(3));
-    }
+    let (mut job, first) = m.begin_on_record(lock.clone(), 1, made, now);
     assert_eq!(
-        m.on_record(&round, made, &guard, now),
+        first,
+        Copying::Send(vec![2]),
+        "a client of the speaker: one copy more"
+    );
+    assert_eq!(
+        m.copy_answered(&mut job, 2, false, now),
+        Copying::Send(vec![3])
+    );
+    assert_eq!(
+        m.copy_answered(&mut job, 2, false, now),
+        Copying::Wait,
+        "an answer after its timeout counts once"
+    );
+    assert_eq!(
+        m.on_record(&job, &guard, now),
         Err(Refusal::TooFewCopies {
             reached: 0,
             needed: 1,
             copies: 2
         })
     );
-    assert_eq!(round.answered(3, true), CopyStep::Done);
-    assert_eq!(m.on_record(&round, made, &guard, now), Ok(()));
+    assert_eq!(m.copy_answered(&mut job, 3, true, now), Copying::Decide);
+    assert_eq!(job.acked(), &[3]);
+    assert_eq!(m.on_record(&job, &guard, now), Ok(()));
+    // Both members a copy went to hear of its release.
+    let (_, to) = m.release("a", lock.id, &guard, now).unwrap();
+    assert_eq!(m.others_in(to).collect::<Vec<_>>(), [2, 3]);
     m.drop_table(Some(3), now);
-    assert_eq!(
-        m.on_record(&round, made, &guard, now),
-        Err(Refusal::NotRebuilt)
-    );
+    assert_eq!(m.on_record(&job, &guard, now), Err(Refusal::NotRebuilt));
+}
+
+#[test]
+fn a_grant_the_speaker_and_holder_keep_needs_no_copy() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let Ok((Acquired::Granted(lock), made)) = m.acquire(request("a", 1, 2), &guard, now) else {
+        panic!("granted")
+    };
+    let (job, first) = m.begin_on_record(lock, 2, made, now);
+    assert_eq!(first, Copying::Decide);
+    assert_eq!(m.on_record(&job, &guard, now), Ok(()));
 }
 
 #[test]
 fn a_member_that_failed_a_copy_is_tried_last_until_it_acknowledges_one() {
-    let mut m = member(1, RebuildMode::Proceed);
-    let first = |m: &leasehold_protocol::Member| m.copy_round(1).start();
-    assert_eq!(first(&m), vec![2]);
-    m.copy_answered(2, false);
-    assert_eq!(first(&m), vec![3]);
-    m.copy_answered(2, true);
-    assert_eq!(first(&m), vec![2]);
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let copy = |m: &mut leasehold_protocol::Member, name: &str, acked: bool| {
+        let lock = granted(m, name, 1, 1, &guard, now);
+        let (mut job, first) = m.begin_on_record(lock, 1, m.made(), now);
+        if let Copying::Send(members) = &first {
+            m.copy_answered(&mut job, members[0], acked, now);
+        }
+        first
+    };
+    assert_eq!(copy(&mut m, "a", false), Copying::Send(vec![2]));
+    assert_eq!(copy(&mut m, "b", true), Copying::Send(vec![3]), "2 last");
+    assert_eq!(copy(&mut m, "c", true), Copying::Send(vec![3]));
 }
 
 #[test]
 fn a_copy_that_fails_while_another_is_out_waits_for_it() {
     // Four members, three copies: a client of the speaker needs two more.
-    let mut m = member4(1, 3);
+    let m = member4(1, 3);
     let mut round = m.copy_round(1);
     assert_eq!(round.start(), vec![2, 3]);
     assert_eq!(round.answered(2, false), CopyStep::SendTo(4));
     assert_eq!(round.answered(3, false), CopyStep::Wait, "4 is still out");
     assert_eq!(round.answered(4, true), CopyStep::GiveUp);
-    m.copy_answered(2, false);
 }
 
 fn member4(id: u64, copies: usize) -> leasehold_protocol::Member {
