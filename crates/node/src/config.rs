@@ -196,7 +196,7 @@ impl NodeConfig {
     /// admits (a name, holder and data at their limits take under 5 KiB).
     pub const MIN_REPORT_FRAME_BYTES: usize = 64 << 10;
     /// The number of copies when none is given (fewer for a single node).
-    pub const DEFAULT_COPIES: usize = 2;
+    pub const DEFAULT_COPIES: usize = leasehold_protocol::DEFAULT_COPIES;
     /// How long a connection may wait to send a whole request head, or
     /// sit idle between requests: a client that opens connections and
     /// sends no head (or one a byte at a time) holds none for longer
@@ -371,8 +371,7 @@ impl NodeConfig {
     /// `members`: `--copies`, or 2 by default, never more than a quorum of
     /// them (a cluster that shrank, or a single node, keeps what it can).
     pub fn copies_for(&self, members: usize) -> usize {
-        let quorum = members / 2 + 1;
-        self.copies.unwrap_or(Self::DEFAULT_COPIES).min(quorum)
+        leasehold_protocol::copies_for(self.copies, members)
     }
 
     /// The longest a speaker's crash can leave the cluster without one that

@@ -13,9 +13,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use leasehold_api::{ForwardAnswer, ForwardCall};
-use leasehold_protocol::{Member, MemberConfig, Sabotage};
+use leasehold_protocol::{Departed, Member, MemberConfig, Sabotage};
 use leasehold_raft::{Identity, PeerHttp, Raft, WatchReceiver};
-use locktable::{AcquireError, Lock, MonoTime, NodeId, WaiterId};
+use locktable::{AcquireError, Lock, NodeId, WaiterId};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -29,17 +29,11 @@ use crate::queue::Queue;
 use crate::roster::Roster;
 use crate::tasks::Tasks;
 
-/// The copies a grant needs in the cluster `roster` shows: as many as the
-/// voters a copy may go to allow, and no fewer than the committed
-/// configuration asks while a smaller one is not committed (a grant made
-/// with fewer could be missed by a leader elected under the committed one).
+/// The copies a grant needs in the cluster `roster` shows
+/// ([`leasehold_protocol::copies_in`]).
 fn copies_of(config: &NodeConfig, roster: &Roster) -> usize {
-    let targets = roster.copy_to().len();
-    let committed = config.copies_for(roster.committed_voter_count());
-    config
-        .copies_for(targets)
-        .max(committed)
-        .min(targets.max(1))
+    let copy_to = roster.copy_to().len();
+    leasehold_protocol::copies_in(config.copies, copy_to, roster.committed_voter_count())
 }
 
 /// A forwarded call waiting for a batch, and where its answer goes.
@@ -66,9 +60,9 @@ pub struct Node {
     pub(crate) peers: Arc<Peers>,
     /// The members now, as Raft's latest membership says.
     roster: watch::Sender<Arc<Roster>>,
-    /// Members gone from the roster lately, each with its address and
-    /// until when a rebuild still reads it (see [`Node::departed`]).
-    departed: Mutex<BTreeMap<NodeId, (String, MonoTime)>>,
+    /// Members gone from the roster lately, and those that handed their
+    /// records over as they left (see [`Node::departed`]).
+    departed: Mutex<Departed>,
     /// Whether a roster from Raft ever named this node.
     was_member: std::sync::atomic::AtomicBool,
     /// Whether this node joins rather than forms the cluster
@@ -88,9 +82,6 @@ pub struct Node {
     /// first (a new data directory), or one whose last process handed
     /// every record over as it stopped.
     pub(crate) first_start: bool,
-    /// Members that left and handed every record over, each until when
-    /// another member's report would still name it departed.
-    handed: Mutex<BTreeMap<NodeId, MonoTime>>,
     /// Locks this process's own clients took through the in-process client
     /// ([`crate::Embedded`]), by id, with their names: they end with the
     /// process, and a shutdown releases them first.
@@ -157,8 +148,7 @@ impl Node {
             forgets: Outbox::new(config.id),
             copier: Copier::default(),
             roster,
-            departed: Mutex::new(BTreeMap::new()),
-            handed: Mutex::new(BTreeMap::new()),
+            departed: Mutex::new(Departed::default()),
             local_locks: Mutex::new(BTreeMap::new()),
             was_member: std::sync::atomic::AtomicBool::new(false),
             joining: std::sync::atomic::AtomicBool::new(!config.join.is_empty()),

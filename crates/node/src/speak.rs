@@ -296,8 +296,8 @@ impl Node {
     }
 
     /// A release heard of from the speaker, with the time the released
-    /// lease had left when it was sent: the lock is gone everywhere.
-    pub(crate) fn forget(&self, name: &str, id: LockId, left: Duration) {
+    /// lease had left when it was sent, if it said: the lock is gone everywhere.
+    pub(crate) fn forget(&self, name: &str, id: LockId, left: Option<Duration>) {
         let mut state = self.state();
         state.member.forget(name, id, left, self.clock.now());
         self.dispatch(&mut state);

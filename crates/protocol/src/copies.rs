@@ -29,6 +29,32 @@ use crate::refusal::Refusal;
 /// a copy not sent by then is not sent at all.
 pub const COPY_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How many members keep a record of every grant when `--copies` is not
+/// given.
+pub const DEFAULT_COPIES: usize = 2;
+
+/// How many members must hold a record of a grant in a cluster of
+/// `members`: `wanted` (`--copies`, or [`DEFAULT_COPIES`]), never more
+/// than a quorum of them (a cluster that shrank, or a single node, keeps
+/// what it can).
+pub fn copies_for(wanted: Option<usize>, members: usize) -> usize {
+    let quorum = members / 2 + 1;
+    wanted.unwrap_or(DEFAULT_COPIES).min(quorum)
+}
+
+/// The copies a speaker makes of every grant, `wanted` (`--copies`) set,
+/// with `copy_to` members a copy may go to (the voters of the latest and
+/// the committed configuration) and `committed_voters` in the committed
+/// one: as many as the members a copy may go to allow, and no fewer than
+/// the committed configuration asks while a smaller one is not committed
+/// (a grant made with fewer could be missed by a leader elected under the
+/// committed one), never more than there are members to keep them.
+pub fn copies_in(wanted: Option<usize>, copy_to: usize, committed_voters: usize) -> usize {
+    copies_for(wanted, copy_to)
+        .max(copies_for(wanted, committed_voters))
+        .min(copy_to.max(1))
+}
+
 /// How many members beyond the speaker and the holder's node (one member
 /// when they are the same) must acknowledge a copy.
 pub fn copies_needed(copies: usize, speaker: NodeId, holder: NodeId) -> usize {
@@ -207,6 +233,25 @@ mod tests {
 
     fn order(round: &CopyRound) -> Vec<NodeId> {
         round.candidates.iter().copied().collect()
+    }
+
+    #[test]
+    fn copies_are_at_most_a_quorum_and_fall_only_once_committed() {
+        assert_eq!(copies_for(None, 5), 2);
+        assert_eq!(copies_for(Some(3), 5), 3);
+        assert_eq!(
+            copies_for(Some(3), 3),
+            2,
+            "a cluster that shrank keeps what it can"
+        );
+        assert_eq!(copies_for(Some(2), 1), 1);
+        // Five voters committed, three in the latest: still three copies.
+        assert_eq!(copies_in(Some(3), 3, 5), 3);
+        // Growing from one node: two as soon as the latest has three.
+        assert_eq!(copies_in(None, 3, 1), 2);
+        // Never more than the members a copy may go to.
+        assert_eq!(copies_in(Some(3), 2, 5), 2);
+        assert_eq!(copies_in(None, 0, 0), 1);
     }
 
     #[test]

@@ -30,6 +30,7 @@
 
 mod config;
 mod copies;
+mod departed;
 mod floor;
 pub mod guard;
 mod leadership;
@@ -42,7 +43,11 @@ mod retry;
 mod sabotage;
 
 pub use config::{MemberConfig, RebuildMode};
-pub use copies::{copies_needed, CopyRound, CopyStep, Copying, OnRecord, COPY_TIMEOUT};
+pub use copies::{
+    copies_for, copies_in, copies_needed, CopyRound, CopyStep, Copying, OnRecord, COPY_TIMEOUT,
+    DEFAULT_COPIES,
+};
+pub use departed::{Departed, Gone};
 pub use floor::{CopiesFloor, FLOOR_MARGIN};
 pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};

@@ -196,11 +196,12 @@ pub(crate) struct Node {
 
 /// Member `id`'s settings in a run of `config`.
 fn member_config(id: NodeId, config: &Config) -> MemberConfig {
+    let voters = (1..=config.nodes).count();
     MemberConfig {
         id,
         members: (1..=config.nodes).collect(),
         copy_to: (1..=config.nodes).collect(),
-        copies: config.copies,
+        copies: leasehold_protocol::copies_in(Some(config.copies), voters, voters),
         lease: LeaseRule {
             default: Duration::from_millis(LEASE_MS),
             max: Duration::from_millis(MAX_LEASE_MS),

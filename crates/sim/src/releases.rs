@@ -171,7 +171,7 @@ impl World {
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(t);
         for (name, id, left) in forgets {
-            node.member.forget(&name, id, left, now);
+            node.member.forget(&name, id, Some(left), now);
         }
         self.dispatch(n);
         self.send(Some(n), To::Node(from), Msg::ForgetAck { from: n, key });

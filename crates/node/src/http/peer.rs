@@ -353,11 +353,7 @@ async fn internal_forget(
     let batch: leasehold_api::Forgets = peer_body(&bytes)?;
     for forget in batch.forgets {
         let id: LockId = forget.id.parse()?;
-        // Counted from now, after the sender's send: no record of the
-        // lease outlives it. An older sender says nothing: the longest.
-        let left = forget
-            .ttl_ms
-            .map_or(node.config.lease.max, Duration::from_millis);
+        let left = forget.ttl_ms.map(Duration::from_millis);
         node.forget(&forget.name, id, left);
     }
     Ok(Json(serde_json::json!({})))

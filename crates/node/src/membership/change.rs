@@ -197,8 +197,7 @@ impl Node {
     /// other record of a lock, and a new one under the same id would be
     /// read in its place, with nothing.
     fn refuse_departed(&self, id: NodeId) -> Result<(), ApiError> {
-        let departed = self.departed_with_time_left();
-        let Some(gone) = departed.iter().find(|d| d.node == id) else {
+        let Some(wait) = self.added_again_in(id) else {
             return Ok(());
         };
         Err(ApiError::new(
@@ -206,7 +205,7 @@ impl Node {
             format!(
                 "node {id} left the cluster lately, and a rebuild reads what it held for \
                  --max-lease after it left: it can be added again in {} ms",
-                gone.left_ms
+                leasehold_api::millis_ceil(wait)
             ),
         ))
     }

@@ -1,28 +1,38 @@
-//! Members gone from the roster lately: a rebuild still reads them (or
-//! counts them missing) for as long as a lease of theirs may run, unless
-//! they handed their records over as they left.
+//! Members gone from the roster lately, as the protocol's `Departed` keeps
+//! them: a rebuild still reads them (or counts them missing) for as long as
+//! a lease of theirs may run, unless they handed their records over as they
+//! left.
 
+use std::sync::MutexGuard;
 use std::time::Duration;
 
+use leasehold_protocol::Departed;
 use locktable::NodeId;
 
 use super::Node;
 
 impl Node {
+    fn departed_set(&self) -> MutexGuard<'_, Departed> {
+        self.departed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The members gone from the roster lately, each with how long it
     /// stays departed: what this node's report tells a rebuilding speaker.
     pub(crate) fn departed_with_time_left(&self) -> Vec<crate::report::Departed> {
         let now = self.clock.now();
-        let departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
-        departed
-            .iter()
-            .filter(|(_, (_, until))| *until > now)
-            .map(|(id, (addr, until))| crate::report::Departed {
-                node: *id,
-                addr: addr.clone(),
-                left_ms: leasehold_api::millis_ceil(until.saturating_duration_since(now)),
+        let gone = self.departed_set().with_time_left(now);
+        gone.into_iter()
+            .map(|gone| crate::report::Departed {
+                node: gone.member,
+                addr: gone.addr,
+                left_ms: leasehold_api::millis_ceil(gone.left),
             })
             .collect()
+    }
+
+    /// How long until `member` may be added again, if it left lately.
+    pub(crate) fn added_again_in(&self, member: NodeId) -> Option<Duration> {
+        self.departed_set().added_again_in(member, self.clock.now())
     }
 
     /// Takes `member` at `addr`, which another member saw leave the
@@ -30,25 +40,7 @@ impl Node {
     /// so already); answers whether it did not know it as departed.
     pub(crate) fn adopt_departed(&self, member: NodeId, addr: &str, left: Duration) -> bool {
         let now = self.clock.now();
-        let until = now + left;
-        {
-            let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
-            handed.retain(|_, until| *until > now);
-            if handed.contains_key(&member) {
-                return false;
-            }
-        }
-        let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
-        match departed.get_mut(&member) {
-            Some((_, known)) => {
-                *known = (*known).max(until);
-                false
-            }
-            None => {
-                departed.insert(member, (addr.to_string(), until));
-                true
-            }
-        }
+        self.departed_set().adopt(member, addr, now + left, now)
     }
 
     /// `member`, gone from the roster, handed every record it kept over
@@ -60,16 +52,8 @@ impl Node {
             return;
         }
         let until = self.state().member.departed_until(self.clock.now());
-        self.handed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(member, until);
-        let was = self
-            .departed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&member);
-        if was.is_some() {
+        let was = self.departed_set().handed_over(member, until);
+        if was {
             self.forgets.close(member);
             tracing::info!(
                 member,
@@ -82,21 +66,12 @@ impl Node {
     /// rebuild's time), with their addresses: a rebuild reads them too.
     pub(crate) fn departed(&self) -> Vec<(NodeId, String)> {
         let now = self.clock.now();
-        let roster = self.roster();
-        let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
-        departed.retain(|member, (_, until)| {
-            let reads = *until > now;
-            if !reads && roster.addr(*member).is_none() {
-                // No rebuild reads it any more: its releases may stop.
-                self.forgets.close(*member);
-            }
-            reads
-        });
-        // A member added again since is read as a member, once.
-        departed
-            .iter()
-            .filter(|(id, _)| roster.addr(**id).is_none())
-            .map(|(id, (addr, _))| (*id, addr.clone()))
-            .collect()
+        let members: Vec<NodeId> = self.roster().ids().collect();
+        let (read, ended) = self.departed_set().to_read(&members, now);
+        for member in ended {
+            // No rebuild reads it any more: its releases may stop.
+            self.forgets.close(member);
+        }
+        read
     }
 }

@@ -60,20 +60,14 @@ impl Node {
             self.start_release_sender(member, addr.to_string());
         }
         let until = self.state().member.departed_until(self.clock.now());
-        {
-            let mut departed = self.departed.lock().unwrap_or_else(|p| p.into_inner());
-            for (member, addr) in before.members() {
-                if latest.addr(member).is_none() {
-                    departed.insert(member, (addr.to_string(), until));
-                }
-            }
-            departed.retain(|member, _| latest.addr(*member).is_none());
-        }
-        // A member added again is no longer one that handed over.
-        self.handed
+        let members: Vec<NodeId> = latest.ids().collect();
+        let left = before
+            .members()
+            .filter(|(id, _)| latest.addr(*id).is_none());
+        self.departed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|member, _| latest.addr(*member).is_none());
+            .members_changed(&members, left, until);
         let copy_to = latest.copy_to();
         let copies = copies_of(&self.config, &latest);
         let now = self.clock.now();

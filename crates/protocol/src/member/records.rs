@@ -74,7 +74,7 @@ impl Member {
     /// its record goes, and a renewal of it answered later is not
     /// recorded ([`Member::renewed_through_speaker`]).
     pub fn released_through_speaker(&mut self, lock: &Lock, now: MonoTime) {
-        self.forget(&lock.name, lock.id, lock.lease, now);
+        self.forget(&lock.name, lock.id, Some(lock.lease), now);
     }
 
     /// The speaker refused a renewal this member forwarded: a lock "not
@@ -116,8 +116,11 @@ impl Member {
     }
 
     /// A release heard of from the speaker, with the time the released
-    /// lease had left when it was sent: the lock is gone everywhere.
-    pub fn forget(&mut self, name: &str, id: LockId, left: Duration, now: MonoTime) {
+    /// lease had left when it was sent (counted from now, after the send,
+    /// so no record of the lease outlives it; a sender too old to say: the
+    /// longest lease): the lock is gone everywhere.
+    pub fn forget(&mut self, name: &str, id: LockId, left: Option<Duration>, now: MonoTime) {
+        let left = left.unwrap_or(self.config.lease.max);
         self.held.remove(id);
         self.copies.remove(id);
         self.table.forget(name, id, left, now);

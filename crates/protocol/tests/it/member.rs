@@ -287,7 +287,7 @@ fn what_a_renewal_reclaims_and_what_it_refuses() {
     // may be on record with a member the rebuild missed.
     let mut strict = speaker(1, 3, now, vec![2, 3], RebuildMode::Strict);
     let hold_end = now + MAX_LEASE + LEADER_LEASE;
-    strict.forget("x", LockId::from_u128(5), LEASE, now);
+    strict.forget("x", LockId::from_u128(5), Some(LEASE), now);
     let released = renewal("x", LockId::from_u128(5), 2, None);
     assert_eq!(
         strict.renew(released, &guard, now).err(),
@@ -444,12 +444,24 @@ fn a_records_lease_is_the_later_of_the_clients_and_the_copys() {
 fn a_release_heard_of_ends_every_record_and_a_late_copy_of_it() {
     let mut m = member(2, RebuildMode::Proceed);
     let lock = held_through_speaker(&mut m, 7, LEASE);
-    m.forget(&lock.name, lock.id, LEASE, at(2));
+    m.forget(&lock.name, lock.id, Some(LEASE), at(2));
     assert!(m.held_record(lock.id).is_none());
     let late = in_transit(7, 1, LEASE).arrive(at(3));
     m.take_copies(1, vec![late], 1, at(3)).unwrap();
     assert!(m.held_record(lock.id).is_none(), "stays released");
     assert!(m.own_report(at(3)).is_empty());
+}
+
+#[test]
+fn a_release_from_a_sender_that_names_no_lease_is_kept_for_the_longest() {
+    let mut m = member(2, RebuildMode::Proceed);
+    let lock = held_through_speaker(&mut m, 7, LEASE);
+    m.forget(&lock.name, lock.id, None, at(2));
+    // A copy of it still on its way long after the lease's own end.
+    let later = 2 + 2 * LEASE.as_millis() as u64;
+    let late = in_transit(7, 1, LEASE).arrive(at(later));
+    m.take_copies(1, vec![late], 1, at(later)).unwrap();
+    assert!(m.held_record(lock.id).is_none(), "stays released");
 }
 
 #[test]
