@@ -173,11 +173,11 @@ impl Node {
             warned_timings: Mutex::default(),
             stop: CancellationToken::new(),
         });
-        let copies = node.state().member.copies_floor(node.clock.now());
+        let own = node.state().member.own_terms(node.clock.now());
         node.identity.terms().set(leasehold_raft::Terms {
-            copies,
-            max_lease: node.config.lease.max,
-            leader_lease: node.config.timings.leader_lease(),
+            copies: own.copies,
+            max_lease: own.max_lease,
+            leader_lease: own.leader_lease.unwrap_or_default(),
         });
         let heard = Arc::downgrade(&node);
         node.identity

@@ -400,7 +400,8 @@ impl Node {
             node: self.id(),
             uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
-            max_lease_ms: u64::try_from(self.config.lease.max.as_millis()).unwrap_or(u64::MAX),
+            max_lease_ms: u64::try_from(self.state().member.config().lease.max.as_millis())
+                .unwrap_or(u64::MAX),
             copies: self.reported_copies(),
             departed: self.departed_with_time_left(),
         }

@@ -66,6 +66,17 @@ impl Member {
         fewer(own, speaking)
     }
 
+    /// What this member tells the others it runs with at `now` (they
+    /// [`Member::heard`] it): the fewest copies a grant of its may have,
+    /// its longest lease and its leader lease.
+    pub fn own_terms(&mut self, now: MonoTime) -> PeerTerms {
+        PeerTerms {
+            copies: self.copies_floor(now),
+            max_lease: self.config.lease.max,
+            leader_lease: Some(self.config.leader_lease),
+        }
+    }
+
     /// Member `from` said at `now` what it runs with: its grants may have
     /// as few as `terms.copies` copies, counted for its longest lease and a
     /// leader lease (it may grant until its guard runs out); and it refuses

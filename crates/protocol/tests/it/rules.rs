@@ -543,3 +543,18 @@ fn the_reads_run_on_the_rebuild_timeout_of_the_members_configuration() {
         "a member that left is read for a lease and a rebuild's reads"
     );
 }
+
+#[test]
+fn a_member_tells_the_others_the_lease_and_copies_of_its_configuration() {
+    let mut m = member(1, RebuildMode::Proceed);
+    let own = m.own_terms(at(0));
+    assert_eq!(own.max_lease, MAX_LEASE);
+    assert_eq!(own.leader_lease, Some(LEADER_LEASE));
+    assert_eq!(own.copies, None, "no table, no grant of its may run");
+    let mut s = speaker(1, 3, at(0), vec![], RebuildMode::Proceed);
+    assert_eq!(
+        s.own_terms(at(0)).copies,
+        Some(2),
+        "speaking with two copies"
+    );
+}
