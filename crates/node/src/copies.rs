@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{PeerLock, MAX_BODY_BYTES};
-use leasehold_protocol::{Copying, Made, Refusal, COPY_TIMEOUT};
+use leasehold_protocol::{Copying, Made, COPY_TIMEOUT};
 use leasehold_raft::WatchReceiver;
-use locktable::{Lock, LockInTransit, NodeId};
+use locktable::{Lock, LockInTransit, MonoTime, NodeId};
 
 use crate::clock::Clock;
 use crate::copier::PendingCopy;
@@ -27,29 +27,22 @@ impl Node {
         holder: NodeId,
         made: Made,
     ) -> Result<(), ApiError> {
-        // Skipping copies is a chaos-only sabotage: the grant is answered
-        // on the guard alone.
-        if self.peers.faults().skip_copies() {
-            let guard = self.guard();
-            let state = self.state();
-            return match state
-                .member
-                .still_speaks_for(made, &guard, self.clock.now())
-            {
-                true => Ok(()),
-                false => Err(self.refused(Refusal::NotRebuilt)),
-            };
-        }
-        let now = self.clock.now();
-        let (mut job, mut next) =
-            self.state()
+        // The clock is read under the lock: the copies it notes as sent
+        // at `noted` leave by `noted` + a copy's timeout, or never.
+        let (mut job, mut next, mut noted) = {
+            let mut state = self.state();
+            let now = self.clock.now();
+            let (job, next) = state
                 .member
                 .begin_on_record(lock.clone(), holder, made, now);
+            (job, next, now)
+        };
         let mut sent = FuturesUnordered::new();
         loop {
             if let Copying::Send(members) = next {
                 for member in members {
-                    sent.push(self.copy_one(member, job.lock().clone(), job.term()));
+                    let copy = job.lock().clone();
+                    sent.push(self.copy_one(member, copy, job.term(), noted));
                 }
             } else if next == Copying::Decide {
                 break;
@@ -57,11 +50,11 @@ impl Node {
             let Some((member, acked)) = sent.next().await else {
                 break;
             };
-            let now = self.clock.now();
-            next = self
-                .state()
-                .member
-                .copy_answered(&mut job, member, acked, now);
+            next = {
+                let mut state = self.state();
+                noted = self.clock.now();
+                state.member.copy_answered(&mut job, member, acked, noted)
+            };
         }
         let guard = self.guard();
         let state = self.state();
@@ -71,10 +64,16 @@ impl Node {
         on_record.map_err(|r| self.refused(r))
     }
 
-    /// Sends one copy to `member` (noted already as a member that may keep
-    /// it) in the next batch of its lane; answers whether it acknowledged
-    /// in time.
-    async fn copy_one(&self, member: NodeId, lock: Lock, term: u64) -> (NodeId, bool) {
+    /// Sends one copy to `member` (noted at `noted` as a member that may
+    /// keep it) in the next batch of its lane; answers whether it
+    /// acknowledged in time.
+    async fn copy_one(
+        &self,
+        member: NodeId,
+        lock: Lock,
+        term: u64,
+        noted: MonoTime,
+    ) -> (NodeId, bool) {
         let Some(to) = self
             .roster()
             .addr(member)
@@ -82,11 +81,10 @@ impl Node {
         else {
             return (member, false);
         };
-        let now = self.clock.now();
         let pending = PendingCopy {
             lock,
             term,
-            deadline: now + COPY_TIMEOUT,
+            deadline: noted + COPY_TIMEOUT,
         };
         let (peers, clock, addr) = (Arc::clone(&self.peers), self.clock, to.addr.clone());
         let send = move |batch| send_copy_batch(peers, clock, addr, batch);

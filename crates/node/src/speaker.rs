@@ -240,8 +240,11 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
         .collect();
     members.extend(node.departed());
     let ids: Vec<NodeId> = members.iter().map(|(id, _)| *id).collect();
-    let now = node.clock.now();
-    let mut reads = node.state().member.start_reads(&ids, now);
+    let (mut reads, now) = {
+        let mut state = node.state();
+        let now = node.clock.now();
+        (state.member.start_reads(&ids, now), now)
+    };
     let deadline = Instant::now() + reads.deadline().saturating_duration_since(now);
     let read_after =
         |id, addr, delay| read_member(Arc::clone(node), id, addr, term, deadline, delay);
@@ -396,12 +399,14 @@ impl Node {
     /// What this node tells a rebuilding speaker of itself: how long it has
     /// been up, and whether this is its first start.
     fn report_header(&self) -> ReportHeader {
+        // Its own statement: the state's lock is released before the
+        // copies are read under it again.
+        let max_lease = self.state().member.config().lease.max;
         ReportHeader {
             node: self.id(),
             uptime_ms: self.clock.uptime().as_millis() as u64,
             first_start: self.first_start,
-            max_lease_ms: u64::try_from(self.state().member.config().lease.max.as_millis())
-                .unwrap_or(u64::MAX),
+            max_lease_ms: u64::try_from(max_lease.as_millis()).unwrap_or(u64::MAX),
             copies: self.reported_copies(),
             departed: self.departed_with_time_left(),
         }

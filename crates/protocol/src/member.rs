@@ -14,6 +14,7 @@ use crate::floor::CopiesFloor;
 use crate::guard::Guard;
 use crate::members::Members;
 use crate::refusal::Refusal;
+use crate::sabotage::Sabotage;
 
 mod copying;
 mod records;
@@ -156,6 +157,12 @@ impl Member {
     /// The settings.
     pub fn config(&self) -> &MemberConfig {
         &self.config
+    }
+
+    /// Switches safety mechanisms off, or on again (a chaos suite's fault
+    /// plan changes at run time); [`Sabotage::NONE`] but in such tests.
+    pub fn set_sabotage(&mut self, sabotage: Sabotage) {
+        self.config.sabotage = sabotage;
     }
 
     /// This member's id.

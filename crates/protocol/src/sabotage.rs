@@ -1,10 +1,17 @@
 //! Safety mechanisms a simulation switches off, one at a time, to show
-//! that its checks see what each one prevents. Production never sets any:
-//! only the simulation's start path (`leasehold_node::Seams`) can.
+//! that its checks see what each one prevents: the one vocabulary of the
+//! whole-node simulation (through `leasehold_node::Seams`), the protocol
+//! simulation (`crates/sim`) and the chaos suite (its `skip_copies` fault,
+//! set through `/internal/chaos`). Production never sets any.
+//!
+//! Most switches are read here, by the protocol itself, wherever it is
+//! driven. A few break a driver's own duty (how it counts a report's
+//! leases, how it times its reads, when it answers a copied grant, how it
+//! stamps a rebuild); each says which driver reads it.
 
 /// Which safety mechanisms are switched off. [`Sabotage::NONE`] (the
 /// default) switches off nothing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sabotage {
     /// The grant guard: a speaker grants while its table speaks for a term
     /// Raft last said it led, whether or not a quorum acknowledged it
@@ -46,6 +53,32 @@ pub struct Sabotage {
     /// offers it itself, not once every member does (an old member then
     /// meets a version it cannot speak).
     pub agree_alone: bool,
+    /// The rebuild: a new speaker serves from an empty table, as if it had
+    /// read nothing and missed no member.
+    pub skip_rebuild: bool,
+    /// The copies: a grant or renewal is answered on the guard alone, no
+    /// copy sent (as if `--copies` were 1). The chaos suite switches it
+    /// on and off at run time.
+    pub skip_copies: bool,
+    /// The copies, as a hasty driver breaks them: a grant is answered at
+    /// once, and its copies sent without waiting for them (read by the
+    /// simulation's driver).
+    pub unacked_copies: bool,
+    /// The reads, as the node before they were fixed made them: each
+    /// member read once (no read again after a failure), and no early end
+    /// (the reads wait for every answer or the deadline) (read by the
+    /// simulation's driver; the node's `no_reread` is the first half).
+    pub read_once: bool,
+    /// The strict hold, one leader lease short: the driver stamps its
+    /// rebuild one leader lease early (read by the simulation's driver).
+    pub short_strict_hold: bool,
+    /// A report's leases counted from when the reads were sent, not from
+    /// each report's arrival (read by the simulation's driver; the node's
+    /// report reader counts from each part's arrival on its own clock).
+    pub count_from_send: bool,
+    /// A renewal the strict hold may not refuse as not held (a member the
+    /// rebuild missed may have it on record) is refused as not held.
+    pub not_held_in_hold: bool,
 }
 
 impl Sabotage {
@@ -61,5 +94,99 @@ impl Sabotage {
         departed_anywhere: false,
         no_handover: false,
         agree_alone: false,
+        skip_rebuild: false,
+        skip_copies: false,
+        unacked_copies: false,
+        read_once: false,
+        short_strict_hold: false,
+        count_from_send: false,
+        not_held_in_hold: false,
     };
+}
+
+/// Where a switch lives in [`Sabotage`].
+type Field = fn(&mut Sabotage) -> &mut bool;
+
+/// Each switch by the name the simulations' `--sabotage` takes.
+const SWITCHES: [(&str, Field); 17] = [
+    ("guard", |s| &mut s.no_grant_guard),
+    ("restart-wait", |s| &mut s.no_restart_wait),
+    ("reread", |s| &mut s.no_reread),
+    ("rebuild-retry", |s| &mut s.no_rebuild_retry),
+    ("term-fence", |s| &mut s.no_term_fence),
+    ("copies-of-now", |s| &mut s.copies_of_now),
+    ("own-timings", |s| &mut s.own_timings),
+    ("departed-anywhere", |s| &mut s.departed_anywhere),
+    ("no-handover", |s| &mut s.no_handover),
+    ("agree-alone", |s| &mut s.agree_alone),
+    ("skip-rebuild", |s| &mut s.skip_rebuild),
+    ("skip-copies", |s| &mut s.skip_copies),
+    ("unacked-copies", |s| &mut s.unacked_copies),
+    ("read-once", |s| &mut s.read_once),
+    ("short-hold", |s| &mut s.short_strict_hold),
+    ("count-from-send", |s| &mut s.count_from_send),
+    ("not-held-in-hold", |s| &mut s.not_held_in_hold),
+];
+
+impl Sabotage {
+    /// Every switch's name, as `--sabotage` takes it.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        SWITCHES.iter().map(|(name, _)| *name)
+    }
+
+    /// Switches off the mechanism called `name`; `false` if no switch has
+    /// that name.
+    pub fn switch(&mut self, name: &str) -> bool {
+        let Some((_, field)) = SWITCHES.iter().find(|(n, _)| *n == name) else {
+            return false;
+        };
+        *field(self) = true;
+        true
+    }
+
+    /// The names of the switches set.
+    pub fn set(&self) -> Vec<&'static str> {
+        let mut copy = *self;
+        SWITCHES
+            .iter()
+            .filter(|(_, field)| *field(&mut copy))
+            .map(|(name, _)| *name)
+            .collect()
+    }
+
+    /// Whether no switch is set.
+    pub fn is_none(&self) -> bool {
+        *self == Sabotage::NONE
+    }
+}
+
+impl std::fmt::Debug for Sabotage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.set()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_switch_has_one_name_and_one_field() {
+        let names: Vec<&str> = Sabotage::names().collect();
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "a name twice");
+        let mut all = Sabotage::NONE;
+        for name in &names {
+            let mut one = Sabotage::NONE;
+            assert!(one.switch(name));
+            assert_eq!(one.set(), vec![*name], "{name} sets one field, its own");
+            all.switch(name);
+        }
+        assert_eq!(all.set(), names, "every field has a name");
+        let mut none = Sabotage::NONE;
+        assert!(!none.switch("no-such-switch"));
+        assert_eq!(format!("{:?}", Sabotage::NONE), "[]");
+    }
 }

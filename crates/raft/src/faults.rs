@@ -5,7 +5,7 @@
 //! `--chaos` lets anyone change them.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -36,7 +36,9 @@ pub struct FaultPlan {
     pub answer_delay_ms: u64,
     /// Sabotage, for the chaos suite's self-test only: grants and renewals
     /// are answered without waiting for any copy (none is sent), as if
-    /// `--copies` were 1. The suite must see locks lost to single crashes.
+    /// `--copies` were 1 (the protocol's `Sabotage::skip_copies`, which the
+    /// node sets from this). The suite must see locks lost to single
+    /// crashes.
     #[serde(default)]
     pub skip_copies: bool,
 }
@@ -52,8 +54,6 @@ pub struct Faults {
     plan: Arc<RwLock<FaultPlan>>,
     /// The plan's wall-clock step, read on every answer without a lock.
     wall_step_ms: Arc<AtomicI64>,
-    /// The plan's `skip_copies`, read on every grant without a lock.
-    skip_copies: Arc<AtomicBool>,
 }
 
 impl Faults {
@@ -61,18 +61,12 @@ impl Faults {
     pub fn set(&self, plan: FaultPlan) {
         self.wall_step_ms
             .store(plan.wall_step_ms, Ordering::Relaxed);
-        self.skip_copies.store(plan.skip_copies, Ordering::Relaxed);
         *self.plan.write().unwrap_or_else(|p| p.into_inner()) = plan;
     }
 
     /// The wall-clock step in force, in milliseconds.
     pub fn wall_step_ms(&self) -> i64 {
         self.wall_step_ms.load(Ordering::Relaxed)
-    }
-
-    /// Whether the plan sabotages copies (`FaultPlan::skip_copies`).
-    pub fn skip_copies(&self) -> bool {
-        self.skip_copies.load(Ordering::Relaxed)
     }
 
     /// The plan in force.

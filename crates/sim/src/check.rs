@@ -20,7 +20,7 @@
 //!   excuse (10000 mixed seeds, 3000 of each scenario, strict and not),
 //!   where the node that read each member once lost renewed locks to one
 //!   crash and one lost read (seed 442 of speaker crashes, strict; the
-//!   `ReadOnce` sabotage).
+//!   `read-once` sabotage).
 //! - *Exclusion of speakers*: no node grants for a term once a leader of a
 //!   later term has been elected, nor could (its table rebuilt and its
 //!   guard open, looked at every tick): the guard's premise is that no
@@ -242,7 +242,7 @@ impl World {
             return format!("{role} does not lead any more (term {term})");
         }
         if speaker.member.is_rebuilt() {
-            let guard = speaker.guard(t, false);
+            let guard = speaker.guard();
             let guard = if speaker.member.may_speak(&guard, speaker.mono(t)) {
                 "open"
             } else {

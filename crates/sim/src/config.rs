@@ -1,6 +1,7 @@
 //! What a run simulates: the cluster, the workload, the faults, and the
 //! timings the node and openraft run with.
 
+pub use leasehold_protocol::Sabotage;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -27,57 +28,13 @@ pub struct Config {
     pub copies: usize,
     /// Which faults to inject.
     pub scenario: Scenario,
-    /// Protocol rules to break on purpose, to show the checker catches it.
-    pub sabotage: Vec<Sabotage>,
+    /// Safety mechanisms switched off on purpose, to show the checker
+    /// catches it: the protocol's one vocabulary, read by the protocol
+    /// where it decides and by this driver where the switch breaks a
+    /// driver's duty.
+    pub sabotage: Sabotage,
     /// Keep a trace of what happened (for `--reproduce`).
     pub trace: bool,
-}
-
-/// Rules the simulation can break, to prove its checker is not blind. Each
-/// is a broken driver: the node lies to `leasehold_protocol` or skips a
-/// step of it, as a buggy node would; the protocol itself is never changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sabotage {
-    /// A new speaker serves from an empty table instead of rebuilding: the
-    /// rebuild is handed no reports and no member missing.
-    SkipRebuild,
-    /// A speaker grants without checking its leader lease: its guard says
-    /// a quorum acknowledged it just now.
-    IgnoreLeaderLease,
-    /// A rebuild that failed is not tried again while the node leads the
-    /// same term (the node before issue 10: it rebuilt only on a change of
-    /// term, finding 1): the protocol's `Sabotage::no_rebuild_retry`.
-    NoRebuildRetry,
-    /// Raft runs as soon as a (re)started node is up, instead of one leader
-    /// lease later (finding 2: openraft reloads a vote with a zero lease).
-    NoRestartWait,
-    /// A member read by a newer term's speaker keeps speaking for its own
-    /// (the read carries no term): `deposed_by` is not called on a read.
-    NoReadTerm,
-    /// The strict hold lasts the longest lease only, without the leader
-    /// lease an old speaker's guard may run past the new term's start. The
-    /// hold's length is the protocol's alone, so the driver stamps its
-    /// rebuild one leader lease early instead: the hold, counted from that
-    /// instant, ends as much sooner (the table's locks, read with their
-    /// own ends, are kept a little longer, never less).
-    ShortStrictHold,
-    /// A rebuild counts reported leases from when it sent its reads, not
-    /// from each report's arrival (a bug the simulation once found).
-    CountFromSend,
-    /// The speaker answers its own client at once (if its table still
-    /// speaks) and sends the copy without waiting for its acknowledgement.
-    UnackedCopies,
-    /// A rebuild reads each member once (no read again after a failed
-    /// read, no early end: the reads wait for every answer or the
-    /// deadline): one crash and one lost read miss two members (the node
-    /// before 2201560).
-    ReadOnce,
-    /// A renewal of a lock the table lacks, with no record from the
-    /// renewing node, is answered "not held" during the strict hold, though
-    /// a member the rebuild missed may have it on record (the node before
-    /// 2201560): `Refusal::MayBeOnRecordElsewhere` goes on the wire as not
-    /// held.
-    NotHeldInHold,
 }
 
 /// The faults a run injects.
@@ -119,11 +76,6 @@ pub enum Scenario {
 }
 
 impl Config {
-    /// Whether `rule` is broken on purpose in this run.
-    pub fn sabotaged(&self, rule: Sabotage) -> bool {
-        self.sabotage.contains(&rule)
-    }
-
     /// A configuration drawn from `seed`, with the mixed faults.
     pub fn from_seed(seed: u64) -> Config {
         let mut rng = StdRng::seed_from_u64(seed ^ 0xC0F1);
@@ -137,7 +89,7 @@ impl Config {
             max_delay_ms: rng.gen_range(1..40),
             copies: 2,
             scenario: Scenario::Mixed,
-            sabotage: Vec::new(),
+            sabotage: Sabotage::NONE,
             trace: false,
         };
         // The node's default, min(2, quorum); five members now and then

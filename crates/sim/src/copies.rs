@@ -9,7 +9,6 @@ use leasehold_protocol::{Copying, Made};
 use locktable::{Lock, LockInTransit, NodeId};
 
 use crate::config::timing::{COPY_QUEUE_MS, COPY_TIMEOUT_MS};
-use crate::config::Sabotage;
 use crate::msg::{Answer, Event, Msg, To};
 use crate::node::{CopyWait, Origin};
 use crate::serve::wire;
@@ -35,7 +34,7 @@ impl World {
         let wait = CopyWait { job, origin, grant };
         // A node that answers before the copies are acknowledged sends them
         // all the same, and waits for none.
-        let unacked = self.config.sabotaged(Sabotage::UnackedCopies);
+        let unacked = self.config.sabotage.unacked_copies;
         let sending = matches!(first, Copying::Send(_));
         if let Copying::Send(members) = first {
             for member in members {

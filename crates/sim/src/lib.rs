@@ -23,8 +23,9 @@
 //! renewed locks (none lost while fewer members failed than there are
 //! copies), speakers (none grants once a later term has a leader) and
 //! liveness (every node serves again after the last fault heals). Each
-//! [`Sabotage`] breaks the driver as a broken node would (it lies to the
-//! protocol, or skips a step), to show the checker catches it.
+//! switch of the protocol's [`Sabotage`] takes a safety mechanism out (in
+//! the protocol, or in this driver where the switch breaks a driver's
+//! duty), to show the checker catches it.
 
 mod check;
 mod client;

@@ -213,7 +213,7 @@ fn member_config(id: NodeId, config: &Config) -> MemberConfig {
         },
         leader_lease: Duration::from_millis(LEADER_LEASE_MS),
         rebuild_timeout: Duration::from_millis(REBUILD_TIMEOUT_MS),
-        sabotage: leasehold_protocol::Sabotage::NONE,
+        sabotage: config.sabotage,
     }
 }
 
@@ -239,10 +239,7 @@ impl Node {
             first_start: store.is_none(),
             raft: Raft::load(id, config.nodes, store, seed, now),
             member: Member::new(member_config(id, config)),
-            lead: Leadership::new(leasehold_protocol::Sabotage {
-                no_rebuild_retry: config.sabotaged(crate::config::Sabotage::NoRebuildRetry),
-                ..leasehold_protocol::Sabotage::NONE
-            }),
+            lead: Leadership::new(config.sabotage),
             stop_began: 0,
             restart_after: 0,
             attempt: None,
@@ -265,18 +262,13 @@ impl Node {
         (at.as_nanos() / 1_000_000).saturating_sub(self.offset_ms)
     }
 
-    /// The guard's facts at `t`, from the Raft model: the term this node
-    /// leads and when a quorum last acknowledged it. A node that ignores
-    /// its leader lease (`lying`) says a quorum acknowledged it just now.
-    pub(crate) fn guard(&self, t: u64, lying: bool) -> Guard {
+    /// The guard's facts, from the Raft model: the term this node
+    /// leads and when a quorum last acknowledged it.
+    pub(crate) fn guard(&self) -> Guard {
         Guard {
             leader: self.raft.leader_term().map(|term| Leader {
                 term,
-                quorum_acked_at: if lying {
-                    Some(self.mono(t))
-                } else {
-                    self.raft.last_quorum_acked().map(|at| self.mono(at))
-                },
+                quorum_acked_at: self.raft.last_quorum_acked().map(|at| self.mono(at)),
             }),
             // The simulation pauses processes; it suspends no machine.
             resumed_at: None,

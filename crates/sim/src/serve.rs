@@ -9,7 +9,6 @@ use std::time::Duration;
 use leasehold_protocol::Renewal;
 use locktable::{AcquireError, Acquired, Lock, LockId, NodeId, Request};
 
-use crate::config::Sabotage;
 use crate::msg::{Ask, ClientId, Msg, Refusal, ReqId, To};
 use crate::node::{Origin, Pending};
 use crate::world::World;
@@ -161,15 +160,7 @@ impl World {
             }
             Err(refusal) => {
                 self.note(|| format!("node {n}: renewal of {name} refused: {refusal}"));
-                let mut answer = wire(&refusal);
-                // The node before 2201560 said "not held" where a member
-                // the rebuild missed may have the lock on record.
-                if refusal == leasehold_protocol::Refusal::MayBeOnRecordElsewhere
-                    && self.config.sabotaged(Sabotage::NotHeldInHold)
-                {
-                    answer = Refusal::NotHeld;
-                }
-                self.answer(n, origin, Err(answer));
+                self.answer(n, origin, Err(wire(&refusal)));
             }
         }
     }

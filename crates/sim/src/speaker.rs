@@ -13,7 +13,6 @@ use leasehold_protocol::{Attempt, RebuildInput, Step};
 use locktable::{LockInTransit, NodeId};
 
 use crate::config::timing::{LEADER_LEASE_MS, READ_AGAIN_AFTER_MS, REBUILD_TIMEOUT_MS};
-use crate::config::Sabotage;
 use crate::msg::{Event, Msg, ReportHeader, To};
 use crate::node::{Phase, Reading, RebuildAttempt};
 use crate::world::World;
@@ -21,8 +20,7 @@ use crate::world::World;
 impl World {
     /// Node `n`'s guard as it builds it from its Raft, at the current time.
     pub(crate) fn guard(&self, n: NodeId) -> leasehold_protocol::Guard {
-        let lying = self.config.sabotaged(Sabotage::IgnoreLeaderLease);
-        self.nodes[&n].guard(self.t, lying)
+        self.nodes[&n].guard()
     }
 
     /// `watch_leadership`, one turn: tell `Leadership` the term this node
@@ -199,7 +197,7 @@ impl World {
     pub(crate) fn read_failed_at(&mut self, n: NodeId, id: u64, member: NodeId) {
         let t = self.t;
         let now = self.nodes[&n].mono(t);
-        let once = self.config.sabotaged(Sabotage::ReadOnce);
+        let once = self.config.sabotage.read_once;
         let Some((_, reading)) = self.reading(n, id) else {
             return;
         };
@@ -240,7 +238,7 @@ impl World {
         let t = self.t;
         let node = &self.nodes[&n];
         let now = node.mono(t);
-        let count_from_send = self.config.sabotaged(Sabotage::CountFromSend);
+        let count_from_send = self.config.sabotage.count_from_send;
         let Some((_, reading)) = self.reading(n, id) else {
             return;
         };
@@ -259,7 +257,7 @@ impl World {
     /// none is outstanding (a node that reads each member once waits for
     /// every read to be answered, or for the deadline).
     pub(crate) fn reads_moved_on(&mut self, n: NodeId, id: u64) {
-        let once = self.config.sabotaged(Sabotage::ReadOnce);
+        let once = self.config.sabotage.read_once;
         let t = self.t;
         let now = self.nodes[&n].mono(t);
         let Some((_, reading)) = self.reading(n, id) else {
@@ -290,8 +288,7 @@ impl World {
     /// older grant are told.
     pub(crate) fn finish_reads(&mut self, n: NodeId, id: u64) {
         let t = self.t;
-        let skip = self.config.sabotaged(Sabotage::SkipRebuild);
-        let short_hold = self.config.sabotaged(Sabotage::ShortStrictHold);
+        let short_hold = self.config.sabotage.short_strict_hold;
         let guard = self.guard(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let Some(attempt) = node
@@ -308,12 +305,7 @@ impl World {
             unreachable!("matched above");
         };
         let Reading { reads, got, .. } = *reading;
-        let (_, mut missing, _) = reads.finish();
-        let mut got = got;
-        if skip {
-            got.clear();
-            missing.clear();
-        }
+        let (_, missing, _) = reads.finish();
         let input = RebuildInput {
             term: attempt.term,
             generation: attempt.generation,
@@ -357,7 +349,7 @@ impl World {
     /// an older term drops its table first (`deposed_by`).
     pub(crate) fn read_report(&mut self, n: NodeId, leader: NodeId, term: u64, attempt: u64) {
         let t = self.t;
-        if !self.config.sabotaged(Sabotage::NoReadTerm) {
+        if !self.config.sabotage.no_term_fence {
             let node = self.nodes.get_mut(&n).expect("member");
             let now = node.mono(t);
             let was = node.member.speaking();

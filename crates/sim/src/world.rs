@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::client_state::Client;
-use crate::config::{liveness_bound_ms, timing, Config, Sabotage};
+use crate::config::{liveness_bound_ms, timing, Config};
 use crate::history::{History, Report};
 use crate::msg::{Event, Msg, ReqId, To};
 use crate::node::Node;
@@ -123,7 +123,7 @@ impl World {
     /// Raft starts a leader lease after the process, unless sabotaged.
     pub(crate) fn schedule_raft_start(&mut self, n: NodeId) {
         let incarnation = self.nodes[&n].incarnation;
-        let wait = if self.config.sabotaged(Sabotage::NoRestartWait) {
+        let wait = if self.config.sabotage.no_restart_wait {
             0
         } else {
             timing::LEADER_LEASE_MS

@@ -7,6 +7,15 @@
 
 use leasehold_sim::{run, Config, Report, Sabotage, Scenario};
 
+/// The protocol's sabotage with the switches `names` set.
+fn switched(names: &[&str]) -> Sabotage {
+    let mut sabotage = Sabotage::NONE;
+    for name in names {
+        assert!(sabotage.switch(name), "{name}");
+    }
+    sabotage
+}
+
 fn seeds(default: u64) -> u64 {
     std::env::var("SIM_SEEDS")
         .ok()
@@ -106,7 +115,7 @@ fn first_caught_with(
 ) -> Option<u64> {
     let seed = (0..bound).find(|&seed| {
         let mut config = Config::scenario(seed, scenario);
-        config.sabotage = vec![sabotage];
+        config.sabotage = sabotage;
         config.copies = copies.unwrap_or(config.copies);
         caught(&run(seed, &config))
     });
@@ -120,7 +129,7 @@ fn first_caught_with(
 fn skipping_the_rebuild_is_caught_by_exclusion() {
     let caught = (0..100).find(|&seed| {
         let mut config = Config::from_seed(seed);
-        config.sabotage = vec![Sabotage::SkipRebuild];
+        config.sabotage = switched(&["skip-rebuild"]);
         config.strict = true;
         !run(seed, &config).unexplained.is_empty()
     });
@@ -137,7 +146,7 @@ fn skipping_the_rebuild_is_caught_by_exclusion() {
 fn skipping_the_rebuild_is_caught_in_proceed_mode_too() {
     let caught = (0..100).find(|&seed| {
         let mut config = Config::from_seed(seed);
-        config.sabotage = vec![Sabotage::SkipRebuild];
+        config.sabotage = switched(&["skip-rebuild"]);
         config.strict = false;
         !run(seed, &config).unexplained.is_empty()
     });
@@ -154,18 +163,15 @@ fn skipping_the_rebuild_is_caught_in_proceed_mode_too() {
 fn ignoring_the_leader_lease_is_caught_by_exclusion() {
     let overlap = first_caught_with(
         Scenario::SpeakerPauses,
-        Sabotage::IgnoreLeaderLease,
+        switched(&["guard"]),
         Some(1),
         50,
         |r| !r.unexplained.is_empty(),
     );
     assert!(overlap.is_some(), "no overlap in 50 seeds");
-    let deposed = first_caught(
-        Scenario::SpeakerPauses,
-        Sabotage::IgnoreLeaderLease,
-        20,
-        |r| !r.deposed_grants.is_empty(),
-    );
+    let deposed = first_caught(Scenario::SpeakerPauses, switched(&["guard"]), 20, |r| {
+        !r.deposed_grants.is_empty()
+    });
     assert!(deposed.is_some(), "no deposed grant in 20 seeds");
 }
 
@@ -174,9 +180,12 @@ fn ignoring_the_leader_lease_is_caught_by_exclusion() {
 /// as the term lasts, and the liveness check must say so.
 #[test]
 fn no_rebuild_retry_is_caught_by_liveness() {
-    let caught = first_caught(Scenario::QuorumBlip, Sabotage::NoRebuildRetry, 20, |r| {
-        !r.liveness.is_empty()
-    });
+    let caught = first_caught(
+        Scenario::QuorumBlip,
+        switched(&["rebuild-retry"]),
+        20,
+        |r| !r.liveness.is_empty(),
+    );
     assert!(
         caught.is_some(),
         "NoRebuildRetry went unnoticed in 20 seeds"
@@ -192,7 +201,7 @@ fn no_rebuild_retry_is_caught_by_liveness() {
 fn no_restart_wait_is_caught_by_exclusion() {
     let caught = first_caught(
         Scenario::RestartBehindCut,
-        Sabotage::NoRestartWait,
+        switched(&["restart-wait"]),
         20,
         |r| !r.deposed_speakers.is_empty() || !r.deposed_grants.is_empty(),
     );
@@ -210,7 +219,7 @@ fn no_restart_wait_is_caught_by_exclusion() {
 fn counting_reports_from_the_read_is_caught_by_exclusion() {
     let caught = first_caught_with(
         Scenario::SlowReports,
-        Sabotage::CountFromSend,
+        switched(&["count-from-send"]),
         Some(1),
         30,
         |r| !r.unexplained.is_empty(),
@@ -225,9 +234,12 @@ fn counting_reports_from_the_read_is_caught_by_exclusion() {
 /// holder's next renewal "not held" although only one member failed.
 #[test]
 fn unacked_copies_are_caught_by_the_renewal_property() {
-    let caught = first_caught(Scenario::SpeakerCrashes, Sabotage::UnackedCopies, 20, |r| {
-        !r.lost_locks.is_empty()
-    });
+    let caught = first_caught(
+        Scenario::SpeakerCrashes,
+        switched(&["unacked-copies"]),
+        20,
+        |r| !r.lost_locks.is_empty(),
+    );
     assert!(caught.is_some(), "UnackedCopies went unnoticed in 20 seeds");
 }
 
@@ -239,9 +251,12 @@ fn unacked_copies_are_caught_by_the_renewal_property() {
 /// losses to lost reads, and catches the node that read once.
 #[test]
 fn reading_each_member_once_is_caught_by_the_renewal_property() {
-    let caught = first_caught(Scenario::SpeakerCrashes, Sabotage::ReadOnce, 1000, |r| {
-        !r.lost_locks.is_empty()
-    });
+    let caught = first_caught(
+        Scenario::SpeakerCrashes,
+        switched(&["read-once"]),
+        1000,
+        |r| !r.lost_locks.is_empty(),
+    );
     assert!(caught.is_some(), "ReadOnce went unnoticed in 1000 seeds");
 }
 
@@ -253,23 +268,22 @@ fn reading_each_member_once_is_caught_by_the_renewal_property() {
 /// strict, the first).
 #[test]
 fn the_strict_node_before_the_read_fixes_is_caught_by_the_renewal_property() {
-    let lost = |seed: u64, sabotage: Vec<Sabotage>| {
+    let lost = |seed: u64, sabotage: Sabotage| {
         let mut config = Config::scenario(seed, Scenario::SpeakerCrashes);
         config.strict = true;
         config.sabotage = sabotage;
         !run(seed, &config).lost_locks.is_empty()
     };
-    let caught =
-        (0..1000).find(|&seed| lost(seed, vec![Sabotage::ReadOnce, Sabotage::NotHeldInHold]));
+    let caught = (0..1000).find(|&seed| lost(seed, switched(&["read-once", "not-held-in-hold"])));
     println!("ReadOnce and NotHeldInHold, strict: first caught at seed {caught:?}");
     let seed = caught.expect("the old node went unnoticed in 1000 strict seeds");
     assert!(
-        !lost(seed, vec![Sabotage::ReadOnce]),
+        !lost(seed, switched(&["read-once"])),
         "reads once, 503 in the hold: kept"
     );
     assert!(
-        !lost(seed, vec![Sabotage::NotHeldInHold]),
+        !lost(seed, switched(&["not-held-in-hold"])),
         "reads again: kept"
     );
-    assert!(!lost(seed, vec![]), "the node now: kept");
+    assert!(!lost(seed, Sabotage::NONE), "the node now: kept");
 }

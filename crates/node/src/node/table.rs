@@ -56,6 +56,17 @@ impl Node {
         self.state().member.config().sabotage
     }
 
+    /// Switches the copies off (`skip_copies`, a chaos suite's fault: its
+    /// self-test must see locks lost to single crashes), or on again.
+    pub(crate) fn set_skip_copies(&self, skip_copies: bool) {
+        let mut state = self.state();
+        let sabotage = state.member.config().sabotage;
+        state.member.set_sabotage(Sabotage {
+            skip_copies,
+            ..sabotage
+        });
+    }
+
     /// Whether this node may grant now (its guard passes), rebuilt or not.
     pub(crate) fn may_speak_now(&self) -> bool {
         let guard = self.guard();

@@ -4,8 +4,14 @@
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses|--speaker-replaces]
 //!         [--change replace|grow|remove|timings|protocol]
-//!         [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence|copies-of-now|own-timings|departed-anywhere|no-handover|agree-alone]...
+//!         [--sabotage NAME[,NAME]...]
 //! ```
+//!
+//! `--sabotage` takes the names of `leasehold_node::Sabotage`'s
+//! switches (guard, restart-wait, reread, rebuild-retry, term-fence,
+//! copies-of-now, own-timings, departed-anywhere, no-handover, agree-alone,
+//! skip-rebuild, skip-copies, ...), the simulation's alike; the ones the
+//! node reads have an effect here.
 //!
 //! One line per seed (grants, faults, simulated time, the slowest node to
 //! serve after the faults healed, a digest of what the clients saw); a
@@ -71,26 +77,15 @@ fn main() -> ExitCode {
                     return ExitCode::from(64);
                 }
             },
-            "--sabotage" => match value().as_str() {
-                "guard" => sabotage.no_grant_guard = true,
-                "restart-wait" => sabotage.no_restart_wait = true,
-                "reread" => sabotage.no_reread = true,
-                "rebuild-retry" => sabotage.no_rebuild_retry = true,
-                "term-fence" => sabotage.no_term_fence = true,
-                "copies-of-now" => sabotage.copies_of_now = true,
-                "own-timings" => sabotage.own_timings = true,
-                "departed-anywhere" => sabotage.departed_anywhere = true,
-                "no-handover" => sabotage.no_handover = true,
-                "agree-alone" => sabotage.agree_alone = true,
-                other => {
-                    eprintln!(
-                        "nodesim: unknown sabotage {other:?}: \
-                         guard, restart-wait, reread, rebuild-retry, term-fence, \
-                         copies-of-now, own-timings, departed-anywhere, no-handover or agree-alone"
-                    );
-                    return ExitCode::from(64);
+            "--sabotage" => {
+                for name in value().split(',').filter(|n| !n.is_empty()) {
+                    if !sabotage.switch(name) {
+                        let names: Vec<&str> = Sabotage::names().collect();
+                        eprintln!("nodesim: unknown sabotage {name:?}: {}", names.join(", "));
+                        return ExitCode::from(64);
+                    }
                 }
-            },
+            }
             other => {
                 eprintln!("nodesim: unknown argument {other:?}");
                 eprintln!(
@@ -98,7 +93,7 @@ fn main() -> ExitCode {
                      [--trace] [--replay] [--expect-failure] \
                      [--speaker-crashes|--speaker-pauses|--speaker-replaces] \
                      [--change replace|grow|remove|timings|protocol] \
-                     [--sabotage guard|restart-wait|reread|rebuild-retry|term-fence|copies-of-now|own-timings|departed-anywhere|no-handover|agree-alone]"
+                     [--sabotage NAME[,NAME]...]"
                 );
                 return ExitCode::from(64);
             }

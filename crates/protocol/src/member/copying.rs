@@ -37,8 +37,8 @@ impl Member {
             out: BTreeSet::new(),
         };
         let first = match made.term {
-            Some(_) => job.round.start(),
-            None => Vec::new(),
+            Some(_) if !self.config.sabotage.skip_copies => job.round.start(),
+            _ => Vec::new(),
         };
         if first.is_empty() {
             return (job, Copying::Decide);
@@ -93,7 +93,9 @@ impl Member {
     /// members acknowledged a copy, and the table that made it still
     /// speaks. If not, a grant is to be taken back ([`Member::take_back`]).
     pub fn on_record(&self, job: &OnRecord, guard: &Guard, now: MonoTime) -> Result<(), Refusal> {
-        job.round.outcome(self.config.copies)?;
+        if !self.config.sabotage.skip_copies {
+            job.round.outcome(self.config.copies)?;
+        }
         if !self.still_speaks_for(job.made, guard, now) {
             return Err(Refusal::NotRebuilt);
         }

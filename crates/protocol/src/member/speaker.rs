@@ -169,7 +169,10 @@ impl Member {
                 // copies: one of them may have this lock on record, and a
                 // renewal through it reclaims it. Not "not held" yet,
                 // unless it was released or settled as lost.
-                return Err(Refusal::MayBeOnRecordElsewhere);
+                return Err(match self.config.sabotage.not_held_in_hold {
+                    true => Refusal::NotHeld,
+                    false => Refusal::MayBeOnRecordElsewhere,
+                });
             }
             other => other,
         }

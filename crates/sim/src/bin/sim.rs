@@ -4,8 +4,9 @@
 //! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost|slow-reports|speaker-crashes]
 //!     [--sabotage RULE[,RULE...]] [--strict] [--copies C]
 //!
-//! RULE: skip-rebuild, ignore-lease, no-retry, no-restart-wait, no-read-term,
-//! short-hold, count-from-send, unacked-copies, read-once, not-held-in-hold.
+//! RULE: a switch of the protocol's `Sabotage` (guard, rebuild-retry,
+//! restart-wait, term-fence, reread, skip-rebuild, skip-copies, short-hold,
+//! count-from-send, unacked-copies, read-once, not-held-in-hold, ...).
 //! sim --reproduce S [--trace] [...]
 //! ```
 
@@ -35,28 +36,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut sabotage = Vec::new();
+    let mut sabotage = Sabotage::NONE;
     for name in text("--sabotage")
         .unwrap_or_default()
         .split(',')
         .filter(|n| !n.is_empty())
     {
-        sabotage.push(match name {
-            "skip-rebuild" => Sabotage::SkipRebuild,
-            "ignore-lease" => Sabotage::IgnoreLeaderLease,
-            "no-retry" => Sabotage::NoRebuildRetry,
-            "no-restart-wait" => Sabotage::NoRestartWait,
-            "no-read-term" => Sabotage::NoReadTerm,
-            "short-hold" => Sabotage::ShortStrictHold,
-            "count-from-send" => Sabotage::CountFromSend,
-            "unacked-copies" => Sabotage::UnackedCopies,
-            "read-once" => Sabotage::ReadOnce,
-            "not-held-in-hold" => Sabotage::NotHeldInHold,
-            other => {
-                eprintln!("unknown sabotage {other}");
-                return ExitCode::FAILURE;
-            }
-        });
+        if !sabotage.switch(name) {
+            let names: Vec<&str> = Sabotage::names().collect();
+            eprintln!("unknown sabotage {name}: {}", names.join(", "));
+            return ExitCode::FAILURE;
+        }
     }
     let strict = args.iter().any(|a| a == "--strict");
     let trace = args.iter().any(|a| a == "--trace");
@@ -71,7 +61,7 @@ fn main() -> ExitCode {
     let mut failed = Vec::new();
     for seed in start..start + count {
         let mut config = Config::scenario(seed, scenario);
-        config.sabotage = sabotage.clone();
+        config.sabotage = sabotage;
         config.strict |= strict;
         if let Some(copies) = value("--copies") {
             let quorum = config.nodes / 2 + 1;
@@ -106,7 +96,7 @@ fn main() -> ExitCode {
          (seeds with: {} overlaps, {} fence inversions, {} deposed grants, {} deposed open guards, {} lost locks, {} liveness); \
          {} renewed locks lost with as many members faulted as copies; \
          liveness worst case {} ms (bound {}..{} ms); {} seeds failed {:?}",
-        if sabotage.is_empty() {
+        if sabotage.is_none() {
             String::new()
         } else {
             format!(", sabotage {sabotage:?}")
