@@ -19,10 +19,9 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
-use locktable::{Lock, NodeId};
+use locktable::NodeId;
 
 use crate::config::MemberConfig;
-use crate::member::Made;
 use crate::refusal::Refusal;
 
 /// How long a member has to acknowledge a copy before another is tried;
@@ -60,52 +59,6 @@ pub fn copies_in(wanted: Option<usize>, copy_to: usize, committed_voters: usize)
 pub fn copies_needed(copies: usize, speaker: NodeId, holder: NodeId) -> usize {
     let records = if holder == speaker { 1 } else { 2 };
     copies.saturating_sub(records)
-}
-
-/// One grant or renewal being put on record before its client hears of
-/// it: the lock, the table that made it, its [`CopyRound`] and the copies
-/// out. Begun by [`crate::Member::begin_on_record`], moved on by
-/// [`crate::Member::copy_answered`], decided by
-/// [`crate::Member::on_record`].
-#[derive(Debug, Clone)]
-pub struct OnRecord {
-    pub(crate) lock: Lock,
-    pub(crate) made: Made,
-    pub(crate) round: CopyRound,
-    /// Members a copy was sent to that have not answered.
-    pub(crate) out: BTreeSet<NodeId>,
-}
-
-impl OnRecord {
-    /// The lock to copy.
-    pub fn lock(&self) -> &Lock {
-        &self.lock
-    }
-
-    /// The term the copies carry: the one the table that made the lock
-    /// spoke for (0 if none, when no copy is sent).
-    pub fn term(&self) -> u64 {
-        self.made.term.unwrap_or(0)
-    }
-
-    /// The members that acknowledged a copy.
-    pub fn acked(&self) -> &[NodeId] {
-        self.round.acked()
-    }
-}
-
-/// What the driver does next for an [`OnRecord`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Copying {
-    /// Send a copy of the lock to each of these members (each already
-    /// noted as one that may keep it), and report each answer, or its
-    /// absence within [`COPY_TIMEOUT`], as an answer.
-    Send(Vec<NodeId>),
-    /// Wait for the copies out.
-    Wait,
-    /// No answer is waited for any more: ask [`crate::Member::on_record`]
-    /// whether the client may hear of the lock.
-    Decide,
 }
 
 /// The copies of one grant or renewal: how many members must acknowledge

@@ -44,14 +44,13 @@ mod sabotage;
 
 pub use config::{MemberConfig, RebuildMode};
 pub use copies::{
-    copies_for, copies_in, copies_needed, CopyRound, CopyStep, Copying, OnRecord, COPY_TIMEOUT,
-    DEFAULT_COPIES,
+    copies_for, copies_in, copies_needed, CopyRound, CopyStep, COPY_TIMEOUT, DEFAULT_COPIES,
 };
 pub use departed::{Departed, Gone};
 pub use floor::{CopiesFloor, FLOOR_MARGIN};
 pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};
-pub use member::{Forwarded, Made, Member, PeerTerms, Polled, Renewal};
+pub use member::{Copying, Forwarded, Made, Member, OnRecord, PeerTerms, Polled, Renewal};
 pub use members::Members;
 pub use rebuild::{
     at_risk_for, MemberRead, Reads, RebuildDone, RebuildInput, RebuildJob, SettledRebuild,

@@ -21,6 +21,8 @@ mod records;
 mod speaker;
 mod terms;
 
+pub use copying::{Copying, OnRecord};
+
 /// The nodes a lock moved from (or was copied to), whose records of it
 /// end by `until`.
 #[derive(Debug, Clone, Copy)]

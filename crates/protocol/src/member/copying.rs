@@ -5,11 +5,57 @@ use std::collections::BTreeSet;
 
 use locktable::{Lock, LockId, MonoTime, NodeId, Table};
 
-use crate::copies::{CopyRound, CopyStep, Copying, OnRecord, COPY_TIMEOUT};
+use crate::copies::{CopyRound, CopyStep, COPY_TIMEOUT};
 use crate::guard::Guard;
 use crate::refusal::Refusal;
 
 use super::{Made, Member};
+
+/// One grant or renewal being put on record before its client hears of
+/// it: the lock, the table that made it, its [`CopyRound`] and the copies
+/// out. Begun by [`crate::Member::begin_on_record`], moved on by
+/// [`crate::Member::copy_answered`], decided by
+/// [`crate::Member::on_record`].
+#[derive(Debug, Clone)]
+pub struct OnRecord {
+    pub(crate) lock: Lock,
+    pub(crate) made: Made,
+    pub(crate) round: CopyRound,
+    /// Members a copy was sent to that have not answered.
+    pub(crate) out: BTreeSet<NodeId>,
+}
+
+impl OnRecord {
+    /// The lock to copy.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// The term the copies carry: the one the table that made the lock
+    /// spoke for (0 if none, when no copy is sent).
+    pub fn term(&self) -> u64 {
+        self.made.term.unwrap_or(0)
+    }
+
+    /// The members that acknowledged a copy.
+    pub fn acked(&self) -> &[NodeId] {
+        self.round.acked()
+    }
+}
+
+/// What the driver does next for an [`OnRecord`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Copying {
+    /// Send a copy of the lock to each of these members (each already
+    /// noted as one that may keep it), and report each answer, or its
+    /// absence within [`COPY_TIMEOUT`], as an answer.
+    Send(Vec<NodeId>),
+    /// Wait for the copies out.
+    Wait,
+    /// No answer is waited for any more: ask [`crate::Member::on_record`]
+    /// whether the client may hear of the lock.
+    Decide,
+}
 
 impl Member {
     /// The copies a grant or renewal for a client of `holder` needs, and
