@@ -10,7 +10,9 @@ use std::time::Duration;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use leasehold_api::PeerLock;
-use leasehold_protocol::{Attempt, Leadership, MemberRead, RebuildInput, Step, READ_AGAIN_AFTER};
+use leasehold_protocol::{
+    Attempt, DepartedRead, Leadership, MemberRead, RebuildInput, Step, READ_AGAIN_AFTER,
+};
 use leasehold_raft::codec::CodecError;
 use leasehold_raft::{ReadPolicy, WatchReceiver};
 use locktable::{Lock, NodeId};
@@ -345,29 +347,25 @@ async fn read_member(
             )
             .await;
         // Another node at that address now (a member replaced under the
-        // address of one that left) is not the member asked: unread. So is
-        // a departed member answering from another data directory than the
-        // one it left with.
-        //
-        // A departed member's process up for less than the longest lease
-        // may have started after it left (its replacement, started at once
-        // under its id at its address, on a new data directory or its
-        // own): records live in memory, so it counts as restarted, whatever
-        // its directory says, and the hold counts from its start. Any
-        // record the one that left took ends within the longest lease of a
-        // later process's start; a process up longer is the one that left,
-        // or started after those records ended. The roster is read once
-        // the answer is in: a member removed while it was read is departed.
+        // address of one that left) is not the member asked: unread. A
+        // departed member's report is taken as the protocol says
+        // (`DepartedRead`); the roster is read once the answer is in: a
+        // member removed while it was read is departed.
         report.and_then(|mut r| {
             if r.header.node != id {
                 return Err(PeerError::not_the_member(&addr, id, r.header.node));
             }
-            if node.roster().addr(id).is_none() && !node.sabotage().departed_anywhere {
-                let left_with = node.identity.recorded(id);
-                if left_with.is_some_and(|left| r.store.is_some_and(|now| now != left)) {
-                    return Err(PeerError::left_on_another_directory(&addr, id));
+            if node.roster().addr(id).is_none() {
+                let left_with = node.identity.recorded(id).map(|s| s.0);
+                let answers_from = r.store.map(|s| s.0);
+                let read = node.state().member.departed_read(left_with, answers_from);
+                match read {
+                    DepartedRead::Unread => {
+                        return Err(PeerError::left_on_another_directory(&addr, id));
+                    }
+                    DepartedRead::Restarted => r.header.first_start = false,
+                    DepartedRead::AsMember => {}
                 }
-                r.header.first_start = false;
             }
             Ok(r)
         })

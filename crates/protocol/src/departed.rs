@@ -128,6 +128,45 @@ impl Departed {
     }
 }
 
+/// How a rebuild takes a report from a member no configuration names
+/// when its answer arrives (it left, or was removed while it was read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepartedRead {
+    /// As a member's: sabotaged (`departed-anywhere`), it is read as any
+    /// member is.
+    AsMember,
+    /// As a restarted member's, whatever its data directory says: its
+    /// records live in memory, and a process of it up for less than the
+    /// longest lease may have started after it left (its replacement,
+    /// started at once under its id at its address), so the hold counts
+    /// from that process's start. Any record the one that left took ends
+    /// within the longest lease of a later start; a process up longer is
+    /// the one that left, or started after those records ended.
+    Restarted,
+    /// Not read: it answers from another data directory than the one it
+    /// left with, so it holds none of the records the one that left took.
+    Unread,
+}
+
+impl crate::Member {
+    /// How to take the report of a departed member that left with the
+    /// data directory `left_with` and answers from `answers_from` (each a
+    /// directory's id, if known).
+    pub fn departed_read(
+        &self,
+        left_with: Option<u128>,
+        answers_from: Option<u128>,
+    ) -> DepartedRead {
+        if self.config().sabotage.departed_anywhere {
+            return DepartedRead::AsMember;
+        }
+        match (left_with, answers_from) {
+            (Some(left), Some(now)) if left != now => DepartedRead::Unread,
+            _ => DepartedRead::Restarted,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +195,31 @@ mod tests {
         assert_eq!(d.to_read(&[1, 2], at(100)), (vec![], vec![3]));
         assert_eq!(d.added_again_in(3, at(100)), None);
         assert!(d.with_time_left(at(100)).is_empty());
+    }
+
+    #[test]
+    fn a_departed_member_is_read_as_restarted_unless_it_answers_from_another_directory() {
+        use crate::{MemberConfig, RebuildMode, Sabotage};
+        let config = |sabotage| MemberConfig {
+            id: 1,
+            members: vec![1, 2],
+            copy_to: vec![1, 2],
+            copies: 2,
+            lease: locktable::LeaseRule::default(),
+            rebuild_mode: RebuildMode::Strict,
+            leader_lease: Duration::from_secs(1),
+            rebuild_timeout: Duration::from_secs(1),
+            sabotage,
+        };
+        let m = crate::Member::new(config(Sabotage::NONE));
+        assert_eq!(m.departed_read(Some(7), Some(7)), DepartedRead::Restarted);
+        assert_eq!(m.departed_read(None, Some(7)), DepartedRead::Restarted);
+        assert_eq!(m.departed_read(Some(7), None), DepartedRead::Restarted);
+        assert_eq!(m.departed_read(Some(7), Some(8)), DepartedRead::Unread);
+        let mut sabotage = Sabotage::NONE;
+        sabotage.switch("departed-anywhere");
+        let m = crate::Member::new(config(sabotage));
+        assert_eq!(m.departed_read(Some(7), Some(8)), DepartedRead::AsMember);
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub use config::{MemberConfig, RebuildMode};
 pub use copies::{
     copies_for, copies_in, copies_needed, CopyRound, CopyStep, COPY_TIMEOUT, DEFAULT_COPIES,
 };
-pub use departed::{Departed, Gone};
+pub use departed::{Departed, DepartedRead, Gone};
 pub use floor::{CopiesFloor, FLOOR_MARGIN};
 pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};

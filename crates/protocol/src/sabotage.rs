@@ -129,6 +129,15 @@ const SWITCHES: [(&str, Field); 17] = [
 ];
 
 impl Sabotage {
+    /// The switches only the protocol simulation's driver reads: they
+    /// break a duty the node's driver does not have as such.
+    pub const DRIVER_ONLY: [&'static str; 4] = [
+        "unacked-copies",
+        "read-once",
+        "short-hold",
+        "count-from-send",
+    ];
+
     /// Every switch's name, as `--sabotage` takes it.
     pub fn names() -> impl Iterator<Item = &'static str> {
         SWITCHES.iter().map(|(name, _)| *name)
@@ -188,5 +197,8 @@ mod tests {
         let mut none = Sabotage::NONE;
         assert!(!none.switch("no-such-switch"));
         assert_eq!(format!("{:?}", Sabotage::NONE), "[]");
+        for name in Sabotage::DRIVER_ONLY {
+            assert!(names.contains(&name), "{name}");
+        }
     }
 }

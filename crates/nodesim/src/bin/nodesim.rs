@@ -79,6 +79,13 @@ fn main() -> ExitCode {
             },
             "--sabotage" => {
                 for name in value().split(',').filter(|n| !n.is_empty()) {
+                    if Sabotage::DRIVER_ONLY.contains(&name) {
+                        eprintln!(
+                            "nodesim: {name:?} breaks a duty of the protocol simulation's \
+                             driver, which the node does not have: no effect here"
+                        );
+                        return ExitCode::from(64);
+                    }
                     if !sabotage.switch(name) {
                         let names: Vec<&str> = Sabotage::names().collect();
                         eprintln!("nodesim: unknown sabotage {name:?}: {}", names.join(", "));

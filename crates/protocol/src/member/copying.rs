@@ -23,6 +23,9 @@ pub struct OnRecord {
     pub(crate) round: CopyRound,
     /// Members a copy was sent to that have not answered.
     pub(crate) out: BTreeSet<NodeId>,
+    /// Whether copies were skipped (sabotaged) when it began: read once,
+    /// so a switch flipped meanwhile changes nothing of this grant.
+    pub(crate) skip_copies: bool,
 }
 
 impl OnRecord {
@@ -81,9 +84,10 @@ impl Member {
             lock,
             made,
             out: BTreeSet::new(),
+            skip_copies: self.config.sabotage.skip_copies,
         };
         let first = match made.term {
-            Some(_) if !self.config.sabotage.skip_copies => job.round.start(),
+            Some(_) if !job.skip_copies => job.round.start(),
             _ => Vec::new(),
         };
         if first.is_empty() {
@@ -139,7 +143,7 @@ impl Member {
     /// members acknowledged a copy, and the table that made it still
     /// speaks. If not, a grant is to be taken back ([`Member::take_back`]).
     pub fn on_record(&self, job: &OnRecord, guard: &Guard, now: MonoTime) -> Result<(), Refusal> {
-        if !self.config.sabotage.skip_copies {
+        if !job.skip_copies {
             job.round.outcome(self.config.copies)?;
         }
         if !self.still_speaks_for(job.made, guard, now) {
