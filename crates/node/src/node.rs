@@ -76,6 +76,9 @@ pub struct Node {
     pub(crate) membership_writes: tokio::sync::Mutex<()>,
     /// Whether this node was removed from the cluster.
     pub(crate) removed: watch::Sender<bool>,
+    /// Whether this node, the speaker, appended its own removal (it
+    /// stopped granting; it is removed once that commits).
+    pub(crate) removing_self: std::sync::atomic::AtomicBool,
     /// This node's data directory's identity and what it knows of the others'.
     pub(crate) identity: Arc<Identity>,
     /// Whether this process forgot nothing a rebuild counts on: the node's
@@ -155,6 +158,7 @@ impl Node {
             saw_roster: std::sync::atomic::AtomicBool::new(false),
             membership_writes: tokio::sync::Mutex::new(()),
             removed: watch::Sender::new(false),
+            removing_self: std::sync::atomic::AtomicBool::new(false),
             config,
             raft,
             clock,

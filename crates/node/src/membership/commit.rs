@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::node::Node;
 
 /// How long a change may take to commit before the speaker stops waiting.
-pub(super) const COMMIT_WAIT: Duration = Duration::from_secs(20);
+pub(crate) const COMMIT_WAIT: Duration = Duration::from_secs(20);
 
 impl Node {
     /// Writes to the log that `id` runs on `store`, unless the log says so

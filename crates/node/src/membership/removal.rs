@@ -1,9 +1,13 @@
 //! This node's own removal from the cluster: told by the speaker, or seen
 //! in a configuration, and waited on by whoever runs the node.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use leasehold_api::{ErrorCode, Removed};
 use leasehold_raft::{LogId, WatchReceiver};
 
+use super::commit::COMMIT_WAIT;
 use crate::error::ApiError;
 use crate::node::Node;
 
@@ -40,6 +44,28 @@ impl Node {
         tracing::warn!(term = notice.term, "the speaker says this node was removed");
         self.removed_from_cluster();
         Ok(())
+    }
+
+    /// This node, the speaker, appended the configuration that removes it:
+    /// it stops granting now, as a removed node does, and is removed once
+    /// that configuration commits (the roster follower sees it), or
+    /// [`COMMIT_WAIT`] later at the latest (a partition may keep the
+    /// commit from it for good: another member commits it, and no member
+    /// sends this one anything any more). Whoever runs it stops it then;
+    /// stopping it sooner would cut its own change short.
+    pub(crate) fn removing_self(self: &Arc<Self>) {
+        if self.removing_self.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.stop_speaking();
+        tracing::warn!("this node's removal is appended: it stops granting, and once it commits");
+        let (node, stop) = (Arc::clone(self), self.stop.clone());
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(COMMIT_WAIT) => node.removed_from_cluster(),
+                _ = stop.cancelled() => {}
+            }
+        });
     }
 
     /// This node is no member any more: it stops speaking and serving its

@@ -47,10 +47,12 @@ impl Node {
             if confirmed {
                 self.confirm_joined();
             }
-        } else if was_member && !(self.is_leader() && latest.is_committed_member(self.id())) {
-            // A speaker removing itself goes on until the change commits:
-            // stopping sooner would cut its own change short.
-            self.removed_from_cluster();
+        } else if was_member {
+            if self.is_leader() && latest.is_committed_member(self.id()) {
+                self.removing_self();
+            } else {
+                self.removed_from_cluster();
+            }
         }
         let before = self.roster();
         if *before == latest {
