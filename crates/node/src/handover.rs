@@ -20,8 +20,12 @@ use crate::queue::{cut_by_size, encoded_len, MAX_PART_BYTES};
 /// How many handed-over locks the speaker copies again at once.
 const RECOPY_AT_ONCE: usize = 64;
 
-/// How long the speaker may take over one handover request.
+/// How long the speaker may take over one handover request, and how long
+/// a member asks again while the speaker is not serving yet.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The wait between two tries of a handover the speaker could not take yet.
+const HANDOVER_RETRY: Duration = Duration::from_millis(50);
 
 impl Node {
     /// Hands every record this member keeps to the speaker, which copies
@@ -43,14 +47,35 @@ impl Node {
             .map(|lock| PeerLock::record_of(lock.in_transit(now)))
             .collect();
         let parts = cut_by_size(records, encoded_len, MAX_PART_BYTES);
+        // A speaker that just took over (from this node, stopping) may
+        // still be rebuilding, and a removed speaker learns of no leader
+        // any more: asked again, of the leader it knows or of each other
+        // member in turn (a member that does not speak refuses), until one
+        // takes it or the time is up.
+        let deadline = tokio::time::Instant::now() + HANDOVER_TIMEOUT;
+        let mut turn = 0;
         for locks in parts {
             let handover = Handover { locks };
-            let sent: Result<serde_json::Value, ApiError> = self
-                .forward(routes::HANDOVER, &handover, HANDOVER_TIMEOUT)
-                .await;
-            if let Err(e) = sent {
+            loop {
+                let Some(addr) = self.speaker_or_another(turn) else {
+                    return false;
+                };
+                turn += 1;
+                let sent = self
+                    .peers
+                    .call_raw(&addr, routes::HANDOVER, &handover, HANDOVER_TIMEOUT)
+                    .await;
+                let why = match sent {
+                    Ok(Ok(_)) => break,
+                    Ok(Err(refused)) => refused.message,
+                    Err(e) => e.to_string(),
+                };
+                if tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(HANDOVER_RETRY).await;
+                    continue;
+                }
                 tracing::warn!(
-                    e = %e.body.message,
+                    e = %why,
                     "shutdown: this node's records could not all be handed over; a rebuild \
                      counts it missing until a lease has passed"
                 );
@@ -62,6 +87,21 @@ impl Node {
             "shutdown: records handed over to the speaker"
         );
         true
+    }
+
+    /// Where to hand records over, try `turn`: the speaker Raft names, if
+    /// another member; else each other member in turn.
+    fn speaker_or_another(&self, turn: usize) -> Option<String> {
+        if let Some((_, addr)) = self.leader().filter(|(id, _)| *id != self.id()) {
+            return Some(addr);
+        }
+        let roster = self.roster();
+        let others: Vec<&str> = roster
+            .members()
+            .filter(|(id, _)| *id != self.id())
+            .map(|(_, addr)| addr)
+            .collect();
+        (!others.is_empty()).then(|| others[turn % others.len()].to_string())
     }
 
     /// As the speaker: copies each record `from` handed over again, as for

@@ -184,16 +184,16 @@ impl RunningNode {
         }
         let led = self.node.leading_term();
         self.node.stop_speaking();
-        match led {
-            Some(term) => self.hand_over(term).await,
-            // A member that is not the speaker hands its records over, so
-            // its leaving costs none: then its next start forgot nothing.
-            None => {
-                if self.node.hand_records_over().await {
-                    if let Err(e) = self.node.identity.left_cleanly().await {
-                        tracing::warn!(%e, "could not record that this node stopped cleanly");
-                    }
-                }
+        if let Some(term) = led {
+            self.hand_over(term).await;
+        }
+        // Every member hands its records over, so its leaving costs none:
+        // then its next start forgot nothing. A speaker does so once the
+        // next one has read it: what it granted, its own clients' locks and
+        // the copies it kept would otherwise be left with a record fewer.
+        if self.node.hand_records_over().await {
+            if let Err(e) = self.node.identity.left_cleanly().await {
+                tracing::warn!(%e, "could not record that this node stopped cleanly");
             }
         }
         let raft = self.node.raft.clone();

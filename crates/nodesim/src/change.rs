@@ -36,6 +36,12 @@ pub enum Change {
     /// (it hands its records over and stops for good); the speaker crashes
     /// at a seeded moment after the removal is answered.
     Remove,
+    /// Four members; the speaker itself is removed through the API (asked
+    /// of another member, forwarded to it): it stops granting when its
+    /// removal is written, hands leadership on once it commits and stops
+    /// for good; the speaker, whichever it is by then, crashes at a seeded
+    /// moment after the removal is answered.
+    RemoveSpeaker,
     /// Timings lowered one member at a time, as a rolling restart does: the
     /// members start with slow Raft timings ([`SLOW`]), the followers are
     /// stopped cleanly and started again with the defaults one after the
@@ -51,10 +57,11 @@ pub enum Change {
 
 impl Change {
     /// Every kind, with its name on the command line.
-    pub const ALL: [(&'static str, Change); 5] = [
+    pub const ALL: [(&'static str, Change); 6] = [
         ("replace", Change::Replace),
         ("grow", Change::Grow),
         ("remove", Change::Remove),
+        ("remove-speaker", Change::RemoveSpeaker),
         ("timings", Change::Timings),
         ("protocol", Change::Protocol),
     ];
@@ -72,7 +79,7 @@ impl Change {
     pub fn hosts(self) -> (u64, u64) {
         match self {
             Change::Grow => (3, 1),
-            Change::Remove => (4, 4),
+            Change::Remove | Change::RemoveSpeaker => (4, 4),
             Change::Replace | Change::Timings | Change::Protocol => (3, 3),
         }
     }
@@ -106,7 +113,7 @@ impl Change {
     /// change is still running, unrenewed, when the fault strikes.
     pub fn lease(self) -> LeaseRule {
         match self {
-            Change::Grow | Change::Remove | Change::Replace => LeaseRule {
+            Change::Grow | Change::Remove | Change::RemoveSpeaker | Change::Replace => LeaseRule {
                 default: Duration::from_secs(6),
                 max: Duration::from_secs(9),
             },
@@ -149,6 +156,7 @@ impl Change {
             ),
             Change::Grow => ([Doing::Adding(2), Doing::Adding(3)].into(), 1),
             Change::Remove => ([Doing::Removing(pick)].into(), 1),
+            Change::RemoveSpeaker => ([Doing::Removing(speaker)].into(), 1),
             Change::Timings => {
                 let lowered = Settings {
                     timings: Some(RaftTimings::default()),

@@ -3,7 +3,7 @@
 //! ```text
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses|--speaker-replaces]
-//!         [--change replace|grow|remove|timings|protocol]
+//!         [--change replace|grow|remove|remove-speaker|timings|protocol]
 //!         [--sabotage NAME[,NAME]...]
 //! ```
 //!
@@ -72,7 +72,7 @@ fn main() -> ExitCode {
                 Some(change) => focus = Focus::Change(change),
                 None => {
                     eprintln!(
-                        "nodesim: unknown change: replace, grow, remove, timings or protocol"
+                        "nodesim: unknown change: replace, grow, remove, remove-speaker, timings or protocol"
                     );
                     return ExitCode::from(64);
                 }
@@ -99,7 +99,7 @@ fn main() -> ExitCode {
                     "usage: nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C] \
                      [--trace] [--replay] [--expect-failure] \
                      [--speaker-crashes|--speaker-pauses|--speaker-replaces] \
-                     [--change replace|grow|remove|timings|protocol] \
+                     [--change replace|grow|remove|remove-speaker|timings|protocol] \
                      [--sabotage NAME[,NAME]...]"
                 );
                 return ExitCode::from(64);

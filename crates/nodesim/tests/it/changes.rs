@@ -1,6 +1,7 @@
 //! Routine change as a fault kind: each change an operator makes (replace
-//! a member in place, grow from one node, remove a member, lower timings
-//! one member at a time, a rolling upgrade of the protocol), followed by
+//! a member in place, grow from one node, remove a member, remove the
+//! speaker, lower timings one member at a time, a rolling upgrade of the
+//! protocol), followed by
 //! one fault of the speaker at a seeded moment: every promise holds. That
 //! the checks see each change's sabotage (the mechanism it needs switched
 //! off) is run in release, in `.ci/run` (`scripts/nodesim --change KIND

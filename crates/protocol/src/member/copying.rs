@@ -1,7 +1,7 @@
 //! Copies as the speaker makes them, and the records a leaving member hands
 //! over.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use locktable::{Lock, LockId, MonoTime, NodeId, Table};
 
@@ -183,11 +183,25 @@ impl Member {
         Ok(Some(lock))
     }
 
-    /// Every record this member keeps at `now` (its clients' locks and the
-    /// copies it holds): what it hands over when it leaves.
+    /// Every record this member keeps at `now`, one per lock: its clients'
+    /// locks, the copies it holds, and what it granted while it spoke (a
+    /// grant to another node's client is on record with the speaker and
+    /// the holder's node only, with two copies): what it hands over when
+    /// it leaves.
     pub fn records(&self, now: MonoTime) -> Vec<Lock> {
-        let mut locks: Vec<Lock> = self.held.live(now);
-        locks.extend(self.copies.live(now));
-        locks
+        let mut by_id: BTreeMap<LockId, Lock> = BTreeMap::new();
+        let all = self.held.live(now).into_iter();
+        let all = all
+            .chain(self.copies.live(now))
+            .chain(self.table.granted(now));
+        for lock in all {
+            match by_id.get(&lock.id) {
+                Some(known) if known.expires >= lock.expires => {}
+                _ => {
+                    by_id.insert(lock.id, lock);
+                }
+            }
+        }
+        by_id.into_values().collect()
     }
 }
