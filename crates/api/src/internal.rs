@@ -326,6 +326,11 @@ pub struct Copies {
 pub struct Handover {
     /// The records.
     pub locks: Vec<PeerLock>,
+    /// Whether this is the last part: only then has a departed member
+    /// handed everything over (a sender from before this field never says
+    /// so, and is read at rebuilds as before).
+    #[serde(default)]
+    pub last: bool,
 }
 
 /// The speaker's word that a departed member handed every record it had

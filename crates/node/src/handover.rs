@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use leasehold_api::{routes, HandedOver, Handover, PeerLock};
+use leasehold_api::{routes, ErrorCode, HandedOver, Handover, PeerLock};
 use locktable::{LockInTransit, NodeId};
 
 use crate::error::ApiError;
@@ -36,57 +36,75 @@ impl Node {
         if self.sabotage().no_handover {
             return false;
         }
-        let now = self.clock.now();
-        let records = self.state().member.records(now);
-        if records.is_empty() {
-            return true;
-        }
-        let count = records.len();
-        let records: Vec<PeerLock> = records
-            .iter()
-            .map(|lock| PeerLock::record_of(lock.in_transit(now)))
-            .collect();
-        let parts = cut_by_size(records, encoded_len, MAX_PART_BYTES);
         // A speaker that just took over (from this node, stopping) may
         // still be rebuilding, and a removed speaker learns of no leader
         // any more: asked again, of the leader it knows or of each other
         // member in turn (a member that does not speak refuses), until one
-        // takes it or the time is up.
+        // takes every part or the time is up. Each try hands the records
+        // over as they are then, each lease with the time it has left.
         let deadline = tokio::time::Instant::now() + HANDOVER_TIMEOUT;
         let mut turn = 0;
-        for locks in parts {
-            let handover = Handover { locks };
-            loop {
-                let Some(addr) = self.speaker_or_another(turn) else {
-                    return false;
-                };
-                turn += 1;
-                let sent = self
-                    .peers
-                    .call_raw(&addr, routes::HANDOVER, &handover, HANDOVER_TIMEOUT)
-                    .await;
-                let why = match sent {
-                    Ok(Ok(_)) => break,
-                    Ok(Err(refused)) => refused.message,
-                    Err(e) => e.to_string(),
-                };
-                if tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(HANDOVER_RETRY).await;
-                    continue;
-                }
-                tracing::warn!(
-                    e = %why,
-                    "shutdown: this node's records could not all be handed over; a rebuild \
-                     counts it missing until a lease has passed"
-                );
+        loop {
+            let now = self.clock.now();
+            let records = self.state().member.records(now);
+            if records.is_empty() {
+                return true;
+            }
+            let count = records.len();
+            let records: Vec<PeerLock> = records
+                .iter()
+                .map(|lock| PeerLock::record_of(lock.in_transit(now)))
+                .collect();
+            let parts = cut_by_size(records, encoded_len, MAX_PART_BYTES);
+            let Some(addr) = self.speaker_or_another(turn) else {
                 return false;
+            };
+            turn += 1;
+            let Some((passing, why)) = self.send_parts(&addr, parts).await else {
+                tracing::info!(
+                    records = count,
+                    "shutdown: records handed over to the speaker"
+                );
+                return true;
+            };
+            if passing && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(HANDOVER_RETRY).await;
+                continue;
+            }
+            tracing::warn!(
+                e = %why,
+                "shutdown: this node's records could not all be handed over; a rebuild \
+                 counts it missing until a lease has passed"
+            );
+            return false;
+        }
+    }
+
+    /// Sends every part to the member at `addr`, the last one marked so;
+    /// `None` once all were taken, else whether the refusal may pass (that
+    /// member does not speak, or not yet; no answer) and why.
+    async fn send_parts(&self, addr: &str, parts: Vec<Vec<PeerLock>>) -> Option<(bool, String)> {
+        let last = parts.len().saturating_sub(1);
+        for (at, locks) in parts.into_iter().enumerate() {
+            let handover = Handover {
+                locks,
+                last: at == last,
+            };
+            let sent = self
+                .peers
+                .call_raw(addr, routes::HANDOVER, &handover, HANDOVER_TIMEOUT)
+                .await;
+            match sent {
+                Ok(Ok(_)) => {}
+                Ok(Err(refused)) => {
+                    let passing =
+                        matches!(refused.error, ErrorCode::NotRebuilt | ErrorCode::NoLeader);
+                    return Some((passing, refused.message));
+                }
+                Err(e) => return Some((true, e.to_string())),
             }
         }
-        tracing::info!(
-            records = count,
-            "shutdown: records handed over to the speaker"
-        );
-        true
+        None
     }
 
     /// Where to hand records over, try `turn`: the speaker Raft names, if
@@ -113,6 +131,7 @@ impl Node {
         self: &Arc<Self>,
         from: NodeId,
         locks: Vec<PeerLock>,
+        last: bool,
     ) -> Result<(), ApiError> {
         let now = self.clock.now();
         let records = locks
@@ -141,7 +160,9 @@ impl Node {
             .collect()
             .await;
         copied.into_iter().collect::<Result<(), ApiError>>()?;
-        if self.roster().addr(from).is_none() {
+        // Only the last part says that a departed member handed everything
+        // over: a rebuild between two parts must still read it.
+        if last && self.roster().addr(from).is_none() {
             self.forget_departed(from).await;
         }
         Ok(())

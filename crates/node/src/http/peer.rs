@@ -332,7 +332,8 @@ async fn internal_handover(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let from = stamped_from(&headers)?;
     let handover: leasehold_api::Handover = peer_body(&bytes)?;
-    node.take_handover(from, handover.locks).await?;
+    node.take_handover(from, handover.locks, handover.last)
+        .await?;
     Ok(Json(serde_json::json!({})))
 }
 
