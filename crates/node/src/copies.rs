@@ -32,17 +32,14 @@ impl Node {
         let (mut job, mut next, mut noted) = {
             let mut state = self.state();
             let now = self.clock.now();
-            let (job, next) = state
-                .member
-                .begin_on_record(lock.clone(), holder, made, now);
+            let (job, next) = state.member.begin_on_record(lock, holder, made, now);
             (job, next, now)
         };
         let mut sent = FuturesUnordered::new();
         loop {
             if let Copying::Send(members) = next {
                 for member in members {
-                    let copy = job.lock().clone();
-                    sent.push(self.copy_one(member, copy, job.term(), noted));
+                    sent.push(self.copy_one(member, lock.clone(), job.term(), noted));
                 }
             } else if next == Copying::Decide {
                 break;
@@ -53,7 +50,9 @@ impl Node {
             next = {
                 let mut state = self.state();
                 noted = self.clock.now();
-                state.member.copy_answered(&mut job, member, acked, noted)
+                state
+                    .member
+                    .copy_answered(&mut job, lock, member, acked, noted)
             };
         }
         let guard = self.guard();

@@ -28,10 +28,17 @@ impl World {
     ) {
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(self.t);
-        let (job, first) = node.member.begin_on_record(lock, origin.node(n), made, now);
+        let (job, first) = node
+            .member
+            .begin_on_record(&lock, origin.node(n), made, now);
         self.next_copy += 1;
         let key = self.next_copy;
-        let wait = CopyWait { job, origin, grant };
+        let wait = CopyWait {
+            job,
+            lock,
+            origin,
+            grant,
+        };
         // A node that answers before the copies are acknowledged sends them
         // all the same, and waits for none.
         let unacked = self.config.sabotage.unacked_copies;
@@ -70,7 +77,7 @@ impl World {
         }
         let node = self.nodes.get_mut(&n).expect("member");
         node.copy_queue
-            .push((member, key, wait.job.term(), wait.job.lock().clone()));
+            .push((member, key, wait.job.term(), wait.lock.clone()));
         if timed {
             let incarnation = node.incarnation;
             self.at(
@@ -106,7 +113,10 @@ impl World {
         let Some(mut wait) = node.copying.remove(&key) else {
             return;
         };
-        match node.member.copy_answered(&mut wait.job, member, ok, now) {
+        match node
+            .member
+            .copy_answered(&mut wait.job, &wait.lock, member, ok, now)
+        {
             Copying::Wait => {
                 node.copying.insert(key, wait);
             }
@@ -118,7 +128,7 @@ impl World {
                 node.copying.insert(key, wait);
             }
             Copying::Decide => {
-                let (name, on) = (&wait.job.lock().name, wait.job.acked());
+                let (name, on) = (&wait.lock.name, wait.job.acked());
                 self.note(|| format!("node {n}: {name} copied to {on:?}"));
                 self.on_record(n, wait);
             }
@@ -144,8 +154,12 @@ impl World {
         result: Result<(), leasehold_protocol::Refusal>,
     ) {
         let t = self.t;
-        let CopyWait { job, origin, grant } = wait;
-        let lock = job.lock().clone();
+        let CopyWait {
+            lock,
+            origin,
+            grant,
+            ..
+        } = wait;
         match result {
             Ok(()) => {
                 let transit = lock.in_transit(self.nodes[&n].mono(t));

@@ -137,8 +137,9 @@ pub(crate) struct RebuildAttempt {
 
 /// A grant or renewal waiting for its copies' acknowledgements.
 pub(crate) struct CopyWait {
-    /// The protocol's side: the lock, its copy round, the copies out.
+    /// The protocol's side: its copy round, the copies out.
     pub(crate) job: OnRecord,
+    pub(crate) lock: Lock,
     pub(crate) origin: Origin,
     pub(crate) grant: bool,
 }

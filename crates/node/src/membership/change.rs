@@ -307,9 +307,9 @@ impl Node {
 
     /// Whether a committed configuration no longer names this node.
     fn removal_committed(&self) -> bool {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        let committed = metrics.committed_membership_config.membership();
-        committed.get_node(&self.id()).is_none()
+        let metrics = self.raft.metrics();
+        let committed = metrics.borrow_watched().committed_membership_config.clone();
+        committed.membership().get_node(&self.id()).is_none()
     }
 
     /// Refuses a change that leaves `remaining` voters of which fewer than

@@ -12,7 +12,9 @@ use locktable::NodeId;
 use super::Node;
 
 impl Node {
-    fn departed_set(&self) -> MutexGuard<'_, Departed> {
+    /// The departed set, behind its own lock (never taken with the
+    /// state's).
+    pub(super) fn departed_set(&self) -> MutexGuard<'_, Departed> {
         self.departed.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -66,10 +66,7 @@ impl Node {
         let left = before
             .members()
             .filter(|(id, _)| latest.addr(*id).is_none());
-        self.departed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .members_changed(&members, left, until);
+        self.departed_set().members_changed(&members, left, until);
         let copy_to = latest.copy_to();
         let copies = copies_of(&self.config, &latest);
         let now = self.clock.now();

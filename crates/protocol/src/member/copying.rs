@@ -12,13 +12,13 @@ use crate::refusal::Refusal;
 use super::{Made, Member};
 
 /// One grant or renewal being put on record before its client hears of
-/// it: the lock, the table that made it, its [`CopyRound`] and the copies
-/// out. Begun by [`crate::Member::begin_on_record`], moved on by
+/// it: the table that made it, its [`CopyRound`] and the copies out (the
+/// lock itself stays with the driver, which passes it in: a grant that
+/// needs no copy is not cloned for it). Begun by [`crate::Member::begin_on_record`], moved on by
 /// [`crate::Member::copy_answered`], decided by
 /// [`crate::Member::on_record`].
 #[derive(Debug, Clone)]
 pub struct OnRecord {
-    pub(crate) lock: Lock,
     pub(crate) made: Made,
     pub(crate) round: CopyRound,
     /// Members a copy was sent to that have not answered.
@@ -29,11 +29,6 @@ pub struct OnRecord {
 }
 
 impl OnRecord {
-    /// The lock to copy.
-    pub fn lock(&self) -> &Lock {
-        &self.lock
-    }
-
     /// The term the copies carry: the one the table that made the lock
     /// spoke for (0 if none, when no copy is sent).
     pub fn term(&self) -> u64 {
@@ -74,14 +69,13 @@ impl Member {
     /// records enough, or the table spoke for no term): decide at once.
     pub fn begin_on_record(
         &mut self,
-        lock: Lock,
+        lock: &Lock,
         holder: NodeId,
         made: Made,
         now: MonoTime,
     ) -> (OnRecord, Copying) {
         let mut job = OnRecord {
             round: self.copy_round(holder),
-            lock,
             made,
             out: BTreeSet::new(),
             skip_copies: self.config.sabotage.skip_copies,
@@ -94,19 +88,20 @@ impl Member {
             return (job, Copying::Decide);
         }
         for &member in &first {
-            self.copy_sent(member, &job.lock, now);
+            self.copy_sent(member, lock, now);
             job.out.insert(member);
         }
         (job, Copying::Send(first))
     }
 
-    /// `member` acknowledged the copy of `job` (`acked`), refused it, or
-    /// let it time out (an answer after its timeout, or a timeout after
-    /// its answer, counts once). A member that failed a copy is tried
-    /// last until it acknowledges one again.
+    /// `member` acknowledged the copy of `job`'s `lock` (`acked`), refused
+    /// it, or let it time out (an answer after its timeout, or a timeout
+    /// after its answer, counts once). A member that failed a copy is
+    /// tried last until it acknowledges one again.
     pub fn copy_answered(
         &mut self,
         job: &mut OnRecord,
+        lock: &Lock,
         member: NodeId,
         acked: bool,
         now: MonoTime,
@@ -122,7 +117,7 @@ impl Member {
         match job.round.answered(member, acked) {
             CopyStep::Wait => Copying::Wait,
             CopyStep::SendTo(next) => {
-                self.copy_sent(next, &job.lock, now);
+                self.copy_sent(next, lock, now);
                 job.out.insert(next);
                 Copying::Send(vec![next])
             }

@@ -127,18 +127,18 @@ fn a_grant_short_of_copies_or_from_a_dropped_table_is_not_answered() {
     let Ok((Acquired::Granted(lock), made)) = m.acquire(request("a", 1, 1), &guard, now) else {
         panic!("granted")
     };
-    let (mut job, first) = m.begin_on_record(lock.clone(), 1, made, now);
+    let (mut job, first) = m.begin_on_record(&lock, 1, made, now);
     assert_eq!(
         first,
         Copying::Send(vec![2]),
         "a client of the speaker: one copy more"
     );
     assert_eq!(
-        m.copy_answered(&mut job, 2, false, now),
+        m.copy_answered(&mut job, &lock, 2, false, now),
         Copying::Send(vec![3])
     );
     assert_eq!(
-        m.copy_answered(&mut job, 2, false, now),
+        m.copy_answered(&mut job, &lock, 2, false, now),
         Copying::Wait,
         "an answer after its timeout counts once"
     );
@@ -150,7 +150,10 @@ fn a_grant_short_of_copies_or_from_a_dropped_table_is_not_answered() {
             copies: 2
         })
     );
-    assert_eq!(m.copy_answered(&mut job, 3, true, now), Copying::Decide);
+    assert_eq!(
+        m.copy_answered(&mut job, &lock, 3, true, now),
+        Copying::Decide
+    );
     assert_eq!(job.acked(), &[3]);
     assert_eq!(m.on_record(&job, &guard, now), Ok(()));
     // Both members a copy went to hear of its release.
@@ -168,7 +171,7 @@ fn a_grant_the_speaker_and_holder_keep_needs_no_copy() {
     let Ok((Acquired::Granted(lock), made)) = m.acquire(request("a", 1, 2), &guard, now) else {
         panic!("granted")
     };
-    let (job, first) = m.begin_on_record(lock, 2, made, now);
+    let (job, first) = m.begin_on_record(&lock, 2, made, now);
     assert_eq!(first, Copying::Decide);
     assert_eq!(m.on_record(&job, &guard, now), Ok(()));
 }
@@ -180,9 +183,9 @@ fn a_member_that_failed_a_copy_is_tried_last_until_it_acknowledges_one() {
     let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
     let copy = |m: &mut leasehold_protocol::Member, name: &str, acked: bool| {
         let lock = granted(m, name, 1, 1, &guard, now);
-        let (mut job, first) = m.begin_on_record(lock, 1, m.made(), now);
+        let (mut job, first) = m.begin_on_record(&lock, 1, m.made(), now);
         if let Copying::Send(members) = &first {
-            m.copy_answered(&mut job, members[0], acked, now);
+            m.copy_answered(&mut job, &lock, members[0], acked, now);
         }
         first
     };
