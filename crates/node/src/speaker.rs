@@ -11,7 +11,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use leasehold_api::PeerLock;
 use leasehold_protocol::{
-    Attempt, DepartedRead, Leadership, MemberRead, RebuildInput, Step, READ_AGAIN_AFTER,
+    Attempt, DepartedRead, Leadership, MemberRead, ReadOut, RebuildInput, Step,
 };
 use leasehold_raft::codec::CodecError;
 use leasehold_raft::{ReadPolicy, WatchReceiver};
@@ -165,27 +165,7 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     if !matches!(linearized, Ok(Ok(_))) {
         return Attempt::Failed("no quorum confirmed this leader");
     }
-    let (reports, missing) = read_members(&node, term).await;
-    let reads = reports
-        .into_iter()
-        .map(|(member, report)| MemberRead {
-            member,
-            max_lease: Duration::from_millis(report.header.max_lease_ms),
-            copies: usize::try_from(report.header.copies).unwrap_or(usize::MAX),
-            uptime: (!report.header.first_start)
-                .then(|| Duration::from_millis(report.header.uptime_ms)),
-            // Already on this clock: each frame's leases were counted from
-            // its arrival as it was read (`ReportReader::push`).
-            locks: report.locks,
-        })
-        .collect();
-    let input = RebuildInput {
-        term,
-        generation,
-        reads,
-        missing,
-        took: started.elapsed(),
-    };
+    let input = read_members(&node, term, generation, started).await;
     // Counted and put in place under the state's lock; settled apart from
     // it, where blocking work runs (a thread of its own; inline under a
     // simulator): a million locks take most of a second to settle, and
@@ -222,49 +202,63 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     }
 }
 
-type Reports = Vec<(NodeId, MemberReport)>;
-
-/// Reads every member's report in parallel, as the protocol's [`Reads`]
-/// says: which to read again, when to stop (at the rebuild timeout, or a
-/// quarter of it after the members read cover every grant), and which are
-/// missing.
+/// Reads every member's report in parallel, as the protocol's [`Reading`]
+/// says (which to read, which to read again, when to stop), and hands
+/// back what the rebuild takes: the reports read, the members missing,
+/// and how long the attempt `started` then has taken.
 ///
 /// The read carries `term`: a member still speaking for an older term drops
 /// its table before it answers, so it grants nothing after its report.
-async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
+async fn read_members(
+    node: &Arc<Node>,
+    term: u64,
+    generation: u64,
+    started: Instant,
+) -> RebuildInput {
     // Every member of the latest configuration, both halves of a joint
     // one and the learners: any of them may hold locks of its clients;
     // and the members that left within a lease, which may too.
     let roster = node.roster();
-    let mut members: Vec<(NodeId, String)> = roster
+    let mut addrs: BTreeMap<NodeId, String> = roster
         .members()
         .map(|(id, addr)| (id, addr.to_string()))
         .collect();
-    members.extend(node.departed());
-    let ids: Vec<NodeId> = members.iter().map(|(id, _)| *id).collect();
-    let (mut reads, now) = {
+    let mut ids: Vec<NodeId> = addrs.keys().copied().collect();
+    for (id, addr) in node.departed() {
+        ids.push(id);
+        addrs.insert(id, addr);
+    }
+    let (mut reading, began) = {
         let mut state = node.state();
         let now = node.clock.now();
-        (state.member.start_reads(&ids, now), now)
+        (state.member.start_reading(term, generation, &ids, now), now)
     };
-    let deadline = Instant::now() + reads.deadline().saturating_duration_since(now);
-    let read_after =
-        |id, addr, delay| read_member(Arc::clone(node), id, addr, term, deadline, delay);
-    let mut pending: FuturesUnordered<_> = members
-        .into_iter()
-        .map(|(id, addr)| read_after(id, addr, None))
-        .collect();
-    let mut read = Vec::new();
+    let deadline = Instant::now() + reading.deadline().saturating_duration_since(began);
+    let mut pending = FuturesUnordered::new();
     loop {
+        while let Some(out) = reading.poll_read() {
+            let (id, delay) = match out {
+                ReadOut::Read(id) => (id, None),
+                ReadOut::ReadAgain { member, after } => (member, Some(after)),
+            };
+            let addr = addrs.get(&id).cloned().unwrap_or_default();
+            let node = Arc::clone(node);
+            pending.push(read_member(node, id, addr, term, deadline, delay));
+        }
         let now = node.clock.now();
-        let stop_in = reads.stop_at(now).saturating_duration_since(now);
+        let stop_in = reading.stop_at(now).saturating_duration_since(now);
         if stop_in.is_zero() {
             break;
         }
-        let (id, addr, took, report) = match tokio::time::timeout(stop_in, pending.next()).await {
+        let next = tokio::time::timeout(stop_in, pending.next());
+        let (id, took, report) = match next.await {
             Ok(Some(read)) => read,
-            // Every read ended.
-            Ok(None) => break,
+            // No read out, yet not over (a sabotaged reading waits for
+            // its deadline): wait for it.
+            Ok(None) => {
+                tokio::time::sleep(stop_in).await;
+                continue;
+            }
             // Time to stop, unless tokio's clock ran ahead of the lease
             // clock: asked again above.
             Err(_) => continue,
@@ -285,36 +279,35 @@ async fn read_members(node: &Arc<Node>, term: u64) -> (Reports, Vec<NodeId>) {
                     let known = roster.addr(gone.node).is_some();
                     let left = Duration::from_millis(gone.left_ms);
                     if !known && node.adopt_departed(gone.node, &gone.addr, left) {
-                        reads.add(gone.node);
-                        pending.push(read_after(gone.node, gone.addr.clone(), None));
+                        addrs.insert(gone.node, gone.addr.clone());
+                        reading.add(gone.node);
                     }
                 }
-                reads.answered(
-                    id,
-                    Duration::from_millis(header.uptime_ms),
-                    header.first_start,
-                    Duration::from_millis(header.max_lease_ms),
-                    usize::try_from(header.copies).unwrap_or(usize::MAX),
-                );
-                read.push((id, report));
+                reading.answered(MemberRead {
+                    member: id,
+                    max_lease: Duration::from_millis(header.max_lease_ms),
+                    copies: usize::try_from(header.copies).unwrap_or(usize::MAX),
+                    uptime: (!header.first_start).then(|| Duration::from_millis(header.uptime_ms)),
+                    // Already on this clock: each frame's leases were
+                    // counted from its arrival as it was read
+                    // (`ReportReader::push`).
+                    locks: report.locks,
+                });
             }
             Err(e) => {
-                let again = reads.failed(id, e.to_string(), node.clock.now());
-                if again && !node.sabotage().no_reread {
-                    pending.push(read_after(id, addr, Some(READ_AGAIN_AFTER)));
-                }
+                reading.failed(id, e.to_string(), node.clock.now());
             }
         }
     }
-    let (_, missing, unread) = reads.finish();
+    let (input, unread) = reading.finish(started.elapsed());
     for (member, why) in unread {
         tracing::warn!(member, e = %why, "member missing at the rebuild");
     }
-    (read, missing)
+    input
 }
+
 /// One read of member `id`'s report (after `delay`, if given), bounded by
-/// `deadline`: the member, its address, how long the read took, and the
-/// report.
+/// `deadline`: the member, how long the read took, and the report.
 async fn read_member(
     node: Arc<Node>,
     id: NodeId,
@@ -322,7 +315,7 @@ async fn read_member(
     term: u64,
     deadline: Instant,
     delay: Option<Duration>,
-) -> (NodeId, String, Duration, Result<MemberReport, PeerError>) {
+) -> (NodeId, Duration, Result<MemberReport, PeerError>) {
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
     }
@@ -370,7 +363,7 @@ async fn read_member(
             Ok(r)
         })
     };
-    (id, addr, started.elapsed(), report)
+    (id, started.elapsed(), report)
 }
 
 /// Tells each node whose clients held locks a rebuild settled as lost.

@@ -12,7 +12,8 @@
 //! - when a table is dropped, and when a rebuild is tried, retried and
 //!   given up on ([`Leadership`]);
 //! - which members a rebuild must read and when it has read enough
-//!   ([`Reads`]), and what the rebuilt table holds back ([`Member::rebuild`]);
+//!   ([`Reads`]), which to read now and again and when to stop
+//!   ([`Reading`]), and what the rebuilt table holds back ([`Member::rebuild`]);
 //! - the holder's node's record (`Held`) and copies, which member may keep
 //!   a record of a lock, and who hears of a release ([`Members`]);
 //! - how many copies a grant needs, where they go and when its client may
@@ -53,8 +54,8 @@ pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP
 pub use member::{Copying, Forwarded, Made, Member, OnRecord, PeerTerms, Polled, Renewal};
 pub use members::Members;
 pub use rebuild::{
-    at_risk_for, MemberRead, Reads, RebuildDone, RebuildInput, RebuildJob, SettledRebuild,
-    READ_AGAIN_AFTER, STRAGGLER_SHARE,
+    at_risk_for, MemberRead, ReadOut, Reading, Reads, RebuildDone, RebuildInput, RebuildJob,
+    SettledRebuild, READ_AGAIN_AFTER, STRAGGLER_SHARE,
 };
 pub use refusal::Refusal;
 pub use releases::{Release, ReleaseSender};

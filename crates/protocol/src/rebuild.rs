@@ -12,6 +12,10 @@ use crate::guard::Guard;
 use crate::leadership::Attempt;
 use crate::member::Member;
 
+mod reading;
+
+pub use reading::{ReadOut, Reading};
+
 /// How long a rebuild waits before it reads again a member whose read
 /// failed.
 pub const READ_AGAIN_AFTER: Duration = Duration::from_millis(50);

@@ -66,8 +66,8 @@ pub struct Sabotage {
     pub unacked_copies: bool,
     /// The reads, as the node before they were fixed made them: each
     /// member read once (no read again after a failure), and no early end
-    /// (the reads wait for every answer or the deadline) (read by the
-    /// simulation's driver; the node's `no_reread` is the first half).
+    /// (the reads wait for every answer or the deadline); `no_reread` is
+    /// the first half.
     pub read_once: bool,
     /// The strict hold, one leader lease short: the driver stamps its
     /// rebuild one leader lease early (read by the simulation's driver).
@@ -131,12 +131,7 @@ const SWITCHES: [(&str, Field); 17] = [
 impl Sabotage {
     /// The switches only the protocol simulation's driver reads: they
     /// break a duty the node's driver does not have as such.
-    pub const DRIVER_ONLY: [&'static str; 4] = [
-        "unacked-copies",
-        "read-once",
-        "short-hold",
-        "count-from-send",
-    ];
+    pub const DRIVER_ONLY: [&'static str; 3] = ["unacked-copies", "short-hold", "count-from-send"];
 
     /// Every switch's name, as `--sabotage` takes it.
     pub fn names() -> impl Iterator<Item = &'static str> {

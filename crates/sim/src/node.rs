@@ -4,12 +4,12 @@
 //! rebuild attempt under way, copies on their way, calls waiting for their
 //! answers, and the guard's facts taken from the Raft model.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, MemberRead,
-    OnRecord, Reads, RebuildMode, ReleaseSender,
+    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, OnRecord,
+    RebuildMode, ReleaseSender,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
@@ -84,43 +84,9 @@ pub(crate) enum Phase {
     /// Waiting for ReadIndex.
     Confirming,
     /// Reading the members.
-    Reading(Box<Reading>),
+    Reading(Box<leasehold_protocol::Reading>),
     /// Over; the watch loop takes the outcome at its next turn.
     Done(Attempt),
-}
-
-/// A rebuild's reads under way: the protocol's `Reads`, and what the
-/// driver keeps around them.
-pub(crate) struct Reading {
-    pub(crate) reads: Reads,
-    /// The reports read.
-    pub(crate) got: Vec<MemberRead>,
-    /// Members whose read is on its way, or waits to be sent again.
-    pub(crate) outstanding: BTreeSet<NodeId>,
-    /// When the reads were sent, on this node's clock.
-    pub(crate) began: MonoTime,
-}
-
-impl Reading {
-    /// `member`'s report was read: its header goes to `Reads`, its locks
-    /// (on this node's clock) to the rebuild.
-    pub(crate) fn read(&mut self, member: NodeId, header: ReportHeader, locks: Vec<Lock>) {
-        let ReportHeader {
-            uptime,
-            first_start,
-            max_lease,
-            copies,
-        } = header;
-        self.reads
-            .answered(member, uptime, first_start, max_lease, copies);
-        self.got.push(MemberRead {
-            member,
-            max_lease,
-            copies,
-            uptime: (!first_start).then_some(uptime),
-            locks,
-        });
-    }
 }
 
 /// One rebuild attempt.

@@ -9,12 +9,12 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::{Attempt, RebuildInput, Step};
-use locktable::{LockInTransit, NodeId};
+use leasehold_protocol::{Attempt, MemberRead, ReadOut, Reading, Step};
+use locktable::{Lock, LockInTransit, NodeId};
 
 use crate::config::timing::{LEADER_LEASE_MS, READ_AGAIN_AFTER_MS, REBUILD_TIMEOUT_MS};
 use crate::msg::{Event, Msg, ReportHeader, To};
-use crate::node::{Phase, Reading, RebuildAttempt};
+use crate::node::{Phase, RebuildAttempt};
 use crate::world::World;
 
 impl World {
@@ -127,20 +127,19 @@ impl World {
     }
 
     /// The attempt `id` of node `n` that is reading, if it is.
-    fn reading(&mut self, n: NodeId, id: u64) -> Option<(u64, &mut Reading)> {
+    fn reading(&mut self, n: NodeId, id: u64) -> Option<&mut Reading> {
         match self.nodes.get_mut(&n)?.attempt.as_mut() {
             Some(RebuildAttempt {
                 id: current,
-                term,
                 phase: Phase::Reading(reading),
                 ..
-            }) if *current == id => Some((*term, &mut **reading)),
+            }) if *current == id => Some(&mut **reading),
             _ => None,
         }
     }
 
-    /// ReadIndex of attempt `id` ended: read every member (this one on the
-    /// spot, read by its own term like any member), or fail.
+    /// ReadIndex of attempt `id` ended: read every member as the
+    /// protocol's `Reading` says, or fail.
     pub(crate) fn read_confirmed(&mut self, n: NodeId, id: u64, confirmed: bool) {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
@@ -154,26 +153,49 @@ impl World {
             attempt.phase = Phase::Done(Attempt::Failed("no quorum confirmed this leader"));
             return;
         }
-        let term = attempt.term;
+        let (term, generation) = (attempt.term, attempt.generation);
         let now = node.mono(t);
         let members = node.member.config().members.clone();
-        let reads = node.member.start_reads(&members, now);
-        let others: Vec<NodeId> = members.iter().copied().filter(|m| *m != n).collect();
-        node.member.deposed_by(term, now);
-        let mut reading = Reading {
-            reads,
-            got: Vec::new(),
-            outstanding: others.iter().copied().collect(),
-            began: now,
-        };
-        reading.read(n, node.report_header(t), node.member.own_report(now));
+        let reading = node.member.start_reading(term, generation, &members, now);
         let attempt = node.attempt.as_mut().expect("checked");
         attempt.phase = Phase::Reading(Box::new(reading));
-        for &member in &others {
-            self.send_read(n, term, id, member);
-        }
+        self.send_reads(n, id);
         self.at(t + REBUILD_TIMEOUT_MS, Event::ReadDeadline(n, id));
         self.reads_moved_on(n, id);
+    }
+
+    /// Does what attempt `id`'s `Reading` says: reads this node on the
+    /// spot (by the attempt's term like any member), sends the read to
+    /// another, or times a read again.
+    fn send_reads(&mut self, n: NodeId, id: u64) {
+        let t = self.t;
+        while let Some(out) = self.reading(n, id).and_then(Reading::poll_read) {
+            match out {
+                ReadOut::Read(member) if member == n => {
+                    let node = self.nodes.get_mut(&n).expect("member");
+                    let now = node.mono(t);
+                    let Some(Phase::Reading(reading)) = node.attempt.as_ref().map(|a| &a.phase)
+                    else {
+                        return;
+                    };
+                    let term = reading.term();
+                    node.member.deposed_by(term, now);
+                    let read = member_read(n, node.report_header(t), node.member.own_report(now));
+                    if let Some(reading) = self.reading(n, id) {
+                        reading.answered(read);
+                    }
+                }
+                ReadOut::Read(member) => {
+                    let term = self.reading(n, id).map_or(0, |r| r.term());
+                    self.send_read(n, term, id, member);
+                }
+                ReadOut::ReadAgain { member, after } => {
+                    let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+                    debug_assert_eq!(ms, READ_AGAIN_AFTER_MS);
+                    self.at(t + ms, Event::ReadAgain(n, id, member));
+                }
+            }
+        }
     }
 
     fn send_read(&mut self, n: NodeId, term: u64, attempt: u64, member: NodeId) {
@@ -192,35 +214,26 @@ impl World {
         self.at(self.t, Event::ReadFailed(n, id, member));
     }
 
-    /// Node `n` learns that its read of `member` failed: `Reads` says
+    /// Node `n` learns that its read of `member` failed: `Reading` says
     /// whether to read it again a while later.
     pub(crate) fn read_failed_at(&mut self, n: NodeId, id: u64, member: NodeId) {
         let t = self.t;
         let now = self.nodes[&n].mono(t);
-        let once = self.config.sabotage.read_once;
-        let Some((_, reading)) = self.reading(n, id) else {
+        let Some(reading) = self.reading(n, id) else {
             return;
         };
-        if !reading.outstanding.contains(&member) {
+        let Some(again) = reading.failed(member, "lost".into(), now) else {
             return;
-        }
-        let again = reading.reads.failed(member, "lost".into(), now);
-        if once {
-            // Never read again, and waited for until the deadline.
-            return;
-        }
-        if again {
-            self.at(t + READ_AGAIN_AFTER_MS, Event::ReadAgain(n, id, member));
-        } else {
-            reading.outstanding.remove(&member);
-        }
+        };
+        self.send_reads(n, id);
         self.note(|| format!("node {n}'s read of node {member} fails, read again: {again}"));
         self.reads_moved_on(n, id);
     }
 
     /// Node `n` reads `member` again for attempt `id`.
     pub(crate) fn read_again(&mut self, n: NodeId, id: u64, member: NodeId) {
-        if let Some((term, _)) = self.reading(n, id) {
+        if let Some(reading) = self.reading(n, id) {
+            let term = reading.term();
             self.send_read(n, term, id, member);
         }
     }
@@ -239,53 +252,50 @@ impl World {
         let node = &self.nodes[&n];
         let now = node.mono(t);
         let count_from_send = self.config.sabotage.count_from_send;
-        let Some((_, reading)) = self.reading(n, id) else {
+        let Some(reading) = self.reading(n, id) else {
             return;
         };
-        if !reading.outstanding.remove(&from) {
-            return;
-        }
         // Counted from the report's arrival: the speaker's table must not
         // end a lease before its holder's own count does.
-        let counted_from = if count_from_send { reading.began } else { now };
+        let counted_from = if count_from_send {
+            reading.began()
+        } else {
+            now
+        };
         let locks = locks.into_iter().map(|l| l.arrive(counted_from)).collect();
-        reading.read(from, header, locks);
-        self.reads_moved_on(n, id);
+        if reading.answered(member_read(from, header, locks)) {
+            self.send_reads(n, id);
+            self.reads_moved_on(n, id);
+        }
     }
 
-    /// The reads of attempt `id` end when `Reads` says they stop, or once
-    /// none is outstanding (a node that reads each member once waits for
-    /// every read to be answered, or for the deadline).
+    /// The reads of attempt `id` end when `Reading` says they stop.
     pub(crate) fn reads_moved_on(&mut self, n: NodeId, id: u64) {
-        let once = self.config.sabotage.read_once;
         let t = self.t;
         let now = self.nodes[&n].mono(t);
-        let Some((_, reading)) = self.reading(n, id) else {
+        let Some(reading) = self.reading(n, id) else {
             return;
         };
-        if reading.outstanding.is_empty() {
+        if reading.none_out() {
             self.finish_reads(n, id);
             return;
         }
-        if once {
-            return;
-        }
-        let wait = reading.reads.stop_at(now).saturating_duration_since(now);
+        let wait = reading.stop_at(now).saturating_duration_since(now);
         if wait.is_zero() {
             self.note(|| format!("node {n}: reads end, enough members read"));
             self.finish_reads(n, id);
         } else {
-            // Rounded up: the event asks `Reads` again, and must not come
+            // Rounded up: the event asks `Reading` again, and must not come
             // back before the time it was set for.
             let ms = u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
             self.at(t + ms, Event::ReadsMayStop(n, id));
         }
     }
 
-    /// The reads ended (enough read, none outstanding, or the rebuild
-    /// timeout): `Member::rebuild` rebuilds the table from them, unless
-    /// leadership moved on; the nodes whose clients lost a lock to an
-    /// older grant are told.
+    /// The reads ended (`Reading` says so, or the rebuild timeout):
+    /// `Member::rebuild` rebuilds the table from them, unless leadership
+    /// moved on; the nodes whose clients lost a lock to an older grant are
+    /// told.
     pub(crate) fn finish_reads(&mut self, n: NodeId, id: u64) {
         let t = self.t;
         let short_hold = self.config.sabotage.short_strict_hold;
@@ -304,15 +314,8 @@ impl World {
         ) else {
             unreachable!("matched above");
         };
-        let Reading { reads, got, .. } = *reading;
-        let (_, missing, _) = reads.finish();
-        let input = RebuildInput {
-            term: attempt.term,
-            generation: attempt.generation,
-            reads: got,
-            missing: missing.clone(),
-            took: Duration::from_millis(t - attempt.started),
-        };
+        let (input, _) = reading.finish(Duration::from_millis(t - attempt.started));
+        let missing = input.missing.clone();
         let term = attempt.term;
         let mut now = node.mono(t);
         if short_hold {
@@ -374,5 +377,23 @@ impl World {
             locks,
         };
         self.send(Some(n), To::Node(leader), report);
+    }
+}
+
+/// `member`'s report as the rebuild takes it: its header, and its locks on
+/// the reader's clock.
+fn member_read(member: NodeId, header: ReportHeader, locks: Vec<Lock>) -> MemberRead {
+    let ReportHeader {
+        uptime,
+        first_start,
+        max_lease,
+        copies,
+    } = header;
+    MemberRead {
+        member,
+        max_lease,
+        copies,
+        uptime: (!first_start).then_some(uptime),
+        locks,
     }
 }

@@ -4,4 +4,5 @@
 mod common;
 
 mod member;
+mod reading;
 mod rules;
