@@ -278,9 +278,13 @@ async fn read_members(
                 for gone in &header.departed {
                     let known = roster.addr(gone.node).is_some();
                     let left = Duration::from_millis(gone.left_ms);
-                    if !known && node.adopt_departed(gone.node, &gone.addr, left) {
+                    // Read at the address it left from, unless read
+                    // already (its first address stays).
+                    if !known
+                        && node.adopt_departed(gone.node, &gone.addr, left)
+                        && reading.add(gone.node)
+                    {
                         addrs.insert(gone.node, gone.addr.clone());
-                        reading.add(gone.node);
                     }
                 }
                 reading.answered(MemberRead {

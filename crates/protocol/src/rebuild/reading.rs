@@ -105,14 +105,15 @@ impl Reading {
 
     /// Reads `member` too: another member reported it left the cluster
     /// lately (it may hold the only other record of a lock). Nothing if it
-    /// is read already.
-    pub fn add(&mut self, member: NodeId) {
+    /// is read already (false).
+    pub fn add(&mut self, member: NodeId) -> bool {
         if self.reads.members().contains(&member) {
-            return;
+            return false;
         }
         self.reads.add(member);
         self.outstanding.insert(member);
         self.out.push_back(ReadOut::Read(member));
+        true
     }
 
     /// `read.member` answered, its leases already on the reader's clock.
@@ -134,8 +135,10 @@ impl Reading {
 
     /// A read of `member` failed at `now` (`why`): it is read again after
     /// [`READ_AGAIN_AFTER`] while that may still change the rebuild
-    /// ([`Reads::failed`]); otherwise its read is over. Answers whether it
-    /// is read again; `None` for a member with no read out (not taken).
+    /// ([`Reads::failed`]); otherwise its read is over (sabotaged with
+    /// `read_once`: never read again, yet still out, its late answer
+    /// taken, until the deadline). Answers whether it is read again;
+    /// `None` for a member with no read out (not taken).
     pub fn failed(&mut self, member: NodeId, why: String, now: MonoTime) -> Option<bool> {
         if !self.outstanding.contains(&member) {
             return None;
@@ -157,7 +160,8 @@ impl Reading {
         }
     }
 
-    /// Whether every read ended (answered, or failed and not read again).
+    /// Whether no read is out: every member answered, or failed and is not
+    /// read again (sabotaged with `read_once`, a failed member stays out).
     pub fn none_out(&self) -> bool {
         self.outstanding.is_empty()
     }

@@ -146,3 +146,57 @@ fn the_reread_sabotages_read_a_failed_member_no_more() {
         "waited for until the deadline, no early end"
     );
 }
+
+#[test]
+fn a_member_up_shorter_than_the_longest_lease_is_missing_and_a_first_start_is_not() {
+    let mut r = reading_by(1, Sabotage::NONE);
+    outs(&mut r);
+    assert!(r.answered(answer(1)));
+    assert!(r.answered(MemberRead {
+        uptime: Some(MAX_LEASE / 2),
+        ..answer(2)
+    }));
+    assert!(r.answered(MemberRead {
+        uptime: None,
+        ..answer(3)
+    }));
+    let (input, _) = r.finish(Duration::ZERO);
+    assert_eq!(
+        input.missing,
+        vec![2],
+        "2 restarted within a lease and may have forgotten a grant; 3's data directory is new: it forgot nothing"
+    );
+}
+
+#[test]
+fn read_once_keeps_a_failed_member_out_and_takes_its_late_answer() {
+    let mut read_once = Sabotage::NONE;
+    read_once.read_once = true;
+    let mut r = reading_by(1, read_once);
+    outs(&mut r);
+    assert!(r.answered(answer(1)));
+    assert_eq!(r.failed(2, "refused".into(), at(10)), Some(false));
+    assert!(!r.none_out(), "2 is waited for until the deadline");
+    assert!(r.answered(answer(2)), "its late answer is taken");
+    assert!(r.answered(answer(3)));
+    assert!(r.none_out());
+    let (input, _) = r.finish(Duration::ZERO);
+    assert!(input.missing.is_empty());
+}
+
+#[test]
+fn in_strict_mode_a_failed_member_is_read_again_only_for_a_quarter_of_the_timeout() {
+    let mut m = member(1, RebuildMode::Strict);
+    let mut r = m.start_reading(7, 3, &[1, 2, 3], at(0));
+    outs(&mut r);
+    let window = REBUILD_TIMEOUT / STRAGGLER_SHARE;
+    let last = window.as_millis() as u64 - READ_AGAIN_AFTER.as_millis() as u64 - 1;
+    assert_eq!(r.failed(2, "refused".into(), at(last)), Some(true));
+    assert_eq!(
+        r.stop_at(at(last)),
+        at(0) + window,
+        "not enough read: stops at the end of the window"
+    );
+    assert_eq!(r.failed(2, "refused".into(), at(last + 1)), Some(false));
+    assert!(!outs(&mut r).is_empty(), "the first failure's read again");
+}
