@@ -157,11 +157,9 @@ async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
     // The blank entry of this term committed: a quorum knows this leader.
     // openraft's ReadIndex gives up after about one leader lease without a
     // quorum; the caller tries again.
-    let linearized = tokio::time::timeout(
-        node.config.rebuild_timeout.max(Duration::from_secs(1)),
-        node.raft.ensure_linearizable(ReadPolicy::ReadIndex),
-    )
-    .await;
+    let within = node.state().member.config().confirm_within();
+    let linearized =
+        tokio::time::timeout(within, node.raft.ensure_linearizable(ReadPolicy::ReadIndex)).await;
     if !matches!(linearized, Ok(Ok(_))) {
         return Attempt::Failed("no quorum confirmed this leader");
     }

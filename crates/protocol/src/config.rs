@@ -47,7 +47,18 @@ pub struct MemberConfig {
     pub sabotage: Sabotage,
 }
 
+/// The least time a rebuild attempt waits for a quorum to confirm this
+/// leader, however short `--rebuild-timeout` is.
+const CONFIRM_AT_LEAST: Duration = Duration::from_secs(1);
+
 impl MemberConfig {
+    /// How long a rebuild attempt waits for a quorum to confirm this member
+    /// still leads (openraft's ReadIndex) before it fails and is tried
+    /// again: the rebuild timeout, and at least a second.
+    pub fn confirm_within(&self) -> Duration {
+        self.rebuild_timeout.max(CONFIRM_AT_LEAST)
+    }
+
     /// The members in id order, without duplicates.
     pub(crate) fn sorted(mut self) -> Self {
         self.members.sort_unstable();

@@ -558,3 +558,13 @@ fn a_member_tells_the_others_the_lease_and_copies_of_its_configuration() {
         "speaking with two copies"
     );
 }
+
+#[test]
+fn a_rebuild_waits_for_its_confirmation_the_rebuild_timeout_and_at_least_a_second() {
+    let m = member(1, RebuildMode::Proceed);
+    assert_eq!(REBUILD_TIMEOUT, Duration::from_millis(500));
+    assert_eq!(m.config().confirm_within(), Duration::from_secs(1));
+    let mut config = m.config().clone();
+    config.rebuild_timeout = Duration::from_secs(3);
+    assert_eq!(config.confirm_within(), Duration::from_secs(3));
+}
