@@ -190,8 +190,7 @@ impl Node {
             self.changed(&state);
             to
         };
-        self.forgets
-            .push(to, &lock.name, lock.id, lock.expires, self.clock.now());
+        self.forgets.push(to, &lock.name, lock.id, lock.expires);
     }
 
     /// Releases a lock as the speaker, and tells the members that may keep
@@ -222,9 +221,8 @@ impl Node {
             released
         }
         .map_err(|r| self.refused(r))?;
-        // Passed on in batches, a lane per member (`pass_on_releases`).
-        self.forgets
-            .push(to, name, id, lock.expires, self.clock.now());
+        // Passed on in batches by one sender per member (`pass_on_releases`).
+        self.forgets.push(to, name, id, lock.expires);
         self.metrics.releases.inc();
         Ok(lock)
     }

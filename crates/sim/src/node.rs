@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, OnRecord, Outbox,
-    RebuildMode,
+    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, OnRecord,
+    RebuildMode, ReleaseSender,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
@@ -110,6 +110,16 @@ pub(crate) struct CopyWait {
     pub(crate) grant: bool,
 }
 
+/// One member's releases on their way from a node.
+#[derive(Default)]
+pub(crate) struct Outgoing {
+    pub(crate) sender: ReleaseSender,
+    /// The batch under way, by key.
+    pub(crate) in_flight: Option<u64>,
+    /// Waiting out the pause after a failed batch.
+    pub(crate) paused: bool,
+}
+
 /// One process of a member, as the simulation runs it.
 pub(crate) struct Node {
     pub(crate) id: NodeId,
@@ -148,7 +158,7 @@ pub(crate) struct Node {
     /// Forwarded acquires and renewals.
     pub(crate) pending: HashMap<ReqId, Pending>,
     /// Releases on their way to each member.
-    pub(crate) outbox: Outbox,
+    pub(crate) releases: BTreeMap<NodeId, Outgoing>,
 }
 
 /// Member `id`'s settings in a run of `config`.
@@ -172,15 +182,6 @@ fn member_config(id: NodeId, config: &Config) -> MemberConfig {
         rebuild_timeout: Duration::from_millis(REBUILD_TIMEOUT_MS),
         sabotage: config.sabotage,
     }
-}
-
-/// Member `id`'s outbox, with a lane to every other member.
-fn outbox(id: NodeId, config: &Config) -> Outbox {
-    let mut outbox = Outbox::new(id);
-    for member in 1..=config.nodes {
-        outbox.open(member, &member.to_string());
-    }
-    outbox
 }
 
 impl Node {
@@ -214,7 +215,7 @@ impl Node {
             waiters: HashMap::new(),
             undelivered: Vec::new(),
             pending: HashMap::new(),
-            outbox: outbox(id, config),
+            releases: BTreeMap::new(),
         }
     }
 
