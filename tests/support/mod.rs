@@ -7,12 +7,16 @@
 pub mod browser;
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+/// The line a node's log file gets at each start of the node.
+const STARTED: &str = "--- started ---\n";
 
 pub const TOKEN: &str = "test-token-0123456789";
 
@@ -198,7 +202,15 @@ impl Cluster {
     /// Starts (or restarts) node `id` from its data directory.
     pub fn spawn(&mut self, id: u64) {
         let peers: Vec<String> = self.addrs.iter().map(|(i, a)| format!("{i}={a}")).collect();
-        let log = std::fs::File::create(self.dir.path().join(format!("node-{id}.log"))).unwrap();
+        // Appended to across restarts: a failing test shows what the node
+        // did before it was stopped and started again.
+        let path = self.dir.path().join(format!("node-{id}.log"));
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        let _ = log.write_all(STARTED.as_bytes());
         let members: Vec<String> = match self.joining.get(&id) {
             Some(join) if join.is_empty() => Vec::new(),
             Some(join) => vec!["--join".to_string(), join.join(",")],
@@ -322,8 +334,14 @@ impl Cluster {
         format!("{}://{}{}", self.scheme, self.addrs[&id], path)
     }
 
+    /// What node `id` logged since it was last started.
     pub fn log(&self, id: u64) -> String {
-        std::fs::read_to_string(self.dir.path().join(format!("node-{id}.log"))).unwrap_or_default()
+        let log = std::fs::read_to_string(self.dir.path().join(format!("node-{id}.log")))
+            .unwrap_or_default();
+        match log.rfind(STARTED) {
+            Some(at) => log[at + STARTED.len()..].to_string(),
+            None => log,
+        }
     }
 
     /// GET, returning (status, JSON body). It carries the cluster token,
@@ -496,7 +514,7 @@ impl Drop for Cluster {
             if std::thread::panicking() {
                 let log = std::fs::read_to_string(self.dir.path().join(format!("node-{id}.log")))
                     .unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                let tail: Vec<&str> = log.lines().rev().take(60).collect();
                 eprintln!("--- node {id} log (last lines) ---");
                 for line in tail.iter().rev() {
                     eprintln!("{line}");
