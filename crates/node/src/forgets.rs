@@ -1,20 +1,19 @@
 //! Releases passed on to the members that may keep a record of the lock
-//! (`/internal/forget`): in batches, one queue and one sender per member,
-//! each release retried until the member acknowledges it or the lease it
-//! cancels has ended.
+//! (`/internal/forget`), as the protocol's [`Outbox`] says: one lane per
+//! member, in batches, each retried until the member acknowledges it or
+//! the lease it cancels has ended, a slow member's given to the others.
+//! This module encodes the batches, sends them and runs their timers.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
-use std::sync::RwLock;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{millis_ceil, Forget};
-use leasehold_protocol::{Members, Release, ReleaseSender};
+use leasehold_protocol::{Members, Outbox, Release, ReleaseSender};
 use locktable::{LockId, MonoTime, NodeId};
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-
-use crate::queue::Queue;
 
 /// How long a member has to acknowledge a batch.
 pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -22,213 +21,153 @@ pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(2);
 /// of a peer's body.
 const BATCH_BYTES: usize = 48 * 1024;
 
-/// One queue of releases per other member, each emptied by its own sender.
-pub(crate) struct Outbox {
-    /// Every other member's queue, by id, with the address its sender
-    /// sends to; a member's is opened when it joins the roster.
-    members: RwLock<BTreeMap<NodeId, (String, Queue<Release>)>>,
-    me: NodeId,
+/// This node's [`Outbox`], and word to its sender that releases came.
+pub(crate) struct Releases {
+    outbox: Mutex<Outbox>,
+    came: Notify,
 }
 
-impl Outbox {
-    /// No queues yet, as seen by member `me`.
+impl Releases {
+    /// No lanes yet, as seen by member `me`.
     pub(crate) fn new(me: NodeId) -> Self {
-        Outbox {
-            members: RwLock::new(BTreeMap::new()),
-            me,
+        Releases {
+            outbox: Mutex::new(Outbox::new(me)),
+            came: Notify::new(),
         }
     }
 
-    /// Every member's queue, with its id.
-    fn queues(&self, mut each: impl FnMut(NodeId, &Queue<Release>)) {
-        let members = self.members.read().unwrap_or_else(|p| p.into_inner());
-        for (member, (_, queue)) in members.iter() {
-            each(*member, queue);
-        }
+    fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a queue for `member` at `addr` and answers the end its sender
-    /// reads; `None` for this node, or a member whose queue is already open
-    /// to that address. A member now at another address (removed, and added
-    /// again elsewhere) gets a new queue: the old one's sender ends once
-    /// what it holds is sent or has expired.
-    pub(crate) fn open(
-        &self,
-        member: NodeId,
-        addr: &str,
-    ) -> Option<mpsc::UnboundedReceiver<Release>> {
-        if member == self.me {
-            return None;
-        }
-        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
-        if members.get(&member).is_some_and(|(at, _)| at == addr) {
-            return None;
-        }
-        let queue = Queue::new();
-        let rx = queue.take_receiver();
-        members.insert(member, (addr.to_string(), queue));
-        rx
+    /// Opens a lane to `member` at `addr` ([`Outbox::open`]).
+    pub(crate) fn open(&self, member: NodeId, addr: &str) -> bool {
+        self.outbox().open(member, addr)
     }
 
-    /// Closes `member`'s queue (it left the cluster, and no rebuild reads
-    /// it any more): its sender ends once what it holds is sent or has
-    /// expired.
+    /// Closes `member`'s lane ([`Outbox::close`]).
     pub(crate) fn close(&self, member: NodeId) {
-        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
-        members.remove(&member);
+        self.outbox().close(member);
     }
 
-    /// Queues the release of `name` held under `id`, whose lease ends at
-    /// `ends`, for every member of `to` but this node.
-    pub(crate) fn push(&self, to: Members, name: &str, id: LockId, ends: MonoTime) {
-        self.queues(|member, queue| {
-            if to.contains(member) {
-                queue.push(Release {
-                    name: name.to_string(),
-                    id,
-                    ends,
-                    spread: false,
-                });
-            }
-        });
-    }
-
-    /// Queues a release that member `failed` did not acknowledge for every
-    /// other member (but this node), marked so it is not spread again.
-    fn spread(&self, failed: NodeId, release: &Release) {
-        self.queues(|member, queue| {
-            if member != failed {
-                queue.push(Release {
-                    spread: true,
-                    ..release.clone()
-                });
-            }
-        });
+    /// Queues at `now` the release of `name` held under `id`, whose lease
+    /// ends at `ends`, for every member of `to` but this node.
+    pub(crate) fn push(&self, to: Members, name: &str, id: LockId, ends: MonoTime, now: MonoTime) {
+        self.outbox().push(to, name, id, ends, now);
+        self.came.notify_one();
     }
 }
 
-/// The body of one batch: the releases at the front of `pending` that fit
-/// in [`BATCH_BYTES`], each with the time its lease has left at `now`
-/// (rounded up, so the receiver keeps the id no shorter than it must).
-/// Releases whose lease has ended are passed over. Says how many releases
-/// from the front the batch accounts for, and has no body if none is
-/// still needed.
-fn encode(pending: &VecDeque<Release>, now: MonoTime) -> (Option<Vec<u8>>, usize) {
-    const HEAD: &[u8] = b"{\"forgets\":[";
-    let mut body = HEAD.to_vec();
-    let mut taken = 0;
-    let mut sending = 0;
-    for release in pending {
-        if release.ended(now) {
-            taken += 1;
-            continue;
+/// A batch's body as it is filled: `{"forgets":[...]}`, each with the time
+/// its lease has left at `now` (rounded up, so the receiver keeps the id
+/// no shorter than it must), within [`BATCH_BYTES`].
+struct Body {
+    bytes: Vec<u8>,
+    count: usize,
+    now: MonoTime,
+}
+
+impl Body {
+    const HEAD: &'static [u8] = b"{\"forgets\":[";
+
+    fn new(now: MonoTime) -> Self {
+        Body {
+            bytes: Self::HEAD.to_vec(),
+            count: 0,
+            now,
         }
-        let mark = body.len();
-        if sending > 0 {
-            body.push(b',');
-        }
+    }
+
+    /// Adds `release` if it fits (the first always goes); says whether it
+    /// did.
+    fn add(&mut self, release: &Release) -> bool {
         let forget = Forget {
             name: release.name.clone(),
             id: release.id.to_string(),
-            ttl_ms: Some(millis_ceil(release.ends.saturating_duration_since(now))),
+            ttl_ms: Some(millis_ceil(
+                release.ends.saturating_duration_since(self.now),
+            )),
         };
         // Writing plain data to a vector cannot fail.
-        serde_json::to_writer(&mut body, &forget).expect("a forget encodes");
-        if sending > 0 && body.len() + 2 > BATCH_BYTES {
-            body.truncate(mark);
-            break;
+        let json = serde_json::to_vec(&forget).expect("a forget encodes");
+        let comma = usize::from(self.count > 0);
+        if self.count > 0 && self.bytes.len() + comma + json.len() + 2 > BATCH_BYTES {
+            return false;
         }
-        taken += 1;
-        sending += 1;
+        if comma == 1 {
+            self.bytes.push(b',');
+        }
+        self.bytes.extend_from_slice(&json);
+        self.count += 1;
+        true
     }
-    body.extend_from_slice(b"]}");
-    ((sending > 0).then_some(body), taken)
+
+    fn finish(mut self) -> Vec<u8> {
+        self.bytes.extend_from_slice(b"]}");
+        self.bytes
+    }
 }
 
-/// Sends member `member` the releases queued for it (`rx`) with `send`, in
-/// batches of those that came while the last was on its way, until `stop`.
-/// A batch not acknowledged (no answer, or an error) is sent again, after a
-/// wait that doubles up to [`ReleaseSender::RETRY_MAX`], until it is acknowledged or the
-/// leases it cancels have ended (by `now`, the node's clock).
-///
-/// A batch the member has not acknowledged within
-/// [`ReleaseSender::SPREAD_AFTER`] is also
-/// given to every other member through `outbox`, and so is every release
-/// for the member that comes while it stays slow or failing, at once: the
-/// next speaker, whichever it is, then knows of them.
+/// A timer a batch started.
+enum Timer {
+    /// [`ReleaseSender::SPREAD_AFTER`] after batch `key` left.
+    Late(u64),
+    /// The wait after the failed batch `key` is over.
+    Resume(u64),
+}
+
+async fn after(wait: Duration, timer: Timer) -> Timer {
+    tokio::time::sleep(wait).await;
+    timer
+}
+
+/// Sends every batch `releases`' outbox says with `send` (to an address,
+/// a body), each lane's apart so that a member that cannot be reached
+/// holds up no other, and reports each answer and timer back, until
+/// `stop`; `now` is the node's clock.
 pub(crate) async fn send_releases<S, F, E>(
-    outbox: &Outbox,
-    member: NodeId,
+    releases: &Releases,
     now: impl Fn() -> MonoTime,
-    mut send: S,
-    mut rx: mpsc::UnboundedReceiver<Release>,
+    send: S,
     stop: CancellationToken,
 ) where
-    S: FnMut(Vec<u8>) -> F,
+    S: Fn(String, Vec<u8>) -> F,
     F: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let spread = |releases: Vec<Release>| {
-        for release in &releases {
-            outbox.spread(member, release);
-        }
-    };
-    let mut sender = ReleaseSender::new();
-    let arrived = |sender: &mut ReleaseSender, release: Release| {
-        if let Some(release) = sender.push(release, now()) {
-            outbox.spread(member, &release);
-        }
-    };
+    let mut sending = FuturesUnordered::new();
+    let mut timers = FuturesUnordered::new();
     loop {
-        if sender.pending().is_empty() {
-            tokio::select! {
-                next = rx.recv() => match next {
-                    Some(release) => arrived(&mut sender, release),
-                    None => return,
-                },
-                _ = stop.cancelled() => return,
+        {
+            let mut outbox = releases.outbox();
+            let now = now();
+            loop {
+                let mut body = Body::new(now);
+                let Some(batch) = outbox.poll_batch(now, |r| body.add(r)) else {
+                    break;
+                };
+                let (key, member, queued) = (batch.key, batch.member, batch.releases.len());
+                let sent = send(batch.addr, body.finish());
+                sending.push(async move { (key, member, queued, sent.await) });
+                timers.push(after(ReleaseSender::SPREAD_AFTER, Timer::Late(key)));
             }
         }
-        while let Ok(release) = rx.try_recv() {
-            arrived(&mut sender, release);
-        }
-        let (body, taken) = encode(sender.pending(), now());
-        let Some(body) = body else {
-            sender.skip(taken);
-            continue;
-        };
-        sender.sending(taken, now());
-        let sending = send(body);
-        tokio::pin!(sending);
-        let slow = tokio::time::sleep(ReleaseSender::SPREAD_AFTER);
-        tokio::pin!(slow);
-        let mut late = false;
-        let sent = loop {
-            tokio::select! {
-                sent = &mut sending => break sent,
-                _ = &mut slow, if !late => {
-                    late = true;
-                    spread(sender.late(now()));
+        tokio::select! {
+            Some((key, member, queued, sent)) = sending.next() => {
+                if let Err(e) = &sent {
+                    tracing::debug!(member, %e, queued, "a member did not take releases; retrying");
                 }
-                Some(release) = rx.recv(), if sender.is_down() => arrived(&mut sender, release),
+                let pause = releases.outbox().answered(key, sent.is_ok(), now());
+                if let Some(pause) = pause {
+                    timers.push(after(pause, Timer::Resume(key)));
+                }
             }
-        };
-        if let Err(e) = &sent {
-            tracing::debug!(member, %e, queued = sender.pending().len(), "a member did not take releases; retrying");
-        }
-        let (to_spread, pause) = sender.sent(sent.is_ok(), now());
-        spread(to_spread);
-        let Some(pause) = pause else {
-            continue;
-        };
-        let pause = tokio::time::sleep(pause);
-        tokio::pin!(pause);
-        loop {
-            tokio::select! {
-                _ = &mut pause => break,
-                Some(release) = rx.recv() => arrived(&mut sender, release),
-                _ = stop.cancelled() => return,
-            }
+            Some(timer) = timers.next() => match timer {
+                Timer::Late(key) => releases.outbox().late(key, now()),
+                Timer::Resume(key) => releases.outbox().resume(key),
+            },
+            _ = releases.came.notified() => {}
+            _ = stop.cancelled() => return,
         }
     }
 }

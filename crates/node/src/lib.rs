@@ -397,8 +397,13 @@ where
     tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
     for (member, addr) in node.roster().members() {
-        node.start_release_sender(member, addr.to_string());
+        node.forgets.open(member, addr);
     }
+    tasks.spawn(
+        Arc::clone(&node)
+            .pass_on_releases(stop.clone())
+            .in_current_span(),
+    );
     tasks.spawn(
         Arc::clone(&node)
             .follow_roster(stop.clone())

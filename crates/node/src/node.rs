@@ -23,7 +23,7 @@ use crate::clock::{Clock, SuspendWatch};
 use crate::config::NodeConfig;
 use crate::copier::Copier;
 use crate::error::ApiError;
-use crate::forgets::Outbox;
+use crate::forgets::Releases;
 use crate::peers::Peers;
 use crate::queue::Queue;
 use crate::roster::Roster;
@@ -104,7 +104,7 @@ pub struct Node {
     /// The last rebuilds of this node's, with when each ended.
     history: Mutex<std::collections::VecDeque<leasehold_api::HistoryEntry>>,
     /// Releases to pass on to the members that may keep a record of them.
-    pub(crate) forgets: Outbox,
+    pub(crate) forgets: Releases,
     /// Calls to forward to the speaker in the next batch.
     pub(crate) batches: Queue<Pending>,
     /// Copies on their way to the other members.
@@ -148,7 +148,7 @@ impl Node {
                 member,
                 waiters: HashMap::new(),
             }),
-            forgets: Outbox::new(config.id),
+            forgets: Releases::new(config.id),
             copier: Copier::default(),
             roster,
             departed: Mutex::new(Departed::default()),

@@ -190,7 +190,8 @@ impl Node {
             self.changed(&state);
             to
         };
-        self.forgets.push(to, &lock.name, lock.id, lock.expires);
+        self.forgets
+            .push(to, &lock.name, lock.id, lock.expires, self.clock.now());
     }
 
     /// Releases a lock as the speaker, and tells the members that may keep
@@ -221,8 +222,9 @@ impl Node {
             released
         }
         .map_err(|r| self.refused(r))?;
-        // Passed on in batches by one sender per member (`pass_on_releases`).
-        self.forgets.push(to, name, id, lock.expires);
+        // Passed on in batches, a lane per member (`pass_on_releases`).
+        self.forgets
+            .push(to, name, id, lock.expires, self.clock.now());
         self.metrics.releases.inc();
         Ok(lock)
     }

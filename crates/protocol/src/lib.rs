@@ -58,6 +58,6 @@ pub use rebuild::{
     SettledRebuild, READ_AGAIN_AFTER, STRAGGLER_SHARE,
 };
 pub use refusal::Refusal;
-pub use releases::{Release, ReleaseSender};
+pub use releases::{Batch, Outbox, Release, ReleaseSender};
 pub use retry::{is_grant_of, request_lock_id};
 pub use sabotage::Sabotage;

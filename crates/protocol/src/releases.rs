@@ -9,6 +9,10 @@ use std::time::Duration;
 
 use locktable::{LockId, MonoTime, Table};
 
+mod outbox;
+
+pub use outbox::{Batch, Outbox};
+
 /// A release on its way to one member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Release {

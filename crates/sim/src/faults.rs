@@ -260,6 +260,9 @@ impl World {
         let seed = self.rng.gen();
         let mut node = Node::start(n, &self.config, offset, Some(store), seed, t);
         node.incarnation = incarnation;
+        // Its batches numbered apart from an earlier process's, whose late
+        // acknowledgements may still arrive.
+        node.outbox.number_from(incarnation << 32);
         self.nodes.insert(n, node);
         self.note(|| format!("node {n} restarts"));
         self.schedule_raft_start(n);

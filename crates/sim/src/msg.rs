@@ -105,7 +105,6 @@ pub(crate) enum Msg {
     },
     /// A member took the batch of releases `key`.
     ForgetAck {
-        from: NodeId,
         key: u64,
     },
     ReadReport {
@@ -182,8 +181,9 @@ pub(crate) enum Event {
     /// A node (this incarnation) stops waiting for a member to take the
     /// releases `key`.
     ForgetTimeout(NodeId, u64, NodeId, u64),
-    /// A node (this incarnation) tries a member's releases again.
-    ForgetRetry(NodeId, u64, NodeId),
+    /// A node (this incarnation) tries a member's releases again after
+    /// the failed batch `key`.
+    ForgetRetry(NodeId, u64, u64),
     /// A holder renews the lock won by this request, if it still holds it.
     ClientRenew(ClientId, ReqId),
     /// A holder stops waiting for the answer to this renewal attempt.

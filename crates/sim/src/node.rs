@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, OnRecord,
-    RebuildMode, ReleaseSender,
+    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, OnRecord, Outbox,
+    RebuildMode,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
@@ -110,16 +110,6 @@ pub(crate) struct CopyWait {
     pub(crate) grant: bool,
 }
 
-/// One member's releases on their way from a node.
-#[derive(Default)]
-pub(crate) struct Outgoing {
-    pub(crate) sender: ReleaseSender,
-    /// The batch under way, by key.
-    pub(crate) in_flight: Option<u64>,
-    /// Waiting out the pause after a failed batch.
-    pub(crate) paused: bool,
-}
-
 /// One process of a member, as the simulation runs it.
 pub(crate) struct Node {
     pub(crate) id: NodeId,
@@ -158,7 +148,7 @@ pub(crate) struct Node {
     /// Forwarded acquires and renewals.
     pub(crate) pending: HashMap<ReqId, Pending>,
     /// Releases on their way to each member.
-    pub(crate) releases: BTreeMap<NodeId, Outgoing>,
+    pub(crate) outbox: Outbox,
 }
 
 /// Member `id`'s settings in a run of `config`.
@@ -182,6 +172,15 @@ fn member_config(id: NodeId, config: &Config) -> MemberConfig {
         rebuild_timeout: Duration::from_millis(REBUILD_TIMEOUT_MS),
         sabotage: config.sabotage,
     }
+}
+
+/// Member `id`'s outbox, with a lane to every other member.
+fn outbox(id: NodeId, config: &Config) -> Outbox {
+    let mut outbox = Outbox::new(id);
+    for member in 1..=config.nodes {
+        outbox.open(member, &member.to_string());
+    }
+    outbox
 }
 
 impl Node {
@@ -215,7 +214,7 @@ impl Node {
             waiters: HashMap::new(),
             undelivered: Vec::new(),
             pending: HashMap::new(),
-            releases: BTreeMap::new(),
+            outbox: outbox(id, config),
         }
     }
 

@@ -334,7 +334,7 @@ impl World {
             }
             Msg::ForwardRelease { name, id } => self.speak_release(n, &name, id),
             Msg::Forgets { from, key, forgets } => self.take_forgets(n, from, key, forgets),
-            Msg::ForgetAck { from, key } => self.forgets_answered(n, from, key, true),
+            Msg::ForgetAck { key } => self.forgets_answered(n, key, true),
             Msg::ReadReport {
                 leader,
                 term,

@@ -280,7 +280,7 @@ impl World {
                 let node = &self.nodes[&n];
                 if node.alive && node.incarnation == incarnation {
                     match self.node_ready(n) {
-                        Some(true) => self.forgets_late(n, member, key),
+                        Some(true) => self.forgets_late(n, key),
                         _ => self.park(n, Event::ForgetLate(n, incarnation, member, key)),
                     }
                 }
@@ -289,17 +289,17 @@ impl World {
                 let node = &self.nodes[&n];
                 if node.alive && node.incarnation == incarnation {
                     match self.node_ready(n) {
-                        Some(true) => self.forgets_answered(n, member, key, false),
+                        Some(true) => self.forgets_answered(n, key, false),
                         _ => self.park(n, Event::ForgetTimeout(n, incarnation, member, key)),
                     }
                 }
             }
-            Event::ForgetRetry(n, incarnation, member) => {
+            Event::ForgetRetry(n, incarnation, key) => {
                 let node = &self.nodes[&n];
                 if node.alive && node.incarnation == incarnation {
                     match self.node_ready(n) {
-                        Some(true) => self.forgets_retry(n, member),
-                        _ => self.park(n, Event::ForgetRetry(n, incarnation, member)),
+                        Some(true) => self.forgets_retry(n, key),
+                        _ => self.park(n, Event::ForgetRetry(n, incarnation, key)),
                     }
                 }
             }

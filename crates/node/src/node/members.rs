@@ -8,7 +8,6 @@ use std::sync::Arc;
 use leasehold_raft::WatchReceiver;
 use locktable::NodeId;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::forgets;
 use crate::roster::Roster;
@@ -59,7 +58,7 @@ impl Node {
             return;
         }
         for (member, addr) in latest.members() {
-            self.start_release_sender(member, addr.to_string());
+            self.forgets.open(member, addr);
         }
         let until = self.state().member.departed_until(self.clock.now());
         let members: Vec<NodeId> = latest.ids().collect();
@@ -157,20 +156,14 @@ impl Node {
         }
     }
 
-    /// Starts passing releases on to `member` at `addr`, in a task of this
-    /// node's, unless that member's sender runs already: one sender per
-    /// member, so a member that cannot be reached holds up no other.
-    pub(crate) fn start_release_sender(self: &Arc<Self>, member: NodeId, addr: String) {
-        let Some(rx) = self.forgets.open(member, &addr) else {
-            return;
+    /// Passes releases on to every member with a lane, as the protocol's
+    /// outbox says, until `stop` (one task: each batch is sent apart, so a
+    /// member that cannot be reached holds up no other).
+    pub(crate) async fn pass_on_releases(self: Arc<Self>, stop: CancellationToken) {
+        let (peers, clock) = (&self.peers, self.clock);
+        let send = |addr: String, body| async move {
+            peers.forget(&addr, body, forgets::SEND_TIMEOUT).await
         };
-        let (tasks, stop) = (self.tasks.clone(), self.stop.clone());
-        let node = Arc::clone(self);
-        let task = async move {
-            let (peers, addr, clock) = (&node.peers, addr.as_str(), node.clock);
-            let send = move |body| peers.forget(addr, body, forgets::SEND_TIMEOUT);
-            forgets::send_releases(&node.forgets, member, || clock.now(), send, rx, stop).await;
-        };
-        tasks.spawn(task.in_current_span());
+        forgets::send_releases(&self.forgets, || clock.now(), send, stop).await;
     }
 }
