@@ -121,11 +121,12 @@ impl ReleaseSender {
     }
 
     /// The batch under way was not acknowledged by `now`, its late time:
-    /// the member is down, and the batch's releases go to every other
-    /// member too (answered, marked spread).
+    /// the member is down, and every release queued for it, the batch's
+    /// and those waiting behind it, goes to every other member too
+    /// (answered, marked spread), as what comes while it is down does.
     pub fn late(&mut self, now: MonoTime) -> Vec<Release> {
         self.down = true;
-        self.spread_in_flight(now)
+        self.spread_pending(now)
     }
 
     /// The batch under way was acknowledged (`acked`) or not, at `now`.
@@ -141,7 +142,7 @@ impl ReleaseSender {
             return (Vec::new(), None);
         }
         self.down = true;
-        let spread = self.spread_in_flight(now);
+        let spread = self.spread_pending(now);
         self.in_flight = None;
         // Releases whose lease has ended meanwhile need no more tries.
         self.pending.retain(|r| !r.ended(now));
@@ -150,11 +151,10 @@ impl ReleaseSender {
         (spread, Some(wait))
     }
 
-    fn spread_in_flight(&mut self, now: MonoTime) -> Vec<Release> {
-        let taken = self.in_flight.map_or(0, |(taken, _)| taken);
+    /// Every queued release not spread yet nor ended, marked spread.
+    fn spread_pending(&mut self, now: MonoTime) -> Vec<Release> {
         self.pending
             .iter_mut()
-            .take(taken)
             .filter_map(|r| Self::spread_one(r, now))
             .collect()
     }
@@ -219,7 +219,11 @@ mod tests {
         s.sending(1, at(0));
         assert_eq!(s.late_at(), Some(at(50)));
         assert!(!s.is_down());
-        assert_eq!(ids(&s.late(at(50))), [1], "only the batch under way");
+        assert_eq!(
+            ids(&s.late(at(50))),
+            [1, 2],
+            "the batch under way and what waits behind it"
+        );
         assert!(s.is_down(), "what comes now is spread as it comes");
         let spread = s.push(release(3, 60_000), at(60)).unwrap();
         assert!(spread.spread && spread.id == LockId::from_u128(3));

@@ -241,3 +241,77 @@ async fn a_slow_members_releases_are_spread_as_they_come() {
         "the first batch, then 1 and 2, then 3"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn what_waits_behind_a_slow_batch_is_spread_when_it_goes_late() {
+    let rig = Rig::new();
+    let stop = CancellationToken::new();
+    let stop_tx = stop.clone();
+    // b never answers within the test: its first batch is under way
+    // throughout, and what comes for it meanwhile waits behind it.
+    let sent: Sent = Default::default();
+    let send = |addr: String, body: Vec<u8>| {
+        let sent = sent.clone();
+        let at = rig.elapsed_ms();
+        async move {
+            sent.borrow_mut().push((at, addr.clone(), ids_of(&body)));
+            if addr == "b" {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            Ok::<(), &str>(())
+        }
+    };
+    rig.release(1, Duration::from_secs(30));
+    let sender = send_releases(&rig.releases, || rig.now(), send, stop);
+    let script = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        rig.release(2, Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop_tx.cancel();
+    };
+    tokio::join!(sender, script);
+    assert_eq!(
+        to(&sent, "c"),
+        [(50, vec![1, 2])],
+        "both spread once the batch under way is late"
+    );
+    assert_eq!(to(&sent, "b"), [(0, vec![1])]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_releases_go_in_batches_each_within_the_body_limit_in_order() {
+    let rig = Rig::new();
+    let stop = CancellationToken::new();
+    let stop_tx = stop.clone();
+    let sent: Sent = Default::default();
+    let largest = std::cell::Cell::new(0);
+    let send = |addr: String, body: Vec<u8>| {
+        let sent = sent.clone();
+        let at = rig.elapsed_ms();
+        largest.set(largest.get().max(body.len()));
+        async move {
+            sent.borrow_mut().push((at, addr, ids_of(&body)));
+            Ok::<(), &str>(())
+        }
+    };
+    let name = "n".repeat(1_000);
+    let now = rig.now();
+    for id in 0..200 {
+        let to = Members::only(2);
+        let ends = now + Duration::from_secs(30);
+        rig.releases
+            .push(to, &name, LockId::from_u128(id), ends, now);
+    }
+    let sender = send_releases(&rig.releases, || rig.now(), send, stop);
+    let script = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop_tx.cancel();
+    };
+    tokio::join!(sender, script);
+    let batches = to(&sent, "b");
+    assert!(batches.len() >= 4, "{} batches", batches.len());
+    let all: Vec<u128> = batches.into_iter().flat_map(|(_, ids)| ids).collect();
+    assert_eq!(all, (0..200).collect::<Vec<u128>>(), "each once, in order");
+    assert!(largest.get() <= BATCH_BYTES, "{} bytes", largest.get());
+    assert!(to(&sent, "c").is_empty());
+}

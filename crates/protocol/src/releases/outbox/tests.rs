@@ -61,7 +61,7 @@ fn a_batch_not_taken_is_spread_once_and_sent_again_after_a_doubling_wait() {
     }
     assert_eq!(waits, [50, 100, 200]);
     let sent = batches(&mut outbox, at(now));
-    assert_eq!(sent.len(), 1, "3's lane still sends the spread one");
+    assert_eq!(sent.len(), 1, "2 again; 3's batch is still under way");
     assert_eq!(outbox.answered(sent[0].key, true, at(now)), None);
     assert!(
         batches(&mut outbox, at(now)).is_empty(),
@@ -183,4 +183,57 @@ fn a_member_added_again_elsewhere_gets_a_new_lane_and_a_closed_one_drains_then_g
     assert!(outbox.lanes.is_empty(), "a closed, empty lane goes at once");
     release_for_two(&mut outbox, 3, at(30_000), at(70));
     assert!(batches(&mut outbox, at(70)).is_empty());
+}
+
+#[test]
+fn what_waits_behind_a_late_batch_is_spread_with_it() {
+    let mut outbox = outbox();
+    release_for_two(&mut outbox, 1, at(30_000), at(0));
+    let slow = batches(&mut outbox, at(0)).remove(0);
+    // Queued behind the batch under way, before the member is known slow.
+    release_for_two(&mut outbox, 2, at(30_000), at(10));
+    assert!(batches(&mut outbox, at(10)).is_empty());
+    outbox.late(slow.key, at(50));
+    let spread = batches(&mut outbox, at(50));
+    assert_eq!(spread.len(), 1);
+    assert_eq!((spread[0].member, ids(&spread[0])), (3, vec![1, 2]));
+    assert!(spread[0].releases.iter().all(|r| r.spread));
+    // Its failure spreads nothing twice.
+    outbox.answered(spread[0].key, true, at(55));
+    outbox.answered(slow.key, false, at(2_000));
+    assert!(batches(&mut outbox, at(2_000)).is_empty(), "2 waits");
+}
+
+#[test]
+fn batch_keys_start_after_the_number_given_and_never_go_back() {
+    let mut outbox = outbox();
+    outbox.number_from(100);
+    release_for_two(&mut outbox, 1, at(30_000), at(0));
+    let first = batches(&mut outbox, at(0)).remove(0);
+    assert_eq!(first.key, 101);
+    outbox.number_from(5);
+    outbox.answered(first.key, true, at(1));
+    release_for_two(&mut outbox, 2, at(30_000), at(1));
+    assert_eq!(batches(&mut outbox, at(1)).remove(0).key, 102);
+}
+
+#[test]
+fn a_closed_lane_that_fails_waits_tries_again_and_goes_once_taken() {
+    let mut outbox = outbox();
+    release_for_two(&mut outbox, 1, at(30_000), at(0));
+    let first = batches(&mut outbox, at(0)).remove(0);
+    outbox.close(2);
+    assert_eq!(outbox.members().collect::<Vec<_>>(), [3]);
+    release_for_two(&mut outbox, 2, at(30_000), at(1));
+    let wait = outbox.answered(first.key, false, at(1)).unwrap();
+    let spread = batches(&mut outbox, at(1));
+    assert_eq!((spread[0].member, ids(&spread[0])), (3, vec![1]));
+    assert!(batches(&mut outbox, at(20)).is_empty(), "its wait runs");
+    outbox.resume(first.key);
+    let again = batches(&mut outbox, at(1 + wait.as_millis() as u64));
+    assert_eq!((again[0].member, ids(&again[0])), (2, vec![1]));
+    assert_eq!(outbox.lanes.len(), 2);
+    outbox.answered(again[0].key, true, at(60));
+    assert_eq!(outbox.lanes.len(), 1, "drained: the closed lane went");
+    assert_eq!(outbox.lanes[0].member, 3);
 }
