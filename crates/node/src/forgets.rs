@@ -41,8 +41,15 @@ impl Releases {
     }
 
     /// Opens a lane to `member` at `addr` ([`Outbox::open`]).
+    #[cfg(test)]
     pub(crate) fn open(&self, member: NodeId, addr: &str) -> bool {
         self.outbox().open(member, addr)
+    }
+
+    /// The members of the latest configuration, with their addresses
+    /// ([`Outbox::set_members`]).
+    pub(crate) fn set_members<'a>(&self, members: impl IntoIterator<Item = (NodeId, &'a str)>) {
+        self.outbox().set_members(members);
     }
 
     /// Closes `member`'s lane ([`Outbox::close`]).

@@ -396,9 +396,7 @@ where
     tasks.spawn(serving.in_current_span());
     tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
-    for (member, addr) in node.roster().members() {
-        node.forgets.open(member, addr);
-    }
+    node.forgets.set_members(node.roster().members());
     tasks.spawn(
         Arc::clone(&node)
             .pass_on_releases(stop.clone())

@@ -57,9 +57,7 @@ impl Node {
         if *before == latest {
             return;
         }
-        for (member, addr) in latest.members() {
-            self.forgets.open(member, addr);
-        }
+        self.forgets.set_members(latest.members());
         let until = self.state().member.departed_until(self.clock.now());
         let members: Vec<NodeId> = latest.ids().collect();
         let left = before

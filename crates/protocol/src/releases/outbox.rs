@@ -9,6 +9,7 @@
 //! ([`Outbox::late`]), and the wait `answered` returns after a failure
 //! ([`Outbox::resume`]). It decides nothing itself.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use locktable::{LockId, MonoTime, NodeId};
@@ -56,6 +57,9 @@ pub struct Outbox {
     me: NodeId,
     lanes: Vec<Lane>,
     next_key: u64,
+    /// The members of the latest configuration the driver told of: their
+    /// lanes are never closed.
+    members: BTreeSet<NodeId>,
 }
 
 impl Outbox {
@@ -65,6 +69,7 @@ impl Outbox {
             me,
             lanes: Vec::new(),
             next_key: 0,
+            members: BTreeSet::new(),
         }
     }
 
@@ -75,11 +80,25 @@ impl Outbox {
         self.next_key = self.next_key.max(first);
     }
 
-    /// Opens a lane to `member` at `addr`; false for this member, or one
-    /// whose lane is open to that address already. A member now at another
-    /// address (removed, and added again elsewhere) gets a new lane: the
-    /// old one takes no more and goes once what it holds is sent or ended.
+    /// The members of the latest configuration, with their addresses: each
+    /// gets a lane ([`Outbox::open`]), and none of them has it closed until
+    /// a configuration without it: a member removed and added again keeps
+    /// the lane of its new membership when the end of its old one closes
+    /// lanes ([`Outbox::close`]).
+    pub fn set_members<'a>(&mut self, members: impl IntoIterator<Item = (NodeId, &'a str)>) {
+        self.members.clear();
+        for (member, addr) in members {
+            self.open(member, addr);
+        }
+    }
+
+    /// Opens a lane to `member` at `addr`, a member from now on (see
+    /// [`Outbox::set_members`]); false for this member, or one whose lane
+    /// is open to that address already. A member now at another address
+    /// (removed, and added again elsewhere) gets a new lane: the old one
+    /// takes no more and goes once what it holds is sent or ended.
     pub fn open(&mut self, member: NodeId, addr: &str) -> bool {
+        self.members.insert(member);
         if member == self.me {
             return false;
         }
@@ -104,8 +123,12 @@ impl Outbox {
 
     /// Closes `member`'s lane (it left the cluster, and no rebuild reads
     /// it any more): it takes no more and goes once what it holds is sent
-    /// or ended.
+    /// or ended. Nothing for a member of the latest configuration (added
+    /// again since it left).
     pub fn close(&mut self, member: NodeId) {
+        if self.members.contains(&member) {
+            return;
+        }
         for lane in self.lanes.iter_mut().filter(|l| l.member == member) {
             lane.open = false;
         }

@@ -180,6 +180,9 @@ fn a_member_added_again_elsewhere_gets_a_new_lane_and_a_closed_one_drains_then_g
     outbox.answered(sent[0].key, true, at(61));
     assert_eq!(outbox.lanes.len(), 1, "the old lane went once drained");
     outbox.close(2);
+    assert_eq!(outbox.lanes.len(), 1, "a member's lane is not closed");
+    outbox.set_members([(1, "a")]);
+    outbox.close(2);
     assert!(outbox.lanes.is_empty(), "a closed, empty lane goes at once");
     release_for_two(&mut outbox, 3, at(30_000), at(70));
     assert!(batches(&mut outbox, at(70)).is_empty());
@@ -222,6 +225,7 @@ fn a_closed_lane_that_fails_waits_tries_again_and_goes_once_taken() {
     let mut outbox = outbox();
     release_for_two(&mut outbox, 1, at(30_000), at(0));
     let first = batches(&mut outbox, at(0)).remove(0);
+    outbox.set_members([(1, "a"), (3, "c")]);
     outbox.close(2);
     assert_eq!(outbox.members().collect::<Vec<_>>(), [3]);
     release_for_two(&mut outbox, 2, at(30_000), at(1));
@@ -236,4 +240,26 @@ fn a_closed_lane_that_fails_waits_tries_again_and_goes_once_taken() {
     outbox.answered(again[0].key, true, at(60));
     assert_eq!(outbox.lanes.len(), 1, "drained: the closed lane went");
     assert_eq!(outbox.lanes[0].member, 3);
+}
+
+#[test]
+fn a_member_added_again_keeps_its_lane_when_its_old_departure_ends() {
+    let mut outbox = Outbox::new(1);
+    outbox.set_members([(1, "a"), (2, "b"), (3, "c")]);
+    // 2 leaves: its lane stays open while rebuilds read it.
+    outbox.set_members([(1, "a"), (3, "c")]);
+    assert_eq!(outbox.members().collect::<Vec<_>>(), [2, 3]);
+    // Added again at another address before its departure's end closed
+    // its lane; that end comes after.
+    outbox.set_members([(1, "a"), (2, "b:2"), (3, "c")]);
+    outbox.close(2);
+    release_for_two(&mut outbox, 5, at(30_000), at(0));
+    let sent = batches(&mut outbox, at(0));
+    assert_eq!(sent.len(), 1, "the new lane still takes releases");
+    assert_eq!((sent[0].addr.as_str(), ids(&sent[0])), ("b:2", vec![5]));
+    // Gone from the configuration, its lane closes at the end.
+    outbox.set_members([(1, "a"), (3, "c")]);
+    outbox.answered(sent[0].key, true, at(1));
+    outbox.close(2);
+    assert_eq!(outbox.members().collect::<Vec<_>>(), [3]);
 }
