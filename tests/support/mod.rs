@@ -505,18 +505,22 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for (id, child) in self.procs.iter_mut() {
+        for child in self.procs.values_mut() {
             let _ = Command::new("kill")
                 .args(["-CONT", &child.id().to_string()])
                 .status();
             let _ = child.kill();
             let _ = child.wait();
-            if std::thread::panicking() {
+        }
+        if std::thread::panicking() {
+            // Every node's, those stopped or killed before too; openraft's
+            // own lines (its retries to a dead peer flood a log) left out.
+            for id in self.addrs.keys() {
                 let log = std::fs::read_to_string(self.dir.path().join(format!("node-{id}.log")))
                     .unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(60).collect();
-                eprintln!("--- node {id} log (last lines) ---");
-                for line in tail.iter().rev() {
+                let ours: Vec<&str> = log.lines().filter(|l| !l.contains("openraft::")).collect();
+                eprintln!("--- node {id} log (last lines, openraft's left out) ---");
+                for line in &ours[ours.len().saturating_sub(150)..] {
                     eprintln!("{line}");
                 }
             }

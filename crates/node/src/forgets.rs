@@ -40,12 +40,6 @@ impl Releases {
         self.outbox.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a lane to `member` at `addr` ([`Outbox::open`]).
-    #[cfg(test)]
-    pub(crate) fn open(&self, member: NodeId, addr: &str) -> bool {
-        self.outbox().open(member, addr)
-    }
-
     /// The members of the latest configuration, with their addresses
     /// ([`Outbox::set_members`]).
     pub(crate) fn set_members<'a>(&self, members: impl IntoIterator<Item = (NodeId, &'a str)>) {
@@ -123,15 +117,22 @@ enum Timer {
     Resume(u64),
 }
 
-async fn after(wait: Duration, timer: Timer) -> Timer {
-    tokio::time::sleep(wait).await;
-    timer
+/// `timer`, due `wait` from now (counted from the call, not from the
+/// first poll).
+fn after(wait: Duration, timer: Timer) -> impl Future<Output = Timer> {
+    let due = tokio::time::Instant::now() + wait;
+    async move {
+        tokio::time::sleep_until(due).await;
+        timer
+    }
 }
 
 /// Sends every batch `releases`' outbox says with `send` (to an address,
 /// a body), each lane's apart so that a member that cannot be reached
 /// holds up no other, and reports each answer and timer back, until
-/// `stop`; `now` is the node's clock.
+/// `stop`; `now` is the node's clock. Once stopped it still passes on what
+/// it holds (a stopping node releases its own clients' locks), until every
+/// lane is empty or [`SEND_TIMEOUT`] has passed.
 pub(crate) async fn send_releases<S, F, E>(
     releases: &Releases,
     now: impl Fn() -> MonoTime,
@@ -144,6 +145,7 @@ pub(crate) async fn send_releases<S, F, E>(
 {
     let mut sending = FuturesUnordered::new();
     let mut timers = FuturesUnordered::new();
+    let mut draining: Option<tokio::time::Instant> = None;
     loop {
         {
             let mut outbox = releases.outbox();
@@ -159,6 +161,15 @@ pub(crate) async fn send_releases<S, F, E>(
                 timers.push(after(ReleaseSender::SPREAD_AFTER, Timer::Late(key)));
             }
         }
+        if draining.is_some() && releases.outbox().is_empty() {
+            return;
+        }
+        let drained = async {
+            match draining {
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             Some((key, member, queued, sent)) = sending.next() => {
                 if let Err(e) = &sent {
@@ -174,7 +185,10 @@ pub(crate) async fn send_releases<S, F, E>(
                 Timer::Resume(key) => releases.outbox().resume(key),
             },
             _ = releases.came.notified() => {}
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled(), if draining.is_none() => {
+                draining = Some(tokio::time::Instant::now() + SEND_TIMEOUT);
+            }
+            _ = drained => return,
         }
     }
 }

@@ -115,11 +115,6 @@ impl ReleaseSender {
         self.pending.drain(..count.min(self.pending.len()));
     }
 
-    /// When the batch under way becomes late (see [`Self::SPREAD_AFTER`]).
-    pub fn late_at(&self) -> Option<MonoTime> {
-        self.in_flight.map(|(_, sent)| sent + Self::SPREAD_AFTER)
-    }
-
     /// The batch under way was not acknowledged by `now`, its late time:
     /// the member is down, and every release queued for it, the batch's
     /// and those waiting behind it, goes to every other member too
@@ -217,7 +212,6 @@ mod tests {
         s.push(release(1, 60_000), at(0));
         s.push(release(2, 60_000), at(0));
         s.sending(1, at(0));
-        assert_eq!(s.late_at(), Some(at(50)));
         assert!(!s.is_down());
         assert_eq!(
             ids(&s.late(at(50))),

@@ -177,9 +177,8 @@ fn member_config(id: NodeId, config: &Config) -> MemberConfig {
 /// Member `id`'s outbox, with a lane to every other member.
 fn outbox(id: NodeId, config: &Config) -> Outbox {
     let mut outbox = Outbox::new(id);
-    for member in 1..=config.nodes {
-        outbox.open(member, &member.to_string());
-    }
+    let addrs: Vec<(NodeId, String)> = (1..=config.nodes).map(|m| (m, m.to_string())).collect();
+    outbox.set_members(addrs.iter().map(|(m, a)| (*m, a.as_str())));
     outbox
 }
 

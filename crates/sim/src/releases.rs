@@ -67,7 +67,7 @@ impl World {
     }
 
     /// The batch `key` is late, if not answered yet: every other member is
-    /// given it.
+    /// given it, and every release waiting behind it.
     pub(crate) fn forgets_late(&mut self, n: NodeId, key: u64) {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");

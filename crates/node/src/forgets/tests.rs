@@ -57,7 +57,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let releases = Releases::new(1);
-        assert!(releases.open(2, "b") && releases.open(3, "c"));
+        releases.set_members([(1, "a"), (2, "b"), (3, "c")]);
         Rig {
             releases,
             origin: tokio::time::Instant::now(),
@@ -314,4 +314,55 @@ async fn many_releases_go_in_batches_each_within_the_body_limit_in_order() {
     assert_eq!(all, (0..200).collect::<Vec<u128>>(), "each once, in order");
     assert!(largest.get() <= BATCH_BYTES, "{} bytes", largest.get());
     assert!(to(&sent, "c").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_sender_passes_on_what_it_holds_then_ends() {
+    let rig = Rig::new();
+    let stop = CancellationToken::new();
+    let stop_tx = stop.clone();
+    let taken = std::cell::RefCell::new(Vec::new());
+    let send = |addr: String, _body: Vec<u8>| {
+        let taken = &taken;
+        let rig = &rig;
+        async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            taken.borrow_mut().push((rig.elapsed_ms(), addr));
+            Ok::<(), &str>(())
+        }
+    };
+    rig.release(1, Duration::from_secs(30));
+    let sender = send_releases(&rig.releases, || rig.now(), send, stop);
+    let script = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        stop_tx.cancel();
+    };
+    tokio::join!(sender, script);
+    assert_eq!(taken.into_inner(), [(30, "b".to_string())], "finished");
+    assert_eq!(rig.elapsed_ms(), 30, "and ended once it held nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_sender_gives_up_on_a_member_that_never_takes_them() {
+    let rig = Rig::new();
+    let stop = CancellationToken::new();
+    let stop_tx = stop.clone();
+    let send = |addr: String, _body: Vec<u8>| async move {
+        match addr.as_str() {
+            "b" => Err("unreachable"),
+            _ => Ok(()),
+        }
+    };
+    rig.release(1, Duration::from_secs(30));
+    let sender = send_releases(&rig.releases, || rig.now(), send, stop);
+    let script = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        stop_tx.cancel();
+    };
+    tokio::join!(sender, script);
+    assert_eq!(
+        rig.elapsed_ms(),
+        10 + SEND_TIMEOUT.as_millis() as u64,
+        "tried until the send timeout after the stop"
+    );
 }

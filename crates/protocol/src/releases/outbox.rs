@@ -59,7 +59,7 @@ pub struct Outbox {
     next_key: u64,
     /// The members of the latest configuration the driver told of: their
     /// lanes are never closed.
-    members: BTreeSet<NodeId>,
+    configuration: BTreeSet<NodeId>,
 }
 
 impl Outbox {
@@ -69,7 +69,7 @@ impl Outbox {
             me,
             lanes: Vec::new(),
             next_key: 0,
-            members: BTreeSet::new(),
+            configuration: BTreeSet::new(),
         }
     }
 
@@ -81,24 +81,26 @@ impl Outbox {
     }
 
     /// The members of the latest configuration, with their addresses: each
-    /// gets a lane ([`Outbox::open`]), and none of them has it closed until
+    /// gets a lane (a member now at another address, removed and added
+    /// again elsewhere, a new one: the old one takes no more and goes once
+    /// what it holds is sent or ended), and none of them has it closed until
     /// a configuration without it: a member removed and added again keeps
     /// the lane of its new membership when the end of its old one closes
     /// lanes ([`Outbox::close`]).
     pub fn set_members<'a>(&mut self, members: impl IntoIterator<Item = (NodeId, &'a str)>) {
-        self.members.clear();
+        self.configuration.clear();
         for (member, addr) in members {
             self.open(member, addr);
         }
     }
 
-    /// Opens a lane to `member` at `addr`, a member from now on (see
-    /// [`Outbox::set_members`]); false for this member, or one whose lane
-    /// is open to that address already. A member now at another address
-    /// (removed, and added again elsewhere) gets a new lane: the old one
-    /// takes no more and goes once what it holds is sent or ended.
-    pub fn open(&mut self, member: NodeId, addr: &str) -> bool {
-        self.members.insert(member);
+    /// Opens a lane to `member` at `addr`, of the latest configuration;
+    /// false for this member, or one whose lane is open to that address
+    /// already. A member now at another address (removed, and added again
+    /// elsewhere) gets a new lane: the old one takes no more and goes once
+    /// what it holds is sent or ended.
+    fn open(&mut self, member: NodeId, addr: &str) -> bool {
+        self.configuration.insert(member);
         if member == self.me {
             return false;
         }
@@ -126,13 +128,20 @@ impl Outbox {
     /// or ended. Nothing for a member of the latest configuration (added
     /// again since it left).
     pub fn close(&mut self, member: NodeId) {
-        if self.members.contains(&member) {
+        if self.configuration.contains(&member) {
             return;
         }
         for lane in self.lanes.iter_mut().filter(|l| l.member == member) {
             lane.open = false;
         }
         self.tidy();
+    }
+
+    /// Whether no lane holds a release (none queued, none under way).
+    pub fn is_empty(&self) -> bool {
+        self.lanes
+            .iter()
+            .all(|l| l.idle() && l.sender.pending().is_empty())
     }
 
     /// The members with an open lane.

@@ -263,3 +263,36 @@ fn a_member_added_again_keeps_its_lane_when_its_old_departure_ends() {
     outbox.close(2);
     assert_eq!(outbox.members().collect::<Vec<_>>(), [3]);
 }
+
+#[test]
+fn a_timer_of_an_earlier_batch_does_nothing_to_the_next_one() {
+    let mut outbox = outbox();
+    release_for_two(&mut outbox, 1, at(30_000), at(0));
+    let first = batches(&mut outbox, at(0)).remove(0);
+    outbox.answered(first.key, false, at(10));
+    let spread = batches(&mut outbox, at(10)).remove(0);
+    outbox.answered(spread.key, true, at(11));
+    outbox.resume(first.key);
+    release_for_two(&mut outbox, 2, at(30_000), at(60));
+    let sent = batches(&mut outbox, at(60));
+    let second = sent[0].clone();
+    assert_eq!((second.member, ids(&second)), (2, vec![1, 2]));
+    // 2 has not taken a batch since it failed: 3 is given the new one too.
+    assert_eq!((sent[1].member, ids(&sent[1])), (3, vec![2]));
+    outbox.answered(sent[1].key, true, at(61));
+    // The first batch's late timer and its wait's end come after.
+    outbox.late(first.key, at(70));
+    outbox.resume(first.key);
+    assert!(
+        batches(&mut outbox, at(70)).is_empty(),
+        "nothing spread, nothing sent beside the batch under way"
+    );
+    assert_eq!(
+        outbox.answered(first.key, false, at(80)),
+        None,
+        "no such batch"
+    );
+    assert!(batches(&mut outbox, at(80)).is_empty());
+    assert_eq!(outbox.answered(second.key, true, at(90)), None);
+    assert!(outbox.is_empty());
+}
