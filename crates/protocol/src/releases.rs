@@ -46,9 +46,8 @@ pub struct ReleaseSender {
     wait: Duration,
     /// The member is slow or failing: releases are spread as they come.
     down: bool,
-    /// The batch under way: how many releases from the front, and when it
-    /// left.
-    in_flight: Option<(usize, MonoTime)>,
+    /// The batch under way: how many releases from the front.
+    in_flight: Option<usize>,
 }
 
 impl Default for ReleaseSender {
@@ -104,9 +103,9 @@ impl ReleaseSender {
         spread
     }
 
-    /// The first `taken` releases leave at `now` as one batch.
-    pub fn sending(&mut self, taken: usize, now: MonoTime) {
-        self.in_flight = Some((taken.min(self.pending.len()), now));
+    /// The first `taken` releases leave as one batch.
+    pub fn sending(&mut self, taken: usize) {
+        self.in_flight = Some(taken.min(self.pending.len()));
     }
 
     /// Drops the first `count` releases, none of which needs sending any
@@ -129,7 +128,7 @@ impl ReleaseSender {
     /// wait before the next try (none after an acknowledgement).
     pub fn sent(&mut self, acked: bool, now: MonoTime) -> (Vec<Release>, Option<Duration>) {
         if acked {
-            if let Some((taken, _)) = self.in_flight.take() {
+            if let Some(taken) = self.in_flight.take() {
                 self.skip(taken);
             }
             self.wait = Self::RETRY_FIRST;
@@ -191,18 +190,18 @@ mod tests {
         let mut waits = Vec::new();
         let mut spread = Vec::new();
         for _ in 0..7 {
-            s.sending(1, at(0));
+            s.sending(1);
             let (out, wait) = s.sent(false, at(0));
             spread.extend(out);
             waits.push(wait.unwrap().as_millis());
         }
         assert_eq!(waits, [50, 100, 200, 400, 800, 1_000, 1_000]);
         assert_eq!(ids(&spread), [1], "given to the others once");
-        s.sending(1, at(0));
+        s.sending(1);
         assert_eq!(s.sent(true, at(0)), (vec![], None));
         assert!(s.pending().is_empty());
         assert!(!s.is_down());
-        s.sending(0, at(0));
+        s.sending(0);
         assert_eq!(s.sent(false, at(0)).1, Some(ReleaseSender::RETRY_FIRST));
     }
 
@@ -211,7 +210,7 @@ mod tests {
         let mut s = ReleaseSender::new();
         s.push(release(1, 60_000), at(0));
         s.push(release(2, 60_000), at(0));
-        s.sending(1, at(0));
+        s.sending(1);
         assert!(!s.is_down());
         assert_eq!(
             ids(&s.late(at(50))),
@@ -223,7 +222,7 @@ mod tests {
         assert!(spread.spread && spread.id == LockId::from_u128(3));
         let (spread, _) = s.sent(false, at(2_000));
         assert!(spread.is_empty(), "1 was spread already");
-        s.sending(3, at(2_050));
+        s.sending(3);
         let (spread, wait) = s.sent(true, at(2_060));
         assert!(spread.is_empty() && wait.is_none());
         assert_eq!(s.push(release(4, 60_000), at(2_070)), None, "up again");
@@ -235,10 +234,10 @@ mod tests {
         // Ends at 500 ms; with the forget margin, no longer needed at 1.5 s.
         s.push(release(1, 500), at(0));
         s.push(release(2, 60_000), at(0));
-        s.sending(2, at(1_400));
+        s.sending(2);
         let (spread, _) = s.sent(false, at(1_400));
         assert_eq!(ids(&spread), [1, 2]);
-        s.sending(2, at(1_500));
+        s.sending(2);
         let (spread, _) = s.sent(false, at(1_500));
         assert!(spread.is_empty());
         let left: Vec<Release> = s.pending().iter().cloned().collect();

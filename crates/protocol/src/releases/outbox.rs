@@ -202,7 +202,7 @@ impl Outbox {
                 lane.sender.skip(taken);
                 continue;
             }
-            lane.sender.sending(taken, now);
+            lane.sender.sending(taken);
             self.next_key += 1;
             lane.batch = Some(self.next_key);
             found = Some(Batch {
