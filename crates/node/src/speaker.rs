@@ -11,7 +11,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use leasehold_api::PeerLock;
 use leasehold_protocol::{
-    Attempt, DepartedRead, Leadership, MemberRead, ReadOut, RebuildInput, Step,
+    Attempt, AttemptOut, DepartedRead, Leadership, MemberRead, ReadOut, Rebuilding, Step,
 };
 use leasehold_raft::codec::CodecError;
 use leasehold_raft::{ReadPolicy, WatchReceiver};
@@ -24,6 +24,7 @@ use tracing::Instrument;
 use crate::node::Node;
 use crate::peers::PeerError;
 use crate::report::{self, MemberReport, ReportHeader, Revised};
+use crate::roster::Roster;
 use tokio_util::sync::CancellationToken;
 
 /// The longest the speaker task sleeps without looking: its guard can run
@@ -119,11 +120,14 @@ async fn carry_out(
             node.drop_table(term);
         }
         Step::Rebuild { term, attempt: id } => {
-            let generation = node.generation();
+            let rebuilding = node
+                .state()
+                .member
+                .start_attempt(id, term, node.clock.now());
             let (rebuilder, ended) = (Arc::clone(node), ended.clone());
             let task = node.tasks.spawn(
                 async move {
-                    let outcome = AssertUnwindSafe(rebuild(rebuilder, term, generation))
+                    let outcome = AssertUnwindSafe(rebuild(rebuilder, rebuilding))
                         .catch_unwind()
                         .await
                         .unwrap_or(Attempt::Failed("panicked"));
@@ -150,69 +154,14 @@ async fn step_down(node: &Arc<Node>, term: u64, why: &str) {
     }
 }
 
-/// Reads every member and rebuilds the table for `term`, unless the table
-/// moved on meanwhile.
-async fn rebuild(node: Arc<Node>, term: u64, generation: u64) -> Attempt {
-    let started = Instant::now();
-    // The blank entry of this term committed: a quorum knows this leader.
-    // openraft's ReadIndex gives up after about one leader lease without a
-    // quorum; the caller tries again.
-    let within = node.state().member.config().confirm_within();
-    let linearized =
-        tokio::time::timeout(within, node.raft.ensure_linearizable(ReadPolicy::ReadIndex)).await;
-    if !matches!(linearized, Ok(Ok(_))) {
-        return Attempt::Failed("no quorum confirmed this leader");
-    }
-    let input = read_members(&node, term, generation, started).await;
-    // Counted and put in place under the state's lock; settled apart from
-    // it, where blocking work runs (a thread of its own; inline under a
-    // simulator): a million locks take most of a second to settle, and
-    // meanwhile the node answers (Raft's heartbeats, its clients, which
-    // wait for the state's lock) on the runtime's threads.
-    let job = node
-        .state()
-        .member
-        .begin_rebuild(input, &node.guard(), node.clock.now());
-    let job = match job {
-        Ok(job) => job,
-        Err(failed) => return failed,
-    };
-    let Ok(settled) = leasehold_raft::blocking::unblock(move || job.settle()).await else {
-        return Attempt::Failed("settling the reports panicked");
-    };
-    let done = {
-        let mut state = node.state();
-        let done = state
-            .member
-            .finish_rebuild(settled, &node.guard(), node.clock.now());
-        if done.is_ok() {
-            node.changed(&state);
-        }
-        done
-    };
-    match done {
-        Ok(done) => {
-            node.record_rebuild(done.report);
-            tell_losers(&node, done.lost).await;
-            Attempt::Rebuilt
-        }
-        Err(failed) => failed,
-    }
-}
+/// A read of a member under way: the member, how long the read took, and
+/// its report.
+type MemberReadDone = (NodeId, Duration, Result<MemberReport, PeerError>);
 
-/// Reads every member's report in parallel, as the protocol's [`Reading`]
-/// says (which to read, which to read again, when to stop), and hands
-/// back what the rebuild takes: the reports read, the members missing,
-/// and how long the attempt `started` then has taken.
-///
-/// The read carries `term`: a member still speaking for an older term drops
-/// its table before it answers, so it grants nothing after its report.
-async fn read_members(
-    node: &Arc<Node>,
-    term: u64,
-    generation: u64,
-    started: Instant,
-) -> RebuildInput {
+/// Carries out the rebuild `attempt` (`Rebuilding` decides: confirm, read
+/// every member, settle, tell losers) and answers how it ended.
+async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
+    let term = attempt.term();
     // Every member of the latest configuration, both halves of a joint
     // one and the learners: any of them may hold locks of its clients;
     // and the members that left within a lease, which may too.
@@ -221,91 +170,147 @@ async fn read_members(
         .members()
         .map(|(id, addr)| (id, addr.to_string()))
         .collect();
-    let mut ids: Vec<NodeId> = addrs.keys().copied().collect();
-    for (id, addr) in node.departed() {
-        ids.push(id);
-        addrs.insert(id, addr);
-    }
-    let (mut reading, began) = {
-        let mut state = node.state();
-        let now = node.clock.now();
-        (state.member.start_reading(term, generation, &ids, now), now)
-    };
-    let deadline = Instant::now() + reading.deadline().saturating_duration_since(began);
-    let mut pending = FuturesUnordered::new();
+    let mut reads = FuturesUnordered::new();
+    let mut deadline = Instant::now();
     loop {
-        while let Some(out) = reading.poll_read() {
-            let (id, delay) = match out {
-                ReadOut::Read(id) => (id, None),
-                ReadOut::ReadAgain { member, after } => (member, Some(after)),
-            };
-            let addr = addrs.get(&id).cloned().unwrap_or_default();
-            let node = Arc::clone(node);
-            pending.push(read_member(node, id, addr, term, deadline, delay));
-        }
-        let now = node.clock.now();
-        let stop_in = reading.stop_at(now).saturating_duration_since(now);
-        if stop_in.is_zero() {
-            break;
-        }
-        let next = tokio::time::timeout(stop_in, pending.next());
-        let (id, took, report) = match next.await {
-            Ok(Some(read)) => read,
-            // No read out, yet not over (a sabotaged reading waits for
-            // its deadline): wait for it.
-            Ok(None) => {
-                tokio::time::sleep(stop_in).await;
-                continue;
-            }
-            // Time to stop, unless tokio's clock ran ahead of the lease
-            // clock: asked again above.
-            Err(_) => continue,
-        };
-        match report {
-            Ok(report) => {
-                tracing::info!(
-                    member = id,
-                    locks = report.locks.len(),
-                    frames = report.frames,
-                    took_ms = took.as_millis() as u64,
-                    "member read"
-                );
-                let header = &report.header;
-                // A member that left lately, which this speaker did not see
-                // go (it joined or restarted since), is read too.
-                for gone in &header.departed {
-                    let known = roster.addr(gone.node).is_some();
-                    let left = Duration::from_millis(gone.left_ms);
-                    // Read at the address it left from, unless read
-                    // already (its first address stays).
-                    if !known
-                        && node.adopt_departed(gone.node, &gone.addr, left)
-                        && reading.add(gone.node)
-                    {
-                        addrs.insert(gone.node, gone.addr.clone());
+        while let Some(out) = attempt.poll() {
+            match out {
+                AttemptOut::Confirm { within } => {
+                    // The blank entry of this term committed: a quorum
+                    // knows this leader. openraft's ReadIndex gives up
+                    // after about one leader lease without a quorum; the
+                    // caller tries again.
+                    let linearized = node.raft.ensure_linearizable(ReadPolicy::ReadIndex);
+                    if !matches!(tokio::time::timeout(within, linearized).await, Ok(Ok(_))) {
+                        attempt.not_confirmed("no quorum confirmed this leader");
+                        continue;
+                    }
+                    let mut ids: Vec<NodeId> = addrs.keys().copied().collect();
+                    for (id, addr) in node.departed() {
+                        ids.push(id);
+                        addrs.insert(id, addr);
+                    }
+                    let guard = node.guard();
+                    let mut state = node.state();
+                    let now = node.clock.now();
+                    attempt.confirmed(&mut state.member, &ids, &guard, now);
+                    if let Some(at) = attempt.read_deadline() {
+                        deadline = Instant::now() + at.saturating_duration_since(now);
                     }
                 }
-                reading.answered(MemberRead {
-                    member: id,
-                    max_lease: Duration::from_millis(header.max_lease_ms),
-                    copies: usize::try_from(header.copies).unwrap_or(usize::MAX),
-                    uptime: (!header.first_start).then(|| Duration::from_millis(header.uptime_ms)),
-                    // Already on this clock: each frame's leases were
-                    // counted from its arrival as it was read
-                    // (`ReportReader::push`).
-                    locks: report.locks,
-                });
-            }
-            Err(e) => {
-                reading.failed(id, e.to_string(), node.clock.now());
+                AttemptOut::Read(read) => {
+                    let (id, delay) = match read {
+                        ReadOut::Read(id) => (id, None),
+                        ReadOut::ReadAgain { member, after } => (member, Some(after)),
+                    };
+                    let addr = addrs.get(&id).cloned().unwrap_or_default();
+                    let node = Arc::clone(&node);
+                    reads.push(read_member(node, id, addr, term, deadline, delay));
+                }
+                // Counted and put in place under the state's lock; settled
+                // apart from it, where blocking work runs (a thread of its
+                // own; inline under a simulator): a million locks take most
+                // of a second to settle, and meanwhile the node answers
+                // (Raft's heartbeats, its clients, which wait for the
+                // state's lock) on the runtime's threads.
+                AttemptOut::Settle(job) => {
+                    let Ok(settled) = leasehold_raft::blocking::unblock(move || job.settle()).await
+                    else {
+                        return Attempt::Failed("settling the reports panicked");
+                    };
+                    let guard = node.guard();
+                    let mut state = node.state();
+                    if attempt.settled(settled, &mut state.member, &guard, node.clock.now()) {
+                        node.changed(&state);
+                    }
+                }
+                AttemptOut::Rebuilt(report) => node.record_rebuild(report),
+                AttemptOut::TellLost { member, locks } => tell_lost(&node, member, locks).await,
+                AttemptOut::Ended(outcome) => return outcome,
             }
         }
+        // Reading: the next answer, or the time the reads stop.
+        let now = node.clock.now();
+        let Some(stop_at) = attempt.stop_at(now) else {
+            return Attempt::Failed("the attempt stalled");
+        };
+        let stop_in = stop_at.saturating_duration_since(now);
+        let next = if stop_in.is_zero() {
+            None
+        } else if reads.is_empty() {
+            // No read out, yet not over (a sabotaged reading waits for its
+            // deadline): wait for it.
+            tokio::time::sleep(stop_in).await;
+            None
+        } else {
+            // Time to stop, unless tokio's clock ran ahead of the lease
+            // clock: asked again.
+            tokio::time::timeout(stop_in, reads.next())
+                .await
+                .ok()
+                .flatten()
+        };
+        let Some((id, took, report)) = next else {
+            let guard = node.guard();
+            let mut state = node.state();
+            attempt.timeout(&mut state.member, &guard, node.clock.now());
+            continue;
+        };
+        took_read(&node, &roster, &mut attempt, &mut addrs, id, took, report);
     }
-    let (input, unread) = reading.finish(started.elapsed());
-    for (member, why) in unread {
-        tracing::warn!(member, e = %why, "member missing at the rebuild");
+}
+
+/// Feeds `attempt` the read of member `id` that took `took`: its report, or
+/// why it failed. A member that left lately which this speaker did not see
+/// go (it joined or restarted since), named in a report, is read too.
+fn took_read(
+    node: &Arc<Node>,
+    roster: &Roster,
+    attempt: &mut Rebuilding,
+    addrs: &mut BTreeMap<NodeId, String>,
+    id: NodeId,
+    took: Duration,
+    report: Result<MemberReport, PeerError>,
+) {
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => {
+            let guard = node.guard();
+            let mut state = node.state();
+            let now = node.clock.now();
+            attempt.failed(id, e.to_string(), &mut state.member, &guard, now);
+            return;
+        }
+    };
+    tracing::info!(
+        member = id,
+        locks = report.locks.len(),
+        frames = report.frames,
+        took_ms = took.as_millis() as u64,
+        "member read"
+    );
+    let header = &report.header;
+    for gone in &header.departed {
+        let known = roster.addr(gone.node).is_some();
+        let left = Duration::from_millis(gone.left_ms);
+        // Read at the address it left from, unless read already (its
+        // first address stays).
+        if !known && node.adopt_departed(gone.node, &gone.addr, left) && attempt.add(gone.node) {
+            addrs.insert(gone.node, gone.addr.clone());
+        }
     }
-    input
+    let read = MemberRead {
+        member: id,
+        max_lease: Duration::from_millis(header.max_lease_ms),
+        copies: usize::try_from(header.copies).unwrap_or(usize::MAX),
+        uptime: (!header.first_start).then(|| Duration::from_millis(header.uptime_ms)),
+        // Already on this clock: each frame's leases were counted from its
+        // arrival as it was read (`ReportReader::push`).
+        locks: report.locks,
+    };
+    let guard = node.guard();
+    let mut state = node.state();
+    attempt.answered(read, &mut state.member, &guard, node.clock.now());
 }
 
 /// One read of member `id`'s report (after `delay`, if given), bounded by
@@ -317,7 +322,7 @@ async fn read_member(
     term: u64,
     deadline: Instant,
     delay: Option<Duration>,
-) -> (NodeId, Duration, Result<MemberReport, PeerError>) {
+) -> MemberReadDone {
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
     }
@@ -368,23 +373,14 @@ async fn read_member(
     (id, started.elapsed(), report)
 }
 
-/// Tells each node whose clients held locks a rebuild settled as lost.
-async fn tell_losers(node: &Arc<Node>, by_node: BTreeMap<NodeId, Vec<Lock>>) {
-    let now = node.clock.now();
-    for (member, locks) in by_node {
-        if member == node.id() {
-            node.lost(locks.iter().map(|l| l.id));
-        } else if let Some(addr) = node.roster().addr(member) {
-            node.peers
-                .lost(
-                    addr,
-                    locks
-                        .iter()
-                        .map(|l| PeerLock::from(l.in_transit(now)))
-                        .collect(),
-                )
-                .await;
-        }
+/// Tells `member` that its clients lost `locks` to an older grant.
+async fn tell_lost(node: &Arc<Node>, member: NodeId, locks: Vec<Lock>) {
+    if member == node.id() {
+        node.lost(locks.iter().map(|l| l.id));
+    } else if let Some(addr) = node.roster().addr(member) {
+        let now = node.clock.now();
+        let locks = locks.iter().map(|l| PeerLock::from(l.in_transit(now)));
+        node.peers.lost(addr, locks.collect()).await;
     }
 }
 

@@ -54,8 +54,8 @@ pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP
 pub use member::{Copying, Forwarded, Made, Member, OnRecord, PeerTerms, Polled, Renewal};
 pub use members::Members;
 pub use rebuild::{
-    at_risk_for, MemberRead, ReadOut, Reading, Reads, RebuildDone, RebuildInput, RebuildJob,
-    SettledRebuild, READ_AGAIN_AFTER, STRAGGLER_SHARE,
+    at_risk_for, AttemptOut, MemberRead, ReadOut, Reading, Reads, RebuildDone, RebuildInput,
+    RebuildJob, Rebuilding, SettledRebuild, READ_AGAIN_AFTER, STRAGGLER_SHARE,
 };
 pub use refusal::Refusal;
 pub use releases::{Batch, Outbox, Release, ReleaseSender};

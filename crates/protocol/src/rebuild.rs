@@ -12,8 +12,10 @@ use crate::guard::Guard;
 use crate::leadership::Attempt;
 use crate::member::Member;
 
+mod attempt;
 mod reading;
 
+pub use attempt::{AttemptOut, Rebuilding};
 pub use reading::{ReadOut, Reading};
 
 /// How long a rebuild waits before it reads again a member whose read

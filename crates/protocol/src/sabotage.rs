@@ -69,8 +69,8 @@ pub struct Sabotage {
     /// (the reads wait for every answer or the deadline); `no_reread` is
     /// the first half.
     pub read_once: bool,
-    /// The strict hold, one leader lease short: the driver stamps its
-    /// rebuild one leader lease early (read by the simulation's driver).
+    /// The strict hold, one leader lease short: a rebuild attempt stamps
+    /// its table one leader lease early ([`crate::Rebuilding`]).
     pub short_strict_hold: bool,
     /// A report's leases counted from when the reads were sent, not from
     /// each report's arrival (read by the simulation's driver; the node's
@@ -131,7 +131,7 @@ const SWITCHES: [(&str, Field); 17] = [
 impl Sabotage {
     /// The switches only the protocol simulation's driver reads: they
     /// break a duty the node's driver does not have as such.
-    pub const DRIVER_ONLY: [&'static str; 3] = ["unacked-copies", "short-hold", "count-from-send"];
+    pub const DRIVER_ONLY: [&'static str; 2] = ["unacked-copies", "count-from-send"];
 
     /// Every switch's name, as `--sabotage` takes it.
     pub fn names() -> impl Iterator<Item = &'static str> {

@@ -75,6 +75,18 @@ pub enum Scenario {
     SpeakerCrashes,
 }
 
+impl Scenario {
+    /// Every scenario but the mixed one, each aimed at one fault.
+    pub const TARGETED: [Scenario; 6] = [
+        Scenario::SpeakerPauses,
+        Scenario::RestartBehindCut,
+        Scenario::QuorumBlip,
+        Scenario::AcksLost,
+        Scenario::SlowReports,
+        Scenario::SpeakerCrashes,
+    ];
+}
+
 impl Config {
     /// A configuration drawn from `seed`, with the mixed faults.
     pub fn from_seed(seed: u64) -> Config {

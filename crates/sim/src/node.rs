@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold_protocol::{
     Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, OnRecord, Outbox,
-    RebuildMode,
+    RebuildMode, Rebuilding,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
@@ -79,26 +79,14 @@ pub(crate) struct Pending {
     pub(crate) renewing: Option<LockId>,
 }
 
-/// Where a rebuild attempt is.
-pub(crate) enum Phase {
-    /// Waiting for ReadIndex.
-    Confirming,
-    /// Reading the members.
-    Reading(Box<leasehold_protocol::Reading>),
-    /// Over; the watch loop takes the outcome at its next turn.
-    Done(Attempt),
-}
-
 /// One rebuild attempt.
 pub(crate) struct RebuildAttempt {
     /// Its reads' messages' id, unique in the run.
     pub(crate) id: u64,
-    /// `Leadership`'s number for it.
-    pub(crate) number: u64,
-    pub(crate) term: u64,
-    pub(crate) generation: u64,
-    pub(crate) started: u64,
-    pub(crate) phase: Phase,
+    /// The protocol's side: what to do next.
+    pub(crate) rebuilding: Rebuilding,
+    /// How it ended, for the watch loop's next turn.
+    pub(crate) ended: Option<Attempt>,
 }
 
 /// A grant or renewal waiting for its copies' acknowledgements.
@@ -243,18 +231,13 @@ impl Node {
     /// The term, number and outcome of the rebuild attempt that ended,
     /// taken.
     pub(crate) fn ended_attempt(&mut self) -> Option<(u64, u64, Attempt)> {
-        match self.attempt.take() {
-            Some(RebuildAttempt {
-                term,
-                number,
-                phase: Phase::Done(outcome),
-                ..
-            }) => Some((term, number, outcome)),
-            other => {
-                self.attempt = other;
-                None
-            }
-        }
+        let attempt = self.attempt.take_if(|a| a.ended.is_some())?;
+        let outcome = attempt.ended?;
+        Some((
+            attempt.rebuilding.term(),
+            attempt.rebuilding.number(),
+            outcome,
+        ))
     }
 
     /// What this node tells a rebuilding speaker of itself at `t`.

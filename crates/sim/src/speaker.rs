@@ -7,14 +7,14 @@
 //! `Member::rebuild`. The simulation carries the reads as messages and
 //! learns at once when the network loses one.
 
-use std::time::Duration;
+use leasehold_protocol::{
+    Attempt, AttemptOut, Guard, Member, MemberRead, ReadOut, Rebuilding, Step,
+};
+use locktable::{Lock, LockInTransit, MonoTime, NodeId};
 
-use leasehold_protocol::{Attempt, MemberRead, ReadOut, Reading, Step};
-use locktable::{Lock, LockInTransit, NodeId};
-
-use crate::config::timing::{LEADER_LEASE_MS, READ_AGAIN_AFTER_MS, REBUILD_TIMEOUT_MS};
+use crate::config::timing::{READ_AGAIN_AFTER_MS, REBUILD_TIMEOUT_MS};
 use crate::msg::{Event, Msg, ReportHeader, To};
-use crate::node::{Phase, RebuildAttempt};
+use crate::node::RebuildAttempt;
 use crate::world::World;
 
 impl World {
@@ -107,95 +107,111 @@ impl World {
         self.next_attempt += 1;
         let id = self.next_attempt;
         let node = self.nodes.get_mut(&n).expect("member");
-        let generation = node.member.generation();
-        // The blank entry of this term committed and a quorum still knows
-        // this leader: openraft's ReadIndex.
-        let phase = if node.raft.start_read(id, t) {
-            Phase::Confirming
-        } else {
-            Phase::Done(Attempt::Failed("not the leader, or handing over"))
-        };
+        let rebuilding = node.member.start_attempt(number, term, node.mono(t));
         node.attempt = Some(RebuildAttempt {
             id,
-            number,
-            term,
-            generation,
-            started: t,
-            phase,
+            rebuilding,
+            ended: None,
         });
+        self.drive(n, id);
         self.flush_raft(n);
     }
 
-    /// The attempt `id` of node `n` that is reading, if it is.
-    fn reading(&mut self, n: NodeId, id: u64) -> Option<&mut Reading> {
-        match self.nodes.get_mut(&n)?.attempt.as_mut() {
-            Some(RebuildAttempt {
-                id: current,
-                phase: Phase::Reading(reading),
-                ..
-            }) if *current == id => Some(&mut **reading),
-            _ => None,
-        }
-    }
-
-    /// ReadIndex of attempt `id` ended: read every member as the
-    /// protocol's `Reading` says, or fail.
-    pub(crate) fn read_confirmed(&mut self, n: NodeId, id: u64, confirmed: bool) {
+    /// Feeds node `n`'s attempt `id`, if it is the one under way, with `f`
+    /// (given the node's `Member`, guard and time).
+    fn with_attempt<R>(
+        &mut self,
+        n: NodeId,
+        id: u64,
+        f: impl FnOnce(&mut Rebuilding, &mut Member, &Guard, MonoTime) -> R,
+    ) -> Option<R> {
+        let guard = self.guard(n);
         let t = self.t;
-        let node = self.nodes.get_mut(&n).expect("member");
-        let Some(attempt) = node.attempt.as_mut().filter(|a| a.id == id) else {
-            return;
-        };
-        if !matches!(attempt.phase, Phase::Confirming) {
-            return;
-        }
-        if !confirmed {
-            attempt.phase = Phase::Done(Attempt::Failed("no quorum confirmed this leader"));
-            return;
-        }
-        let (term, generation) = (attempt.term, attempt.generation);
+        let node = self.nodes.get_mut(&n)?;
         let now = node.mono(t);
-        let members = node.member.config().members.clone();
-        let reading = node.member.start_reading(term, generation, &members, now);
-        let attempt = node.attempt.as_mut().expect("checked");
-        attempt.phase = Phase::Reading(Box::new(reading));
-        self.send_reads(n, id);
-        self.at(t + REBUILD_TIMEOUT_MS, Event::ReadDeadline(n, id));
-        self.reads_moved_on(n, id);
+        let attempt = node.attempt.as_mut().filter(|a| a.id == id)?;
+        Some(f(&mut attempt.rebuilding, &mut node.member, &guard, now))
     }
 
-    /// Does what attempt `id`'s `Reading` says: reads this node on the
-    /// spot (by the attempt's term like any member), sends the read to
-    /// another, or times a read again.
-    fn send_reads(&mut self, n: NodeId, id: u64) {
+    /// Carries out what node `n`'s attempt `id` says, until it waits.
+    fn drive(&mut self, n: NodeId, id: u64) {
         let t = self.t;
-        while let Some(out) = self.reading(n, id).and_then(Reading::poll_read) {
+        while let Some(out) = self.with_attempt(n, id, |a, _, _, _| a.poll()).flatten() {
             match out {
-                ReadOut::Read(member) if member == n => {
+                // The blank entry of this term committed and a quorum still
+                // knows this leader: openraft's ReadIndex.
+                AttemptOut::Confirm { .. } => {
                     let node = self.nodes.get_mut(&n).expect("member");
-                    let now = node.mono(t);
-                    let Some(Phase::Reading(reading)) = node.attempt.as_ref().map(|a| &a.phase)
-                    else {
-                        return;
-                    };
-                    let term = reading.term();
-                    node.member.deposed_by(term, now);
-                    let read = member_read(n, node.report_header(t), node.member.own_report(now));
-                    if let Some(reading) = self.reading(n, id) {
-                        reading.answered(read);
+                    if !node.raft.start_read(id, t) {
+                        self.with_attempt(n, id, |a, _, _, _| {
+                            a.not_confirmed("not the leader, or handing over");
+                        });
                     }
                 }
-                ReadOut::Read(member) => {
-                    let term = self.reading(n, id).map_or(0, |r| r.term());
+                // This node's own report, read by the attempt's term like
+                // any member's.
+                AttemptOut::Read(ReadOut::Read(member)) if member == n => {
+                    self.with_attempt(n, id, |a, m, _, now| m.deposed_by(a.term(), now));
+                    let node = &self.nodes[&n];
+                    let now = node.mono(t);
+                    let read = member_read(n, node.report_header(t), node.member.own_report(now));
+                    self.with_attempt(n, id, |a, m, guard, now| a.answered(read, m, guard, now));
+                }
+                AttemptOut::Read(ReadOut::Read(member)) => {
+                    let term = self.with_attempt(n, id, |a, _, _, _| a.term()).unwrap_or(0);
                     self.send_read(n, term, id, member);
                 }
-                ReadOut::ReadAgain { member, after } => {
+                AttemptOut::Read(ReadOut::ReadAgain { member, after }) => {
                     let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
                     debug_assert_eq!(ms, READ_AGAIN_AFTER_MS);
                     self.at(t + ms, Event::ReadAgain(n, id, member));
                 }
+                AttemptOut::Settle(job) => {
+                    let settled = job.settle();
+                    self.with_attempt(n, id, |a, m, guard, now| a.settled(settled, m, guard, now));
+                }
+                AttemptOut::Rebuilt(report) => {
+                    if !report.all_seen {
+                        self.history.missing_rebuilds.push(t);
+                    }
+                    let (term, missing) = (report.term, report.members_missing);
+                    self.note(|| format!("node {n}: rebuilt for term {term}, missing {missing:?}"));
+                }
+                AttemptOut::TellLost { member, locks } => {
+                    let ids = locks.iter().map(|l| l.id).collect();
+                    if member == n {
+                        self.nodes.get_mut(&n).expect("member").member.lost(ids);
+                    } else {
+                        self.send(Some(n), To::Node(member), Msg::Lost { ids });
+                    }
+                }
+                AttemptOut::Ended(outcome) => {
+                    let node = self.nodes.get_mut(&n).expect("member");
+                    if let Some(attempt) = node.attempt.as_mut().filter(|a| a.id == id) {
+                        attempt.ended = Some(outcome);
+                    }
+                }
             }
         }
+    }
+
+    /// ReadIndex of attempt `id` ended: read every member, or fail.
+    pub(crate) fn read_confirmed(&mut self, n: NodeId, id: u64, confirmed: bool) {
+        let t = self.t;
+        let members = self.nodes[&n].member.config().members.clone();
+        let reading = self.with_attempt(n, id, |a, m, guard, now| {
+            if confirmed {
+                a.confirmed(m, &members, guard, now);
+            } else {
+                a.not_confirmed("no quorum confirmed this leader");
+            }
+            a.reading_began().is_some()
+        });
+        self.drive(n, id);
+        if reading == Some(true) {
+            self.at(t + REBUILD_TIMEOUT_MS, Event::ReadDeadline(n, id));
+        }
+        self.reads_moved_on(n, id);
     }
 
     fn send_read(&mut self, n: NodeId, term: u64, attempt: u64, member: NodeId) {
@@ -214,26 +230,28 @@ impl World {
         self.at(self.t, Event::ReadFailed(n, id, member));
     }
 
-    /// Node `n` learns that its read of `member` failed: `Reading` says
+    /// Node `n` learns that its read of `member` failed: the attempt says
     /// whether to read it again a while later.
     pub(crate) fn read_failed_at(&mut self, n: NodeId, id: u64, member: NodeId) {
-        let t = self.t;
-        let now = self.nodes[&n].mono(t);
-        let Some(reading) = self.reading(n, id) else {
+        let again = self
+            .with_attempt(n, id, |a, m, guard, now| {
+                a.failed(member, "lost".into(), m, guard, now)
+            })
+            .flatten();
+        let Some(again) = again else {
             return;
         };
-        let Some(again) = reading.failed(member, "lost".into(), now) else {
-            return;
-        };
-        self.send_reads(n, id);
+        self.drive(n, id);
         self.note(|| format!("node {n}'s read of node {member} fails, read again: {again}"));
         self.reads_moved_on(n, id);
     }
 
     /// Node `n` reads `member` again for attempt `id`.
     pub(crate) fn read_again(&mut self, n: NodeId, id: u64, member: NodeId) {
-        if let Some(reading) = self.reading(n, id) {
-            let term = reading.term();
+        let term = self
+            .with_attempt(n, id, |a, _, _, _| a.reading_began().map(|_| a.term()))
+            .flatten();
+        if let Some(term) = term {
             self.send_read(n, term, id, member);
         }
     }
@@ -248,102 +266,38 @@ impl World {
         header: ReportHeader,
         locks: Vec<LockInTransit>,
     ) {
-        let t = self.t;
-        let node = &self.nodes[&n];
-        let now = node.mono(t);
         let count_from_send = self.config.sabotage.count_from_send;
-        let Some(reading) = self.reading(n, id) else {
-            return;
-        };
-        // Counted from the report's arrival: the speaker's table must not
-        // end a lease before its holder's own count does.
-        let counted_from = if count_from_send {
-            reading.began()
-        } else {
-            now
-        };
-        let locks = locks.into_iter().map(|l| l.arrive(counted_from)).collect();
-        if reading.answered(member_read(from, header, locks)) {
-            self.send_reads(n, id);
+        let taken = self.with_attempt(n, id, |a, m, guard, now| {
+            let began = a.reading_began()?;
+            // Counted from the report's arrival: the speaker's table must
+            // not end a lease before its holder's own count does.
+            let counted_from = if count_from_send { began } else { now };
+            let locks = locks.into_iter().map(|l| l.arrive(counted_from)).collect();
+            Some(a.answered(member_read(from, header, locks), m, guard, now))
+        });
+        if taken.flatten() == Some(true) {
+            self.drive(n, id);
             self.reads_moved_on(n, id);
         }
     }
 
-    /// The reads of attempt `id` end when `Reading` says they stop.
+    /// The reads of attempt `id` end when the attempt says they stop: it
+    /// is asked again then.
     pub(crate) fn reads_moved_on(&mut self, n: NodeId, id: u64) {
         let t = self.t;
-        let now = self.nodes[&n].mono(t);
-        let Some(reading) = self.reading(n, id) else {
-            return;
-        };
-        if reading.none_out() {
-            self.finish_reads(n, id);
-            return;
-        }
-        let wait = reading.stop_at(now).saturating_duration_since(now);
-        if wait.is_zero() {
-            self.note(|| format!("node {n}: reads end, enough members read"));
-            self.finish_reads(n, id);
-        } else {
-            // Rounded up: the event asks `Reading` again, and must not come
-            // back before the time it was set for.
+        self.with_attempt(n, id, |a, m, guard, now| a.timeout(m, guard, now));
+        self.drive(n, id);
+        let wait = self
+            .with_attempt(n, id, |a, _, _, now| {
+                a.stop_at(now)
+                    .map(|stop| stop.saturating_duration_since(now))
+            })
+            .flatten();
+        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
+            // Rounded up: the event asks the attempt again, and must not
+            // come back before the time it was set for.
             let ms = u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
             self.at(t + ms, Event::ReadsMayStop(n, id));
-        }
-    }
-
-    /// The reads ended (`Reading` says so, or the rebuild timeout):
-    /// `Member::rebuild` rebuilds the table from them, unless leadership
-    /// moved on; the nodes whose clients lost a lock to an older grant are
-    /// told.
-    pub(crate) fn finish_reads(&mut self, n: NodeId, id: u64) {
-        let t = self.t;
-        let short_hold = self.config.sabotage.short_strict_hold;
-        let guard = self.guard(n);
-        let node = self.nodes.get_mut(&n).expect("member");
-        let Some(attempt) = node
-            .attempt
-            .as_mut()
-            .filter(|a| a.id == id && matches!(a.phase, Phase::Reading(_)))
-        else {
-            return;
-        };
-        let Phase::Reading(reading) = std::mem::replace(
-            &mut attempt.phase,
-            Phase::Done(Attempt::Failed("superseded")),
-        ) else {
-            unreachable!("matched above");
-        };
-        let (input, _) = reading.finish(Duration::from_millis(t - attempt.started));
-        let missing = input.missing.clone();
-        let term = attempt.term;
-        let mut now = node.mono(t);
-        if short_hold {
-            // A node that stamps its rebuild one leader lease early: the
-            // strict hold, counted from it, ends that much sooner.
-            now = node.mono(t.saturating_sub(LEADER_LEASE_MS));
-        }
-        let outcome = match node.member.rebuild(input, &guard, now) {
-            Ok(done) => {
-                if !done.report.all_seen {
-                    self.history.missing_rebuilds.push(t);
-                }
-                for (owner, locks) in done.lost {
-                    let ids = locks.iter().map(|l| l.id).collect();
-                    if owner == n {
-                        self.nodes.get_mut(&n).expect("member").member.lost(ids);
-                    } else {
-                        self.send(Some(n), To::Node(owner), Msg::Lost { ids });
-                    }
-                }
-                self.note(|| format!("node {n}: rebuilt for term {term}, missing {missing:?}"));
-                Attempt::Rebuilt
-            }
-            Err(failed) => failed,
-        };
-        let node = self.nodes.get_mut(&n).expect("member");
-        if let Some(attempt) = node.attempt.as_mut().filter(|a| a.id == id) {
-            attempt.phase = Phase::Done(outcome);
         }
     }
 

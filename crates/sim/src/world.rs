@@ -215,7 +215,7 @@ impl World {
                 }
             }
             Event::ReadDeadline(n, attempt) => match self.node_ready(n) {
-                Some(true) => self.finish_reads(n, attempt),
+                Some(true) => self.reads_moved_on(n, attempt),
                 Some(false) => self.park(n, Event::ReadDeadline(n, attempt)),
                 None => {}
             },

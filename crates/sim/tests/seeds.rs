@@ -52,14 +52,7 @@ fn a_thousand_seeds_keep_every_promise() {
 /// sabotage, every promise holds in them too.
 #[test]
 fn every_scenario_keeps_every_promise() {
-    for scenario in [
-        Scenario::SpeakerPauses,
-        Scenario::RestartBehindCut,
-        Scenario::QuorumBlip,
-        Scenario::AcksLost,
-        Scenario::SlowReports,
-        Scenario::SpeakerCrashes,
-    ] {
+    for scenario in Scenario::TARGETED {
         let (grants, failed) = failures(scenario, 0..40);
         assert!(
             grants > 400,

@@ -142,11 +142,6 @@ impl Node {
         self.state().member.is_rebuilt()
     }
 
-    /// The table's generation: it moves on at every drop.
-    pub(crate) fn generation(&self) -> u64 {
-        self.state().member.generation()
-    }
-
     /// Whether the node is shutting down.
     pub(crate) fn is_stopping(&self) -> bool {
         self.state().member.is_stopping()

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod attempt;
 mod member;
 mod reading;
 mod rules;

@@ -1,0 +1,278 @@
+//! A rebuild attempt from start to end (`Member::start_attempt`), as a
+//! driver carries it out: the order of what it is told to do, and what
+//! each answer fed back leads to.
+
+use std::time::Duration;
+
+use leasehold_protocol::{
+    Attempt, AttemptOut, Member, MemberRead, ReadOut, RebuildMode, Rebuilding, Sabotage,
+    READ_AGAIN_AFTER,
+};
+use locktable::{Acquired, Lock, LockId, MonoTime, NodeId};
+
+use crate::common::*;
+
+/// Member `id`'s answer, up an hour, with `locks`.
+fn answer(id: NodeId, locks: Vec<Lock>) -> MemberRead {
+    MemberRead {
+        member: id,
+        max_lease: MAX_LEASE,
+        copies: 2,
+        uptime: Some(Duration::from_secs(3600)),
+        locks,
+    }
+}
+
+/// Member 1, speaking for term 4 in `mode`, and its attempt 9 started at 0
+/// ms, its confirmation taken out.
+fn attempt(mode: RebuildMode) -> (Member, Rebuilding) {
+    let mut m = member(1, mode);
+    m.drop_table(Some(4), at(0));
+    let mut a = m.start_attempt(9, 4, at(0));
+    assert_eq!((a.number(), a.term()), (9, 4));
+    match a.poll() {
+        Some(AttemptOut::Confirm { within }) => assert_eq!(within, m.config().confirm_within()),
+        other => panic!("confirm first, not {other:?}"),
+    }
+    assert!(a.poll().is_none(), "nothing before the confirmation");
+    (m, a)
+}
+
+/// The reads `a` asks for, taken out.
+fn reads(a: &mut Rebuilding) -> Vec<ReadOut> {
+    let mut reads = Vec::new();
+    while let Some(out) = a.poll() {
+        match out {
+            AttemptOut::Read(read) => reads.push(read),
+            other => panic!("reads only, not {other:?}"),
+        }
+    }
+    reads
+}
+
+/// What follows the settling: the report if rebuilt, the losers told (by
+/// node, their locks' ids), the outcome.
+type AfterSettling = (
+    Option<leasehold_api::RebuildReport>,
+    Vec<(NodeId, Vec<LockId>)>,
+    Attempt,
+);
+
+/// Settles what `a` hands out to settle, at `now`, and takes out
+/// everything after it: the report if rebuilt, the losers told, the
+/// outcome.
+fn settle(a: &mut Rebuilding, m: &mut Member, term: u64, now: MonoTime) -> AfterSettling {
+    let Some(AttemptOut::Settle(job)) = a.poll() else {
+        panic!("the reads ended: settle");
+    };
+    assert!(a.poll().is_none(), "nothing until settled");
+    a.settled(job.settle(), m, &leading(term, now), now);
+    let (mut report, mut told) = (None, Vec::new());
+    loop {
+        match a.poll() {
+            Some(AttemptOut::Rebuilt(r)) => report = Some(r),
+            Some(AttemptOut::TellLost { member, locks }) => {
+                told.push((member, locks.iter().map(|l| l.id).collect()))
+            }
+            Some(AttemptOut::Ended(outcome)) => {
+                assert!(a.poll().is_none(), "nothing after the end");
+                assert!(a.is_over());
+                return (report, told, outcome);
+            }
+            other => panic!("{other:?} after settling"),
+        }
+    }
+}
+
+#[test]
+fn an_attempt_confirms_reads_every_member_this_one_first_settles_and_ends() {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    let guard = leading(4, at(1));
+    assert_eq!(a.stop_at(at(0)), None, "no reads before the confirmation");
+    a.confirmed(&mut m, &[2, 3, 1], &guard, at(1));
+    assert_eq!(
+        reads(&mut a),
+        [ReadOut::Read(1), ReadOut::Read(2), ReadOut::Read(3)]
+    );
+    assert_eq!(a.read_deadline(), Some(at(1) + REBUILD_TIMEOUT));
+    assert_eq!(a.reading_began(), Some(at(1)));
+    for id in [1, 2] {
+        assert!(a.answered(answer(id, vec![]), &mut m, &guard, at(2)));
+        assert!(a.poll().is_none(), "3 is still read");
+    }
+    assert!(
+        !a.answered(answer(2, vec![]), &mut m, &guard, at(2)),
+        "read once"
+    );
+    assert!(a.answered(answer(3, vec![]), &mut m, &guard, at(3)));
+    assert!(!m.is_rebuilt(), "not before it settled");
+    let (report, told, outcome) = settle(&mut a, &mut m, 4, at(4));
+    let report = report.expect("rebuilt");
+    assert_eq!(outcome, Attempt::Rebuilt);
+    assert!(told.is_empty());
+    assert_eq!(
+        (report.term, report.members_read.clone()),
+        (4, vec![1, 2, 3])
+    );
+    assert!(report.members_missing.is_empty() && report.all_seen);
+    assert_eq!(
+        report.took_ms, 3,
+        "from the start of the attempt to the reads' end"
+    );
+    assert!(m.is_rebuilt());
+    assert!(
+        !a.answered(answer(3, vec![]), &mut m, &guard, at(5)),
+        "over"
+    );
+}
+
+#[test]
+fn an_attempt_no_quorum_confirmed_fails_and_takes_nothing_more() {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    a.not_confirmed("no quorum confirmed this leader");
+    match a.poll() {
+        Some(AttemptOut::Ended(Attempt::Failed(why))) => {
+            assert_eq!(why, "no quorum confirmed this leader")
+        }
+        other => panic!("{other:?}"),
+    }
+    let guard = leading(4, at(1));
+    a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
+    assert!(
+        a.poll().is_none() && a.is_over(),
+        "a late confirmation is not taken"
+    );
+    assert!(!a.add(2));
+}
+
+#[test]
+fn a_failed_read_is_read_again_and_the_reads_end_at_their_stop_time_with_it_missing() {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    let guard = leading(4, at(1));
+    a.confirmed(&mut m, &[1, 2, 3], &guard, at(0));
+    reads(&mut a);
+    assert!(a.answered(answer(1, vec![]), &mut m, &guard, at(1)));
+    assert_eq!(
+        a.failed(2, "refused".into(), &mut m, &guard, at(2)),
+        Some(true),
+        "two not read with two copies: reading 2 may change the rebuild"
+    );
+    assert_eq!(
+        reads(&mut a),
+        [ReadOut::ReadAgain {
+            member: 2,
+            after: READ_AGAIN_AFTER
+        }]
+    );
+    assert_eq!(
+        a.failed(4, "no such read".into(), &mut m, &guard, at(2)),
+        None
+    );
+    let stop = a.stop_at(at(3)).expect("reading");
+    assert_eq!(stop, at(0) + REBUILD_TIMEOUT, "to the deadline");
+    a.timeout(&mut m, &guard, at(100));
+    assert!(a.poll().is_none(), "not yet");
+    let guard = leading(4, stop);
+    a.timeout(&mut m, &guard, stop);
+    let (report, _, outcome) = settle(&mut a, &mut m, 4, stop);
+    assert_eq!(outcome, Attempt::Rebuilt);
+    let report = report.expect("rebuilt");
+    assert_eq!(report.members_missing, [2, 3]);
+    assert!(!report.all_seen);
+}
+
+#[test]
+fn a_member_another_reports_departed_is_read_too_while_reads_are_under_way() {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    assert!(!a.add(5), "no reads yet");
+    let guard = leading(4, at(1));
+    a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
+    reads(&mut a);
+    assert!(a.add(5));
+    assert!(!a.add(5), "once");
+    assert_eq!(reads(&mut a), [ReadOut::Read(5)]);
+    for id in [1, 2, 3] {
+        a.answered(answer(id, vec![]), &mut m, &guard, at(2));
+    }
+    assert!(a.poll().is_none(), "5 is waited for");
+    a.answered(answer(5, vec![]), &mut m, &guard, at(3));
+    let (report, _, _) = settle(&mut a, &mut m, 4, at(3));
+    assert_eq!(report.expect("rebuilt").members_read, [1, 2, 3, 5]);
+}
+
+#[test]
+fn the_holder_of_a_grant_an_older_one_beat_is_told_before_the_attempt_ends() {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    let guard = leading(4, at(1));
+    a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
+    reads(&mut a);
+    let mut older = in_transit(7, 1, LEASE);
+    older.held_for = Duration::from_secs(5);
+    let mut younger = in_transit(8, 2, LEASE);
+    younger.node = 3;
+    a.answered(answer(1, vec![]), &mut m, &guard, at(2));
+    a.answered(answer(2, vec![older.arrive(at(2))]), &mut m, &guard, at(2));
+    a.answered(
+        answer(3, vec![younger.arrive(at(2))]),
+        &mut m,
+        &guard,
+        at(2),
+    );
+    let (report, told, outcome) = settle(&mut a, &mut m, 4, at(3));
+    assert_eq!(report.expect("rebuilt").conflicts, 1);
+    assert_eq!(told, [(3, vec![LockId::from_u128(8)])]);
+    assert_eq!(outcome, Attempt::Rebuilt);
+}
+
+#[test]
+fn an_attempt_whose_leadership_moved_on_while_it_settled_fails_and_reports_nothing() {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    let guard = leading(4, at(1));
+    a.confirmed(&mut m, &[1], &guard, at(1));
+    reads(&mut a);
+    a.answered(answer(1, vec![]), &mut m, &guard, at(2));
+    let (report, told, outcome) = settle(&mut a, &mut m, 5, at(3));
+    assert!(report.is_none() && told.is_empty());
+    assert_eq!(
+        outcome,
+        Attempt::Failed("leadership moved on during the rebuild")
+    );
+    assert!(!m.is_rebuilt());
+}
+
+/// Member 1's strict rebuild for term 4 that read only itself (2 and 3
+/// missing, with two copies: the whole longest lease and a leader lease
+/// held back), sabotaged as said: whether it grants a new name at 60.5 s
+/// after the rebuild.
+fn grants_late_in_the_hold(sabotage: Sabotage) -> bool {
+    let (mut m, mut a) = attempt(RebuildMode::Strict);
+    m.set_sabotage(sabotage);
+    let guard = leading(4, at(1));
+    a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
+    reads(&mut a);
+    a.answered(answer(1, vec![]), &mut m, &guard, at(1));
+    let end = a.stop_at(at(1)).expect("reading");
+    a.timeout(&mut m, &leading(4, end), end);
+    let (report, _, _) = settle(&mut a, &mut m, 4, end);
+    let report = report.expect("rebuilt");
+    assert_eq!(
+        Duration::from_millis(report.held_back_ms),
+        MAX_LEASE + LEADER_LEASE
+    );
+    let now = end + MAX_LEASE + Duration::from_millis(500);
+    matches!(
+        m.acquire(request("new", 1, 1), &leading(4, now), now),
+        Ok((Acquired::Granted(_), _))
+    )
+}
+
+#[test]
+fn the_strict_hold_runs_from_the_rebuild_and_the_short_hold_sabotage_is_seen() {
+    assert!(!grants_late_in_the_hold(Sabotage::NONE));
+    let mut short = Sabotage::NONE;
+    assert!(short.switch("short-hold"));
+    assert!(
+        grants_late_in_the_hold(short),
+        "stamped one leader lease early, the hold ends that much sooner"
+    );
+}
