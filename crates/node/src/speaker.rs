@@ -162,14 +162,9 @@ type MemberReadDone = (NodeId, Duration, Result<MemberReport, PeerError>);
 /// every member, settle, tell losers) and answers how it ended.
 async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
     let term = attempt.term();
-    // Every member of the latest configuration, both halves of a joint
-    // one and the learners: any of them may hold locks of its clients;
-    // and the members that left within a lease, which may too.
-    let roster = node.roster();
-    let mut addrs: BTreeMap<NodeId, String> = roster
-        .members()
-        .map(|(id, addr)| (id, addr.to_string()))
-        .collect();
+    // The roster and the addresses read, as they are once confirmed.
+    let mut roster = node.roster();
+    let mut addrs: BTreeMap<NodeId, String> = BTreeMap::new();
     let mut reads = FuturesUnordered::new();
     let mut deadline = Instant::now();
     loop {
@@ -185,6 +180,15 @@ async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
                         attempt.not_confirmed("no quorum confirmed this leader");
                         continue;
                     }
+                    // Every member of the latest configuration, both
+                    // halves of a joint one and the learners: any of them
+                    // may hold locks of its clients; and the members that
+                    // left within a lease, which may too.
+                    roster = node.roster();
+                    addrs = roster
+                        .members()
+                        .map(|(id, addr)| (id, addr.to_string()))
+                        .collect();
                     let mut ids: Vec<NodeId> = addrs.keys().copied().collect();
                     for (id, addr) in node.departed() {
                         ids.push(id);
