@@ -200,18 +200,24 @@ impl World {
         let t = self.t;
         let members = self.nodes[&n].member.config().members.clone();
         let reading = self.with_attempt(n, id, |a, m, guard, now| {
+            if !a.is_confirming() {
+                return None;
+            }
             if confirmed {
                 a.confirmed(m, &members, guard, now);
             } else {
                 a.not_confirmed("no quorum confirmed this leader");
             }
-            a.reading_began().is_some()
+            Some(a.reading_began().is_some())
         });
+        let Some(reading) = reading.flatten() else {
+            return;
+        };
         self.drive(n, id);
-        if reading == Some(true) {
+        if reading {
             self.at(t + REBUILD_TIMEOUT_MS, Event::ReadDeadline(n, id));
+            self.reads_moved_on(n, id);
         }
-        self.reads_moved_on(n, id);
     }
 
     fn send_read(&mut self, n: NodeId, term: u64, attempt: u64, member: NodeId) {

@@ -109,6 +109,12 @@ impl Rebuilding {
         self.out.pop_front()
     }
 
+    /// Whether it waits for the confirmation that a quorum knows this
+    /// leader.
+    pub fn is_confirming(&self) -> bool {
+        matches!(self.phase, Phase::Confirming)
+    }
+
     /// Whether it is over: [`AttemptOut::Ended`] was queued.
     pub fn is_over(&self) -> bool {
         matches!(self.phase, Phase::Over)

@@ -35,6 +35,7 @@ fn attempt(mode: RebuildMode) -> (Member, Rebuilding) {
         other => panic!("confirm first, not {other:?}"),
     }
     assert!(a.poll().is_none(), "nothing before the confirmation");
+    assert!(a.is_confirming());
     (m, a)
 }
 
@@ -90,6 +91,7 @@ fn an_attempt_confirms_reads_every_member_this_one_first_settles_and_ends() {
     let guard = leading(4, at(1));
     assert_eq!(a.stop_at(at(0)), None, "no reads before the confirmation");
     a.confirmed(&mut m, &[2, 3, 1], &guard, at(1));
+    assert!(!a.is_confirming());
     assert_eq!(
         reads(&mut a),
         [ReadOut::Read(1), ReadOut::Read(2), ReadOut::Read(3)]
