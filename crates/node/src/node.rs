@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use leasehold_api::{ForwardAnswer, ForwardCall};
-use leasehold_protocol::{Departed, Member, MemberConfig, Sabotage};
+use leasehold_protocol::{Member, MemberConfig, Sabotage};
 use leasehold_raft::{Identity, PeerHttp, Raft, WatchReceiver};
 use locktable::{AcquireError, Lock, NodeId, WaiterId};
 use tokio::sync::{oneshot, watch, Notify};
@@ -60,9 +60,6 @@ pub struct Node {
     pub(crate) peers: Arc<Peers>,
     /// The members now, as Raft's latest membership says.
     roster: watch::Sender<Arc<Roster>>,
-    /// Members gone from the roster lately, and those that handed their
-    /// records over as they left (see [`Node::departed`]).
-    departed: Mutex<Departed>,
     /// Whether a roster from Raft ever named this node.
     was_member: std::sync::atomic::AtomicBool,
     /// Whether this node joins rather than forms the cluster
@@ -151,7 +148,6 @@ impl Node {
             forgets: Releases::new(config.id),
             copier: Copier::default(),
             roster,
-            departed: Mutex::new(Departed::default()),
             local_locks: Mutex::new(BTreeMap::new()),
             was_member: std::sync::atomic::AtomicBool::new(false),
             joining: std::sync::atomic::AtomicBool::new(!config.join.is_empty()),

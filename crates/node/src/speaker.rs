@@ -2,7 +2,6 @@
 //! (drop the table, rebuild, step down), and runs rebuild attempts (the
 //! ReadIndex, the reads of every member, the table rebuilt from them).
 
-use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +10,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use leasehold_api::PeerLock;
 use leasehold_protocol::{
-    Attempt, AttemptOut, DepartedRead, Leadership, MemberRead, ReadOut, Rebuilding, Step,
+    Attempt, AttemptOut, DepartedRead, Gone, Leadership, MemberRead, ReadOut, Rebuilding, Step,
 };
 use leasehold_raft::codec::CodecError;
 use leasehold_raft::{ReadPolicy, WatchReceiver};
@@ -24,7 +23,6 @@ use tracing::Instrument;
 use crate::node::Node;
 use crate::peers::PeerError;
 use crate::report::{self, MemberReport, ReportHeader, Revised};
-use crate::roster::Roster;
 use tokio_util::sync::CancellationToken;
 
 /// The longest the speaker task sleeps without looking: its guard can run
@@ -162,9 +160,8 @@ type MemberReadDone = (NodeId, Duration, Result<MemberReport, PeerError>);
 /// every member, settle, tell losers) and answers how it ended.
 async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
     let term = attempt.term();
-    // The roster and the addresses read, as they are once confirmed.
+    // The roster, as it is once the leader is confirmed.
     let mut roster = node.roster();
-    let mut addrs: BTreeMap<NodeId, String> = BTreeMap::new();
     let mut reads = FuturesUnordered::new();
     let mut deadline = Instant::now();
     loop {
@@ -185,19 +182,13 @@ async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
                     // may hold locks of its clients; and the members that
                     // left within a lease, which may too.
                     roster = node.roster();
-                    addrs = roster
-                        .members()
-                        .map(|(id, addr)| (id, addr.to_string()))
-                        .collect();
-                    let mut ids: Vec<NodeId> = addrs.keys().copied().collect();
-                    for (id, addr) in node.departed() {
-                        ids.push(id);
-                        addrs.insert(id, addr);
-                    }
+                    let configuration: Vec<NodeId> = roster.ids().collect();
                     let guard = node.guard();
                     let mut state = node.state();
                     let now = node.clock.now();
-                    attempt.confirmed(&mut state.member, &ids, &guard, now);
+                    let ended = attempt.confirmed(&mut state.member, &configuration, &guard, now);
+                    drop(state);
+                    node.departed_ended(ended);
                     if let Some(at) = attempt.read_deadline() {
                         deadline = Instant::now() + at.saturating_duration_since(now);
                     }
@@ -207,7 +198,8 @@ async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
                         ReadOut::Read(id) => (id, None),
                         ReadOut::ReadAgain { member, after } => (member, Some(after)),
                     };
-                    let addr = addrs.get(&id).cloned().unwrap_or_default();
+                    let addr = roster.addr(id).or_else(|| attempt.departed_addr(id));
+                    let addr = addr.unwrap_or_default().to_string();
                     let node = Arc::clone(&node);
                     reads.push(read_member(node, id, addr, term, deadline, delay));
                 }
@@ -260,18 +252,15 @@ async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
             attempt.timeout(&mut state.member, &guard, node.clock.now());
             continue;
         };
-        took_read(&node, &roster, &mut attempt, &mut addrs, id, took, report);
+        took_read(&node, &mut attempt, id, took, report);
     }
 }
 
 /// Feeds `attempt` the read of member `id` that took `took`: its report, or
-/// why it failed. A member that left lately which this speaker did not see
-/// go (it joined or restarted since), named in a report, is read too.
+/// why it failed.
 fn took_read(
     node: &Arc<Node>,
-    roster: &Roster,
     attempt: &mut Rebuilding,
-    addrs: &mut BTreeMap<NodeId, String>,
     id: NodeId,
     took: Duration,
     report: Result<MemberReport, PeerError>,
@@ -293,16 +282,7 @@ fn took_read(
         took_ms = took.as_millis() as u64,
         "member read"
     );
-    let header = &report.header;
-    for gone in &header.departed {
-        let known = roster.addr(gone.node).is_some();
-        let left = Duration::from_millis(gone.left_ms);
-        // Read at the address it left from, unless read already (its
-        // first address stays).
-        if !known && node.adopt_departed(gone.node, &gone.addr, left) && attempt.add(gone.node) {
-            addrs.insert(gone.node, gone.addr.clone());
-        }
-    }
+    let header = report.header;
     let read = MemberRead {
         member: id,
         max_lease: Duration::from_millis(header.max_lease_ms),
@@ -311,6 +291,15 @@ fn took_read(
         // Already on this clock: each frame's leases were counted from its
         // arrival as it was read (`ReportReader::push`).
         locks: report.locks,
+        departed: header
+            .departed
+            .into_iter()
+            .map(|gone| Gone {
+                member: gone.node,
+                addr: gone.addr,
+                left: Duration::from_millis(gone.left_ms),
+            })
+            .collect(),
     };
     let guard = node.guard();
     let mut state = node.state();

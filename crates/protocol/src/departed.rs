@@ -149,6 +149,49 @@ pub enum DepartedRead {
 }
 
 impl crate::Member {
+    /// The configuration changed at `now`: `members` are the latest,
+    /// `left` (with addresses) those of the one before that it does not
+    /// name, read by rebuilds until [`crate::Member::departed_until`].
+    pub fn members_left<'a>(
+        &mut self,
+        members: &[NodeId],
+        left: impl IntoIterator<Item = (NodeId, &'a str)>,
+        now: MonoTime,
+    ) {
+        let until = self.departed_until(now);
+        self.departed.members_changed(members, left, until);
+    }
+
+    /// `member`, no longer in the configuration, handed every record it
+    /// kept over before it left at `now` ([`Departed::handed_over`]).
+    /// Answers whether it was departed (its releases may stop).
+    pub fn departed_handed_over(&mut self, member: NodeId, now: MonoTime) -> bool {
+        let until = self.departed_until(now);
+        self.departed.handed_over(member, until)
+    }
+
+    /// The members a rebuild at `now` reads besides `members` (the
+    /// configuration's), with their addresses, and those no rebuild reads
+    /// any more, forgotten ([`Departed::to_read`]).
+    pub fn departed_to_read(
+        &mut self,
+        members: &[NodeId],
+        now: MonoTime,
+    ) -> (Vec<(NodeId, String)>, Vec<NodeId>) {
+        self.departed.to_read(members, now)
+    }
+
+    /// The members that left and are still read at `now`, with how long
+    /// more: what this member's report tells a rebuilding speaker.
+    pub fn departed_with_time_left(&self, now: MonoTime) -> Vec<Gone> {
+        self.departed.with_time_left(now)
+    }
+
+    /// How long until `member` may be added again, if it left lately.
+    pub fn added_again_in(&self, member: NodeId, now: MonoTime) -> Option<Duration> {
+        self.departed.added_again_in(member, now)
+    }
+
     /// How to take the report of a departed member that left with the
     /// data directory `left_with` and answers from `answers_from` (each a
     /// directory's id, if known).

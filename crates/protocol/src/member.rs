@@ -10,6 +10,7 @@ use leasehold_api::RebuildReport;
 use locktable::{Held, Lock, LockId, MonoTime, NodeId, Table};
 
 use crate::config::MemberConfig;
+use crate::departed::Departed;
 use crate::floor::CopiesFloor;
 use crate::guard::Guard;
 use crate::members::Members;
@@ -112,6 +113,9 @@ pub struct Member {
     heard_floor: CopiesFloor,
     /// The leader lease each other member last said it runs with.
     leader_leases: BTreeMap<NodeId, Duration>,
+    /// Members gone from the configuration lately, which rebuilds still
+    /// read.
+    pub(crate) departed: Departed,
 }
 
 /// What another member says it runs with (stamped on its messages).
@@ -147,6 +151,7 @@ impl Member {
             own_floor: CopiesFloor::default(),
             heard_floor: CopiesFloor::default(),
             leader_leases: BTreeMap::new(),
+            departed: Departed::default(),
         }
     }
 

@@ -232,6 +232,9 @@ pub struct MemberRead {
     /// Its clients' locks, copies and grants, each lease counted from when
     /// the part of the report it came in arrived.
     pub locks: Vec<Lock>,
+    /// The members it says left the configuration lately, each with how
+    /// long rebuilds still read it.
+    pub departed: Vec<crate::Gone>,
 }
 
 /// What a rebuild attempt read.

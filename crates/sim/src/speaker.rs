@@ -204,6 +204,7 @@ impl World {
                 return None;
             }
             if confirmed {
+                // The simulation never changes membership: no member left.
                 a.confirmed(m, &members, guard, now);
             } else {
                 a.not_confirmed("no quorum confirmed this leader");
@@ -355,5 +356,6 @@ fn member_read(member: NodeId, header: ReportHeader, locks: Vec<Lock>) -> Member
         copies,
         uptime: (!first_start).then_some(uptime),
         locks,
+        departed: Vec::new(),
     }
 }

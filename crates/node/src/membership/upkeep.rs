@@ -84,7 +84,7 @@ async fn agree_protocol(node: &Node) {
         .chain(metrics.committed_membership_config.membership().nodes())
         .map(|(id, _)| *id)
         .collect();
-    members.extend(node.departed().into_iter().map(|(id, _)| id));
+    members.extend(node.departed());
     if node.sabotage().agree_alone {
         members = BTreeSet::from([node.id()]);
     }

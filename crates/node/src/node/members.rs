@@ -58,17 +58,16 @@ impl Node {
             return;
         }
         self.forgets.set_members(latest.members());
-        let until = self.state().member.departed_until(self.clock.now());
         let members: Vec<NodeId> = latest.ids().collect();
         let left = before
             .members()
             .filter(|(id, _)| latest.addr(*id).is_none());
-        self.departed_set().members_changed(&members, left, until);
         let copy_to = latest.copy_to();
         let copies = copies_of(&self.config, &latest);
         let now = self.clock.now();
         {
             let mut state = self.state();
+            state.member.members_left(&members, left, now);
             state
                 .member
                 .set_members(latest.ids().collect(), copy_to, copies, now);

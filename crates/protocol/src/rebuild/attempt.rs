@@ -10,7 +10,7 @@
 //! decides nothing itself; the last output is always
 //! [`AttemptOut::Ended`], the outcome for [`crate::Leadership`].
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use leasehold_api::RebuildReport;
@@ -72,6 +72,11 @@ pub struct Rebuilding {
     started: MonoTime,
     phase: Phase,
     out: VecDeque<AttemptOut>,
+    /// The configuration's members, as confirmed.
+    configuration: Vec<NodeId>,
+    /// The members read that left the configuration, at the address each
+    /// left from.
+    departed: BTreeMap<NodeId, String>,
 }
 
 impl Member {
@@ -89,6 +94,8 @@ impl Member {
             out: VecDeque::from([AttemptOut::Confirm {
                 within: self.config().confirm_within(),
             }]),
+            configuration: Vec::new(),
+            departed: BTreeMap::new(),
         }
     }
 }
@@ -130,22 +137,39 @@ impl Rebuilding {
         self.reading().map(Reading::deadline)
     }
 
-    /// A quorum confirmed this leader at `now`: read `members` (every
-    /// member of the latest configuration, learners and this one included,
-    /// and those that left lately), this member first.
+    /// A quorum confirmed this leader at `now`: read every member of
+    /// `configuration` (the latest, both halves of a joint one and the
+    /// learners: any of them may hold locks of its clients), this member
+    /// first, and every member that left it lately
+    /// ([`Member::departed_to_read`]), which may too. Answers the members
+    /// that left whose time ran out: no rebuild reads them any more (their
+    /// releases may stop).
     pub fn confirmed(
         &mut self,
         member: &mut Member,
-        members: &[NodeId],
+        configuration: &[NodeId],
         guard: &Guard,
         now: MonoTime,
-    ) {
+    ) -> Vec<NodeId> {
         if !matches!(self.phase, Phase::Confirming) {
-            return;
+            return Vec::new();
         }
-        let reading = member.start_reading(self.term, self.generation, members, now);
+        let (departed, ended) = member.departed_to_read(configuration, now);
+        let mut members = configuration.to_vec();
+        members.extend(departed.iter().map(|(id, _)| *id));
+        self.configuration = configuration.to_vec();
+        self.departed = departed.into_iter().collect();
+        let reading = member.start_reading(self.term, self.generation, &members, now);
         self.phase = Phase::Reading(Box::new(reading));
         self.moved_on(member, guard, now);
+        ended
+    }
+
+    /// Where to read `id`, a member that left the configuration (read at
+    /// the address it left from); `None` for a member of the
+    /// configuration.
+    pub fn departed_addr(&self, id: NodeId) -> Option<&str> {
+        self.departed.get(&id).map(String::as_str)
     }
 
     /// No quorum confirmed this leader (`why`): the attempt fails.
@@ -155,29 +179,35 @@ impl Rebuilding {
         }
     }
 
-    /// Reads `member` too: another member's report says it left the
-    /// configuration lately (it may hold the only other record of a lock).
-    /// False if it is read already, or the reads are over.
-    pub fn add(&mut self, member: NodeId) -> bool {
-        let Phase::Reading(reading) = &mut self.phase else {
-            return false;
-        };
-        let added = reading.add(member);
-        self.take_reads();
-        added
-    }
-
     /// `read.member` answered at `now`, its leases on this member's clock.
-    /// An answer to no read still out is not taken (false).
+    /// A member its report names as gone lately, which this one did not
+    /// see go (it joined or restarted since), is taken as departed and read
+    /// too, at the address it left from (unless read already, or it
+    /// handed its records over). An answer to no read still out is not
+    /// taken (false).
     pub fn answered(
         &mut self,
-        read: MemberRead,
+        mut read: MemberRead,
         member: &mut Member,
         guard: &Guard,
         now: MonoTime,
     ) -> bool {
         let Phase::Reading(reading) = &mut self.phase else {
             return false;
+        };
+        for gone in std::mem::take(&mut read.departed) {
+            let known = self.configuration.contains(&gone.member);
+            let until = now + gone.left;
+            if !known
+                && member.departed.adopt(gone.member, &gone.addr, until, now)
+                && reading.add(gone.member)
+            {
+                self.departed.insert(gone.member, gone.addr);
+            }
+        }
+        self.take_reads();
+        let Phase::Reading(reading) = &mut self.phase else {
+            unreachable!("reading above");
         };
         if !reading.answered(read) {
             return false;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Attempt, AttemptOut, Member, MemberRead, ReadOut, RebuildMode, Rebuilding, Sabotage,
+    Attempt, AttemptOut, Gone, Member, MemberRead, ReadOut, RebuildMode, Rebuilding, Sabotage,
     READ_AGAIN_AFTER,
 };
 use locktable::{Acquired, Lock, LockId, MonoTime, NodeId};
@@ -20,6 +20,7 @@ fn answer(id: NodeId, locks: Vec<Lock>) -> MemberRead {
         copies: 2,
         uptime: Some(Duration::from_secs(3600)),
         locks,
+        departed: Vec::new(),
     }
 }
 
@@ -144,7 +145,7 @@ fn an_attempt_no_quorum_confirmed_fails_and_takes_nothing_more() {
         a.poll().is_none() && a.is_over(),
         "a late confirmation is not taken"
     );
-    assert!(!a.add(2));
+    assert!(!a.answered(answer(1, vec![]), &mut m, &guard, at(2)));
 }
 
 #[test]
@@ -184,22 +185,66 @@ fn a_failed_read_is_read_again_and_the_reads_end_at_their_stop_time_with_it_miss
 }
 
 #[test]
-fn a_member_another_reports_departed_is_read_too_while_reads_are_under_way() {
+fn a_member_another_reports_departed_is_read_too_at_the_address_it_left_from_once() {
     let (mut m, mut a) = attempt(RebuildMode::Proceed);
-    assert!(!a.add(5), "no reads yet");
     let guard = leading(4, at(1));
     a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
     reads(&mut a);
-    assert!(a.add(5));
-    assert!(!a.add(5), "once");
+    let gone = |member, addr: &str, left_ms| Gone {
+        member,
+        addr: addr.into(),
+        left: Duration::from_millis(left_ms),
+    };
+    let mut from_2 = answer(2, vec![]);
+    // 3 is a member: not departed, whatever 2 says.
+    from_2.departed = vec![gone(5, "e:1", 30_000), gone(3, "c:1", 30_000)];
+    a.answered(from_2, &mut m, &leading(4, at(2)), at(2));
     assert_eq!(reads(&mut a), [ReadOut::Read(5)]);
-    for id in [1, 2, 3] {
-        a.answered(answer(id, vec![]), &mut m, &guard, at(2));
-    }
+    assert_eq!(a.departed_addr(5), Some("e:1"));
+    assert_eq!(a.departed_addr(3), None);
+    assert_eq!(
+        m.added_again_in(5, at(2)),
+        Some(Duration::from_secs(30)),
+        "this member takes it as departed for as long as 2 said"
+    );
+    let mut from_3 = answer(3, vec![]);
+    from_3.departed = vec![gone(5, "e:2", 40_000)];
+    a.answered(from_3, &mut m, &guard, at(2));
+    assert!(reads(&mut a).is_empty(), "read once");
+    assert_eq!(a.departed_addr(5), Some("e:1"), "its first address stays");
+    assert_eq!(m.added_again_in(5, at(2)), Some(Duration::from_secs(40)));
+    a.answered(answer(1, vec![]), &mut m, &guard, at(2));
     assert!(a.poll().is_none(), "5 is waited for");
     a.answered(answer(5, vec![]), &mut m, &guard, at(3));
     let (report, _, _) = settle(&mut a, &mut m, 4, at(3));
     assert_eq!(report.expect("rebuilt").members_read, [1, 2, 3, 5]);
+}
+
+#[test]
+fn the_members_that_left_are_read_until_their_time_runs_out_unless_they_handed_over() {
+    let mut m = member(1, RebuildMode::Proceed);
+    m.members_left(&[1, 2], [(3, "c:1"), (4, "d:1")], at(0));
+    assert!(m.departed_handed_over(4, at(0)));
+    m.drop_table(Some(4), at(0));
+    let guard = leading(4, at(1));
+    let mut a = m.start_attempt(1, 4, at(1));
+    a.poll();
+    let ended = a.confirmed(&mut m, &[1, 2], &guard, at(1));
+    assert!(ended.is_empty());
+    assert_eq!(
+        reads(&mut a),
+        [ReadOut::Read(1), ReadOut::Read(2), ReadOut::Read(3)],
+        "3 left lately; 4 handed its records over"
+    );
+    assert_eq!(a.departed_addr(3), Some("c:1"));
+    // Past the longest lease and a rebuild's timeout, 3 is read no more,
+    // and the next attempt says so (its releases may stop).
+    let later = at(0) + MAX_LEASE + REBUILD_TIMEOUT;
+    let mut a = m.start_attempt(2, 4, later);
+    a.poll();
+    let ended = a.confirmed(&mut m, &[1, 2], &leading(4, later), later);
+    assert_eq!(ended, [3]);
+    assert_eq!(reads(&mut a), [ReadOut::Read(1), ReadOut::Read(2)]);
 }
 
 #[test]

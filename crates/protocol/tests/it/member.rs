@@ -109,6 +109,7 @@ fn speaker_again(
                 copies: 2,
                 uptime: None,
                 locks: Vec::new(),
+                departed: Vec::new(),
             })
             .collect(),
         missing: Vec::new(),
@@ -252,6 +253,7 @@ fn a_rebuild_retried_in_the_same_term_keeps_where_locks_moved_from() {
             copies: 2,
             uptime: None,
             locks: vec![renewed],
+            departed: Vec::new(),
         }],
         missing: vec![],
         took: Duration::ZERO,
@@ -641,6 +643,7 @@ fn rebuilt_from(
                 copies: 2,
                 uptime: None,
                 locks: vec![record],
+                departed: Vec::new(),
             })
             .collect(),
         missing: vec![],

@@ -20,6 +20,7 @@ fn answer(id: NodeId) -> MemberRead {
         copies: 2,
         uptime: Some(Duration::from_secs(3600)),
         locks: Vec::new(),
+        departed: Vec::new(),
     }
 }
 

@@ -314,6 +314,7 @@ fn a_rebuild_after_growth_that_misses_the_grower_has_not_seen_every_grant() {
             copies: 2,
             uptime: None,
             locks: Vec::new(),
+            departed: Vec::new(),
         })
         .collect();
     let input = RebuildInput {
@@ -386,6 +387,7 @@ fn a_strict_hold_covers_the_longest_leader_lease_a_member_runs_with() {
             copies: 2,
             uptime: None,
             locks: Vec::new(),
+            departed: Vec::new(),
         }],
         missing: vec![1, 3],
         took: Duration::ZERO,

@@ -59,6 +59,7 @@ pub fn speaker(id: u64, term: u64, now: MonoTime, missing: Vec<u64>, mode: Rebui
             copies: 2,
             uptime: None,
             locks: Vec::new(),
+            departed: Vec::new(),
         })
         .collect();
     let input = RebuildInput {
