@@ -210,6 +210,9 @@ async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
                 // (Raft's heartbeats, its clients, which wait for the
                 // state's lock) on the runtime's threads.
                 AttemptOut::Settle(job) => {
+                    // The reads are over: a read still under way is
+                    // dropped (its member's report is not waited for).
+                    reads.clear();
                     let Ok(settled) = leasehold_raft::blocking::unblock(move || job.settle()).await
                     else {
                         return Attempt::Failed("settling the reports panicked");

@@ -323,3 +323,67 @@ fn the_strict_hold_runs_from_the_rebuild_and_the_short_hold_sabotage_is_seen() {
         "stamped one leader lease early, the hold ends that much sooner"
     );
 }
+
+/// Member 1's attempt, confirmed at 1 ms, its reads of 1, 2 and 3 taken
+/// out.
+fn reading() -> (Member, Rebuilding) {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    a.confirmed(&mut m, &[1, 2, 3], &leading(4, at(1)), at(1));
+    assert_eq!(reads(&mut a).len(), 3);
+    (m, a)
+}
+
+#[test]
+fn a_second_confirmation_while_reading_is_not_taken() {
+    let (mut m, mut a) = reading();
+    let guard = leading(4, at(2));
+    assert!(a.answered(answer(1, vec![]), &mut m, &guard, at(2)));
+    a.confirmed(&mut m, &[1, 2, 3, 4], &guard, at(3));
+    assert!(a.poll().is_none(), "no reads again, no read of 4");
+    assert_eq!(a.reading_began(), Some(at(1)), "the reads keep their start");
+    assert!(
+        !a.answered(answer(1, vec![]), &mut m, &guard, at(3)),
+        "1's answer is kept"
+    );
+}
+
+#[test]
+fn a_late_no_quorum_while_reading_does_not_end_the_attempt() {
+    let (mut m, mut a) = reading();
+    a.not_confirmed("late");
+    assert!(!a.is_over() && a.poll().is_none());
+    assert!(a.answered(answer(1, vec![]), &mut m, &leading(4, at(2)), at(2)));
+}
+
+#[test]
+fn a_failed_last_read_not_read_again_ends_the_reads_at_once() {
+    let (mut m, mut a) = reading();
+    let guard = leading(4, at(2));
+    a.answered(answer(1, vec![]), &mut m, &guard, at(2));
+    a.answered(answer(2, vec![]), &mut m, &guard, at(2));
+    assert!(a.poll().is_none(), "3 is waited for a while");
+    assert_eq!(
+        a.failed(3, "refused".into(), &mut m, &guard, at(3)),
+        Some(false)
+    );
+    assert!(
+        matches!(a.poll(), Some(AttemptOut::Settle(_))),
+        "no timer needed"
+    );
+}
+
+#[test]
+fn leadership_gone_when_the_reads_end_fails_the_attempt_without_settling() {
+    let (mut m, mut a) = reading();
+    let guard = leading(4, at(2));
+    a.answered(answer(1, vec![]), &mut m, &guard, at(2));
+    a.answered(answer(2, vec![]), &mut m, &guard, at(2));
+    a.answered(answer(3, vec![]), &mut m, &leading(5, at(3)), at(3));
+    match a.poll() {
+        Some(AttemptOut::Ended(Attempt::Failed(why))) => {
+            assert_eq!(why, "leadership moved on during the rebuild")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(a.is_over() && a.poll().is_none() && !m.is_rebuilt());
+}
