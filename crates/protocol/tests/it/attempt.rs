@@ -387,3 +387,48 @@ fn leadership_gone_when_the_reads_end_fails_the_attempt_without_settling() {
     }
     assert!(a.is_over() && a.poll().is_none() && !m.is_rebuilt());
 }
+
+#[test]
+fn a_member_of_the_configuration_a_report_names_is_not_taken_as_departed() {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    let guard = leading(4, at(1));
+    a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
+    reads(&mut a);
+    let mut from_2 = answer(2, vec![]);
+    from_2.departed = vec![Gone {
+        member: 3,
+        addr: "c:1".into(),
+        left: Duration::from_secs(30),
+    }];
+    a.answered(from_2, &mut m, &guard, at(2));
+    assert!(reads(&mut a).is_empty());
+    assert_eq!(
+        m.added_again_in(3, at(2)),
+        None,
+        "3 is a member, not departed"
+    );
+    assert!(m.departed_with_time_left(at(2)).is_empty());
+}
+
+#[test]
+fn one_that_handed_over_is_not_read_when_a_report_names_it() {
+    let mut m = member(1, RebuildMode::Proceed);
+    m.members_left(&[1, 2], [(3, "c:1")], at(0));
+    assert!(m.departed_handed_over(3, at(0)));
+    m.drop_table(Some(4), at(0));
+    let guard = leading(4, at(1));
+    let mut a = m.start_attempt(1, 4, at(1));
+    a.poll();
+    a.confirmed(&mut m, &[1, 2], &guard, at(1));
+    assert_eq!(reads(&mut a), [ReadOut::Read(1), ReadOut::Read(2)]);
+    let mut from_2 = answer(2, vec![]);
+    from_2.departed = vec![Gone {
+        member: 3,
+        addr: "c:1".into(),
+        left: Duration::from_secs(30),
+    }];
+    a.answered(from_2, &mut m, &guard, at(2));
+    assert!(reads(&mut a).is_empty(), "3 handed its records over");
+    assert_eq!(a.departed_addr(3), None);
+    assert_eq!(m.added_again_in(3, at(2)), None);
+}
