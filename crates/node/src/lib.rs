@@ -11,6 +11,7 @@ mod copier;
 mod copies;
 mod embedded;
 mod error;
+mod expiry;
 mod forgets;
 mod handover;
 mod http;
@@ -395,7 +396,7 @@ where
     let serving = http::serve(listener, app, tls, idle, tasks.clone(), stop.clone());
     tasks.spawn(serving.in_current_span());
     tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
-    tasks.spawn(speaker::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
+    tasks.spawn(expiry::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());
     node.forgets.set_members(node.roster().members());
     tasks.spawn(
         Arc::clone(&node)

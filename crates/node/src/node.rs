@@ -4,6 +4,7 @@
 mod departed;
 mod leadership;
 mod members;
+mod reports;
 mod table;
 mod telemetry;
 mod terms;

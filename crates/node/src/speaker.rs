@@ -1,6 +1,7 @@
 //! The speaker task: carries out what the protocol's `Leadership` says
-//! (drop the table, rebuild, step down), and runs rebuild attempts (the
-//! ReadIndex, the reads of every member, the table rebuilt from them).
+//! (drop the table, rebuild, step down), and each rebuild attempt as its
+//! `Rebuilding` says (openraft's ReadIndex, the reads of every member, the
+//! settle on a blocking thread, the losers told).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -12,7 +13,6 @@ use leasehold_api::PeerLock;
 use leasehold_protocol::{
     Attempt, AttemptOut, DepartedRead, Gone, Leadership, MemberRead, ReadOut, Rebuilding, Step,
 };
-use leasehold_raft::codec::CodecError;
 use leasehold_raft::{ReadPolicy, WatchReceiver};
 use locktable::{Lock, NodeId};
 use tokio::sync::mpsc;
@@ -22,7 +22,7 @@ use tracing::Instrument;
 
 use crate::node::Node;
 use crate::peers::PeerError;
-use crate::report::{self, MemberReport, ReportHeader, Revised};
+use crate::report::MemberReport;
 use tokio_util::sync::CancellationToken;
 
 /// The longest the speaker task sleeps without looking: its guard can run
@@ -377,89 +377,5 @@ async fn tell_lost(node: &Arc<Node>, member: NodeId, locks: Vec<Lock>) {
         let now = node.clock.now();
         let locks = locks.iter().map(|l| PeerLock::from(l.in_transit(now)));
         node.peers.lost(addr, locks.collect()).await;
-    }
-}
-
-impl Node {
-    /// What this node tells a rebuilding speaker of itself: how long it has
-    /// been up, and whether this is its first start.
-    fn report_header(&self) -> ReportHeader {
-        // Its own statement: the state's lock is released before the
-        // copies are read under it again.
-        let max_lease = self.state().member.config().lease.max;
-        ReportHeader {
-            node: self.id(),
-            uptime_ms: self.clock.uptime().as_millis() as u64,
-            first_start: self.first_start,
-            max_lease_ms: u64::try_from(max_lease.as_millis()).unwrap_or(u64::MAX),
-            copies: self.reported_copies(),
-            departed: self.departed_with_time_left(),
-        }
-    }
-
-    /// This node's report read by itself as the rebuilding speaker: its
-    /// clients' locks and what it granted, on its own clock as they are.
-    pub(crate) fn own_report(&self) -> MemberReport {
-        let locks = self.state().member.own_report(self.clock.now());
-        MemberReport {
-            header: self.report_header(),
-            locks,
-            frames: 0,
-            store: None,
-        }
-    }
-
-    /// This node's report to another, rebuilding, node: the header, then
-    /// its clients' locks and what it granted, in frames of at most
-    /// `--report-frame-bytes`.
-    ///
-    /// The clients' locks are encoded where they are kept, under the node's
-    /// lock: the frames are the only copy made of them.
-    pub(crate) fn report_frames(&self, revs: bool) -> Result<Vec<Vec<u8>>, CodecError> {
-        let header = self.report_header();
-        let started = Instant::now();
-        let now = self.clock.now();
-        let state = self.state();
-        let (held, granted) = state.member.report(now);
-        let held = held.map(|l| Revised::held(l, now));
-        let granted = granted.iter().map(|l| Revised::of(l, now));
-        let frames = report::encode(
-            &header,
-            held.chain(granted),
-            revs,
-            self.config.report_frame_bytes,
-        )?;
-        drop(state);
-        tracing::info!(
-            frames = frames.len(),
-            bytes = frames.iter().map(Vec::len).sum::<usize>(),
-            locked_ms = started.elapsed().as_millis() as u64,
-            "report encoded for a rebuilding speaker"
-        );
-        Ok(frames)
-    }
-}
-
-/// Ends leases and waits on time: sleeps until the table's next deadline or
-/// until the table changes.
-pub(crate) async fn run_expiry(node: Arc<Node>, stop: CancellationToken) {
-    loop {
-        node.expiry_armed
-            .store(0, std::sync::atomic::Ordering::Release);
-        let next = node.poll();
-        let sleep = match next {
-            Some(at) => at
-                .saturating_duration_since(node.clock.now())
-                .min(Duration::from_millis(500)),
-            None => Duration::from_millis(500),
-        };
-        let wake_at = node.clock.now() + sleep;
-        node.expiry_armed
-            .store(wake_at.as_nanos(), std::sync::atomic::Ordering::Release);
-        tokio::select! {
-            _ = tokio::time::sleep(sleep) => {}
-            _ = node.table_changed.notified() => {}
-            _ = stop.cancelled() => return,
-        }
     }
 }

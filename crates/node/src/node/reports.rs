@@ -1,0 +1,69 @@
+//! What this node tells a rebuilding speaker: its report (a header, then
+//! its clients' locks and what it granted), in frames for another node, or
+//! whole for itself.
+
+use leasehold_raft::codec::CodecError;
+use tokio::time::Instant;
+
+use super::Node;
+use crate::report::{self, MemberReport, ReportHeader, Revised};
+
+impl Node {
+    /// What this node tells a rebuilding speaker of itself: how long it has
+    /// been up, and whether this is its first start.
+    fn report_header(&self) -> ReportHeader {
+        // Its own statement: the state's lock is released before the
+        // copies are read under it again.
+        let max_lease = self.state().member.config().lease.max;
+        ReportHeader {
+            node: self.id(),
+            uptime_ms: self.clock.uptime().as_millis() as u64,
+            first_start: self.first_start,
+            max_lease_ms: u64::try_from(max_lease.as_millis()).unwrap_or(u64::MAX),
+            copies: self.reported_copies(),
+            departed: self.departed_with_time_left(),
+        }
+    }
+
+    /// This node's report read by itself as the rebuilding speaker: its
+    /// clients' locks and what it granted, on its own clock as they are.
+    pub(crate) fn own_report(&self) -> MemberReport {
+        let locks = self.state().member.own_report(self.clock.now());
+        MemberReport {
+            header: self.report_header(),
+            locks,
+            frames: 0,
+            store: None,
+        }
+    }
+
+    /// This node's report to another, rebuilding, node: the header, then
+    /// its clients' locks and what it granted, in frames of at most
+    /// `--report-frame-bytes`.
+    ///
+    /// The clients' locks are encoded where they are kept, under the node's
+    /// lock: the frames are the only copy made of them.
+    pub(crate) fn report_frames(&self, revs: bool) -> Result<Vec<Vec<u8>>, CodecError> {
+        let header = self.report_header();
+        let started = Instant::now();
+        let now = self.clock.now();
+        let state = self.state();
+        let (held, granted) = state.member.report(now);
+        let held = held.map(|l| Revised::held(l, now));
+        let granted = granted.iter().map(|l| Revised::of(l, now));
+        let frames = report::encode(
+            &header,
+            held.chain(granted),
+            revs,
+            self.config.report_frame_bytes,
+        )?;
+        drop(state);
+        tracing::info!(
+            frames = frames.len(),
+            bytes = frames.iter().map(Vec::len).sum::<usize>(),
+            locked_ms = started.elapsed().as_millis() as u64,
+            "report encoded for a rebuilding speaker"
+        );
+        Ok(frames)
+    }
+}
