@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{PeerLock, MAX_BODY_BYTES};
-use leasehold_protocol::{Copying, Made, COPY_TIMEOUT};
+use leasehold_protocol::{Made, RecordOut, COPY_TIMEOUT};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, MonoTime, NodeId};
 
@@ -29,38 +29,39 @@ impl Node {
     ) -> Result<(), ApiError> {
         // The clock is read under the lock: the copies it notes as sent
         // at `noted` leave by `noted` + a copy's timeout, or never.
-        let (mut job, mut next, mut noted) = {
+        let (mut recording, mut noted) = {
+            let guard = self.guard();
             let mut state = self.state();
             let now = self.clock.now();
-            let (job, next) = state.member.begin_on_record(lock, holder, made, now);
-            (job, next, now)
+            let recording = state
+                .member
+                .start_on_record(lock, holder, made, &guard, now);
+            (recording, now)
         };
         let mut sent = FuturesUnordered::new();
         loop {
-            if let Copying::Send(members) = next {
-                for member in members {
-                    sent.push(self.copy_one(member, lock.clone(), job.term(), noted));
+            while let Some(out) = recording.poll() {
+                match out {
+                    RecordOut::Copy(member) => {
+                        let term = recording.term();
+                        sent.push(self.copy_one(member, lock.clone(), term, noted));
+                    }
+                    RecordOut::Decided(decided) => return decided.map_err(|r| self.refused(r)),
                 }
-            } else if next == Copying::Decide {
-                break;
             }
-            let Some((member, acked)) = sent.next().await else {
-                break;
+            let next = sent.next().await;
+            // Read as every grant's guard check is: after the wait, then
+            // the state's lock.
+            let guard = self.guard();
+            let Some((member, acked)) = next else {
+                let state = self.state();
+                recording.decide(&state.member, &guard, self.clock.now());
+                continue;
             };
-            next = {
-                let mut state = self.state();
-                noted = self.clock.now();
-                state
-                    .member
-                    .copy_answered(&mut job, lock, member, acked, noted)
-            };
+            let mut state = self.state();
+            noted = self.clock.now();
+            recording.answered(&mut state.member, lock, member, acked, &guard, noted);
         }
-        let guard = self.guard();
-        let state = self.state();
-        // Read under the lock, as every grant's guard check is.
-        let on_record = state.member.on_record(&job, &guard, self.clock.now());
-        drop(state);
-        on_record.map_err(|r| self.refused(r))
     }
 
     /// Sends one copy to `member` (noted at `noted` as a member that may

@@ -51,7 +51,9 @@ pub use departed::{Departed, DepartedRead, Gone};
 pub use floor::{CopiesFloor, FLOOR_MARGIN};
 pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};
-pub use member::{Copying, Forwarded, Made, Member, OnRecord, PeerTerms, Polled, Renewal};
+pub use member::{
+    Copying, Forwarded, Made, Member, OnRecord, PeerTerms, Polled, RecordOut, Recording, Renewal,
+};
 pub use members::Members;
 pub use rebuild::{
     at_risk_for, AttemptOut, MemberRead, ReadOut, Reading, Reads, RebuildDone, RebuildInput,

@@ -18,11 +18,13 @@ use crate::refusal::Refusal;
 use crate::sabotage::Sabotage;
 
 mod copying;
+mod recording;
 mod records;
 mod speaker;
 mod terms;
 
 pub use copying::{Copying, OnRecord};
+pub use recording::{RecordOut, Recording};
 
 /// The nodes a lock moved from (or was copied to), whose records of it
 /// end by `until`.

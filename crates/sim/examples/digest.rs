@@ -19,13 +19,15 @@ fn main() {
         scenarios.push((scenario, mixed / 5));
     }
     // Each set of switches, and whether it is run in strict mode.
-    let sabotages: [(&[&str], bool); 6] = [
+    let sabotages: [(&[&str], bool); 8] = [
         (&[], false),
         (&["reread"], false),
         (&["read-once"], true),
         (&["short-hold"], true),
         (&["count-from-send"], false),
         (&["rebuild-retry"], false),
+        (&["unacked-copies"], false),
+        (&["skip-copies"], false),
     ];
     for (names, strict) in sabotages {
         let mut sabotage = Sabotage::NONE;

@@ -5,7 +5,7 @@
 //! queued), times out members that do not acknowledge, takes back a grant
 //! that was not put on record, and passes releases on.
 
-use leasehold_protocol::{Copying, Made};
+use leasehold_protocol::{Made, RecordOut, Refusal};
 use locktable::{Lock, LockInTransit, NodeId};
 
 use crate::config::timing::{COPY_QUEUE_MS, COPY_TIMEOUT_MS};
@@ -26,43 +26,52 @@ impl World {
         made: Made,
         grant: bool,
     ) {
+        let guard = self.guard(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(self.t);
-        let (job, first) = node
+        let holder = origin.node(n);
+        let recording = node
             .member
-            .begin_on_record(&lock, origin.node(n), made, now);
+            .start_on_record(&lock, holder, made, &guard, now);
         self.next_copy += 1;
         let key = self.next_copy;
-        let wait = CopyWait {
-            job,
+        let mut wait = CopyWait {
+            recording,
             lock,
             origin,
             grant,
         };
-        // A node that answers before the copies are acknowledged sends them
-        // all the same, and waits for none.
-        let unacked = self.config.sabotage.unacked_copies;
-        let sending = matches!(first, Copying::Send(_));
-        if let Copying::Send(members) = first {
-            for member in members {
-                self.send_copy(n, key, &wait, member, !unacked);
+        if self.config.sabotage.unacked_copies {
+            // A node that answers before the copies are acknowledged sends
+            // them all the same, and waits for none.
+            while let Some(RecordOut::Copy(member)) = wait.recording.poll() {
+                self.send_copy(n, key, &wait, member, false);
+            }
+            let node = &self.nodes[&n];
+            let speaks = node.member.still_speaks_for(made, &guard, now);
+            let result = speaks.then_some(()).ok_or(Refusal::NotRebuilt);
+            self.conclude(n, wait, result);
+            return;
+        }
+        self.drive_record(n, key, wait);
+    }
+
+    /// Does what `wait`'s recording says: sends its copies (each timed),
+    /// or concludes once it is decided; until then keeps it under `key`.
+    fn drive_record(&mut self, n: NodeId, key: u64, mut wait: CopyWait) {
+        while let Some(out) = wait.recording.poll() {
+            match out {
+                RecordOut::Copy(member) => self.send_copy(n, key, &wait, member, true),
+                RecordOut::Decided(result) => {
+                    let (name, on) = (&wait.lock.name, wait.recording.acked());
+                    self.note(|| format!("node {n}: {name} copied to {on:?}"));
+                    self.conclude(n, wait, result);
+                    return;
+                }
             }
         }
-        if unacked {
-            let guard = self.guard(n);
-            let node = &self.nodes[&n];
-            let now = node.mono(self.t);
-            let speaks = node.member.still_speaks_for(made, &guard, now);
-            let result = speaks
-                .then_some(())
-                .ok_or(leasehold_protocol::Refusal::NotRebuilt);
-            self.conclude(n, wait, result);
-        } else if !sending {
-            self.on_record(n, wait);
-        } else {
-            let node = self.nodes.get_mut(&n).expect("member");
-            node.copying.insert(key, wait);
-        }
+        let node = self.nodes.get_mut(&n).expect("member");
+        node.copying.insert(key, wait);
     }
 
     /// Queues a copy of `wait`'s lock for `member` (noted already as a
@@ -77,7 +86,7 @@ impl World {
         }
         let node = self.nodes.get_mut(&n).expect("member");
         node.copy_queue
-            .push((member, key, wait.job.term(), wait.lock.clone()));
+            .push((member, key, wait.recording.term(), wait.lock.clone()));
         if timed {
             let incarnation = node.incarnation;
             self.at(
@@ -105,54 +114,23 @@ impl World {
     }
 
     /// `member` acknowledged the copy `key` (`ok`), refused it, or let it
-    /// time out: the round says whether to try another member, wait, or
-    /// answer.
+    /// time out: the recording says whether to try another member, wait,
+    /// or answer.
     pub(crate) fn copy_answered(&mut self, n: NodeId, key: u64, member: NodeId, ok: bool) {
+        let guard = self.guard(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(self.t);
         let Some(mut wait) = node.copying.remove(&key) else {
             return;
         };
-        match node
-            .member
-            .copy_answered(&mut wait.job, &wait.lock, member, ok, now)
-        {
-            Copying::Wait => {
-                node.copying.insert(key, wait);
-            }
-            Copying::Send(next) => {
-                for member in next {
-                    self.send_copy(n, key, &wait, member, true);
-                }
-                let node = self.nodes.get_mut(&n).expect("member");
-                node.copying.insert(key, wait);
-            }
-            Copying::Decide => {
-                let (name, on) = (&wait.lock.name, wait.job.acked());
-                self.note(|| format!("node {n}: {name} copied to {on:?}"));
-                self.on_record(n, wait);
-            }
-        }
-    }
-
-    /// The copies are acknowledged, or cannot be: the member says whether
-    /// the client may hear of the lock.
-    fn on_record(&mut self, n: NodeId, wait: CopyWait) {
-        let guard = self.guard(n);
-        let node = &self.nodes[&n];
-        let now = node.mono(self.t);
-        let result = node.member.on_record(&wait.job, &guard, now);
-        self.conclude(n, wait, result);
+        wait.recording
+            .answered(&mut node.member, &wait.lock, member, ok, &guard, now);
+        self.drive_record(n, key, wait);
     }
 
     /// Answers the client if the lock is on record (`result`); otherwise
     /// takes a grant back, and refuses.
-    fn conclude(
-        &mut self,
-        n: NodeId,
-        wait: CopyWait,
-        result: Result<(), leasehold_protocol::Refusal>,
-    ) {
+    fn conclude(&mut self, n: NodeId, wait: CopyWait, result: Result<(), Refusal>) {
         let t = self.t;
         let CopyWait {
             lock,

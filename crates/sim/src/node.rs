@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, OnRecord, Outbox,
-    RebuildMode, Rebuilding,
+    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, Outbox, RebuildMode,
+    Rebuilding, Recording,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
@@ -91,8 +91,8 @@ pub(crate) struct RebuildAttempt {
 
 /// A grant or renewal waiting for its copies' acknowledgements.
 pub(crate) struct CopyWait {
-    /// The protocol's side: its copy round, the copies out.
-    pub(crate) job: OnRecord,
+    /// The protocol's side: the copies to send, the decision.
+    pub(crate) recording: Recording,
     pub(crate) lock: Lock,
     pub(crate) origin: Origin,
     pub(crate) grant: bool,

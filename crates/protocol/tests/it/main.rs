@@ -6,4 +6,5 @@ mod common;
 mod attempt;
 mod member;
 mod reading;
+mod recording;
 mod rules;

@@ -1,0 +1,82 @@
+//! A grant or renewal put on record, start to end (`Member::start_on_record`),
+//! as a driver carries it out: the copies it is told to send, and the one
+//! decision that ends it.
+
+use leasehold_protocol::{Member, RebuildMode, RecordOut, Recording, Refusal};
+use locktable::{Acquired, Lock, MonoTime, NodeId};
+
+use crate::common::*;
+
+/// What `r` says to do now, taken out.
+fn outs(r: &mut Recording) -> Vec<RecordOut> {
+    std::iter::from_fn(|| r.poll()).collect()
+}
+
+/// Member 1 speaking for term 3 at 0 ms, with the lock `a` just granted to
+/// a client of `holder`, and the recording of it started.
+fn granted_to(holder: NodeId) -> (Member, Lock, Recording) {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let Ok((Acquired::Granted(lock), made)) = m.acquire(request("a", 1, holder), &guard, now)
+    else {
+        panic!("granted")
+    };
+    let r = m.start_on_record(&lock, holder, made, &guard, now);
+    (m, lock, r)
+}
+
+#[test]
+fn a_copy_refused_is_sent_to_the_next_member_and_the_first_ack_decides() {
+    let (mut m, lock, mut r) = granted_to(1);
+    let guard = leading(3, at(1));
+    assert_eq!(outs(&mut r), [RecordOut::Copy(2)], "one copy more");
+    assert_eq!(r.term(), 3);
+    r.answered(&mut m, &lock, 2, false, &guard, at(1));
+    assert_eq!(outs(&mut r), [RecordOut::Copy(3)]);
+    r.answered(&mut m, &lock, 2, false, &guard, at(1));
+    assert!(
+        outs(&mut r).is_empty(),
+        "an answer after its timeout counts once"
+    );
+    assert!(!r.is_decided());
+    r.answered(&mut m, &lock, 3, true, &guard, at(2));
+    assert_eq!(outs(&mut r), [RecordOut::Decided(Ok(()))]);
+    assert!(r.is_decided());
+    assert_eq!(r.acked(), &[3]);
+    r.answered(&mut m, &lock, 2, true, &guard, at(3));
+    assert!(outs(&mut r).is_empty(), "nothing once decided");
+}
+
+#[test]
+fn a_grant_the_speaker_and_the_holder_keep_is_decided_at_once() {
+    let (_, _, mut r) = granted_to(2);
+    assert_eq!(outs(&mut r), [RecordOut::Decided(Ok(()))]);
+}
+
+#[test]
+fn a_grant_whose_table_stopped_speaking_meanwhile_is_refused() {
+    let (mut m, lock, mut r) = granted_to(1);
+    outs(&mut r);
+    m.drop_table(Some(4), at(1));
+    r.answered(&mut m, &lock, 2, true, &leading(4, at(1)), at(1));
+    assert_eq!(outs(&mut r), [RecordOut::Decided(Err(Refusal::NotRebuilt))]);
+}
+
+#[test]
+fn with_no_answer_to_come_it_is_decided_on_what_was_acknowledged() {
+    let (m, _, mut r) = granted_to(1);
+    outs(&mut r);
+    let now: MonoTime = at(3_000);
+    r.decide(&m, &leading(3, now), now);
+    assert_eq!(
+        outs(&mut r),
+        [RecordOut::Decided(Err(Refusal::TooFewCopies {
+            reached: 0,
+            needed: 1,
+            copies: 2
+        }))]
+    );
+    r.decide(&m, &leading(3, now), now);
+    assert!(outs(&mut r).is_empty(), "decided once");
+}
