@@ -24,6 +24,21 @@ fn answer(id: NodeId, locks: Vec<Lock>) -> MemberRead {
     }
 }
 
+/// Member `id`'s answer naming `gone` (member, address, ms left) as
+/// members that left lately.
+fn answer_naming(id: NodeId, gone: &[(NodeId, &str, u64)]) -> MemberRead {
+    let mut read = answer(id, vec![]);
+    read.departed = gone
+        .iter()
+        .map(|&(member, addr, left_ms)| Gone {
+            member,
+            addr: addr.into(),
+            left: Duration::from_millis(left_ms),
+        })
+        .collect();
+    read
+}
+
 /// Member 1, speaking for term 4 in `mode`, and its attempt 9 started at 0
 /// ms, its confirmation taken out.
 fn attempt(mode: RebuildMode) -> (Member, Rebuilding) {
@@ -190,14 +205,8 @@ fn a_member_another_reports_departed_is_read_too_at_the_address_it_left_from_onc
     let guard = leading(4, at(1));
     a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
     reads(&mut a);
-    let gone = |member, addr: &str, left_ms| Gone {
-        member,
-        addr: addr.into(),
-        left: Duration::from_millis(left_ms),
-    };
-    let mut from_2 = answer(2, vec![]);
     // 3 is a member: not departed, whatever 2 says.
-    from_2.departed = vec![gone(5, "e:1", 30_000), gone(3, "c:1", 30_000)];
+    let from_2 = answer_naming(2, &[(5, "e:1", 30_000), (3, "c:1", 30_000)]);
     a.answered(from_2, &mut m, &leading(4, at(2)), at(2));
     assert_eq!(reads(&mut a), [ReadOut::Read(5)]);
     assert_eq!(a.departed_addr(5), Some("e:1"));
@@ -207,8 +216,7 @@ fn a_member_another_reports_departed_is_read_too_at_the_address_it_left_from_onc
         Some(Duration::from_secs(30)),
         "this member takes it as departed for as long as 2 said"
     );
-    let mut from_3 = answer(3, vec![]);
-    from_3.departed = vec![gone(5, "e:2", 40_000)];
+    let from_3 = answer_naming(3, &[(5, "e:2", 40_000)]);
     a.answered(from_3, &mut m, &guard, at(2));
     assert!(reads(&mut a).is_empty(), "read once");
     assert_eq!(a.departed_addr(5), Some("e:1"), "its first address stays");
@@ -394,12 +402,7 @@ fn a_member_of_the_configuration_a_report_names_is_not_taken_as_departed() {
     let guard = leading(4, at(1));
     a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
     reads(&mut a);
-    let mut from_2 = answer(2, vec![]);
-    from_2.departed = vec![Gone {
-        member: 3,
-        addr: "c:1".into(),
-        left: Duration::from_secs(30),
-    }];
+    let from_2 = answer_naming(2, &[(3, "c:1", 30_000)]);
     a.answered(from_2, &mut m, &guard, at(2));
     assert!(reads(&mut a).is_empty());
     assert_eq!(
@@ -421,12 +424,7 @@ fn one_that_handed_over_is_not_read_when_a_report_names_it() {
     a.poll();
     a.confirmed(&mut m, &[1, 2], &guard, at(1));
     assert_eq!(reads(&mut a), [ReadOut::Read(1), ReadOut::Read(2)]);
-    let mut from_2 = answer(2, vec![]);
-    from_2.departed = vec![Gone {
-        member: 3,
-        addr: "c:1".into(),
-        left: Duration::from_secs(30),
-    }];
+    let from_2 = answer_naming(2, &[(3, "c:1", 30_000)]);
     a.answered(from_2, &mut m, &guard, at(2));
     assert!(reads(&mut a).is_empty(), "3 handed its records over");
     assert_eq!(a.departed_addr(3), None);
