@@ -80,3 +80,79 @@ fn with_no_answer_to_come_it_is_decided_on_what_was_acknowledged() {
     r.decide(&m, &leading(3, now), now);
     assert!(outs(&mut r).is_empty(), "decided once");
 }
+
+/// Member 1 of five speaking for term 3 with `--copies 3`, the lock `a`
+/// granted to its own client: two copies are needed at once.
+fn granted_with_three_copies() -> (Member, Lock, Recording) {
+    use leasehold_protocol::{MemberConfig, MemberRead, RebuildInput};
+    use locktable::LeaseRule;
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = Member::new(MemberConfig {
+        id: 1,
+        members: vec![1, 2, 3, 4, 5],
+        copy_to: vec![1, 2, 3, 4, 5],
+        copies: 3,
+        lease: LeaseRule {
+            default: LEASE,
+            max: MAX_LEASE,
+        },
+        rebuild_mode: RebuildMode::Proceed,
+        leader_lease: LEADER_LEASE,
+        rebuild_timeout: REBUILD_TIMEOUT,
+        sabotage: leasehold_protocol::Sabotage::NONE,
+    });
+    m.drop_table(Some(3), now);
+    let reads = (1..=5)
+        .map(|r| MemberRead {
+            member: r,
+            max_lease: MAX_LEASE,
+            copies: 3,
+            uptime: None,
+            locks: Vec::new(),
+            departed: Vec::new(),
+        })
+        .collect();
+    let input = RebuildInput {
+        term: 3,
+        generation: m.generation(),
+        reads,
+        missing: vec![],
+        took: std::time::Duration::ZERO,
+    };
+    m.rebuild(input, &guard, now).expect("rebuilt");
+    let Ok((Acquired::Granted(lock), made)) = m.acquire(request("a", 1, 1), &guard, now) else {
+        panic!("granted")
+    };
+    let r = m.start_on_record(&lock, 1, made, &guard, now);
+    (m, lock, r)
+}
+
+#[test]
+fn every_copy_noted_is_one_to_send() {
+    let (_, _, mut r) = granted_with_three_copies();
+    assert_eq!(outs(&mut r), [RecordOut::Copy(2), RecordOut::Copy(3)]);
+}
+
+#[test]
+fn an_answer_after_an_early_decision_decides_nothing() {
+    let (mut m, lock, mut r) = granted_with_three_copies();
+    outs(&mut r);
+    let guard = leading(3, at(1));
+    r.decide(&m, &guard, at(1));
+    assert!(matches!(outs(&mut r)[..], [RecordOut::Decided(Err(_))]));
+    r.answered(&mut m, &lock, 2, true, &guard, at(2));
+    r.answered(&mut m, &lock, 3, true, &guard, at(2));
+    assert!(outs(&mut r).is_empty(), "decided once");
+}
+
+#[test]
+fn an_ack_after_the_leader_lease_lapsed_is_refused() {
+    let (mut m, lock, mut r) = granted_to(1);
+    outs(&mut r);
+    // No quorum heard since 0 ms; the ack comes 1.5 s later.
+    let stale = leading(3, at(0));
+    r.answered(&mut m, &lock, 2, true, &stale, at(1_500));
+    let got = outs(&mut r);
+    assert!(matches!(got[..], [RecordOut::Decided(Err(_))]), "{got:?}");
+}
