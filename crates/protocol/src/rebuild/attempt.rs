@@ -205,15 +205,14 @@ impl Rebuilding {
                 self.departed.insert(gone.member, gone.addr);
             }
         }
-        self.take_reads();
-        let Phase::Reading(reading) = &mut self.phase else {
-            unreachable!("reading above");
-        };
-        if !reading.answered(read) {
-            return false;
+        let taken = reading.answered(read);
+        if taken {
+            self.moved_on(member, guard, now);
+        } else {
+            // A member adopted above is read all the same.
+            self.take_reads();
         }
-        self.moved_on(member, guard, now);
-        true
+        taken
     }
 
     /// The read of `who` failed at `now` (`why`): [`Reading::failed`] says
