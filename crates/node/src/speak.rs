@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use leasehold_api::ErrorCode;
-use leasehold_protocol::{Made, Refusal, Renewal};
+use leasehold_protocol::{Acquisition, Made, Named, Refusal, Renewal, Waited};
 use locktable::{AcquireError, Acquired, Lock, LockId, NodeId, Request, WaiterId};
 use tokio::sync::oneshot;
 
@@ -37,6 +37,7 @@ enum First {
         WaiterId,
         Made,
     ),
+    Own(Lock),
     Refused(Refusal),
 }
 
@@ -57,83 +58,59 @@ impl Node {
 
     /// Grants a lock as the speaker, for a client of `node`. A retry of an
     /// acquisition the caller named (`request_id`) that finds its own grant
-    /// holding the name is answered with that grant, renewed.
+    /// holding the name is answered with that grant, renewed
+    /// (`Member::acquire_named`).
     pub(crate) async fn speak_acquire(
         &self,
         request: AcquireRequest,
         node: NodeId,
     ) -> Result<Lock, ApiError> {
-        let wall = self.clock.wall_ms();
-        let random = LockId::from_parts(wall, leasehold_raft::entropy::random_u128());
-        let retry = request
-            .request_id
-            .clone()
-            .map(|r| (request.holder.clone(), r, request.lease));
-        let named = retry.as_ref().map(|(holder, r, _)| {
-            leasehold_protocol::request_lock_id(wall, &request.name, holder, r)
+        let wall_ms = self.clock.wall_ms();
+        let random = LockId::from_parts(wall_ms, leasehold_raft::entropy::random_u128());
+        let named = request.request_id.as_deref().map(|request_id| Named {
+            holder: &request.holder,
+            request: request_id,
+            wall_ms,
         });
-        let own_grant = |lock: &Lock| {
-            retry
-                .as_ref()
-                .is_some_and(|(holder, r, _)| leasehold_protocol::is_grant_of(lock, holder, r))
-        };
-        let lease = request.lease;
-        let wait = request.wait;
-        let name = request.name.clone();
+        let (name, lease, wait) = (request.name.as_str(), request.lease, request.wait);
         let guard = self.guard();
         let first = {
             let mut state = self.state();
-            // A retry that finds its own grant holding the name is answered
-            // with it (renewed, below) also when it would wait: its first
-            // try's answer was lost, or dropped by a follower that asked
-            // the next speaker.
-            let own = (!wait.is_zero() && retry.is_some())
-                .then(|| state.member.get(&name, &guard, self.clock.now()))
-                .and_then(Result::ok)
-                .flatten()
-                .filter(own_grant);
-            if let Some(lock) = own {
-                First::Refused(Refusal::Held(Box::new(lock)))
-            } else {
-                // An id released lately is never handed out again.
-                let id = named
-                    .filter(|id| !state.member.is_forgotten(*id, self.clock.now()))
-                    .unwrap_or(random);
-                let outcome = state.member.acquire(
-                    Request {
-                        name: request.name,
-                        id,
-                        node,
-                        holder: request.holder,
-                        lease,
-                        wait,
-                        data: request.data,
-                    },
-                    &guard,
-                    self.clock.now(),
-                );
-                let first = match outcome {
-                    Ok((Acquired::Granted(lock), made)) => First::Granted(lock, made),
-                    Ok((Acquired::Waiting(waiter), made)) => {
-                        let (tx, rx) = oneshot::channel();
-                        state.waiters.insert(waiter, tx);
-                        First::Waiting(rx, waiter, made)
-                    }
-                    Err(refusal) => First::Refused(refusal),
-                };
-                if !matches!(first, First::Refused(_)) {
-                    self.changed(&state);
+            let table_request = Request {
+                name: request.name.clone(),
+                id: random,
+                node,
+                holder: request.holder.clone(),
+                lease,
+                wait,
+                data: request.data.clone(),
+            };
+            let acquired =
+                state
+                    .member
+                    .acquire_named(table_request, named, &guard, self.clock.now());
+            let first = match acquired {
+                Ok(Acquisition::Table(Acquired::Granted(lock), made)) => First::Granted(lock, made),
+                Ok(Acquisition::Table(Acquired::Waiting(waiter), made)) => {
+                    let (tx, rx) = oneshot::channel();
+                    state.waiters.insert(waiter, tx);
+                    First::Waiting(rx, waiter, made)
                 }
-                first
+                Ok(Acquisition::Own(lock)) => First::Own(lock),
+                Err(refusal) => First::Refused(refusal),
+            };
+            if matches!(first, First::Granted(..) | First::Waiting(..)) {
+                self.changed(&state);
             }
+            first
         };
         let (rx, waiter, made) = match first {
             First::Granted(lock, made) => return self.copied_grant(lock, node, made).await,
             First::Waiting(rx, waiter, made) => (rx, waiter, made),
-            First::Refused(Refusal::Held(lock)) if own_grant(&lock) => {
+            First::Own(lock) => {
                 return self
-                    .speak_renew(&name, lock.id, lease, node, None, None)
-                    .await;
+                    .speak_renew(name, lock.id, lease, node, None, None)
+                    .await
             }
             First::Refused(refusal) => return Err(self.refused(refusal)),
         };
@@ -141,7 +118,7 @@ impl Node {
         // grant that came meanwhile).
         let mut cancel = CancelOnDrop {
             node: self,
-            name: &name,
+            name,
             waiter: Some(waiter),
             answer: Some(rx),
         };
@@ -155,14 +132,16 @@ impl Node {
         };
         cancel.waiter = None;
         cancel.answer = None;
-        match answer {
-            Ok(Ok(lock)) => self.copied_grant(lock, node, made).await,
-            Ok(Err(AcquireError::Held(lock))) if own_grant(&lock) => {
-                self.speak_renew(&name, lock.id, lease, node, None, None)
+        let Ok(answer) = answer else {
+            return Err(ApiError::not_rebuilt());
+        };
+        match leasehold_protocol::waited(answer, named) {
+            Ok(Waited::Granted(lock)) => self.copied_grant(lock, node, made).await,
+            Ok(Waited::Own(lock)) => {
+                self.speak_renew(name, lock.id, lease, node, None, None)
                     .await
             }
-            Ok(Err(AcquireError::Held(lock))) => Err(self.refused(Refusal::Held(lock))),
-            Ok(Err(_)) | Err(_) => Err(ApiError::not_rebuilt()),
+            Err(refusal) => Err(self.refused(refusal)),
         }
     }
 

@@ -21,7 +21,7 @@
 //!   the fewest a running grant may have after the count rose
 //!   ([`CopiesFloor`]);
 //! - a retry of an acquisition the caller named: answered with its own
-//!   grant, not refused as held ([`request_lock_id`], [`is_grant_of`]);
+//!   grant, not refused as held ([`Member::acquire_named`], [`waited`]);
 //! - how a release is passed on to a member: retried with backoff until
 //!   acknowledged or ended, and given to every other member while that one
 //!   is slow or failing ([`ReleaseSender`]).
@@ -52,7 +52,8 @@ pub use floor::{CopiesFloor, FLOOR_MARGIN};
 pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};
 pub use member::{
-    Copying, Forwarded, Made, Member, OnRecord, PeerTerms, Polled, RecordOut, Recording, Renewal,
+    Acquisition, Copying, Forwarded, Made, Member, OnRecord, PeerTerms, Polled, RecordOut,
+    Recording, Renewal,
 };
 pub use members::Members;
 pub use rebuild::{
@@ -61,5 +62,5 @@ pub use rebuild::{
 };
 pub use refusal::Refusal;
 pub use releases::{Batch, Outbox, Release, ReleaseSender};
-pub use retry::{is_grant_of, request_lock_id};
+pub use retry::{is_grant_of, request_lock_id, waited, Named, Waited};
 pub use sabotage::Sabotage;

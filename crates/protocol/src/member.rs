@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use leasehold_api::RebuildReport;
-use locktable::{Held, Lock, LockId, MonoTime, NodeId, Table};
+use locktable::{Acquired, Held, Lock, LockId, MonoTime, NodeId, Table};
 
 use crate::config::MemberConfig;
 use crate::departed::Departed;
@@ -44,6 +44,16 @@ pub struct Made {
     pub term: Option<u64>,
     /// The table's generation.
     pub generation: u64,
+}
+
+/// What the speaker answers an acquisition ([`Member::acquire_named`]).
+#[derive(Debug)]
+pub enum Acquisition {
+    /// The table's answer (granted or waiting), and the table that made it.
+    Table(Acquired, Made),
+    /// The caller's own earlier grant holds the name: renew it and answer
+    /// with it.
+    Own(Lock),
 }
 
 /// A renewal as the speaker receives it.

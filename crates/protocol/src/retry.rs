@@ -8,8 +8,10 @@
 //! speaker elected since, which rebuilt the lock from the members' records,
 //! knows it too.
 
-use locktable::{Lock, LockId};
+use locktable::{AcquireError, Lock, LockId};
 use sha2::{Digest, Sha256};
+
+use crate::refusal::Refusal;
 
 /// The 80 bits of a lock id that follow its time.
 const RANDOM_BITS: u32 = 80;
@@ -44,6 +46,56 @@ pub fn request_lock_id(wall_ms: u64, name: &str, holder: &str, request: &str) ->
 pub fn is_grant_of(lock: &Lock, holder: &str, request: &str) -> bool {
     let random = lock.id.as_u128() & ((1u128 << RANDOM_BITS) - 1);
     lock.holder == holder && random == digest(&lock.name, holder, request)
+}
+
+/// An acquisition its caller named: who asks, the caller's request id,
+/// and the wall-clock time its grant's id starts with.
+#[derive(Debug, Clone, Copy)]
+pub struct Named<'a> {
+    /// Who asks.
+    pub holder: &'a str,
+    /// The caller's name for this acquisition, the same on its retries.
+    pub request: &'a str,
+    /// Milliseconds since the epoch, the first part of a grant's id.
+    pub wall_ms: u64,
+}
+
+impl Named<'_> {
+    /// The id this acquisition's grant of `name` gets.
+    pub fn lock_id(&self, name: &str) -> LockId {
+        request_lock_id(self.wall_ms, name, self.holder, self.request)
+    }
+
+    /// Whether `lock` is this acquisition's own grant.
+    pub fn owns(&self, lock: &Lock) -> bool {
+        is_grant_of(lock, self.holder, self.request)
+    }
+}
+
+/// What a waiting acquisition's client is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited {
+    /// The lock, granted while it waited.
+    Granted(Lock),
+    /// Its own grant holds the name (an earlier try's): answer it renewed.
+    Own(Lock),
+}
+
+/// How the table's answer to a waiting acquisition, `named` or not, is
+/// answered: a grant; the caller's own earlier grant, to renew; or a
+/// refusal (held by another, or the table dropped meanwhile).
+pub fn waited(
+    answer: Result<Lock, AcquireError>,
+    named: Option<Named<'_>>,
+) -> Result<Waited, Refusal> {
+    match answer {
+        Ok(lock) => Ok(Waited::Granted(lock)),
+        Err(AcquireError::Held(lock)) if named.is_some_and(|n| n.owns(&lock)) => {
+            Ok(Waited::Own(*lock))
+        }
+        Err(AcquireError::Held(lock)) => Err(Refusal::Held(lock)),
+        Err(_) => Err(Refusal::NotRebuilt),
+    }
 }
 
 #[cfg(test)]

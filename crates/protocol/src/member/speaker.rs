@@ -8,8 +8,9 @@ use locktable::{
 use crate::guard::Guard;
 use crate::members::Members;
 use crate::refusal::Refusal;
+use crate::retry::Named;
 
-use super::{Made, Member, Moved, Polled, Renewal, MOVED_PRUNE_AT};
+use super::{Acquisition, Made, Member, Moved, Polled, Renewal, MOVED_PRUNE_AT};
 
 impl Member {
     /// Grants (or queues) `request` as the speaker; a lock of this
@@ -35,6 +36,44 @@ impl Member {
             }
         }
         Ok((acquired, self.made()))
+    }
+
+    /// Grants (or queues) `request` as [`Member::acquire`] does, for an
+    /// acquisition its caller may have `named`. A named one's grant gets the
+    /// id made from its name ([`Named::lock_id`]) unless that id was
+    /// released lately (an id is never handed out twice); a named one that
+    /// finds its own earlier grant holding the name, whether it would wait
+    /// or not, is answered [`Acquisition::Own`]: renew that grant.
+    pub fn acquire_named(
+        &mut self,
+        mut request: Request,
+        named: Option<Named<'_>>,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<Acquisition, Refusal> {
+        let Some(named) = named else {
+            return self
+                .acquire(request, guard, now)
+                .map(|(acquired, made)| Acquisition::Table(acquired, made));
+        };
+        // Found also when it would wait: its first try's answer was lost,
+        // or dropped by a follower that asked the next speaker.
+        let own = (!request.wait.is_zero())
+            .then(|| self.get(&request.name, guard, now).ok().flatten())
+            .flatten()
+            .filter(|lock| named.owns(lock));
+        if let Some(lock) = own {
+            return Ok(Acquisition::Own(lock));
+        }
+        let id = named.lock_id(&request.name);
+        if !self.table.is_forgotten(id, now) {
+            request.id = id;
+        }
+        match self.acquire(request, guard, now) {
+            Ok((acquired, made)) => Ok(Acquisition::Table(acquired, made)),
+            Err(Refusal::Held(lock)) if named.owns(&lock) => Ok(Acquisition::Own(*lock)),
+            Err(refusal) => Err(refusal),
+        }
     }
 
     /// Stops waiting for `waiter` (its client went away).

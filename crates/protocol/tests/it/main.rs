@@ -5,6 +5,7 @@ mod common;
 
 mod attempt;
 mod member;
+mod named;
 mod reading;
 mod recording;
 mod rules;

@@ -1,0 +1,127 @@
+//! Retries of an acquisition its caller named (`Member::acquire_named`,
+//! `waited`): the grant's id comes from the name, a retry finds its own
+//! grant and renews it, and an id released lately is never handed out
+//! again.
+
+use std::time::Duration;
+
+use leasehold_protocol::{waited, Acquisition, Guard, Member, Named, RebuildMode, Refusal, Waited};
+use locktable::{AcquireError, Acquired, Lock, LockId, MonoTime, Request};
+
+use crate::common::{at, leading, request, speaker};
+
+const WALL_MS: u64 = 1_700_000_000_000;
+
+fn named(request: &str) -> Named<'_> {
+    Named {
+        holder: "h",
+        request,
+        wall_ms: WALL_MS,
+    }
+}
+
+fn waiting(name: &str, id: u128) -> Request {
+    Request {
+        wait: Duration::from_secs(5),
+        ..request(name, id, 1)
+    }
+}
+
+/// A speaker of term 3 at time 0, and its guard.
+fn speaker_now() -> (Member, Guard, MonoTime) {
+    let now = at(0);
+    (
+        speaker(1, 3, now, vec![], RebuildMode::Proceed),
+        leading(3, now),
+        now,
+    )
+}
+
+/// `request` granted at once, as `named` if given.
+fn grant(
+    m: &mut Member,
+    request: Request,
+    named: Option<Named<'_>>,
+    guard: &Guard,
+    now: MonoTime,
+) -> Lock {
+    match m.acquire_named(request, named, guard, now) {
+        Ok(Acquisition::Table(Acquired::Granted(lock), _)) => lock,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+#[test]
+fn a_named_grant_takes_the_id_made_from_its_name() {
+    let (mut m, guard, now) = speaker_now();
+    let lock = grant(&mut m, request("a", 7, 1), Some(named("r1")), &guard, now);
+    assert_eq!(lock.id, named("r1").lock_id("a"));
+    assert!(named("r1").owns(&lock));
+    assert!(!named("r2").owns(&lock));
+
+    // Not named: the id the driver made.
+    let lock = grant(&mut m, request("b", 7, 1), None, &guard, now);
+    assert_eq!(lock.id, LockId::from_u128(7));
+}
+
+#[test]
+fn a_retry_that_finds_its_own_grant_renews_it_waiting_or_not() {
+    let (mut m, guard, now) = speaker_now();
+    let lock = grant(&mut m, request("a", 7, 1), Some(named("r1")), &guard, now);
+    for retry in [request("a", 8, 1), waiting("a", 9)] {
+        let again = m.acquire_named(retry, Some(named("r1")), &guard, now);
+        let Ok(Acquisition::Own(own)) = again else {
+            panic!("not its own grant: {again:?}");
+        };
+        assert_eq!(own.id, lock.id);
+    }
+    // Another acquisition of the same holder is refused, or waits.
+    let other = m.acquire_named(request("a", 8, 1), Some(named("r2")), &guard, now);
+    assert!(matches!(other, Err(Refusal::Held(l)) if l.id == lock.id));
+    let other = m.acquire_named(waiting("a", 9), Some(named("r2")), &guard, now);
+    assert!(matches!(
+        other,
+        Ok(Acquisition::Table(Acquired::Waiting(_), _))
+    ));
+}
+
+#[test]
+fn an_id_released_lately_is_not_handed_out_again() {
+    let (mut m, guard, now) = speaker_now();
+    let lock = grant(&mut m, request("a", 7, 1), Some(named("r1")), &guard, now);
+    m.release("a", lock.id, &guard, now).expect("released");
+    // The same acquisition again, in the same millisecond: its named id
+    // was just released, so the grant takes the driver's.
+    let again = grant(&mut m, request("a", 8, 1), Some(named("r1")), &guard, now);
+    assert_eq!(again.id, LockId::from_u128(8));
+    assert_ne!(again.id, lock.id);
+}
+
+#[test]
+fn a_waiting_acquisition_is_answered_its_grant_its_own_or_a_refusal() {
+    let (mut m, guard, now) = speaker_now();
+    let own = grant(&mut m, request("a", 7, 1), Some(named("r1")), &guard, now);
+    let other = crate::common::granted(&mut m, "b", 9, 1, &guard, now);
+
+    assert_eq!(
+        waited(Ok(other.clone()), Some(named("r1"))),
+        Ok(Waited::Granted(other.clone()))
+    );
+    let held = |l: &locktable::Lock| Err(AcquireError::Held(Box::new(l.clone())));
+    assert_eq!(
+        waited(held(&own), Some(named("r1"))),
+        Ok(Waited::Own(own.clone()))
+    );
+    assert_eq!(
+        waited(held(&own), None),
+        Err(Refusal::Held(Box::new(own.clone())))
+    );
+    assert_eq!(
+        waited(held(&other), Some(named("r1"))),
+        Err(Refusal::Held(Box::new(other)))
+    );
+    assert_eq!(
+        waited(Err(AcquireError::FencesExhausted), Some(named("r1"))),
+        Err(Refusal::NotRebuilt)
+    );
+}
