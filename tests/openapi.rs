@@ -168,6 +168,38 @@ async fn the_description_fits_what_a_running_node_answers() {
     .await;
     assert_eq!(status, 200);
     check(&spec, "post", "/v1/locks/renew", status, &renewed);
+    // A request waits for another lock: listings show it in its queue.
+    let (status, _) = call(
+        &cluster,
+        speaker,
+        "post",
+        "/v1/locks/acquire",
+        Some(json!({"name": "api/b", "holder": "holds-b", "lease_ms": 60000})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let waiting = {
+        let (http, url) = (
+            cluster.http.clone(),
+            cluster.url(follower, "/v1/locks/acquire"),
+        );
+        tokio::spawn(async move {
+            let body = json!({"name": "api/b", "holder": "waits", "wait_ms": 60000});
+            let _ = http.post(url).json(&body).send().await;
+        })
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let (_, body) = call(&cluster, speaker, "get", "/v1/locks?prefix=api/", None).await;
+        if body["locks"][1]["queue"][0]["holder"] == json!("waits") {
+            break;
+        }
+        assert!(
+            started.elapsed() < support::PATIENCE,
+            "never waited: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for (method, path) in [
         ("get", "/v1/locks/api%2Fa"),
         ("get", "/v1/locks?prefix=api/"),
@@ -186,6 +218,7 @@ async fn the_description_fits_what_a_running_node_answers() {
             check(&spec, method, described, status, &body);
         }
     }
+    waiting.abort();
     let (status, released) = call(
         &cluster,
         follower,

@@ -318,3 +318,63 @@ fn the_alert_rules_stay_quiet_through_a_failover() {
         );
     }
 }
+
+/// A listing shows the requests waiting for each lock in the order they
+/// will be served (who, through which node, for how long, for what
+/// lease), read at the speaker and through a follower alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_shows_who_waits_for_each_lock_in_order() {
+    let cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let follower = cluster.others(speaker)[0];
+    cluster
+        .must_acquire(
+            speaker,
+            "queue/a",
+            json!({"holder": "the-holder", "lease_ms": 60000}),
+        )
+        .await;
+    let path = "/v1/locks?prefix=queue/";
+    let mut waiting = Vec::new();
+    for (n, (via, who, lease)) in [(follower, "second", 7000), (speaker, "third", 9000)]
+        .into_iter()
+        .enumerate()
+    {
+        let (http, url) = (cluster.http.clone(), cluster.url(via, "/v1/locks/acquire"));
+        let body = json!({"name": "queue/a", "holder": who, "lease_ms": lease, "wait_ms": 60000});
+        waiting.push(tokio::spawn(async move {
+            let _ = http.post(url).json(&body).send().await;
+        }));
+        // One after the other: the second asks once the first waits.
+        wait_for(&cluster, speaker, path, "waited for", |_, body| {
+            body["locks"][0]["waiters"] == json!(n + 1)
+        })
+        .await;
+    }
+    for via in [speaker, follower] {
+        let body = wait_for(&cluster, via, path, "shown its queue", |status, body| {
+            status == 200 && body["locks"][0]["queue"].as_array().map(Vec::len) == Some(2)
+        })
+        .await;
+        let lock = &body["locks"][0];
+        assert_eq!(lock["holder"], json!("the-holder"), "{body}");
+        assert_eq!(lock["waiters"], json!(2), "{body}");
+        let queue = lock["queue"].as_array().unwrap();
+        let expected = [("second", follower, 7000), ("third", speaker, 9000)];
+        for (q, (who, node, lease)) in queue.iter().zip(expected) {
+            assert_eq!(q["holder"], json!(who), "node {via}: {body}");
+            assert_eq!(q["node"], json!(node), "node {via}: {body}");
+            assert_eq!(q["lease_ms"], json!(lease), "node {via}: {body}");
+            let left = q["wait_left_ms"].as_u64().unwrap();
+            assert!(left > 0 && left <= 60_000, "node {via}: {body}");
+            assert!(q["since"].as_str().unwrap().ends_with('Z'), "{body}");
+        }
+        assert!(
+            queue[0]["waited_ms"].as_u64() >= queue[1]["waited_ms"].as_u64(),
+            "the first waited longest: {body}"
+        );
+    }
+    for w in waiting {
+        w.abort();
+    }
+}

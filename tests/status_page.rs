@@ -73,7 +73,7 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
             cluster.url(speaker, "/v1/locks/acquire"),
         );
         tokio::spawn(async move {
-            let body = json!({"name": "page/taken-in-the-test", "wait_ms": 60000});
+            let body = json!({"name": "page/taken-in-the-test", "holder": "the-waiting-one", "wait_ms": 60000});
             let _ = http.post(url).json(&body).send().await;
         })
     };
@@ -91,6 +91,7 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
                  document.body.innerText.includes('grants/s') && \
                  document.querySelectorAll('#history tr').length > 0 && \
                  document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').textContent === '1' && \
+                 document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').title.startsWith('1. the-waiting-one (node ') && \
                  document.getElementById('lock-count').textContent.startsWith('1 held')"
             ),
             Duration::from_secs(20),

@@ -124,6 +124,11 @@ async fn lock_refuses_when_held_and_locks_lists_the_holder() {
         table.contains("cli/held") && table.contains("first"),
         "{table}"
     );
+    // Who waits, under the lock it waits for.
+    assert!(
+        table.contains("    1. ") && table.contains("for a lease of 5.0s"),
+        "{table}"
+    );
 
     // -o json: one document each, the API's shapes.
     let out = run(leasehold(&cluster, &[3], &["locks", "-o", "json"]));
@@ -131,9 +136,10 @@ async fn lock_refuses_when_held_and_locks_lists_the_holder() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let listed = doc["locks"].as_array().unwrap();
     assert!(
-        listed
-            .iter()
-            .any(|l| l["name"] == json!("cli/held") && l["holder"] == json!("first")),
+        listed.iter().any(|l| l["name"] == json!("cli/held")
+            && l["holder"] == json!("first")
+            && l["waiters"] == json!(1)
+            && l["queue"][0]["lease_ms"] == json!(5000)),
         "{doc}"
     );
     let out = run(leasehold(

@@ -168,7 +168,7 @@ pub struct ErrorBody {
     pub message: String,
     /// The lock as it is held, with `409 held`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lock: Option<LockView>,
+    pub lock: Option<Box<LockView>>,
 }
 
 impl ErrorBody {
@@ -322,16 +322,17 @@ mod tests {
             expires_at: "1970-01-01T00:00:00.001Z".into(),
             data: None,
             waiters: 0,
+            queue: Vec::new(),
         };
         let held = ErrorBody {
-            lock: Some(lock.clone()),
+            lock: Some(Box::new(lock.clone())),
             ..ErrorBody::new(ErrorCode::Held, "held")
         };
         let json = serde_json::to_value(&held).unwrap();
         assert_eq!(json["error"], "held");
         assert_eq!(json["lock"]["name"], "a");
         let back: ErrorBody = serde_json::from_value(json).unwrap();
-        assert_eq!(back.lock, Some(lock));
+        assert_eq!(back.lock, Some(Box::new(lock)));
         // A body with no lock reads back with none.
         let plain: ErrorBody =
             serde_json::from_str(r#"{"error":"no_leader","message":"m"}"#).unwrap();

@@ -268,6 +268,11 @@ pub struct ForwardListAnswer {
     pub total: u64,
     /// How many requests wait for each of `locks`, in the same order.
     pub waiters: Vec<u64>,
+    /// The requests waiting for each of `locks`, in the same order, each in
+    /// the order it will be served (the first `locktable::QUEUE_SHOWN`).
+    /// Absent from a speaker of an older build, and then read as none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<Vec<crate::PeerQueued>>,
 }
 
 /// A rebuilding speaker's read of a member's report (`/internal/held`).

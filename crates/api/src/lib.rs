@@ -24,6 +24,7 @@ pub mod internal;
 pub mod lock;
 pub mod peer;
 pub mod query;
+pub mod queue;
 pub mod request;
 pub mod routes;
 pub mod time;
@@ -41,6 +42,7 @@ pub use internal::{
 pub use lock::LockView;
 pub use peer::PeerLock;
 pub use query::ListQuery;
+pub use queue::{PeerQueued, QueuedView};
 pub use request::{
     parse_body, parse_body_checked, read_body, validate_data, validate_holder, validate_id,
     validate_name, validate_new_name, validate_request_id, AcquireBody, AddMemberBody, BadRequest,

@@ -49,6 +49,11 @@ pub struct LockView {
     /// none, and in other answers).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waiters: u64,
+    /// The requests waiting for the lock, in the order they will be served
+    /// (in a listing, the first 100; absent when none, and in other
+    /// answers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue: Vec<crate::QueuedView>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -102,6 +107,7 @@ impl LockView {
             expires_at: format_rfc3339_ms(wall_now_ms.saturating_add(ttl_ms)),
             data: data.map(str::to_owned),
             waiters: 0,
+            queue: Vec::new(),
         }
     }
 

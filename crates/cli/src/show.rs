@@ -29,11 +29,18 @@ pub async fn locks(client: Client, prefix: &str, limit: usize, json: bool) -> Ex
         .unwrap_or(0)
         .max(6);
     println!(
-        "{:<name_width$}  {:<holder_width$}  {:>4}  {:>20}  {:>9}",
-        "NAME", "HOLDER", "NODE", "FENCE", "TIME LEFT"
+        "{:<name_width$}  {:<holder_width$}  {:>4}  {:>20}  {:>9}  {:>7}",
+        "NAME", "HOLDER", "NODE", "FENCE", "TIME LEFT", "WAITING"
     );
     for l in &locks {
-        println!("{}", row(l, name_width, holder_width));
+        let waiting = match l.waiters {
+            0 => String::new(),
+            n => n.to_string(),
+        };
+        println!("{}  {waiting:>7}", row(l, name_width, holder_width));
+        for line in queue_lines(l) {
+            println!("{line}");
+        }
     }
     if locks.is_empty() {
         eprintln!("(no locks held)");
@@ -52,6 +59,32 @@ fn row(lock: &leasehold_client::Lock, name_width: usize, holder_width: usize) ->
         lock.fence,
         seconds(lock.ttl_ms)
     )
+}
+
+/// The requests waiting for `lock`, a line each in the order they will be
+/// served: who, through which node, for how long, and what they ask.
+fn queue_lines(lock: &leasehold_client::Lock) -> Vec<String> {
+    let mut lines: Vec<String> = lock
+        .queue
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let holder = if q.holder.is_empty() { "-" } else { &q.holder };
+            format!(
+                "    {}. {holder} (node {}) waiting {}, {} left to wait, for a lease of {}",
+                i + 1,
+                q.node,
+                seconds(q.waited_ms),
+                seconds(q.wait_left_ms),
+                seconds(q.lease_ms)
+            )
+        })
+        .collect();
+    let more = (lock.waiters as usize).saturating_sub(lock.queue.len());
+    if more > 0 && !lock.queue.is_empty() {
+        lines.push(format!("    ... and {more} more"));
+    }
+    lines
 }
 
 /// `leasehold get NAME`: the lock's row, or exit 1 if nobody holds it.

@@ -129,7 +129,7 @@ fn refused(e: CallError) -> Error {
     match e {
         CallError::Api(body) => match body.error {
             ErrorCode::Held => match body.lock {
-                Some(lock) => Error::Held(Box::new(lock)),
+                Some(lock) => Error::Held(lock),
                 None => Error::Server(format!("a held answer without its lock: {}", body.message)),
             },
             ErrorCode::NotHeld => Error::NotHeld,

@@ -85,6 +85,7 @@ impl Fake {
             expires_at: String::new(),
             data: None,
             waiters: 0,
+            queue: Vec::new(),
         }
     }
 
@@ -100,7 +101,7 @@ impl Fake {
                 "the node failed",
             ))),
             Reply::Held => Err(CallError::Api(ErrorBody {
-                lock: Some(self.view(1_000)),
+                lock: Some(Box::new(self.view(1_000))),
                 ..ErrorBody::new(ErrorCode::Held, "held")
             })),
             Reply::Refused => Err(CallError::NotSent("connection refused".into())),

@@ -28,6 +28,7 @@
 mod error;
 mod forgotten;
 mod held;
+mod listing;
 mod lock;
 mod rebuild;
 mod settle;
@@ -37,7 +38,8 @@ mod time;
 
 pub use error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGeneration};
 pub use held::{Held, HeldLock};
+pub use listing::{Listing, Queued, QUEUE_SHOWN};
 pub use lock::{newer_data, BadLockId, Fence, Lock, LockId, LockInTransit, NodeId, Request};
 pub use rebuild::{RebuildBasis, RebuildFrom, Settled};
-pub use table::{Acquired, Answer, Listing, Rebuilt, Table, WaiterId};
+pub use table::{Acquired, Answer, Rebuilt, Table, WaiterId};
 pub use time::{LeaseRule, MonoTime};

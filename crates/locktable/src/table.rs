@@ -8,22 +8,11 @@ use hashbrown::HashMap;
 
 use crate::error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGeneration};
 use crate::forgotten::Forgotten;
+use crate::listing::{Listing, Queued, QUEUE_SHOWN};
 use crate::lock::{Fence, Lock, LockId, NodeId, Request};
 use crate::rebuild::{RebuildBasis, RebuildFrom, Settled};
 use crate::slots::{Slot, Slots};
 use crate::time::{LeaseRule, MonoTime};
-
-/// Locks listed under a prefix ([`Table::listing`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Listing {
-    /// The locks, in name order, at most the limit asked.
-    pub locks: Vec<Lock>,
-    /// How many locks are held under the prefix in all (`None` where it is
-    /// not known: a listing forwarded to a speaker of an older protocol).
-    pub total: Option<usize>,
-    /// How many requests wait for each of `locks`, in the same order.
-    pub waiters: Vec<usize>,
-}
 
 /// A request waiting for a lock held by another, as the table numbers it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -360,15 +349,34 @@ impl Table {
             found.truncate(limit);
         }
         found.sort_unstable_by(|a, b| a.name().cmp(b.name()));
-        let waiters = found
-            .iter()
-            .map(|s| self.waiters.get(s.name()).map_or(0, VecDeque::len))
+        let queues: Vec<Option<&VecDeque<Waiter>>> =
+            found.iter().map(|s| self.waiters.get(s.name())).collect();
+        let waiters = queues.iter().map(|q| q.map_or(0, VecDeque::len)).collect();
+        let queues = queues
+            .into_iter()
+            .map(|q| q.map_or_else(Vec::new, |q| self.queued(q)))
             .collect();
         Ok(Listing {
             locks: found.into_iter().map(Slot::to_lock).collect(),
             total: Some(total),
             waiters,
+            queues,
         })
+    }
+
+    /// The first [`QUEUE_SHOWN`] requests of `queue`, as a listing shows them.
+    fn queued(&self, queue: &VecDeque<Waiter>) -> Vec<Queued> {
+        queue
+            .iter()
+            .take(QUEUE_SHOWN)
+            .map(|w| Queued {
+                holder: w.request.holder.clone(),
+                node: w.request.node,
+                since: w.until - w.request.wait,
+                until: w.until,
+                lease: self.rule.lease(w.request.lease),
+            })
+            .collect()
     }
 
     /// Ends the leases run out by `now`, handing each lock to its first

@@ -93,17 +93,26 @@ impl Embedded {
     }
 }
 
-/// The views of a listing's locks, each with its waiters.
+/// The views of a listing's locks, each with its waiters and their queue
+/// as `node` sees them now.
 pub(crate) fn listed(
     listing: locktable::Listing,
+    node: &Node,
     view: impl Fn(&Lock) -> LockView,
 ) -> Vec<LockView> {
+    let mut queues = listing.queues.into_iter();
     listing
         .locks
         .iter()
         .zip(listing.waiters.iter().copied().chain(std::iter::repeat(0)))
         .map(|(lock, waiters)| LockView {
             waiters: waiters as u64,
+            queue: queues
+                .next()
+                .unwrap_or_default()
+                .iter()
+                .map(|q| node.queued_view(q))
+                .collect(),
             ..view(lock)
         })
         .collect()
@@ -173,7 +182,7 @@ impl Transport for Embedded {
         Box::pin(async move {
             let limit = limit.clamp(1, leasehold_api::MAX_LIST_LIMIT);
             let listing = within(timeout, self.node.list(&prefix, limit)).await?;
-            Ok(listed(listing, |l| self.view(l)))
+            Ok(listed(listing, &self.node, |l| self.view(l)))
         })
     }
 

@@ -35,7 +35,7 @@ impl ApiError {
     /// `409 held`, with the lock holding the name.
     pub fn held(lock: LockView) -> Self {
         let mut e = Self::new(ErrorCode::Held, format!("{} is held by another", lock.name));
-        e.body.lock = Some(lock);
+        e.body.lock = Some(Box::new(lock));
         e
     }
 

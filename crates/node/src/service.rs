@@ -468,6 +468,7 @@ impl Node {
             let answer = leasehold_api::ForwardListAnswer {
                 total: 0,
                 waiters: vec![0; locks.len()],
+                queues: Vec::new(),
                 locks,
             };
             (answer, None)
@@ -479,9 +480,15 @@ impl Node {
             .collect::<Result<Vec<_>, _>>()
             .map_err(malformed)?;
         let waiters = answer.waiters.iter().map(|w| *w as usize).collect();
+        let queues = answer
+            .queues
+            .iter()
+            .map(|q| q.iter().map(|q| q.arrive(sent)).collect())
+            .collect();
         Ok(locktable::Listing {
             total: total.map(|t| t.max(locks.len())),
             waiters,
+            queues,
             locks,
         })
     }

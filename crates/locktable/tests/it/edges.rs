@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::*;
-use locktable::{Fence, Held, Lock, LockId, RebuildError, RebuildFrom, Request, Table};
+use locktable::{Fence, Held, LeaseRule, Lock, LockId, RebuildError, RebuildFrom, Request, Table};
 
 #[test]
 fn a_lock_reported_twice_keeps_its_latest_lease_through_the_node_that_renewed_it_last() {
@@ -201,4 +201,67 @@ fn a_waiting_request_is_counted_until_answered() {
     assert_eq!(table.waiting(), 1);
     table.release("a", held.id, t(1)).unwrap();
     assert_eq!(table.waiting(), 0);
+}
+
+#[test]
+fn a_listing_shows_each_locks_queue_in_the_order_it_is_served() {
+    use locktable::{Acquired, Queued, QUEUE_SHOWN};
+    let mut table = rebuilt_table(1, vec![], t(0));
+    granted(table.acquire(req("a", 1, 1), t(0)));
+    granted(table.acquire(req("b", 2, 1), t(0)));
+    let second = waiting(req("a", 3, 2), 30 * SEC);
+    let third = Request {
+        lease: None,
+        ..waiting(req("a", 4, 3), 5 * SEC)
+    };
+    assert!(matches!(
+        table.acquire(second, t(1)),
+        Ok(Acquired::Waiting(_))
+    ));
+    assert!(matches!(
+        table.acquire(third, t(2)),
+        Ok(Acquired::Waiting(_))
+    ));
+    let listing = table.listing("", 10, t(3)).unwrap();
+    assert_eq!(listing.waiters, [2, 0]);
+    let default = LeaseRule::default().lease(None);
+    assert_eq!(
+        listing.queues,
+        [
+            vec![
+                Queued {
+                    holder: "client-3".into(),
+                    node: 2,
+                    since: t(1),
+                    until: t(31),
+                    lease: 10 * SEC,
+                },
+                Queued {
+                    holder: "client-4".into(),
+                    node: 3,
+                    since: t(2),
+                    until: t(7),
+                    lease: default,
+                },
+            ],
+            vec![],
+        ]
+    );
+    // The first served is shown first; once it has the lock, the next.
+    let first = table.list("a", 1, t(3)).unwrap().remove(0);
+    table.release("a", first.id, t(4)).unwrap();
+    let listing = table.listing("a", 10, t(4)).unwrap();
+    assert_eq!(listing.locks[0].holder, "client-3");
+    assert_eq!(listing.queues[0].len(), 1);
+    assert_eq!(listing.queues[0][0].holder, "client-4");
+
+    // A long queue is counted whole and shown in part.
+    for i in 0..QUEUE_SHOWN as u128 + 5 {
+        let r = waiting(req("b", 100 + i, 1), 30 * SEC);
+        assert!(matches!(table.acquire(r, t(5)), Ok(Acquired::Waiting(_))));
+    }
+    let listing = table.listing("b", 10, t(5)).unwrap();
+    assert_eq!(listing.waiters, [QUEUE_SHOWN + 5]);
+    assert_eq!(listing.queues[0].len(), QUEUE_SHOWN);
+    assert_eq!(listing.queues[0][0].holder, "client-100");
 }

@@ -14,7 +14,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use leasehold_api::{
     routes, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
-    ForwardGet, ForwardList, Granted, PeerLock,
+    ForwardGet, ForwardList, Granted, PeerLock, PeerQueued,
 };
 use leasehold_raft::identity::Stamp;
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
@@ -307,6 +307,11 @@ async fn forward_list(
             locks,
             total: listing.total.unwrap_or(listing.locks.len()) as u64,
             waiters: listing.waiters.iter().map(|w| *w as u64).collect(),
+            queues: listing
+                .queues
+                .iter()
+                .map(|q| q.iter().map(|q| PeerQueued::leaving(q, now)).collect())
+                .collect(),
         })
         .into_response(),
         false => Json(locks).into_response(),

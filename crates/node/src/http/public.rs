@@ -265,7 +265,7 @@ async fn list(
         Caller::Open | Caller::Cluster => listing.total.map(|t| t as u64),
         Caller::Token(_) => None,
     };
-    let locks = crate::embedded::listed(listing, |l| seen_by(&caller, &node, l))
+    let locks = crate::embedded::listed(listing, &node, |l| seen_by(&caller, &node, l))
         .into_iter()
         .filter(|view| caller.may(Right::Read, &view.name))
         .collect();

@@ -33,9 +33,18 @@ impl Node {
 
     /// A lock as this node shows it to a client.
     pub(crate) fn view(&self, lock: &Lock) -> LockView {
+        LockView::from_lock(lock, self.clock.now(), self.wall_ms())
+    }
+
+    /// A request waiting for a lock, as people see it.
+    pub(crate) fn queued_view(&self, queued: &locktable::Queued) -> leasehold_api::QueuedView {
+        leasehold_api::QueuedView::from_queued(queued, self.clock.now(), self.wall_ms())
+    }
+
+    /// This node's wall clock, as the chaos suite may have stepped it.
+    fn wall_ms(&self) -> u64 {
         let step = self.peers.faults().wall_step_ms();
-        let wall = self.clock.wall_ms().saturating_add_signed(step);
-        LockView::from_lock(lock, self.clock.now(), wall)
+        self.clock.wall_ms().saturating_add_signed(step)
     }
 
     /// The term this node may grant for now, if its guard lets it (rebuilt

@@ -1,0 +1,42 @@
+//! What a listing of the table shows: the locks under a prefix, how many
+//! there are, and who waits for each, in order.
+
+use std::time::Duration;
+
+use crate::lock::{Lock, NodeId};
+use crate::time::MonoTime;
+
+/// The most waiting requests a listing shows of one lock (the first ones,
+/// in the order they will be served); `waiters` counts them all.
+pub const QUEUE_SHOWN: usize = 100;
+
+/// Locks listed under a prefix ([`crate::Table::listing`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The locks, in name order, at most the limit asked.
+    pub locks: Vec<Lock>,
+    /// How many locks are held under the prefix in all (`None` where it is
+    /// not known: a listing forwarded to a speaker of an older protocol).
+    pub total: Option<usize>,
+    /// How many requests wait for each of `locks`, in the same order.
+    pub waiters: Vec<usize>,
+    /// The requests waiting for each of `locks`, in the same order, each
+    /// in the order it will be served, at most [`QUEUE_SHOWN`] of a lock
+    /// (empty where not known: a speaker of an older build).
+    pub queues: Vec<Vec<Queued>>,
+}
+
+/// A request waiting for a lock held by another, as a listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    /// Who asks.
+    pub holder: String,
+    /// The node whose client asks.
+    pub node: NodeId,
+    /// When it began to wait.
+    pub since: MonoTime,
+    /// When its wait ends, unless granted before.
+    pub until: MonoTime,
+    /// The lease it will be granted.
+    pub lease: Duration,
+}
