@@ -216,6 +216,42 @@ async fn metrics_count_what_the_nodes_do() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // By name prefix (`--metrics-prefix-depth`, 1 by default): how locks
+    // ended, how long they were held, how long acquires took, who waits.
+    let waiting = {
+        let (http, url) = (
+            cluster.http.clone(),
+            cluster.url(follower, "/v1/locks/acquire"),
+        );
+        tokio::spawn(async move {
+            let body = json!({"name": "m/b", "wait_ms": 60000});
+            let _ = http.post(url).json(&body).send().await;
+        })
+    };
+    let lapsed = "leasehold_lock_ends_total{prefix=\"m/\",how=\"lapsed\"}";
+    let queued = "leasehold_queue_length{prefix=\"m/\"}";
+    let start = Instant::now();
+    let text = loop {
+        let text = metrics(&cluster, speaker).await;
+        if text.contains(lapsed) && text.contains(&format!("{queued} 1\n")) {
+            break text;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no lapse or queue by prefix:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    waiting.abort();
+    assert!(value(&text, lapsed) >= 1.0, "{text}");
+    let released = "leasehold_lock_ends_total{prefix=\"m/\",how=\"released\"}";
+    assert_eq!(value(&text, released), 1.0, "{text}");
+    let held = "leasehold_lock_hold_seconds_count{prefix=\"m/\"}";
+    assert!(value(&text, held) >= 2.0, "{text}");
+    let granted = "leasehold_lock_wait_seconds_count{prefix=\"m/\"}";
+    assert!(value(&text, granted) >= 3.0, "{text}");
+    assert_eq!(value(&text, "leasehold_longest_queue"), 1.0, "{text}");
+
     let text = metrics(&cluster, follower).await;
     assert_eq!(value(&text, "leasehold_is_speaker"), 0.0);
     assert!(value(&text, "leasehold_forwarded_total") >= 2.0, "{text}");

@@ -134,6 +134,11 @@ pub struct ServeArgs {
     /// survives the loss of fewer members than this.
     #[arg(long)]
     copies: Option<usize>,
+    /// How many `/`-separated segments of a lock's name label its metrics
+    /// by prefix (`jobs/` for `jobs/42` at 1); 0 exports none. At most
+    /// 100 prefixes get series of their own (docs/operations.md).
+    #[arg(long, default_value_t = NodeConfig::DEFAULT_METRICS_PREFIX_DEPTH)]
+    metrics_prefix_depth: usize,
     /// The highest protocol version this node offers (default: its
     /// build's). Kept below the build's on every member, it holds the
     /// cluster at that version, so that a downgrade stays open
@@ -271,6 +276,7 @@ impl ServeArgs {
             .with_report_frame_bytes(self.report_frame_bytes)
             .with_copies(self.copies)
             .with_protocol(self.protocol)
+            .with_metrics_prefix_depth(self.metrics_prefix_depth)
     }
 }
 

@@ -1,5 +1,6 @@
-//! What a listing of the table shows: the locks under a prefix, how many
-//! there are, and who waits for each, in order.
+//! What the table tells of itself besides its locks: a listing (the locks
+//! under a prefix, how many there are, who waits for each, in order), and
+//! the leases that ran out, for the caller's metrics.
 
 use std::time::Duration;
 
@@ -39,4 +40,18 @@ pub struct Queued {
     pub until: MonoTime,
     /// The lease it will be granted.
     pub lease: Duration,
+}
+
+/// The most lapsed leases the table keeps between two
+/// [`crate::Table::take_lapsed`]: more are counted in
+/// [`crate::Table::expired`] only.
+pub const LAPSED_KEPT: usize = 100_000;
+
+/// A lease that ran out (no release came), as the table's metrics see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lapsed {
+    /// The name that was locked.
+    pub name: String,
+    /// How long the lock was held, from its grant to its lease's end.
+    pub held: Duration,
 }

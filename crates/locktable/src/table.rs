@@ -8,7 +8,7 @@ use hashbrown::HashMap;
 
 use crate::error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGeneration};
 use crate::forgotten::Forgotten;
-use crate::listing::{Listing, Queued, QUEUE_SHOWN};
+use crate::listing::{Lapsed, Listing, Queued, LAPSED_KEPT, QUEUE_SHOWN};
 use crate::lock::{Fence, Lock, LockId, NodeId, Request};
 use crate::rebuild::{RebuildBasis, RebuildFrom, Settled};
 use crate::slots::{Slot, Slots};
@@ -97,6 +97,8 @@ pub struct Table {
     forgotten: Forgotten,
     /// Leases [`Table::poll`] has ended since the table was made.
     expired: u64,
+    /// Leases that ran out since the last [`Table::take_lapsed`].
+    lapsed: Vec<Lapsed>,
     /// The releases heard since a rebuild's basis was taken
     /// ([`Table::begin_rebuild`]), for its install to apply.
     forgets_since_basis: Option<Vec<(Box<str>, LockId)>>,
@@ -120,6 +122,7 @@ impl Table {
             retained: HashMap::new(),
             forgotten: Forgotten::default(),
             expired: 0,
+            lapsed: Vec::new(),
             forgets_since_basis: None,
         }
     }
@@ -128,6 +131,12 @@ impl Table {
     /// was made; drops and rebuilds keep the count.
     pub fn expired(&self) -> u64 {
         self.expired
+    }
+
+    /// The leases that ran out (found by [`Table::poll`], or by a call on
+    /// their name) since the last call, at most [`LAPSED_KEPT`] of them.
+    pub fn take_lapsed(&mut self) -> Vec<Lapsed> {
+        std::mem::take(&mut self.lapsed)
     }
 
     /// The generation a rebuild is for: the nodes are read after it is, and
@@ -155,6 +164,11 @@ impl Table {
     /// How many requests are waiting.
     pub fn waiting(&self) -> usize {
         self.waiters.values().map(VecDeque::len).sum()
+    }
+
+    /// How many requests wait for each name that has any, in no order.
+    pub fn queue_lengths(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.waiters.iter().map(|(name, q)| (&**name, q.len()))
     }
 
     /// When new grants resume after a strict rebuild that missed members.
@@ -397,6 +411,7 @@ impl Table {
             let lock = self.remove(slot);
             self.expired += 1;
             self.hand_over(&lock.name, &lock, now);
+            self.note_lapsed(lock);
         }
         while let Some(Reverse((until, _, _))) = self.wait_ends.peek() {
             if *until > now {
@@ -447,6 +462,7 @@ impl Table {
         self.retained.retain(|_, l| l.is_live(now));
         self.slots.clear();
         self.expiries.clear();
+        self.lapsed.clear();
         self.turn_away_waiters();
     }
 
@@ -677,6 +693,17 @@ impl Table {
         if self.slots.get(at).is_some_and(|s| !s.is_live(now)) {
             let lock = self.remove(at);
             self.hand_over(name, &lock, now);
+            self.note_lapsed(lock);
+        }
+    }
+
+    fn note_lapsed(&mut self, lock: Lock) {
+        if self.lapsed.len() < LAPSED_KEPT {
+            let held = lock.expires.saturating_duration_since(lock.acquired);
+            self.lapsed.push(Lapsed {
+                name: lock.name,
+                held,
+            });
         }
     }
 

@@ -75,6 +75,10 @@ pub struct NodeConfig {
     /// build's own unless an operator holds the cluster at a lower one to
     /// keep a downgrade open.
     pub protocol: leasehold_raft::version::Protocol,
+    /// How many `/`-separated segments of a name label its metrics by
+    /// prefix (`--metrics-prefix-depth`, 1 by default: `jobs/` for
+    /// `jobs/42`); 0 exports none.
+    pub metrics_prefix_depth: usize,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -102,6 +106,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("tls", &self.tls.is_some())
             .field("idle_timeout", &self.idle_timeout)
             .field("protocol", &self.protocol)
+            .field("metrics_prefix_depth", &self.metrics_prefix_depth)
             .finish()
     }
 }
@@ -192,6 +197,9 @@ impl NodeConfig {
     /// The report frame size nodes run with: about 14 000 locks of short
     /// names a frame.
     pub const DEFAULT_REPORT_FRAME_BYTES: usize = 1 << 20;
+    /// The name segments that label the metrics by prefix when none is
+    /// given.
+    pub const DEFAULT_METRICS_PREFIX_DEPTH: usize = 1;
     /// The smallest report frame allowed: room for the largest lock the API
     /// admits (a name, holder and data at their limits take under 5 KiB).
     pub const MIN_REPORT_FRAME_BYTES: usize = 64 << 10;
@@ -238,6 +246,16 @@ impl NodeConfig {
             tls: None,
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
             protocol: leasehold_raft::version::SPEAKS,
+            metrics_prefix_depth: Self::DEFAULT_METRICS_PREFIX_DEPTH,
+        }
+    }
+
+    /// With metrics labelled by name prefixes of this many segments (0:
+    /// none).
+    pub fn with_metrics_prefix_depth(self, metrics_prefix_depth: usize) -> Self {
+        NodeConfig {
+            metrics_prefix_depth,
+            ..self
         }
     }
 

@@ -11,9 +11,11 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 mod elections;
+mod prefixes;
 mod process;
 mod text;
 pub(crate) use elections::Elections;
+pub(crate) use prefixes::{Ended, Prefixes};
 
 /// A member, for its reachability.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -118,6 +120,8 @@ pub(crate) struct Metrics {
     pub(crate) elections: Elections,
     requests: RequestTimes,
     waiting: RequestTimes,
+    /// The series by name prefix.
+    pub(crate) prefixes: Prefixes,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -138,9 +142,13 @@ fn waiting_histogram() -> Histogram {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Self {
+    /// Every series, those by name prefix with prefixes of
+    /// `prefix_depth` segments (none at 0).
+    pub(crate) fn new(prefix_depth: usize) -> Self {
+        let mut registry = Registry::default();
+        let prefixes = Prefixes::new(prefix_depth, &mut registry);
         let mut metrics = Metrics {
-            registry: Registry::default(),
+            registry,
             grants: Counter::default(),
             releases: Counter::default(),
             expiries: Counter::default(),
@@ -161,6 +169,7 @@ impl Metrics {
             elections: Elections::default(),
             requests: RequestTimes::new(Family::new_with_constructor(request_histogram)),
             waiting: RequestTimes::new(Family::new_with_constructor(waiting_histogram)),
+            prefixes,
         };
         let r = &mut metrics.registry;
         r.register(
@@ -319,7 +328,7 @@ mod tests {
 
     #[test]
     fn every_series_the_operations_doc_names_is_exported() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(1);
         metrics.grants.inc();
         metrics.observe_request(Some("/v1/locks/acquire"), 200, 0.002, false);
         metrics.observe_request(Some("/v1/locks/acquire"), 200, 0.004, false);

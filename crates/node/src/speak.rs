@@ -10,6 +10,7 @@ use locktable::{AcquireError, Acquired, Lock, LockId, NodeId, Request, WaiterId}
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
+use crate::metrics::Ended;
 use crate::node::Node;
 
 /// A lock request as the node receives it, validated.
@@ -65,6 +66,7 @@ impl Node {
         request: AcquireRequest,
         node: NodeId,
     ) -> Result<Lock, ApiError> {
+        let asked = tokio::time::Instant::now();
         let wall_ms = self.clock.wall_ms();
         let random = LockId::from_parts(wall_ms, leasehold_raft::entropy::random_u128());
         let named = request.request_id.as_deref().map(|request_id| Named {
@@ -105,7 +107,7 @@ impl Node {
             first
         };
         let (rx, waiter, made) = match first {
-            First::Granted(lock, made) => return self.copied_grant(lock, node, made).await,
+            First::Granted(lock, made) => return self.copied_grant(lock, node, made, asked).await,
             First::Waiting(rx, waiter, made) => (rx, waiter, made),
             First::Own(lock) => {
                 return self
@@ -136,7 +138,7 @@ impl Node {
             return Err(ApiError::not_rebuilt());
         };
         match leasehold_protocol::waited(answer, named) {
-            Ok(Waited::Granted(lock)) => self.copied_grant(lock, node, made).await,
+            Ok(Waited::Granted(lock)) => self.copied_grant(lock, node, made, asked).await,
             Ok(Waited::Own(lock)) => {
                 self.speak_renew(name, lock.id, lease, node, None, None)
                     .await
@@ -147,8 +149,14 @@ impl Node {
 
     /// `lock`, once it is on record with enough members; a grant that
     /// could not be, or whose caller went away meanwhile, is taken back
-    /// (its client never hears of it).
-    async fn copied_grant(&self, lock: Lock, node: NodeId, made: Made) -> Result<Lock, ApiError> {
+    /// (its client never hears of it). Its acquire arrived at `asked`.
+    async fn copied_grant(
+        &self,
+        lock: Lock,
+        node: NodeId,
+        made: Made,
+        asked: tokio::time::Instant,
+    ) -> Result<Lock, ApiError> {
         let mut take_back = TakeBackOnDrop {
             node: self,
             lock: Some(lock),
@@ -156,6 +164,8 @@ impl Node {
         let lock = take_back.lock.as_ref().expect("just set");
         self.ensure_on_record(lock, node, made).await?;
         self.metrics.grants.inc();
+        let waited = asked.elapsed().as_secs_f64();
+        self.metrics.prefixes.granted(&lock.name, waited);
         Ok(take_back.lock.take().expect("still set"))
     }
 
@@ -202,9 +212,13 @@ impl Node {
         }
         .map_err(|r| self.refused(r))?;
         // Passed on in batches, a lane per member (`pass_on_releases`).
-        self.forgets
-            .push(to, name, id, lock.expires, self.clock.now());
+        let now = self.clock.now();
+        self.forgets.push(to, name, id, lock.expires, now);
         self.metrics.releases.inc();
+        if !unrenewed {
+            let held = lock.held_for(now).as_secs_f64();
+            self.metrics.prefixes.ended(name, held, Ended::Released);
+        }
         Ok(lock)
     }
 

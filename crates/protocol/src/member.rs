@@ -234,6 +234,17 @@ impl Member {
         (self.table.len(), self.table.waiting())
     }
 
+    /// The leases that ran out in the table since the last call (for the
+    /// driver's metrics; see [`Table::take_lapsed`]).
+    pub fn take_lapsed(&mut self) -> Vec<locktable::Lapsed> {
+        self.table.take_lapsed()
+    }
+
+    /// How many requests wait for each name that has any, in no order.
+    pub fn queue_lengths(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.table.queue_lengths()
+    }
+
     /// How many leases the table has ended as they ran out, so far.
     pub fn expired(&self) -> u64 {
         self.table.expired()

@@ -265,3 +265,36 @@ fn a_listing_shows_each_locks_queue_in_the_order_it_is_served() {
     assert_eq!(listing.queues[0].len(), QUEUE_SHOWN);
     assert_eq!(listing.queues[0][0].holder, "client-100");
 }
+
+#[test]
+fn leases_that_run_out_are_told_once_with_how_long_they_were_held() {
+    use locktable::Lapsed;
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let a = granted(table.acquire(req("a", 1, 1), t(0)));
+    let b = granted(table.acquire(req("b", 2, 1), t(2)));
+    granted(table.acquire(req("c", 3, 1), t(0)));
+    table.release("c", LockId::from_u128(3), t(1)).unwrap();
+    // `a` ends in a poll, `b` when a call on its name finds it ended.
+    table.poll(a.expires);
+    assert!(table.acquire(req("b", 4, 1), b.expires).is_ok());
+    let lapsed = table.take_lapsed();
+    assert_eq!(
+        lapsed,
+        [
+            Lapsed {
+                name: "a".into(),
+                held: 10 * SEC
+            },
+            Lapsed {
+                name: "b".into(),
+                held: 10 * SEC
+            },
+        ],
+        "a release is not a lapse"
+    );
+    assert!(table.take_lapsed().is_empty(), "told once");
+    // A dropped table tells none of its own.
+    table.poll(t(30));
+    table.drop_table(t(30));
+    assert!(table.take_lapsed().is_empty());
+}

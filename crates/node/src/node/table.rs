@@ -131,6 +131,14 @@ impl Node {
             self.changes.send_modify(|v| *v = v.wrapping_add(1));
         }
         self.dispatch(&mut state);
+        let lapsed = state.member.take_lapsed();
+        drop(state);
+        for lapse in lapsed {
+            let held = lapse.held.as_secs_f64();
+            self.metrics
+                .prefixes
+                .ended(&lapse.name, held, crate::metrics::Ended::Lapsed);
+        }
         polled.next
     }
 

@@ -34,8 +34,13 @@ impl Node {
     /// Every metric, in the Prometheus text format (`openmetrics`: in
     /// OpenMetrics text), the gauges read now: each describes this moment.
     pub fn metrics_text(&self, openmetrics: bool) -> String {
-        let (locks, waiting) = self.state().member.table_size();
         let speaks = self.is_leader() && self.is_rebuilt();
+        let (locks, waiting) = {
+            let state = self.state();
+            let queues = state.member.queue_lengths().filter(|_| speaks);
+            self.metrics.prefixes.set_queues(queues);
+            state.member.table_size()
+        };
         let m = &self.metrics;
         let as_gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         m.locks_held.set(if speaks { as_gauge(locks) } else { 0 });
