@@ -355,11 +355,11 @@ fn the_alert_rules_stay_quiet_through_a_failover() {
     }
 }
 
-/// A listing shows the requests waiting for each lock in the order they
-/// will be served (who, through which node, for how long, for what
-/// lease), read at the speaker and through a follower alike.
+/// A listing and a get show the requests waiting for each lock in the
+/// order they will be served (who, through which node, for how long, for
+/// what lease), read at the speaker and through a follower alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_listing_shows_who_waits_for_each_lock_in_order() {
+async fn a_listing_and_a_get_show_who_waits_for_each_lock_in_order() {
     let cluster = Cluster::start(3).await;
     let (speaker, _) = cluster.speaker().await;
     let follower = cluster.others(speaker)[0];
@@ -387,12 +387,23 @@ async fn a_listing_shows_who_waits_for_each_lock_in_order() {
         })
         .await;
     }
-    for via in [speaker, follower] {
+    let got = "/v1/locks/queue%2Fa";
+    for (via, path, at) in [
+        (speaker, path, "/locks/0"),
+        (follower, path, "/locks/0"),
+        (speaker, got, "/lock"),
+        (follower, got, "/lock"),
+    ] {
         let body = wait_for(&cluster, via, path, "shown its queue", |status, body| {
-            status == 200 && body["locks"][0]["queue"].as_array().map(Vec::len) == Some(2)
+            status == 200
+                && body
+                    .pointer(at)
+                    .and_then(|l| l["queue"].as_array())
+                    .map(Vec::len)
+                    == Some(2)
         })
         .await;
-        let lock = &body["locks"][0];
+        let lock = body.pointer(at).unwrap();
         assert_eq!(lock["holder"], json!("the-holder"), "{body}");
         assert_eq!(lock["waiters"], json!(2), "{body}");
         let queue = lock["queue"].as_array().unwrap();
@@ -410,6 +421,12 @@ async fn a_listing_shows_who_waits_for_each_lock_in_order() {
             "the first waited longest: {body}"
         );
     }
+    // A watch answers the lock as it changes, without its queue.
+    let (status, body) = cluster
+        .get(follower, "/v1/locks/queue%2Fa?after_fence=1&wait_ms=0")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["lock"].get("queue").is_none(), "{body}");
     for w in waiting {
         w.abort();
     }

@@ -150,6 +150,13 @@ async fn lock_refuses_when_held_and_locks_lists_the_holder() {
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["lock"]["holder"], json!("first"), "{doc}");
+    assert_eq!(doc["lock"]["queue"][0]["lease_ms"], json!(5000), "{doc}");
+    let out = run(leasehold(&cluster, &[2], &["get", "cli/held"]));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("first") && shown.contains("    1. "),
+        "the holder and who waits: {shown}"
+    );
     let out = run(leasehold(
         &cluster,
         &[2],

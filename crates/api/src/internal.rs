@@ -210,6 +210,37 @@ pub struct ForwardGet {
     pub name: String,
     /// The change to wait for, if any.
     pub watch: Option<Watch>,
+    /// Answer a [`ForwardGetAnswer`] (the lock with the requests waiting
+    /// for it) rather than the bare lock; asked without a watch only. A
+    /// speaker of an earlier build does not read it and answers the bare
+    /// lock.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queue: bool,
+}
+
+/// The speaker's answer to a [`ForwardGet`] that asked for the queue.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardGetAnswer {
+    /// The lock, if held.
+    pub lock: Option<PeerLock>,
+    /// How many requests wait for it.
+    #[serde(default)]
+    pub waiters: u64,
+    /// The first of them, in the order they will be served.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue: Vec<crate::PeerQueued>,
+}
+
+/// The speaker's answer to a [`ForwardGet`] that asked for the queue, as
+/// the follower reads it: with the queue, or, from a speaker of an earlier
+/// build (which does not read `queue`), the bare lock.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ForwardGetReply {
+    /// The bare lock, if held.
+    Bare(Option<PeerLock>),
+    /// The lock with the requests waiting for it.
+    Waiting(ForwardGetAnswer),
 }
 
 /// A listing a follower hands to the speaker. On the wire it is the pair
@@ -414,6 +445,70 @@ pub struct Removed {
 mod tests {
     use super::*;
     use locktable::LockId;
+
+    /// A get that asks for the queue is read by a speaker of an earlier
+    /// build as a plain get, and its answer, bare or with the queue, is
+    /// read by the follower either way.
+    #[test]
+    fn a_get_asking_for_the_queue_reads_either_answer() {
+        let asked = ForwardGet {
+            name: "a".into(),
+            watch: None,
+            queue: true,
+        };
+        let json = serde_json::to_value(&asked).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"name": "a", "watch": null, "queue": true})
+        );
+        let plain = ForwardGet {
+            queue: false,
+            ..asked.clone()
+        };
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap(),
+            serde_json::json!({"name": "a", "watch": null}),
+            "a plain get is sent as before"
+        );
+        let lock = PeerLock {
+            name: "a".into(),
+            id: LockId::from_u128(7).to_string(),
+            node: 2,
+            holder: "h".into(),
+            fence: 9,
+            lease_ms: 1000,
+            ttl_ms: 900,
+            held_ms: 100,
+            data: None,
+            data_rev: 0,
+        };
+        let read =
+            |json: serde_json::Value| -> ForwardGetReply { serde_json::from_value(json).unwrap() };
+        assert_eq!(read(serde_json::json!(null)), ForwardGetReply::Bare(None));
+        assert_eq!(
+            read(serde_json::to_value(&lock).unwrap()),
+            ForwardGetReply::Bare(Some(lock.clone()))
+        );
+        let answer = ForwardGetAnswer {
+            lock: Some(lock),
+            waiters: 1,
+            queue: vec![crate::PeerQueued {
+                holder: "w".into(),
+                node: 3,
+                waited_ms: 5,
+                left_ms: 10,
+                lease_ms: 1000,
+            }],
+        };
+        assert_eq!(
+            read(serde_json::to_value(&answer).unwrap()),
+            ForwardGetReply::Waiting(answer)
+        );
+        assert_eq!(
+            read(serde_json::json!({"lock": null, "waiters": 0})),
+            ForwardGetReply::Waiting(ForwardGetAnswer::default())
+        );
+    }
 
     /// The tag a watch compares data by is FNV-1a of its bytes, 0 for none:
     /// what every client computes (the published test vectors).

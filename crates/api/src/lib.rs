@@ -36,8 +36,9 @@ pub use answer::{
 pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
     data_tag, Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
-    ForwardCall, ForwardGet, ForwardList, ForwardListAnswer, ForwardRelease, ForwardRenew, Granted,
-    HandedOver, Handover, Lost, MemberChange, Removed, ReportRequest, RetireAnswer, Watch,
+    ForwardCall, ForwardGet, ForwardGetAnswer, ForwardGetReply, ForwardList, ForwardListAnswer,
+    ForwardRelease, ForwardRenew, Granted, HandedOver, Handover, Lost, MemberChange, Removed,
+    ReportRequest, RetireAnswer, Watch,
 };
 pub use lock::LockView;
 pub use peer::PeerLock;

@@ -45,13 +45,13 @@ pub struct LockView {
     /// Data kept with the lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
-    /// How many requests wait for the lock (in a listing; absent when
-    /// none, and in other answers).
+    /// How many requests wait for the lock (in a listing and a get
+    /// without a watch; absent when none, and in other answers).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waiters: u64,
     /// The requests waiting for the lock, in the order they will be served
-    /// (in a listing, the first 100; absent when none, and in other
-    /// answers).
+    /// (in a listing and a get without a watch, the first 100; absent when
+    /// none, and in other answers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<crate::QueuedView>,
 }

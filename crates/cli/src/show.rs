@@ -100,6 +100,9 @@ pub async fn get(client: Client, name: &str, json: bool) -> ExitCode {
     match found {
         Ok(Some(lock)) => {
             println!("{}", row(&lock, lock.name.len(), lock.holder.len()));
+            for line in queue_lines(&lock) {
+                println!("{line}");
+            }
             ExitCode::SUCCESS
         }
         Ok(None) => {

@@ -27,6 +27,15 @@ pub struct Listing {
     pub queues: Vec<Vec<Queued>>,
 }
 
+/// The requests waiting for one name ([`crate::Table::waiting_for`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Waiting {
+    /// How many wait.
+    pub count: usize,
+    /// The first [`QUEUE_SHOWN`] of them, in the order they will be served.
+    pub first: Vec<Queued>,
+}
+
 /// A request waiting for a lock held by another, as a listing shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Queued {

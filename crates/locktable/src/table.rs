@@ -8,7 +8,7 @@ use hashbrown::HashMap;
 
 use crate::error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGeneration};
 use crate::forgotten::Forgotten;
-use crate::listing::{Lapsed, Listing, Queued, LAPSED_KEPT, QUEUE_SHOWN};
+use crate::listing::{Lapsed, Listing, Queued, Waiting, LAPSED_KEPT, QUEUE_SHOWN};
 use crate::lock::{Fence, Lock, LockId, NodeId, Request};
 use crate::rebuild::{RebuildBasis, RebuildFrom, Settled};
 use crate::slots::{Slot, Slots};
@@ -376,6 +376,16 @@ impl Table {
             waiters,
             queues,
         })
+    }
+
+    /// The requests waiting for `name`.
+    pub fn waiting_for(&self, name: &str) -> Waiting {
+        self.waiters
+            .get(name)
+            .map_or_else(Waiting::default, |queue| Waiting {
+                count: queue.len(),
+                first: self.queued(queue),
+            })
     }
 
     /// The first [`QUEUE_SHOWN`] requests of `queue`, as a listing shows them.

@@ -118,6 +118,23 @@ pub(crate) fn listed(
         .collect()
 }
 
+/// `view` with the requests waiting for its lock, if known, as `node`
+/// sees them now.
+pub(crate) fn with_waiting(
+    view: LockView,
+    waiting: Option<locktable::Waiting>,
+    node: &Node,
+) -> LockView {
+    let Some(waiting) = waiting else {
+        return view;
+    };
+    LockView {
+        waiters: waiting.count as u64,
+        queue: waiting.first.iter().map(|q| node.queued_view(q)).collect(),
+        ..view
+    }
+}
+
 impl Transport for Embedded {
     fn acquire(
         &self,
@@ -168,8 +185,11 @@ impl Transport for Embedded {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
         Box::pin(async move {
-            let lock = within(timeout, self.node.get(&name, watch)).await?;
-            Ok(lock.map(|l| self.view(&l)))
+            let (lock, waiting) = match watch {
+                None => within(timeout, self.node.get_waiting(&name)).await?.unzip(),
+                Some(_) => (within(timeout, self.node.get(&name, watch)).await?, None),
+            };
+            Ok(lock.map(|l| with_waiting(self.view(&l), waiting, &self.node)))
         })
     }
 

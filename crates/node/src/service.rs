@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use leasehold_api::{
     routes, AcquireBody, Body, ClusterAnswer, ErrorCode, ForwardAcquire, ForwardAnswer,
-    ForwardCall, ForwardGet, ForwardList, ForwardRelease, ForwardRenew, Granted, Member, PeerLock,
-    ReleaseBody, RenewBody, Watch,
+    ForwardCall, ForwardGet, ForwardGetReply, ForwardList, ForwardRelease, ForwardRenew, Granted,
+    Member, PeerLock, ReleaseBody, RenewBody, Watch,
 };
 use leasehold_protocol::{Forwarded, Refusal};
 use leasehold_raft::WatchReceiver;
@@ -387,6 +387,7 @@ impl Node {
         let call = |left| ForwardGet {
             name: name.to_string(),
             watch: watch.map(|w| Watch { wait: left, ..w }),
+            queue: false,
         };
         // Its caller awaits it: gone, it is dropped.
         let (mut found, mut call): (Option<PeerLock>, Forwarded) = self
@@ -402,6 +403,7 @@ impl Node {
             let again = |_| ForwardGet {
                 name: name.to_string(),
                 watch: None,
+                queue: false,
             };
             (found, call) = self
                 .forward_waiting(routes::FORWARD_GET, Duration::ZERO, again, &|| true)
@@ -411,6 +413,41 @@ impl Node {
             .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(call.sent)))
             .transpose()
             .map_err(malformed)
+    }
+
+    /// The lock `name`, if held, with the requests waiting for it (none
+    /// shown through a speaker of an earlier build).
+    pub async fn get_waiting(
+        self: &Arc<Self>,
+        name: &str,
+    ) -> Result<Option<(Lock, locktable::Waiting)>, ApiError> {
+        leasehold_api::validate_name(name)?;
+        if self.is_leader() {
+            return self.speak_get_waiting(name);
+        }
+        let call = |_| ForwardGet {
+            name: name.to_string(),
+            watch: None,
+            queue: true,
+        };
+        let (answer, call): (ForwardGetReply, Forwarded) = self
+            .forward_waiting(routes::FORWARD_GET, Duration::ZERO, call, &|| true)
+            .await?;
+        let (lock, waiting) = match answer {
+            ForwardGetReply::Bare(lock) => (lock, locktable::Waiting::default()),
+            ForwardGetReply::Waiting(answer) => {
+                let waiting = locktable::Waiting {
+                    count: usize::try_from(answer.waiters).unwrap_or(usize::MAX),
+                    first: answer.queue.iter().map(|q| q.arrive(call.sent)).collect(),
+                };
+                (answer.lock, waiting)
+            }
+        };
+        let lock = lock
+            .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(call.sent)))
+            .transpose()
+            .map_err(malformed)?;
+        Ok(lock.map(|lock| (lock, waiting)))
     }
 
     /// As the speaker: the lock `name`, waiting for a change if asked.

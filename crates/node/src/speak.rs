@@ -277,6 +277,19 @@ impl Node {
         found.map_err(|r| self.refused(r))
     }
 
+    /// The lock `name`, as the speaker has it, with the requests waiting
+    /// for it.
+    pub(crate) fn speak_get_waiting(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Lock, locktable::Waiting)>, ApiError> {
+        let guard = self.guard();
+        let state = self.state();
+        let found = state.member.get_waiting(name, &guard, self.clock.now());
+        drop(state);
+        found.map_err(|r| self.refused(r))
+    }
+
     /// The locks under `prefix`, as the speaker has them.
     pub(crate) fn speak_list(
         &self,

@@ -14,7 +14,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use leasehold_api::{
     routes, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
-    ForwardGet, ForwardList, Granted, PeerLock, PeerQueued,
+    ForwardGet, ForwardGetAnswer, ForwardList, Granted, PeerLock, PeerQueued,
 };
 use leasehold_raft::identity::Stamp;
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
@@ -284,10 +284,27 @@ async fn forward_batch(
 async fn forward_get(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<Option<PeerLock>>, ApiError> {
+) -> Result<Response, ApiError> {
     let forwarded: ForwardGet = peer_body(&bytes)?;
+    if forwarded.queue && forwarded.watch.is_none() {
+        let found = node.speak_get_waiting(&forwarded.name)?;
+        let now = node.clock.now();
+        let Some((lock, waiting)) = found else {
+            return Ok(Json(ForwardGetAnswer::default()).into_response());
+        };
+        return Ok(Json(ForwardGetAnswer {
+            lock: Some(node.transit(&lock)),
+            waiters: waiting.count as u64,
+            queue: waiting
+                .first
+                .iter()
+                .map(|q| PeerQueued::leaving(q, now))
+                .collect(),
+        })
+        .into_response());
+    }
     let lock = node.speak_watch(&forwarded.name, forwarded.watch).await?;
-    Ok(Json(lock.map(|l| node.transit(&l))))
+    Ok(Json(lock.map(|l| node.transit(&l))).into_response())
 }
 
 async fn forward_list(

@@ -243,10 +243,14 @@ async fn get_lock(
     if let Some(Extension(waits)) = waits {
         waits.set(watch.is_some_and(|w| !w.wait.is_zero()));
     }
-    let lock = node.get(&name, watch).await?;
+    // Without a watch, with the requests waiting for it.
+    let (lock, waiting) = match watch {
+        None => node.get_waiting(&name).await?.unzip(),
+        Some(_) => (node.get(&name, watch).await?, None),
+    };
     let lock = lock.ok_or_else(|| ApiError::free(&name))?;
     Ok(Json(LockAnswer {
-        lock: seen_by(&caller, &node, &lock),
+        lock: crate::embedded::with_waiting(seen_by(&caller, &node, &lock), waiting, &node),
         served_ms: 0,
     }))
 }

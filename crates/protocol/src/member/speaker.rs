@@ -240,6 +240,18 @@ impl Member {
         self.table.get(name, now).map_err(|_| Refusal::NotRebuilt)
     }
 
+    /// The lock `name`, as the speaker has it, with the requests waiting
+    /// for it.
+    pub fn get_waiting(
+        &self,
+        name: &str,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<Option<(Lock, locktable::Waiting)>, Refusal> {
+        let lock = self.get(name, guard, now)?;
+        Ok(lock.map(|lock| (lock, self.table.waiting_for(name))))
+    }
+
     /// The locks under `prefix`, at most `limit`, as the speaker has them,
     /// with how many there are and how many requests wait for each.
     pub fn list(
