@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{Cluster, PATIENCE};
 
-/// The protocol version this build speaks.
-const SPEAKS: u64 = 2;
+use support::SPEAKS;
 
 /// The earlier build the upgrade starts from: the last commit before
 /// protocol versions (it sends no version header: it speaks version 0).
@@ -200,13 +199,22 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
         assert_eq!(view["protocol_offered"], json!(SPEAKS), "{view}");
         if step < 2 {
             // A member still runs the earlier build: the cluster speaks
-            // what it reads, whatever the upgraded ones offer.
+            // what it reads, whatever the upgraded ones offer, and an
+            // upgraded member grants no reader (the old one would take it
+            // for a writer).
             tokio::time::sleep(Duration::from_secs(3)).await;
             let (_, view) = cluster.get(id, "/v1/cluster").await;
             assert_eq!(
                 view["protocol"],
                 json!(0),
                 "agreed with an old member: {view}"
+            );
+            let reader = json!({ "name": "readers", "shared": true });
+            let (status, body) = cluster.post(id, "/v1/locks/acquire", reader).await;
+            assert_eq!(
+                (status, &body["error"]),
+                (503, &json!("upgrading")),
+                "{body}"
             );
         }
         let fresh = cluster
@@ -218,8 +226,15 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
     for member in view["members"].as_array().unwrap() {
         assert_eq!(member["protocol"], json!(SPEAKS), "{view}");
     }
-    // A crash after the change: the next speaker reads every lock back.
+    // Once every member speaks it, readers hold together.
     let (speaker, _) = cluster.speaker().await;
+    let mut readers = Vec::new();
+    for id in [speaker, cluster.others(speaker)[0]] {
+        let reader = json!({ "shared": true, "lease_ms": 60000 });
+        readers.push(cluster.must_acquire(id, "readers", reader).await);
+    }
+    // A crash after the change: the next speaker reads every lock back,
+    // both readers among them.
     cluster.kill(speaker);
     let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -245,22 +260,40 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
         assert_eq!(status, 200, "{view}");
         assert_eq!(view["lock"]["fence"], lock["fence"], "{view}");
     }
+    let (status, view) = cluster.get(next, "/v1/locks/readers").await;
+    assert_eq!(status, 200, "{view}");
+    let mut fences: Vec<&Value> = std::iter::once(&view["lock"]["fence"])
+        .chain(
+            view["lock"]["others"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| &o["fence"]),
+        )
+        .collect();
+    fences.sort_by_key(|f| f.as_u64());
+    assert_eq!(
+        fences,
+        [&readers[0]["fence"], &readers[1]["fence"]],
+        "both readers kept: {view}"
+    );
     for id in cluster.live() {
         assert_eq!(cluster.terminate(id, PATIENCE), Some(0), "node {id} stop");
     }
 }
 
-/// A member started with `--protocol 1` holds its cluster at version 1
-/// (the downgrade window), where a lock's data cannot change (`503
-/// upgrading`, and the lock is kept); once it offers 2 the cluster agrees
-/// on 2 and a proclaim goes through, and a member (or a newcomer) held
-/// below that refuses to start with exit 64.
+/// A member started with `--protocol 1` holds its cluster at version 1,
+/// where a lock's data cannot change and no name is held shared or as
+/// permits (`503 upgrading`, and the lock is kept); offering 2, the
+/// cluster agrees on 2 and a proclaim goes through but readers still wait
+/// for 3; once it offers 3 readers hold together; and a member (or a
+/// newcomer) held below that refuses to start with exit 64.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64() {
     let below = (SPEAKS - 1).to_string();
     let mut cluster = Cluster::start_each(3, &[], |id| {
         if id == 3 {
-            vec!["--protocol".into(), below.clone()]
+            vec!["--protocol".into(), "1".into()]
         } else {
             Vec::new()
         }
@@ -269,11 +302,7 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
     tokio::time::sleep(Duration::from_secs(5)).await;
     for id in 1..=3 {
         let (_, view) = cluster.get(id, "/v1/cluster").await;
-        assert_eq!(
-            view["protocol"],
-            json!(SPEAKS - 1),
-            "node 3 offers less: {view}"
-        );
+        assert_eq!(view["protocol"], json!(1), "node 3 offers less: {view}");
     }
     let lock = cluster
         .must_acquire(1, "leader", json!({ "lease_ms": 60000, "data": "v1" }))
@@ -283,6 +312,17 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
         let (status, body) = cluster.post(via, "/v1/locks/renew", proclaim.clone()).await;
         assert_eq!(status, 503, "via {via}: {body}");
         assert_eq!(body["error"], json!("upgrading"), "via {via}: {body}");
+        for kind in [
+            json!({ "name": "readers", "shared": true }),
+            json!({ "name": "readers", "permits": 2 }),
+        ] {
+            let (status, body) = cluster.post(via, "/v1/locks/acquire", kind).await;
+            assert_eq!(
+                (status, &body["error"]),
+                (503, &json!("upgrading")),
+                "via {via}: {body}"
+            );
+        }
     }
     let (status, body) = cluster
         .post(
@@ -295,13 +335,30 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
     assert_eq!(body["lock"]["data"], json!("v1"), "{body}");
 
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
-    cluster.set_node_args(3, Vec::new());
+    cluster.set_node_args(3, vec!["--protocol".into(), below.clone()]);
     cluster.spawn(3);
-    cluster.wait_protocol(SPEAKS).await;
+    cluster.wait_protocol(SPEAKS - 1).await;
     let (status, body) = cluster.post(3, "/v1/locks/renew", proclaim.clone()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["lock"]["data"], json!("v2"), "{body}");
     assert_eq!(body["lock"]["fence"], lock["fence"], "{body}");
+    let reader = json!({ "name": "readers", "shared": true });
+    let (status, body) = cluster.post(2, "/v1/locks/acquire", reader).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (503, &json!("upgrading")),
+        "{body}"
+    );
+
+    assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
+    cluster.set_node_args(3, Vec::new());
+    cluster.spawn(3);
+    cluster.wait_protocol(SPEAKS).await;
+    for via in [3, 2] {
+        let reader = json!({ "shared": true, "lease_ms": 60000 });
+        let granted = cluster.must_acquire(via, "readers", reader).await;
+        assert_eq!(granted["mode"], json!("shared"), "{granted}");
+    }
 
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
     cluster.set_node_args(3, vec!["--protocol".into(), below.clone()]);

@@ -163,7 +163,7 @@ async fn a_retirement_removes_only_a_silent_old_directory() {
     let (speaker, _) = cluster.speaker().await;
     let others = cluster.others(speaker);
     let (via, old) = (others[0], others[1]);
-    cluster.wait_protocol(2).await;
+    cluster.wait_protocol(crate::support::SPEAKS).await;
     let lock = cluster
         .must_acquire(via, "retire/x", json!({ "lease_ms": 60000 }))
         .await;

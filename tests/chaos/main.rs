@@ -6,7 +6,11 @@
 //! every client's view of its holding intervals, all on this process's
 //! monotonic clock, against the promises:
 //!
-//! - strict mode: no two intervals of one name overlap;
+//! - names of every kind: `chaos/0` and `chaos/1` exclusive, `chaos/2`
+//!   held by readers (a writer now and then), `chaos/3` a semaphore of two
+//!   permits;
+//! - strict mode: no two intervals of one name overlap, but two readers'
+//!   or two permits' (never more than the permits at once);
 //! - proceed mode: overlaps only where a fault struck within a longest
 //!   lease before the later grant (the seed's documented case), each
 //!   reported; any other overlap fails;
@@ -34,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use faults::inject;
-use leasehold_client::{AcquireOptions, Client, Loss};
+use leasehold_client::{AcquireOptions, Client, Kind, Loss};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -61,6 +65,8 @@ const SERVES_AGAIN_WITHIN: Duration = Duration::from_secs(20);
 #[derive(Debug, Clone)]
 struct Interval {
     name: usize,
+    /// What the client asked to hold of the name.
+    kind: Kind,
     fence: u64,
     start: Instant,
     end: Instant,
@@ -151,10 +157,18 @@ async fn worker(
             Workload::Contended => rng.gen_range(0..NAMES),
             Workload::OwnNameLongHolds => seed as usize,
         };
-        let options = AcquireOptions::default()
-            .lease(LEASE)
-            .wait(Duration::from_millis(rng.gen_range(0..800)))
-            .holder(format!("w{seed}"));
+        let kind = match name {
+            2 if workload == Workload::Contended && rng.gen_bool(0.7) => Kind::Shared,
+            3 if workload == Workload::Contended => Kind::Permit(2),
+            _ => Kind::Exclusive,
+        };
+        let options = AcquireOptions {
+            kind,
+            ..AcquireOptions::default()
+                .lease(LEASE)
+                .wait(Duration::from_millis(rng.gen_range(0..800)))
+                .holder(format!("w{seed}"))
+        };
         let guard = match client.acquire(&format!("chaos/{name}"), options).await {
             Ok(guard) => guard,
             Err(_) => {
@@ -182,6 +196,7 @@ async fn worker(
         let _ = guard.release().await;
         log.lock().unwrap().push(Interval {
             name,
+            kind,
             fence,
             start,
             end,
@@ -342,7 +357,20 @@ async fn run(run: Run) -> Checked {
     for (name, mut list) in by_name {
         list.sort_by_key(|i| i.start);
         for (k, later) in list.iter().enumerate() {
+            // Holders beside `later` when it began that may be: readers
+            // beside a reader, permits beside a permit, up to the permits.
+            let beside = list[..k]
+                .iter()
+                .filter(|e| e.end > later.start && later.kind.compatible(e.kind))
+                .count();
+            let overfull = beside >= later.kind.limit() as usize;
             for earlier in &list[..k] {
+                // Two that may be held together are not ordered by fence
+                // either: their answers come in either order.
+                let compatible = later.kind.compatible(earlier.kind);
+                if compatible && (earlier.end <= later.start || !overfull) {
+                    continue;
+                }
                 if earlier.end > later.start {
                     overlaps += 1;
                     let cause = faults.iter().find(|f| {
@@ -357,10 +385,13 @@ async fn run(run: Run) -> Checked {
                             eprintln!("overlap on chaos/{name} (fences {} and {}), explained by {} of {:?}", earlier.fence, later.fence, f.kind, f.nodes);
                         }
                         _ => unexplained.push(format!(
-                            "chaos/{name}: fence {} held until {:?} after fence {} began",
+                            "chaos/{name}: fence {} ({}) held until {:?} after fence {} ({}) \
+                             began, beside {beside} of its kind",
                             earlier.fence,
+                            earlier.kind,
                             earlier.end - later.start,
-                            later.fence
+                            later.fence,
+                            later.kind
                         )),
                     }
                 } else if earlier.fence >= later.fence {
@@ -447,6 +478,11 @@ async fn run(run: Run) -> Checked {
         "worst_serve_again_ms": worst_serve_again_ms,
         "not_serving_again": never_served_again.len(),
         "grants": intervals.len(),
+        "grants_by_kind": {
+            "exclusive": intervals.iter().filter(|i| i.kind == Kind::Exclusive).count(),
+            "shared": intervals.iter().filter(|i| i.kind == Kind::Shared).count(),
+            "permit": intervals.iter().filter(|i| matches!(i.kind, Kind::Permit(_))).count(),
+        },
         "acquires_refused_or_failed": errors,
         "lost_while_held": intervals.iter().filter(|i| i.lost).count(),
         "lost_through_unfaulted_nodes": lost_unfaulted,
@@ -493,6 +529,20 @@ struct Checked {
 }
 
 impl Checked {
+    /// [`Checked::assert_kept`], and readers and permits were granted (the
+    /// contended workload's names of those kinds were served).
+    fn assert_kept_with_kinds(&self) {
+        self.assert_kept();
+        let kinds = &self.report["grants_by_kind"];
+        for kind in ["shared", "permit"] {
+            assert!(
+                kinds[kind].as_u64().unwrap_or(0) > 0,
+                "no {kind} grant to judge: {}",
+                self.report
+            );
+        }
+    }
+
     fn assert_kept(&self) {
         let (report, mode, seed) = (&self.report, &self.report["mode"], &self.report["seed"]);
         assert!(
@@ -541,7 +591,7 @@ async fn mutual_exclusion_holds_under_faults() {
                 workload: Workload::Contended,
             })
             .await
-            .assert_kept();
+            .assert_kept_with_kinds();
         }
     }
 }

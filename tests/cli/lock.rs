@@ -404,3 +404,83 @@ async fn when_the_leaders_process_dies_its_command_dies_and_another_leads_within
             .contains(") Z ");
     assert!(!alive, "the command of a dead leader must not run on");
 }
+
+/// `lock --shared` runs readers together, `lock --permits N` at most N at
+/// once, a name held as another kind exits with the conflict status, and
+/// `locks` shows each holder with its mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_and_permit_locks_run_together_and_locks_shows_their_mode() {
+    let cluster = Cluster::start(3).await;
+    // Two readers, and two holders of a semaphore of two, each through a
+    // node of its own.
+    let holds = [
+        (1, "--shared", "cli/doc", "r1"),
+        (2, "--shared", "cli/doc", "r2"),
+        (2, "--permits=2", "cli/gpu", "p1"),
+        (3, "--permits=2", "cli/gpu", "p2"),
+    ];
+    let mut held: Vec<_> = holds
+        .iter()
+        .map(|&(node, kind, name, holder)| {
+            let args = ["lock", kind, name, "--holder", holder, "--", "sleep", "30"];
+            leasehold(&cluster, &[node], &args)
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    let listing = loop {
+        let out = run(leasehold(&cluster, &[3], &["locks", "--prefix", "cli/"]));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if ["r1", "r2", "p1", "p2"].iter().all(|h| text.contains(h)) {
+            break text;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(listing.contains("MODE"), "{listing}");
+    assert_eq!(listing.matches("shared").count(), 2, "{listing}");
+    assert_eq!(listing.matches("permit 2/2").count(), 2, "{listing}");
+
+    // Both permits are taken: a third waits no longer than asked.
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "--permits", "2", "cli/gpu", "-n", "--", "true"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(73),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Another kind is refused with the conflict status, and says why.
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "--permits", "3", "cli/gpu", "--", "true"],
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(73), "{err}");
+    assert!(err.contains("permits"), "{err}");
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "--permits", "0", "cli/x", "--", "true"],
+    ));
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("permits"));
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "--shared", "--permits", "2", "cli/x", "--", "true"],
+    ));
+    assert_ne!(out.status.code(), Some(0));
+
+    for child in &mut held {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -202,7 +202,7 @@ async fn waiters_are_served_first_come_first_served() {
     // A listing says how many wait, through the speaker and a follower,
     // and how many locks there are beyond its limit (through a follower
     // once the members agreed protocol 2, a few seconds after the start).
-    cluster.wait_protocol(2).await;
+    cluster.wait_protocol(crate::support::SPEAKS).await;
     cluster
         .must_acquire(2, "fifo-other", json!({"lease_ms": 60000}))
         .await;

@@ -3,6 +3,7 @@
 
 mod failover;
 mod grants;
+mod kinds;
 mod requests;
 
 use crate::support::Cluster;

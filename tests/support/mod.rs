@@ -20,10 +20,13 @@ const STARTED: &str = "--- started ---\n";
 
 pub const TOKEN: &str = "test-token-0123456789";
 
+/// The protocol version this build speaks.
+pub const SPEAKS: u64 = 3;
+
 /// The protocol header a peer request made by a test carries: this
 /// build's, in a cluster that agreed on it (a request without it is an
 /// earlier build's, refused once the cluster agreed).
-pub const PROTOCOL_STAMP: &str = "speaks=2; cluster=2";
+pub const PROTOCOL_STAMP: &str = "speaks=3; cluster=3";
 
 /// Generous: correctness is asserted, not speed.
 pub const PATIENCE: Duration = Duration::from_secs(30);

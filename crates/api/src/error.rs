@@ -63,11 +63,15 @@ pub enum ErrorCode {
     /// (a member runs an older build, or the cluster has just started):
     /// `503`, retryable.
     Upgrading,
+    /// The name is held or awaited as another kind than asked (permits on
+    /// a lock, a lock on a semaphore, another permit count): `409`, not
+    /// queued.
+    KindMismatch,
 }
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::BadRequest,
         ErrorCode::Held,
         ErrorCode::NotHeld,
@@ -87,6 +91,7 @@ impl ErrorCode {
         ErrorCode::WouldLoseQuorum,
         ErrorCode::NotCaughtUp,
         ErrorCode::Upgrading,
+        ErrorCode::KindMismatch,
     ];
 
     /// The HTTP status answered with this code.
@@ -97,7 +102,8 @@ impl ErrorCode {
             | ErrorCode::WrongMember
             | ErrorCode::MemberExists
             | ErrorCode::ChangeInProgress
-            | ErrorCode::WouldLoseQuorum => 409,
+            | ErrorCode::WouldLoseQuorum
+            | ErrorCode::KindMismatch => 409,
             ErrorCode::NotHeld | ErrorCode::UnknownRoute | ErrorCode::UnknownMember => 404,
             ErrorCode::NotRebuilt
             | ErrorCode::NoLeader
@@ -131,6 +137,7 @@ impl ErrorCode {
         match self {
             ErrorCode::BadRequest => "bad_request",
             ErrorCode::Held => "held",
+            ErrorCode::KindMismatch => "kind_mismatch",
             ErrorCode::NotHeld => "not_held",
             ErrorCode::NotRebuilt => "not_rebuilt",
             ErrorCode::NoLeader => "no_leader",
@@ -265,6 +272,7 @@ mod tests {
             ("would_lose_quorum", 409, false),
             ("not_caught_up", 503, true),
             ("upgrading", 503, true),
+            ("kind_mismatch", 409, false),
         ];
         assert_eq!(expect.len(), ErrorCode::ALL.len());
         for (code, (text, status, retry)) in ErrorCode::ALL.into_iter().zip(expect) {
@@ -323,6 +331,9 @@ mod tests {
             data: None,
             waiters: 0,
             queue: Vec::new(),
+            mode: crate::Mode::Exclusive,
+            permits: None,
+            others: Vec::new(),
         };
         let held = ErrorBody {
             lock: Some(Box::new(lock.clone())),

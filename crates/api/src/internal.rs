@@ -229,6 +229,11 @@ pub struct ForwardGetAnswer {
     /// The first of them, in the order they will be served.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<crate::PeerQueued>,
+    /// The name's other holders (held shared or as permits), oldest
+    /// first; absent when one holds it, and from a speaker of an earlier
+    /// build.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<PeerLock>,
 }
 
 /// The speaker's answer to a [`ForwardGet`] that asked for the queue, as
@@ -304,6 +309,15 @@ pub struct ForwardListAnswer {
     /// Absent from a speaker of an older build, and then read as none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queues: Vec<Vec<crate::PeerQueued>>,
+    /// The other holders of each of `locks`' names (held shared or as
+    /// permits), oldest first, in the same order. Absent from a speaker of
+    /// an older build, and then read as none.
+    #[serde(default, skip_serializing_if = "no_others")]
+    pub also: Vec<Vec<PeerLock>>,
+}
+
+fn no_others(also: &[Vec<PeerLock>]) -> bool {
+    also.iter().all(Vec::is_empty)
 }
 
 /// A rebuilding speaker's read of a member's report (`/internal/held`).
@@ -317,6 +331,10 @@ pub struct ReportRequest {
     /// cluster speaks protocol 2); absent means not.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub revs: bool,
+    /// Whether the locks are to carry their kind (the reader's cluster
+    /// speaks protocol 3); absent means not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kinds: bool,
 }
 
 /// Tells a node to forget a released lock (from its `Held` and `Granted`),
@@ -471,6 +489,7 @@ mod tests {
             "a plain get is sent as before"
         );
         let lock = PeerLock {
+            kind: Default::default(),
             name: "a".into(),
             id: LockId::from_u128(7).to_string(),
             node: 2,
@@ -498,7 +517,9 @@ mod tests {
                 waited_ms: 5,
                 left_ms: 10,
                 lease_ms: 1000,
+                kind: 0,
             }],
+            others: Vec::new(),
         };
         assert_eq!(
             read(serde_json::to_value(&answer).unwrap()),

@@ -40,7 +40,8 @@ pub use internal::{
     ForwardRelease, ForwardRenew, Granted, HandedOver, Handover, Lost, MemberChange, Removed,
     ReportRequest, RetireAnswer, Watch,
 };
-pub use lock::LockView;
+pub use lock::{LockView, Mode};
+pub use locktable::Kind;
 pub use peer::PeerLock;
 pub use query::ListQuery;
 pub use queue::{PeerQueued, QueuedView};

@@ -1,6 +1,6 @@
 //! A lock as every answer shows it (docs/api.md, "A lock").
 
-use locktable::{BadLockId, Fence, Lock, LockId, MonoTime, NodeId};
+use locktable::{BadLockId, Fence, Kind, Lock, LockId, MonoTime, NodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::time::format_rfc3339_ms;
@@ -54,10 +54,59 @@ pub struct LockView {
     /// none, and in other answers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<crate::QueuedView>,
+    /// What the grant holds of its name: `exclusive` (absent), `shared`,
+    /// or `permit` (one of `permits`).
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    pub mode: Mode,
+    /// The semaphore's count of permits, for a grant of one of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// The name's other holders (held shared or as permits), oldest first
+    /// (in a listing and a get without a watch; absent when this one holds
+    /// it alone, and in other answers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<LockView>,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// What a grant holds of its name, as the API names it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The name alone.
+    #[default]
+    Exclusive,
+    /// A share, beside other shared holders.
+    Shared,
+    /// One of a semaphore's permits.
+    Permit,
+}
+
+impl Mode {
+    fn is_exclusive(&self) -> bool {
+        *self == Mode::Exclusive
+    }
+
+    /// The mode of `kind`, and its count of permits if a semaphore's.
+    pub fn of(kind: Kind) -> (Mode, Option<u32>) {
+        match kind {
+            Kind::Exclusive => (Mode::Exclusive, None),
+            Kind::Shared => (Mode::Shared, None),
+            Kind::Permit(n) => (Mode::Permit, Some(n)),
+        }
+    }
+
+    /// The kind a view says: `permits` counts for a permit.
+    pub fn kind(self, permits: Option<u32>) -> Kind {
+        match self {
+            Mode::Exclusive => Kind::Exclusive,
+            Mode::Shared => Kind::Shared,
+            Mode::Permit => Kind::Permit(permits.unwrap_or(1)),
+        }
+    }
 }
 
 impl LockView {
@@ -68,7 +117,8 @@ impl LockView {
     /// `wall_now_ms + ttl_ms` and `acquired_at` is `wall_now_ms` less the
     /// time held, rounded up.
     pub fn from_lock(lock: &Lock, now: MonoTime, wall_now_ms: u64) -> LockView {
-        Self::build(
+        let (mode, permits) = Mode::of(lock.kind);
+        let view = Self::build(
             &lock.name,
             lock.id,
             lock.node,
@@ -79,7 +129,12 @@ impl LockView {
             millis_ceil(lock.held_for(now)),
             lock.data.as_deref(),
             wall_now_ms,
-        )
+        );
+        LockView {
+            mode,
+            permits,
+            ..view
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -108,6 +163,9 @@ impl LockView {
             data: data.map(str::to_owned),
             waiters: 0,
             queue: Vec::new(),
+            mode: Mode::Exclusive,
+            permits: None,
+            others: Vec::new(),
         }
     }
 
@@ -119,6 +177,11 @@ impl LockView {
     /// The grant's fencing token.
     pub fn fence(&self) -> Fence {
         Fence(self.fence)
+    }
+
+    /// What the grant holds of its name.
+    pub fn kind(&self) -> Kind {
+        self.mode.kind(self.permits)
     }
 }
 
@@ -135,6 +198,7 @@ mod tests {
     fn sample(data: Option<&str>) -> (Lock, MonoTime) {
         let now = MonoTime::from_nanos(1_000_000_000_000);
         let lock = Lock {
+            kind: Default::default(),
             name: "jobs/42".into(),
             id: LockId::from_parts(1_795_982_400_000, 42),
             node: 2,

@@ -43,6 +43,10 @@ pub struct PeerLock {
     /// data is the newer.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub data_rev: u32,
+    /// What the grant holds of its name (protocol 3; absent means
+    /// exclusive), as [`locktable::Kind::to_bits`] numbers it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kind: u32,
 }
 
 fn is_zero(rev: &u32) -> bool {
@@ -62,6 +66,7 @@ impl From<LockInTransit> for PeerLock {
             held_ms: millis_ceil(lock.held_for),
             data: lock.data,
             data_rev: lock.data_rev,
+            kind: lock.kind.to_bits(),
         }
     }
 }
@@ -86,6 +91,7 @@ impl TryFrom<PeerLock> for LockInTransit {
     /// Fails only when `id` is not a lock id.
     fn try_from(lock: PeerLock) -> Result<Self, BadLockId> {
         Ok(LockInTransit {
+            kind: locktable::Kind::from_bits(lock.kind),
             id: lock.id.parse()?,
             name: lock.name,
             node: lock.node,
@@ -107,6 +113,7 @@ mod tests {
 
     fn transit(ttl: Duration, held: Duration) -> LockInTransit {
         LockInTransit {
+            kind: Default::default(),
             name: "a/b".into(),
             id: LockId::from_parts(1_700_000_000_000, 0xABCDEF),
             node: 3,

@@ -24,6 +24,20 @@ pub struct QueuedView {
     pub wait_left_ms: u64,
     /// The lease it will be granted, in milliseconds.
     pub lease_ms: u64,
+    /// What it asks for: `exclusive` (absent), `shared`, or `permit`.
+    #[serde(default, skip_serializing_if = "is_exclusive")]
+    pub mode: crate::Mode,
+    /// The count of permits it asks one of, for a `permit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+}
+
+fn is_exclusive(mode: &crate::Mode) -> bool {
+    *mode == crate::Mode::Exclusive
+}
+
+fn is_zero(bits: &u32) -> bool {
+    *bits == 0
 }
 
 impl QueuedView {
@@ -38,6 +52,8 @@ impl QueuedView {
             waited_ms,
             wait_left_ms: millis_floor(queued.until.saturating_duration_since(now)),
             lease_ms: millis_floor(queued.lease),
+            mode: crate::Mode::of(queued.kind).0,
+            permits: crate::Mode::of(queued.kind).1,
         }
     }
 }
@@ -57,6 +73,10 @@ pub struct PeerQueued {
     pub left_ms: u64,
     /// The lease it will be granted, in milliseconds.
     pub lease_ms: u64,
+    /// What it asks for ([`locktable::Kind::to_bits`]; absent means
+    /// exclusive, and from a speaker of an earlier build).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kind: u32,
 }
 
 impl PeerQueued {
@@ -68,6 +88,7 @@ impl PeerQueued {
             waited_ms: millis_ceil(now.saturating_duration_since(queued.since)),
             left_ms: millis_floor(queued.until.saturating_duration_since(now)),
             lease_ms: millis_floor(queued.lease),
+            kind: queued.kind.to_bits(),
         }
     }
 
@@ -76,6 +97,7 @@ impl PeerQueued {
     pub fn arrive(&self, sent: MonoTime) -> Queued {
         use std::time::Duration;
         Queued {
+            kind: locktable::Kind::from_bits(self.kind),
             holder: self.holder.clone(),
             node: self.node,
             since: sent - Duration::from_millis(self.waited_ms),
@@ -97,6 +119,7 @@ mod tests {
 
     fn queued() -> Queued {
         Queued {
+            kind: Default::default(),
             holder: "worker-2".into(),
             node: 3,
             since: at(1_000),

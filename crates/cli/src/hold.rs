@@ -37,7 +37,7 @@ pub fn refused(what: &str, e: &Error) -> ExitCode {
 fn refused_held_as(what: &str, e: &Error, held: u8) -> ExitCode {
     eprintln!("leasehold: {what}: {e}");
     ExitCode::from(match e {
-        Error::Held(_) => held,
+        Error::Held(_) | Error::KindMismatch(_) => held,
         Error::BadRequest(_) | Error::UnknownRoute(_) => exit::USAGE,
         Error::Unauthorized(_) | Error::Forbidden(_) => exit::NO_PERMISSION,
         _ => exit::UNAVAILABLE,

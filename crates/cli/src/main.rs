@@ -220,6 +220,15 @@ enum Command {
         /// Who holds it, for listings (default: host and pid).
         #[arg(long)]
         holder: Option<String>,
+        /// Hold it shared, beside other shared holders (a reader); a
+        /// holder without it waits for every reader, and readers that come
+        /// after a waiting writer wait behind it.
+        #[arg(long, conflicts_with = "permits")]
+        shared: bool,
+        /// Hold one of N permits of the name (a semaphore: at most N hold
+        /// it at once); every holder of the name must ask the same N.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold_client::Kind::MAX_PERMITS)))]
+        permits: Option<u32>,
         #[command(flatten)]
         endpoints: Endpoints,
         /// The command and its arguments, after `--`; without one, the
@@ -394,6 +403,8 @@ async fn dispatch(command: Command) -> ExitCode {
             no_wait,
             conflict_exit,
             holder,
+            shared,
+            permits,
             endpoints,
             command,
         } => {
@@ -405,9 +416,15 @@ async fn dispatch(command: Command) -> ExitCode {
                 eprintln!("leasehold: {e}");
                 return ExitCode::from(hold::exit::USAGE);
             }
-            let options = AcquireOptions::default()
+            let mut options = AcquireOptions::default()
                 .lease(Duration::from_millis(lease))
                 .holder(holder.unwrap_or_else(whoami));
+            if shared {
+                options = options.shared();
+            }
+            if let Some(n) = permits {
+                options = options.permits(n);
+            }
             let wait = hold::Wait::from_flags(wait, no_wait, conflict_exit);
             return hold::lock(client, &name, options, wait, &command).await;
         }

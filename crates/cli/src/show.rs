@@ -29,15 +29,27 @@ pub async fn locks(client: Client, prefix: &str, limit: usize, json: bool) -> Ex
         .unwrap_or(0)
         .max(6);
     println!(
-        "{:<name_width$}  {:<holder_width$}  {:>4}  {:>20}  {:>9}  {:>7}",
-        "NAME", "HOLDER", "NODE", "FENCE", "TIME LEFT", "WAITING"
+        "{:<name_width$}  {:<holder_width$}  {:>4}  {:>20}  {:>9}  {:<11}  {:>7}",
+        "NAME", "HOLDER", "NODE", "FENCE", "TIME LEFT", "MODE", "WAITING"
     );
     for l in &locks {
         let waiting = match l.waiters {
             0 => String::new(),
             n => n.to_string(),
         };
-        println!("{}  {waiting:>7}", row(l, name_width, holder_width));
+        let held = 1 + l.others.len();
+        println!(
+            "{}  {:<11}  {waiting:>7}",
+            row(l, name_width, holder_width),
+            mode(l, held)
+        );
+        for other in &l.others {
+            println!(
+                "{}  {:<11}",
+                row(other, name_width, holder_width),
+                mode(other, held)
+            );
+        }
         for line in queue_lines(l) {
             println!("{line}");
         }
@@ -61,6 +73,17 @@ fn row(lock: &leasehold_client::Lock, name_width: usize, holder_width: usize) ->
     )
 }
 
+/// What a grant holds of its name: `exclusive`, `shared`, or `permit 2/5`
+/// (`held` of the name's 5 permits held).
+fn mode(lock: &leasehold_client::Lock, held: usize) -> String {
+    match (lock.mode, lock.permits) {
+        (leasehold_api::Mode::Permit, Some(n)) => format!("permit {held}/{n}"),
+        (leasehold_api::Mode::Shared, _) => "shared".into(),
+        (leasehold_api::Mode::Permit, None) => "permit".into(),
+        (leasehold_api::Mode::Exclusive, _) => "exclusive".into(),
+    }
+}
+
 /// The requests waiting for `lock`, a line each in the order they will be
 /// served: who, through which node, for how long, and what they ask.
 fn queue_lines(lock: &leasehold_client::Lock) -> Vec<String> {
@@ -71,12 +94,17 @@ fn queue_lines(lock: &leasehold_client::Lock) -> Vec<String> {
         .map(|(i, q)| {
             let holder = if q.holder.is_empty() { "-" } else { &q.holder };
             format!(
-                "    {}. {holder} (node {}) waiting {}, {} left to wait, for a lease of {}",
+                "    {}. {holder} (node {}) waiting {}, {} left to wait, for a lease of {}{}",
                 i + 1,
                 q.node,
                 seconds(q.waited_ms),
                 seconds(q.wait_left_ms),
-                seconds(q.lease_ms)
+                seconds(q.lease_ms),
+                match (q.mode, q.permits) {
+                    (leasehold_api::Mode::Shared, _) => ", shared".to_string(),
+                    (leasehold_api::Mode::Permit, Some(n)) => format!(", one of {n} permits"),
+                    _ => String::new(),
+                }
             )
         })
         .collect();
@@ -99,7 +127,20 @@ pub async fn get(client: Client, name: &str, json: bool) -> ExitCode {
     }
     match found {
         Ok(Some(lock)) => {
-            println!("{}", row(&lock, lock.name.len(), lock.holder.len()));
+            let holder_width = lock
+                .others
+                .iter()
+                .map(|o| o.holder.len())
+                .fold(lock.holder.len(), usize::max);
+            let held = 1 + lock.others.len();
+            let shown = |l: &leasehold_client::Lock| match l.mode {
+                leasehold_api::Mode::Exclusive => row(l, l.name.len(), holder_width),
+                _ => format!("{}  {}", row(l, l.name.len(), holder_width), mode(l, held)),
+            };
+            println!("{}", shown(&lock));
+            for other in &lock.others {
+                println!("{}", shown(other));
+            }
             for line in queue_lines(&lock) {
                 println!("{line}");
             }

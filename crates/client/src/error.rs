@@ -9,6 +9,11 @@ pub enum Error {
     /// Another holds the lock (at the end of the wait, if any).
     #[error("{} is held by {:?}", .0.name, .0.holder)]
     Held(Box<LockView>),
+    /// The name is held or awaited as another kind than asked (permits on
+    /// a lock, a lock on a semaphore, another permit count): refused, not
+    /// queued.
+    #[error("{0}")]
+    KindMismatch(String),
     /// The lock is not held under that id: released, expired, or lost.
     #[error("the lock is not held")]
     NotHeld,

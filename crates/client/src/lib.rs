@@ -35,6 +35,7 @@ pub use election::{CampaignOptions, Leadership};
 pub use elector::{ElectionStats, Elector, ElectorBuilder, Leading};
 pub use error::Error;
 pub use guard::{Holding, LockGuard, Loss};
+pub use leasehold_api::Kind;
 pub use leasehold_api::LockView as Lock;
 pub use suspend::{BootClock, SuspendClock};
 pub use transport::{
@@ -59,6 +60,9 @@ pub struct AcquireOptions {
     /// How long before its lease ends (on the client's clock) an unrenewed
     /// lock counts as lost; none means a tenth of the lease, at most 2 s.
     pub lapse_margin: Option<Duration>,
+    /// What to hold of the name: alone (the default), shared beside other
+    /// readers, or one of a semaphore's permits.
+    pub kind: Kind,
 }
 
 impl AcquireOptions {
@@ -71,6 +75,22 @@ impl AcquireOptions {
     /// Options with this wait.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Options to hold the name shared, beside other shared holders: a
+    /// reader's lock. A writer (the default) waits for every reader, and
+    /// readers that come after a waiting writer wait behind it.
+    pub fn shared(mut self) -> Self {
+        self.kind = Kind::Shared;
+        self
+    }
+
+    /// Options to hold one of `n` permits of the name: a semaphore, held
+    /// by at most `n` at once. Every holder and waiter of the name must ask
+    /// the same `n`.
+    pub fn permits(mut self, n: u32) -> Self {
+        self.kind = Kind::Permit(n);
         self
     }
 
@@ -133,6 +153,7 @@ fn refused(e: CallError) -> Error {
                 None => Error::Server(format!("a held answer without its lock: {}", body.message)),
             },
             ErrorCode::NotHeld => Error::NotHeld,
+            ErrorCode::KindMismatch => Error::KindMismatch(body.message),
             ErrorCode::BadRequest | ErrorCode::TooLarge => Error::BadRequest(body.message),
             ErrorCode::Unauthorized => Error::Unauthorized(body.message),
             ErrorCode::Forbidden => Error::Forbidden(body.message),
@@ -315,6 +336,11 @@ impl Client {
             wait_ms: None,
             data: options.data.clone(),
             request_id: Some(request_id()),
+            shared: (options.kind == Kind::Shared).then_some(true),
+            permits: match options.kind {
+                Kind::Permit(n) => Some(u64::from(n)),
+                _ => None,
+            },
         };
         let until = after(options.wait.saturating_add(self.retry_for));
         let wait_until = after(options.wait);

@@ -86,6 +86,9 @@ impl Fake {
             data: None,
             waiters: 0,
             queue: Vec::new(),
+            mode: Default::default(),
+            permits: None,
+            others: Vec::new(),
         }
     }
 

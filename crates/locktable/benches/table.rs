@@ -7,7 +7,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use locktable::{Acquired, Fence, LeaseRule, Lock, LockId, MonoTime, RebuildFrom, Request, Table};
+use locktable::{
+    Acquired, Fence, Kind, LeaseRule, Lock, LockId, MonoTime, RebuildFrom, Request, Table,
+};
 
 fn now() -> MonoTime {
     MonoTime::from_nanos(1 << 60)
@@ -15,6 +17,7 @@ fn now() -> MonoTime {
 
 fn request(name: String, id: u128) -> Request {
     Request {
+        kind: Default::default(),
         name,
         id: LockId::from_u128(id),
         node: 1,
@@ -49,6 +52,7 @@ fn rebuilt(locks: Vec<Lock>) -> Table {
 
 fn lock(i: u64, node: u64) -> Lock {
     Lock {
+        kind: Default::default(),
         name: format!("jobs/{i}"),
         id: LockId::from_u128(u128::from(i)),
         node,
@@ -63,7 +67,35 @@ fn lock(i: u64, node: u64) -> Lock {
 }
 
 fn acquire_release(c: &mut Criterion) {
-    // A table already holding 100k other locks, as a busy speaker's would.
+    cycle(
+        c,
+        "acquire+release a free lock (100k held)",
+        Kind::Exclusive,
+        0,
+    );
+}
+
+/// The other kinds' cycle, each on a name two others already hold that
+/// way: what a reader or a permit costs beside the exclusive lock's.
+fn acquire_release_kinds(c: &mut Criterion) {
+    cycle(
+        c,
+        "acquire+release a shared lock beside 2 readers (100k held)",
+        Kind::Shared,
+        2,
+    );
+    cycle(
+        c,
+        "acquire+release a permit of 4 beside 2 holders (100k held)",
+        Kind::Permit(4),
+        2,
+    );
+}
+
+/// Acquires and releases `name` as `kind` in a table already holding 100k
+/// other locks, as a busy speaker's would, and `beside` other holders of
+/// the name.
+fn cycle(c: &mut Criterion, label: &str, kind: Kind, beside: u128) {
     let mut table = rebuilt((0..100_000).map(|i| lock(i, 1)).collect());
     let name = "jobs/free".to_string();
     let mut id = 1u128 << 100;
@@ -71,12 +103,25 @@ fn acquire_release(c: &mut Criterion) {
     // released ids kept from rebuilds reach their steady state of one
     // 30 s lease's worth (1.5M) and are pruned as they would be.
     let mut clock = now();
-    c.bench_function("acquire+release a free lock (100k held)", |b| {
+    for other in 0..beside {
+        let held = Request {
+            kind,
+            lease: Some(Duration::from_secs(3000)),
+            ..request(name.clone(), (1u128 << 90) + other)
+        };
+        let Ok(Acquired::Granted(_)) = table.acquire(held, clock) else {
+            panic!("the holders beside are granted")
+        };
+    }
+    c.bench_function(label, |b| {
         b.iter(|| {
             id += 1;
             clock = clock + Duration::from_micros(20);
-            let Ok(Acquired::Granted(lock)) = table.acquire(request(name.clone(), id), clock)
-            else {
+            let asked = Request {
+                kind,
+                ..request(name.clone(), id)
+            };
+            let Ok(Acquired::Granted(lock)) = table.acquire(asked, clock) else {
                 panic!("free lock not granted")
             };
             black_box(table.release(&name, lock.id, clock).unwrap());
@@ -135,5 +180,11 @@ fn rebuild(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, acquire_release, reference_hashmap, rebuild);
+criterion_group!(
+    benches,
+    acquire_release,
+    acquire_release_kinds,
+    reference_hashmap,
+    rebuild
+);
 criterion_main!(benches);

@@ -1,6 +1,6 @@
 //! The errors of table operations, as types a caller branches on.
 
-use crate::lock::Lock;
+use crate::lock::{Kind, Lock};
 use crate::time::MonoTime;
 
 /// The table is not rebuilt from the nodes yet (or was dropped): the request
@@ -25,6 +25,11 @@ pub enum AcquireError {
         /// When new grants resume.
         until: MonoTime,
     },
+    /// The name is held or awaited as another family of kind than the one
+    /// asked (permits on a lock, a lock on a semaphore, another permit
+    /// count): the request is refused, not queued.
+    #[error("the name is held or awaited as {0}")]
+    KindMismatch(Kind),
     /// This speaker has used every fence of its term; a new term is needed.
     #[error("the fences of this term are used up; a new speaker term is needed")]
     FencesExhausted,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::lock::{Fence, Lock, LockId, NodeId};
+use crate::lock::{Fence, Kind, Lock, LockId, NodeId};
 use crate::slots::{ById, Slot, Slots};
 use crate::time::MonoTime;
 
@@ -32,6 +32,11 @@ pub struct HeldLock<'a> {
 }
 
 impl<'a> HeldLock<'a> {
+    /// What the grant holds of its name.
+    pub fn kind(&self) -> Kind {
+        self.slot.kind()
+    }
+
     /// The name locked.
     pub fn name(&self) -> &'a str {
         self.slot.name()
@@ -215,6 +220,7 @@ mod data_tests {
 
     fn record(data: &str, rev: u32, expires: MonoTime) -> Lock {
         Lock {
+            kind: Default::default(),
             name: "leader".into(),
             id: LockId::from_u128(7),
             node: 2,

@@ -28,6 +28,7 @@
 mod error;
 mod forgotten;
 mod held;
+mod holders;
 mod listing;
 mod lock;
 mod rebuild;
@@ -39,7 +40,7 @@ mod time;
 pub use error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGeneration};
 pub use held::{Held, HeldLock};
 pub use listing::{Lapsed, Listing, Queued, Waiting, LAPSED_KEPT, QUEUE_SHOWN};
-pub use lock::{newer_data, BadLockId, Fence, Lock, LockId, LockInTransit, NodeId, Request};
+pub use lock::{newer_data, BadLockId, Fence, Kind, Lock, LockId, LockInTransit, NodeId, Request};
 pub use rebuild::{RebuildBasis, RebuildFrom, Settled};
 pub use table::{Acquired, Answer, Rebuilt, Table, WaiterId};
 pub use time::{LeaseRule, MonoTime};

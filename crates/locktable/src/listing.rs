@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::lock::{Lock, NodeId};
+use crate::lock::{Kind, Lock, NodeId};
 use crate::time::MonoTime;
 
 /// The most waiting requests a listing shows of one lock (the first ones,
@@ -14,8 +14,12 @@ pub const QUEUE_SHOWN: usize = 100;
 /// Locks listed under a prefix ([`crate::Table::listing`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Listing {
-    /// The locks, in name order, at most the limit asked.
+    /// The locks, in name order, at most the limit asked: of a name held
+    /// shared or as permits, its oldest holder.
     pub locks: Vec<Lock>,
+    /// The other holders of each of `locks`' names, oldest first, in the
+    /// same order (empty where one holds the name, or where not known).
+    pub also: Vec<Vec<Lock>>,
     /// How many locks are held under the prefix in all (`None` where it is
     /// not known: a listing forwarded to a speaker of an older protocol).
     pub total: Option<usize>,
@@ -27,13 +31,18 @@ pub struct Listing {
     pub queues: Vec<Vec<Queued>>,
 }
 
-/// The requests waiting for one name ([`crate::Table::waiting_for`]).
+/// The requests waiting for one name ([`crate::Table::waiting_for`]), and
+/// the name's holders besides the one a get answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Waiting {
     /// How many wait.
     pub count: usize,
     /// The first [`QUEUE_SHOWN`] of them, in the order they will be served.
     pub first: Vec<Queued>,
+    /// The name's other holders (held shared or as permits), oldest first,
+    /// after the oldest (filled by the caller that knows the time; empty
+    /// where not known).
+    pub others: Vec<Lock>,
 }
 
 /// A request waiting for a lock held by another, as a listing shows it.
@@ -49,6 +58,8 @@ pub struct Queued {
     pub until: MonoTime,
     /// The lease it will be granted.
     pub lease: Duration,
+    /// What it asks for.
+    pub kind: Kind,
 }
 
 /// The most lapsed leases the table keeps between two

@@ -133,6 +133,86 @@ impl Fence {
     }
 }
 
+/// What a grant holds of its name: the whole of it, a share beside other
+/// readers, or one of a fixed number of permits.
+///
+/// A name is, while anyone holds or waits on it, either a lock (holders
+/// [`Kind::Exclusive`] or [`Kind::Shared`]) or a semaphore of `n` permits
+/// (holders [`Kind::Permit`]`(n)`); a request of the other family, or for
+/// another count, is refused rather than queued.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// The name alone: no other holder beside it.
+    #[default]
+    Exclusive,
+    /// A reader's share: any number of shared holders together, no writer.
+    Shared,
+    /// One of `n` permits: at most `n` holders together.
+    Permit(u32),
+}
+
+impl Kind {
+    /// The largest permit count a semaphore may have.
+    pub const MAX_PERMITS: u32 = 1_000_000;
+
+    /// Whether a grant of this kind may be held beside one of `other`.
+    pub fn compatible(self, other: Kind) -> bool {
+        match (self, other) {
+            (Kind::Shared, Kind::Shared) => true,
+            (Kind::Permit(a), Kind::Permit(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Whether a request of this kind may queue on a name held or awaited
+    /// as `other`: both lock kinds, or permits of one count.
+    pub fn same_family(self, other: Kind) -> bool {
+        match (self, other) {
+            (Kind::Permit(a), Kind::Permit(b)) => a == b,
+            (Kind::Permit(_), _) | (_, Kind::Permit(_)) => false,
+            _ => true,
+        }
+    }
+
+    /// How many grants of this kind a name holds at most together.
+    pub fn limit(self) -> u32 {
+        match self {
+            Kind::Exclusive => 1,
+            Kind::Shared => u32::MAX,
+            Kind::Permit(n) => n,
+        }
+    }
+
+    /// The kind as one number, as a slot keeps it and peers pass it: 0
+    /// exclusive, `u32::MAX` shared, else the permit count.
+    pub fn to_bits(self) -> u32 {
+        match self {
+            Kind::Exclusive => 0,
+            Kind::Shared => u32::MAX,
+            Kind::Permit(n) => n.clamp(1, u32::MAX - 1),
+        }
+    }
+
+    /// The kind [`Kind::to_bits`] made `bits` of.
+    pub fn from_bits(bits: u32) -> Kind {
+        match bits {
+            0 => Kind::Exclusive,
+            u32::MAX => Kind::Shared,
+            n => Kind::Permit(n),
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::Exclusive => f.write_str("exclusive"),
+            Kind::Shared => f.write_str("shared"),
+            Kind::Permit(n) => write!(f, "one of {n} permits"),
+        }
+    }
+}
+
 /// A cluster lock granted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lock {
@@ -146,6 +226,8 @@ pub struct Lock {
     pub holder: String,
     /// The grant's fencing token.
     pub fence: Fence,
+    /// What the grant holds of its name.
+    pub kind: Kind,
     /// The lease last granted or renewed.
     pub lease: Duration,
     /// When it was granted, on the clock of the node keeping this record.
@@ -191,6 +273,7 @@ impl Lock {
             node: self.node,
             holder: self.holder.clone(),
             fence: self.fence,
+            kind: self.kind,
             lease: self.lease,
             ttl: self.ttl(now),
             held_for: self.held_for(now),
@@ -223,6 +306,8 @@ pub struct LockInTransit {
     pub holder: String,
     /// The grant's fencing token.
     pub fence: Fence,
+    /// What the grant holds of its name.
+    pub kind: Kind,
     /// The lease last granted or renewed.
     pub lease: Duration,
     /// Time left on the lease, as the sender counted it when it sent.
@@ -249,6 +334,7 @@ impl LockInTransit {
             node: self.node,
             holder: self.holder,
             fence: self.fence,
+            kind: self.kind,
             lease: self.lease,
             acquired: counted_from - self.held_for,
             expires: counted_from + self.ttl,
@@ -269,6 +355,8 @@ pub struct Request {
     pub node: NodeId,
     /// Who asks, for the reader of a listing.
     pub holder: String,
+    /// What the grant is to hold of the name.
+    pub kind: Kind,
     /// How long the lock is held once granted, unless released before; none
     /// means the default lease.
     pub lease: Option<Duration>,
@@ -340,6 +428,7 @@ mod tests {
             node: 1,
             holder: String::new(),
             fence: Fence::new(1, 1),
+            kind: Kind::Exclusive,
             lease: Duration::from_secs(5),
             acquired: at - Duration::from_secs(2),
             expires: at + Duration::from_secs(3),

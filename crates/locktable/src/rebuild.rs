@@ -12,9 +12,9 @@ use std::collections::BinaryHeap;
 use hashbrown::HashMap;
 
 use crate::error::{RebuildError, StaleGeneration};
+use crate::holders::Holders;
 use crate::lock::{Fence, Lock, LockId};
 use crate::settle::settle_into;
-use crate::slots::Slots;
 use crate::time::{LeaseRule, MonoTime};
 
 /// The inputs of a rebuild.
@@ -56,7 +56,7 @@ pub struct Settled {
     pub(crate) from_generation: u64,
     pub(crate) epoch: u64,
     pub(crate) highest: Fence,
-    pub(crate) slots: Slots,
+    pub(crate) slots: Holders,
     pub(crate) expiries: BinaryHeap<Reverse<(MonoTime, Fence, u32)>>,
     pub(crate) lost: Vec<Lock>,
     pub(crate) hold_new_grants_until: Option<MonoTime>,
@@ -86,7 +86,7 @@ impl RebuildBasis {
                 reported: highest.epoch(),
             });
         }
-        let mut slots = Slots::default();
+        let mut slots = Holders::default();
         let forgotten = &self.forgotten;
         let lost = settle_into(&mut slots, from.locks, now, LeaseRule::LONGEST, |id| {
             forgotten.get(&id).is_some_and(|until| *until > now)

@@ -1,13 +1,18 @@
 //! The seed's rule for locks two speakers granted apart: the one held the
-//! longest is kept, the other is returned so its node can tell its client.
+//! longest is kept, the other is returned so its node can tell its client;
+//! and the same rule for names held shared or as permits, where holders
+//! that can be held together are all kept.
 
 use std::time::Duration;
 
-use hashbrown::hash_map::Entry;
-use hashbrown::HashMap;
+use std::collections::BTreeMap;
 
-use crate::lock::{newer_data, Fence, Lock, LockId};
-use crate::slots::{Slot, Slots};
+use hashbrown::hash_map::Entry;
+use hashbrown::{HashMap, HashSet};
+
+use crate::holders::Holders;
+use crate::lock::{newer_data, Fence, Kind, Lock, LockId};
+use crate::slots::Slot;
 use crate::time::MonoTime;
 
 /// Whether a lock acquired at `a` has been held longer than one acquired at
@@ -65,19 +70,33 @@ fn merge_report(into: &mut Lock, other: Lock) {
     }
 }
 
-/// Settles the locks the nodes report into `slots`, which start empty, and
-/// returns the locks that lost to one held longer.
+/// Settles the locks the nodes report into `holders`, which start empty,
+/// and returns the locks that lost to one held longer.
 ///
 /// Reports whose lease ended by `now`, or whose id `forgotten` names, are
 /// left out; a lease claimed longer than `max_lease` from now is cut to it.
+/// A name held exclusively in every report is settled by [`kept_over`], one
+/// report after another; a name some report holds shared or as permits by
+/// [`settle_name`].
 pub(crate) fn settle_into(
-    slots: &mut Slots,
+    holders: &mut Holders,
     reports: Vec<Lock>,
     now: MonoTime,
     max_lease: Duration,
     forgotten: impl Fn(LockId) -> bool,
 ) -> Vec<Lock> {
     let latest_end = now + max_lease;
+    let shared_names: HashSet<String> = reports
+        .iter()
+        .filter(|r| r.kind != Kind::Exclusive)
+        .map(|r| r.name.clone())
+        .collect();
+    let seen_all_term = reports
+        .iter()
+        .filter(|r| r.fence.seen_all())
+        .map(|r| r.fence.epoch())
+        .max()
+        .unwrap_or(0);
     let mut lost: HashMap<LockId, Lock> = HashMap::new();
     let mut lose = |lock: Lock| match lost.entry(lock.id) {
         Entry::Occupied(mut e) => merge_report(e.get_mut(), lock),
@@ -85,37 +104,131 @@ pub(crate) fn settle_into(
             e.insert(lock);
         }
     };
+    let mut by_name: BTreeMap<String, Vec<Lock>> = BTreeMap::new();
     for mut report in reports {
         if !report.is_live(now) || forgotten(report.id) {
             continue;
         }
         report.expires = report.expires.min(latest_end);
-        let Some(at) = slots.find(&report.name) else {
-            slots.insert(Slot::new(&report));
+        if !shared_names.is_empty() && shared_names.contains(&report.name) {
+            by_name.entry(report.name.clone()).or_default().push(report);
+            continue;
+        }
+        let Some(at) = holders.first(&report.name) else {
+            holders.insert(Slot::new(&report));
             continue;
         };
-        let slot = slots.get_mut(at).expect("found");
+        let slot = holders.get_mut(at).expect("found");
         if slot.id == report.id {
             slot.merge(&report);
         } else if kept_over(age(&report), (slot.acquired, slot.fence, slot.id)) {
-            let kept_before = slot.to_lock();
-            *slot = Slot::new(&report);
+            let kept_before = holders.remove(at).expect("found").to_lock();
+            holders.insert(Slot::new(&report));
             lose(kept_before);
         } else {
             lose(report);
         }
     }
+    for (_, reports) in by_name {
+        let (kept, lost_here) = settle_name(reports, seen_all_term);
+        for lock in &kept {
+            holders.insert(Slot::new(lock));
+        }
+        lost_here.into_iter().for_each(&mut lose);
+    }
     let mut lost: Vec<Lock> = lost
         .into_values()
-        .filter(|l| {
-            slots
-                .find(&l.name)
-                .and_then(|at| slots.get(at))
-                .is_none_or(|s| s.id != l.id)
-        })
+        .filter(|l| holders.find(&l.id).is_none())
         .collect();
     // In id order, not the map's: the same reports settle alike in every
     // process (a simulation's seed replays).
     lost.sort_unstable_by_key(|l| l.id);
     lost
+}
+
+/// The fences of one kind's grants of a name, as far as they make other
+/// grants stale.
+#[derive(Default)]
+struct Superseding {
+    /// The highest fence in each term.
+    highest_in_term: HashMap<u64, Fence>,
+    /// The latest term of a grant made having seen every earlier grant.
+    seen_all_term: Option<u64>,
+}
+
+impl Superseding {
+    fn add(&mut self, fence: Fence) {
+        let highest = self.highest_in_term.entry(fence.epoch()).or_default();
+        *highest = (*highest).max(fence);
+        if fence.seen_all() {
+            self.seen_all_term = self.seen_all_term.max(Some(fence.epoch()));
+        }
+    }
+
+    /// Whether one of these grants was made after `fence`'s ended: later in
+    /// its term (one table never holds two grants that cannot be held
+    /// together), or in a later term that saw every grant before it.
+    fn supersedes(&self, fence: Fence) -> bool {
+        self.highest_in_term
+            .get(&fence.epoch())
+            .is_some_and(|&h| h > fence)
+            || self.seen_all_term.is_some_and(|t| t > fence.epoch())
+    }
+}
+
+/// Settles the reports of one name some of which hold it shared or as
+/// permits; returns the grants kept, oldest first, and the ones lost.
+///
+/// - The reports of one grant are merged into one.
+/// - A grant is stale, and lost, if a grant it cannot be held beside
+///   supersedes it ([`Superseding::supersedes`]). Two grants that can be
+///   held together make neither stale, whatever their count: nothing tells
+///   a live one from a record left behind, and dropping a live one could
+///   let the name be granted past its permits.
+/// - The rest are kept in the order held longest first, each if it can be
+///   held beside the ones kept; one granted after `seen_all_term` (the
+///   latest term that saw every earlier grant) must also leave the count
+///   of permits kept within the name's, since it may have been granted apart
+///   from them, unless every one kept is of its own term. One of that term
+///   or before was granted knowing the others, and one table never held
+///   more than the permits: records of one term past the count hold a
+///   record left behind (a release a copy missed), which nothing tells
+///   from the live ones, so all are kept (an over-full name grants nothing
+///   until enough leases end, at most a lease).
+pub(crate) fn settle_name(reports: Vec<Lock>, seen_all_term: u64) -> (Vec<Lock>, Vec<Lock>) {
+    let mut grants: Vec<Lock> = Vec::with_capacity(reports.len());
+    let mut index: HashMap<LockId, usize> = HashMap::new();
+    for report in reports {
+        match index.entry(report.id) {
+            Entry::Occupied(e) => merge_report(&mut grants[*e.get()], report),
+            Entry::Vacant(e) => {
+                e.insert(grants.len());
+                grants.push(report);
+            }
+        }
+    }
+    let mut by_kind: HashMap<Kind, Superseding> = HashMap::new();
+    for g in &grants {
+        by_kind.entry(g.kind).or_default().add(g.fence);
+    }
+    let (mut live, mut lost): (Vec<Lock>, Vec<Lock>) = grants.into_iter().partition(|g| {
+        !by_kind
+            .iter()
+            .any(|(&kind, later)| !g.kind.compatible(kind) && later.supersedes(g.fence))
+    });
+    live.sort_unstable_by_key(age);
+    let mut kept: Vec<Lock> = Vec::with_capacity(live.len());
+    for g in live {
+        let beside = kept.first().is_none_or(|k| g.kind.compatible(k.kind));
+        let term = g.fence.epoch();
+        let counted = term <= seen_all_term
+            || kept.len() < g.kind.limit() as usize
+            || kept.iter().all(|k| k.fence.epoch() == term);
+        if beside && counted {
+            kept.push(g);
+        } else {
+            lost.push(g);
+        }
+    }
+    (kept, lost)
 }

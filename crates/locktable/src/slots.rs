@@ -2,7 +2,7 @@
 //! `Held`, indexed by id.
 //!
 //! A million held locks must fit in a couple of hundred megabytes, so a lock
-//! is kept as one 80-byte slot whose strings (name, holder, data) share one
+//! is kept as one 96-byte slot whose strings (name, holder, data) share one
 //! allocation, in a vector indexed by a hash table of slot numbers.
 
 use std::fmt::Debug;
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use crate::lock::{newer_data, Fence, Lock, LockId, NodeId};
+use crate::lock::{newer_data, Fence, Kind, Lock, LockId, NodeId};
 use crate::time::MonoTime;
 
 /// One lock as the table (or a `Held`) keeps it.
@@ -23,8 +23,14 @@ pub(crate) struct Slot {
     name_len: u16,
     holder_len: u16,
     /// The data's revision, shifted left by one; the low bit says whether
-    /// there is data (one field keeps the slot at 80 bytes).
+    /// there is data (one field keeps the slot small).
     data_bits: u32,
+    /// The grant's kind ([`Kind::to_bits`]).
+    kind_bits: u32,
+    /// The slots before and after this one among the holders of its name,
+    /// in a ring ([`crate::holders::Holders`]); unused elsewhere.
+    pub(crate) prev: u32,
+    pub(crate) next: u32,
     pub(crate) id: LockId,
     pub(crate) node: NodeId,
     pub(crate) fence: Fence,
@@ -53,6 +59,9 @@ impl Slot {
             name_len: name.len() as u16,
             holder_len: holder.len() as u16,
             data_bits: data_bits(lock.data_rev, data.is_some()),
+            kind_bits: lock.kind.to_bits(),
+            prev: u32::MAX,
+            next: u32::MAX,
             id: lock.id,
             node: lock.node,
             fence: lock.fence,
@@ -126,6 +135,11 @@ impl Slot {
         (self.data_bits & 1 == 1).then(|| &self.text[start..])
     }
 
+    /// What the grant holds of its name.
+    pub(crate) fn kind(&self) -> Kind {
+        Kind::from_bits(self.kind_bits)
+    }
+
     pub(crate) fn is_live(&self, now: MonoTime) -> bool {
         now < self.expires
     }
@@ -137,6 +151,7 @@ impl Slot {
             node: self.node,
             holder: self.holder().to_owned(),
             fence: self.fence,
+            kind: self.kind(),
             lease: self.lease(),
             acquired: self.acquired,
             expires: self.expires,
@@ -306,6 +321,7 @@ mod tests {
             node: 2,
             holder: holder.into(),
             fence: Fence::new(1, 1),
+            kind: Kind::Exclusive,
             lease: Duration::from_secs(1),
             acquired: MonoTime::from_nanos(1),
             expires: MonoTime::from_nanos(2),
@@ -323,7 +339,17 @@ mod tests {
         ] {
             assert_eq!(Slot::new(&l).to_lock(), l);
         }
-        assert_eq!(std::mem::size_of::<Slot>(), 80);
+        let shared = Lock {
+            kind: Kind::Shared,
+            ..lock("s", "", None)
+        };
+        let permit = Lock {
+            kind: Kind::Permit(3),
+            ..lock("p", "", None)
+        };
+        assert_eq!(Slot::new(&shared).to_lock(), shared);
+        assert_eq!(Slot::new(&permit).to_lock(), permit);
+        assert_eq!(std::mem::size_of::<Slot>(), 96);
     }
 
     #[test]

@@ -8,11 +8,16 @@ use hashbrown::HashMap;
 
 use crate::error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGeneration};
 use crate::forgotten::Forgotten;
-use crate::listing::{Lapsed, Listing, Queued, Waiting, LAPSED_KEPT, QUEUE_SHOWN};
+use crate::holders::Holders;
+use crate::listing::{Lapsed, Listing, LAPSED_KEPT};
 use crate::lock::{Fence, Lock, LockId, NodeId, Request};
 use crate::rebuild::{RebuildBasis, RebuildFrom, Settled};
-use crate::slots::{Slot, Slots};
+use crate::slots::Slot;
 use crate::time::{LeaseRule, MonoTime};
+
+mod waiting;
+
+use waiting::Waiter;
 
 /// A request waiting for a lock held by another, as the table numbers it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -48,12 +53,6 @@ pub struct Rebuilt {
     pub lost: Vec<Lock>,
 }
 
-struct Waiter {
-    id: WaiterId,
-    request: Request,
-    until: MonoTime,
-}
-
 /// Hands out fences: the term in the high bits, a counter in the low.
 #[derive(Debug, Default)]
 struct FenceCounter {
@@ -83,7 +82,7 @@ pub struct Table {
     rebuilt: bool,
     fences: FenceCounter,
     hold_new_grants_until: Option<MonoTime>,
-    slots: Slots,
+    slots: Holders,
     /// (lease end, fence, slot): one entry per grant; a renewal leaves its
     /// entry in place to be pushed back when it comes up.
     expiries: BinaryHeap<Reverse<(MonoTime, Fence, u32)>>,
@@ -113,7 +112,7 @@ impl Table {
             rebuilt: false,
             fences: FenceCounter::default(),
             hold_new_grants_until: None,
-            slots: Slots::default(),
+            slots: Holders::default(),
             expiries: BinaryHeap::new(),
             waiters: HashMap::new(),
             wait_ends: BinaryHeap::new(),
@@ -150,8 +149,9 @@ impl Table {
         self.rebuilt
     }
 
-    /// How many locks the table holds (some may have expired unnoticed
-    /// until the next [`Table::poll`]).
+    /// How many grants the table holds (some may have expired unnoticed
+    /// until the next [`Table::poll`]); a name held shared or as permits
+    /// counts each holder.
     pub fn len(&self) -> usize {
         self.slots.len()
     }
@@ -161,64 +161,9 @@ impl Table {
         self.slots.len() == 0
     }
 
-    /// How many requests are waiting.
-    pub fn waiting(&self) -> usize {
-        self.waiters.values().map(VecDeque::len).sum()
-    }
-
-    /// How many requests wait for each name that has any, in no order.
-    pub fn queue_lengths(&self) -> impl Iterator<Item = (&str, usize)> {
-        self.waiters.iter().map(|(name, q)| (&**name, q.len()))
-    }
-
     /// When new grants resume after a strict rebuild that missed members.
     pub fn new_grants_held_until(&self, now: MonoTime) -> Option<MonoTime> {
         self.hold_new_grants_until.filter(|&t| now < t)
-    }
-
-    /// Grants the lock `request` names, or queues the request when another
-    /// holds it and the request may wait, or says who holds it.
-    pub fn acquire(&mut self, request: Request, now: MonoTime) -> Result<Acquired, AcquireError> {
-        if !self.rebuilt {
-            return Err(NotRebuilt.into());
-        }
-        if let Some(until) = self.new_grants_held_until(now) {
-            return Err(AcquireError::HeldBack { until });
-        }
-        self.expire_name(&request.name, now);
-        let Some(at) = self.slots.find(&request.name) else {
-            return self.grant(request, now).map(Acquired::Granted);
-        };
-        if request.wait.is_zero() {
-            let held = self.slots.get(at).expect("found").to_lock();
-            return Err(AcquireError::Held(Box::new(held)));
-        }
-        let id = WaiterId(self.next_waiter);
-        self.next_waiter += 1;
-        let until = now + request.wait;
-        let name: Box<str> = request.name.as_str().into();
-        self.wait_ends.push(Reverse((until, id, name.clone())));
-        self.waiters
-            .entry(name)
-            .or_default()
-            .push_back(Waiter { id, request, until });
-        Ok(Acquired::Waiting(id))
-    }
-
-    /// Stops waiting for `waiter` (its client went away). Says whether it
-    /// was still waiting.
-    pub fn cancel(&mut self, name: &str, waiter: WaiterId) -> bool {
-        let Some(queue) = self.waiters.get_mut(name) else {
-            return false;
-        };
-        let Some(pos) = queue.iter().position(|w| w.id == waiter) else {
-            return false;
-        };
-        queue.remove(pos);
-        if queue.is_empty() {
-            self.waiters.remove(name);
-        }
-        true
     }
 
     /// Releases the lock `name` held under `id`, hands it to the first
@@ -232,7 +177,7 @@ impl Table {
         let lock = self.remove(at);
         self.forgotten
             .insert(id, lock.expires + Self::FORGET_MARGIN, now);
-        self.hand_over(name, &lock, now);
+        self.hand_over(name, Some(&lock), now);
         Ok(lock)
     }
 
@@ -288,9 +233,12 @@ impl Table {
 
     /// Takes back into the table a lock its holder's node still has but
     /// this table lacks (the node was missing at the rebuild). The lock is
-    /// kept with its id, fence and lease if the name is free, the id was
-    /// not released and the lease still runs; if another lock holds the
-    /// name, the reclaimed lock is lost.
+    /// kept with its id, fence and lease if the id was not released, the
+    /// lease still runs and it fits beside the name's holders (the name is
+    /// free, or held shared or as permits of its kind with one to spare,
+    /// and nobody waits for it as another family); otherwise the reclaimed
+    /// lock is lost. The queue is not served first: the lock was held
+    /// before anyone in it asked.
     pub fn reclaim(&mut self, lock: Lock, now: MonoTime) -> Result<Lock, LockError> {
         if !self.rebuilt {
             return Err(NotRebuilt.into());
@@ -299,13 +247,16 @@ impl Table {
         if self.forgotten.contains(lock.id, now) || !lock.is_live(now) {
             return Err(LockError::NotHeld);
         }
-        if let Some(at) = self.slots.find(&lock.name) {
+        if let Some(at) = self.slots.find(&lock.id) {
             let slot = self.slots.get(at).expect("found");
-            return if slot.id == lock.id {
+            return if slot.name() == lock.name {
                 Ok(slot.to_lock())
             } else {
                 Err(LockError::NotHeld)
             };
+        }
+        if !self.fits(&lock.name, lock.kind) || !self.queue_admits(&lock.name, lock.kind) {
+            return Err(LockError::NotHeld);
         }
         let mut lock = lock;
         lock.expires = lock.expires.min(now + LeaseRule::LONGEST);
@@ -321,17 +272,28 @@ impl Table {
         self.slots.get(at).map(|s| (s.node, s.expires))
     }
 
-    /// The lock `name`, if held.
+    /// The lock `name`, if held: of a name held shared or as permits, its
+    /// oldest holder.
     pub fn get(&self, name: &str, now: MonoTime) -> Result<Option<Lock>, NotRebuilt> {
         if !self.rebuilt {
             return Err(NotRebuilt);
         }
-        Ok(self
-            .slots
-            .find(name)
-            .and_then(|at| self.slots.get(at))
-            .filter(|s| s.is_live(now))
-            .map(Slot::to_lock))
+        Ok(self.live_holders(name, now).next().map(Slot::to_lock))
+    }
+
+    /// Every holder of `name`, oldest first.
+    pub fn holders(&self, name: &str, now: MonoTime) -> Result<Vec<Lock>, NotRebuilt> {
+        if !self.rebuilt {
+            return Err(NotRebuilt);
+        }
+        Ok(self.live_holders(name, now).map(Slot::to_lock).collect())
+    }
+
+    fn live_holders(&self, name: &str, now: MonoTime) -> impl Iterator<Item = &Slot> {
+        self.slots
+            .of_name(name)
+            .map(|at| self.slots.get(at).expect("a holder"))
+            .filter(move |s| s.is_live(now))
     }
 
     /// The locks held whose names start with `prefix`, in name order, at
@@ -341,8 +303,8 @@ impl Table {
             .map(|listing| listing.locks)
     }
 
-    /// As [`Table::list`], with how many locks are held under `prefix` in
-    /// all and how many requests wait for each lock listed.
+    /// As [`Table::list`], with how many names are held under `prefix` in
+    /// all, each name's other holders, and who waits for each, in order.
     pub fn listing(
         &self,
         prefix: &str,
@@ -354,8 +316,9 @@ impl Table {
         }
         let mut found: Vec<&Slot> = self
             .slots
-            .iter()
-            .filter(|s| s.is_live(now) && s.name().starts_with(prefix))
+            .heads()
+            .filter(|s| s.name().starts_with(prefix))
+            .filter_map(|s| self.live_holders(s.name(), now).next())
             .collect();
         let total = found.len();
         if found.len() > limit {
@@ -370,37 +333,22 @@ impl Table {
             .into_iter()
             .map(|q| q.map_or_else(Vec::new, |q| self.queued(q)))
             .collect();
+        let also = found
+            .iter()
+            .map(|s| {
+                self.live_holders(s.name(), now)
+                    .skip(1)
+                    .map(Slot::to_lock)
+                    .collect()
+            })
+            .collect();
         Ok(Listing {
             locks: found.into_iter().map(Slot::to_lock).collect(),
+            also,
             total: Some(total),
             waiters,
             queues,
         })
-    }
-
-    /// The requests waiting for `name`.
-    pub fn waiting_for(&self, name: &str) -> Waiting {
-        self.waiters
-            .get(name)
-            .map_or_else(Waiting::default, |queue| Waiting {
-                count: queue.len(),
-                first: self.queued(queue),
-            })
-    }
-
-    /// The first [`QUEUE_SHOWN`] requests of `queue`, as a listing shows them.
-    fn queued(&self, queue: &VecDeque<Waiter>) -> Vec<Queued> {
-        queue
-            .iter()
-            .take(QUEUE_SHOWN)
-            .map(|w| Queued {
-                holder: w.request.holder.clone(),
-                node: w.request.node,
-                since: w.until - w.request.wait,
-                until: w.until,
-                lease: self.rule.lease(w.request.lease),
-            })
-            .collect()
     }
 
     /// Ends the leases run out by `now`, handing each lock to its first
@@ -420,23 +368,10 @@ impl Table {
             }
             let lock = self.remove(slot);
             self.expired += 1;
-            self.hand_over(&lock.name, &lock, now);
+            self.hand_over(&lock.name, Some(&lock), now);
             self.note_lapsed(lock);
         }
-        while let Some(Reverse((until, _, _))) = self.wait_ends.peek() {
-            if *until > now {
-                break;
-            }
-            let Reverse((_, waiter, name)) = self.wait_ends.pop().expect("peeked");
-            if !self.cancel(&name, waiter) {
-                continue;
-            }
-            let result = match self.slots.find(&name).and_then(|at| self.slots.get(at)) {
-                Some(held) => Err(AcquireError::Held(Box::new(held.to_lock()))),
-                None => Err(NotRebuilt.into()),
-            };
-            self.answers.push(Answer { waiter, result });
-        }
+        self.end_waits(now);
         self.retained.retain(|_, l| l.is_live(now));
         self.forgotten.prune(now, usize::MAX);
     }
@@ -476,22 +411,6 @@ impl Table {
         self.turn_away_waiters();
     }
 
-    /// Answers every waiting request [`NotRebuilt`] and keeps the table: for
-    /// a speaker that cannot show its leadership for now (its leader lease
-    /// lapsed) but may again in the same term.
-    pub fn turn_away_waiters(&mut self) {
-        self.wait_ends.clear();
-        let first = self.answers.len();
-        for (_, queue) in self.waiters.drain() {
-            self.answers.extend(queue.into_iter().map(|w| Answer {
-                waiter: w.id,
-                result: Err(NotRebuilt.into()),
-            }));
-        }
-        // In the order the waiters came, not the map's.
-        self.answers[first..].sort_unstable_by_key(|a| a.waiter);
-    }
-
     /// The locks this node granted whose lease has not ended: the ones of
     /// its table, and the ones it held when it was last dropped. It is what
     /// a node rebuilding its table reads of this one, besides the locks its
@@ -508,12 +427,7 @@ impl Table {
             self.retained
                 .values()
                 .filter(|l| l.is_live(now) && !self.forgotten.contains(l.id, now))
-                .filter(|l| {
-                    self.slots
-                        .find(&l.name)
-                        .and_then(|at| self.slots.get(at))
-                        .is_none_or(|s| s.id != l.id)
-                })
+                .filter(|l| self.slots.find(&l.id).is_none())
                 .cloned(),
         );
         // The retained ones in id order, not the map's: a report reads alike
@@ -634,12 +548,7 @@ impl Table {
                 .insert(lock.id, lock.expires + Self::FORGET_MARGIN, now);
         }
         let slots = &self.slots;
-        self.retained.retain(|id, l| {
-            slots
-                .find(&l.name)
-                .and_then(|at| slots.get(at))
-                .is_none_or(|s| s.id != *id)
-        });
+        self.retained.retain(|id, _| slots.find(id).is_none());
         // Above every fence this table issued too: a table dropped and
         // rebuilt again in the same term (a rebuild retried after a drop)
         // must not hand out a released lock's fence a second time.
@@ -670,8 +579,8 @@ impl Table {
 
     fn find_held(&self, name: &str, id: LockId) -> Result<u32, LockError> {
         self.slots
-            .find(name)
-            .filter(|&at| self.slots.get(at).is_some_and(|s| s.id == id))
+            .find(&id)
+            .filter(|&at| self.slots.get(at).is_some_and(|s| s.name() == name))
             .ok_or(LockError::NotHeld)
     }
 
@@ -695,16 +604,26 @@ impl Table {
         self.expiries = BinaryHeap::from(entries);
     }
 
-    /// Frees `name` if its lease ended by `now`, handing it on.
+    /// Ends the holds of `name` whose lease ended by `now`, handing the
+    /// name on.
     fn expire_name(&mut self, name: &str, now: MonoTime) {
-        let Some(at) = self.slots.find(name) else {
+        let ended: Vec<u32> = self
+            .slots
+            .of_name(name)
+            .filter(|&at| self.slots.get(at).is_some_and(|s| !s.is_live(now)))
+            .collect();
+        let Some(&last) = ended.last() else {
             return;
         };
-        if self.slots.get(at).is_some_and(|s| !s.is_live(now)) {
+        let mut freed = None;
+        for at in ended {
             let lock = self.remove(at);
-            self.hand_over(name, &lock, now);
+            if at == last {
+                freed = Some(lock.clone());
+            }
             self.note_lapsed(lock);
         }
+        self.hand_over(name, freed.as_ref(), now);
     }
 
     fn note_lapsed(&mut self, lock: Lock) {
@@ -731,6 +650,7 @@ impl Table {
             node: request.node,
             holder: request.holder,
             fence,
+            kind: request.kind,
             lease,
             acquired: now,
             expires: now + lease,
@@ -739,37 +659,5 @@ impl Table {
         };
         self.insert(&lock);
         Ok(lock)
-    }
-
-    /// `name` was freed (by `freed`'s release or expiry): the first request
-    /// still waiting gets it; those whose wait ended are told it was held.
-    fn hand_over(&mut self, name: &str, freed: &Lock, now: MonoTime) {
-        if self.waiters.is_empty() {
-            return;
-        }
-        let Some(mut queue) = self.waiters.remove(name) else {
-            return;
-        };
-        while let Some(waiter) = queue.pop_front() {
-            if waiter.until < now {
-                self.answers.push(Answer {
-                    waiter: waiter.id,
-                    result: Err(AcquireError::Held(Box::new(freed.clone()))),
-                });
-                continue;
-            }
-            let result = self.grant(waiter.request, now);
-            let granted = result.is_ok();
-            self.answers.push(Answer {
-                waiter: waiter.id,
-                result,
-            });
-            if granted {
-                break;
-            }
-        }
-        if !queue.is_empty() {
-            self.waiters.insert(name.into(), queue);
-        }
     }
 }

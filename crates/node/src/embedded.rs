@@ -101,6 +101,7 @@ pub(crate) fn listed(
     view: impl Fn(&Lock) -> LockView,
 ) -> Vec<LockView> {
     let mut queues = listing.queues.into_iter();
+    let mut also = listing.also.into_iter();
     listing
         .locks
         .iter()
@@ -113,25 +114,28 @@ pub(crate) fn listed(
                 .iter()
                 .map(|q| node.queued_view(q))
                 .collect(),
+            others: also.next().unwrap_or_default().iter().map(&view).collect(),
             ..view(lock)
         })
         .collect()
 }
 
-/// `view` with the requests waiting for its lock, if known, as `node`
-/// sees them now.
+/// `lock` as `view` shows it, with the name's other holders and the
+/// requests waiting for it, if known, as `node` sees them now.
 pub(crate) fn with_waiting(
-    view: LockView,
+    lock: &Lock,
     waiting: Option<locktable::Waiting>,
     node: &Node,
+    view: impl Fn(&Lock) -> LockView,
 ) -> LockView {
     let Some(waiting) = waiting else {
-        return view;
+        return view(lock);
     };
     LockView {
         waiters: waiting.count as u64,
         queue: waiting.first.iter().map(|q| node.queued_view(q)).collect(),
-        ..view
+        others: waiting.others.iter().map(&view).collect(),
+        ..view(lock)
     }
 }
 
@@ -189,7 +193,7 @@ impl Transport for Embedded {
                 None => within(timeout, self.node.get_waiting(&name)).await?.unzip(),
                 Some(_) => (within(timeout, self.node.get(&name, watch)).await?, None),
             };
-            Ok(lock.map(|l| with_waiting(self.view(&l), waiting, &self.node)))
+            Ok(lock.map(|l| with_waiting(&l, waiting, &self.node, |l| self.view(l))))
         })
     }
 

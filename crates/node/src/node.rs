@@ -213,4 +213,16 @@ impl Node {
     pub(crate) fn data_revs(&self) -> bool {
         self.identity.versions().cluster() >= leasehold_raft::version::DATA_REVS
     }
+
+    /// Whether this node's cluster speaks lock kinds (protocol
+    /// [`leasehold_raft::version::LOCK_KINDS`], as applied here): a name
+    /// may be held shared or as permits.
+    pub(crate) fn lock_kinds(&self) -> bool {
+        self.identity.versions().cluster() >= leasehold_raft::version::LOCK_KINDS
+    }
+
+    /// The layout reports are read in: the one this node's cluster speaks.
+    pub(crate) fn report_layout(&self) -> crate::report::Layout {
+        crate::report::Layout::of_cluster(self.identity.versions().cluster())
+    }
 }

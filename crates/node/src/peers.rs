@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_api::{routes, ErrorBody, Lost, PeerLock, ReportRequest};
+use leasehold_api::{routes, ErrorBody, Lost, PeerLock};
 
 use crate::clock::Clock;
-use crate::report::{MemberReport, ReportReader};
+use crate::report::{Layout, MemberReport, ReportReader};
 use crate::roster::Roster;
 use futures::TryStreamExt;
 use leasehold_raft::identity::{ClusterId, RefusedAs, Stamp};
@@ -230,21 +230,22 @@ impl Peers {
     /// A member's `Held` and `Granted`, read by the speaker of `term` frame
     /// by frame as they arrive (frames over `frame_limit` bytes are
     /// refused), each frame's leases counted on `clock` from its arrival,
-    /// their data's revisions asked for if `revs`. `timeout` bounds the
+    /// in `layout` (its data's revisions and kinds, as the cluster speaks
+    /// them). `timeout` bounds the
     /// whole read.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn report(
         &self,
         addr: &str,
         term: u64,
-        revs: bool,
+        layout: Layout,
         timeout: Duration,
         frame_limit: usize,
         clock: Clock,
     ) -> Result<MemberReport, PeerError> {
         use PeerErrorKind::{Answered, Malformed, NoAnswer};
         let read = async {
-            let body = serde_json::to_vec(&ReportRequest { term, revs })
+            let body = serde_json::to_vec(&layout.request(term))
                 .map_err(|e| PeerError::new(addr, Malformed, e))?;
             let mut response = self
                 .send_streamed(addr, routes::HELD, Some(body), timeout)
@@ -259,7 +260,7 @@ impl Peers {
                     "the member refused to report",
                 ));
             }
-            let mut reader = ReportReader::new(frame_limit, revs, || clock.now());
+            let mut reader = ReportReader::new(frame_limit, layout, || clock.now());
             while let Some(piece) = response
                 .body
                 .try_next()

@@ -11,8 +11,9 @@
 
 use std::time::Duration;
 
+use leasehold_api::ReportRequest;
 use leasehold_raft::codec::{Chunk, ChunkReader, ChunkWriter, CodecError};
-use locktable::{Fence, HeldLock, Lock, LockId, LockInTransit, MonoTime, NodeId};
+use locktable::{Fence, HeldLock, Kind, Lock, LockId, LockInTransit, MonoTime, NodeId};
 use serde::{Deserialize, Serialize};
 
 /// What a member says of itself, ahead of its locks.
@@ -76,14 +77,66 @@ pub(crate) struct Revised<S = String> {
     data_rev: u32,
 }
 
+/// A lock of a report with its kind (protocol 3): the fields of
+/// [`Revised`], then the kind as [`locktable::Kind::to_bits`] numbers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Kinded<S = String> {
+    revised: Revised<S>,
+    kind: u32,
+}
+
+/// Which layout a report's locks take: the one the reading speaker's
+/// cluster speaks, so every member of it reads and writes alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Layout {
+    /// Protocol 0 and 1: [`ReportLock`].
+    Plain,
+    /// Protocol 2: [`Revised`].
+    Revised,
+    /// Protocol 3: [`Kinded`].
+    Kinded,
+}
+
+impl Layout {
+    /// The layout a cluster speaking `version` reports in.
+    pub(crate) fn of_cluster(version: leasehold_raft::version::Protocol) -> Layout {
+        use leasehold_raft::version::{DATA_REVS, LOCK_KINDS};
+        if version >= LOCK_KINDS {
+            Layout::Kinded
+        } else if version >= DATA_REVS {
+            Layout::Revised
+        } else {
+            Layout::Plain
+        }
+    }
+
+    /// The layout a read asks for.
+    pub(crate) fn asked(read: &ReportRequest) -> Layout {
+        match (read.revs, read.kinds) {
+            (_, true) => Layout::Kinded,
+            (true, false) => Layout::Revised,
+            (false, false) => Layout::Plain,
+        }
+    }
+
+    /// The read that asks for this layout, for the speaker of `term`.
+    pub(crate) fn request(self, term: u64) -> ReportRequest {
+        ReportRequest {
+            term,
+            revs: self >= Layout::Revised,
+            kinds: self == Layout::Kinded,
+        }
+    }
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl<'a> Revised<&'a str> {
+impl<'a> Kinded<&'a str> {
     /// `lock` as it leaves at `now`, its strings borrowed.
     pub(crate) fn of(lock: &'a Lock, now: MonoTime) -> Self {
-        Revised {
+        let revised: Revised<&str> = Revised {
             lock: ReportLock {
                 name: &lock.name,
                 id: lock.id.as_u128(),
@@ -96,13 +149,17 @@ impl<'a> Revised<&'a str> {
                 data: lock.data.as_deref(),
             },
             data_rev: lock.data_rev,
+        };
+        Kinded {
+            revised,
+            kind: lock.kind.to_bits(),
         }
     }
 
     /// A lock of this node's `Held` as it leaves at `now`, read where it is
     /// kept.
     pub(crate) fn held(lock: HeldLock<'a>, now: MonoTime) -> Self {
-        Revised {
+        let revised = Revised {
             lock: ReportLock {
                 name: lock.name(),
                 id: lock.id().as_u128(),
@@ -115,6 +172,19 @@ impl<'a> Revised<&'a str> {
                 data: lock.data(),
             },
             data_rev: lock.data_rev(),
+        };
+        Kinded {
+            revised,
+            kind: lock.kind().to_bits(),
+        }
+    }
+}
+
+impl From<Kinded> for LockInTransit {
+    fn from(Kinded { revised, kind }: Kinded) -> Self {
+        LockInTransit {
+            kind: Kind::from_bits(kind),
+            ..LockInTransit::from(revised)
         }
     }
 }
@@ -127,6 +197,7 @@ impl From<Revised> for LockInTransit {
             node: l.node,
             holder: l.holder,
             fence: Fence(l.fence),
+            kind: Kind::Exclusive,
             lease: Duration::from_nanos(l.lease_ns),
             ttl: Duration::from_nanos(l.ttl_ns),
             held_for: Duration::from_nanos(l.held_ns),
@@ -144,20 +215,19 @@ impl From<ReportLock> for LockInTransit {
 
 /// Encodes a report: `header`, then `locks` in frames of at most `limit`
 /// bytes each, then their count. Each frame is its own buffer. The locks
-/// carry their data's revision if `revs` (the reader asked for them: its
-/// cluster speaks protocol 2), else the older layout.
+/// take the `layout` the reader asked for (its cluster's).
 pub(crate) fn encode<'a>(
     header: &ReportHeader,
-    locks: impl IntoIterator<Item = Revised<&'a str>>,
-    revs: bool,
+    locks: impl IntoIterator<Item = Kinded<&'a str>>,
+    layout: Layout,
     limit: usize,
 ) -> Result<Vec<Vec<u8>>, CodecError> {
     let mut writer = ChunkWriter::new(header, limit)?;
     for lock in locks {
-        if revs {
-            writer.push(&lock)?;
-        } else {
-            writer.push(&lock.lock)?;
+        match layout {
+            Layout::Kinded => writer.push(&lock)?,
+            Layout::Revised => writer.push(&lock.revised)?,
+            Layout::Plain => writer.push(&lock.revised.lock)?,
         }
     }
     writer.finish()
@@ -194,12 +264,12 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
     /// A reader refusing frames over `limit` bytes, counting leases from
     /// `clock`'s reading when each part of the report arrives; its locks
     /// carry revisions if `revs` (as asked of the member).
-    pub(crate) fn new(limit: usize, revs: bool, clock: C) -> Self {
+    pub(crate) fn new(limit: usize, layout: Layout, clock: C) -> Self {
         ReportReader {
-            stream: if revs {
-                Stream::Revised(ChunkReader::new(limit))
-            } else {
-                Stream::Plain(ChunkReader::new(limit))
+            stream: match layout {
+                Layout::Kinded => Stream::Kinded(ChunkReader::new(limit)),
+                Layout::Revised => Stream::Revised(ChunkReader::new(limit)),
+                Layout::Plain => Stream::Plain(ChunkReader::new(limit)),
             },
             clock,
             report: None,
@@ -255,6 +325,7 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
 enum Stream {
     Plain(ChunkReader<ReportHeader, ReportLock>),
     Revised(ChunkReader<ReportHeader, Revised>),
+    Kinded(ChunkReader<ReportHeader, Kinded>),
 }
 
 impl Stream {
@@ -262,6 +333,7 @@ impl Stream {
         match self {
             Stream::Plain(r) => r.push(bytes),
             Stream::Revised(r) => r.push(bytes),
+            Stream::Kinded(r) => r.push(bytes),
         }
     }
 
@@ -277,6 +349,7 @@ impl Stream {
         Ok(match self {
             Stream::Plain(r) => r.next_chunk()?.map(locks),
             Stream::Revised(r) => r.next_chunk()?.map(locks),
+            Stream::Kinded(r) => r.next_chunk()?.map(locks),
         })
     }
 
@@ -284,6 +357,7 @@ impl Stream {
         match self {
             Stream::Plain(r) => r.finish(),
             Stream::Revised(r) => r.finish(),
+            Stream::Kinded(r) => r.finish(),
         }
     }
 }
@@ -300,6 +374,11 @@ mod tests {
             node: 2,
             holder: "worker".into(),
             fence: Fence::new(3, i),
+            kind: match i % 3 {
+                0 => Kind::Exclusive,
+                1 => Kind::Shared,
+                _ => Kind::Permit(i as u32 % 7 + 1),
+            },
             lease: Duration::from_secs(30),
             acquired: at - Duration::from_millis(i),
             expires: at + Duration::from_secs(20) + Duration::from_nanos(i),
@@ -325,20 +404,34 @@ mod tests {
 
     #[test]
     fn a_report_crosses_in_bounded_frames_and_each_frame_counts_from_its_arrival() {
-        crosses(false);
-        crosses(true);
+        crosses(Layout::Plain);
+        crosses(Layout::Revised);
+        crosses(Layout::Kinded);
     }
 
-    /// A report of 3000 locks, with data revisions if `revs`.
-    fn crosses(revs: bool) {
+    #[test]
+    fn a_layout_is_asked_for_as_the_cluster_speaks() {
+        for (version, layout) in [
+            (0, Layout::Plain),
+            (1, Layout::Plain),
+            (2, Layout::Revised),
+            (3, Layout::Kinded),
+        ] {
+            assert_eq!(Layout::of_cluster(version), layout);
+            assert_eq!(Layout::asked(&layout.request(7)), layout);
+        }
+    }
+
+    /// A report of 3000 locks in `layout`.
+    fn crosses(layout: Layout) {
         let clock = Clock::new();
         let sent = clock.now();
         let locks: Vec<Lock> = (0..3000).map(|i| lock(i, sent)).collect();
         let limit = 16 * 1024;
         let frames = encode(
             &header(),
-            locks.iter().map(|l| Revised::of(l, sent)),
-            revs,
+            locks.iter().map(|l| Kinded::of(l, sent)),
+            layout,
             limit,
         )
         .unwrap();
@@ -348,7 +441,7 @@ mod tests {
         // The pieces arrive a second apart, cut to 1000 bytes each.
         let start = sent + Duration::from_millis(500);
         let arrivals = std::cell::Cell::new(0u32);
-        let mut reader = ReportReader::new(limit, revs, || {
+        let mut reader = ReportReader::new(limit, layout, || {
             let i = arrivals.get();
             arrivals.set(i + 1);
             start + Duration::from_secs(u64::from(i))
@@ -375,8 +468,18 @@ mod tests {
                     sent_lock.data.as_deref()
                 )
             );
-            let rev = if revs { sent_lock.data_rev } else { 0 };
+            let rev = if layout >= Layout::Revised {
+                sent_lock.data_rev
+            } else {
+                0
+            };
             assert_eq!(got.data_rev, rev, "revisions cross only when asked");
+            let kind = if layout == Layout::Kinded {
+                sent_lock.kind
+            } else {
+                Kind::Exclusive
+            };
+            assert_eq!(got.kind, kind, "kinds cross only when asked");
             assert_eq!(
                 got.acquired,
                 sent_lock.acquired + delay,
@@ -400,14 +503,14 @@ mod tests {
         let locks: Vec<Lock> = (0..40).map(|i| lock(i, now)).collect();
         let bytes = encode(
             &header(),
-            locks.iter().map(|l| Revised::of(l, now)),
-            true,
+            locks.iter().map(|l| Kinded::of(l, now)),
+            Layout::Kinded,
             512,
         )
         .unwrap()
         .concat();
         let read = |bytes: &[u8]| {
-            let mut reader = ReportReader::new(512, true, || clock.now());
+            let mut reader = ReportReader::new(512, Layout::Kinded, || clock.now());
             reader.push(bytes)?;
             reader.finish()
         };
@@ -446,7 +549,7 @@ mod tests {
         big.data = Some("d".repeat(MAX_DATA_BYTES));
         let limit = crate::NodeConfig::MIN_REPORT_FRAME_BYTES;
         big.data_rev = u32::MAX;
-        let frames = encode(&header(), [Revised::of(&big, now)], true, limit).unwrap();
+        let frames = encode(&header(), [Kinded::of(&big, now)], Layout::Kinded, limit).unwrap();
         assert!(frames.iter().all(|f| f.len() <= limit + 4));
     }
 
@@ -457,10 +560,10 @@ mod tests {
         for i in 0..4 {
             held.record(lock(i, now));
         }
-        let from_held: Vec<Revised<&str>> =
-            held.iter_live(now).map(|l| Revised::held(l, now)).collect();
+        let from_held: Vec<Kinded<&str>> =
+            held.iter_live(now).map(|l| Kinded::held(l, now)).collect();
         let locks = held.live(now);
-        let from_locks: Vec<Revised<&str>> = locks.iter().map(|l| Revised::of(l, now)).collect();
+        let from_locks: Vec<Kinded<&str>> = locks.iter().map(|l| Kinded::of(l, now)).collect();
         assert_eq!(from_held.len(), 4);
         assert_eq!(from_held, from_locks);
     }

@@ -206,6 +206,9 @@ impl Node {
     pub async fn acquire(self: &Arc<Self>, body: AcquireBody) -> Result<Lock, ApiError> {
         body.validate()?;
         let request = AcquireRequest::from(&body);
+        // Before forwarding too: a speaker of an older build would read a
+        // reader's request as a writer's.
+        self.kind_spoken(request.kind)?;
         if self.is_leader() {
             return self.speak_acquire(request, self.id()).await;
         }
@@ -436,9 +439,16 @@ impl Node {
         let (lock, waiting) = match answer {
             ForwardGetReply::Bare(lock) => (lock, locktable::Waiting::default()),
             ForwardGetReply::Waiting(answer) => {
+                let others = answer
+                    .others
+                    .into_iter()
+                    .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(call.sent)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(malformed)?;
                 let waiting = locktable::Waiting {
                     count: usize::try_from(answer.waiters).unwrap_or(usize::MAX),
                     first: answer.queue.iter().map(|q| q.arrive(call.sent)).collect(),
+                    others,
                 };
                 (answer.lock, waiting)
             }
@@ -506,6 +516,7 @@ impl Node {
                 total: 0,
                 waiters: vec![0; locks.len()],
                 queues: Vec::new(),
+                also: Vec::new(),
                 locks,
             };
             (answer, None)
@@ -522,10 +533,21 @@ impl Node {
             .iter()
             .map(|q| q.iter().map(|q| q.arrive(sent)).collect())
             .collect();
+        let also = answer
+            .also
+            .into_iter()
+            .map(|a| {
+                a.into_iter()
+                    .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(malformed)?;
         Ok(locktable::Listing {
             total: total.map(|t| t.max(locks.len())),
             waiters,
             queues,
+            also,
             locks,
         })
     }
@@ -711,6 +733,7 @@ impl From<&AcquireBody> for AcquireRequest {
             wait: body.wait(),
             data: body.data.clone(),
             request_id: body.request_id.clone(),
+            kind: body.kind(),
         }
     }
 }

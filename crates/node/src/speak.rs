@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use leasehold_api::ErrorCode;
 use leasehold_protocol::{Acquisition, Made, Named, Refusal, Renewal, Waited};
-use locktable::{AcquireError, Acquired, Lock, LockId, NodeId, Request, WaiterId};
+use locktable::{AcquireError, Acquired, Kind, Lock, LockId, NodeId, Request, WaiterId};
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
@@ -28,6 +28,8 @@ pub struct AcquireRequest {
     pub data: Option<String>,
     /// The caller's name for this acquisition, the same on its retries.
     pub request_id: Option<String>,
+    /// What the grant is to hold of the name.
+    pub kind: Kind,
 }
 
 /// What the table first said to an acquire.
@@ -52,9 +54,33 @@ impl Node {
             }
             Refusal::NotRebuilt => ApiError::not_rebuilt(),
             Refusal::NotHeld => ApiError::not_held(),
+            Refusal::KindMismatch(kind) => ApiError::new(
+                ErrorCode::KindMismatch,
+                format!(
+                    "the name is held or awaited as {kind}: every holder and waiter of a name asks \
+                     the same (a lock, shared or not, or one count of permits)"
+                ),
+            ),
             Refusal::Claimed => ApiError::new(ErrorCode::Held, refusal.to_string()),
             other => ApiError::new(ErrorCode::NotRebuilt, other.to_string()),
         }
+    }
+
+    /// Refuses a kind the cluster does not speak yet: shared locks and
+    /// permits wait for every member to speak protocol
+    /// [`leasehold_raft::version::LOCK_KINDS`] (`503 upgrading`).
+    pub(crate) fn kind_spoken(&self, kind: Kind) -> Result<(), ApiError> {
+        if kind == Kind::Exclusive || self.lock_kinds() {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorCode::Upgrading,
+            format!(
+                "shared locks and permits are granted only once every member speaks protocol {} \
+                 (a member runs an older build, or the cluster has just started)",
+                leasehold_raft::version::LOCK_KINDS
+            ),
+        ))
     }
 
     /// Grants a lock as the speaker, for a client of `node`. A retry of an
@@ -66,6 +92,7 @@ impl Node {
         request: AcquireRequest,
         node: NodeId,
     ) -> Result<Lock, ApiError> {
+        self.kind_spoken(request.kind)?;
         let asked = tokio::time::Instant::now();
         let wall_ms = self.clock.wall_ms();
         let random = LockId::from_parts(wall_ms, leasehold_raft::entropy::random_u128());
@@ -79,6 +106,7 @@ impl Node {
         let first = {
             let mut state = self.state();
             let table_request = Request {
+                kind: request.kind,
                 name: request.name.clone(),
                 id: random,
                 node,
@@ -360,8 +388,13 @@ impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(waiter) = self.waiter.take() {
             let mut state = self.node.state();
-            state.member.cancel(self.name, waiter);
+            state
+                .member
+                .cancel(self.name, waiter, self.node.clock.now());
             state.waiters.remove(&waiter);
+            // Readers behind a writer that left may now go.
+            self.node.dispatch(&mut state);
+            self.node.changed(&state);
         }
         if let Some(Ok(Ok(lock))) = self.answer.as_mut().map(|rx| rx.try_recv()) {
             self.node.take_back(&lock);

@@ -336,7 +336,7 @@ async fn read_member(
             .report(
                 &addr,
                 term,
-                node.data_revs(),
+                node.report_layout(),
                 timeout,
                 node.config.report_frame_bytes,
                 node.clock,

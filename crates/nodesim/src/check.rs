@@ -1,7 +1,10 @@
 //! The checks run on every history: no two holders of a name overlap on
-//! the holders' own conservative count, fences increase along each name's
-//! history, no lock is lost while its holder renews in time, and every
-//! node serves again within the bound once the faults heal.
+//! the holders' own conservative count unless both asked for kinds held
+//! together (readers, permits of one semaphore), never more than a
+//! semaphore's permits at once, fences increase along each name's history
+//! (between grants not held together), no lock is lost while its holder
+//! renews in time, and every node serves again within the bound once the
+//! faults heal.
 //!
 //! The guard premise (two nodes never may grant at once) is checked on the
 //! running nodes, by [`crate::guards`].
@@ -16,6 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use locktable::Kind;
+
 #[cfg(test)]
 use crate::history::Call;
 use crate::history::{Event, History};
@@ -24,6 +29,7 @@ use crate::history::{Event, History};
 /// end of the lease that answer gave, cut at the release.
 #[derive(Debug, Default)]
 struct Held {
+    kind: Kind,
     fence: u64,
     first_granted: Duration,
     intervals: Vec<(Duration, Duration)>,
@@ -58,6 +64,7 @@ pub fn check(
         match event {
             Event::Held {
                 call,
+                kind,
                 fence,
                 ends: until,
                 renewal,
@@ -68,6 +75,7 @@ pub fn check(
                     .entry(&call.id)
                     .or_default();
                 if !renewal {
+                    held.kind = *kind;
                     held.fence = *fence;
                     held.first_granted = call.at;
                 } else if held.fence != *fence {
@@ -122,43 +130,73 @@ pub fn check(
     violations
 }
 
-/// Two grants of `name` whose times held meet.
-fn overlaps(name: &str, grants: &BTreeMap<&str, Held>, violations: &mut Vec<String>) {
-    let spans: Vec<(&str, Duration, Duration)> = grants
+/// The spans of time each grant of `name` was held, on its holder's
+/// count, cut at its release.
+fn spans<'a>(grants: &'a BTreeMap<&str, Held>) -> Vec<(&'a str, Kind, Duration, Duration)> {
+    grants
         .iter()
         .flat_map(|(id, held)| {
             held.intervals.iter().filter_map(move |(from, to)| {
                 let to = held.released.map_or(*to, |r| r.min(*to));
-                (from < &to).then_some((*id, *from, to))
+                (from < &to).then_some((*id, held.kind, *from, to))
             })
         })
-        .collect();
-    for (i, (a, a_from, a_to)) in spans.iter().enumerate() {
-        for (b, b_from, b_to) in &spans[i + 1..] {
-            if a != b && a_from < b_to && b_from < a_to {
+        .collect()
+}
+
+/// Two grants of `name` whose times held meet, unless both are of kinds
+/// held together; more grants held at once than a semaphore's permits.
+fn overlaps(name: &str, grants: &BTreeMap<&str, Held>, violations: &mut Vec<String>) {
+    let spans = spans(grants);
+    for (i, (a, a_kind, a_from, a_to)) in spans.iter().enumerate() {
+        for (b, b_kind, b_from, b_to) in &spans[i + 1..] {
+            let meet = a != b && a_from < b_to && b_from < a_to;
+            if meet && !a_kind.compatible(*b_kind) {
                 violations.push(format!(
-                    "{name}: {a} held {a_from:?}..{a_to:?} and {b} held {b_from:?}..{b_to:?}"
+                    "{name}: {a} ({a_kind}) held {a_from:?}..{a_to:?} and {b} ({b_kind}) held \
+                     {b_from:?}..{b_to:?}"
                 ));
             }
+        }
+        // The grants held when `a`'s span began: at most the permits.
+        let mut beside: Vec<&str> = spans
+            .iter()
+            .filter(|(b, b_kind, b_from, b_to)| {
+                b != a && a_kind.compatible(*b_kind) && b_from <= a_from && a_from < b_to
+            })
+            .map(|(b, ..)| *b)
+            .collect();
+        beside.sort_unstable();
+        beside.dedup();
+        if beside.len() >= a_kind.limit() as usize {
+            violations.push(format!(
+                "{name}: {a} ({a_kind}) held from {a_from:?} beside {} others: {beside:?}",
+                beside.len()
+            ));
         }
     }
 }
 
 /// Grants of `name`, in the order they were first answered, whose fences
-/// do not increase.
+/// do not increase: of two that may be held together (readers, permits),
+/// the answers may come in either order, so only grants that may not are
+/// compared.
 fn fences(name: &str, grants: &BTreeMap<&str, Held>, violations: &mut Vec<String>) {
-    let mut order: Vec<(&Duration, &u64, &str)> = grants
+    let mut order: Vec<(&Duration, &u64, &str, &Held)> = grants
         .iter()
         .filter(|(_, held)| !held.intervals.is_empty())
-        .map(|(id, held)| (&held.first_granted, &held.fence, *id))
+        .map(|(id, held)| (&held.first_granted, &held.fence, *id, held))
         .collect();
-    order.sort();
-    for pair in order.windows(2) {
-        let ((_, earlier, a), (_, later, b)) = (pair[0], pair[1]);
-        if later <= earlier {
-            violations.push(format!(
-                "{name}: {b} granted after {a} with fence {later}, not above {earlier}"
-            ));
+    order.sort_by_key(|(at, fence, id, _)| (**at, **fence, *id));
+    for (i, (_, earlier, a, a_held)) in order.iter().enumerate() {
+        for (_, later, b, b_held) in &order[i + 1..] {
+            // Two grants that may be held together are not ordered by
+            // fence: the speaker answers them in either order.
+            if !a_held.kind.compatible(b_held.kind) && later <= earlier {
+                violations.push(format!(
+                    "{name}: {b} granted after {a} with fence {later}, not above {earlier}"
+                ));
+            }
         }
     }
 }
@@ -185,6 +223,7 @@ mod tests {
     fn granted(name: &str, id: &str, fence: u64, at: f64, ends: f64) -> Event {
         Event::Held {
             call: call(name, id, at, at),
+            kind: Kind::Exclusive,
             fence,
             ends: s(ends),
             renewal: false,

@@ -27,6 +27,8 @@ pub enum Event {
     Held {
         /// The acquire or the renewal.
         call: Call,
+        /// What the client asked to hold of the name.
+        kind: locktable::Kind,
         /// The fence it answered.
         fence: u64,
         /// The end of the lease on the holder's count: `served_ms +

@@ -49,6 +49,10 @@ pub struct RunOptions {
     pub focus: Focus,
     /// Safety mechanisms the nodes run without: the checks must see it.
     pub sabotage: Sabotage,
+    /// Names of every kind: besides exclusive ones, a name readers hold
+    /// shared (writers among them) and a semaphore of two permits. Off,
+    /// every name is exclusive and a seed draws what it always drew.
+    pub kinds: bool,
 }
 
 impl RunOptions {
@@ -62,6 +66,7 @@ impl RunOptions {
             faults: 4,
             focus: Focus::Mixed,
             sabotage: Sabotage::NONE,
+            kinds: false,
         }
     }
 }
@@ -186,8 +191,9 @@ pub fn run(options: &RunOptions) -> Outcome {
     for client in 0..options.clients {
         let seed = rng.gen();
         let shared = Arc::clone(&shared);
+        let kinds = options.kinds;
         sim.client(format!("client{client}"), async move {
-            work(client, nodes, lease, seed, shared).await;
+            work(client, nodes, lease, (seed, kinds), shared).await;
             Ok(())
         });
     }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::{Method, StatusCode};
-use locktable::LeaseRule;
+use locktable::{Kind, LeaseRule};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -159,6 +159,17 @@ fn answered_lock(
     ))
 }
 
+/// A name of each kind, at random: an exclusive lock, a name readers
+/// hold shared (a writer now and then), or a semaphore of two permits.
+fn pick_kind(rng: &mut StdRng) -> (String, Kind) {
+    match rng.gen_range(0..3) {
+        0 => ("jobs/0".into(), Kind::Exclusive),
+        1 if rng.gen_bool(0.7) => ("docs/0".into(), Kind::Shared),
+        1 => ("docs/0".into(), Kind::Exclusive),
+        _ => ("pool/0".into(), Kind::Permit(2)),
+    }
+}
+
 /// One client's work until the faults have healed and a little after:
 /// take a random name with a lease of half the longest to the longest,
 /// hold it for a while renewing a third of a lease apart, then release it
@@ -167,7 +178,7 @@ pub(crate) async fn work(
     client: usize,
     nodes: u64,
     lease: LeaseRule,
-    seed: u64,
+    (seed, kinds): (u64, bool),
     shared: Arc<Mutex<Shared>>,
 ) {
     let longest = u64::try_from(lease.max.as_millis()).unwrap_or(u64::MAX);
@@ -180,9 +191,18 @@ pub(crate) async fn work(
             .is_some_and(|h| now() > h + Duration::from_secs(3))
     };
     while !done(&shared) {
-        let name = format!("jobs/{}", rng.gen_range(0..2));
+        let (name, kind) = match kinds {
+            false => (format!("jobs/{}", rng.gen_range(0..2)), Kind::Exclusive),
+            true => pick_kind(&mut rng),
+        };
         let lease_ms: u64 = rng.gen_range(longest / 2..=longest);
-        let body = json!({"name": name, "holder": format!("client{client}"), "lease_ms": lease_ms});
+        let mut body =
+            json!({"name": name, "holder": format!("client{client}"), "lease_ms": lease_ms});
+        match kind {
+            Kind::Shared => body["shared"] = json!(true),
+            Kind::Permit(n) => body["permits"] = json!(n),
+            Kind::Exclusive => {}
+        }
         let Some(Through {
             node,
             sent,
@@ -214,6 +234,7 @@ pub(crate) async fn work(
         };
         shared.lock().unwrap().history.push(Event::Held {
             call: held(node, sent),
+            kind,
             fence,
             ends,
             renewal: false,
@@ -251,6 +272,7 @@ pub(crate) async fn work(
                     ends = until;
                     shared.lock().unwrap().history.push(Event::Held {
                         call: held(node, sent),
+                        kind,
                         fence,
                         ends,
                         renewal: true,

@@ -438,7 +438,13 @@ impl Member {
                 );
             }
             fewest_copies = fewest_copies.min(read.copies);
-            locks.push(read.locks);
+            let mut read_locks = read.locks;
+            if self.config().sabotage.kinds_unread {
+                for lock in &mut read_locks {
+                    lock.kind = locktable::Kind::Exclusive;
+                }
+            }
+            locks.push(read_locks);
         }
         let missing = input.missing;
         let all_seen = missing.len() < fewest_copies;

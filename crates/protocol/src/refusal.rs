@@ -1,7 +1,7 @@
 //! Why a member refuses a call: typed, so the driver maps each to its
 //! answer and callers can branch on it.
 
-use locktable::Lock;
+use locktable::{Kind, Lock};
 
 /// A call the protocol refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -13,6 +13,10 @@ pub enum Refusal {
     /// The name is held by another lock.
     #[error("{} is held by another", .0.name)]
     Held(Box<Lock>),
+    /// The name is held or awaited as another kind (permits on a lock, a
+    /// lock on a semaphore, or another permit count): refused, not queued.
+    #[error("the name is held or awaited as {0}")]
+    KindMismatch(Kind),
     /// No lock of that name and id.
     #[error("the lock is not held under that id")]
     NotHeld,

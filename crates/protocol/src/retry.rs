@@ -106,6 +106,7 @@ mod tests {
 
     fn lock(id: LockId, name: &str, holder: &str) -> Lock {
         Lock {
+            kind: Default::default(),
             name: name.into(),
             id,
             node: 1,

@@ -79,6 +79,14 @@ pub struct Sabotage {
     /// A renewal the strict hold may not refuse as not held (a member the
     /// rebuild missed may have it on record) is refused as not held.
     pub not_held_in_hold: bool,
+    /// The kinds at a rebuild: every lock read from the members is taken
+    /// for an exclusive one, as a member of a build before kinds would
+    /// report it (readers and permits of one name then settle as grants
+    /// two speakers made apart, and all but one are lost).
+    pub kinds_unread: bool,
+    /// The writers: the speaker grants an exclusive request as a shared
+    /// one, so a writer holds beside readers and other writers.
+    pub writers_shared: bool,
 }
 
 impl Sabotage {
@@ -101,6 +109,8 @@ impl Sabotage {
         short_strict_hold: false,
         count_from_send: false,
         not_held_in_hold: false,
+        kinds_unread: false,
+        writers_shared: false,
     };
 }
 
@@ -108,7 +118,7 @@ impl Sabotage {
 type Field = fn(&mut Sabotage) -> &mut bool;
 
 /// Each switch by the name the simulations' `--sabotage` takes.
-const SWITCHES: [(&str, Field); 17] = [
+const SWITCHES: [(&str, Field); 19] = [
     ("guard", |s| &mut s.no_grant_guard),
     ("restart-wait", |s| &mut s.no_restart_wait),
     ("reread", |s| &mut s.no_reread),
@@ -126,6 +136,8 @@ const SWITCHES: [(&str, Field); 17] = [
     ("short-hold", |s| &mut s.short_strict_hold),
     ("count-from-send", |s| &mut s.count_from_send),
     ("not-held-in-hold", |s| &mut s.not_held_in_hold),
+    ("kinds-unread", |s| &mut s.kinds_unread),
+    ("writers-shared", |s| &mut s.writers_shared),
 ];
 
 impl Sabotage {

@@ -47,7 +47,8 @@ pub type Protocol = u16;
 /// - 0: the builds before versions (no header).
 /// - 1: the header itself and [`crate::types::Command::Protocol`].
 /// - 2: data revisions ([`DATA_REVS`]).
-pub const SPEAKS: Protocol = 2;
+/// - 3: shared locks and semaphores ([`LOCK_KINDS`]).
+pub const SPEAKS: Protocol = 3;
 
 /// The version from which a lock's data may change after its grant (a
 /// renewal with data: proclaim): locks crossing between members carry
@@ -55,6 +56,13 @@ pub const SPEAKS: Protocol = 2;
 /// the newest data wins whatever the leases. A cluster below it refuses
 /// such renewals (`503 upgrading`) until every member speaks it.
 pub const DATA_REVS: Protocol = 2;
+
+/// The version from which a name may be held shared or as permits: locks
+/// crossing between members carry their kind, and a rebuilding speaker asks
+/// reports for it (a member of an earlier build would take a reader for a
+/// writer, and a rebuild would keep one reader of many). A cluster below it
+/// refuses such acquisitions (`503 upgrading`) until every member speaks it.
+pub const LOCK_KINDS: Protocol = 3;
 
 /// The lowest cluster version this build runs in.
 pub const OLDEST: Protocol = 0;

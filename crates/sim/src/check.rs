@@ -1,11 +1,13 @@
 //! The checker: the promises a run must keep, read from what it recorded
 //! (`history`).
 //!
-//! - *Exclusion of holders*: no two clients hold one name at once, and
-//!   fences grow along each name's history; in proceed mode an overlap or
-//!   an older fence is allowed within the longest lease after a rebuild
-//!   that missed as many members as there are copies, or more (the
-//!   documented cost of proceeding).
+//! - *Exclusion of holders*: no two clients hold one name at once unless
+//!   both asked for kinds held together (two readers, two permits of one
+//!   semaphore), never more than a semaphore's permits, and fences grow
+//!   along each name's history; in proceed mode an overlap or an older
+//!   fence is allowed within the longest lease after a rebuild that missed
+//!   as many members as there are copies, or more (the documented cost of
+//!   proceeding).
 //! - *Renewed locks kept*: no lock whose holder kept renewing is lost (a
 //!   renewal answered "not held" while the holder's own count of the lease
 //!   runs) while fewer members failed than there are copies. Failed is
@@ -30,7 +32,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use locktable::NodeId;
+use locktable::{Kind, NodeId};
 
 use crate::config::timing::MAX_LEASE_MS;
 use crate::history::Interval;
@@ -68,20 +70,48 @@ impl World {
         for (name, mut list) in by_name {
             list.sort_by_key(|i| (i.start, i.fence));
             for (k, later) in list.iter().enumerate() {
+                // Holders beside `later` when it began that may be: readers
+                // beside a reader, permits beside a permit.
+                let beside: Vec<&&Interval> = list[..k]
+                    .iter()
+                    .filter(|e| e.end > later.start && later.kind.compatible(e.kind))
+                    .collect();
+                if beside.len() >= later.kind.limit() as usize {
+                    report.overlaps += 1;
+                    if !strict && explained_by(later.start) {
+                        report.explained += 1;
+                    } else {
+                        push_capped(&mut report.unexplained, &mut violations, || {
+                            format!(
+                                "{name}: fence {} from {} is holder {} of {}",
+                                later.fence,
+                                later.start,
+                                beside.len() + 1,
+                                later.kind
+                            )
+                        });
+                    }
+                }
                 for earlier in &list[..k] {
+                    // Two grants that may be held together are not ordered
+                    // by fence: the speaker may answer them in either order
+                    // and their answers arrive in either order.
+                    if later.kind.compatible(earlier.kind) {
+                        continue;
+                    }
                     if earlier.end > later.start {
                         report.overlaps += 1;
                         if !strict && explained_by(later.start) {
                             report.explained += 1;
                         } else {
                             push_capped(&mut report.unexplained, &mut violations, || {
+                                let kinds = match (earlier.kind, later.kind) {
+                                    (Kind::Exclusive, Kind::Exclusive) => String::new(),
+                                    (a, b) => format!(" ({a} then {b})"),
+                                };
                                 format!(
-                                    "{name}: fence {} held [{}, {}) overlaps fence {} from {}",
-                                    earlier.fence,
-                                    earlier.start,
-                                    earlier.end,
-                                    later.fence,
-                                    later.start
+                                    "{name}: fence {} held [{}, {}) overlaps fence {} from {}{kinds}",
+                                    earlier.fence, earlier.start, earlier.end, later.fence, later.start
                                 )
                             });
                         }

@@ -7,6 +7,7 @@
 //! holder's own count runs is a lost lock. In the quiet tail a probe per
 //! node asks for a fresh name until it is granted: the liveness check.
 
+use locktable::Kind;
 use rand::Rng;
 
 use crate::client_state::{ClientState, Holding};
@@ -22,7 +23,14 @@ impl World {
         if !matches!(self.clients[c].state, ClientState::Idle) {
             return;
         }
-        let name = format!("n{}", self.rng.gen_range(0..self.config.names));
+        let index = self.rng.gen_range(0..self.config.names);
+        let name = format!("n{index}");
+        let kind = match index % 3 {
+            _ if !self.config.kinds => Kind::Exclusive,
+            1 if self.rng.gen_bool(0.7) => Kind::Shared,
+            2 => Kind::Permit(2),
+            _ => Kind::Exclusive,
+        };
         let wait_ms = if self.rng.gen_bool(0.5) {
             0
         } else {
@@ -40,6 +48,7 @@ impl World {
             req,
             sent: self.t,
             name: name.clone(),
+            kind,
         };
         let node = self.clients[c].node;
         self.send(
@@ -52,6 +61,7 @@ impl World {
                     name,
                     wait_ms,
                     lease_ms,
+                    kind,
                 },
             },
         );
@@ -80,6 +90,7 @@ impl World {
                     name,
                     wait_ms: 0,
                     lease_ms: LEASE_MS,
+                    kind: Kind::Exclusive,
                 },
             },
         );
@@ -112,7 +123,8 @@ impl World {
                 req: asked,
                 sent,
                 name,
-            } if asked == req => self.granted_to(c, req, sent, name, result),
+                kind,
+            } if asked == req => self.granted_to(c, req, sent, (name, kind), result),
             ClientState::Holding(h) if h.renewing.is_some_and(|(r, _)| r == req) => {
                 self.renewed(c, h, result)
             }
@@ -121,7 +133,14 @@ impl World {
     }
 
     /// The answer to client `c`'s acquire `req`, sent at `sent`.
-    fn granted_to(&mut self, c: ClientId, req: ReqId, sent: u64, name: String, result: Answer) {
+    fn granted_to(
+        &mut self,
+        c: ClientId,
+        req: ReqId,
+        sent: u64,
+        (name, kind): (String, Kind),
+        result: Answer,
+    ) {
         let t = self.t;
         let (transit, served) = match result {
             Ok(granted) => granted,
@@ -163,6 +182,7 @@ impl World {
         self.clients[c].state = ClientState::Holding(Holding {
             req,
             name,
+            kind,
             id: transit.id,
             fence: transit.fence.0,
             start: t,
@@ -274,6 +294,7 @@ impl World {
         let t = self.t;
         self.history.intervals.push(Interval {
             name: h.name.clone(),
+            kind: h.kind,
             fence: h.fence,
             start: h.start,
             end,

@@ -1,7 +1,7 @@
 //! What each simulated client is: the node it talks to, and what it is
 //! doing (asking for a name, or holding one).
 
-use locktable::{LockId, NodeId};
+use locktable::{Kind, LockId, NodeId};
 
 use crate::msg::ReqId;
 
@@ -9,7 +9,12 @@ use crate::msg::ReqId;
 #[derive(Debug, Clone)]
 pub(crate) enum ClientState {
     Idle,
-    Asking { req: ReqId, sent: u64, name: String },
+    Asking {
+        req: ReqId,
+        sent: u64,
+        name: String,
+        kind: Kind,
+    },
     Holding(Holding),
 }
 
@@ -19,6 +24,8 @@ pub(crate) struct Holding {
     /// The acquire that won the lock.
     pub(crate) req: ReqId,
     pub(crate) name: String,
+    /// What the client asked to hold of the name.
+    pub(crate) kind: Kind,
     pub(crate) id: LockId,
     pub(crate) fence: u64,
     pub(crate) start: u64,

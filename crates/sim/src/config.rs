@@ -35,6 +35,11 @@ pub struct Config {
     pub sabotage: Sabotage,
     /// Keep a trace of what happened (for `--reproduce`).
     pub trace: bool,
+    /// Names of every kind: besides exclusive locks, names readers hold
+    /// shared beside one another (writers among them), and semaphores of
+    /// two permits (`n1`, `n4`, ... shared; `n2`, `n5`, ... permits). Off,
+    /// every name is exclusive and a seed draws what it always drew.
+    pub kinds: bool,
 }
 
 /// The faults a run injects.
@@ -103,6 +108,7 @@ impl Config {
             scenario: Scenario::Mixed,
             sabotage: Sabotage::NONE,
             trace: false,
+            kinds: false,
         };
         // The node's default, min(2, quorum); five members now and then
         // ask for three, the most a quorum allows.

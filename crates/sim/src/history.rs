@@ -10,6 +10,8 @@ use locktable::NodeId;
 /// it), or the renewal that found it lost, whichever came first.
 pub(crate) struct Interval {
     pub(crate) name: String,
+    /// What the holder asked to hold of the name.
+    pub(crate) kind: locktable::Kind,
     pub(crate) fence: u64,
     pub(crate) start: u64,
     pub(crate) end: u64,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use locktable::{LockId, LockInTransit, NodeId};
+use locktable::{Kind, LockId, LockInTransit, NodeId};
 
 use crate::raft::RaftMsg;
 
@@ -31,6 +31,7 @@ pub(crate) struct Ask {
     pub(crate) name: String,
     pub(crate) wait_ms: u64,
     pub(crate) lease_ms: u64,
+    pub(crate) kind: Kind,
 }
 
 /// A message between a client and its node, or between nodes.

@@ -25,7 +25,7 @@ pub enum BadRequest {
     Negative(&'static str),
     /// A duration or id is not a JSON integer (a fraction, an exponent,
     /// `1.0`).
-    #[error("field `{0}` must be an integer{unit}", unit = if *.0 == "id" { "" } else { " number of milliseconds" })]
+    #[error("field `{0}` must be an integer{unit}", unit = if matches!(*.0, "id" | "permits") { "" } else { " number of milliseconds" })]
     NotInteger(&'static str),
     /// A duration or count does not fit in 64 bits.
     #[error("field `{0}` does not fit in 64 bits")]
@@ -48,6 +48,12 @@ pub enum BadRequest {
         /// The most allowed.
         max: usize,
     },
+    /// A permit count out of range.
+    #[error("field `permits` must be from 1 to {}", locktable::Kind::MAX_PERMITS)]
+    BadPermits,
+    /// Both `shared` and `permits`: a name is a lock or a semaphore.
+    #[error("fields `shared` and `permits` cannot both be given: a name is held as a lock (shared or not) or as permits of a semaphore")]
+    SharedPermits,
     /// A member id of 0.
     #[error("field `id` must be a member id of 1 or more")]
     ZeroMemberId,

@@ -9,8 +9,8 @@ use super::bad_request::BadRequest;
 use super::limits::MAX_WAIT_MS;
 use super::read::{field, Body, Field, FieldKind};
 use super::validate::{
-    validate_addr, validate_data, validate_holder, validate_id, validate_member_id, validate_name,
-    validate_new_name, validate_request_id,
+    validate_addr, validate_data, validate_holder, validate_id, validate_kind, validate_member_id,
+    validate_name, validate_new_name, validate_request_id,
 };
 
 fn ms(v: Option<u64>) -> Option<Duration> {
@@ -41,9 +41,28 @@ pub struct AcquireBody {
     /// (renewed) instead of `409 held` against the caller's own lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// Hold the name shared, beside other shared holders (a reader's
+    /// lock); absent or false holds it alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<bool>,
+    /// Hold one of this many permits of the name (a semaphore), from 1 to
+    /// [`locktable::Kind::MAX_PERMITS`]; every holder and waiter of the
+    /// name must ask the same count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u64>,
 }
 
 impl AcquireBody {
+    /// What the grant is to hold of the name (validated: a permit count in
+    /// range, not both shared and permits).
+    pub fn kind(&self) -> locktable::Kind {
+        match (self.shared, self.permits) {
+            (_, Some(n)) => locktable::Kind::Permit(n.min(u64::from(u32::MAX)) as u32),
+            (Some(true), None) => locktable::Kind::Shared,
+            _ => locktable::Kind::Exclusive,
+        }
+    }
+
     /// The holder, "" when absent.
     pub fn holder(&self) -> &str {
         self.holder.as_deref().unwrap_or("")
@@ -68,11 +87,14 @@ impl Body for AcquireBody {
         field("wait_ms", FieldKind::Millis, false),
         field("data", FieldKind::Str, false),
         field("request_id", FieldKind::Str, false),
+        field("shared", FieldKind::Bool, false),
+        field("permits", FieldKind::Count, false),
     ];
 
     fn validate(&self) -> Result<(), BadRequest> {
         validate_new_name(&self.name)?;
         validate_holder(self.holder())?;
+        validate_kind(self.shared, self.permits)?;
         if let Some(data) = &self.data {
             validate_data(data)?;
         }

@@ -18,6 +18,11 @@ pub enum FieldKind {
     /// A member id: a JSON integer from 0 to `u64::MAX` (0 is refused
     /// when the body is validated).
     MemberId,
+    /// A count: a JSON integer from 0 to `u64::MAX` (its range is checked
+    /// when the body is validated).
+    Count,
+    /// `true` or `false`.
+    Bool,
 }
 
 /// One field of a body, as [`parse_body`] checks it before serde reads it.
@@ -187,12 +192,18 @@ fn check_kind(f: &Field, v: &Value) -> Result<(), BadRequest> {
             field: f.name,
             expected: "a string",
         }),
-        FieldKind::Millis | FieldKind::MemberId => {
+        FieldKind::Bool if v.is_boolean() => Ok(()),
+        FieldKind::Bool => Err(BadRequest::WrongType {
+            field: f.name,
+            expected: "true or false",
+        }),
+        FieldKind::Millis | FieldKind::MemberId | FieldKind::Count => {
             let Value::Number(n) = v else {
                 return Err(BadRequest::WrongType {
                     field: f.name,
                     expected: match f.kind {
                         FieldKind::MemberId => "an integer member id",
+                        FieldKind::Count => "an integer",
                         _ => "an integer number of milliseconds",
                     },
                 });

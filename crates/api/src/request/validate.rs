@@ -55,6 +55,18 @@ pub fn validate_request_id(request: &str) -> Result<(), BadRequest> {
     Ok(())
 }
 
+/// Checks what an acquisition asks to hold: permits from 1 to
+/// [`locktable::Kind::MAX_PERMITS`], and not shared besides.
+pub fn validate_kind(shared: Option<bool>, permits: Option<u64>) -> Result<(), BadRequest> {
+    match (shared, permits) {
+        (_, Some(n)) if n == 0 || n > u64::from(locktable::Kind::MAX_PERMITS) => {
+            Err(BadRequest::BadPermits)
+        }
+        (Some(true), Some(_)) => Err(BadRequest::SharedPermits),
+        _ => Ok(()),
+    }
+}
+
 /// Parses a lock id.
 pub fn validate_id(id: &str) -> Result<LockId, BadRequest> {
     id.parse().map_err(|_| BadRequest::BadId)

@@ -4,6 +4,7 @@
 mod common;
 
 mod edges;
+mod kinds;
 mod model;
 mod rebuild;
 mod seed;

@@ -86,6 +86,7 @@ impl Model {
     fn grant(&mut self, request: &Request, now: MonoTime, fence: Fence) -> Lock {
         let lease = request.lease.unwrap();
         let lock = Lock {
+            kind: Default::default(),
             name: request.name.clone(),
             id: request.id,
             node: request.node,
@@ -168,6 +169,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             } => {
                 next_id += 1;
                 let request = Request {
+                    kind: Default::default(),
                     name: NAMES[name].into(),
                     id: LockId::from_u128(next_id),
                     node: 1 + (next_id as u64 % 3),
@@ -349,6 +351,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .or_default()
                         .push(LockId::from_u128(next_id));
                     reports.push(Lock {
+                        kind: Default::default(),
                         name: NAMES[name].into(),
                         id: LockId::from_u128(next_id),
                         node: 3,
@@ -412,6 +415,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let generation = table.generation();
                 table.drop_table(now);
                 let ghost = Lock {
+                    kind: Default::default(),
                     name: "ghost".into(),
                     id: LockId::from_u128(u128::MAX),
                     node: 1,

@@ -511,8 +511,8 @@ fn a_cancelled_waiter_is_never_answered() {
     let Ok(Acquired::Waiting(w2)) = table.acquire(waiting(req("a", 3, 1), 60 * SEC), t(0)) else {
         panic!()
     };
-    assert!(table.cancel("a", w1));
-    assert!(!table.cancel("a", w1));
+    assert!(table.cancel("a", w1, t(0)));
+    assert!(!table.cancel("a", w1, t(0)));
     table.release("a", first.id, t(1)).unwrap();
     let answers = table.take_answers();
     assert_eq!(answers.len(), 1);

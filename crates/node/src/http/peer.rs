@@ -218,10 +218,12 @@ async fn internal_held(
 ) -> Result<Response, ApiError> {
     let read: leasehold_api::ReportRequest = peer_body(&bytes)?;
     node.deposed_by(read.term);
-    let frames = leasehold_raft::blocking::unblock(move || node.report_frames(read.revs))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let frames = leasehold_raft::blocking::unblock(move || {
+        node.report_frames(crate::report::Layout::asked(&read))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal(e.to_string()))?;
     let body = axum::body::Body::from_stream(futures::stream::iter(
         frames
             .into_iter()
@@ -300,6 +302,7 @@ async fn forward_get(
                 .iter()
                 .map(|q| PeerQueued::leaving(q, now))
                 .collect(),
+            others: waiting.others.iter().map(|l| node.transit(l)).collect(),
         })
         .into_response());
     }
@@ -328,6 +331,15 @@ async fn forward_list(
                 .queues
                 .iter()
                 .map(|q| q.iter().map(|q| PeerQueued::leaving(q, now)).collect())
+                .collect(),
+            also: listing
+                .also
+                .iter()
+                .map(|a| {
+                    a.iter()
+                        .map(|l| PeerLock::from(l.in_transit(now)))
+                        .collect()
+                })
                 .collect(),
         })
         .into_response(),

@@ -250,7 +250,7 @@ async fn get_lock(
     };
     let lock = lock.ok_or_else(|| ApiError::free(&name))?;
     Ok(Json(LockAnswer {
-        lock: crate::embedded::with_waiting(seen_by(&caller, &node, &lock), waiting, &node),
+        lock: crate::embedded::with_waiting(&lock, waiting, &node, |l| seen_by(&caller, &node, l)),
         served_ms: 0,
     }))
 }

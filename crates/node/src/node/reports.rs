@@ -6,7 +6,7 @@ use leasehold_raft::codec::CodecError;
 use tokio::time::Instant;
 
 use super::Node;
-use crate::report::{self, MemberReport, ReportHeader, Revised};
+use crate::report::{self, Kinded, Layout, MemberReport, ReportHeader};
 
 impl Node {
     /// What this node tells a rebuilding speaker of itself: how long it has
@@ -43,18 +43,18 @@ impl Node {
     ///
     /// The clients' locks are encoded where they are kept, under the node's
     /// lock: the frames are the only copy made of them.
-    pub(crate) fn report_frames(&self, revs: bool) -> Result<Vec<Vec<u8>>, CodecError> {
+    pub(crate) fn report_frames(&self, layout: Layout) -> Result<Vec<Vec<u8>>, CodecError> {
         let header = self.report_header();
         let started = Instant::now();
         let now = self.clock.now();
         let state = self.state();
         let (held, granted) = state.member.report(now);
-        let held = held.map(|l| Revised::held(l, now));
-        let granted = granted.iter().map(|l| Revised::of(l, now));
+        let held = held.map(|l| Kinded::held(l, now));
+        let granted = granted.iter().map(|l| Kinded::of(l, now));
         let frames = report::encode(
             &header,
             held.chain(granted),
-            revs,
+            layout,
             self.config.report_frame_bytes,
         )?;
         drop(state);

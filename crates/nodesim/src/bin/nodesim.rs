@@ -4,7 +4,7 @@
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses|--speaker-replaces]
 //!         [--change replace|grow|remove|remove-speaker|timings|protocol]
-//!         [--sabotage NAME[,NAME]...]
+//!         [--sabotage NAME[,NAME]...] [--kinds]
 //! ```
 //!
 //! `--sabotage` takes the names of `leasehold_node::Sabotage`'s
@@ -32,7 +32,9 @@
 //! followers one at a time, then the speaker cut off; `protocol`, a rolling
 //! upgrade from version 0, then a crash;
 //! `--sabotage` switches a safety mechanism off in every node
-//! (`leasehold_node::Sabotage`), for the checks' self-test.
+//! (`leasehold_node::Sabotage`), for the checks' self-test. `--kinds` has
+//! the clients take names of every kind (an exclusive one, one readers
+//! share with a writer now and then, a semaphore of two permits).
 
 use std::process::ExitCode;
 
@@ -49,12 +51,14 @@ fn main() -> ExitCode {
     let mut expect_failure = false;
     let mut focus = Focus::Mixed;
     let mut sabotage = Sabotage::NONE;
+    let mut kinds = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
         match arg.as_str() {
             "--first" => first = value().parse().unwrap_or(first),
             "--seeds" => seeds = value().parse().unwrap_or(seeds),
+            "--kinds" => kinds = true,
             "--mode" => {
                 mode = match value().as_str() {
                     "strict" => RebuildMode::Strict,
@@ -100,7 +104,7 @@ fn main() -> ExitCode {
                      [--trace] [--replay] [--expect-failure] \
                      [--speaker-crashes|--speaker-pauses|--speaker-replaces] \
                      [--change replace|grow|remove|remove-speaker|timings|protocol] \
-                     [--sabotage NAME[,NAME]...]"
+                     [--sabotage NAME[,NAME]...] [--kinds]"
                 );
                 return ExitCode::from(64);
             }
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
             copies,
             focus,
             sabotage,
+            kinds,
             ..RunOptions::new(seed)
         };
         let outcome = run(&options);

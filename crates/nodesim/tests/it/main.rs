@@ -3,6 +3,7 @@
 
 mod changes;
 mod election_pause;
+mod kinds;
 mod late_answer;
 mod liveness;
 mod quorum_blip;

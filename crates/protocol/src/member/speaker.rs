@@ -24,8 +24,13 @@ impl Member {
     ) -> Result<(Acquired, Made), Refusal> {
         self.speaker(guard, now)?;
         let node = request.node;
+        let mut request = request;
+        if self.config.sabotage.writers_shared && request.kind == locktable::Kind::Exclusive {
+            request.kind = locktable::Kind::Shared;
+        }
         let acquired = self.table.acquire(request, now).map_err(|e| match e {
             AcquireError::Held(lock) => Refusal::Held(lock),
+            AcquireError::KindMismatch(kind) => Refusal::KindMismatch(kind),
             AcquireError::NotRebuilt(_)
             | AcquireError::HeldBack { .. }
             | AcquireError::FencesExhausted => Refusal::NotRebuilt,
@@ -59,9 +64,9 @@ impl Member {
         // Found also when it would wait: its first try's answer was lost,
         // or dropped by a follower that asked the next speaker.
         let own = (!request.wait.is_zero())
-            .then(|| self.get(&request.name, guard, now).ok().flatten())
+            .then(|| self.holders(&request.name, guard, now).ok())
             .flatten()
-            .filter(|lock| named.owns(lock));
+            .and_then(|holders| holders.into_iter().find(|lock| named.owns(lock)));
         if let Some(lock) = own {
             return Ok(Acquisition::Own(lock));
         }
@@ -76,9 +81,11 @@ impl Member {
         }
     }
 
-    /// Stops waiting for `waiter` (its client went away).
-    pub fn cancel(&mut self, name: &str, waiter: WaiterId) {
-        self.table.cancel(name, waiter);
+    /// Stops waiting for `waiter` (its client went away); the requests
+    /// behind it that now fit are granted, their answers to be taken with
+    /// [`Member::take_answers`].
+    pub fn cancel(&mut self, name: &str, waiter: WaiterId, now: MonoTime) {
+        self.table.cancel(name, waiter, now);
     }
 
     /// The table's answers to waiting requests since the last call; a
@@ -240,6 +247,14 @@ impl Member {
         self.table.get(name, now).map_err(|_| Refusal::NotRebuilt)
     }
 
+    /// Every holder of `name` as the speaker has them, oldest first.
+    pub fn holders(&self, name: &str, guard: &Guard, now: MonoTime) -> Result<Vec<Lock>, Refusal> {
+        self.speaker(guard, now)?;
+        self.table
+            .holders(name, now)
+            .map_err(|_| Refusal::NotRebuilt)
+    }
+
     /// The lock `name`, as the speaker has it, with the requests waiting
     /// for it.
     pub fn get_waiting(
@@ -248,8 +263,19 @@ impl Member {
         guard: &Guard,
         now: MonoTime,
     ) -> Result<Option<(Lock, locktable::Waiting)>, Refusal> {
-        let lock = self.get(name, guard, now)?;
-        Ok(lock.map(|lock| (lock, self.table.waiting_for(name))))
+        self.speaker(guard, now)?;
+        let mut holders = self
+            .table
+            .holders(name, now)
+            .map_err(|_| Refusal::NotRebuilt)?
+            .into_iter();
+        Ok(holders.next().map(|lock| {
+            let waiting = locktable::Waiting {
+                others: holders.collect(),
+                ..self.table.waiting_for(name)
+            };
+            (lock, waiting)
+        }))
     }
 
     /// The locks under `prefix`, at most `limit`, as the speaker has them,

@@ -62,7 +62,7 @@ fn a_cancelled_waiter_is_never_granted() {
     let Ok((Acquired::Waiting(waiter), _)) = m.acquire(wait_for("a", 2, 2), &guard, now) else {
         panic!("waits")
     };
-    m.cancel("a", waiter);
+    m.cancel("a", waiter, now);
     m.release("a", first.id, &guard, now).unwrap();
     assert!(m.take_answers().is_empty());
     assert_eq!(m.get("a", &guard, now), Ok(None));
@@ -183,7 +183,8 @@ fn a_member_that_failed_a_copy_is_tried_last_until_it_acknowledges_one() {
     let guard = leading(3, now);
     let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
     let copy = |m: &mut leasehold_protocol::Member, name: &str, acked: bool| {
-        let lock = granted(m, name, 1, 1, &guard, now);
+        let id = u128::from(name.as_bytes()[0]);
+        let lock = granted(m, name, id, 1, &guard, now);
         let (mut job, first) = m.begin_on_record(&lock, 1, m.made(), now);
         if let Copying::Send(members) = &first {
             m.copy_answered(&mut job, &lock, members[0], acked, now);

@@ -16,6 +16,7 @@ pub fn t(secs: u64) -> MonoTime {
 
 pub fn req(name: &str, id: u128, node: u64) -> Request {
     Request {
+        kind: Default::default(),
         name: name.into(),
         id: LockId::from_u128(id),
         node,
@@ -71,6 +72,7 @@ pub fn held_lock(
     fence: u64,
 ) -> Lock {
     Lock {
+        kind: Default::default(),
         name: name.into(),
         id: LockId::from_u128(id),
         node,

@@ -75,6 +75,7 @@ pub fn speaker(id: u64, term: u64, now: MonoTime, missing: Vec<u64>, mode: Rebui
 
 pub fn request(name: &str, id: u128, node: u64) -> Request {
     Request {
+        kind: Default::default(),
         name: name.into(),
         id: LockId::from_u128(id),
         node,
@@ -101,6 +102,7 @@ pub fn granted(
 
 pub fn in_transit(id: u128, epoch: u64, ttl: Duration) -> LockInTransit {
     LockInTransit {
+        kind: Default::default(),
         name: "jobs/1".into(),
         id: LockId::from_u128(id),
         node: 2,

@@ -1,0 +1,230 @@
+//! The table's grants: each found by its id, and the holders of each name
+//! in a ring, in the order they were put in (the oldest grant first).
+//!
+//! A name has one holder unless it is held shared or as permits; the ring
+//! costs two slot numbers in each slot and a count per name, so finding,
+//! adding and removing a holder stay O(1) however many share a name.
+
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+use crate::lock::LockId;
+use crate::slots::{ById, Slot, Slots};
+
+/// The holders of one name: where its ring starts and how many are in it.
+#[derive(Debug, Clone, Copy)]
+struct NameEntry {
+    head: u32,
+    count: u32,
+}
+
+/// Grants kept in slots, found by id and by name.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Holders {
+    slots: Slots<ById>,
+    names: HashTable<NameEntry>,
+    hasher: DefaultHashBuilder,
+}
+
+fn name_at(slots: &Slots<ById>, at: u32) -> &str {
+    slots.get(at).expect("a named slot is occupied").name()
+}
+
+impl Holders {
+    /// How many grants are kept.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// How many names have a holder.
+    #[cfg(test)]
+    fn names(&self) -> usize {
+        self.names.len()
+    }
+
+    /// The slot of the grant `id`.
+    pub(crate) fn find(&self, id: &LockId) -> Option<u32> {
+        self.slots.find(id)
+    }
+
+    pub(crate) fn get(&self, at: u32) -> Option<&Slot> {
+        self.slots.get(at)
+    }
+
+    /// The slot at `at`, to change anything but its name and kind.
+    pub(crate) fn get_mut(&mut self, at: u32) -> Option<&mut Slot> {
+        self.slots.get_mut(at)
+    }
+
+    fn entry(&self, name: &str) -> Option<&NameEntry> {
+        let slots = &self.slots;
+        self.names.find(self.hasher.hash_one(name), |e| {
+            name_at(slots, e.head) == name
+        })
+    }
+
+    /// The oldest holder of `name` still kept.
+    pub(crate) fn first(&self, name: &str) -> Option<u32> {
+        self.entry(name).map(|e| e.head)
+    }
+
+    /// How many hold `name`.
+    pub(crate) fn count(&self, name: &str) -> u32 {
+        self.entry(name).map_or(0, |e| e.count)
+    }
+
+    /// The holders of `name`, oldest first.
+    pub(crate) fn of_name(&self, name: &str) -> impl Iterator<Item = u32> + '_ {
+        let head = self.first(name);
+        let mut at = head;
+        std::iter::from_fn(move || {
+            let here = at?;
+            let next = self.slots.get(here).expect("in a ring").next;
+            at = (Some(next) != head).then_some(next);
+            Some(here)
+        })
+    }
+
+    /// Keeps `slot`, whose id is not kept yet, as the newest holder of its
+    /// name, and says where.
+    pub(crate) fn insert(&mut self, slot: Slot) -> u32 {
+        let hash = self.hasher.hash_one(slot.name());
+        let at = self.slots.insert(slot);
+        let Holders {
+            slots,
+            names,
+            hasher,
+        } = self;
+        let name = name_at(slots, at);
+        let found = names.find_mut(hash, |e| name_at(slots, e.head) == name);
+        match found {
+            Some(entry) => {
+                entry.count += 1;
+                let head = entry.head;
+                let tail = slots.get(head).expect("head").prev;
+                slots.get_mut(tail).expect("tail").next = at;
+                slots.get_mut(head).expect("head").prev = at;
+                let new = slots.get_mut(at).expect("inserted");
+                new.prev = tail;
+                new.next = head;
+            }
+            None => {
+                names.insert_unique(hash, NameEntry { head: at, count: 1 }, |e| {
+                    hasher.hash_one(name_at(slots, e.head))
+                });
+                let new = slots.get_mut(at).expect("inserted");
+                new.prev = at;
+                new.next = at;
+            }
+        }
+        at
+    }
+
+    /// Takes the grant at `at` out.
+    pub(crate) fn remove(&mut self, at: u32) -> Option<Slot> {
+        let Holders {
+            slots,
+            names,
+            hasher,
+        } = self;
+        let slot = slots.get(at)?;
+        let (prev, next) = (slot.prev, slot.next);
+        let hash = hasher.hash_one(slot.name());
+        if next == at {
+            names
+                .find_entry(hash, |e| e.head == at)
+                .expect("a kept grant's name is indexed")
+                .remove();
+        } else {
+            let name = slot.name();
+            let entry = names
+                .find_mut(hash, |e| name_at(slots, e.head) == name)
+                .expect("a kept grant's name is indexed");
+            entry.count -= 1;
+            if entry.head == at {
+                entry.head = next;
+            }
+            slots.get_mut(prev).expect("in a ring").next = next;
+            slots.get_mut(next).expect("in a ring").prev = prev;
+        }
+        slots.remove(at)
+    }
+
+    /// The oldest holder of each name, in no order.
+    pub(crate) fn heads(&self) -> impl Iterator<Item = &Slot> {
+        self.names
+            .iter()
+            .map(|e| self.slots.get(e.head).expect("a named slot is occupied"))
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Slot> {
+        self.slots.iter()
+    }
+
+    /// The kept grants with their slot numbers.
+    pub(crate) fn numbered(&self) -> impl Iterator<Item = (u32, &Slot)> {
+        self.slots.numbered()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.slots.clear();
+        self.names.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::lock::{Fence, Kind, Lock};
+    use crate::time::MonoTime;
+
+    fn slot(name: &str, id: u128) -> Slot {
+        Slot::new(&Lock {
+            name: name.into(),
+            id: LockId::from_u128(id),
+            node: 1,
+            holder: String::new(),
+            fence: Fence::new(1, id as u64),
+            kind: Kind::Shared,
+            lease: Duration::from_secs(1),
+            acquired: MonoTime::from_nanos(1),
+            expires: MonoTime::from_nanos(2),
+            data: None,
+            data_rev: 0,
+        })
+    }
+
+    fn ids(h: &Holders, name: &str) -> Vec<u128> {
+        h.of_name(name)
+            .map(|at| h.get(at).unwrap().id.as_u128())
+            .collect()
+    }
+
+    #[test]
+    fn holders_of_a_name_keep_their_order_through_removals() {
+        let mut h = Holders::default();
+        let a1 = h.insert(slot("a", 1));
+        let _b = h.insert(slot("b", 2));
+        let a3 = h.insert(slot("a", 3));
+        let _a4 = h.insert(slot("a", 4));
+        assert_eq!(ids(&h, "a"), [1, 3, 4]);
+        assert_eq!((h.count("a"), h.count("b"), h.count("c")), (3, 1, 0));
+        assert_eq!(h.names(), 2);
+        h.remove(a3).unwrap();
+        assert_eq!(ids(&h, "a"), [1, 4]);
+        h.remove(a1).unwrap();
+        assert_eq!(ids(&h, "a"), [4]);
+        assert_eq!(h.find(&LockId::from_u128(4)), h.first("a"));
+        let a5 = h.insert(slot("a", 5));
+        assert_eq!(ids(&h, "a"), [4, 5]);
+        h.remove(h.first("a").unwrap()).unwrap();
+        h.remove(a5).unwrap();
+        assert_eq!(ids(&h, "a"), Vec::<u128>::new());
+        assert_eq!((h.names(), h.len()), (1, 1));
+        assert!(h.find(&LockId::from_u128(1)).is_none());
+        assert_eq!(ids(&h, "b"), [2]);
+    }
+}

@@ -1,0 +1,80 @@
+//! Shared locks and semaphores in the shipping node, under faults: readers
+//! beside readers and permits beside permits, never a writer beside
+//! another holder nor more holders than permits, no renewed reader or
+//! permit lost to one crash; and the checks are not blind to either.
+
+use leasehold_node::{RebuildMode, Sabotage};
+use leasehold_nodesim::run::{run, Focus, RunOptions};
+
+/// How many seeds each run here takes (fewer in a debug build).
+const SEEDS: u64 = if cfg!(debug_assertions) { 2 } else { 4 };
+
+fn with_kinds(seed: u64) -> RunOptions {
+    RunOptions {
+        kinds: true,
+        ..RunOptions::new(seed)
+    }
+}
+
+fn switched(name: &str) -> Sabotage {
+    let mut sabotage = Sabotage::NONE;
+    assert!(sabotage.switch(name), "{name}");
+    sabotage
+}
+
+#[test]
+fn every_kind_keeps_its_promises_under_faults_in_both_modes() {
+    for (mode, first) in [(RebuildMode::Proceed, 1), (RebuildMode::Strict, 1001)] {
+        for seed in first..first + SEEDS {
+            let outcome = run(&RunOptions {
+                mode,
+                ..with_kinds(seed)
+            });
+            outcome.assert_passed(&format!("seed {seed} ({mode:?}, kinds)"));
+            assert!(outcome.grants() > 0, "seed {seed}: no grant at all");
+        }
+    }
+    for seed in 1..=SEEDS {
+        let outcome = run(&RunOptions {
+            focus: Focus::SpeakerCrashes,
+            ..with_kinds(seed)
+        });
+        outcome.assert_passed(&format!("seed {seed} (speaker crashes, kinds)"));
+    }
+}
+
+/// A speaker that grants writers as readers lets a writer hold beside
+/// others: the checks see it.
+#[test]
+fn a_writer_granted_as_a_reader_is_caught() {
+    let caught = (1..=12).find(|&seed| {
+        let outcome = run(&RunOptions {
+            sabotage: switched("writers-shared"),
+            ..with_kinds(seed)
+        });
+        !outcome.violations.is_empty()
+    });
+    assert!(
+        caught.is_some(),
+        "no seed of 12 caught writers granted as readers"
+    );
+}
+
+/// A rebuild that takes every lock read for an exclusive one keeps one
+/// holder of a name held shared or as permits and loses the others: the
+/// renewal check sees it when the speaker crashes.
+#[test]
+fn a_rebuild_blind_to_kinds_is_caught() {
+    let caught = (1..=16).find(|&seed| {
+        let outcome = run(&RunOptions {
+            focus: Focus::SpeakerCrashes,
+            sabotage: switched("kinds-unread"),
+            ..with_kinds(seed)
+        });
+        !outcome.violations.is_empty()
+    });
+    assert!(
+        caught.is_some(),
+        "no seed of 16 caught a rebuild blind to kinds"
+    );
+}
