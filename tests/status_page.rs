@@ -66,6 +66,17 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
         )
         .await;
 
+    // Two readers hold a name together.
+    for (via, reader) in [(page_node, "reader-one"), (speaker, "reader-two")] {
+        cluster
+            .must_acquire(
+                via,
+                "page/read-together",
+                json!({"holder": reader, "lease_ms": 60000, "shared": true}),
+            )
+            .await;
+    }
+
     // A request waits for the lock for the whole test.
     let waiting = {
         let (http, url) = (
@@ -92,7 +103,9 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
                  document.querySelectorAll('#history tr').length > 0 && \
                  document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').textContent === '1' && \
                  document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').title.startsWith('1. the-waiting-one (node ') && \
-                 document.getElementById('lock-count').textContent.startsWith('1 held')"
+                 document.querySelector('#locks tr[data-lock=\"page/read-together\"] td:nth-child(8)').textContent === 'shared by 2' && \
+                 document.querySelector('#locks tr[data-lock=\"page/read-together\"] td:nth-child(8)').title.includes('reader-two (node ') && \
+                 document.getElementById('lock-count').textContent.startsWith('2 held')"
             ),
             Duration::from_secs(20),
         );

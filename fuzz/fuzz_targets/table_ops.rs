@@ -1,6 +1,10 @@
-//! Any sequence of table operations keeps the table's promises: one live
-//! holder a name, fences that only grow, released ids that never return,
-//! stale rebuilds that change nothing, and no panic.
+//! Any sequence of table operations keeps the table's promises: the
+//! holders of a name may all be held together (one exclusive, readers, or
+//! permits of one count), and never more than its permits once this term
+//! granted one of them; fences that only grow, released ids that never
+//! return, stale rebuilds that change nothing, and no panic. Names `n0`
+//! are exclusive, `n1` readers and writers, `n2` a semaphore of two, `n3`
+//! permits of a count the input picks (so counts that do not match meet).
 #![no_main]
 
 use std::collections::HashSet;
@@ -8,7 +12,9 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use locktable::{Acquired, Fence, LeaseRule, Lock, LockId, MonoTime, RebuildFrom, Request, Table};
+use locktable::{
+    Acquired, Fence, Kind, LeaseRule, Lock, LockId, MonoTime, RebuildFrom, Request, Table,
+};
 
 #[derive(Arbitrary, Debug)]
 enum Op {
@@ -16,6 +22,7 @@ enum Op {
         name: u8,
         lease_ms: u16,
         wait_ms: u16,
+        kind: u8,
     },
     Release {
         name: u8,
@@ -86,11 +93,20 @@ fuzz_target!(|ops: Vec<Op>| {
                 name: n,
                 lease_ms,
                 wait_ms,
+                kind: k,
             } => {
+                let kind = match n % 4 {
+                    0 => Kind::Exclusive,
+                    1 if k % 2 == 0 => Kind::Shared,
+                    1 => Kind::Exclusive,
+                    2 => Kind::Permit(2),
+                    _ => Kind::Permit(u32::from(k % 3) + 1),
+                };
                 next += 1;
                 let id = LockId::from_u128(next);
                 ids.push((name(n), id));
                 let request = Request {
+                    kind,
                     name: name(n),
                     id,
                     node: 1,
@@ -132,7 +148,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 table.poll(now);
             }
             Op::Cancel { name: n, waiter } => {
-                table.cancel(&name(n), locktable::WaiterId(waiter.into()));
+                table.cancel(&name(n), locktable::WaiterId(waiter.into()), now);
             }
             Op::Forget { name: n, pick: p } => {
                 if let Some(id) = pick(&ids, &name(n), p).filter(|id| granted.contains(id)) {
@@ -191,15 +207,35 @@ fuzz_target!(|ops: Vec<Op>| {
                 granted.insert(lock.id);
             }
         }
-        if let Ok(locks) = table.list("", 100, now) {
+        if let Ok(listing) = table.listing("", 100, now) {
             let mut names = HashSet::new();
-            for lock in locks {
+            for (lock, others) in listing.locks.iter().zip(&listing.also) {
                 assert!(
                     names.insert(lock.name.clone()),
-                    "two holders of {}",
+                    "{} listed twice",
                     lock.name
                 );
-                assert!(!released.contains(&lock.id), "a released id came back");
+                let holders: Vec<&Lock> = std::iter::once(lock).chain(others).collect();
+                for h in &holders {
+                    assert!(!released.contains(&h.id), "a released id came back");
+                    if holders.len() > 1 {
+                        assert!(
+                            h.kind.compatible(lock.kind),
+                            "{} held as {:?}",
+                            lock.name,
+                            holders
+                        );
+                    }
+                }
+                // A grant of this term was made only while it fit.
+                if holders.iter().any(|h| h.fence.epoch() == epoch) {
+                    assert!(
+                        holders.len() <= lock.kind.limit() as usize,
+                        "{} over its permits: {:?}",
+                        lock.name,
+                        holders
+                    );
+                }
             }
         }
     }

@@ -479,6 +479,14 @@ async fn shared_and_permit_locks_run_together_and_locks_shows_their_mode() {
     ));
     assert_ne!(out.status.code(), Some(0));
 
+    // An operator's unlock releases every reader.
+    let out = run(leasehold(&cluster, &[2], &["unlock", "cli/doc"]));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(said.matches("released cli/doc").count(), 2, "{said}");
+    let (status, body) = cluster.get(3, "/v1/locks/cli%2Fdoc").await;
+    assert_eq!(status, 404, "{body}");
+
     for child in &mut held {
         let _ = child.kill();
         let _ = child.wait();

@@ -155,7 +155,8 @@ pub async fn get(client: Client, name: &str, json: bool) -> ExitCode {
 }
 
 /// `leasehold unlock NAME`: releases whoever holds it (an operator's
-/// call); exit 1 if nobody does.
+/// call; every holder of a name held shared or as permits); exit 1 if
+/// nobody does.
 pub async fn unlock(client: Client, name: &str) -> ExitCode {
     let lock = match client.get(name).await {
         Ok(Some(lock)) => lock,
@@ -169,19 +170,28 @@ pub async fn unlock(client: Client, name: &str) -> ExitCode {
         eprintln!("leasehold: could not unlock {name}: this token may read it but not lock it");
         return ExitCode::from(crate::hold::exit::NO_PERMISSION);
     }
-    match client.release(name, &lock.id).await {
-        Ok(released) => {
-            println!(
-                "released {name} (held by {} through node {}, fence {})",
-                released.holder, released.node, released.fence
-            );
-            ExitCode::SUCCESS
+    // A name held shared or as permits: every holder is released.
+    let mut released_any = false;
+    let mut all = vec![lock.clone()];
+    all.extend(lock.others.iter().cloned());
+    for held in &all {
+        match client.release(name, &held.id).await {
+            Ok(released) => {
+                released_any = true;
+                println!(
+                    "released {name} (held by {} through node {}, fence {})",
+                    released.holder, released.node, released.fence
+                );
+            }
+            Err(leasehold_client::Error::NotHeld) => {}
+            Err(e) => return refused(&format!("could not unlock {name}"), &e),
         }
-        Err(leasehold_client::Error::NotHeld) => {
-            eprintln!("leasehold: {name} was released or expired meanwhile");
-            ExitCode::from(crate::hold::exit::NOT_HELD)
-        }
-        Err(e) => refused(&format!("could not unlock {name}"), &e),
+    }
+    if released_any {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("leasehold: {name} was released or expired meanwhile");
+        ExitCode::from(crate::hold::exit::NOT_HELD)
     }
 }
 

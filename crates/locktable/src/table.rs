@@ -281,6 +281,16 @@ impl Table {
         Ok(self.live_holders(name, now).next().map(Slot::to_lock))
     }
 
+    /// The grant of `name` under `id`, if its lease runs (of a name held
+    /// shared or as permits, whichever holder it is).
+    pub fn grant_of(&self, name: &str, id: LockId, now: MonoTime) -> Option<Lock> {
+        let at = self.find_held(name, id).ok()?;
+        self.slots
+            .get(at)
+            .filter(|s| s.is_live(now))
+            .map(Slot::to_lock)
+    }
+
     /// Every holder of `name`, oldest first.
     pub fn holders(&self, name: &str, now: MonoTime) -> Result<Vec<Lock>, NotRebuilt> {
         if !self.rebuilt {

@@ -168,8 +168,10 @@ impl Member {
         now: MonoTime,
     ) -> Result<Option<Lock>, Refusal> {
         self.speaker(guard, now)?;
-        let found = self.table.get(name, now).map_err(|_| Refusal::NotRebuilt)?;
-        let Some(lock) = found.filter(|l| l.id == id) else {
+        if !self.table.is_rebuilt() {
+            return Err(Refusal::NotRebuilt);
+        }
+        let Some(lock) = self.table.grant_of(name, id, now) else {
             if expires > now && !self.table.is_forgotten(id, now) {
                 return Err(Refusal::MayBeOnRecordElsewhere);
             }

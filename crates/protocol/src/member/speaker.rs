@@ -132,8 +132,8 @@ impl Member {
         now: MonoTime,
     ) -> Result<(Lock, Members), Refusal> {
         self.speaker(guard, now)?;
-        let current = self.table.get(name, now).ok().flatten();
-        if current.is_some_and(|lock| lock.id == id && lock.renewed_since_granted()) {
+        let current = self.table.grant_of(name, id, now);
+        if current.is_some_and(|lock| lock.renewed_since_granted()) {
             return Err(Refusal::Claimed);
         }
         self.release(name, id, guard, now)

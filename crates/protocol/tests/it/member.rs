@@ -653,3 +653,39 @@ fn rebuilt_from(
     m.rebuild(input, &leading(4, now), now).unwrap();
     m.get(name, &leading(4, now), now).unwrap().unwrap()
 }
+
+/// A reader that is not its name's oldest holder is found by its id: a
+/// take-back of it once a retry renewed it leaves it to its client, and a
+/// member leaving hands it over as held. (Both looked at the oldest
+/// holder only, and took a renewed second reader from its client, or
+/// counted it as not in the table.)
+#[test]
+fn a_second_reader_is_found_by_its_id() {
+    let guard = leading(3, at(0));
+    let mut m = speaker(1, 3, at(0), vec![], RebuildMode::Proceed);
+    let reader = |id: u128| Request {
+        kind: locktable::Kind::Shared,
+        ..request("doc", id, 2)
+    };
+    let first = match m.acquire(reader(1), &guard, at(0)) {
+        Ok((Acquired::Granted(lock), _)) => lock,
+        other => panic!("{other:?}"),
+    };
+    let second = match m.acquire(reader(2), &guard, at(0)) {
+        Ok((Acquired::Granted(lock), _)) => lock,
+        other => panic!("{other:?}"),
+    };
+    assert_ne!(first.id, second.id);
+    let found = m
+        .handed_over("doc", second.id, second.expires, &guard, at(100))
+        .unwrap();
+    assert_eq!(found.map(|l| l.id), Some(second.id), "held, not absent");
+    m.renew(renewal("doc", second.id, 3, None), &guard, at(200))
+        .unwrap();
+    assert_eq!(
+        m.take_back_unrenewed("doc", second.id, &guard, at(300))
+            .err(),
+        Some(Refusal::Claimed),
+        "the retry's client keeps it"
+    );
+}
