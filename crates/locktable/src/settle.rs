@@ -186,15 +186,15 @@ impl Superseding {
 ///   a live one from a record left behind, and dropping a live one could
 ///   let the name be granted past its permits.
 /// - The rest are kept in the order held longest first, each if it can be
-///   held beside the ones kept; one granted after `seen_all_term` (the
-///   latest term that saw every earlier grant) must also leave the count
-///   of permits kept within the name's, since it may have been granted apart
-///   from them, unless every one kept is of its own term. One of that term
-///   or before was granted knowing the others, and one table never held
-///   more than the permits: records of one term past the count hold a
-///   record left behind (a release a copy missed), which nothing tells
-///   from the live ones, so all are kept (an over-full name grants nothing
-///   until enough leases end, at most a lease).
+///   held beside the ones kept, and within the name's count of permits
+///   unless it is of `seen_all_term` (the latest term that saw every
+///   earlier grant, which granted knowing the others) or every one kept is
+///   of its own term (one table never held more than the permits, so
+///   records of one term past the count hold a record left behind, a
+///   release a copy missed, which nothing tells from the live ones). An
+///   over-full name grants nothing until enough leases end, at most a
+///   lease. A grant of a term before `seen_all_term` is counted as that
+///   term's rebuild counted it, so a later rebuild settles it alike.
 pub(crate) fn settle_name(reports: Vec<Lock>, seen_all_term: u64) -> (Vec<Lock>, Vec<Lock>) {
     let mut grants: Vec<Lock> = Vec::with_capacity(reports.len());
     let mut index: HashMap<LockId, usize> = HashMap::new();
@@ -221,7 +221,7 @@ pub(crate) fn settle_name(reports: Vec<Lock>, seen_all_term: u64) -> (Vec<Lock>,
     for g in live {
         let beside = kept.first().is_none_or(|k| g.kind.compatible(k.kind));
         let term = g.fence.epoch();
-        let counted = term <= seen_all_term
+        let counted = (seen_all_term > 0 && term == seen_all_term)
             || kept.len() < g.kind.limit() as usize
             || kept.iter().all(|k| k.fence.epoch() == term);
         if beside && counted {

@@ -58,12 +58,13 @@ impl Table {
             return Err(AcquireError::KindMismatch(kind));
         }
         if let Some(at) = self.slots.find(&request.id) {
-            // The id holds already: a retry, served once that grant ends.
+            // The id holds already (a retry): refused, whatever its wait. A
+            // grant under it once it ends would carry an id its release
+            // made forgotten, which the next rebuild leaves out.
             let held = self.slots.get(at).expect("found").to_lock();
-            if request.wait.is_zero() || held.name != request.name {
-                return Err(AcquireError::Held(Box::new(held)));
-            }
-        } else if first.is_none()
+            return Err(AcquireError::Held(Box::new(held)));
+        }
+        if first.is_none()
             || (!self.waiters.contains_key(request.name.as_str())
                 && self.fits(&request.name, request.kind))
         {

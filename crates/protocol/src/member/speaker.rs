@@ -63,9 +63,11 @@ impl Member {
         };
         // Found also when it would wait: its first try's answer was lost,
         // or dropped by a follower that asked the next speaker.
-        let own = (!request.wait.is_zero())
-            .then(|| self.holders(&request.name, guard, now).ok())
-            .flatten()
+        // Whatever the wait: a refusal names one holder, which of a name
+        // held shared or as permits need not be this caller's.
+        let own = self
+            .holders(&request.name, guard, now)
+            .ok()
             .and_then(|holders| holders.into_iter().find(|lock| named.owns(lock)));
         if let Some(lock) = own {
             return Ok(Acquisition::Own(lock));

@@ -125,3 +125,72 @@ fn a_waiting_acquisition_is_answered_its_grant_its_own_or_a_refusal() {
         Err(Refusal::NotRebuilt)
     );
 }
+
+/// Found by the second reader: a named retry (its first answer lost) of a shared or permit
+/// acquisition, with wait 0, a few ms later (another wall_ms, so another
+/// id). The doc promises "a retry of an acquisition that was granted is
+/// answered with that grant, renewed, instead of 409 held".
+#[test]
+fn a_named_retry_of_a_reader_without_a_wait_finds_its_own_grant() {
+    use locktable::Kind;
+    let (mut m, guard, now) = speaker_now();
+    let first_try = Named {
+        holder: "h",
+        request: "r1",
+        wall_ms: WALL_MS,
+    };
+    let retry = Named {
+        holder: "h",
+        request: "r1",
+        wall_ms: WALL_MS + 7,
+    };
+    let shared = |id| Request {
+        kind: Kind::Shared,
+        ..request("a", id, 1)
+    };
+    let lock = grant(&mut m, shared(7), Some(first_try), &guard, now);
+    let again = m.acquire_named(shared(8), Some(retry), &guard, now);
+    let holders = m.holders("a", &guard, now).unwrap();
+    assert!(
+        matches!(&again, Ok(Acquisition::Own(own)) if own.id == lock.id),
+        "retry answered {again:?}; holders now {:?}",
+        holders.iter().map(|l| l.id).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_named_retry_of_a_permit_on_a_full_semaphore_is_not_refused_held() {
+    use locktable::Kind;
+    let (mut m, guard, now) = speaker_now();
+    let permit = |id| Request {
+        kind: Kind::Permit(2),
+        ..request("s", id, 1)
+    };
+    // Another client holds the oldest permit.
+    let _other = grant(
+        &mut m,
+        Request {
+            holder: "other".into(),
+            ..permit(1)
+        },
+        None,
+        &guard,
+        now,
+    );
+    let first_try = Named {
+        holder: "h",
+        request: "r1",
+        wall_ms: WALL_MS,
+    };
+    let retry = Named {
+        holder: "h",
+        request: "r1",
+        wall_ms: WALL_MS + 7,
+    };
+    let lock = grant(&mut m, permit(7), Some(first_try), &guard, now);
+    let again = m.acquire_named(permit(8), Some(retry), &guard, now);
+    assert!(
+        matches!(&again, Ok(Acquisition::Own(own)) if own.id == lock.id),
+        "retry answered {again:?}"
+    );
+}
