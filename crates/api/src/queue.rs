@@ -45,6 +45,7 @@ impl QueuedView {
     /// whose wall clock reads `wall_now_ms` at that moment.
     pub fn from_queued(queued: &Queued, now: MonoTime, wall_now_ms: u64) -> QueuedView {
         let waited_ms = millis_ceil(now.saturating_duration_since(queued.since));
+        let (mode, permits) = crate::Mode::of(queued.kind);
         QueuedView {
             holder: queued.holder.clone(),
             node: queued.node,
@@ -52,8 +53,8 @@ impl QueuedView {
             waited_ms,
             wait_left_ms: millis_floor(queued.until.saturating_duration_since(now)),
             lease_ms: millis_floor(queued.lease),
-            mode: crate::Mode::of(queued.kind).0,
-            permits: crate::Mode::of(queued.kind).1,
+            mode,
+            permits,
         }
     }
 }

@@ -69,14 +69,18 @@ impl Holders {
         self.entry(name).map(|e| e.head)
     }
 
-    /// How many hold `name`.
-    pub(crate) fn count(&self, name: &str) -> u32 {
-        self.entry(name).map_or(0, |e| e.count)
+    /// The oldest holder of `name` and how many hold it, in one lookup.
+    pub(crate) fn held(&self, name: &str) -> Option<(u32, u32)> {
+        self.entry(name).map(|e| (e.head, e.count))
     }
 
     /// The holders of `name`, oldest first.
     pub(crate) fn of_name(&self, name: &str) -> impl Iterator<Item = u32> + '_ {
-        let head = self.first(name);
+        self.ring(self.first(name))
+    }
+
+    /// The holders of a name from its oldest, `head` (none: no holder).
+    pub(crate) fn ring(&self, head: Option<u32>) -> impl Iterator<Item = u32> + '_ {
         let mut at = head;
         std::iter::from_fn(move || {
             let here = at?;
@@ -152,10 +156,8 @@ impl Holders {
     }
 
     /// The oldest holder of each name, in no order.
-    pub(crate) fn heads(&self) -> impl Iterator<Item = &Slot> {
-        self.names
-            .iter()
-            .map(|e| self.slots.get(e.head).expect("a named slot is occupied"))
+    pub(crate) fn heads(&self) -> impl Iterator<Item = u32> + '_ {
+        self.names.iter().map(|e| e.head)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Slot> {
@@ -211,7 +213,8 @@ mod tests {
         let a3 = h.insert(slot("a", 3));
         let _a4 = h.insert(slot("a", 4));
         assert_eq!(ids(&h, "a"), [1, 3, 4]);
-        assert_eq!((h.count("a"), h.count("b"), h.count("c")), (3, 1, 0));
+        let count = |name| h.held(name).map_or(0, |(_, n)| n);
+        assert_eq!((count("a"), count("b"), count("c")), (3, 1, 0));
         assert_eq!(h.names(), 2);
         h.remove(a3).unwrap();
         assert_eq!(ids(&h, "a"), [1, 4]);

@@ -40,8 +40,8 @@ pub struct Waiting {
     /// The first [`QUEUE_SHOWN`] of them, in the order they will be served.
     pub first: Vec<Queued>,
     /// The name's other holders (held shared or as permits), oldest first,
-    /// after the oldest (filled by the caller that knows the time; empty
-    /// where not known).
+    /// after the oldest (empty where not known: a speaker of an earlier
+    /// build).
     pub others: Vec<Lock>,
 }
 

@@ -300,8 +300,14 @@ impl Table {
     }
 
     fn live_holders(&self, name: &str, now: MonoTime) -> impl Iterator<Item = &Slot> {
+        self.live_from(self.slots.first(name), now)
+    }
+
+    /// The holders whose lease runs of the name whose oldest holder is
+    /// `head`, oldest first.
+    fn live_from(&self, head: Option<u32>, now: MonoTime) -> impl Iterator<Item = &Slot> {
         self.slots
-            .of_name(name)
+            .ring(head)
             .map(|at| self.slots.get(at).expect("a holder"))
             .filter(move |s| s.is_live(now))
     }
@@ -327,8 +333,12 @@ impl Table {
         let mut found: Vec<&Slot> = self
             .slots
             .heads()
-            .filter(|s| s.name().starts_with(prefix))
-            .filter_map(|s| self.live_holders(s.name(), now).next())
+            .filter(|&at| {
+                self.slots
+                    .get(at)
+                    .is_some_and(|s| s.name().starts_with(prefix))
+            })
+            .filter_map(|at| self.live_from(Some(at), now).next())
             .collect();
         let total = found.len();
         if found.len() > limit {

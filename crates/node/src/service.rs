@@ -51,6 +51,16 @@ fn malformed(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("the speaker sent a malformed lock: {e}"))
 }
 
+/// Locks the speaker answered to a call sent at `sent`, on this node's
+/// clock.
+fn arrived(locks: Vec<PeerLock>, sent: locktable::MonoTime) -> Result<Vec<Lock>, ApiError> {
+    locks
+        .into_iter()
+        .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(malformed)
+}
+
 /// Slack over a request's own wait for a forwarded call.
 const FORWARD_SLACK: Duration = Duration::from_secs(5);
 
@@ -439,16 +449,10 @@ impl Node {
         let (lock, waiting) = match answer {
             ForwardGetReply::Bare(lock) => (lock, locktable::Waiting::default()),
             ForwardGetReply::Waiting(answer) => {
-                let others = answer
-                    .others
-                    .into_iter()
-                    .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(call.sent)))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(malformed)?;
                 let waiting = locktable::Waiting {
                     count: usize::try_from(answer.waiters).unwrap_or(usize::MAX),
                     first: answer.queue.iter().map(|q| q.arrive(call.sent)).collect(),
-                    others,
+                    others: arrived(answer.others, call.sent)?,
                 };
                 (answer.lock, waiting)
             }
@@ -521,12 +525,7 @@ impl Node {
             };
             (answer, None)
         };
-        let locks = answer
-            .locks
-            .into_iter()
-            .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(malformed)?;
+        let locks = arrived(answer.locks, sent)?;
         let waiters = answer.waiters.iter().map(|w| *w as usize).collect();
         let queues = answer
             .queues
@@ -536,13 +535,8 @@ impl Node {
         let also = answer
             .also
             .into_iter()
-            .map(|a| {
-                a.into_iter()
-                    .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(sent)))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(malformed)?;
+            .map(|others| arrived(others, sent))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(locktable::Listing {
             total: total.map(|t| t.max(locks.len())),
             waiters,

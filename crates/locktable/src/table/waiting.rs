@@ -14,6 +14,7 @@ use super::{Acquired, Answer, Table, WaiterId};
 use crate::error::{AcquireError, NotRebuilt};
 use crate::listing::{Queued, Waiting, QUEUE_SHOWN};
 use crate::lock::{Kind, Lock, Request};
+use crate::slots::Slot;
 use crate::time::MonoTime;
 
 /// A request waiting in a name's queue.
@@ -49,7 +50,8 @@ impl Table {
             return Err(AcquireError::HeldBack { until });
         }
         self.expire_name(&request.name, now);
-        let first = self.slots.first(&request.name);
+        let held = self.slots.held(&request.name);
+        let first = held.map(|(head, _)| head);
         let name_kind = first
             .and_then(|at| self.slots.get(at))
             .map(|s| s.kind())
@@ -66,7 +68,7 @@ impl Table {
         }
         if first.is_none()
             || (!self.waiters.contains_key(request.name.as_str())
-                && self.fits(&request.name, request.kind))
+                && self.fits_beside(held, request.kind))
         {
             return self.grant(request, now).map(Acquired::Granted);
         }
@@ -135,15 +137,25 @@ impl Table {
         }
     }
 
-    /// The requests waiting for `name`.
-    pub fn waiting_for(&self, name: &str) -> Waiting {
-        self.waiters
-            .get(name)
-            .map_or_else(Waiting::default, |queue| Waiting {
+    /// The requests waiting for `name`, and its holders whose lease runs
+    /// after the oldest.
+    pub fn waiting_for(&self, name: &str, now: MonoTime) -> Waiting {
+        let others = self
+            .live_holders(name, now)
+            .skip(1)
+            .map(Slot::to_lock)
+            .collect();
+        match self.waiters.get(name) {
+            Some(queue) => Waiting {
                 count: queue.len(),
                 first: self.queued(queue),
-                others: Vec::new(),
-            })
+                others,
+            },
+            None => Waiting {
+                others,
+                ..Waiting::default()
+            },
+        }
     }
 
     /// The first [`QUEUE_SHOWN`] requests of `queue`, as a listing shows them.
@@ -180,11 +192,17 @@ impl Table {
 
     /// Whether a grant of `kind` fits beside the holders of `name` now.
     pub(super) fn fits(&self, name: &str, kind: Kind) -> bool {
-        let Some(first) = self.slots.first(name) else {
+        self.fits_beside(self.slots.held(name), kind)
+    }
+
+    /// Whether a grant of `kind` fits beside `held`, a name's oldest
+    /// holder and how many hold it.
+    fn fits_beside(&self, held: Option<(u32, u32)>, kind: Kind) -> bool {
+        let Some((first, count)) = held else {
             return true;
         };
-        let held = self.slots.get(first).expect("a holder").kind();
-        kind.compatible(held) && self.slots.count(name) < kind.limit()
+        let held_as = self.slots.get(first).expect("a holder").kind();
+        kind.compatible(held_as) && count < kind.limit()
     }
 
     /// What the first request waiting for `name` asks for.

@@ -265,19 +265,8 @@ impl Member {
         guard: &Guard,
         now: MonoTime,
     ) -> Result<Option<(Lock, locktable::Waiting)>, Refusal> {
-        self.speaker(guard, now)?;
-        let mut holders = self
-            .table
-            .holders(name, now)
-            .map_err(|_| Refusal::NotRebuilt)?
-            .into_iter();
-        Ok(holders.next().map(|lock| {
-            let waiting = locktable::Waiting {
-                others: holders.collect(),
-                ..self.table.waiting_for(name)
-            };
-            (lock, waiting)
-        }))
+        let lock = self.get(name, guard, now)?;
+        Ok(lock.map(|lock| (lock, self.table.waiting_for(name, now))))
     }
 
     /// The locks under `prefix`, at most `limit`, as the speaker has them,
