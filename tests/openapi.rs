@@ -146,6 +146,13 @@ async fn the_description_fits_what_a_running_node_answers() {
     .await;
     assert_eq!(status, 409);
     check(&spec, "post", "/v1/locks/acquire", status, &held);
+    // A set waits for the cluster to agree the protocol that has sets.
+    cluster.wait_protocol(crate::support::SPEAKS).await;
+    let set = json!({"names": ["api/s1", "api/s2"], "lease_ms": 30000});
+    let (status, set) = call(&cluster, follower, "post", "/v1/locks/acquire", Some(set)).await;
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(set["locks"].as_array().map(Vec::len), Some(2), "{set}");
+    check(&spec, "post", "/v1/locks/acquire", status, &set);
     let (status, bad) = call(
         &cluster,
         speaker,

@@ -6,9 +6,9 @@
 //! every client's view of its holding intervals, all on this process's
 //! monotonic clock, against the promises:
 //!
-//! - names of every kind: `chaos/0` and `chaos/1` exclusive, `chaos/2`
-//!   held by readers (a writer now and then), `chaos/3` a semaphore of two
-//!   permits;
+//! - names of every kind: `chaos/0` and `chaos/1` exclusive (now and then
+//!   both at once, as a set, in a random order), `chaos/2` held by readers
+//!   (a writer now and then), `chaos/3` a semaphore of two permits;
 //! - strict mode: no two intervals of one name overlap, but two readers'
 //!   or two permits' (never more than the permits at once);
 //! - proceed mode: overlaps only where a fault struck within a longest
@@ -74,6 +74,8 @@ struct Interval {
     lost: bool,
     /// Why it was lost, when it was.
     loss: Option<Loss>,
+    /// Held as one lock of a set of names.
+    in_set: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -153,6 +155,16 @@ async fn worker(
     let mut rng = StdRng::seed_from_u64(seed);
     let mut errors = 0;
     while Instant::now() < stop {
+        if workload == Workload::Contended && rng.gen_bool(0.15) {
+            match hold_set(&client, &endpoints, &mut rng, seed, &log).await {
+                Ok(()) => {}
+                Err(()) => {
+                    errors += 1;
+                    tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
+                }
+            }
+            continue;
+        }
         let name = match workload {
             Workload::Contended => rng.gen_range(0..NAMES),
             Workload::OwnNameLongHolds => seed as usize,
@@ -203,9 +215,67 @@ async fn worker(
             endpoints: endpoints.clone(),
             lost,
             loss,
+            in_set: false,
         });
     }
     errors
+}
+
+/// Takes `chaos/0` and `chaos/1` at once, in a random order, holds them a
+/// while (stopping when the set is lost), and releases them; each lock
+/// recorded as an interval of its own, ending when the set's holder
+/// stops. A set granted otherwise than whole fails the run.
+async fn hold_set(
+    client: &Client,
+    endpoints: &[u64],
+    rng: &mut StdRng,
+    seed: u64,
+    log: &Arc<Mutex<Vec<Interval>>>,
+) -> Result<(), ()> {
+    let mut names = [0usize, 1];
+    if rng.gen_bool(0.5) {
+        names.reverse();
+    }
+    let asked: Vec<String> = names.iter().map(|n| format!("chaos/{n}")).collect();
+    let asked: Vec<&str> = asked.iter().map(String::as_str).collect();
+    let options = AcquireOptions::default()
+        .lease(LEASE)
+        .wait(Duration::from_millis(rng.gen_range(0..800)))
+        .holder(format!("w{seed}"));
+    let set = client.acquire_all(&asked, options).await.map_err(drop)?;
+    let start = Instant::now();
+    let granted: Vec<String> = set.locks().into_iter().map(|l| l.name).collect();
+    assert_eq!(granted, asked, "a set is granted whole, in the order asked");
+    let fences = set.fences();
+    assert_eq!(fences[1], fences[0] + 1, "a set is granted in one step");
+    let hold = Duration::from_millis(rng.gen_range(20..1500));
+    let lost = tokio::select! {
+        _ = tokio::time::sleep(hold) => false,
+        _ = set.lost() => true,
+    };
+    let guards = set.guards();
+    let end = guards
+        .iter()
+        .map(|g| g.lease_ends())
+        .fold(Instant::now(), Instant::min);
+    let records: Vec<Interval> = names
+        .iter()
+        .zip(guards)
+        .map(|(&name, guard)| Interval {
+            name,
+            kind: Kind::Exclusive,
+            fence: guard.fence(),
+            start,
+            end,
+            endpoints: endpoints.to_vec(),
+            lost: lost && guard.is_lost(),
+            loss: guard.loss(),
+            in_set: true,
+        })
+        .collect();
+    let _ = set.release().await;
+    log.lock().unwrap().extend(records);
+    Ok(())
 }
 
 /// What the clients do.
@@ -482,6 +552,7 @@ async fn run(run: Run) -> Checked {
             "exclusive": intervals.iter().filter(|i| i.kind == Kind::Exclusive).count(),
             "shared": intervals.iter().filter(|i| i.kind == Kind::Shared).count(),
             "permit": intervals.iter().filter(|i| matches!(i.kind, Kind::Permit(_))).count(),
+            "in_set": intervals.iter().filter(|i| i.in_set).count(),
         },
         "acquires_refused_or_failed": errors,
         "lost_while_held": intervals.iter().filter(|i| i.lost).count(),
@@ -529,12 +600,12 @@ struct Checked {
 }
 
 impl Checked {
-    /// [`Checked::assert_kept`], and readers and permits were granted (the
-    /// contended workload's names of those kinds were served).
+    /// [`Checked::assert_kept`], and readers, permits and sets were granted
+    /// (the contended workload's names of those kinds were served).
     fn assert_kept_with_kinds(&self) {
         self.assert_kept();
         let kinds = &self.report["grants_by_kind"];
-        for kind in ["shared", "permit"] {
+        for kind in ["shared", "permit", "in_set"] {
             assert!(
                 kinds[kind].as_u64().unwrap_or(0) > 0,
                 "no {kind} grant to judge: {}",

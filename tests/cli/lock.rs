@@ -492,3 +492,68 @@ async fn shared_and_permit_locks_run_together_and_locks_shows_their_mode() {
         let _ = child.wait();
     }
 }
+
+/// `lock A B -- CMD` holds both names while the command runs and releases
+/// both after; a set one of whose names is held takes none of them and
+/// exits with the conflict status; a name twice is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_of_several_names_holds_all_or_none() {
+    let cluster = Cluster::start(3).await;
+    let mut holder = leasehold(
+        &cluster,
+        &[2],
+        &[
+            "lock", "cli/s1", "cli/s2", "--holder", "set", "--", "sleep", "30",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let (a, _) = cluster.get(1, "/v1/locks/cli%2Fs1").await;
+        let (b, _) = cluster.get(1, "/v1/locks/cli%2Fs2").await;
+        if (a, b) == (200, 200) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{a} {b}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out = run(leasehold(
+        &cluster,
+        &[3],
+        &["lock", "cli/free", "cli/s2", "-n", "--", "true"],
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(73), "{err}");
+    assert!(err.contains("cli/s2"), "{err}");
+    let (status, _) = cluster.get(1, "/v1/locks/cli%2Ffree").await;
+    assert_eq!(status, 404, "nothing of a refused set is taken");
+
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "cli/x", "cli/x", "--", "true"],
+    ));
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("twice"));
+
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "cli/t1", "cli/t2", "--", "sh", "-c", "exit 5"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["cli%2Ft1", "cli%2Ft2"] {
+        let (status, _) = cluster.get(1, &format!("/v1/locks/{name}")).await;
+        assert_eq!(status, 404, "{name} released once the command ended");
+    }
+}

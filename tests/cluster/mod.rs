@@ -5,6 +5,7 @@ mod failover;
 mod grants;
 mod kinds;
 mod requests;
+mod sets;
 
 use crate::support::Cluster;
 

@@ -16,6 +16,10 @@ pub struct LockAnswer {
     /// node received it no earlier than it was sent.
     #[serde(default)]
     pub served_ms: u64,
+    /// Of a set's acquire (`names`): every lock of the set, in the order
+    /// asked, `lock` first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locks: Option<Vec<LockView>>,
 }
 
 /// `200 {"locks": [Lock...]}`: list.

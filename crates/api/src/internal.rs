@@ -23,6 +23,10 @@ pub struct Granted {
     /// How long the speaker held the request (its wait), in milliseconds,
     /// rounded down.
     pub served_ms: u64,
+    /// A set's other locks, granted with `lock` in the order asked (none
+    /// for one name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<PeerLock>,
 }
 
 /// An acquire a follower hands to the speaker.
@@ -559,7 +563,7 @@ mod tests {
         let id = LockId::from_u128(99).to_string();
         let fwd = ForwardAcquire {
             body: AcquireBody {
-                name: "a".into(),
+                name: Some("a".into()),
                 lease_ms: Some(10),
                 ..AcquireBody::default()
             },
@@ -621,7 +625,7 @@ mod tests {
             calls: vec![
                 ForwardCall::Acquire(ForwardAcquire {
                     body: AcquireBody {
-                        name: "a".into(),
+                        name: Some("a".into()),
                         ..AcquireBody::default()
                     },
                     node: 2,

@@ -20,13 +20,14 @@ pub use bad_request::BadRequest;
 pub use bodies::{AcquireBody, AddMemberBody, ReleaseBody, RenewBody};
 pub use limits::{
     DEFAULT_LIST_LIMIT, IDLE_KEPT, IDLE_TIMEOUT, MAX_ADDR_BYTES, MAX_BODY_BYTES, MAX_DATA_BYTES,
-    MAX_HOLDER_BYTES, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_WAIT_MS,
+    MAX_HOLDER_BYTES, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SET_NAMES,
+    MAX_WAIT_MS,
 };
 pub use read::{parse_body, parse_body_checked, read_body, Body, Field, FieldKind};
 pub(crate) use validate::max_len;
 pub use validate::{
     validate_addr, validate_data, validate_holder, validate_id, validate_member_id, validate_name,
-    validate_new_name, validate_request_id,
+    validate_new_name, validate_request_id, validate_set,
 };
 
 #[cfg(test)]

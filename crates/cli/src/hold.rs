@@ -138,6 +138,82 @@ pub async fn lock(
     code
 }
 
+/// `leasehold lock A B ...`: every name at once, or none.
+pub async fn lock_all(
+    client: Client,
+    names: &[String],
+    options: AcquireOptions,
+    wait: Wait,
+    command: &[String],
+) -> ExitCode {
+    let asked = options.lease;
+    let list: Vec<&str> = names.iter().map(String::as_str).collect();
+    let acquired = loop {
+        let options = options.clone().wait(wait.bound.unwrap_or(ONE_WAIT));
+        match client.acquire_all(&list, options).await {
+            Err(Error::Held(_)) if wait.bound.is_none() => continue,
+            acquired => break acquired,
+        }
+    };
+    let what = list.join(" ");
+    let set = match acquired {
+        Ok(set) => set,
+        Err(e) => {
+            return refused_held_as(&format!("could not lock {what}"), &e, wait.conflict_exit)
+        }
+    };
+    let fences: Vec<String> = set.fences().iter().map(u64::to_string).collect();
+    eprintln!("leasehold: holding {what} (fences {})", fences.join(" "));
+    for lock in set.locks() {
+        note_clamped(asked, &lock);
+    }
+    let guards = set.guards();
+    let held = Held {
+        lost: set.lost_token(),
+        lapse_margin: guards[0].lapse_margin(),
+        lease_ends: &|| {
+            guards
+                .iter()
+                .map(leasehold_client::LockGuard::lease_ends)
+                .min()
+                .expect("a set has a lock")
+        },
+        loss: &|| guards.iter().find_map(leasehold_client::LockGuard::loss),
+    };
+    let code = match command.is_empty() {
+        true => hold_all_until_interrupted(&set.locks(), held).await,
+        false => run(command, held).await,
+    };
+    let _ = set.release().await;
+    code
+}
+
+/// `lock A B ...` without a command: prints the locks, then holds them
+/// until interrupted (exit 0) or one is lost (exit 75).
+async fn hold_all_until_interrupted(locks: &[leasehold_client::Lock], held: Held<'_>) -> ExitCode {
+    let mut interrupts = match Interrupts::listen() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("leasehold: cannot listen for signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for lock in locks {
+        println!(
+            "{} {} (holder {}, fence {}, lease {} ms)",
+            lock.name, lock.id, lock.holder, lock.fence, lock.lease_ms
+        );
+    }
+    eprintln!("leasehold: holding them until interrupted (Ctrl-C)");
+    tokio::select! {
+        _ = interrupts.next() => ExitCode::SUCCESS,
+        _ = held.lost.cancelled() => {
+            eprintln!("leasehold: a lock of the set was lost");
+            ExitCode::from(exit::LOST)
+        }
+    }
+}
+
 /// `lock NAME` without a command: prints the lock, then holds it until
 /// interrupted (exit 0) or lost (exit 75).
 async fn hold_until_interrupted(lock: &leasehold_client::Lock, held: Held<'_>) -> ExitCode {

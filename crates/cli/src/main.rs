@@ -199,10 +199,13 @@ enum Command {
         #[command(subcommand)]
         command: playground::ChaosCommand,
     },
-    /// Run a command while holding a lock; stop it if the lock is lost.
+    /// Run a command while holding a lock, or several at once (all or
+    /// nothing); stop it if a lock is lost.
     Lock {
-        /// The lock's name.
-        name: String,
+        /// The lock's name; several names are granted together or not at
+        /// all, first come first served on every name.
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
         /// The lease (500ms, 10s, 2m; a bare number is milliseconds),
         /// renewed in the background.
         #[arg(long, default_value = "10000", value_parser = duration::millis)]
@@ -397,7 +400,7 @@ async fn dispatch(command: Command) -> ExitCode {
             };
         }
         Command::Lock {
-            name,
+            names,
             lease,
             wait,
             no_wait,
@@ -426,7 +429,10 @@ async fn dispatch(command: Command) -> ExitCode {
                 options = options.permits(n);
             }
             let wait = hold::Wait::from_flags(wait, no_wait, conflict_exit);
-            return hold::lock(client, &name, options, wait, &command).await;
+            if let [name] = names.as_slice() {
+                return hold::lock(client, name, options, wait, &command).await;
+            }
+            return hold::lock_all(client, &names, options, wait, &command).await;
         }
         Command::Elect {
             name,

@@ -20,6 +20,7 @@ mod election;
 mod elector;
 mod error;
 mod guard;
+mod set;
 mod suspend;
 mod transport;
 
@@ -37,11 +38,37 @@ pub use error::Error;
 pub use guard::{Holding, LockGuard, Loss};
 pub use leasehold_api::Kind;
 pub use leasehold_api::LockView as Lock;
+pub use set::LockSet;
 pub use suspend::{BootClock, SuspendClock};
 pub use transport::{
     request_failure, trust_only, BoxFuture, CallError, EndpointError, HttpOptions, HttpTransport,
     Transport,
 };
+
+/// The body of an acquire of `name`, or of the set `names`, as `options`
+/// ask. One name for this acquisition, sent on every retry of it: a retry
+/// whose first try was granted (its answer lost) gets that grant back
+/// instead of `409 held`.
+fn acquire_body(
+    name: Option<String>,
+    names: Option<Vec<String>>,
+    options: &AcquireOptions,
+) -> AcquireBody {
+    AcquireBody {
+        names,
+        name,
+        holder: options.holder.clone(),
+        lease_ms: options.lease.map(|d| d.as_millis() as u64),
+        wait_ms: None,
+        data: options.data.clone(),
+        request_id: Some(request_id()),
+        shared: (options.kind == Kind::Shared).then_some(true),
+        permits: match options.kind {
+            Kind::Permit(n) => Some(u64::from(n)),
+            _ => None,
+        },
+    }
+}
 
 /// How a lock is asked for.
 #[derive(Debug, Clone, Default)]
@@ -324,24 +351,97 @@ impl Client {
     /// Acquires `name`, waiting as `options` say, and returns a guard that
     /// renews it until it is released or dropped.
     pub async fn acquire(&self, name: &str, options: AcquireOptions) -> Result<LockGuard, Error> {
-        let expected_lease = options.lease.unwrap_or(ASSUMED_DEFAULT_LEASE);
-        guard::Schedule::checked(expected_lease, &options).map_err(Error::BadRequest)?;
-        // One name for this acquisition, sent on every retry of it: a
-        // retry whose first try was granted (its answer lost) gets that
-        // grant back instead of `409 held`.
-        let body = AcquireBody {
-            name: name.to_string(),
-            holder: options.holder.clone(),
-            lease_ms: options.lease.map(|d| d.as_millis() as u64),
-            wait_ms: None,
-            data: options.data.clone(),
-            request_id: Some(request_id()),
-            shared: (options.kind == Kind::Shared).then_some(true),
-            permits: match options.kind {
-                Kind::Permit(n) => Some(u64::from(n)),
-                _ => None,
-            },
+        let body = acquire_body(Some(name.to_string()), None, &options);
+        let (granted, sent) = self
+            .granted(body, &options, |body, timeout| {
+                self.transport.acquire(body, timeout)
+            })
+            .await?;
+        LockGuard::start(
+            self.transport.clone(),
+            self.suspends.clone(),
+            granted,
+            sent,
+            &options,
+        )
+    }
+
+    /// Acquires every one of `names` at once, or none: the set waits (as
+    /// `options` say) until every name is free for it, first come first
+    /// served on each name, and is granted in one step, each lock with its
+    /// own fence (consecutive, in the order asked). The [`LockSet`] renews
+    /// them together and counts the set lost when any of them is.
+    pub async fn acquire_all(
+        &self,
+        names: &[&str],
+        options: AcquireOptions,
+    ) -> Result<LockSet, Error> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let body = acquire_body(None, Some(names), &options);
+        let (granted, sent) = self
+            .granted(body, &options, |body, timeout| {
+                self.transport.acquire_set(body, timeout)
+            })
+            .await?;
+        let guards = granted
+            .into_iter()
+            .map(|lock| {
+                LockGuard::start(
+                    self.transport.clone(),
+                    self.suspends.clone(),
+                    lock,
+                    sent,
+                    &options,
+                )
+            })
+            // On an error the guards started so far are dropped, which
+            // releases them.
+            .collect::<Result<Vec<LockGuard>, Error>>()?;
+        Ok(LockSet::new(guards))
+    }
+
+    /// Runs `work` while holding every one of `names` ([`Client::acquire_all`]),
+    /// then releases them; as [`Client::with_lock`], the work's token is
+    /// cancelled the moment any of them is lost.
+    pub async fn with_locks<F, Fut, T>(
+        &self,
+        names: &[&str],
+        options: AcquireOptions,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let set = self.acquire_all(names, options).await?;
+        let lost = set.lost_token();
+        let out = tokio::select! {
+            out = work(lost.clone()) => out,
+            _ = lost.cancelled() => return Err(Error::Lost),
         };
+        if set.is_lost() {
+            return Err(Error::Lost);
+        }
+        let _ = set.release().await;
+        Ok(out)
+    }
+
+    /// Sends an acquire (`call`) until a node grants it, refuses it for
+    /// good, or the wait and the retries run out; moves to another node
+    /// after each failure. Answers the grant and where its lease is counted
+    /// from: the send of the call that won it, plus the time the node held
+    /// it.
+    async fn granted<'a, T, F>(
+        &'a self,
+        body: AcquireBody,
+        options: &AcquireOptions,
+        call: F,
+    ) -> Result<(T, (Instant, Duration)), Error>
+    where
+        F: Fn(AcquireBody, Duration) -> BoxFuture<'a, Result<(T, Duration), CallError>>,
+    {
+        let expected_lease = options.lease.unwrap_or(ASSUMED_DEFAULT_LEASE);
+        guard::Schedule::checked(expected_lease, options).map_err(Error::BadRequest)?;
         let until = after(options.wait.saturating_add(self.retry_for));
         let wait_until = after(options.wait);
         let mut sent = (Instant::now(), self.suspends.suspended());
@@ -353,8 +453,7 @@ impl Client {
                     let wait = wait_until.saturating_duration_since(sent.0);
                     body.wait_ms = (!wait.is_zero())
                         .then(|| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
-                    self.transport
-                        .acquire(body, wait.saturating_add(REQUEST_TIMEOUT))
+                    call(body, wait.saturating_add(REQUEST_TIMEOUT))
                 })
                 .await;
             match answer {
@@ -371,13 +470,7 @@ impl Client {
         let (granted, served) = granted;
         // The node got the request no earlier than it was sent and held it
         // `served`: the lease is counted from there.
-        LockGuard::start(
-            self.transport.clone(),
-            self.suspends.clone(),
-            granted,
-            (sent.0 + served, sent.1),
-            &options,
-        )
+        Ok((granted, (sent.0 + served, sent.1)))
     }
 
     /// Acquires `name` if it is free now; otherwise fails at once with

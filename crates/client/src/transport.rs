@@ -40,6 +40,24 @@ pub trait Transport: Send + Sync + 'static {
         body: AcquireBody,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>>;
+    /// `POST /v1/locks/acquire` with `names`: every lock of the set, in the
+    /// order asked, and how long the node held the request. A transport
+    /// that does not carry sets refuses them (`400 bad_request`), which
+    /// this default does.
+    fn acquire_set(
+        &self,
+        body: AcquireBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<(Vec<LockView>, Duration), CallError>> {
+        let _ = (body, timeout);
+        Box::pin(async {
+            Err(CallError::Api(ErrorBody {
+                error: leasehold_api::ErrorCode::BadRequest,
+                message: "this transport does not carry sets of names".into(),
+                lock: None,
+            }))
+        })
+    }
     /// `POST /v1/locks/release`.
     fn release(
         &self,
@@ -379,6 +397,20 @@ impl Transport for HttpTransport {
                 .send(self.post("/v1/locks/acquire", &body, timeout))
                 .await?;
             Ok((answer.lock, Duration::from_millis(answer.served_ms)))
+        })
+    }
+
+    fn acquire_set(
+        &self,
+        body: AcquireBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<(Vec<LockView>, Duration), CallError>> {
+        Box::pin(async move {
+            let answer: LockAnswer = self
+                .send(self.post("/v1/locks/acquire", &body, timeout))
+                .await?;
+            let served = Duration::from_millis(answer.served_ms);
+            Ok((answer.locks.unwrap_or_else(|| vec![answer.lock]), served))
         })
     }
 

@@ -129,6 +129,34 @@ fn cycle(c: &mut Criterion, label: &str, kind: Kind, beside: u128) {
     });
 }
 
+/// A set of 8 names acquired in one step and released, beside one name's
+/// cycle (`acquire_release`): what the set's one step costs over its
+/// names' own inserts and removals.
+fn acquire_release_set(c: &mut Criterion) {
+    let mut table = rebuilt((0..100_000).map(|i| lock(i, 1)).collect());
+    let names: Vec<String> = (0..8).map(|n| format!("jobs/set/{n}")).collect();
+    let mut id = 1u128 << 100;
+    let mut clock = now();
+    c.bench_function("acquire_set+release 8 free names (100k held)", |b| {
+        b.iter(|| {
+            clock = clock + Duration::from_micros(20);
+            let asked: Vec<Request> = names
+                .iter()
+                .map(|name| {
+                    id += 1;
+                    request(name.clone(), id)
+                })
+                .collect();
+            let Ok(locktable::AcquiredSet::Granted(locks)) = table.acquire_set(asked, clock) else {
+                panic!("free set not granted")
+            };
+            for lock in locks {
+                black_box(table.release(&lock.name, lock.id, clock).unwrap());
+            }
+        })
+    });
+}
+
 /// The reference in the same run: a std `HashMap` insert and remove of the
 /// same name, the least a keyed table can do per cycle.
 fn reference_hashmap(c: &mut Criterion) {
@@ -184,6 +212,7 @@ criterion_group!(
     benches,
     acquire_release,
     acquire_release_kinds,
+    acquire_release_set,
     reference_hashmap,
     rebuild
 );

@@ -33,6 +33,13 @@ pub enum AcquireError {
     /// This speaker has used every fence of its term; a new term is needed.
     #[error("the fences of this term are used up; a new speaker term is needed")]
     FencesExhausted,
+    /// The name is free, but earlier requests wait for it (a set waiting
+    /// for its other names): nobody overtakes them.
+    #[error("lock {0} is free but awaited by earlier requests")]
+    Awaited(String),
+    /// A set that names no name, or one name twice.
+    #[error("a set names each of its names once, and at least one")]
+    BadSet,
 }
 
 /// Why a lock was not renewed or released.

@@ -42,5 +42,5 @@ pub use held::{Held, HeldLock};
 pub use listing::{Lapsed, Listing, Queued, Waiting, LAPSED_KEPT, QUEUE_SHOWN};
 pub use lock::{newer_data, BadLockId, Fence, Kind, Lock, LockId, LockInTransit, NodeId, Request};
 pub use rebuild::{RebuildBasis, RebuildFrom, Settled};
-pub use table::{Acquired, Answer, Rebuilt, Table, WaiterId};
+pub use table::{Acquired, AcquiredSet, Answer, Rebuilt, Table, WaiterId};
 pub use time::{LeaseRule, MonoTime};

@@ -33,14 +33,37 @@ pub enum Acquired {
     Waiting(WaiterId),
 }
 
+/// What [`Table::acquire_set`] did with a set of requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquiredSet {
+    /// Every name is granted, in the order asked, with consecutive fences.
+    Granted(Vec<Lock>),
+    /// Some name is held by another (or awaited) and the set waits in every
+    /// name's queue; its answer comes later as one [`Answer`].
+    Waiting(WaiterId),
+}
+
 /// The answer to a waiting request, given when the lock is granted to it,
 /// when its wait ends with the lock still held, or when the table is dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
     /// The waiting request answered.
     pub waiter: WaiterId,
-    /// The lock granted, or why not.
+    /// The lock granted (a set's first name), or why not.
     pub result: Result<Lock, AcquireError>,
+    /// A set's other grants, in the order asked (empty for one name).
+    pub also: Vec<Lock>,
+}
+
+impl Answer {
+    /// The answer `result` to the request `waiter`, of one name.
+    pub fn one(waiter: WaiterId, result: Result<Lock, AcquireError>) -> Self {
+        Answer {
+            waiter,
+            result,
+            also: Vec::new(),
+        }
+    }
 }
 
 /// What a rebuild did.
@@ -61,6 +84,11 @@ struct FenceCounter {
 }
 
 impl FenceCounter {
+    /// Whether `n` more fences can be taken.
+    fn has(&self, n: usize) -> bool {
+        self.end.saturating_sub(self.next) >= n as u64
+    }
+
     fn take(&mut self) -> Result<Fence, AcquireError> {
         if self.next >= self.end {
             return Err(AcquireError::FencesExhausted);
@@ -87,6 +115,8 @@ pub struct Table {
     /// entry in place to be pushed back when it comes up.
     expiries: BinaryHeap<Reverse<(MonoTime, Fence, u32)>>,
     waiters: HashMap<Box<str>, VecDeque<Waiter>>,
+    /// The names each waiting set waits in, in the order asked.
+    sets: HashMap<WaiterId, Box<[Box<str>]>>,
     wait_ends: BinaryHeap<Reverse<(MonoTime, WaiterId, Box<str>)>>,
     next_waiter: u64,
     answers: Vec<Answer>,
@@ -115,6 +145,7 @@ impl Table {
             slots: Holders::default(),
             expiries: BinaryHeap::new(),
             waiters: HashMap::new(),
+            sets: HashMap::new(),
             wait_ends: BinaryHeap::new(),
             next_waiter: 0,
             answers: Vec::new(),
@@ -479,12 +510,7 @@ impl Table {
         }
         if let Ok(at) = self.find_held(name, id) {
             self.remove(at);
-            if let Some(queue) = self.waiters.remove(name) {
-                self.answers.extend(queue.into_iter().map(|w| Answer {
-                    waiter: w.id,
-                    result: Err(NotRebuilt.into()),
-                }));
-            }
+            self.turn_away_queue(name);
         }
     }
 

@@ -134,10 +134,19 @@ impl Node {
         if !may_wait {
             request.wait = Duration::ZERO;
         }
-        let lock = self.speak_acquire(request, forwarded.node).await?;
+        let mut locks = match &forwarded.body.names {
+            Some(names) => {
+                let names = names.clone();
+                self.speak_acquire_set(request, names, forwarded.node)
+                    .await?
+            }
+            None => vec![self.speak_acquire(request, forwarded.node).await?],
+        };
+        let also = locks.split_off(1);
         Ok(ForwardAnswer::Granted(Granted {
-            lock: self.transit(&lock),
+            lock: self.transit(&locks[0]),
             served_ms: millis_floor(received.elapsed()),
+            also: also.iter().map(|lock| self.transit(lock)).collect(),
         }))
     }
 
@@ -187,7 +196,7 @@ mod tests {
     fn acquire(data: usize) -> ForwardCall {
         ForwardCall::Acquire(ForwardAcquire {
             body: AcquireBody {
-                name: "jobs/big".into(),
+                name: Some("jobs/big".into()),
                 data: Some("\u{1}".repeat(data)),
                 ..AcquireBody::default()
             },

@@ -154,6 +154,22 @@ impl Transport for Embedded {
         })
     }
 
+    fn acquire_set(
+        &self,
+        body: AcquireBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<(Vec<LockView>, Duration), CallError>> {
+        Box::pin(async move {
+            let started = tokio::time::Instant::now();
+            let locks = within(timeout, self.node.acquire_locks(body)).await?;
+            let views: Vec<LockView> = locks.iter().map(|lock| self.view(lock)).collect();
+            for view in &views {
+                self.node.held_here(view);
+            }
+            Ok((views, started.elapsed()))
+        })
+    }
+
     fn release(
         &self,
         body: ReleaseBody,

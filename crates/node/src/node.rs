@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use leasehold_api::{ForwardAnswer, ForwardCall};
 use leasehold_protocol::{Member, MemberConfig, Sabotage};
 use leasehold_raft::{Identity, PeerHttp, Raft, WatchReceiver};
-use locktable::{AcquireError, Lock, NodeId, WaiterId};
+use locktable::{NodeId, WaiterId};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -47,7 +47,7 @@ pub(crate) type Pending = (
 /// the answers to waiting requests go.
 pub(crate) struct State {
     pub(crate) member: Member,
-    pub(crate) waiters: HashMap<WaiterId, oneshot::Sender<Result<Lock, AcquireError>>>,
+    pub(crate) waiters: HashMap<WaiterId, oneshot::Sender<locktable::Answer>>,
 }
 
 /// A running node's shared parts.
@@ -219,6 +219,13 @@ impl Node {
     /// may be held shared or as permits.
     pub(crate) fn lock_kinds(&self) -> bool {
         self.identity.versions().cluster() >= leasehold_raft::version::LOCK_KINDS
+    }
+
+    /// Whether this node's cluster speaks sets (protocol
+    /// [`leasehold_raft::version::LOCK_SETS`], as applied here): names may
+    /// be asked for all at once.
+    pub(crate) fn lock_sets(&self) -> bool {
+        self.identity.versions().cluster() >= leasehold_raft::version::LOCK_SETS
     }
 
     /// The layout reports are read in: the one this node's cluster speaks.

@@ -214,29 +214,41 @@ impl Node {
     /// record, is taken back at once rather than left to block the name
     /// for its whole lease.
     pub async fn acquire(self: &Arc<Self>, body: AcquireBody) -> Result<Lock, ApiError> {
+        let mut locks = self.acquire_locks(body).await?;
+        Ok(locks.swap_remove(0))
+    }
+
+    /// Takes a lock, or a set of them (`names`) all at once, for a client
+    /// of this node, as [`Node::acquire`] does: the locks in the order
+    /// asked.
+    pub async fn acquire_locks(self: &Arc<Self>, body: AcquireBody) -> Result<Vec<Lock>, ApiError> {
         body.validate()?;
         let request = AcquireRequest::from(&body);
         // Before forwarding too: a speaker of an older build would read a
         // reader's request as a writer's.
         self.kind_spoken(request.kind)?;
+        if body.is_set() {
+            self.sets_spoken()?;
+        }
         if self.is_leader() {
-            return self.speak_acquire(request, self.id()).await;
+            return match body.names {
+                Some(names) => self.speak_acquire_set(request, names, self.id()).await,
+                None => Ok(vec![self.speak_acquire(request, self.id()).await?]),
+            };
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let node = Arc::clone(self);
         self.tasks.spawn(async move {
             let wanted = || !tx.is_closed();
-            let (outcome, ghost) = node.forward_acquire(body, request.wait, &wanted).await;
-            let ghost = match tx.send(outcome) {
-                Ok(()) => ghost,
-                // The caller went away: its grant, if it got one, is a ghost.
-                Err(Ok(lock)) => {
+            let (outcome, mut ghosts) = node.forward_acquire(body, request.wait, &wanted).await;
+            if let Err(Ok(locks)) = tx.send(outcome) {
+                // The caller went away: its grants, if it got them, are ghosts.
+                for lock in &locks {
                     node.drop_held(lock.id);
-                    Some(lock)
                 }
-                Err(Err(_)) => None,
-            };
-            if let Some(lock) = ghost {
+                ghosts = locks;
+            }
+            for lock in ghosts {
                 node.take_back_forwarded(lock).await;
             }
         });
@@ -244,15 +256,16 @@ impl Node {
             .unwrap_or_else(|_| Err(ApiError::new(ErrorCode::NotRebuilt, "the node is stopping")))
     }
 
-    /// Forwards an acquire to the speaker and records its grant: the
-    /// outcome for the caller, and a grant the speaker made that this node
-    /// did not record (to be taken back).
+    /// Forwards an acquire to the speaker and records its grants: the
+    /// outcome for the caller, and the grants the speaker made that this
+    /// node did not record (to be taken back): of a set, every one of them
+    /// if one could not be recorded.
     async fn forward_acquire(
         &self,
         body: AcquireBody,
         wait: Duration,
         wanted: &(dyn Fn() -> bool + Sync),
-    ) -> (Result<Lock, ApiError>, Option<Lock>) {
+    ) -> (Result<Vec<Lock>, ApiError>, Vec<Lock>) {
         let node = self.id();
         let granted: Result<(Granted, Forwarded), ApiError> = if wait.is_zero() {
             let call = self.forwarding();
@@ -279,23 +292,36 @@ impl Node {
         };
         let (granted, call) = match granted {
             Ok(granted) => granted,
-            Err(e) => return (Err(e), None),
+            Err(e) => return (Err(e), Vec::new()),
         };
         let served = Duration::from_millis(granted.served_ms);
-        let lock = match LockInTransit::try_from(granted.lock) {
-            Ok(lock) => lock,
-            Err(e) => return (Err(malformed(e)), None),
+        let in_transit: Result<Vec<LockInTransit>, _> = std::iter::once(granted.lock)
+            .chain(granted.also)
+            .map(LockInTransit::try_from)
+            .collect();
+        let in_transit = match in_transit {
+            Ok(locks) => locks,
+            Err(e) => return (Err(malformed(e)), Vec::new()),
         };
         let now = self.clock.now();
-        let unrecorded = lock.clone().arrive(now);
-        let recorded = self
-            .state()
-            .member
-            .granted_through_speaker(call, lock, served, now);
-        match recorded {
-            Ok(lock) => (Ok(lock), None),
-            Err(refusal) => (Err(self.refused(refusal)), Some(unrecorded)),
+        let unrecorded: Vec<Lock> = in_transit.iter().map(|l| l.clone().arrive(now)).collect();
+        let mut recorded = Vec::with_capacity(in_transit.len());
+        for lock in in_transit {
+            let outcome = self
+                .state()
+                .member
+                .granted_through_speaker(call, lock, served, now);
+            match outcome {
+                Ok(lock) => recorded.push(lock),
+                Err(refusal) => {
+                    for lock in &recorded {
+                        self.drop_held(lock.id);
+                    }
+                    return (Err(self.refused(refusal)), unrecorded);
+                }
+            }
         }
+        (Ok(recorded), Vec::new())
     }
 
     /// Releases, at the speaker, a grant whose client never heard of it
@@ -721,7 +747,7 @@ const SPEAKER_VIEW_WAIT: Duration = Duration::from_millis(800);
 impl From<&AcquireBody> for AcquireRequest {
     fn from(body: &AcquireBody) -> Self {
         AcquireRequest {
-            name: body.name.clone(),
+            name: body.name().to_string(),
             holder: body.holder().to_string(),
             lease: body.lease(),
             wait: body.wait(),

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use leasehold_api::ErrorCode;
-use leasehold_protocol::{Acquisition, Made, Named, Refusal, Renewal, Waited};
-use locktable::{AcquireError, Acquired, Kind, Lock, LockId, NodeId, Request, WaiterId};
+use leasehold_protocol::{Acquisition, Made, Named, Refusal, Renewal, SetAcquisition, Waited};
+use locktable::{Acquired, AcquiredSet, Answer, Kind, Lock, LockId, NodeId, Request, WaiterId};
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
@@ -32,14 +32,18 @@ pub struct AcquireRequest {
     pub kind: Kind,
 }
 
+/// What the table first said to a set's acquire.
+enum SetFirst {
+    Granted(Vec<Lock>, Made),
+    Waiting(oneshot::Receiver<Answer>, WaiterId, Made),
+    Own(Vec<Lock>),
+    Refused(Refusal),
+}
+
 /// What the table first said to an acquire.
 enum First {
     Granted(Lock, Made),
-    Waiting(
-        oneshot::Receiver<Result<Lock, AcquireError>>,
-        WaiterId,
-        Made,
-    ),
+    Waiting(oneshot::Receiver<Answer>, WaiterId, Made),
     Own(Lock),
     Refused(Refusal),
 }
@@ -61,7 +65,10 @@ impl Node {
                      the same (a lock, shared or not, or one count of permits)"
                 ),
             ),
-            Refusal::Claimed => ApiError::new(ErrorCode::Held, refusal.to_string()),
+            Refusal::Claimed | Refusal::Awaited(_) => {
+                ApiError::new(ErrorCode::Held, refusal.to_string())
+            }
+            Refusal::BadSet => ApiError::new(ErrorCode::BadRequest, refusal.to_string()),
             other => ApiError::new(ErrorCode::NotRebuilt, other.to_string()),
         }
     }
@@ -144,28 +151,8 @@ impl Node {
             }
             First::Refused(refusal) => return Err(self.refused(refusal)),
         };
-        // If the client goes away, stop waiting for it (and take back a
-        // grant that came meanwhile).
-        let mut cancel = CancelOnDrop {
-            node: self,
-            name,
-            waiter: Some(waiter),
-            answer: Some(rx),
-        };
-        let answer = tokio::time::timeout(
-            wait + Duration::from_secs(5),
-            cancel.answer.as_mut().expect("just set"),
-        )
-        .await;
-        let Ok(answer) = answer else {
-            return Err(ApiError::not_rebuilt());
-        };
-        cancel.waiter = None;
-        cancel.answer = None;
-        let Ok(answer) = answer else {
-            return Err(ApiError::not_rebuilt());
-        };
-        match leasehold_protocol::waited(answer, named) {
+        let answer = self.answer_to(waiter, name, rx, wait).await?;
+        match leasehold_protocol::waited(answer.result, named) {
             Ok(Waited::Granted(lock)) => self.copied_grant(lock, node, made, asked).await,
             Ok(Waited::Own(lock)) => {
                 self.speak_renew(name, lock.id, lease, node, None, None)
@@ -185,16 +172,171 @@ impl Node {
         made: Made,
         asked: tokio::time::Instant,
     ) -> Result<Lock, ApiError> {
-        let mut take_back = TakeBackOnDrop {
-            node: self,
-            lock: Some(lock),
-        };
-        let lock = take_back.lock.as_ref().expect("just set");
-        self.ensure_on_record(lock, node, made).await?;
-        self.metrics.grants.inc();
+        let mut locks = self.copied_grants(vec![lock], node, made, asked).await?;
+        Ok(locks.pop().expect("one lock"))
+    }
+
+    /// `locks`, granted together, once every one of them is on record with
+    /// enough members (their copies travel in the same batches); if one
+    /// could not be, or the caller went away meanwhile, all are taken back.
+    async fn copied_grants(
+        &self,
+        locks: Vec<Lock>,
+        node: NodeId,
+        made: Made,
+        asked: tokio::time::Instant,
+    ) -> Result<Vec<Lock>, ApiError> {
+        let take_back = TakeBackOnDrop { node: self, locks };
+        let recorded = futures::future::join_all(
+            take_back
+                .locks
+                .iter()
+                .map(|lock| self.ensure_on_record(lock, node, made)),
+        )
+        .await;
+        recorded
+            .into_iter()
+            .collect::<Result<Vec<()>, ApiError>>()?;
         let waited = asked.elapsed().as_secs_f64();
-        self.metrics.prefixes.granted(&lock.name, waited);
-        Ok(take_back.lock.take().expect("still set"))
+        for lock in &take_back.locks {
+            self.metrics.grants.inc();
+            self.metrics.prefixes.granted(&lock.name, waited);
+        }
+        Ok(take_back.handed())
+    }
+
+    /// Grants a set of names as the speaker, all or none, for a client of
+    /// `node`: the locks are answered in the order asked, once every one of
+    /// them is on record with enough members. A retry of a set the caller
+    /// named (`request_id`) that finds its own grants holding every name is
+    /// answered with them, renewed.
+    pub(crate) async fn speak_acquire_set(
+        &self,
+        request: AcquireRequest,
+        names: Vec<String>,
+        node: NodeId,
+    ) -> Result<Vec<Lock>, ApiError> {
+        self.sets_spoken()?;
+        self.kind_spoken(request.kind)?;
+        let asked = tokio::time::Instant::now();
+        let wall_ms = self.clock.wall_ms();
+        let named = request.request_id.as_deref().map(|request_id| Named {
+            holder: &request.holder,
+            request: request_id,
+            wall_ms,
+        });
+        let (lease, wait) = (request.lease, request.wait);
+        let guard = self.guard();
+        let first = {
+            let mut state = self.state();
+            let requests = names
+                .iter()
+                .map(|name| Request {
+                    kind: request.kind,
+                    name: name.clone(),
+                    id: LockId::from_parts(wall_ms, leasehold_raft::entropy::random_u128()),
+                    node,
+                    holder: request.holder.clone(),
+                    lease,
+                    wait,
+                    data: request.data.clone(),
+                })
+                .collect();
+            let acquired = state
+                .member
+                .acquire_set(requests, named, &guard, self.clock.now());
+            let first = match acquired {
+                Ok(SetAcquisition::Table(AcquiredSet::Granted(locks), made)) => {
+                    SetFirst::Granted(locks, made)
+                }
+                Ok(SetAcquisition::Table(AcquiredSet::Waiting(waiter), made)) => {
+                    let (tx, rx) = oneshot::channel();
+                    state.waiters.insert(waiter, tx);
+                    SetFirst::Waiting(rx, waiter, made)
+                }
+                Ok(SetAcquisition::Own(locks)) => SetFirst::Own(locks),
+                Err(refusal) => SetFirst::Refused(refusal),
+            };
+            if matches!(first, SetFirst::Granted(..) | SetFirst::Waiting(..)) {
+                self.changed(&state);
+            }
+            first
+        };
+        let (rx, waiter, made) = match first {
+            SetFirst::Granted(locks, made) => {
+                return self.copied_grants(locks, node, made, asked).await
+            }
+            SetFirst::Waiting(rx, waiter, made) => (rx, waiter, made),
+            SetFirst::Own(locks) => {
+                let mut renewed = Vec::with_capacity(locks.len());
+                for lock in locks {
+                    renewed.push(
+                        self.speak_renew(&lock.name, lock.id, lease, node, None, None)
+                            .await?,
+                    );
+                }
+                return Ok(renewed);
+            }
+            SetFirst::Refused(refusal) => return Err(self.refused(refusal)),
+        };
+        let answer = self.answer_to(waiter, &names[0], rx, wait).await?;
+        match answer.result {
+            Ok(first) => {
+                let locks = std::iter::once(first).chain(answer.also).collect();
+                self.copied_grants(locks, node, made, asked).await
+            }
+            Err(e) => match leasehold_protocol::waited(Err(e), None) {
+                Err(refusal) => Err(self.refused(refusal)),
+                Ok(_) => Err(ApiError::not_rebuilt()),
+            },
+        }
+    }
+
+    /// The table's answer to `waiter`, waiting (in `name`'s queue, and a
+    /// set's other names') for at most `wait` and a margin. If the client
+    /// goes away meanwhile, the request stops waiting, and a grant that
+    /// came meanwhile is taken back (`CancelOnDrop`).
+    async fn answer_to(
+        &self,
+        waiter: WaiterId,
+        name: &str,
+        rx: oneshot::Receiver<Answer>,
+        wait: Duration,
+    ) -> Result<Answer, ApiError> {
+        let mut cancel = CancelOnDrop {
+            node: self,
+            name,
+            waiter: Some(waiter),
+            answer: Some(rx),
+        };
+        let answer = tokio::time::timeout(
+            wait + Duration::from_secs(5),
+            cancel.answer.as_mut().expect("just set"),
+        )
+        .await;
+        let Ok(answer) = answer else {
+            return Err(ApiError::not_rebuilt());
+        };
+        cancel.waiter = None;
+        cancel.answer = None;
+        answer.map_err(|_| ApiError::not_rebuilt())
+    }
+
+    /// Refuses a set while the cluster does not speak sets yet: they wait
+    /// for every member to speak protocol
+    /// [`leasehold_raft::version::LOCK_SETS`] (`503 upgrading`).
+    pub(crate) fn sets_spoken(&self) -> Result<(), ApiError> {
+        if self.lock_sets() {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorCode::Upgrading,
+            format!(
+                "sets of names are granted only once every member speaks protocol {} \
+                 (a member runs an older build, or the cluster has just started)",
+                leasehold_raft::version::LOCK_SETS
+            ),
+        ))
     }
 
     /// Releases a grant its client never heard of, and tells the members
@@ -359,18 +501,25 @@ impl Node {
     }
 }
 
-/// Takes a grant back unless it was handed to its client: the grant could
-/// not be put on record with enough members, or whoever waited for it went
-/// away meanwhile.
+/// Takes grants back unless they were handed to their client: one could
+/// not be put on record with enough members, or whoever waited for them
+/// went away meanwhile.
 struct TakeBackOnDrop<'a> {
     node: &'a Node,
-    lock: Option<Lock>,
+    locks: Vec<Lock>,
+}
+
+impl TakeBackOnDrop<'_> {
+    /// The grants, handed to their client: none is taken back.
+    fn handed(mut self) -> Vec<Lock> {
+        std::mem::take(&mut self.locks)
+    }
 }
 
 impl Drop for TakeBackOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some(lock) = self.lock.take() {
-            self.node.take_back(&lock);
+        for lock in &self.locks {
+            self.node.take_back(lock);
         }
     }
 }
@@ -381,7 +530,7 @@ struct CancelOnDrop<'a> {
     node: &'a Node,
     name: &'a str,
     waiter: Option<WaiterId>,
-    answer: Option<oneshot::Receiver<Result<Lock, AcquireError>>>,
+    answer: Option<oneshot::Receiver<Answer>>,
 }
 
 impl Drop for CancelOnDrop<'_> {
@@ -396,8 +545,10 @@ impl Drop for CancelOnDrop<'_> {
             self.node.dispatch(&mut state);
             self.node.changed(&state);
         }
-        if let Some(Ok(Ok(lock))) = self.answer.as_mut().map(|rx| rx.try_recv()) {
-            self.node.take_back(&lock);
+        if let Some(Ok(answer)) = self.answer.as_mut().map(|rx| rx.try_recv()) {
+            for lock in answer.result.iter().chain(&answer.also) {
+                self.node.take_back(lock);
+            }
         }
     }
 }

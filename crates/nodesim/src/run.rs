@@ -27,7 +27,7 @@ use crate::faults::{
 use crate::guards::Guards;
 use crate::history::{Event, History};
 pub use crate::lease::{liveness_bound, LEASE, LIVENESS_BOUND};
-use crate::workload::{observe, operator, probe, work, Shared};
+use crate::workload::{observe, operator, probe, work, Draws, Shared};
 
 /// What one run does.
 #[derive(Debug, Clone)]
@@ -53,6 +53,10 @@ pub struct RunOptions {
     /// shared (writers among them) and a semaphore of two permits. Off,
     /// every name is exclusive and a seed draws what it always drew.
     pub kinds: bool,
+    /// Sets of names: now and then a client asks for both exclusive names
+    /// at once (`names`), in a random order, and holds them together. Off,
+    /// a seed draws what it always drew.
+    pub sets: bool,
 }
 
 impl RunOptions {
@@ -67,6 +71,7 @@ impl RunOptions {
             focus: Focus::Mixed,
             sabotage: Sabotage::NONE,
             kinds: false,
+            sets: false,
         }
     }
 }
@@ -191,9 +196,13 @@ pub fn run(options: &RunOptions) -> Outcome {
     for client in 0..options.clients {
         let seed = rng.gen();
         let shared = Arc::clone(&shared);
-        let kinds = options.kinds;
+        let draws = Draws {
+            seed,
+            kinds: options.kinds,
+            sets: options.sets,
+        };
         sim.client(format!("client{client}"), async move {
-            work(client, nodes, lease, (seed, kinds), shared).await;
+            work(client, nodes, lease, draws, shared).await;
             Ok(())
         });
     }

@@ -170,6 +170,186 @@ fn pick_kind(rng: &mut StdRng) -> (String, Kind) {
     }
 }
 
+/// What a client draws its work from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Draws {
+    /// Its random numbers' seed.
+    pub(crate) seed: u64,
+    /// Names of every kind ([`crate::run::RunOptions::kinds`]).
+    pub(crate) kinds: bool,
+    /// Sets of names now and then ([`crate::run::RunOptions::sets`]).
+    pub(crate) sets: bool,
+}
+
+/// The locks of a set's grant answered at `sent`, each as
+/// [`answered_lock`] reads one; what is wrong if it is not the set whole:
+/// a lock per name, in the order asked, with consecutive fences (granted
+/// in one step).
+fn answered_set(
+    sent: Duration,
+    names: &[String],
+    answer: &Value,
+) -> Result<Vec<(String, u64, Duration)>, String> {
+    let Some(locks) = answer["locks"].as_array() else {
+        return Err(format!("a set's grant without its locks: {answer}"));
+    };
+    if locks.len() != names.len() {
+        return Err(format!("asked for the set {names:?}, granted {answer}"));
+    }
+    let held = names
+        .iter()
+        .zip(locks)
+        .map(|(name, lock)| {
+            let one = json!({"lock": lock, "served_ms": answer["served_ms"]});
+            answered_lock(sent, name, &one)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    if !held.windows(2).all(|w| w[1].1 == w[0].1 + 1) {
+        return Err(format!("a set granted in more than one step: {answer}"));
+    }
+    Ok(held)
+}
+
+/// Takes both exclusive names at once, in a random order, and holds them
+/// as [`work`] holds one: renewed side by side, then released or left to
+/// expire. A lock of the set found gone ends the set: the others are
+/// released.
+async fn hold_set(
+    client: usize,
+    nodes: u64,
+    longest: u64,
+    rng: &mut StdRng,
+    shared: &Arc<Mutex<Shared>>,
+) {
+    let mut names = vec!["jobs/0".to_string(), "jobs/1".to_string()];
+    names.shuffle(rng);
+    let lease_ms: u64 = rng.gen_range(longest / 2..=longest);
+    let body = json!({"names": names, "holder": format!("client{client}"), "lease_ms": lease_ms});
+    let Some(Through {
+        node,
+        sent,
+        status,
+        answer,
+        ..
+    }) = through_any(rng, nodes, "/v1/locks/acquire", &body).await
+    else {
+        return;
+    };
+    if status != StatusCode::OK {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(20..150))).await;
+        return;
+    }
+    let mut held = match answered_set(sent, &names, &answer) {
+        Ok(held) => held,
+        Err(why) => {
+            shared.lock().unwrap().history.push(Event::Malformed(why));
+            return;
+        }
+    };
+    let call = |name: &str, id: &str, node, sent| Call {
+        client,
+        node,
+        name: name.to_string(),
+        id: id.to_string(),
+        sent,
+        at: now(),
+    };
+    for (name, (id, fence, ends)) in names.iter().zip(&held) {
+        shared.lock().unwrap().history.push(Event::Held {
+            call: call(name, id, node, sent),
+            kind: Kind::Exclusive,
+            fence: *fence,
+            ends: *ends,
+            renewal: false,
+        });
+    }
+    let mut kept = true;
+    for _ in 0..rng.gen_range(0..6) {
+        tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
+        if held.iter().any(|(_, _, ends)| now() >= *ends) {
+            kept = false;
+            break;
+        }
+        for (name, (id, _, ends)) in names.iter().zip(held.iter_mut()) {
+            let body = json!({"name": name, "id": id, "lease_ms": lease_ms});
+            match through_any(rng, nodes, "/v1/locks/renew", &body).await {
+                Some(Through {
+                    node,
+                    sent,
+                    status: StatusCode::OK,
+                    answer,
+                    ..
+                }) => {
+                    let (renewed, fence, until) = match answered_lock(sent, name, &answer) {
+                        Ok(lock) => lock,
+                        Err(why) => {
+                            shared.lock().unwrap().history.push(Event::Malformed(why));
+                            return;
+                        }
+                    };
+                    if renewed != *id {
+                        let why = format!("renewed {id}, answered {answer}");
+                        shared.lock().unwrap().history.push(Event::Malformed(why));
+                        return;
+                    }
+                    *ends = until;
+                    shared.lock().unwrap().history.push(Event::Held {
+                        call: call(name, id, node, sent),
+                        kind: Kind::Exclusive,
+                        fence,
+                        ends: until,
+                        renewal: true,
+                    });
+                }
+                Some(Through {
+                    node,
+                    sent,
+                    status: StatusCode::NOT_FOUND,
+                    ..
+                }) => {
+                    let gone = call(name, id, node, sent);
+                    shared.lock().unwrap().history.push(Event::NotHeld(gone));
+                    kept = false;
+                }
+                _ => {}
+            }
+        }
+        if !kept {
+            break;
+        }
+    }
+    if !kept || rng.gen_bool(0.7) {
+        for (name, (id, _, _)) in names.iter().zip(&held) {
+            shared.lock().unwrap().history.push(Event::Released {
+                name: name.clone(),
+                id: id.clone(),
+                sent: now(),
+            });
+            let body = json!({"name": name, "id": id});
+            if let Some(Through {
+                node,
+                sent,
+                status: StatusCode::NOT_FOUND,
+                first: true,
+                ..
+            }) = through_any(rng, nodes, "/v1/locks/release", &body).await
+            {
+                if kept {
+                    let gone = call(name, id, node, sent);
+                    shared.lock().unwrap().history.push(Event::NotHeld(gone));
+                }
+            }
+        }
+    } else {
+        let last = held
+            .iter()
+            .map(|(_, _, ends)| *ends)
+            .max()
+            .unwrap_or_default();
+        tokio::time::sleep(last.saturating_sub(now())).await;
+    }
+}
+
 /// One client's work until the faults have healed and a little after:
 /// take a random name with a lease of half the longest to the longest,
 /// hold it for a while renewing a third of a lease apart, then release it
@@ -178,9 +358,10 @@ pub(crate) async fn work(
     client: usize,
     nodes: u64,
     lease: LeaseRule,
-    (seed, kinds): (u64, bool),
+    draws: Draws,
     shared: Arc<Mutex<Shared>>,
 ) {
+    let Draws { seed, kinds, sets } = draws;
     let longest = u64::try_from(lease.max.as_millis()).unwrap_or(u64::MAX);
     let mut rng = StdRng::seed_from_u64(seed);
     let done = |shared: &Arc<Mutex<Shared>>| {
@@ -191,6 +372,10 @@ pub(crate) async fn work(
             .is_some_and(|h| now() > h + Duration::from_secs(3))
     };
     while !done(&shared) {
+        if sets && rng.gen_bool(0.3) {
+            hold_set(client, nodes, longest, &mut rng, &shared).await;
+            continue;
+        }
         let (name, kind) = match kinds {
             false => (format!("jobs/{}", rng.gen_range(0..2)), Kind::Exclusive),
             true => pick_kind(&mut rng),

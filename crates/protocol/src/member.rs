@@ -56,6 +56,16 @@ pub enum Acquisition {
     Own(Lock),
 }
 
+/// What the speaker answers a set's acquisition ([`Member::acquire_set`]).
+#[derive(Debug)]
+pub enum SetAcquisition {
+    /// The table's answer (granted or waiting), and the table that made it.
+    Table(locktable::AcquiredSet, Made),
+    /// The caller's own earlier grants hold every name: renew them and
+    /// answer with them, in the order asked.
+    Own(Vec<Lock>),
+}
+
 /// A renewal as the speaker receives it.
 #[derive(Debug, Clone)]
 pub struct Renewal<'a> {

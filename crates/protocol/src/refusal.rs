@@ -17,6 +17,13 @@ pub enum Refusal {
     /// lock on a semaphore, or another permit count): refused, not queued.
     #[error("the name is held or awaited as {0}")]
     KindMismatch(Kind),
+    /// The name is free, but earlier requests wait for it (a set waiting
+    /// for its other names), and this one would not wait.
+    #[error("{0} is free, but earlier requests wait for it")]
+    Awaited(String),
+    /// A set that names no name, or one name twice.
+    #[error("a set names each of its names once, and at least one")]
+    BadSet,
     /// No lock of that name and id.
     #[error("the lock is not held under that id")]
     NotHeld,

@@ -94,6 +94,7 @@ pub fn waited(
             Ok(Waited::Own(*lock))
         }
         Err(AcquireError::Held(lock)) => Err(Refusal::Held(lock)),
+        Err(AcquireError::Awaited(name)) => Err(Refusal::Awaited(name)),
         Err(_) => Err(Refusal::NotRebuilt),
     }
 }

@@ -87,6 +87,10 @@ pub struct Sabotage {
     /// The writers: the speaker grants an exclusive request as a shared
     /// one, so a writer holds beside readers and other writers.
     pub writers_shared: bool,
+    /// The sets: the speaker grants the names of a set that are free now,
+    /// one by one, and answers those, as a multi-lock that takes what it
+    /// can (the rest are neither granted nor waited for).
+    pub sets_partial: bool,
 }
 
 impl Sabotage {
@@ -111,6 +115,7 @@ impl Sabotage {
         not_held_in_hold: false,
         kinds_unread: false,
         writers_shared: false,
+        sets_partial: false,
     };
 }
 
@@ -118,7 +123,7 @@ impl Sabotage {
 type Field = fn(&mut Sabotage) -> &mut bool;
 
 /// Each switch by the name the simulations' `--sabotage` takes.
-const SWITCHES: [(&str, Field); 19] = [
+const SWITCHES: [(&str, Field); 20] = [
     ("guard", |s| &mut s.no_grant_guard),
     ("restart-wait", |s| &mut s.no_restart_wait),
     ("reread", |s| &mut s.no_reread),
@@ -138,6 +143,7 @@ const SWITCHES: [(&str, Field); 19] = [
     ("not-held-in-hold", |s| &mut s.not_held_in_hold),
     ("kinds-unread", |s| &mut s.kinds_unread),
     ("writers-shared", |s| &mut s.writers_shared),
+    ("sets-partial", |s| &mut s.sets_partial),
 ];
 
 impl Sabotage {

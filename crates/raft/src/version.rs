@@ -48,7 +48,8 @@ pub type Protocol = u16;
 /// - 1: the header itself and [`crate::types::Command::Protocol`].
 /// - 2: data revisions ([`DATA_REVS`]).
 /// - 3: shared locks and semaphores ([`LOCK_KINDS`]).
-pub const SPEAKS: Protocol = 3;
+/// - 4: sets of names granted together ([`LOCK_SETS`]).
+pub const SPEAKS: Protocol = 4;
 
 /// The version from which a lock's data may change after its grant (a
 /// renewal with data: proclaim): locks crossing between members carry
@@ -63,6 +64,13 @@ pub const DATA_REVS: Protocol = 2;
 /// writer, and a rebuild would keep one reader of many). A cluster below it
 /// refuses such acquisitions (`503 upgrading`) until every member speaks it.
 pub const LOCK_KINDS: Protocol = 3;
+
+/// The version from which a set of names may be asked for at once: a
+/// follower forwards the set to the speaker, which grants it whole and
+/// answers every lock of it (a speaker of an earlier build would refuse a
+/// request without a `name`). A cluster below it refuses sets
+/// (`503 upgrading`) until every member speaks it.
+pub const LOCK_SETS: Protocol = 4;
 
 /// The lowest cluster version this build runs in.
 pub const OLDEST: Protocol = 0;

@@ -54,6 +54,15 @@ pub enum BadRequest {
     /// Both `shared` and `permits`: a name is a lock or a semaphore.
     #[error("fields `shared` and `permits` cannot both be given: a name is held as a lock (shared or not) or as permits of a semaphore")]
     SharedPermits,
+    /// Both `name` and `names`: one name, or a set of them.
+    #[error("fields `name` and `names` cannot both be given: one name, or a set of them")]
+    NameAndNames,
+    /// A set of no name, or of more than [`super::MAX_SET_NAMES`].
+    #[error("field `names` must hold 1 to {} names", super::MAX_SET_NAMES)]
+    SetSize,
+    /// A set names one name twice.
+    #[error("field `names` holds {0:?} twice: a set names each name once")]
+    SetRepeats(String),
     /// A member id of 0.
     #[error("field `id` must be a member id of 1 or more")]
     ZeroMemberId,

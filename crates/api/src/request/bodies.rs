@@ -10,7 +10,7 @@ use super::limits::MAX_WAIT_MS;
 use super::read::{field, Body, Field, FieldKind};
 use super::validate::{
     validate_addr, validate_data, validate_holder, validate_id, validate_kind, validate_member_id,
-    validate_name, validate_new_name, validate_request_id,
+    validate_name, validate_new_name, validate_request_id, validate_set,
 };
 
 fn ms(v: Option<u64>) -> Option<Duration> {
@@ -20,8 +20,13 @@ fn ms(v: Option<u64>) -> Option<Duration> {
 /// `POST /v1/locks/acquire`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcquireBody {
-    /// The name to lock.
-    pub name: String,
+    /// The name to lock; absent when `names` is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The names of a set to lock all at once, in place of `name`: each
+    /// once, at most [`MAX_SET_NAMES`]; granted together or not at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
     /// Who asks, for the reader of a listing; absent means "".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
@@ -63,6 +68,24 @@ impl AcquireBody {
         }
     }
 
+    /// Whether it asks for a set of names (`names`) rather than one.
+    pub fn is_set(&self) -> bool {
+        self.names.is_some()
+    }
+
+    /// The name asked for, "" when absent (a set's).
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or("")
+    }
+
+    /// The names asked for: `names`, or `name` alone.
+    pub fn all_names(&self) -> Vec<String> {
+        match &self.names {
+            Some(names) => names.clone(),
+            None => vec![self.name().to_string()],
+        }
+    }
+
     /// The holder, "" when absent.
     pub fn holder(&self) -> &str {
         self.holder.as_deref().unwrap_or("")
@@ -81,7 +104,8 @@ impl AcquireBody {
 
 impl Body for AcquireBody {
     const FIELDS: &'static [Field] = &[
-        field("name", FieldKind::Str, true),
+        field("name", FieldKind::Str, false),
+        field("names", FieldKind::StrList, false),
         field("holder", FieldKind::Str, false),
         field("lease_ms", FieldKind::Millis, false),
         field("wait_ms", FieldKind::Millis, false),
@@ -92,7 +116,12 @@ impl Body for AcquireBody {
     ];
 
     fn validate(&self) -> Result<(), BadRequest> {
-        validate_new_name(&self.name)?;
+        match (&self.name, &self.names) {
+            (None, None) => return Err(BadRequest::Missing("name")),
+            (Some(_), Some(_)) => return Err(BadRequest::NameAndNames),
+            (Some(name), None) => validate_new_name(name)?,
+            (None, Some(names)) => validate_set(names)?,
+        }
         validate_holder(self.holder())?;
         validate_kind(self.shared, self.permits)?;
         if let Some(data) = &self.data {

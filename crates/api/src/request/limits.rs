@@ -4,6 +4,8 @@ use std::time::Duration;
 
 /// Longest `name`, in bytes of UTF-8.
 pub const MAX_NAME_BYTES: usize = 512;
+/// Most names of one set (`names`).
+pub const MAX_SET_NAMES: usize = 64;
 /// Longest `holder`, in bytes of UTF-8.
 pub const MAX_HOLDER_BYTES: usize = 256;
 /// Longest `data`, in bytes of UTF-8.

@@ -23,6 +23,8 @@ pub enum FieldKind {
     Count,
     /// `true` or `false`.
     Bool,
+    /// An array of strings.
+    StrList,
 }
 
 /// One field of a body, as [`parse_body`] checks it before serde reads it.
@@ -196,6 +198,13 @@ fn check_kind(f: &Field, v: &Value) -> Result<(), BadRequest> {
         FieldKind::Bool => Err(BadRequest::WrongType {
             field: f.name,
             expected: "true or false",
+        }),
+        FieldKind::StrList if v.as_array().is_some_and(|a| a.iter().all(Value::is_string)) => {
+            Ok(())
+        }
+        FieldKind::StrList => Err(BadRequest::WrongType {
+            field: f.name,
+            expected: "an array of strings",
         }),
         FieldKind::Millis | FieldKind::MemberId | FieldKind::Count => {
             let Value::Number(n) = v else {

@@ -20,7 +20,7 @@ fn a_good_acquire() {
         r#"{"name":"jobs/42","holder":"w","lease_ms":5000,"wait_ms":0,"data":"d","future":1}"#,
     )
     .unwrap();
-    assert_eq!(b.name, "jobs/42");
+    assert_eq!(b.name(), "jobs/42");
     assert_eq!(b.holder(), "w");
     assert_eq!(b.lease(), Some(Duration::from_secs(5)));
     assert_eq!(b.wait(), Duration::ZERO);
@@ -56,7 +56,7 @@ fn names_that_cannot_travel_are_refused_at_acquire_only() {
     }
     for fine in ["a.b", "...", "jobs/42", "a b", "ünï"] {
         let json = serde_json::json!({ "name": fine }).to_string();
-        assert_eq!(acquire(&json).unwrap().name, fine);
+        assert_eq!(acquire(&json).unwrap().name(), fine);
     }
 }
 

@@ -5,6 +5,7 @@ use locktable::LockId;
 use super::bad_request::BadRequest;
 use super::limits::{
     MAX_ADDR_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES,
+    MAX_SET_NAMES,
 };
 
 /// Checks a lock name: 1 to [`MAX_NAME_BYTES`] bytes.
@@ -31,6 +32,22 @@ pub fn validate_new_name(name: &str) -> Result<(), BadRequest> {
         return Err(BadRequest::NameCannotTravel(
             "starts or ends with whitespace",
         ));
+    }
+    Ok(())
+}
+
+/// Checks the names of a set: 1 to [`MAX_SET_NAMES`] of them, each a new
+/// lock's name ([`validate_new_name`]) and named once.
+pub fn validate_set(names: &[String]) -> Result<(), BadRequest> {
+    if names.is_empty() || names.len() > MAX_SET_NAMES {
+        return Err(BadRequest::SetSize);
+    }
+    let mut seen = std::collections::HashSet::with_capacity(names.len());
+    for name in names {
+        validate_new_name(name)?;
+        if !seen.insert(name.as_str()) {
+            return Err(BadRequest::SetRepeats(name.clone()));
+        }
     }
     Ok(())
 }

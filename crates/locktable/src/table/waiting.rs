@@ -6,11 +6,16 @@
 //! nobody waits for the name. When a holder leaves, the queue is granted
 //! from its head while the head fits, so several readers may go together,
 //! and a writer waiting stops the readers behind it (no writer starves).
+//!
+//! A set of names waits in every name's queue under one id, and is granted
+//! in one step once it heads every one of them and fits in each. Every
+//! queue holds the sets in the order they came, so the oldest request
+//! waiting heads each of its queues: no two sets wait for each other.
 
 use std::cmp::Reverse;
 use std::collections::VecDeque;
 
-use super::{Acquired, Answer, Table, WaiterId};
+use super::{Acquired, AcquiredSet, Answer, Table, WaiterId};
 use crate::error::{AcquireError, NotRebuilt};
 use crate::listing::{Queued, Waiting, QUEUE_SHOWN};
 use crate::lock::{Kind, Lock, Request};
@@ -22,6 +27,9 @@ pub(super) struct Waiter {
     pub(super) id: WaiterId,
     pub(super) request: Request,
     pub(super) until: MonoTime,
+    /// Whether it is one name of a set, which waits in each name's queue
+    /// under one id ([`Table::sets`]).
+    pub(super) in_set: bool,
 }
 
 impl Table {
@@ -66,47 +74,187 @@ impl Table {
             let held = self.slots.get(at).expect("found").to_lock();
             return Err(AcquireError::Held(Box::new(held)));
         }
-        if first.is_none()
-            || (!self.waiters.contains_key(request.name.as_str())
-                && self.fits_beside(held, request.kind))
+        if !self.waiters.contains_key(request.name.as_str()) && self.fits_beside(held, request.kind)
         {
             return self.grant(request, now).map(Acquired::Granted);
         }
         if request.wait.is_zero() {
-            let at = first.expect("a name not free has a holder");
-            let held = self.slots.get(at).expect("found").to_lock();
-            return Err(AcquireError::Held(Box::new(held)));
+            return Err(self.refusal(&request.name));
         }
-        let id = WaiterId(self.next_waiter);
-        self.next_waiter += 1;
+        let id = self.next_waiter_id();
         let until = now + request.wait;
         let name: Box<str> = request.name.as_str().into();
         self.wait_ends.push(Reverse((until, id, name.clone())));
-        self.waiters
-            .entry(name)
-            .or_default()
-            .push_back(Waiter { id, request, until });
+        self.waiters.entry(name).or_default().push_back(Waiter {
+            id,
+            request,
+            until,
+            in_set: false,
+        });
         Ok(Acquired::Waiting(id))
     }
 
-    /// Stops waiting for `waiter` (its client went away), and serves the
-    /// requests it stood before that now fit. Says whether it was still
-    /// waiting.
+    /// Grants every name of a set at once, or none: `requests` name each
+    /// name once, with the grant's id, kind and data for each; the first
+    /// one's lease, wait, holder and node count for all. The set is granted
+    /// at once if every name is free for it (it fits beside each name's
+    /// holders, and nobody waits for any); otherwise it waits in every
+    /// name's queue, and is granted in one step, with consecutive fences,
+    /// once it heads each queue and fits beside each name's holders.
+    ///
+    /// A name of another family than asked is refused at once, as in
+    /// [`Table::acquire`].
+    pub fn acquire_set(
+        &mut self,
+        requests: Vec<Request>,
+        now: MonoTime,
+    ) -> Result<AcquiredSet, AcquireError> {
+        if !self.rebuilt {
+            return Err(NotRebuilt.into());
+        }
+        if let Some(until) = self.new_grants_held_until(now) {
+            return Err(AcquireError::HeldBack { until });
+        }
+        let Some(first) = requests.first() else {
+            return Err(AcquireError::BadSet);
+        };
+        let (holder, node, lease, wait) =
+            (first.holder.clone(), first.node, first.lease, first.wait);
+        let mut names = hashbrown::HashSet::with_capacity(requests.len());
+        if !requests.iter().all(|r| names.insert(r.name.as_str())) {
+            return Err(AcquireError::BadSet);
+        }
+        drop(names);
+        let requests: Vec<Request> = requests
+            .into_iter()
+            .map(|r| Request {
+                holder: holder.clone(),
+                node,
+                lease,
+                wait,
+                ..r
+            })
+            .collect();
+        for r in &requests {
+            self.expire_name(&r.name, now);
+        }
+        for r in &requests {
+            let name_kind = self
+                .slots
+                .first(&r.name)
+                .and_then(|at| self.slots.get(at))
+                .map(|s| s.kind())
+                .or_else(|| self.queue_kind(&r.name));
+            if let Some(kind) = name_kind.filter(|k| !r.kind.same_family(*k)) {
+                return Err(AcquireError::KindMismatch(kind));
+            }
+            if let Some(at) = self.slots.find(&r.id) {
+                let held = self.slots.get(at).expect("found").to_lock();
+                return Err(AcquireError::Held(Box::new(held)));
+            }
+        }
+        let free = requests
+            .iter()
+            .all(|r| !self.waiters.contains_key(r.name.as_str()) && self.fits(&r.name, r.kind));
+        if free {
+            return self.grant_set(requests, now).map(AcquiredSet::Granted);
+        }
+        if wait.is_zero() {
+            return Err(self.set_refusal(requests.iter().map(|r| r.name.as_str())));
+        }
+        let id = self.next_waiter_id();
+        let until = now + wait;
+        let names: Box<[Box<str>]> = requests.iter().map(|r| r.name.as_str().into()).collect();
+        self.wait_ends.push(Reverse((until, id, names[0].clone())));
+        for (request, name) in requests.into_iter().zip(names.iter()) {
+            self.waiters
+                .entry(name.clone())
+                .or_default()
+                .push_back(Waiter {
+                    id,
+                    request,
+                    until,
+                    in_set: true,
+                });
+        }
+        self.sets.insert(id, names);
+        Ok(AcquiredSet::Waiting(id))
+    }
+
+    fn next_waiter_id(&mut self) -> WaiterId {
+        let id = WaiterId(self.next_waiter);
+        self.next_waiter += 1;
+        id
+    }
+
+    /// Why `name` is not granted now: its oldest holder holds it, or, free,
+    /// earlier requests wait for it.
+    fn refusal(&self, name: &str) -> AcquireError {
+        match self.slots.first(name).and_then(|at| self.slots.get(at)) {
+            Some(held) => AcquireError::Held(Box::new(held.to_lock())),
+            None => AcquireError::Awaited(name.to_owned()),
+        }
+    }
+
+    /// Why a set of `names` is not granted now: the first of them held by
+    /// another, or else the first awaited.
+    fn set_refusal<'a>(&self, mut names: impl Iterator<Item = &'a str> + Clone) -> AcquireError {
+        let held = names
+            .clone()
+            .find_map(|name| self.slots.first(name).and_then(|at| self.slots.get(at)));
+        match held {
+            Some(held) => AcquireError::Held(Box::new(held.to_lock())),
+            None => AcquireError::Awaited(names.next().unwrap_or_default().to_owned()),
+        }
+    }
+
+    /// Grants every one of `requests` in one step, with consecutive fences.
+    fn grant_set(
+        &mut self,
+        requests: Vec<Request>,
+        now: MonoTime,
+    ) -> Result<Vec<Lock>, AcquireError> {
+        if !self.fences.has(requests.len()) {
+            return Err(AcquireError::FencesExhausted);
+        }
+        requests.into_iter().map(|r| self.grant(r, now)).collect()
+    }
+
+    /// Stops waiting for `waiter` (its client went away) in `name`'s queue,
+    /// and in every other name's of its set, and serves the requests it
+    /// stood before that now fit. Says whether it was still waiting.
     pub fn cancel(&mut self, name: &str, waiter: WaiterId, now: MonoTime) -> bool {
         match self.unqueue(name, waiter) {
-            Some(was_first) => {
-                if was_first {
-                    self.hand_over(name, None, now);
-                }
+            Some(firsts) => {
+                self.serve(firsts, None, now);
                 true
             }
             None => false,
         }
     }
 
-    /// Takes `waiter` out of `name`'s queue; says whether it was there and
-    /// whether it was first.
-    fn unqueue(&mut self, name: &str, waiter: WaiterId) -> Option<bool> {
+    /// Takes `waiter` out of `name`'s queue and, of a set, out of its other
+    /// names' queues; answers the names where it was first, or `None` if
+    /// it was not waiting in `name`'s queue.
+    fn unqueue(&mut self, name: &str, waiter: WaiterId) -> Option<Vec<Box<str>>> {
+        let names = match self.sets.remove(&waiter) {
+            Some(names) => names,
+            None => Box::new([name.into()]),
+        };
+        let mut found = false;
+        let mut firsts = Vec::new();
+        for name in names.iter() {
+            if let Some(was_first) = self.unqueue_one(name, waiter) {
+                found = true;
+                if was_first {
+                    firsts.push(name.clone());
+                }
+            }
+        }
+        found.then_some(firsts)
+    }
+
+    fn unqueue_one(&mut self, name: &str, waiter: WaiterId) -> Option<bool> {
         let queue = self.waiters.get_mut(name)?;
         let pos = queue.iter().position(|w| w.id == waiter)?;
         queue.remove(pos);
@@ -116,24 +264,24 @@ impl Table {
         Some(pos == 0)
     }
 
-    /// Answers the waits run out by `now`: the name was held all along.
+    /// Answers the waits run out by `now`: the name (of a set, the first
+    /// one held) was held all along.
     pub(super) fn end_waits(&mut self, now: MonoTime) {
         while let Some(Reverse((until, _, _))) = self.wait_ends.peek() {
             if *until > now {
                 break;
             }
             let Reverse((_, waiter, name)) = self.wait_ends.pop().expect("peeked");
-            let Some(was_first) = self.unqueue(&name, waiter) else {
+            let names = self.sets.get(&waiter).cloned();
+            let Some(firsts) = self.unqueue(&name, waiter) else {
                 continue;
             };
-            let result = match self.slots.first(&name).and_then(|at| self.slots.get(at)) {
-                Some(held) => Err(AcquireError::Held(Box::new(held.to_lock()))),
-                None => Err(NotRebuilt.into()),
+            let result = match &names {
+                Some(names) => Err(self.set_refusal(names.iter().map(|n| &**n))),
+                None => Err(self.refusal(&name)),
             };
-            self.answers.push(Answer { waiter, result });
-            if was_first {
-                self.hand_over(&name, None, now);
-            }
+            self.answers.push(Answer::one(waiter, result));
+            self.serve(firsts, None, now);
         }
     }
 
@@ -179,15 +327,44 @@ impl Table {
     /// lapsed) but may again in the same term.
     pub fn turn_away_waiters(&mut self) {
         self.wait_ends.clear();
+        self.sets.clear();
         let first = self.answers.len();
         for (_, queue) in self.waiters.drain() {
-            self.answers.extend(queue.into_iter().map(|w| Answer {
-                waiter: w.id,
-                result: Err(NotRebuilt.into()),
-            }));
+            self.answers.extend(
+                queue
+                    .into_iter()
+                    .map(|w| Answer::one(w.id, Err(NotRebuilt.into()))),
+            );
         }
-        // In the order the waiters came, not the map's.
+        // In the order the waiters came, not the map's; a set once.
         self.answers[first..].sort_unstable_by_key(|a| a.waiter);
+        let mut seen = first;
+        for i in first..self.answers.len() {
+            if seen == first || self.answers[seen - 1].waiter != self.answers[i].waiter {
+                self.answers.swap(seen, i);
+                seen += 1;
+            }
+        }
+        self.answers.truncate(seen);
+    }
+
+    /// Answers every request waiting for `name` [`NotRebuilt`], a set's
+    /// entries in its other names' queues taken out too: another node
+    /// speaks.
+    pub(super) fn turn_away_queue(&mut self, name: &str) {
+        let Some(queue) = self.waiters.remove(name) else {
+            return;
+        };
+        for w in queue {
+            if w.in_set {
+                if let Some(names) = self.sets.remove(&w.id) {
+                    for other in names.iter().filter(|n| ***n != *name) {
+                        self.unqueue_one(other, w.id);
+                    }
+                }
+            }
+            self.answers.push(Answer::one(w.id, Err(NotRebuilt.into())));
+        }
     }
 
     /// Whether a grant of `kind` fits beside the holders of `name` now.
@@ -227,29 +404,95 @@ impl Table {
         if self.waiters.is_empty() {
             return;
         }
-        let Some(mut queue) = self.waiters.remove(name) else {
-            return;
-        };
-        while let Some(head) = queue.front() {
+        self.serve(vec![name.into()], freed, now);
+    }
+
+    /// Serves the queues of `names` from their heads, and of every name a
+    /// set granted or taken out meanwhile left with a new head.
+    fn serve(&mut self, mut names: Vec<Box<str>>, freed: Option<&Lock>, now: MonoTime) {
+        let mut freed = freed;
+        while let Some(name) = names.pop() {
+            self.serve_one(&name, freed, now, &mut names);
+            freed = None;
+        }
+    }
+
+    /// Serves `name`'s queue from its head while the head fits; names whose
+    /// queue a set left with a new head go into `next`.
+    fn serve_one(
+        &mut self,
+        name: &str,
+        freed: Option<&Lock>,
+        now: MonoTime,
+        next: &mut Vec<Box<str>>,
+    ) {
+        while let Some(head) = self.waiters.get(name).and_then(VecDeque::front) {
             if !self.fits(name, head.request.kind) || self.slots.find(&head.request.id).is_some() {
                 break;
             }
-            let waiter = queue.pop_front().expect("a head");
-            if let Some(freed) = freed.filter(|_| waiter.until < now) {
-                self.answers.push(Answer {
-                    waiter: waiter.id,
-                    result: Err(AcquireError::Held(Box::new(freed.clone()))),
-                });
+            let (id, until, in_set) = (head.id, head.until, head.in_set);
+            if let Some(freed) = freed.filter(|_| until < now) {
+                let firsts = self.unqueue(name, id).unwrap_or_default();
+                next.extend(firsts.into_iter().filter(|n| **n != *name));
+                self.answers.push(Answer::one(
+                    id,
+                    Err(AcquireError::Held(Box::new(freed.clone()))),
+                ));
                 continue;
             }
+            if in_set {
+                if !self.set_ready(id) {
+                    break;
+                }
+                let names = self.sets.remove(&id).expect("a waiting set");
+                let requests: Vec<Request> =
+                    names.iter().map(|n| self.pop_head(n).request).collect();
+                next.extend(names.iter().filter(|n| ***n != *name).cloned());
+                let answer = match self.grant_set(requests, now) {
+                    Ok(mut locks) => {
+                        let first = locks.remove(0);
+                        Answer {
+                            waiter: id,
+                            result: Ok(first),
+                            also: locks,
+                        }
+                    }
+                    Err(e) => Answer::one(id, Err(e)),
+                };
+                self.answers.push(answer);
+                continue;
+            }
+            let waiter = self.pop_head(name);
             let result = self.grant(waiter.request, now);
-            self.answers.push(Answer {
-                waiter: waiter.id,
-                result,
-            });
+            self.answers.push(Answer::one(waiter.id, result));
         }
-        if !queue.is_empty() {
-            self.waiters.insert(name.into(), queue);
+    }
+
+    /// Takes the head of `name`'s queue, which has one.
+    fn pop_head(&mut self, name: &str) -> Waiter {
+        let queue = self.waiters.get_mut(name).expect("a queue");
+        let head = queue.pop_front().expect("a head");
+        if queue.is_empty() {
+            self.waiters.remove(name);
         }
+        head
+    }
+
+    /// Whether the set waiting as `id` heads the queue of every one of its
+    /// names and fits beside each name's holders.
+    fn set_ready(&self, id: WaiterId) -> bool {
+        let Some(names) = self.sets.get(&id) else {
+            return false;
+        };
+        names.iter().all(|name| {
+            self.waiters
+                .get(&**name)
+                .and_then(VecDeque::front)
+                .is_some_and(|w| {
+                    w.id == id
+                        && self.fits(name, w.request.kind)
+                        && self.slots.find(&w.request.id).is_none()
+                })
+        })
     }
 }

@@ -91,7 +91,7 @@ fn a_writer_that_stops_waiting_lets_the_readers_behind_it_go() {
     table.poll(t(6));
     let answers = table.take_answers();
     assert!(
-        matches!(&answers[0], Answer { waiter, result: Err(AcquireError::Held(_)) } if *waiter == w)
+        matches!(&answers[0], Answer { waiter, result: Err(AcquireError::Held(_)), .. } if *waiter == w)
     );
     assert_eq!(granted_to(&answers), [r]);
 }

@@ -8,3 +8,4 @@ mod kinds;
 mod model;
 mod rebuild;
 mod seed;
+mod sets;

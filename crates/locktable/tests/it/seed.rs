@@ -158,7 +158,7 @@ fn a_release_hands_the_lock_to_the_waiters_first_come_first_served() {
         assert_eq!(released.id, current.id);
         let answers = table.take_answers();
         assert_eq!(answers.len(), 1, "exactly the next waiter is answered");
-        let Answer { waiter, result } = answers.into_iter().next().unwrap();
+        let Answer { waiter, result, .. } = answers.into_iter().next().unwrap();
         assert_eq!(waiter, w);
         let lock = result.unwrap();
         assert_eq!(lock.id, LockId::from_u128(id));
@@ -277,10 +277,7 @@ fn drop_forgets_the_table_and_answers_the_waiters_not_rebuilt() {
     assert!(table.is_empty());
     assert_eq!(
         table.take_answers(),
-        vec![Answer {
-            waiter: w,
-            result: Err(AcquireError::NotRebuilt(NotRebuilt))
-        }]
+        vec![Answer::one(w, Err(AcquireError::NotRebuilt(NotRebuilt)))]
     );
     assert_eq!(
         table.acquire(req("b", 3, 1), t(1)),
@@ -556,10 +553,7 @@ fn turning_away_waiters_keeps_the_table() {
     table.turn_away_waiters();
     assert_eq!(
         table.take_answers(),
-        vec![Answer {
-            waiter: w,
-            result: Err(AcquireError::NotRebuilt(NotRebuilt))
-        }]
+        vec![Answer::one(w, Err(AcquireError::NotRebuilt(NotRebuilt)))]
     );
     assert_eq!(table.waiting(), 0);
     assert!(table.is_rebuilt());
@@ -582,10 +576,7 @@ fn forget_never_grants_to_a_waiter() {
     table.forget("a", lock.id, 9 * SEC, t(1));
     assert_eq!(
         table.take_answers(),
-        vec![Answer {
-            waiter: w,
-            result: Err(AcquireError::NotRebuilt(NotRebuilt))
-        }]
+        vec![Answer::one(w, Err(AcquireError::NotRebuilt(NotRebuilt)))]
     );
     assert_eq!(table.get("a", t(1)).unwrap(), None);
     assert_eq!(table.waiting(), 0);

@@ -144,6 +144,7 @@ fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result
 
 fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
     Json(LockAnswer {
+        locks: None,
         lock: node.view(lock),
         served_ms: 0,
     })
@@ -170,11 +171,16 @@ async fn acquire(
     if let Some(Extension(waits)) = waits {
         waits.set(!request.wait().is_zero());
     }
-    caller.check(Right::Lock, &request.name)?;
-    let lock = node.acquire(request).await?;
+    for name in request.all_names() {
+        caller.check(Right::Lock, &name)?;
+    }
+    let set = request.is_set();
+    let locks = node.acquire_locks(request).await?;
+    let views: Vec<leasehold_api::LockView> = locks.iter().map(|lock| node.view(lock)).collect();
     Ok(Json(LockAnswer {
-        lock: node.view(&lock),
+        lock: views[0].clone(),
         served_ms: millis_floor(received.elapsed()),
+        locks: set.then_some(views),
     }))
 }
 
@@ -250,6 +256,7 @@ async fn get_lock(
     };
     let lock = lock.ok_or_else(|| ApiError::free(&name))?;
     Ok(Json(LockAnswer {
+        locks: None,
         lock: crate::embedded::with_waiting(&lock, waiting, &node, |l| seen_by(&caller, &node, l)),
         served_ms: 0,
     }))

@@ -111,7 +111,7 @@ impl Node {
     pub(crate) fn dispatch(&self, state: &mut State) {
         for answer in state.member.take_answers() {
             if let Some(tx) = state.waiters.remove(&answer.waiter) {
-                let _ = tx.send(answer.result);
+                let _ = tx.send(answer);
             }
         }
     }

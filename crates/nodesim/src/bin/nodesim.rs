@@ -4,7 +4,7 @@
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses|--speaker-replaces]
 //!         [--change replace|grow|remove|remove-speaker|timings|protocol]
-//!         [--sabotage NAME[,NAME]...] [--kinds]
+//!         [--sabotage NAME[,NAME]...] [--kinds] [--sets]
 //! ```
 //!
 //! `--sabotage` takes the names of `leasehold_node::Sabotage`'s
@@ -34,7 +34,9 @@
 //! `--sabotage` switches a safety mechanism off in every node
 //! (`leasehold_node::Sabotage`), for the checks' self-test. `--kinds` has
 //! the clients take names of every kind (an exclusive one, one readers
-//! share with a writer now and then, a semaphore of two permits).
+//! share with a writer now and then, a semaphore of two permits); `--sets`
+//! has them ask for both exclusive names at once now and then, and checks
+//! each set is granted whole.
 
 use std::process::ExitCode;
 
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
     let mut focus = Focus::Mixed;
     let mut sabotage = Sabotage::NONE;
     let mut kinds = false;
+    let mut sets = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
             "--first" => first = value().parse().unwrap_or(first),
             "--seeds" => seeds = value().parse().unwrap_or(seeds),
             "--kinds" => kinds = true,
+            "--sets" => sets = true,
             "--mode" => {
                 mode = match value().as_str() {
                     "strict" => RebuildMode::Strict,
@@ -104,7 +108,7 @@ fn main() -> ExitCode {
                      [--trace] [--replay] [--expect-failure] \
                      [--speaker-crashes|--speaker-pauses|--speaker-replaces] \
                      [--change replace|grow|remove|remove-speaker|timings|protocol] \
-                     [--sabotage NAME[,NAME]...] [--kinds]"
+                     [--sabotage NAME[,NAME]...] [--kinds] [--sets]"
                 );
                 return ExitCode::from(64);
             }
@@ -123,6 +127,7 @@ fn main() -> ExitCode {
             focus,
             sabotage,
             kinds,
+            sets,
             ..RunOptions::new(seed)
         };
         let outcome = run(&options);

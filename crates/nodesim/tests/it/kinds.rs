@@ -78,3 +78,43 @@ fn a_rebuild_blind_to_kinds_is_caught() {
         "no seed of 16 caught a rebuild blind to kinds"
     );
 }
+
+fn with_sets(seed: u64) -> RunOptions {
+    RunOptions {
+        sets: true,
+        ..RunOptions::new(seed)
+    }
+}
+
+/// Sets of names beside single names, under every fault and under speaker
+/// crashes: each set granted whole, and no name held twice.
+#[test]
+fn sets_are_granted_whole_and_exclusion_holds_under_faults() {
+    for seed in 1..=SEEDS {
+        for focus in [Focus::Mixed, Focus::SpeakerCrashes] {
+            let outcome = run(&RunOptions {
+                focus,
+                ..with_sets(seed)
+            });
+            outcome.assert_passed(&format!("seed {seed} ({focus:?}, sets)"));
+            assert!(outcome.grants() > 0, "seed {seed}: no grant at all");
+        }
+    }
+}
+
+/// A speaker that grants what it can of a set answers part of it: the
+/// checks see it.
+#[test]
+fn a_set_granted_in_part_is_caught() {
+    let caught = (1..=12).find(|&seed| {
+        let outcome = run(&RunOptions {
+            sabotage: switched("sets-partial"),
+            ..with_sets(seed)
+        });
+        !outcome.violations.is_empty()
+    });
+    assert!(
+        caught.is_some(),
+        "no seed of 12 caught a set granted in part"
+    );
+}

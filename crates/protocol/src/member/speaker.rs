@@ -2,7 +2,8 @@
 //! and the expiry of leases, and when its table is dropped.
 
 use locktable::{
-    AcquireError, Acquired, Answer, Lock, LockError, LockId, MonoTime, NodeId, Request, WaiterId,
+    AcquireError, Acquired, AcquiredSet, Answer, Lock, LockError, LockId, MonoTime, NodeId,
+    Request, WaiterId,
 };
 
 use crate::guard::Guard;
@@ -10,7 +11,20 @@ use crate::members::Members;
 use crate::refusal::Refusal;
 use crate::retry::Named;
 
-use super::{Acquisition, Made, Member, Moved, Polled, Renewal, MOVED_PRUNE_AT};
+use super::{Acquisition, Made, Member, Moved, Polled, Renewal, SetAcquisition, MOVED_PRUNE_AT};
+
+/// A refusal of the table's as the protocol answers it.
+fn acquire_refusal(e: AcquireError) -> Refusal {
+    match e {
+        AcquireError::Held(lock) => Refusal::Held(lock),
+        AcquireError::KindMismatch(kind) => Refusal::KindMismatch(kind),
+        AcquireError::Awaited(name) => Refusal::Awaited(name),
+        AcquireError::BadSet => Refusal::BadSet,
+        AcquireError::NotRebuilt(_)
+        | AcquireError::HeldBack { .. }
+        | AcquireError::FencesExhausted => Refusal::NotRebuilt,
+    }
+}
 
 impl Member {
     /// Grants (or queues) `request` as the speaker; a lock of this
@@ -28,13 +42,7 @@ impl Member {
         if self.config.sabotage.writers_shared && request.kind == locktable::Kind::Exclusive {
             request.kind = locktable::Kind::Shared;
         }
-        let acquired = self.table.acquire(request, now).map_err(|e| match e {
-            AcquireError::Held(lock) => Refusal::Held(lock),
-            AcquireError::KindMismatch(kind) => Refusal::KindMismatch(kind),
-            AcquireError::NotRebuilt(_)
-            | AcquireError::HeldBack { .. }
-            | AcquireError::FencesExhausted => Refusal::NotRebuilt,
-        })?;
+        let acquired = self.table.acquire(request, now).map_err(acquire_refusal)?;
         if let Acquired::Granted(lock) = &acquired {
             if node == self.config.id {
                 self.held.record(lock.clone());
@@ -83,6 +91,83 @@ impl Member {
         }
     }
 
+    /// Grants (or queues) a set of names as the speaker, all or none
+    /// (`Table::acquire_set`); the grants to this member's own client go
+    /// into its `Held` at once. A `named` set gets the ids made from its
+    /// name, as [`Member::acquire_named`] does; one that finds its own
+    /// earlier grants holding every name is answered
+    /// [`SetAcquisition::Own`]: renew them.
+    pub fn acquire_set(
+        &mut self,
+        mut requests: Vec<Request>,
+        named: Option<Named<'_>>,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<SetAcquisition, Refusal> {
+        self.speaker(guard, now)?;
+        if let Some(named) = named {
+            let own: Vec<Lock> = requests
+                .iter()
+                .filter_map(|r| {
+                    let holders = self.table.holders(&r.name, now).ok()?;
+                    holders.into_iter().find(|lock| named.owns(lock))
+                })
+                .collect();
+            if !requests.is_empty() && own.len() == requests.len() {
+                return Ok(SetAcquisition::Own(own));
+            }
+            for r in &mut requests {
+                let id = named.lock_id(&r.name);
+                if !self.table.is_forgotten(id, now) {
+                    r.id = id;
+                }
+            }
+        }
+        if self.config.sabotage.writers_shared {
+            for r in &mut requests {
+                if r.kind == locktable::Kind::Exclusive {
+                    r.kind = locktable::Kind::Shared;
+                }
+            }
+        }
+        let acquired = if self.config.sabotage.sets_partial {
+            self.acquire_free_ones(requests, now)?
+        } else {
+            self.table
+                .acquire_set(requests, now)
+                .map_err(acquire_refusal)?
+        };
+        if let AcquiredSet::Granted(locks) = &acquired {
+            for lock in locks.iter().filter(|l| l.node == self.config.id) {
+                self.held.record(lock.clone());
+            }
+        }
+        Ok(SetAcquisition::Table(acquired, self.made()))
+    }
+
+    /// The sabotage `sets-partial`: the names of a set free now, granted
+    /// one by one and answered as the set.
+    fn acquire_free_ones(
+        &mut self,
+        requests: Vec<Request>,
+        now: MonoTime,
+    ) -> Result<AcquiredSet, Refusal> {
+        let mut granted = Vec::new();
+        let mut refused = None;
+        for mut request in requests {
+            request.wait = std::time::Duration::ZERO;
+            match self.table.acquire(request, now) {
+                Ok(Acquired::Granted(lock)) => granted.push(lock),
+                Ok(Acquired::Waiting(_)) => {}
+                Err(e) => refused = refused.or(Some(e)),
+            }
+        }
+        match (granted.is_empty(), refused) {
+            (true, Some(e)) => Err(acquire_refusal(e)),
+            _ => Ok(AcquiredSet::Granted(granted)),
+        }
+    }
+
     /// Stops waiting for `waiter` (its client went away); the requests
     /// behind it that now fit are granted, their answers to be taken with
     /// [`Member::take_answers`].
@@ -95,10 +180,9 @@ impl Member {
     pub fn take_answers(&mut self) -> Vec<Answer> {
         let answers = self.table.take_answers();
         for answer in &answers {
-            if let Ok(lock) = &answer.result {
-                if lock.node == self.config.id {
-                    self.held.record(lock.clone());
-                }
+            let granted = answer.result.iter().chain(&answer.also);
+            for lock in granted.filter(|l| l.node == self.config.id) {
+                self.held.record(lock.clone());
             }
         }
         answers

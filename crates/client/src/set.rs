@@ -1,0 +1,111 @@
+//! A set of locks granted together ([`crate::Client::acquire_all`]), held
+//! and lost as one.
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::guard::LockGuard;
+use crate::Lock;
+
+/// Locks granted together, one guard each, renewed side by side (their
+/// renewals leave together, and a node forwards them to the speaker in one
+/// batch). The set counts as lost the moment any of its locks is: its
+/// [`LockSet::lost_token`] is cancelled then, and the work it guards is to
+/// stop. Dropping the set releases every lock in the background.
+pub struct LockSet {
+    guards: Vec<LockGuard>,
+    lost: CancellationToken,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl LockSet {
+    /// Watches `guards` (at least one): the first loss among them is the
+    /// set's.
+    pub(crate) fn new(guards: Vec<LockGuard>) -> LockSet {
+        let lost = CancellationToken::new();
+        let each: Vec<CancellationToken> = guards.iter().map(LockGuard::lost_token).collect();
+        let set_lost = lost.clone();
+        let watch = leasehold_tasks::spawn(async move {
+            let any =
+                futures::future::select_all(each.iter().map(|token| Box::pin(token.cancelled())));
+            tokio::select! {
+                _ = any => set_lost.cancel(),
+                _ = set_lost.cancelled() => {}
+            }
+        });
+        LockSet {
+            guards,
+            lost,
+            watch,
+        }
+    }
+
+    /// The locks, in the order asked, as last granted or renewed.
+    pub fn locks(&self) -> Vec<Lock> {
+        self.guards.iter().map(LockGuard::lock).collect()
+    }
+
+    /// The guards of the locks, in the order asked.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// The fence of each lock, in the order asked.
+    pub fn fences(&self) -> Vec<u64> {
+        self.guards.iter().map(LockGuard::fence).collect()
+    }
+
+    /// A token cancelled the moment any lock of the set is lost, or its
+    /// lease is about to lapse unrenewed on this client's clock.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Whether any lock of the set is lost, judged now.
+    pub fn is_lost(&self) -> bool {
+        if self.guards.iter().any(LockGuard::is_lost) {
+            self.lost.cancel();
+        }
+        self.lost.is_cancelled()
+    }
+
+    /// [`Error::Lost`] if any lock of the set is lost, judged now.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.is_lost() {
+            return Err(Error::Lost);
+        }
+        Ok(())
+    }
+
+    /// Resolves once any lock of the set is lost.
+    pub async fn lost(&self) {
+        self.lost.cancelled().await
+    }
+
+    /// Stops renewing and releases every lock, all at once; the first
+    /// error, if any, once all are done.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let guards = std::mem::take(&mut self.guards);
+        let released = futures::future::join_all(guards.into_iter().map(LockGuard::release)).await;
+        released.into_iter().collect()
+    }
+}
+
+impl Drop for LockSet {
+    fn drop(&mut self) {
+        // The guards release themselves as they drop.
+        self.watch.abort();
+    }
+}
+
+impl std::fmt::Debug for LockSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockSet")
+            .field(
+                "names",
+                &self.guards.iter().map(LockGuard::name).collect::<Vec<_>>(),
+            )
+            .field("fences", &self.fences())
+            .finish_non_exhaustive()
+    }
+}
