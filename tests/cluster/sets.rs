@@ -121,6 +121,7 @@ async fn a_waiting_set_is_not_overtaken_and_two_sets_in_opposite_orders_both_go(
         json!("first"),
         "{queued}"
     );
+    assert_eq!(queued["lock"]["queue"][0]["with"], json!(["a"]), "{queued}");
     let second = spawn_set(f[1], ["b", "a"], "second");
     tokio::time::sleep(Duration::from_millis(500)).await;
     // `a` is free, but the first set waits for it: a try does not

@@ -516,6 +516,7 @@ mod tests {
             lock: Some(lock),
             waiters: 1,
             queue: vec![crate::PeerQueued {
+                with: Vec::new(),
                 holder: "w".into(),
                 node: 3,
                 waited_ms: 5,

@@ -30,6 +30,10 @@ pub struct QueuedView {
     /// The count of permits it asks one of, for a `permit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u32>,
+    /// The other names it asks for together with this one (a set), in the
+    /// order asked; absent for one name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with: Vec<String>,
 }
 
 fn is_exclusive(mode: &crate::Mode) -> bool {
@@ -55,6 +59,7 @@ impl QueuedView {
             lease_ms: millis_floor(queued.lease),
             mode,
             permits,
+            with: queued.with.clone(),
         }
     }
 }
@@ -78,6 +83,10 @@ pub struct PeerQueued {
     /// exclusive, and from a speaker of an earlier build).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub kind: u32,
+    /// The other names of its set ([`Queued::with`]); absent for one name,
+    /// and from a speaker of an earlier build.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with: Vec<String>,
 }
 
 impl PeerQueued {
@@ -90,6 +99,7 @@ impl PeerQueued {
             left_ms: millis_floor(queued.until.saturating_duration_since(now)),
             lease_ms: millis_floor(queued.lease),
             kind: queued.kind.to_bits(),
+            with: queued.with.clone(),
         }
     }
 
@@ -104,6 +114,7 @@ impl PeerQueued {
             since: sent - Duration::from_millis(self.waited_ms),
             until: sent + Duration::from_millis(self.left_ms),
             lease: Duration::from_millis(self.lease_ms),
+            with: self.with.clone(),
         }
     }
 }
@@ -120,6 +131,7 @@ mod tests {
 
     fn queued() -> Queued {
         Queued {
+            with: Vec::new(),
             kind: Default::default(),
             holder: "worker-2".into(),
             node: 3,

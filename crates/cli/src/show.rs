@@ -94,7 +94,7 @@ fn queue_lines(lock: &leasehold_client::Lock) -> Vec<String> {
         .map(|(i, q)| {
             let holder = if q.holder.is_empty() { "-" } else { &q.holder };
             format!(
-                "    {}. {holder} (node {}) waiting {}, {} left to wait, for a lease of {}{}",
+                "    {}. {holder} (node {}) waiting {}, {} left to wait, for a lease of {}{}{}",
                 i + 1,
                 q.node,
                 seconds(q.waited_ms),
@@ -104,6 +104,10 @@ fn queue_lines(lock: &leasehold_client::Lock) -> Vec<String> {
                     (leasehold_api::Mode::Shared, _) => ", shared".to_string(),
                     (leasehold_api::Mode::Permit, Some(n)) => format!(", one of {n} permits"),
                     _ => String::new(),
+                },
+                match q.with.is_empty() {
+                    true => String::new(),
+                    false => format!(", together with {}", q.with.join(" ")),
                 }
             )
         })

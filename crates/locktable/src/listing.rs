@@ -60,6 +60,9 @@ pub struct Queued {
     pub lease: Duration,
     /// What it asks for.
     pub kind: Kind,
+    /// The other names it asks for together with this one (a set), in the
+    /// order asked; empty for one name.
+    pub with: Vec<String>,
 }
 
 /// The most lapsed leases the table keeps between two

@@ -306,21 +306,23 @@ impl Node {
         let now = self.clock.now();
         let unrecorded: Vec<Lock> = in_transit.iter().map(|l| l.clone().arrive(now)).collect();
         let mut recorded = Vec::with_capacity(in_transit.len());
+        let mut state = self.state();
         for lock in in_transit {
-            let outcome = self
-                .state()
+            match state
                 .member
-                .granted_through_speaker(call, lock, served, now);
-            match outcome {
+                .granted_through_speaker(call, lock, served, now)
+            {
                 Ok(lock) => recorded.push(lock),
                 Err(refusal) => {
                     for lock in &recorded {
-                        self.drop_held(lock.id);
+                        state.member.drop_held(lock.id);
                     }
+                    drop(state);
                     return (Err(self.refused(refusal)), unrecorded);
                 }
             }
         }
+        drop(state);
         (Ok(recorded), Vec::new())
     }
 

@@ -318,8 +318,21 @@ impl Table {
                 until: w.until,
                 lease: self.rule.lease(w.request.lease),
                 kind: w.request.kind,
+                with: self.set_names_besides(w),
             })
             .collect()
+    }
+
+    /// The other names of `w`'s set, in the order asked (none for one name).
+    fn set_names_besides(&self, w: &Waiter) -> Vec<String> {
+        match self.sets.get(&w.id).filter(|_| w.in_set) {
+            Some(names) => names
+                .iter()
+                .filter(|n| ***n != *w.request.name)
+                .map(|n| n.to_string())
+                .collect(),
+            None => Vec::new(),
+        }
     }
 
     /// Answers every waiting request [`NotRebuilt`] and keeps the table: for

@@ -230,6 +230,7 @@ fn a_listing_shows_each_locks_queue_in_the_order_it_is_served() {
         [
             vec![
                 Queued {
+                    with: Vec::new(),
                     kind: Default::default(),
                     holder: "client-3".into(),
                     node: 2,
@@ -238,6 +239,7 @@ fn a_listing_shows_each_locks_queue_in_the_order_it_is_served() {
                     lease: 10 * SEC,
                 },
                 Queued {
+                    with: Vec::new(),
                     kind: Default::default(),
                     holder: "client-4".into(),
                     node: 3,

@@ -66,6 +66,13 @@ fn a_set_waits_for_its_held_name_and_nobody_overtakes_it_on_the_free_ones() {
         table.get("a", t(0)).unwrap().is_none(),
         "nothing is granted yet"
     );
+    let queue = table.waiting_for("b", t(0)).first;
+    assert_eq!(queue.len(), 1);
+    assert_eq!(
+        queue[0].with,
+        ["a"],
+        "a listing shows the set's other names"
+    );
     assert_eq!(
         table.acquire(req("a", 2, 1), t(0)),
         Err(AcquireError::Awaited("a".into())),
