@@ -399,3 +399,60 @@ async fn a_change_of_data_the_cluster_cannot_take_yet_keeps_the_lock() {
     );
     guard.release().await.unwrap();
 }
+
+/// `acquire_all` holds every name with consecutive fences, renews them all
+/// past several leases, counts the set lost when one of its locks is (an
+/// operator released it), and releases the rest with the set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_set_is_held_renewed_and_lost_as_one() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(support::SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let c = all(&cluster);
+    let options = || AcquireOptions::default().lease(2 * SEC);
+    let set = c
+        .acquire_all(&["set/a", "set/b", "set/c"], options())
+        .await
+        .unwrap();
+    let fences = set.fences();
+    assert_eq!(fences, [fences[0], fences[0] + 1, fences[0] + 2]);
+    // Past three leases: every lock renewed, none lost.
+    tokio::time::sleep(6 * SEC).await;
+    assert!(!set.is_lost());
+    for lock in set.locks() {
+        let held = c.get(&lock.name).await.unwrap().expect("held");
+        assert_eq!(held.id, lock.id);
+    }
+    // A set that cannot be had whole takes nothing.
+    let refused = c
+        .acquire_all(&["set/free", "set/b"], AcquireOptions::default())
+        .await;
+    assert!(matches!(refused, Err(Error::Held(_))), "{refused:?}");
+    assert!(c.get("set/free").await.unwrap().is_none());
+
+    let b = &set.locks()[1];
+    let (status, body) = cluster
+        .post(
+            speaker,
+            "/v1/locks/release",
+            serde_json::json!({"name": "set/b", "id": b.id}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::timeout(10 * SEC, set.lost()).await.unwrap();
+    assert!(set.check().is_err());
+    let _ = set.release().await;
+    for name in ["set/a", "set/c"] {
+        assert!(
+            c.get(name).await.unwrap().is_none(),
+            "{name} released with the set"
+        );
+    }
+    // with_locks runs the work under the set and releases it.
+    let out = c
+        .with_locks(&["set/x", "set/y"], options(), |_lost| async { 7 })
+        .await
+        .unwrap();
+    assert_eq!(out, 7);
+    assert!(c.get("set/x").await.unwrap().is_none());
+}
