@@ -54,6 +54,41 @@ fn a_waiter_granted_later_is_answered_and_a_client_of_the_speaker_recorded() {
 }
 
 #[test]
+fn a_set_granted_later_is_answered_whole_and_a_client_of_the_speaker_records_every_lock() {
+    use leasehold_protocol::SetAcquisition;
+    use locktable::AcquiredSet;
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let first = granted(&mut m, "b", 1, 2, &guard, now);
+    let set = vec![
+        wait_for("a", 2, 1),
+        wait_for("b", 3, 1),
+        wait_for("c", 4, 1),
+    ];
+    let Ok(SetAcquisition::Table(AcquiredSet::Waiting(waiter), _)) =
+        m.acquire_set(set, None, &guard, now)
+    else {
+        panic!("waits")
+    };
+    m.release("b", first.id, &guard, now).unwrap();
+    let answers = m.take_answers();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].waiter, waiter);
+    let locks: Vec<Lock> = answers[0]
+        .result
+        .iter()
+        .chain(&answers[0].also)
+        .cloned()
+        .collect();
+    let ids: Vec<u128> = locks.iter().map(|l| l.id.as_u128()).collect();
+    assert_eq!(ids, [2, 3, 4]);
+    for lock in &locks {
+        assert!(m.held_record(lock.id).is_some(), "{} recorded", lock.name);
+    }
+}
+
+#[test]
 fn a_cancelled_waiter_is_never_granted() {
     let now = at(0);
     let guard = leading(3, now);

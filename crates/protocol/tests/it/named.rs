@@ -194,3 +194,36 @@ fn a_named_retry_of_a_permit_on_a_full_semaphore_is_not_refused_held() {
         "retry answered {again:?}"
     );
 }
+
+/// A set granted to a named acquisition, whose answer was lost: its retry
+/// (a later wall time, ids of its own) finds the set's own grants on every
+/// name and is answered with them, not refused `held` against itself; a
+/// set another acquisition of the holder names is refused.
+#[test]
+fn a_named_retry_of_a_set_finds_its_own_grants() {
+    use leasehold_protocol::SetAcquisition;
+    use locktable::AcquiredSet;
+    let (mut m, guard, now) = speaker_now();
+    let set = |first: u128| vec![request("a", first, 1), request("b", first + 1, 1)];
+    let first_try = Named {
+        holder: "h",
+        request: "r1",
+        wall_ms: WALL_MS,
+    };
+    let granted = match m.acquire_set(set(7), Some(first_try), &guard, now) {
+        Ok(SetAcquisition::Table(AcquiredSet::Granted(locks), _)) => locks,
+        other => panic!("not granted: {other:?}"),
+    };
+    assert_eq!(granted[0].id, first_try.lock_id("a"));
+    assert_eq!(granted[1].id, first_try.lock_id("b"));
+    let retry = Named {
+        wall_ms: WALL_MS + 9,
+        ..first_try
+    };
+    match m.acquire_set(set(20), Some(retry), &guard, now) {
+        Ok(SetAcquisition::Own(own)) => assert_eq!(own, granted),
+        other => panic!("the retry did not find its own set: {other:?}"),
+    }
+    let other = m.acquire_set(set(30), Some(named("r2")), &guard, now);
+    assert!(matches!(other, Err(Refusal::Held(_))), "{other:?}");
+}
