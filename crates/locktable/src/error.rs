@@ -37,8 +37,8 @@ pub enum AcquireError {
     /// for its other names): nobody overtakes them.
     #[error("lock {0} is free but awaited by earlier requests")]
     Awaited(String),
-    /// A set that names no name, or one name twice.
-    #[error("a set names each of its names once, and at least one")]
+    /// A set that names no name, or one name (or one id) twice.
+    #[error("a set names each of its names once, each with an id of its own, and at least one")]
     BadSet,
 }
 

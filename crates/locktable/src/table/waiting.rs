@@ -121,10 +121,14 @@ impl Table {
         let (holder, node, lease, wait) =
             (first.holder.clone(), first.node, first.lease, first.wait);
         let mut names = hashbrown::HashSet::with_capacity(requests.len());
-        if !requests.iter().all(|r| names.insert(r.name.as_str())) {
+        let mut ids = hashbrown::HashSet::with_capacity(requests.len());
+        if !requests
+            .iter()
+            .all(|r| names.insert(r.name.as_str()) && ids.insert(r.id))
+        {
             return Err(AcquireError::BadSet);
         }
-        drop(names);
+        drop((names, ids));
         let requests: Vec<Request> = requests
             .into_iter()
             .map(|r| Request {

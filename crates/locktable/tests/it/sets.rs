@@ -210,6 +210,12 @@ fn a_bad_set_or_a_kind_that_does_not_match_is_refused_and_nothing_is_taken() {
         table.acquire_set(set(&["a", "a"], 1, SEC), t(0)),
         Err(AcquireError::BadSet)
     );
+    let one_id = vec![req("a", 5, 1), req("b", 5, 1)];
+    assert_eq!(
+        table.acquire_set(one_id, t(0)),
+        Err(AcquireError::BadSet),
+        "two grants under one id would be one record"
+    );
     let mut sem = req("b", 1, 1);
     sem.kind = Kind::Permit(2);
     granted(table.acquire(sem, t(0)));
