@@ -185,3 +185,41 @@ async fn a_speaker_crash_keeps_every_lock_of_a_set() {
         assert_eq!(body["lock"]["fence"], lock["fence"], "{body}");
     }
 }
+
+/// Routine change, then a fault: a set held through one follower, the other
+/// follower stopped with SIGTERM (it hands its records over) and started
+/// again, then the speaker killed. Every lock of the set stays its
+/// holder's, with its fence, and no name of it is granted to another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_restart_then_a_speaker_crash_keeps_a_set_whole() {
+    let mut cluster =
+        Cluster::start_with(3, &["--rebuild-mode", "strict", "--max-lease", "20000"]).await;
+    let (speaker, _) = cluster.speaker().await;
+    let others = cluster.others(speaker);
+    let (holder, other) = (others[0], others[1]);
+    let names = ["r-x", "r-y", "r-z"];
+    let (status, body) = acquire_set(
+        &cluster,
+        holder,
+        &names,
+        json!({ "lease_ms": 20000, "holder": "w1" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let locks = granted_whole(&body, &names);
+    assert_eq!(cluster.terminate(other, crate::support::PATIENCE), Some(0));
+    cluster.spawn(other);
+    cluster.all_follow_one().await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    for lock in &locks {
+        let name = lock["name"].as_str().unwrap();
+        let rival = json!({ "name": name, "holder": "w2" });
+        let (status, body) = cluster.post_settled(next, "/v1/locks/acquire", rival).await;
+        assert_eq!((status, &body["error"]), (409, &json!("held")), "{body}");
+        let renew = json!({ "name": lock["name"], "id": lock["id"] });
+        let (status, renewed) = cluster.post_settled(holder, "/v1/locks/renew", renew).await;
+        assert_eq!(status, 200, "{renewed}");
+        assert_eq!(renewed["lock"]["fence"], lock["fence"], "{renewed}");
+    }
+}
