@@ -24,7 +24,7 @@ pub struct AcquireBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The names of a set to lock all at once, in place of `name`: each
-    /// once, at most [`MAX_SET_NAMES`]; granted together or not at all.
+    /// once, at most [`crate::MAX_SET_NAMES`]; granted together or not at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub names: Option<Vec<String>>,
     /// Who asks, for the reader of a listing; absent means "".
