@@ -50,7 +50,7 @@ pub use request::{
     validate_name, validate_new_name, validate_request_id, validate_set, AcquireBody,
     AddMemberBody, BadRequest, Body, Field, FieldKind, ReleaseBody, RenewBody, DEFAULT_LIST_LIMIT,
     IDLE_KEPT, IDLE_TIMEOUT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT,
-    MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SET_NAMES, MAX_WAIT_MS,
+    MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SET_BYTES, MAX_SET_NAMES, MAX_WAIT_MS,
 };
 pub use time::format_rfc3339_ms;
 

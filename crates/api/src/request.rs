@@ -20,8 +20,8 @@ pub use bad_request::BadRequest;
 pub use bodies::{AcquireBody, AddMemberBody, ReleaseBody, RenewBody};
 pub use limits::{
     DEFAULT_LIST_LIMIT, IDLE_KEPT, IDLE_TIMEOUT, MAX_ADDR_BYTES, MAX_BODY_BYTES, MAX_DATA_BYTES,
-    MAX_HOLDER_BYTES, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SET_NAMES,
-    MAX_WAIT_MS,
+    MAX_HOLDER_BYTES, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SET_BYTES,
+    MAX_SET_NAMES, MAX_WAIT_MS,
 };
 pub use read::{parse_body, parse_body_checked, read_body, Body, Field, FieldKind};
 pub(crate) use validate::max_len;

@@ -510,7 +510,7 @@ impl Table {
         }
         if let Ok(at) = self.find_held(name, id) {
             self.remove(at);
-            self.turn_away_queue(name);
+            self.turn_away_queue(name, now);
         }
     }
 

@@ -6,6 +6,15 @@ use std::time::Duration;
 pub const MAX_NAME_BYTES: usize = 512;
 /// Most names of one set (`names`).
 pub const MAX_SET_NAMES: usize = 64;
+/// Most bytes of UTF-8 the names of one set hold together: fully escaped
+/// (six times), with every other field at its limit, a set's body still
+/// fits in [`MAX_BODY_BYTES`] with room for what a follower wraps around
+/// it when it forwards it.
+pub const MAX_SET_BYTES: usize = 4096;
+const _: () = assert!(
+    6 * (MAX_SET_BYTES + MAX_HOLDER_BYTES + MAX_DATA_BYTES + MAX_REQUEST_ID_BYTES) + 1024
+        <= MAX_BODY_BYTES
+);
 /// Longest `holder`, in bytes of UTF-8.
 pub const MAX_HOLDER_BYTES: usize = 256;
 /// Longest `data`, in bytes of UTF-8.

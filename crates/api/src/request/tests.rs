@@ -241,3 +241,38 @@ fn name_checks_for_paths() {
     assert!(validate_name(&"x".repeat(513)).is_err());
     assert_eq!(validate_id("x"), Err(BadRequest::BadId));
 }
+
+#[test]
+fn a_set_is_refused_past_its_count_or_its_bytes_and_its_largest_body_fits_when_forwarded() {
+    use crate::{MAX_BODY_BYTES, MAX_SET_BYTES, MAX_SET_NAMES};
+    let body = |names: Vec<String>| serde_json::json!({ "names": names }).to_string();
+    let many: Vec<String> = (0..=MAX_SET_NAMES).map(|i| format!("n{i}")).collect();
+    assert_eq!(refused(&body(many)).0, BadRequest::SetSize);
+    let long: Vec<String> = (0..9).map(|i| format!("{i}{}", "x".repeat(511))).collect();
+    assert!(matches!(
+        refused(&body(long)).0,
+        BadRequest::TooLong { field: "names", .. }
+    ));
+    // The largest set a node takes, every character escaped, with every
+    // other field at its limit: forwarded in a batch, it still fits.
+    let each = MAX_SET_BYTES / MAX_SET_NAMES;
+    let names: Vec<String> = (0..MAX_SET_NAMES)
+        .map(|i| format!("{i:02}{}", "\"".repeat(each - 2)))
+        .collect();
+    let full = serde_json::json!({
+        "names": names,
+        "holder": "\"".repeat(crate::MAX_HOLDER_BYTES),
+        "data": "\"".repeat(crate::MAX_DATA_BYTES),
+        "request_id": "r".repeat(crate::MAX_REQUEST_ID_BYTES),
+    });
+    let parsed: crate::AcquireBody = crate::parse_body(full.to_string().as_bytes()).expect("taken");
+    let forwarded = serde_json::json!({
+        "calls": [{ "Acquire": { "body": parsed, "node": u64::MAX } }]
+    })
+    .to_string();
+    assert!(
+        forwarded.len() <= MAX_BODY_BYTES,
+        "{} bytes",
+        forwarded.len()
+    );
+}

@@ -5,7 +5,7 @@ use locktable::LockId;
 use super::bad_request::BadRequest;
 use super::limits::{
     MAX_ADDR_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES,
-    MAX_SET_NAMES,
+    MAX_SET_BYTES, MAX_SET_NAMES,
 };
 
 /// Checks a lock name: 1 to [`MAX_NAME_BYTES`] bytes.
@@ -36,11 +36,20 @@ pub fn validate_new_name(name: &str) -> Result<(), BadRequest> {
     Ok(())
 }
 
-/// Checks the names of a set: 1 to [`MAX_SET_NAMES`] of them, each a new
-/// lock's name ([`validate_new_name`]) and named once.
+/// Checks the names of a set: 1 to [`MAX_SET_NAMES`] of them, at most
+/// [`MAX_SET_BYTES`] together, each a new lock's name
+/// ([`validate_new_name`]) and named once.
 pub fn validate_set(names: &[String]) -> Result<(), BadRequest> {
     if names.is_empty() || names.len() > MAX_SET_NAMES {
         return Err(BadRequest::SetSize);
+    }
+    let bytes: usize = names.iter().map(String::len).sum();
+    if bytes > MAX_SET_BYTES {
+        return Err(BadRequest::TooLong {
+            field: "names",
+            len: bytes,
+            max: MAX_SET_BYTES,
+        });
     }
     let mut seen = std::collections::HashSet::with_capacity(names.len());
     for name in names {

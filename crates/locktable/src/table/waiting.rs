@@ -365,23 +365,29 @@ impl Table {
         self.answers.truncate(seen);
     }
 
-    /// Answers every request waiting for `name` [`NotRebuilt`], a set's
-    /// entries in its other names' queues taken out too: another node
-    /// speaks.
-    pub(super) fn turn_away_queue(&mut self, name: &str) {
+    /// Answers every request waiting for `name` [`NotRebuilt`] (a release
+    /// heard from elsewhere: another node may speak). A set among them
+    /// leaves its other names' queues too, and each of those it headed is
+    /// served: the requests behind it there wait for names this table
+    /// still grants.
+    pub(super) fn turn_away_queue(&mut self, name: &str, now: MonoTime) {
         let Some(queue) = self.waiters.remove(name) else {
             return;
         };
+        let mut headed = Vec::new();
         for w in queue {
             if w.in_set {
                 if let Some(names) = self.sets.remove(&w.id) {
                     for other in names.iter().filter(|n| ***n != *name) {
-                        self.unqueue_one(other, w.id);
+                        if self.unqueue_one(other, w.id) == Some(true) {
+                            headed.push(other.clone());
+                        }
                     }
                 }
             }
             self.answers.push(Answer::one(w.id, Err(NotRebuilt.into())));
         }
+        self.serve(headed, None, now);
     }
 
     /// Whether a grant of `kind` fits beside the holders of `name` now.

@@ -500,3 +500,29 @@ proptest! {
         prop_assert!(run.waiting.is_empty(), "left waiting: {:?}", run.waiting);
     }
 }
+
+/// A release heard from elsewhere (`forget`) turns away the requests
+/// waiting for its name, a set among them; the set leaves its other
+/// names' queues, and a request behind it on a free name is served then,
+/// not left waiting for a name nobody holds (found by the second reader).
+#[test]
+fn a_set_turned_away_by_a_forget_lets_the_request_behind_it_on_another_name_go() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let a = granted(table.acquire(req("a", 1, 1), t(0)));
+    let s = set_waiter(table.acquire_set(set(&["a", "b"], 10, 60 * SEC), t(0)));
+    let behind = match table.acquire(waiting(req("b", 20, 1), 60 * SEC), t(0)) {
+        Ok(locktable::Acquired::Waiting(w)) => w,
+        other => panic!("expected to wait, got {other:?}"),
+    };
+    table.forget("a", a.id, SEC, t(1));
+    let answers = table.take_answers();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[0].waiter, s);
+    assert!(answers[0].result.is_err());
+    assert_eq!(answers[1].waiter, behind);
+    assert_eq!(
+        answers[1].result.as_ref().map(|l| l.id),
+        Ok(LockId::from_u128(20))
+    );
+    assert_eq!(table.waiting(), 0);
+}

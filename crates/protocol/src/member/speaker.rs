@@ -228,8 +228,16 @@ impl Member {
     /// Releases a grant its client never heard of (it could not be put on
     /// record with enough members, or its caller went away); answers the
     /// members to tell. A table dropped meanwhile forgets it (it may be in
-    /// `Granted`), and every member is told.
+    /// `Granted`), and every member is told. A grant renewed since it was
+    /// granted is kept (no member told): only a client holding it renews
+    /// it, a retry of the same named request answered with it
+    /// ([`Member::acquire_named`]'s `Own`), as [`Member::take_back_unrenewed`]
+    /// keeps it for a follower.
     pub fn take_back(&mut self, lock: &Lock, now: MonoTime) -> Members {
+        let current = self.table.grant_of(&lock.name, lock.id, now);
+        if current.is_some_and(|held| held.renewed_since_granted()) {
+            return Members::NONE;
+        }
         self.held.remove(lock.id);
         self.copies.remove(lock.id);
         match self.table.release(&lock.name, lock.id, now) {

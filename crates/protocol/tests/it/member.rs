@@ -88,6 +88,28 @@ fn a_set_granted_later_is_answered_whole_and_a_client_of_the_speaker_records_eve
     }
 }
 
+/// A grant whose first caller went away is taken back, unless a retry of
+/// the same request was answered with it and renewed it meanwhile: then a
+/// client holds it, and taking it back would let the name be granted to
+/// another under it (found by the second reader of sets).
+#[test]
+fn a_grant_renewed_by_a_retry_is_not_taken_back_when_its_first_caller_goes() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let gone = granted(&mut m, "a", 1, 2, &guard, now);
+    assert_ne!(m.take_back(&gone, now), Members::NONE);
+    assert!(m.get("a", &guard, now).unwrap().is_none(), "taken back");
+
+    let first = granted(&mut m, "b", 2, 2, &guard, now);
+    let later = at(1);
+    m.renew(renewal("b", first.id, 2, None), &guard, later)
+        .unwrap();
+    assert_eq!(m.take_back(&first, later), Members::NONE);
+    let held = m.get("b", &guard, later).unwrap().expect("still held");
+    assert_eq!(held.id, first.id);
+}
+
 #[test]
 fn a_cancelled_waiter_is_never_granted() {
     let now = at(0);
