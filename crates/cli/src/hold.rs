@@ -131,7 +131,7 @@ pub async fn lock(
         loss: &|| guard.loss(),
     };
     let code = match command.is_empty() {
-        true => hold_until_interrupted(&guard.lock(), held).await,
+        true => hold_until_interrupted(&[guard.lock()], held).await,
         false => run(command, held).await,
     };
     let _ = guard.release().await;
@@ -181,16 +181,16 @@ pub async fn lock_all(
         loss: &|| guards.iter().find_map(leasehold_client::LockGuard::loss),
     };
     let code = match command.is_empty() {
-        true => hold_all_until_interrupted(&set.locks(), held).await,
+        true => hold_until_interrupted(&set.locks(), held).await,
         false => run(command, held).await,
     };
     let _ = set.release().await;
     code
 }
 
-/// `lock A B ...` without a command: prints the locks, then holds them
+/// `lock NAME..` without a command: prints the locks, then holds them
 /// until interrupted (exit 0) or one is lost (exit 75).
-async fn hold_all_until_interrupted(locks: &[leasehold_client::Lock], held: Held<'_>) -> ExitCode {
+async fn hold_until_interrupted(locks: &[leasehold_client::Lock], held: Held<'_>) -> ExitCode {
     let mut interrupts = match Interrupts::listen() {
         Ok(i) => i,
         Err(e) => {
@@ -204,38 +204,15 @@ async fn hold_all_until_interrupted(locks: &[leasehold_client::Lock], held: Held
             lock.name, lock.id, lock.holder, lock.fence, lock.lease_ms
         );
     }
-    eprintln!("leasehold: holding them until interrupted (Ctrl-C)");
-    tokio::select! {
-        _ = interrupts.next() => ExitCode::SUCCESS,
-        _ = held.lost.cancelled() => {
-            eprintln!("leasehold: a lock of the set was lost");
-            ExitCode::from(exit::LOST)
-        }
-    }
-}
-
-/// `lock NAME` without a command: prints the lock, then holds it until
-/// interrupted (exit 0) or lost (exit 75).
-async fn hold_until_interrupted(lock: &leasehold_client::Lock, held: Held<'_>) -> ExitCode {
-    let mut interrupts = match Interrupts::listen() {
-        Ok(i) => i,
-        Err(e) => {
-            eprintln!("leasehold: cannot listen for signals: {e}");
-            return ExitCode::FAILURE;
-        }
+    let (what, lost) = match locks {
+        [lock] => (lock.name.as_str(), "the lock was lost"),
+        _ => ("them", "a lock of the set was lost"),
     };
-    println!(
-        "{} {} (holder {}, fence {}, lease {} ms)",
-        lock.name, lock.id, lock.holder, lock.fence, lock.lease_ms
-    );
-    eprintln!(
-        "leasehold: holding {} until interrupted (Ctrl-C)",
-        lock.name
-    );
+    eprintln!("leasehold: holding {what} until interrupted (Ctrl-C)");
     tokio::select! {
         _ = interrupts.next() => ExitCode::SUCCESS,
         _ = held.lost.cancelled() => {
-            eprintln!("leasehold: the lock was lost");
+            eprintln!("leasehold: {lost}");
             ExitCode::from(exit::LOST)
         }
     }
