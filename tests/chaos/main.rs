@@ -238,9 +238,12 @@ async fn hold_set(
     }
     let asked: Vec<String> = names.iter().map(|n| format!("chaos/{n}")).collect();
     let asked: Vec<&str> = asked.iter().map(String::as_str).collect();
+    // A set waits longer than one name does: it needs both names free at
+    // once, and the single holders of either would otherwise outlast its
+    // wait so often that a short run grants no set to judge.
     let options = AcquireOptions::default()
         .lease(LEASE)
-        .wait(Duration::from_millis(rng.gen_range(0..800)))
+        .wait(Duration::from_millis(rng.gen_range(1000..6000)))
         .holder(format!("w{seed}"));
     let set = client.acquire_all(&asked, options).await.map_err(drop)?;
     let start = Instant::now();
