@@ -287,7 +287,8 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
 /// permits (`503 upgrading`, and the lock is kept); offering 2, the
 /// cluster agrees on 2 and a proclaim goes through but readers still wait
 /// for 3; once it offers 3 readers hold together but sets of names wait
-/// for 4; once it offers all it speaks a set is granted; and a member (or
+/// for 4; at 4 a set is granted but a lock-delay waits for 5; once it
+/// offers all it speaks a lock-delay is granted; and a member (or
 /// a newcomer) held below that refuses to start with exit 64.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64() {
@@ -317,6 +318,7 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
             json!({ "name": "readers", "shared": true }),
             json!({ "name": "readers", "permits": 2 }),
             json!({ "names": ["s1", "s2"] }),
+            json!({ "name": "slow", "lock_delay_ms": 1000 }),
         ] {
             let (status, body) = cluster.post(via, "/v1/locks/acquire", kind).await;
             assert_eq!(
@@ -353,9 +355,9 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
     );
 
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
-    cluster.set_node_args(3, vec!["--protocol".into(), below.clone()]);
+    cluster.set_node_args(3, vec!["--protocol".into(), "3".into()]);
     cluster.spawn(3);
-    cluster.wait_protocol(SPEAKS - 1).await;
+    cluster.wait_protocol(3).await;
     for via in [3, 2] {
         let reader = json!({ "shared": true, "lease_ms": 60000 });
         let granted = cluster.must_acquire(via, "readers", reader).await;
@@ -370,14 +372,35 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
     }
 
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
-    cluster.set_node_args(3, Vec::new());
+    cluster.set_node_args(3, vec!["--protocol".into(), below.clone()]);
     cluster.spawn(3);
-    cluster.wait_protocol(SPEAKS).await;
+    cluster.wait_protocol(SPEAKS - 1).await;
     for via in [3, 2] {
         let set = json!({ "names": [format!("s{via}a"), format!("s{via}b")], "lease_ms": 60000 });
         let (status, body) = cluster.post_settled(via, "/v1/locks/acquire", set).await;
         assert_eq!(status, 200, "via {via}: {body}");
         assert_eq!(body["locks"].as_array().map(Vec::len), Some(2), "{body}");
+        let delayed = json!({ "name": format!("slow{via}"), "lock_delay_ms": 1000 });
+        let (status, body) = cluster.post(via, "/v1/locks/acquire", delayed).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (503, &json!("upgrading")),
+            "via {via}: {body}"
+        );
+    }
+
+    assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
+    cluster.set_node_args(3, Vec::new());
+    cluster.spawn(3);
+    cluster.wait_protocol(SPEAKS).await;
+    for via in [3, 2] {
+        let delayed =
+            json!({ "name": format!("slow{via}"), "lock_delay_ms": 1000, "lease_ms": 60000 });
+        let (status, body) = cluster
+            .post_settled(via, "/v1/locks/acquire", delayed)
+            .await;
+        assert_eq!(status, 200, "via {via}: {body}");
+        assert_eq!(body["lock"]["lock_delay_ms"], json!(1000), "{body}");
     }
 
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));

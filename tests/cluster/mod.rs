@@ -1,6 +1,7 @@
 //! A real cluster of `leasehold serve` processes: forming, granting,
 //! forwarding, waiting, failover, pauses, restarts, auth and bad input.
 
+mod delay;
 mod failover;
 mod grants;
 mod kinds;

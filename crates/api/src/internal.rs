@@ -339,6 +339,10 @@ pub struct ReportRequest {
     /// speaks protocol 3); absent means not.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub kinds: bool,
+    /// Whether the locks are to carry their lock-delay (the reader's
+    /// cluster speaks protocol 5); absent means not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delays: bool,
 }
 
 /// Tells a node to forget a released lock (from its `Held` and `Granted`),
@@ -493,6 +497,7 @@ mod tests {
             "a plain get is sent as before"
         );
         let lock = PeerLock {
+            delay_ms: 0,
             kind: Default::default(),
             name: "a".into(),
             id: LockId::from_u128(7).to_string(),

@@ -66,6 +66,15 @@ pub struct LockView {
     /// it alone, and in other answers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub others: Vec<LockView>,
+    /// The grant's lock-delay in milliseconds (absent when none): once its
+    /// lease runs out unreleased, the name stays closed this much longer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lock_delay_ms: u64,
+    /// While the lease has run out and the lock-delay keeps the name
+    /// closed, how much longer it does, in milliseconds, rounded up
+    /// (absent otherwise; `ttl_ms` is then 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_left_ms: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -113,9 +122,9 @@ impl LockView {
     /// `lock` as seen at `now` on the keeping node's monotonic clock, whose
     /// wall clock reads `wall_now_ms` (Unix milliseconds) at that moment.
     ///
-    /// `ttl_ms` is `lock.ttl(now)` rounded down; `expires_at` is
-    /// `wall_now_ms + ttl_ms` and `acquired_at` is `wall_now_ms` less the
-    /// time held, rounded up.
+    /// `ttl_ms` is the holder's lease left, [`Lock::lease_left`], rounded
+    /// down; `expires_at` is `wall_now_ms + ttl_ms` and `acquired_at` is
+    /// `wall_now_ms` less the time held, rounded up.
     pub fn from_lock(lock: &Lock, now: MonoTime, wall_now_ms: u64) -> LockView {
         let (mode, permits) = Mode::of(lock.kind);
         let view = Self::build(
@@ -125,14 +134,21 @@ impl LockView {
             &lock.holder,
             lock.fence,
             millis_floor(lock.lease),
-            millis_floor(lock.ttl(now)),
+            millis_floor(lock.lease_left(now)),
             millis_ceil(lock.held_for(now)),
             lock.data.as_deref(),
             wall_now_ms,
         );
+        let delay_left_ms = if lock.is_lapsed(now) {
+            millis_ceil(lock.ttl(now))
+        } else {
+            0
+        };
         LockView {
             mode,
             permits,
+            lock_delay_ms: millis_floor(lock.delay),
+            delay_left_ms,
             ..view
         }
     }
@@ -166,6 +182,8 @@ impl LockView {
             mode: Mode::Exclusive,
             permits: None,
             others: Vec::new(),
+            lock_delay_ms: 0,
+            delay_left_ms: 0,
         }
     }
 
@@ -198,6 +216,7 @@ mod tests {
     fn sample(data: Option<&str>) -> (Lock, MonoTime) {
         let now = MonoTime::from_nanos(1_000_000_000_000);
         let lock = Lock {
+            delay: Default::default(),
             kind: Default::default(),
             name: "jobs/42".into(),
             id: LockId::from_parts(1_795_982_400_000, 42),
@@ -261,5 +280,25 @@ mod tests {
             LockView::from_lock(&lock, now, 0).acquired_at,
             "1970-01-01T00:00:00.000Z"
         );
+    }
+
+    #[test]
+    fn a_lock_delay_is_shown_apart_from_the_lease_left() {
+        let (mut lock, now) = sample(None);
+        lock.delay = Duration::from_secs(5);
+        lock.expires = now + Duration::from_millis(7_000);
+        let view = LockView::from_lock(&lock, now, 0);
+        assert_eq!(view.ttl_ms, 2_000, "the holder's lease, without the delay");
+        assert_eq!(view.lock_delay_ms, 5_000);
+        assert_eq!(view.delay_left_ms, 0, "the lease still runs");
+        let later = now + Duration::from_millis(3_500);
+        let view = LockView::from_lock(&lock, later, 0);
+        assert_eq!(view.ttl_ms, 0);
+        assert_eq!(view.delay_left_ms, 3_500, "the name is closed this long");
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["lock_delay_ms"], 5_000);
+        let (plain, now) = sample(None);
+        let json = serde_json::to_value(LockView::from_lock(&plain, now, 0)).unwrap();
+        assert!(json.get("lock_delay_ms").is_none() && json.get("delay_left_ms").is_none());
     }
 }

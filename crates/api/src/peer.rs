@@ -47,10 +47,18 @@ pub struct PeerLock {
     /// exclusive), as [`locktable::Kind::to_bits`] numbers it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub kind: u32,
+    /// The grant's lock-delay in milliseconds (protocol 5; absent means
+    /// none). `ttl_ms` counts the record's time left, the delay included.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub delay_ms: u64,
 }
 
 fn is_zero(rev: &u32) -> bool {
     *rev == 0
+}
+
+fn is_zero_ms(ms: &u64) -> bool {
+    *ms == 0
 }
 
 impl From<LockInTransit> for PeerLock {
@@ -67,6 +75,7 @@ impl From<LockInTransit> for PeerLock {
             data: lock.data,
             data_rev: lock.data_rev,
             kind: lock.kind.to_bits(),
+            delay_ms: millis_floor(lock.delay),
         }
     }
 }
@@ -91,6 +100,7 @@ impl TryFrom<PeerLock> for LockInTransit {
     /// Fails only when `id` is not a lock id.
     fn try_from(lock: PeerLock) -> Result<Self, BadLockId> {
         Ok(LockInTransit {
+            delay: Duration::from_millis(lock.delay_ms),
             kind: locktable::Kind::from_bits(lock.kind),
             id: lock.id.parse()?,
             name: lock.name,
@@ -113,6 +123,7 @@ mod tests {
 
     fn transit(ttl: Duration, held: Duration) -> LockInTransit {
         LockInTransit {
+            delay: Default::default(),
             kind: Default::default(),
             name: "a/b".into(),
             id: LockId::from_parts(1_700_000_000_000, 0xABCDEF),
@@ -125,6 +136,19 @@ mod tests {
             data: Some("x".into()),
             data_rev: 0,
         }
+    }
+
+    #[test]
+    fn a_lock_delay_crosses_with_the_record() {
+        let mut t = transit(Duration::from_millis(12_345), Duration::from_millis(678));
+        t.delay = Duration::from_millis(4_000);
+        let peer = PeerLock::record_of(t.clone());
+        assert_eq!(peer.delay_ms, 4_000);
+        let back = LockInTransit::try_from(peer).unwrap();
+        assert_eq!(back.delay, t.delay);
+        let plain = transit(Duration::from_millis(1), Duration::ZERO);
+        let json = serde_json::to_value(PeerLock::from(plain)).unwrap();
+        assert!(json.get("delay_ms").is_none(), "absent when none: {json}");
     }
 
     #[test]

@@ -67,6 +67,8 @@ fn acquire_body(
             Kind::Permit(n) => Some(u64::from(n)),
             _ => None,
         },
+        lock_delay_ms: (!options.lock_delay.is_zero())
+            .then_some(options.lock_delay.as_millis() as u64),
     }
 }
 
@@ -90,6 +92,11 @@ pub struct AcquireOptions {
     /// What to hold of the name: alone (the default), shared beside other
     /// readers, or one of a semaphore's permits.
     pub kind: Kind,
+    /// The lock-delay: once the lease runs out unreleased (the holder died
+    /// or stalled), the name stays closed this much longer, so the lapsed
+    /// holder's writes already on their way land before anyone else
+    /// starts. At most a minute; zero (the default) for none.
+    pub lock_delay: Duration,
 }
 
 impl AcquireOptions {
@@ -102,6 +109,12 @@ impl AcquireOptions {
     /// Options with this wait.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Options with this lock-delay ([`AcquireOptions::lock_delay`]).
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
         self
     }
 

@@ -74,6 +74,8 @@ impl Fake {
 
     fn view(&self, ttl_ms: u64) -> LockView {
         LockView {
+            lock_delay_ms: 0,
+            delay_left_ms: 0,
             name: "n".into(),
             id: "01JD0000000000000000000000".into(),
             node: 1,

@@ -29,6 +29,7 @@ fn resident_bytes() -> u64 {
 
 fn request(i: u64) -> Request {
     Request {
+        delay: Default::default(),
         kind: Default::default(),
         name: format!("jobs/{i:07}"),
         id: LockId::from_parts(1_764_000_000_000 + i, u128::from(i) * 0x9E37_79B9),
@@ -44,6 +45,7 @@ fn request(i: u64) -> Request {
 fn lock(i: u64, now: MonoTime) -> Lock {
     let r = request(i);
     Lock {
+        delay: Default::default(),
         kind: Default::default(),
         name: r.name,
         id: r.id,

@@ -17,6 +17,7 @@ fn now() -> MonoTime {
 
 fn request(name: String, id: u128) -> Request {
     Request {
+        delay: Default::default(),
         kind: Default::default(),
         name,
         id: LockId::from_u128(id),
@@ -52,6 +53,7 @@ fn rebuilt(locks: Vec<Lock>) -> Table {
 
 fn lock(i: u64, node: u64) -> Lock {
     Lock {
+        delay: Default::default(),
         kind: Default::default(),
         name: format!("jobs/{i}"),
         id: LockId::from_u128(u128::from(i)),

@@ -40,6 +40,13 @@ pub enum AcquireError {
     /// A set that names no name, or one name (or one id) twice.
     #[error("a set names each of its names once, each with an id of its own, and at least one")]
     BadSet,
+    /// A lock-delay over [`crate::Lock::MAX_DELAY`], or one that leaves no
+    /// room for a lease under the table's longest (`max`).
+    #[error("a lock-delay is at most {:?} and shorter than the longest lease, {:?}", crate::Lock::MAX_DELAY, .max)]
+    BadDelay {
+        /// The table's longest lease.
+        max: std::time::Duration,
+    },
 }
 
 /// Why a lock was not renewed or released.

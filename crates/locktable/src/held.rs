@@ -67,7 +67,12 @@ impl<'a> HeldLock<'a> {
         self.slot.lease()
     }
 
-    /// Time left on the lease at `now`.
+    /// The grant's lock-delay ([`Lock::delay`]).
+    pub fn delay(&self) -> Duration {
+        self.slot.delay()
+    }
+
+    /// Time left on the record at `now` ([`Lock::ttl`]).
     pub fn ttl(&self, now: MonoTime) -> Duration {
         self.slot.expires.saturating_duration_since(now)
     }
@@ -220,6 +225,7 @@ mod data_tests {
 
     fn record(data: &str, rev: u32, expires: MonoTime) -> Lock {
         Lock {
+            delay: Default::default(),
             kind: Default::default(),
             name: "leader".into(),
             id: LockId::from_u128(7),

@@ -185,6 +185,7 @@ mod tests {
 
     fn slot(name: &str, id: u128) -> Slot {
         Slot::new(&Lock {
+            delay: Default::default(),
             name: name.into(),
             id: LockId::from_u128(id),
             node: 1,

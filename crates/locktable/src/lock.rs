@@ -230,9 +230,13 @@ pub struct Lock {
     pub kind: Kind,
     /// The lease last granted or renewed.
     pub lease: Duration,
+    /// The grant's lock-delay: once its lease runs out unreleased, its name
+    /// stays closed this much longer (zero for none).
+    pub delay: Duration,
     /// When it was granted, on the clock of the node keeping this record.
     pub acquired: MonoTime,
-    /// When the lease ends, on the clock of the node keeping this record.
+    /// When the record ends, on the clock of the node keeping this record:
+    /// the lease's end, then the lock-delay (see [`Lock::lease_ends`]).
     pub expires: MonoTime,
     /// Data kept with the lock.
     pub data: Option<String>,
@@ -243,9 +247,30 @@ pub struct Lock {
 }
 
 impl Lock {
-    /// Time left on the lease at `now`.
+    /// The longest lock-delay a grant may ask for.
+    pub const MAX_DELAY: Duration = Duration::from_secs(60);
+
+    /// Time left on the record at `now`: the lease's, then the lock-delay's.
     pub fn ttl(&self, now: MonoTime) -> Duration {
         self.expires.saturating_duration_since(now)
+    }
+
+    /// When the holder's lease ends: the record's end less the lock-delay.
+    /// From then on the holder holds nothing (a renewal or release is
+    /// refused), and the name stays closed until [`Lock::expires`].
+    pub fn lease_ends(&self) -> MonoTime {
+        self.expires - self.delay
+    }
+
+    /// Time left on the holder's lease at `now` (what a client is told).
+    pub fn lease_left(&self, now: MonoTime) -> Duration {
+        self.lease_ends().saturating_duration_since(now)
+    }
+
+    /// Whether the holder's lease ran out at `now` while the lock-delay
+    /// keeps the name closed.
+    pub fn is_lapsed(&self, now: MonoTime) -> bool {
+        now >= self.lease_ends()
     }
 
     /// How long the lock has been held at `now`.
@@ -257,7 +282,7 @@ impl Lock {
     /// later than one lease from its grant. Only a client holding the lock
     /// renews it.
     pub fn renewed_since_granted(&self) -> bool {
-        self.expires > self.acquired + self.lease
+        self.expires > self.acquired + self.lease + self.delay
     }
 
     /// Whether the lease still runs at `now`.
@@ -275,6 +300,7 @@ impl Lock {
             fence: self.fence,
             kind: self.kind,
             lease: self.lease,
+            delay: self.delay,
             ttl: self.ttl(now),
             held_for: self.held_for(now),
             data: self.data.clone(),
@@ -310,7 +336,10 @@ pub struct LockInTransit {
     pub kind: Kind,
     /// The lease last granted or renewed.
     pub lease: Duration,
-    /// Time left on the lease, as the sender counted it when it sent.
+    /// The grant's lock-delay ([`Lock::delay`]).
+    pub delay: Duration,
+    /// Time left on the record (lease, then lock-delay), as the sender
+    /// counted it when it sent.
     pub ttl: Duration,
     /// How long the lock had been held, as the sender counted it.
     pub held_for: Duration,
@@ -336,6 +365,7 @@ impl LockInTransit {
             fence: self.fence,
             kind: self.kind,
             lease: self.lease,
+            delay: self.delay,
             acquired: counted_from - self.held_for,
             expires: counted_from + self.ttl,
             data: self.data,
@@ -363,6 +393,9 @@ pub struct Request {
     /// How long the request waits for a lock held by another; zero fails at
     /// once.
     pub wait: Duration,
+    /// The grant's lock-delay ([`Lock::delay`]), at most
+    /// [`Lock::MAX_DELAY`] and shorter than the table's longest lease.
+    pub delay: Duration,
     /// Data to keep with the lock.
     pub data: Option<String>,
 }
@@ -430,6 +463,7 @@ mod tests {
             fence: Fence::new(1, 1),
             kind: Kind::Exclusive,
             lease: Duration::from_secs(5),
+            delay: Duration::ZERO,
             acquired: at - Duration::from_secs(2),
             expires: at + Duration::from_secs(3),
             data: None,

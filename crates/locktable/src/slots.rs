@@ -27,6 +27,8 @@ pub(crate) struct Slot {
     data_bits: u32,
     /// The grant's kind ([`Kind::to_bits`]).
     kind_bits: u32,
+    /// The grant's lock-delay in milliseconds (at most a minute).
+    delay_ms: u32,
     /// The slots before and after this one among the holders of its name,
     /// in a ring ([`crate::holders::Holders`]); unused elsewhere.
     pub(crate) prev: u32,
@@ -60,6 +62,7 @@ impl Slot {
             holder_len: holder.len() as u16,
             data_bits: data_bits(lock.data_rev, data.is_some()),
             kind_bits: lock.kind.to_bits(),
+            delay_ms: u32::try_from(lock.delay.as_millis()).unwrap_or(u32::MAX),
             prev: u32::MAX,
             next: u32::MAX,
             id: lock.id,
@@ -75,10 +78,20 @@ impl Slot {
         Duration::from_nanos(self.lease_nanos)
     }
 
-    /// Restarts the lease: `lease` long from `now`.
+    /// The grant's lock-delay.
+    pub(crate) fn delay(&self) -> Duration {
+        Duration::from_millis(u64::from(self.delay_ms))
+    }
+
+    /// When the holder's lease ends ([`Lock::lease_ends`]).
+    pub(crate) fn lease_ends(&self) -> MonoTime {
+        self.expires - self.delay()
+    }
+
+    /// Restarts the lease: `lease` long from `now`, the lock-delay after it.
     pub(crate) fn restart(&mut self, lease: Duration, now: MonoTime) {
         self.lease_nanos = nanos(lease);
-        self.expires = now + lease;
+        self.expires = now + lease + self.delay();
     }
 
     /// Takes in another report of the same grant: the earliest start, the
@@ -153,6 +166,7 @@ impl Slot {
             fence: self.fence,
             kind: self.kind(),
             lease: self.lease(),
+            delay: self.delay(),
             acquired: self.acquired,
             expires: self.expires,
             data: self.data().map(str::to_owned),
@@ -316,6 +330,7 @@ mod tests {
 
     fn lock(name: &str, holder: &str, data: Option<&str>) -> Lock {
         Lock {
+            delay: Default::default(),
             name: name.into(),
             id: LockId::from_u128(7),
             node: 2,

@@ -205,6 +205,9 @@ impl Table {
         }
         self.expire_name(name, now);
         let at = self.find_held(name, id)?;
+        if self.is_lapsed(at, now) {
+            return Err(LockError::NotHeld);
+        }
         let lock = self.remove(at);
         self.forgotten
             .insert(id, lock.expires + Self::FORGET_MARGIN, now);
@@ -227,7 +230,8 @@ impl Table {
         let rule = self.rule;
         let slot = self.slots.get_mut(at).expect("found");
         let before = slot.expires;
-        slot.restart(rule.lease(Some(lease.unwrap_or(slot.lease()))), now);
+        let lease = rule.lease(Some(lease.unwrap_or(slot.lease())));
+        slot.restart(lease.min(rule.max.saturating_sub(slot.delay())), now);
         slot.node = node;
         let lock = slot.to_lock();
         if lock.expires < before {
@@ -259,7 +263,17 @@ impl Table {
             return Err(NotRebuilt.into());
         }
         self.expire_name(name, now);
-        self.find_held(name, id)
+        let at = self.find_held(name, id)?;
+        if self.is_lapsed(at, now) {
+            return Err(LockError::NotHeld);
+        }
+        Ok(at)
+    }
+
+    /// Whether the grant at `at` outlived its holder's lease and only its
+    /// lock-delay keeps the name closed: its holder holds nothing.
+    fn is_lapsed(&self, at: u32, now: MonoTime) -> bool {
+        self.slots.get(at).is_some_and(|s| now >= s.lease_ends())
     }
 
     /// Takes back into the table a lock its holder's node still has but
@@ -689,7 +703,12 @@ impl Table {
 
     fn grant(&mut self, request: Request, now: MonoTime) -> Result<Lock, AcquireError> {
         let fence = self.fences.take()?;
-        let lease = self.rule.lease(request.lease);
+        // A closed name is a lock held: the lease and the delay together
+        // stay within the longest lease every bound of the protocol counts.
+        let lease = self
+            .rule
+            .lease(request.lease)
+            .min(self.rule.max.saturating_sub(request.delay));
         let lock = Lock {
             name: request.name,
             id: request.id,
@@ -698,8 +717,9 @@ impl Table {
             fence,
             kind: request.kind,
             lease,
+            delay: request.delay,
             acquired: now,
-            expires: now + lease,
+            expires: now + lease + request.delay,
             data: request.data,
             data_rev: 0,
         };

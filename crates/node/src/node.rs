@@ -228,6 +228,12 @@ impl Node {
         self.identity.versions().cluster() >= leasehold_raft::version::LOCK_SETS
     }
 
+    /// Whether this node's cluster speaks lock-delays (protocol
+    /// [`leasehold_raft::version::LOCK_DELAYS`], as applied here).
+    pub(crate) fn lock_delays(&self) -> bool {
+        self.identity.versions().cluster() >= leasehold_raft::version::LOCK_DELAYS
+    }
+
     /// The layout reports are read in: the one this node's cluster speaks.
     pub(crate) fn report_layout(&self) -> crate::report::Layout {
         crate::report::Layout::of_cluster(self.identity.versions().cluster())

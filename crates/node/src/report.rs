@@ -85,6 +85,15 @@ pub(crate) struct Kinded<S = String> {
     kind: u32,
 }
 
+/// A lock of a report with its lock-delay (protocol 5): the fields of
+/// [`Kinded`], then the delay. `ttl_ns` counts the record's time left, the
+/// delay included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Delayed<S = String> {
+    kinded: Kinded<S>,
+    delay_ns: u64,
+}
+
 /// Which layout a report's locks take: the one the reading speaker's
 /// cluster speaks, so every member of it reads and writes alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -93,15 +102,19 @@ pub(crate) enum Layout {
     Plain,
     /// Protocol 2: [`Revised`].
     Revised,
-    /// Protocol 3: [`Kinded`].
+    /// Protocol 3 and 4: [`Kinded`].
     Kinded,
+    /// Protocol 5: [`Delayed`].
+    Delayed,
 }
 
 impl Layout {
     /// The layout a cluster speaking `version` reports in.
     pub(crate) fn of_cluster(version: leasehold_raft::version::Protocol) -> Layout {
-        use leasehold_raft::version::{DATA_REVS, LOCK_KINDS};
-        if version >= LOCK_KINDS {
+        use leasehold_raft::version::{DATA_REVS, LOCK_DELAYS, LOCK_KINDS};
+        if version >= LOCK_DELAYS {
+            Layout::Delayed
+        } else if version >= LOCK_KINDS {
             Layout::Kinded
         } else if version >= DATA_REVS {
             Layout::Revised
@@ -112,10 +125,11 @@ impl Layout {
 
     /// The layout a read asks for.
     pub(crate) fn asked(read: &ReportRequest) -> Layout {
-        match (read.revs, read.kinds) {
-            (_, true) => Layout::Kinded,
-            (true, false) => Layout::Revised,
-            (false, false) => Layout::Plain,
+        match (read.revs, read.kinds, read.delays) {
+            (_, _, true) => Layout::Delayed,
+            (_, true, false) => Layout::Kinded,
+            (true, false, false) => Layout::Revised,
+            (false, false, false) => Layout::Plain,
         }
     }
 
@@ -124,13 +138,33 @@ impl Layout {
         ReportRequest {
             term,
             revs: self >= Layout::Revised,
-            kinds: self == Layout::Kinded,
+            kinds: self >= Layout::Kinded,
+            delays: self == Layout::Delayed,
         }
     }
 }
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl<'a> Delayed<&'a str> {
+    /// `lock` as it leaves at `now`, its strings borrowed.
+    pub(crate) fn of(lock: &'a Lock, now: MonoTime) -> Self {
+        Delayed {
+            kinded: Kinded::of(lock, now),
+            delay_ns: nanos(lock.delay),
+        }
+    }
+
+    /// A lock of this node's `Held` as it leaves at `now`, read where it is
+    /// kept.
+    pub(crate) fn held(lock: HeldLock<'a>, now: MonoTime) -> Self {
+        Delayed {
+            delay_ns: nanos(lock.delay()),
+            kinded: Kinded::held(lock, now),
+        }
+    }
 }
 
 impl<'a> Kinded<&'a str> {
@@ -180,6 +214,15 @@ impl<'a> Kinded<&'a str> {
     }
 }
 
+impl From<Delayed> for LockInTransit {
+    fn from(Delayed { kinded, delay_ns }: Delayed) -> Self {
+        LockInTransit {
+            delay: Duration::from_nanos(delay_ns),
+            ..LockInTransit::from(kinded)
+        }
+    }
+}
+
 impl From<Kinded> for LockInTransit {
     fn from(Kinded { revised, kind }: Kinded) -> Self {
         LockInTransit {
@@ -192,6 +235,7 @@ impl From<Kinded> for LockInTransit {
 impl From<Revised> for LockInTransit {
     fn from(Revised { lock: l, data_rev }: Revised) -> Self {
         LockInTransit {
+            delay: Default::default(),
             name: l.name,
             id: LockId::from_u128(l.id),
             node: l.node,
@@ -218,16 +262,17 @@ impl From<ReportLock> for LockInTransit {
 /// take the `layout` the reader asked for (its cluster's).
 pub(crate) fn encode<'a>(
     header: &ReportHeader,
-    locks: impl IntoIterator<Item = Kinded<&'a str>>,
+    locks: impl IntoIterator<Item = Delayed<&'a str>>,
     layout: Layout,
     limit: usize,
 ) -> Result<Vec<Vec<u8>>, CodecError> {
     let mut writer = ChunkWriter::new(header, limit)?;
     for lock in locks {
         match layout {
-            Layout::Kinded => writer.push(&lock)?,
-            Layout::Revised => writer.push(&lock.revised)?,
-            Layout::Plain => writer.push(&lock.revised.lock)?,
+            Layout::Delayed => writer.push(&lock)?,
+            Layout::Kinded => writer.push(&lock.kinded)?,
+            Layout::Revised => writer.push(&lock.kinded.revised)?,
+            Layout::Plain => writer.push(&lock.kinded.revised.lock)?,
         }
     }
     writer.finish()
@@ -267,6 +312,7 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
     pub(crate) fn new(limit: usize, layout: Layout, clock: C) -> Self {
         ReportReader {
             stream: match layout {
+                Layout::Delayed => Stream::Delayed(ChunkReader::new(limit)),
                 Layout::Kinded => Stream::Kinded(ChunkReader::new(limit)),
                 Layout::Revised => Stream::Revised(ChunkReader::new(limit)),
                 Layout::Plain => Stream::Plain(ChunkReader::new(limit)),
@@ -326,6 +372,7 @@ enum Stream {
     Plain(ChunkReader<ReportHeader, ReportLock>),
     Revised(ChunkReader<ReportHeader, Revised>),
     Kinded(ChunkReader<ReportHeader, Kinded>),
+    Delayed(ChunkReader<ReportHeader, Delayed>),
 }
 
 impl Stream {
@@ -334,6 +381,7 @@ impl Stream {
             Stream::Plain(r) => r.push(bytes),
             Stream::Revised(r) => r.push(bytes),
             Stream::Kinded(r) => r.push(bytes),
+            Stream::Delayed(r) => r.push(bytes),
         }
     }
 
@@ -350,6 +398,7 @@ impl Stream {
             Stream::Plain(r) => r.next_chunk()?.map(locks),
             Stream::Revised(r) => r.next_chunk()?.map(locks),
             Stream::Kinded(r) => r.next_chunk()?.map(locks),
+            Stream::Delayed(r) => r.next_chunk()?.map(locks),
         })
     }
 
@@ -358,6 +407,7 @@ impl Stream {
             Stream::Plain(r) => r.finish(),
             Stream::Revised(r) => r.finish(),
             Stream::Kinded(r) => r.finish(),
+            Stream::Delayed(r) => r.finish(),
         }
     }
 }
@@ -369,6 +419,7 @@ mod tests {
 
     fn lock(i: u64, at: MonoTime) -> Lock {
         Lock {
+            delay: Duration::from_millis(if i % 4 == 0 { 1500 } else { 0 }),
             name: format!("jobs/{i:06}"),
             id: LockId::from_u128(u128::from(i) << 70 | 7),
             node: 2,
@@ -407,6 +458,7 @@ mod tests {
         crosses(Layout::Plain);
         crosses(Layout::Revised);
         crosses(Layout::Kinded);
+        crosses(Layout::Delayed);
     }
 
     #[test]
@@ -416,6 +468,8 @@ mod tests {
             (1, Layout::Plain),
             (2, Layout::Revised),
             (3, Layout::Kinded),
+            (4, Layout::Kinded),
+            (5, Layout::Delayed),
         ] {
             assert_eq!(Layout::of_cluster(version), layout);
             assert_eq!(Layout::asked(&layout.request(7)), layout);
@@ -430,7 +484,7 @@ mod tests {
         let limit = 16 * 1024;
         let frames = encode(
             &header(),
-            locks.iter().map(|l| Kinded::of(l, sent)),
+            locks.iter().map(|l| Delayed::of(l, sent)),
             layout,
             limit,
         )
@@ -474,12 +528,18 @@ mod tests {
                 0
             };
             assert_eq!(got.data_rev, rev, "revisions cross only when asked");
-            let kind = if layout == Layout::Kinded {
+            let kind = if layout >= Layout::Kinded {
                 sent_lock.kind
             } else {
                 Kind::Exclusive
             };
             assert_eq!(got.kind, kind, "kinds cross only when asked");
+            let lock_delay = if layout == Layout::Delayed {
+                sent_lock.delay
+            } else {
+                Duration::ZERO
+            };
+            assert_eq!(got.delay, lock_delay, "lock-delays cross only when asked");
             assert_eq!(
                 got.acquired,
                 sent_lock.acquired + delay,
@@ -503,7 +563,7 @@ mod tests {
         let locks: Vec<Lock> = (0..40).map(|i| lock(i, now)).collect();
         let bytes = encode(
             &header(),
-            locks.iter().map(|l| Kinded::of(l, now)),
+            locks.iter().map(|l| Delayed::of(l, now)),
             Layout::Kinded,
             512,
         )
@@ -549,7 +609,7 @@ mod tests {
         big.data = Some("d".repeat(MAX_DATA_BYTES));
         let limit = crate::NodeConfig::MIN_REPORT_FRAME_BYTES;
         big.data_rev = u32::MAX;
-        let frames = encode(&header(), [Kinded::of(&big, now)], Layout::Kinded, limit).unwrap();
+        let frames = encode(&header(), [Delayed::of(&big, now)], Layout::Kinded, limit).unwrap();
         assert!(frames.iter().all(|f| f.len() <= limit + 4));
     }
 
@@ -560,10 +620,10 @@ mod tests {
         for i in 0..4 {
             held.record(lock(i, now));
         }
-        let from_held: Vec<Kinded<&str>> =
-            held.iter_live(now).map(|l| Kinded::held(l, now)).collect();
+        let from_held: Vec<Delayed<&str>> =
+            held.iter_live(now).map(|l| Delayed::held(l, now)).collect();
         let locks = held.live(now);
-        let from_locks: Vec<Kinded<&str>> = locks.iter().map(|l| Kinded::of(l, now)).collect();
+        let from_locks: Vec<Delayed<&str>> = locks.iter().map(|l| Delayed::of(l, now)).collect();
         assert_eq!(from_held.len(), 4);
         assert_eq!(from_held, from_locks);
     }

@@ -226,7 +226,7 @@ impl Node {
         let request = AcquireRequest::from(&body);
         // Before forwarding too: a speaker of an older build would read a
         // reader's request as a writer's.
-        self.kind_spoken(request.kind)?;
+        self.request_spoken(&request)?;
         if body.is_set() {
             self.sets_spoken()?;
         }
@@ -756,6 +756,7 @@ impl From<&AcquireBody> for AcquireRequest {
             data: body.data.clone(),
             request_id: body.request_id.clone(),
             kind: body.kind(),
+            delay: body.delay(),
         }
     }
 }

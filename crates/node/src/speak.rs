@@ -30,6 +30,8 @@ pub struct AcquireRequest {
     pub request_id: Option<String>,
     /// What the grant is to hold of the name.
     pub kind: Kind,
+    /// The grant's lock-delay.
+    pub delay: Duration,
 }
 
 /// What the table first said to a set's acquire.
@@ -68,24 +70,33 @@ impl Node {
             Refusal::Claimed | Refusal::Awaited(_) => {
                 ApiError::new(ErrorCode::Held, refusal.to_string())
             }
-            Refusal::BadSet => ApiError::new(ErrorCode::BadRequest, refusal.to_string()),
+            Refusal::BadSet | Refusal::BadDelay { .. } => {
+                ApiError::new(ErrorCode::BadRequest, refusal.to_string())
+            }
             other => ApiError::new(ErrorCode::NotRebuilt, other.to_string()),
         }
     }
 
-    /// Refuses a kind the cluster does not speak yet: shared locks and
-    /// permits wait for every member to speak protocol
-    /// [`leasehold_raft::version::LOCK_KINDS`] (`503 upgrading`).
-    pub(crate) fn kind_spoken(&self, kind: Kind) -> Result<(), ApiError> {
-        if kind == Kind::Exclusive || self.lock_kinds() {
+    /// Refuses what the cluster does not speak yet (`503 upgrading`):
+    /// shared locks and permits wait for every member to speak protocol
+    /// [`leasehold_raft::version::LOCK_KINDS`], a lock-delay for
+    /// [`leasehold_raft::version::LOCK_DELAYS`].
+    pub(crate) fn request_spoken(&self, request: &AcquireRequest) -> Result<(), ApiError> {
+        let (what, version) = if request.kind != Kind::Exclusive && !self.lock_kinds() {
+            (
+                "shared locks and permits",
+                leasehold_raft::version::LOCK_KINDS,
+            )
+        } else if !request.delay.is_zero() && !self.lock_delays() {
+            ("lock-delays", leasehold_raft::version::LOCK_DELAYS)
+        } else {
             return Ok(());
-        }
+        };
         Err(ApiError::new(
             ErrorCode::Upgrading,
             format!(
-                "shared locks and permits are granted only once every member speaks protocol {} \
-                 (a member runs an older build, or the cluster has just started)",
-                leasehold_raft::version::LOCK_KINDS
+                "{what} are granted only once every member speaks protocol {version} \
+                 (a member runs an older build, or the cluster has just started)"
             ),
         ))
     }
@@ -99,7 +110,7 @@ impl Node {
         request: AcquireRequest,
         node: NodeId,
     ) -> Result<Lock, ApiError> {
-        self.kind_spoken(request.kind)?;
+        self.request_spoken(&request)?;
         let asked = tokio::time::Instant::now();
         let wall_ms = self.clock.wall_ms();
         let random = LockId::from_parts(wall_ms, leasehold_raft::entropy::random_u128());
@@ -113,6 +124,7 @@ impl Node {
         let first = {
             let mut state = self.state();
             let table_request = Request {
+                delay: request.delay,
                 kind: request.kind,
                 name: request.name.clone(),
                 id: random,
@@ -217,7 +229,7 @@ impl Node {
         node: NodeId,
     ) -> Result<Vec<Lock>, ApiError> {
         self.sets_spoken()?;
-        self.kind_spoken(request.kind)?;
+        self.request_spoken(&request)?;
         let asked = tokio::time::Instant::now();
         let wall_ms = self.clock.wall_ms();
         let named = request.request_id.as_deref().map(|request_id| Named {
@@ -232,6 +244,7 @@ impl Node {
             let requests = names
                 .iter()
                 .map(|name| Request {
+                    delay: request.delay,
                     kind: request.kind,
                     name: name.clone(),
                     id: LockId::from_parts(wall_ms, leasehold_raft::entropy::random_u128()),

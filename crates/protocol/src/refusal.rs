@@ -24,6 +24,13 @@ pub enum Refusal {
     /// A set that names no name, or one name twice.
     #[error("a set names each of its names once, and at least one")]
     BadSet,
+    /// A lock-delay over a minute, or one leaving no lease under the
+    /// speaker's longest.
+    #[error("a lock-delay is at most 60 s and shorter than the longest lease ({} ms)", .max.as_millis())]
+    BadDelay {
+        /// The speaker's longest lease.
+        max: std::time::Duration,
+    },
     /// No lock of that name and id.
     #[error("the lock is not held under that id")]
     NotHeld,

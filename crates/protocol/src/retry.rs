@@ -107,6 +107,7 @@ mod tests {
 
     fn lock(id: LockId, name: &str, holder: &str) -> Lock {
         Lock {
+            delay: Default::default(),
             kind: Default::default(),
             name: name.into(),
             id,

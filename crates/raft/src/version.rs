@@ -49,7 +49,8 @@ pub type Protocol = u16;
 /// - 2: data revisions ([`DATA_REVS`]).
 /// - 3: shared locks and semaphores ([`LOCK_KINDS`]).
 /// - 4: sets of names granted together ([`LOCK_SETS`]).
-pub const SPEAKS: Protocol = 4;
+/// - 5: lock-delays ([`LOCK_DELAYS`]).
+pub const SPEAKS: Protocol = 5;
 
 /// The version from which a lock's data may change after its grant (a
 /// renewal with data: proclaim): locks crossing between members carry
@@ -71,6 +72,15 @@ pub const LOCK_KINDS: Protocol = 3;
 /// request without a `name`). A cluster below it refuses sets
 /// (`503 upgrading`) until every member speaks it.
 pub const LOCK_SETS: Protocol = 4;
+
+/// The version from which a grant may carry a lock-delay: locks crossing
+/// between members carry it, and a rebuilding speaker asks reports for it
+/// (a member of an earlier build would keep the record, the delay
+/// included, as a lease, and answer its client a lease that long; a
+/// renewal after a failover would drop the delay). A cluster below it
+/// refuses such acquisitions (`503 upgrading`) until every member speaks
+/// it.
+pub const LOCK_DELAYS: Protocol = 5;
 
 /// The lowest cluster version this build runs in.
 pub const OLDEST: Protocol = 0;

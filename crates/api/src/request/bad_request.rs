@@ -48,6 +48,9 @@ pub enum BadRequest {
         /// The most allowed.
         max: usize,
     },
+    /// A lock-delay over a minute.
+    #[error("field `lock_delay_ms` must be at most {} (a minute)", locktable::Lock::MAX_DELAY.as_millis())]
+    BadDelay,
     /// A permit count out of range.
     #[error("field `permits` must be from 1 to {}", locktable::Kind::MAX_PERMITS)]
     BadPermits,

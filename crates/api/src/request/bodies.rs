@@ -55,6 +55,10 @@ pub struct AcquireBody {
     /// name must ask the same count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u64>,
+    /// The grant's lock-delay in milliseconds, at most a minute: once its
+    /// lease runs out unreleased, the name stays closed this much longer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
 }
 
 impl AcquireBody {
@@ -100,6 +104,11 @@ impl AcquireBody {
     pub fn wait(&self) -> Duration {
         Duration::from_millis(self.wait_ms.unwrap_or(0).min(MAX_WAIT_MS))
     }
+
+    /// The lock-delay asked for; zero when absent.
+    pub fn delay(&self) -> Duration {
+        Duration::from_millis(self.lock_delay_ms.unwrap_or(0))
+    }
 }
 
 impl Body for AcquireBody {
@@ -113,6 +122,7 @@ impl Body for AcquireBody {
         field("request_id", FieldKind::Str, false),
         field("shared", FieldKind::Bool, false),
         field("permits", FieldKind::Count, false),
+        field("lock_delay_ms", FieldKind::Millis, false),
     ];
 
     fn validate(&self) -> Result<(), BadRequest> {
@@ -124,6 +134,9 @@ impl Body for AcquireBody {
         }
         validate_holder(self.holder())?;
         validate_kind(self.shared, self.permits)?;
+        if self.delay() > locktable::Lock::MAX_DELAY {
+            return Err(BadRequest::BadDelay);
+        }
         if let Some(data) = &self.data {
             validate_data(data)?;
         }

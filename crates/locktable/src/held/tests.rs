@@ -8,6 +8,7 @@ fn t(secs: u64) -> MonoTime {
 
 fn lock(id: u128, name: &str, expires: MonoTime) -> Lock {
     Lock {
+        delay: Default::default(),
         kind: Default::default(),
         name: name.into(),
         id: LockId::from_u128(id),

@@ -14,6 +14,7 @@
 
 use std::cmp::Reverse;
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use super::{Acquired, AcquiredSet, Answer, Table, WaiterId};
 use crate::error::{AcquireError, NotRebuilt};
@@ -57,6 +58,7 @@ impl Table {
         if let Some(until) = self.new_grants_held_until(now) {
             return Err(AcquireError::HeldBack { until });
         }
+        self.check_delay(request.delay)?;
         self.expire_name(&request.name, now);
         let held = self.slots.held(&request.name);
         let first = held.map(|(head, _)| head);
@@ -129,6 +131,9 @@ impl Table {
             return Err(AcquireError::BadSet);
         }
         drop((names, ids));
+        for r in &requests {
+            self.check_delay(r.delay)?;
+        }
         let requests: Vec<Request> = requests
             .into_iter()
             .map(|r| Request {
@@ -183,6 +188,15 @@ impl Table {
         }
         self.sets.insert(id, names);
         Ok(AcquiredSet::Waiting(id))
+    }
+
+    /// Refuses a lock-delay over [`Lock::MAX_DELAY`], or one that leaves
+    /// no lease under the longest.
+    fn check_delay(&self, delay: Duration) -> Result<(), AcquireError> {
+        if delay > Lock::MAX_DELAY || delay >= self.rule.max {
+            return Err(AcquireError::BadDelay { max: self.rule.max });
+        }
+        Ok(())
     }
 
     fn next_waiter_id(&mut self) -> WaiterId {

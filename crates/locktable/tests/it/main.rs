@@ -3,6 +3,7 @@
 
 mod common;
 
+mod delay;
 mod edges;
 mod kinds;
 mod model;

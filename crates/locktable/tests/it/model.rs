@@ -86,6 +86,7 @@ impl Model {
     fn grant(&mut self, request: &Request, now: MonoTime, fence: Fence) -> Lock {
         let lease = request.lease.unwrap();
         let lock = Lock {
+            delay: Default::default(),
             kind: Default::default(),
             name: request.name.clone(),
             id: request.id,
@@ -169,6 +170,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             } => {
                 next_id += 1;
                 let request = Request {
+                    delay: Default::default(),
                     kind: Default::default(),
                     name: NAMES[name].into(),
                     id: LockId::from_u128(next_id),
@@ -351,6 +353,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .or_default()
                         .push(LockId::from_u128(next_id));
                     reports.push(Lock {
+                        delay: Default::default(),
                         kind: Default::default(),
                         name: NAMES[name].into(),
                         id: LockId::from_u128(next_id),
@@ -415,6 +418,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let generation = table.generation();
                 table.drop_table(now);
                 let ghost = Lock {
+                    delay: Default::default(),
                     kind: Default::default(),
                     name: "ghost".into(),
                     id: LockId::from_u128(u128::MAX),

@@ -20,6 +20,7 @@ fn acquire_refusal(e: AcquireError) -> Refusal {
         AcquireError::KindMismatch(kind) => Refusal::KindMismatch(kind),
         AcquireError::Awaited(name) => Refusal::Awaited(name),
         AcquireError::BadSet => Refusal::BadSet,
+        AcquireError::BadDelay { max } => Refusal::BadDelay { max },
         AcquireError::NotRebuilt(_)
         | AcquireError::HeldBack { .. }
         | AcquireError::FencesExhausted => Refusal::NotRebuilt,

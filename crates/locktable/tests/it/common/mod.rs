@@ -16,6 +16,7 @@ pub fn t(secs: u64) -> MonoTime {
 
 pub fn req(name: &str, id: u128, node: u64) -> Request {
     Request {
+        delay: Default::default(),
         kind: Default::default(),
         name: name.into(),
         id: LockId::from_u128(id),
@@ -72,6 +73,7 @@ pub fn held_lock(
     fence: u64,
 ) -> Lock {
     Lock {
+        delay: Default::default(),
         kind: Default::default(),
         name: name.into(),
         id: LockId::from_u128(id),

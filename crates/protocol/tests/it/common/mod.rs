@@ -75,6 +75,7 @@ pub fn speaker(id: u64, term: u64, now: MonoTime, missing: Vec<u64>, mode: Rebui
 
 pub fn request(name: &str, id: u128, node: u64) -> Request {
     Request {
+        delay: Default::default(),
         kind: Default::default(),
         name: name.into(),
         id: LockId::from_u128(id),
@@ -102,6 +103,7 @@ pub fn granted(
 
 pub fn in_transit(id: u128, epoch: u64, ttl: Duration) -> LockInTransit {
     LockInTransit {
+        delay: Default::default(),
         kind: Default::default(),
         name: "jobs/1".into(),
         id: LockId::from_u128(id),

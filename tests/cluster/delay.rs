@@ -1,0 +1,231 @@
+//! Lock-delay over a real cluster: a lease that runs out unreleased keeps
+//! its name closed for the delay through every node, a release frees it at
+//! once, and the delay survives a crash of the speaker, a renewal after it,
+//! and a rolling upgrade followed by a crash.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::followers;
+use crate::support::{Cluster, PATIENCE, SPEAKS};
+
+/// Waits until `deadline`.
+async fn until(deadline: Instant) {
+    tokio::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
+}
+
+/// The name is closed by a lapsed grant: refused without a wait, shown with
+/// no lease left and some delay left, the lapsed grant's fence.
+async fn closed(cluster: &Cluster, via: u64, name: &str, lock: &Value) {
+    let (status, body) = cluster.acquire(via, name, json!({})).await;
+    assert_eq!((status, &body["error"]), (409, &json!("held")), "{body}");
+    assert_eq!(body["lock"]["fence"], lock["fence"], "{body}");
+    let (status, body) = cluster.get(via, &format!("/v1/locks/{name}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["lock"]["ttl_ms"],
+        json!(0),
+        "the lease ran out: {body}"
+    );
+    assert!(
+        body["lock"]["delay_left_ms"].as_u64().unwrap_or(0) > 0,
+        "the delay keeps it closed: {body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_lease_closes_its_name_for_the_delay_and_a_release_frees_it_at_once() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+
+    let (status, body) = cluster
+        .acquire(
+            f[0],
+            "d1",
+            json!({ "lease_ms": 1500, "lock_delay_ms": 4000 }),
+        )
+        .await;
+    let answered = Instant::now();
+    assert_eq!(status, 200, "{body}");
+    let lock = body["lock"].clone();
+    assert_eq!(lock["lock_delay_ms"], json!(4000), "{lock}");
+    assert!(lock["ttl_ms"].as_u64().unwrap() <= 1500, "{lock}");
+
+    until(answered + Duration::from_millis(2000)).await;
+    for via in [speaker, f[0], f[1]] {
+        closed(&cluster, via, "d1", &lock).await;
+    }
+    let release = json!({ "name": "d1", "id": lock["id"] });
+    let (status, body) = cluster.post(f[0], "/v1/locks/release", release).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (404, &json!("not_held")),
+        "a release after the lease ran out does not cut the delay short: {body}"
+    );
+    let renew = json!({ "name": "d1", "id": lock["id"] });
+    let (status, _) = cluster.post(f[0], "/v1/locks/renew", renew).await;
+    assert_eq!(status, 404, "nor does a renewal bring the lease back");
+
+    let (status, body) = cluster
+        .acquire(f[1], "d1", json!({ "wait_ms": 20000 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        answered.elapsed() >= Duration::from_millis(5300),
+        "granted again {:?} after the first answer, within its lease and delay (5.5 s)",
+        answered.elapsed()
+    );
+
+    // Released within its lease, a delayed lock frees its name at once.
+    let lock = cluster
+        .must_acquire(
+            f[1],
+            "d2",
+            json!({ "lease_ms": 30000, "lock_delay_ms": 60000 }),
+        )
+        .await;
+    let release = json!({ "name": "d2", "id": lock["id"] });
+    let (status, body) = cluster.post(f[0], "/v1/locks/release", release).await;
+    assert_eq!(status, 200, "{body}");
+    cluster.must_acquire(speaker, "d2", json!({})).await;
+
+    // A renewal keeps the delay after its new lease.
+    let lock = cluster
+        .must_acquire(
+            speaker,
+            "d3",
+            json!({ "lease_ms": 5000, "lock_delay_ms": 2000 }),
+        )
+        .await;
+    let renew = json!({ "name": "d3", "id": lock["id"], "lease_ms": 8000 });
+    let (status, body) = cluster.post(f[1], "/v1/locks/renew", renew).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["lock"]["lock_delay_ms"], json!(2000), "{body}");
+    assert!(body["lock"]["ttl_ms"].as_u64().unwrap() <= 8000, "{body}");
+
+    for bad in [
+        json!({ "name": "x", "lock_delay_ms": 60001 }),
+        json!({ "name": "x", "lock_delay_ms": -1 }),
+        json!({ "name": "x", "lock_delay_ms": "1s" }),
+        json!({ "name": "x", "lock_delay_ms": 1.5 }),
+    ] {
+        let (status, body) = cluster.post(f[0], "/v1/locks/acquire", bad.clone()).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (400, &json!("bad_request")),
+            "{bad}: {body}"
+        );
+    }
+}
+
+/// A crash, then a fault: two delayed locks, one lapsed (held through a
+/// follower) and one held (through the speaker), then the speaker killed.
+/// The next speaker keeps the lapsed one's name closed until its delay
+/// ends, and the held one keeps its delay through a renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speaker_crash_inside_the_delay_keeps_the_name_closed() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let (status, body) = cluster
+        .acquire(
+            f[0],
+            "c1",
+            json!({ "lease_ms": 1500, "lock_delay_ms": 9000 }),
+        )
+        .await;
+    let answered = Instant::now();
+    assert_eq!(status, 200, "{body}");
+    let lapsing = body["lock"].clone();
+    let held = cluster
+        .must_acquire(
+            speaker,
+            "c2",
+            json!({ "lease_ms": 30000, "lock_delay_ms": 5000 }),
+        )
+        .await;
+
+    until(answered + Duration::from_millis(2000)).await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let survivor = f.iter().copied().find(|&n| n != next).unwrap_or(next);
+    closed(&cluster, survivor, "c1", &lapsing).await;
+
+    let renew = json!({ "name": "c2", "id": held["id"] });
+    let (status, body) = cluster.post(survivor, "/v1/locks/renew", renew).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["lock"]["fence"], held["fence"], "{body}");
+    assert_eq!(
+        body["lock"]["lock_delay_ms"],
+        json!(5000),
+        "the delay crossed the failover: {body}"
+    );
+
+    let (status, body) = cluster
+        .acquire(survivor, "c1", json!({ "wait_ms": 30000 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        answered.elapsed() >= Duration::from_millis(10_300),
+        "granted again {:?} after the first answer, within its lease and delay (10.5 s)",
+        answered.elapsed()
+    );
+}
+
+/// Routine change, then a fault: a cluster at protocol 4 upgraded one node
+/// at a time (each stopped with SIGTERM and started on this build's
+/// protocol), a delayed lock taken and left to lapse, then the speaker
+/// killed: the name stays closed until the delay ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_then_a_crash_keeps_a_lapsed_name_closed() {
+    let below = (SPEAKS - 1).to_string();
+    let mut cluster =
+        Cluster::start_each(3, &[], |_| vec!["--protocol".into(), below.clone()]).await;
+    cluster.wait_protocol(SPEAKS - 1).await;
+    let (status, body) = cluster
+        .post(
+            1,
+            "/v1/locks/acquire",
+            json!({ "name": "u", "lock_delay_ms": 1000 }),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (503, &json!("upgrading")),
+        "{body}"
+    );
+    for id in 1..=3 {
+        assert_eq!(cluster.terminate(id, PATIENCE), Some(0), "node {id} stop");
+        cluster.set_node_args(id, Vec::new());
+        cluster.spawn(id);
+        cluster.all_follow_one().await;
+    }
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let via = followers(&cluster, speaker)[0];
+    let (status, body) = cluster
+        .post_settled(
+            via,
+            "/v1/locks/acquire",
+            json!({ "name": "u", "lease_ms": 1500, "lock_delay_ms": 8000 }),
+        )
+        .await;
+    let answered = Instant::now();
+    assert_eq!(status, 200, "{body}");
+    let lock = body["lock"].clone();
+    until(answered + Duration::from_millis(2000)).await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    closed(&cluster, next, "u", &lock).await;
+    let (status, body) = cluster.acquire(via, "u", json!({ "wait_ms": 30000 })).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        answered.elapsed() >= Duration::from_millis(9_300),
+        "granted again {:?} after the first answer, within its lease and delay (9.5 s)",
+        answered.elapsed()
+    );
+}
