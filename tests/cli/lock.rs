@@ -557,3 +557,77 @@ async fn lock_of_several_names_holds_all_or_none() {
         assert_eq!(status, 404, "{name} released once the command ended");
     }
 }
+
+/// `lock --lock-delay`: the holder (without a command, so nothing outlives
+/// it) killed with SIGKILL (no release), its
+/// lease runs out and `get` shows the name closed; another `lock` is
+/// refused until the delay ends, then granted. A clean exit releases at
+/// once, and a delay over a minute is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holders_name_stays_closed_for_its_lock_delay() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(crate::support::SPEAKS).await;
+    let args = ["lock", "--lease", "1s", "--lock-delay", "6s", "cli/delayed"];
+    let mut holder = leasehold(&cluster, &[2], &args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let (status, _) = cluster.get(1, "/v1/locks/cli%2Fdelayed").await;
+        if status == 200 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "never granted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let granted = Instant::now();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let out = run(leasehold(&cluster, &[3], &["get", "cli/delayed"]));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        said.contains("closed"),
+        "the lapsed name is shown closed: {said}"
+    );
+    let out = run(leasehold(
+        &cluster,
+        &[3],
+        &["lock", "-n", "cli/delayed", "--", "true"],
+    ));
+    assert_eq!(out.status.code(), Some(73), "still closed");
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "--wait", "30s", "cli/delayed", "--", "true"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        granted.elapsed() >= Duration::from_millis(6500),
+        "granted again {:?} after the first grant was seen, within its lease and delay (7 s)",
+        granted.elapsed()
+    );
+
+    let args = ["lock", "--lock-delay", "30s", "cli/clean", "--", "true"];
+    assert_eq!(run(leasehold(&cluster, &[1], &args)).status.code(), Some(0));
+    let out = run(leasehold(
+        &cluster,
+        &[2],
+        &["lock", "-n", "cli/clean", "--", "true"],
+    ));
+    assert_eq!(out.status.code(), Some(0), "a clean exit released at once");
+    let out = run(leasehold(
+        &cluster,
+        &[1],
+        &["lock", "--lock-delay", "61s", "cli/x", "--", "true"],
+    ));
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--lock-delay"));
+}

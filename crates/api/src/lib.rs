@@ -42,6 +42,8 @@ pub use internal::{
 };
 pub use lock::{LockView, Mode};
 pub use locktable::Kind;
+/// The longest lock-delay a grant may ask for (`lock_delay_ms`).
+pub const MAX_LOCK_DELAY: std::time::Duration = locktable::Lock::MAX_DELAY;
 pub use peer::PeerLock;
 pub use query::ListQuery;
 pub use queue::{PeerQueued, QueuedView};

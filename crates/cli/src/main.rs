@@ -232,6 +232,12 @@ enum Command {
         /// it at once); every holder of the name must ask the same N.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold_client::Kind::MAX_PERMITS)))]
         permits: Option<u32>,
+        /// The lock-delay (at most 1m): if the lease runs out unreleased
+        /// (this process died or stalled), the name stays closed this much
+        /// longer, so writes it had on their way land before anyone else
+        /// starts. A clean exit releases at once.
+        #[arg(long, value_name = "DURATION", value_parser = duration::millis)]
+        lock_delay: Option<u64>,
         #[command(flatten)]
         endpoints: Endpoints,
         /// The command and its arguments, after `--`; without one, the
@@ -408,6 +414,7 @@ async fn dispatch(command: Command) -> ExitCode {
             holder,
             shared,
             permits,
+            lock_delay,
             endpoints,
             command,
         } => {
@@ -427,6 +434,13 @@ async fn dispatch(command: Command) -> ExitCode {
             }
             if let Some(n) = permits {
                 options = options.permits(n);
+            }
+            if let Some(delay) = lock_delay {
+                if Duration::from_millis(delay) > leasehold_client::MAX_LOCK_DELAY {
+                    eprintln!("leasehold: --lock-delay is at most 1m");
+                    return ExitCode::from(hold::exit::USAGE);
+                }
+                options = options.lock_delay(Duration::from_millis(delay));
             }
             let wait = hold::Wait::from_flags(wait, no_wait, conflict_exit);
             if let [name] = names.as_slice() {

@@ -69,8 +69,17 @@ fn row(lock: &leasehold_client::Lock, name_width: usize, holder_width: usize) ->
         lock.holder,
         lock.node,
         lock.fence,
-        seconds(lock.ttl_ms)
+        time_left(lock)
     )
+}
+
+/// The lease left, or, once it ran out and a lock-delay keeps the name
+/// closed, `closed` and how much longer.
+fn time_left(lock: &leasehold_client::Lock) -> String {
+    match lock.delay_left_ms {
+        0 => seconds(lock.ttl_ms),
+        left => format!("closed {}", seconds(left)),
+    }
 }
 
 /// What a grant holds of its name: `exclusive`, `shared`, or `permit 2/5`

@@ -39,6 +39,8 @@ pub use guard::{Holding, LockGuard, Loss};
 pub use leasehold_api::Kind;
 pub use leasehold_api::LockView as Lock;
 pub use set::LockSet;
+
+pub use leasehold_api::MAX_LOCK_DELAY;
 pub use suspend::{BootClock, SuspendClock};
 pub use transport::{
     request_failure, trust_only, BoxFuture, CallError, EndpointError, HttpOptions, HttpTransport,
