@@ -8,7 +8,10 @@
 //!
 //! - names of every kind: `chaos/0` and `chaos/1` exclusive (now and then
 //!   both at once, as a set, in a random order), `chaos/2` held by readers
-//!   (a writer now and then), `chaos/3` a semaphore of two permits;
+//!   (a writer now and then), `chaos/3` a semaphore of two permits,
+//!   `chaos/4` taken with a lock-delay and now and then abandoned (no
+//!   renewal, no release): its name is held to be closed until the
+//!   holder's lease end plus the delay;
 //! - strict mode: no two intervals of one name overlap, but two readers'
 //!   or two permits' (never more than the permits at once);
 //! - proceed mode: overlaps only where a fault struck within a longest
@@ -76,6 +79,10 @@ struct Interval {
     loss: Option<Loss>,
     /// Held as one lock of a set of names.
     in_set: bool,
+    /// Until when the name is closed to others: the interval's end, or,
+    /// for a lock abandoned with a lock-delay, the end of its lease (on
+    /// the holder's count) plus the delay.
+    closed_until: Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -146,6 +153,7 @@ async fn set_plan(
 /// lost), release; every holding interval recorded.
 async fn worker(
     client: Client,
+    urls: Vec<String>,
     endpoints: Vec<u64>,
     seed: u64,
     workload: Workload,
@@ -154,7 +162,23 @@ async fn worker(
 ) -> u64 {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut errors = 0;
+    let http = reqwest::Client::new();
     while Instant::now() < stop {
+        let delayed = match workload {
+            Workload::Delayed => true,
+            Workload::Contended => rng.gen_bool(0.1),
+            Workload::OwnNameLongHolds => false,
+        };
+        if delayed {
+            if hold_delayed(&http, &urls, &endpoints, &mut rng, seed, &log)
+                .await
+                .is_err()
+            {
+                errors += 1;
+                tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
+            }
+            continue;
+        }
         if workload == Workload::Contended && rng.gen_bool(0.15) {
             match hold_set(&client, &endpoints, &mut rng, seed, &log).await {
                 Ok(()) => {}
@@ -166,7 +190,7 @@ async fn worker(
             continue;
         }
         let name = match workload {
-            Workload::Contended => rng.gen_range(0..NAMES),
+            Workload::Contended | Workload::Delayed => rng.gen_range(0..NAMES),
             Workload::OwnNameLongHolds => seed as usize,
         };
         let kind = match name {
@@ -216,9 +240,86 @@ async fn worker(
             lost,
             loss,
             in_set: false,
+            closed_until: end,
         });
     }
     errors
+}
+
+/// The name taken with a lock-delay.
+const DELAYED: usize = NAMES;
+
+/// Takes `chaos/4` with a lock-delay through one of the worker's nodes
+/// over plain HTTP (the client library renews and releases on its own),
+/// and either releases it after a short hold or abandons it: no renewal,
+/// no release, as a holder that stalled. An abandoned lock's holder may
+/// work until its lease ends on its own count (from its send); the name
+/// must stay closed a delay longer, which the checker holds it to.
+async fn hold_delayed(
+    http: &reqwest::Client,
+    urls: &[String],
+    endpoints: &[u64],
+    rng: &mut StdRng,
+    seed: u64,
+    log: &Arc<Mutex<Vec<Interval>>>,
+) -> Result<(), ()> {
+    let url = &urls[rng.gen_range(0..urls.len())];
+    let delay = Duration::from_millis(rng.gen_range(800..2000));
+    let body = json!({
+        "name": format!("chaos/{DELAYED}"),
+        "lease_ms": rng.gen_range(500..1000),
+        "lock_delay_ms": delay.as_millis() as u64,
+        "wait_ms": rng.gen_range(0..3000),
+        "holder": format!("w{seed}"),
+    });
+    let sent = Instant::now();
+    let answer = http
+        .post(format!("http://{url}/v1/locks/acquire"))
+        .json(&body)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(drop)?;
+    if !answer.status().is_success() {
+        return Err(());
+    }
+    let value: serde_json::Value = answer.json().await.map_err(drop)?;
+    let start = Instant::now();
+    let lock = &value["lock"];
+    let (Some(ttl), Some(fence)) = (lock["ttl_ms"].as_u64(), lock["fence"].as_u64()) else {
+        return Err(());
+    };
+    let served = value["served_ms"].as_u64().unwrap_or(0);
+    let lease_ends = sent + Duration::from_millis(served + ttl);
+    let (end, closed_until) = if rng.gen_bool(0.5) {
+        (lease_ends, lease_ends + delay)
+    } else {
+        let hold = Duration::from_millis(rng.gen_range(50..400));
+        tokio::time::sleep_until((start + hold).min(lease_ends).into()).await;
+        // The holder stops before it asks for the release.
+        let end = Instant::now().min(lease_ends);
+        let release = json!({ "name": lock["name"], "id": lock["id"] });
+        let _ = http
+            .post(format!("http://{url}/v1/locks/release"))
+            .json(&release)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        (end, end)
+    };
+    log.lock().unwrap().push(Interval {
+        name: DELAYED,
+        kind: Kind::Exclusive,
+        fence,
+        start,
+        end,
+        endpoints: endpoints.to_vec(),
+        lost: false,
+        loss: None,
+        in_set: false,
+        closed_until,
+    });
+    Ok(())
 }
 
 /// Takes `chaos/0` and `chaos/1` at once, in a random order, holds them a
@@ -274,6 +375,7 @@ async fn hold_set(
             lost: lost && guard.is_lost(),
             loss: guard.loss(),
             in_set: true,
+            closed_until: end,
         })
         .collect();
     let _ = set.release().await;
@@ -289,6 +391,9 @@ enum Workload {
     /// Each client takes a name of its own and holds it across renewals
     /// (the self-test: many locks held when the speaker dies).
     OwnNameLongHolds,
+    /// Every client takes `chaos/4` with a lock-delay, and abandons half
+    /// of its grants (the lock-delay's self-test).
+    Delayed,
 }
 
 /// What faults a run injects.
@@ -400,8 +505,10 @@ async fn run(run: Run) -> Checked {
         let b = 1 + (a % nodes);
         let endpoints = vec![a, b];
         let client = Client::http(endpoints.iter().map(|n| addrs[n].clone())).unwrap();
+        let urls = endpoints.iter().map(|n| addrs[n].clone()).collect();
         workers.push(tokio::spawn(worker(
             client,
+            urls,
             endpoints,
             seed.wrapping_add(i as u64),
             run.workload,
@@ -444,7 +551,7 @@ async fn run(run: Run) -> Checked {
                 if compatible && (earlier.end <= later.start || !overfull) {
                     continue;
                 }
-                if earlier.end > later.start {
+                if earlier.closed_until > later.start {
                     overlaps += 1;
                     let cause = faults.iter().find(|f| {
                         f.kind != "wall-clock-step"
@@ -462,7 +569,7 @@ async fn run(run: Run) -> Checked {
                              began, beside {beside} of its kind",
                             earlier.fence,
                             earlier.kind,
-                            earlier.end - later.start,
+                            earlier.closed_until - later.start,
                             later.fence,
                             later.kind
                         )),
@@ -556,6 +663,7 @@ async fn run(run: Run) -> Checked {
             "shared": intervals.iter().filter(|i| i.kind == Kind::Shared).count(),
             "permit": intervals.iter().filter(|i| matches!(i.kind, Kind::Permit(_))).count(),
             "in_set": intervals.iter().filter(|i| i.in_set).count(),
+            "delayed_abandoned": intervals.iter().filter(|i| i.closed_until > i.end).count(),
         },
         "acquires_refused_or_failed": errors,
         "lost_while_held": intervals.iter().filter(|i| i.lost).count(),
@@ -693,6 +801,45 @@ async fn speaker_kills_lose_no_lock_and_skipping_copies_is_caught() {
     assert!(
         !sabotaged.lost_with_copies.is_empty(),
         "killing the speaker with copies skipped lost no lock: {}",
+        sabotaged.report
+    );
+}
+
+/// The lock-delay under the speaker's death: every client takes
+/// `chaos/4` with a delay and abandons half its grants while the speaker
+/// is killed twice; in strict mode no grant of the name may begin before an
+/// abandoned one's lease end plus its delay. With the delay ignored by the
+/// speaker (the self-test), the checker must see a grant inside a delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_name_stays_closed_for_its_delay_and_ignoring_it_is_caught() {
+    let seed = env_u64("CHAOS_SEED", rand::random::<u32>() as u64);
+    eprintln!("chaos, lock-delay: seed {seed}");
+    let delayed = |base| Run {
+        mode: "strict",
+        seconds: 20,
+        seed,
+        base,
+        faults: Faults::SpeakerKills,
+        workload: Workload::Delayed,
+    };
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let checked = run(delayed(json!({}))).await;
+    checked.assert_kept();
+    assert!(
+        checked.report["grants_by_kind"]["delayed_abandoned"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "no abandoned grant to judge: {}",
+        checked.report
+    );
+    let sabotaged = run(delayed(json!({"ignore_lock_delay": true}))).await;
+    assert!(
+        sabotaged
+            .unexplained
+            .iter()
+            .any(|o| o.starts_with(&format!("chaos/{DELAYED}:"))),
+        "a speaker ignoring the lock-delay granted nothing inside one: {}",
         sabotaged.report
     );
 }

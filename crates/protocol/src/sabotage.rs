@@ -91,6 +91,10 @@ pub struct Sabotage {
     /// one by one, and answers those, as a multi-lock that takes what it
     /// can (the rest are neither granted nor waited for).
     pub sets_partial: bool,
+    /// The lock-delay: the speaker grants every request without its delay,
+    /// so a lease that runs out frees its name at once. The chaos suite
+    /// switches it on at run time.
+    pub delay_ignored: bool,
 }
 
 impl Sabotage {
@@ -116,6 +120,7 @@ impl Sabotage {
         kinds_unread: false,
         writers_shared: false,
         sets_partial: false,
+        delay_ignored: false,
     };
 }
 
@@ -123,7 +128,7 @@ impl Sabotage {
 type Field = fn(&mut Sabotage) -> &mut bool;
 
 /// Each switch by the name the simulations' `--sabotage` takes.
-const SWITCHES: [(&str, Field); 20] = [
+const SWITCHES: [(&str, Field); 21] = [
     ("guard", |s| &mut s.no_grant_guard),
     ("restart-wait", |s| &mut s.no_restart_wait),
     ("reread", |s| &mut s.no_reread),
@@ -144,6 +149,7 @@ const SWITCHES: [(&str, Field); 20] = [
     ("kinds-unread", |s| &mut s.kinds_unread),
     ("writers-shared", |s| &mut s.writers_shared),
     ("sets-partial", |s| &mut s.sets_partial),
+    ("delay-ignored", |s| &mut s.delay_ignored),
 ];
 
 impl Sabotage {

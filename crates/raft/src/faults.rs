@@ -41,6 +41,12 @@ pub struct FaultPlan {
     /// crashes.
     #[serde(default)]
     pub skip_copies: bool,
+    /// Sabotage, for the chaos suite's self-test only: the speaker grants
+    /// without the lock-delay asked (the protocol's
+    /// `Sabotage::delay_ignored`). The suite must see a name granted inside
+    /// a lapsed grant's delay.
+    #[serde(default)]
+    pub ignore_lock_delay: bool,
 }
 
 /// A message the plan drops.

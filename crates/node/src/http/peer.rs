@@ -499,7 +499,7 @@ async fn internal_chaos(
     }
     let plan: leasehold_raft::FaultPlan = peer_body(&bytes)?;
     tracing::warn!(?plan, "chaos: fault plan set");
-    node.set_skip_copies(plan.skip_copies);
+    node.set_chaos_sabotage(&plan);
     node.peers.faults().set(plan);
     Ok(Json(serde_json::json!({})))
 }

@@ -65,13 +65,16 @@ impl Node {
         self.state().member.config().sabotage
     }
 
-    /// Switches the copies off (`skip_copies`, a chaos suite's fault: its
-    /// self-test must see locks lost to single crashes), or on again.
-    pub(crate) fn set_skip_copies(&self, skip_copies: bool) {
+    /// Switches the copies off (`skip_copies`), or the lock-delay
+    /// (`ignore_lock_delay`), as a chaos suite's fault plan says (its
+    /// self-tests must see locks lost to single crashes, and names granted
+    /// inside a delay), or on again.
+    pub(crate) fn set_chaos_sabotage(&self, plan: &leasehold_raft::FaultPlan) {
         let mut state = self.state();
         let sabotage = state.member.config().sabotage;
         state.member.set_sabotage(Sabotage {
-            skip_copies,
+            skip_copies: plan.skip_copies,
+            delay_ignored: plan.ignore_lock_delay,
             ..sabotage
         });
     }

@@ -28,6 +28,19 @@ fn acquire_refusal(e: AcquireError) -> Refusal {
 }
 
 impl Member {
+    /// A request as the switched-off rules of a self-test take it: an
+    /// exclusive one as shared (`writers_shared`), a lock-delay dropped
+    /// (`delay_ignored`).
+    fn sabotage_request(&self, request: &mut Request) {
+        let sabotage = &self.config.sabotage;
+        if sabotage.writers_shared && request.kind == locktable::Kind::Exclusive {
+            request.kind = locktable::Kind::Shared;
+        }
+        if sabotage.delay_ignored {
+            request.delay = std::time::Duration::ZERO;
+        }
+    }
+
     /// Grants (or queues) `request` as the speaker; a lock of this
     /// member's own client goes into its `Held` at once. Answers the
     /// outcome and the table that made it.
@@ -40,9 +53,7 @@ impl Member {
         self.speaker(guard, now)?;
         let node = request.node;
         let mut request = request;
-        if self.config.sabotage.writers_shared && request.kind == locktable::Kind::Exclusive {
-            request.kind = locktable::Kind::Shared;
-        }
+        self.sabotage_request(&mut request);
         let acquired = self.table.acquire(request, now).map_err(acquire_refusal)?;
         if let Acquired::Granted(lock) = &acquired {
             if node == self.config.id {
@@ -124,12 +135,8 @@ impl Member {
                 }
             }
         }
-        if self.config.sabotage.writers_shared {
-            for r in &mut requests {
-                if r.kind == locktable::Kind::Exclusive {
-                    r.kind = locktable::Kind::Shared;
-                }
-            }
+        for r in &mut requests {
+            self.sabotage_request(r);
         }
         let acquired = if self.config.sabotage.sets_partial {
             self.acquire_free_ones(requests, now)?
