@@ -74,6 +74,7 @@ fn acquire_release(c: &mut Criterion) {
         "acquire+release a free lock (100k held)",
         Kind::Exclusive,
         0,
+        Duration::ZERO,
     );
 }
 
@@ -85,19 +86,28 @@ fn acquire_release_kinds(c: &mut Criterion) {
         "acquire+release a shared lock beside 2 readers (100k held)",
         Kind::Shared,
         2,
+        Duration::ZERO,
     );
     cycle(
         c,
         "acquire+release a permit of 4 beside 2 holders (100k held)",
         Kind::Permit(4),
         2,
+        Duration::ZERO,
+    );
+    cycle(
+        c,
+        "acquire+release a lock with a 5 s lock-delay (100k held)",
+        Kind::Exclusive,
+        0,
+        Duration::from_secs(5),
     );
 }
 
-/// Acquires and releases `name` as `kind` in a table already holding 100k
-/// other locks, as a busy speaker's would, and `beside` other holders of
-/// the name.
-fn cycle(c: &mut Criterion, label: &str, kind: Kind, beside: u128) {
+/// Acquires and releases `name` as `kind` (with `delay`) in a table
+/// already holding 100k other locks, as a busy speaker's would, and
+/// `beside` other holders of the name.
+fn cycle(c: &mut Criterion, label: &str, kind: Kind, beside: u128, delay: Duration) {
     let mut table = rebuilt((0..100_000).map(|i| lock(i, 1)).collect());
     let name = "jobs/free".to_string();
     let mut id = 1u128 << 100;
@@ -121,6 +131,7 @@ fn cycle(c: &mut Criterion, label: &str, kind: Kind, beside: u128) {
             clock = clock + Duration::from_micros(20);
             let asked = Request {
                 kind,
+                delay,
                 ..request(name.clone(), id)
             };
             let Ok(Acquired::Granted(lock)) = table.acquire(asked, clock) else {
