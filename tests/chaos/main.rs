@@ -252,7 +252,8 @@ const DELAYED: usize = NAMES;
 /// Takes `chaos/4` with a lock-delay through one of the worker's nodes
 /// over plain HTTP (the client library renews and releases on its own),
 /// and either releases it after a short hold or abandons it: no renewal,
-/// no release, as a holder that stalled. An abandoned lock's holder may
+/// no release, as a holder that stalled (half of those renew once, late,
+/// as a stalled holder waking up does). An abandoned lock's holder may
 /// work until its lease ends on its own count (from its send); the name
 /// must stay closed a delay longer, which the checker holds it to.
 async fn hold_delayed(
@@ -292,6 +293,18 @@ async fn hold_delayed(
     let served = value["served_ms"].as_u64().unwrap_or(0);
     let lease_ends = sent + Duration::from_millis(served + ttl);
     let (end, closed_until) = if rng.gen_bool(0.5) {
+        if rng.gen_bool(0.5) {
+            // A stalled holder that wakes up and renews late: refused,
+            // and the name must stay closed all the same.
+            tokio::time::sleep_until((lease_ends + Duration::from_millis(200)).into()).await;
+            let renew = json!({ "name": lock["name"], "id": lock["id"] });
+            let _ = http
+                .post(format!("http://{url}/v1/locks/renew"))
+                .json(&renew)
+                .timeout(Duration::from_secs(5))
+                .send()
+                .await;
+        }
         (lease_ends, lease_ends + delay)
     } else {
         let hold = Duration::from_millis(rng.gen_range(50..400));

@@ -229,3 +229,39 @@ async fn a_rolling_upgrade_then_a_crash_keeps_a_lapsed_name_closed() {
         answered.elapsed()
     );
 }
+
+/// Second reader: a stalled holder's late renewal through its own node
+/// (refused not_held: its lease lapsed) must not drop that node's record
+/// while the delay runs. With two copies it is the only record besides the
+/// speaker's, so a crash of the speaker then frees the name early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_renewal_then_a_speaker_crash_keeps_the_name_closed() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let (status, body) = cluster
+        .acquire(
+            f[0],
+            "r1",
+            json!({ "lease_ms": 1500, "lock_delay_ms": 9000 }),
+        )
+        .await;
+    let answered = Instant::now();
+    assert_eq!(status, 200, "{body}");
+    let lock = body["lock"].clone();
+
+    until(answered + Duration::from_millis(2000)).await;
+    let renew = json!({ "name": "r1", "id": lock["id"] });
+    let (status, body) = cluster.post(f[0], "/v1/locks/renew", renew).await;
+    assert_eq!(status, 404, "the lease lapsed: {body}");
+
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    assert!(
+        answered.elapsed() < Duration::from_millis(9000),
+        "the test took too long to mean anything: {:?}",
+        answered.elapsed()
+    );
+    closed(&cluster, next, "r1", &lock).await;
+}

@@ -47,6 +47,21 @@ fn kept_over(a: (MonoTime, Fence, LockId), b: (MonoTime, Fence, LockId)) -> bool
     held_longer(a, b)
 }
 
+/// [`kept_over`], except that of two grants made apart, a live one is
+/// kept over one whose lease lapsed (only its lock-delay left): nobody
+/// holds the lapsed one, and the name was granted again meanwhile.
+fn kept_over_live(
+    a: ((MonoTime, Fence, LockId), bool),
+    b: ((MonoTime, Fence, LockId), bool),
+) -> bool {
+    let ((a, a_lapsed), (b, b_lapsed)) = (a, b);
+    let apart = a.1.epoch() != b.1.epoch() && !a.1.max(b.1).seen_all();
+    if apart && a_lapsed != b_lapsed {
+        return !a_lapsed;
+    }
+    kept_over(a, b)
+}
+
 fn age(lock: &Lock) -> (MonoTime, Fence, LockId) {
     (lock.acquired, lock.fence, lock.id)
 }
@@ -121,7 +136,13 @@ pub(crate) fn settle_into(
         let slot = holders.get_mut(at).expect("found");
         if slot.id == report.id {
             slot.merge(&report);
-        } else if kept_over(age(&report), (slot.acquired, slot.fence, slot.id)) {
+        } else if kept_over_live(
+            (age(&report), report.is_lapsed(now)),
+            (
+                (slot.acquired, slot.fence, slot.id),
+                now >= slot.lease_ends(),
+            ),
+        ) {
             let kept_before = holders.remove(at).expect("found").to_lock();
             holders.insert(Slot::new(&report));
             lose(kept_before);

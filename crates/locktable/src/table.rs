@@ -231,7 +231,16 @@ impl Table {
         let slot = self.slots.get_mut(at).expect("found");
         let before = slot.expires;
         let lease = rule.lease(Some(lease.unwrap_or(slot.lease())));
-        slot.restart(lease.min(rule.max.saturating_sub(slot.delay())), now);
+        // Cut to leave room for the delay under the longest lease; a
+        // speaker whose longest leaves none (members set apart, the grant
+        // made by another) renews the lease uncut rather than to nothing.
+        let room = rule.max.saturating_sub(slot.delay());
+        let lease = if room.is_zero() {
+            lease
+        } else {
+            lease.min(room)
+        };
+        slot.restart(lease, now);
         slot.node = node;
         let lock = slot.to_lock();
         if lock.expires < before {
@@ -688,7 +697,7 @@ impl Table {
 
     fn note_lapsed(&mut self, lock: Lock) {
         if self.lapsed.len() < LAPSED_KEPT {
-            let held = lock.expires.saturating_duration_since(lock.acquired);
+            let held = lock.lease_ends().saturating_duration_since(lock.acquired);
             self.lapsed.push(Lapsed {
                 name: lock.name,
                 held,

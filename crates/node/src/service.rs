@@ -404,7 +404,9 @@ impl Node {
             }
             Err(e) => {
                 if e.body.error == ErrorCode::NotHeld {
-                    self.state().member.renewal_refused(id, &Refusal::NotHeld);
+                    self.state()
+                        .member
+                        .renewal_refused(id, &Refusal::NotHeld, self.clock.now());
                 }
                 Err(e)
             }

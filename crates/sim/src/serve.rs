@@ -253,7 +253,7 @@ impl World {
             }
             (Err(e), renewing) => {
                 if let (Refusal::NotHeld, Some(id)) = (&e, renewing) {
-                    member.renewal_refused(id, &leasehold_protocol::Refusal::NotHeld);
+                    member.renewal_refused(id, &leasehold_protocol::Refusal::NotHeld, now);
                 }
                 return self.send(
                     Some(n),

@@ -182,3 +182,23 @@ fn a_rebuild_keeps_a_lapsed_grant_closing_its_name_for_its_delay_left() {
     table.poll(t(13));
     granted(table.acquire(req("a", 3, 1), t(13)));
 }
+
+/// Second reader: two grants of one name made apart (a rebuild in Proceed
+/// mode missed the first one's records): one lapsed, only its lock-delay
+/// left, the other live. The seed's rule keeps the one held longest, the
+/// lapsed one here, and the live holder loses its lock to a grant nobody
+/// holds (before lock-delay the lapsed one would simply have ended).
+#[test]
+fn a_rebuild_keeps_a_live_grant_over_a_lapsed_one_of_another_term() {
+    let mut lapsed = held_lock("a", 1, 2, t(0), t(30), locktable::Fence::new(1, 1).0);
+    lapsed.lease = 10 * SEC;
+    lapsed.delay = 20 * SEC;
+    let live = held_lock("a", 2, 3, t(12), t(42), locktable::Fence::new(2, 1).0);
+    let table = rebuilt_table(3, vec![lapsed, live], t(15));
+    let kept = table.get("a", t(15)).unwrap().expect("held");
+    assert_eq!(
+        kept.id,
+        LockId::from_u128(2),
+        "the live holder keeps its lock; kept {kept:?}"
+    );
+}

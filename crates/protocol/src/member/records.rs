@@ -74,13 +74,23 @@ impl Member {
     /// its record goes, and a renewal of it answered later is not
     /// recorded ([`Member::renewed_through_speaker`]).
     pub fn released_through_speaker(&mut self, lock: &Lock, now: MonoTime) {
-        self.forget(&lock.name, lock.id, Some(lock.lease), now);
+        // As long as any record of it may last: its lease and its delay.
+        self.forget(&lock.name, lock.id, Some(lock.lease + lock.delay), now);
     }
 
     /// The speaker refused a renewal this member forwarded: a lock "not
-    /// held" there is held nowhere, and this member's record of it goes.
-    pub fn renewal_refused(&mut self, id: LockId, refusal: &Refusal) {
-        if *refusal == Refusal::NotHeld {
+    /// held" there is held nowhere, and this member's record of it goes,
+    /// unless by this record its lease ran out while its lock-delay still
+    /// closes the name (a lapsed grant is "not held", yet its record must
+    /// reach the next rebuild until it ends).
+    pub fn renewal_refused(&mut self, id: LockId, refusal: &Refusal, now: MonoTime) {
+        if *refusal != Refusal::NotHeld {
+            return;
+        }
+        let closing = self
+            .held_record(id)
+            .is_some_and(|l| !l.delay.is_zero() && l.is_lapsed(now) && l.is_live(now));
+        if !closing {
             self.drop_held(id);
         }
     }

@@ -89,16 +89,23 @@ impl Member {
             .holders(&request.name, guard, now)
             .ok()
             .and_then(|holders| holders.into_iter().find(|lock| named.owns(lock)));
-        if let Some(lock) = own {
-            return Ok(Acquisition::Own(lock));
-        }
+        // A lapsed own grant (its lease ran out, its lock-delay closes the
+        // name) is not renewed: the retry waits for the name like any
+        // other, under an id of its own.
+        let lapsed_own = match own {
+            Some(lock) if !lock.is_lapsed(now) => return Ok(Acquisition::Own(lock)),
+            Some(_) => true,
+            None => false,
+        };
         let id = named.lock_id(&request.name);
-        if !self.table.is_forgotten(id, now) {
+        if !lapsed_own && !self.table.is_forgotten(id, now) {
             request.id = id;
         }
         match self.acquire(request, guard, now) {
             Ok((acquired, made)) => Ok(Acquisition::Table(acquired, made)),
-            Err(Refusal::Held(lock)) if named.owns(&lock) => Ok(Acquisition::Own(*lock)),
+            Err(Refusal::Held(lock)) if named.owns(&lock) && !lock.is_lapsed(now) => {
+                Ok(Acquisition::Own(*lock))
+            }
             Err(refusal) => Err(refusal),
         }
     }
@@ -125,12 +132,20 @@ impl Member {
                     holders.into_iter().find(|lock| named.owns(lock))
                 })
                 .collect();
-            if !requests.is_empty() && own.len() == requests.len() {
+            // A lapsed own grant (only its lock-delay left) is not the
+            // caller's to renew: the set waits for its name under an id of
+            // its own, as `acquire_named` does.
+            let lapsed: Vec<&str> = own
+                .iter()
+                .filter(|l| l.is_lapsed(now))
+                .map(|l| l.name.as_str())
+                .collect();
+            if !requests.is_empty() && own.len() == requests.len() && lapsed.is_empty() {
                 return Ok(SetAcquisition::Own(own));
             }
             for r in &mut requests {
                 let id = named.lock_id(&r.name);
-                if !self.table.is_forgotten(id, now) {
+                if !lapsed.contains(&r.name.as_str()) && !self.table.is_forgotten(id, now) {
                     r.id = id;
                 }
             }

@@ -4,6 +4,7 @@
 mod common;
 
 mod attempt;
+mod delay;
 mod member;
 mod named;
 mod reading;

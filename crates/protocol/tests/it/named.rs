@@ -227,3 +227,69 @@ fn a_named_retry_of_a_set_finds_its_own_grants() {
     let other = m.acquire_set(set(30), Some(named("r2")), &guard, now);
     assert!(matches!(other, Err(Refusal::Held(_))), "{other:?}");
 }
+
+/// Second reader: a retry of a named acquisition whose own earlier grant
+/// lapsed (its lease ran out, its lock-delay keeps the name closed) must
+/// not be answered `Own`: renewing that grant is refused (not held), so the
+/// retry, which asked to wait, fails `not_held` instead of waiting for the
+/// delay to end.
+#[test]
+fn a_retry_does_not_own_its_lapsed_grant() {
+    let (mut m, guard, now) = speaker_now();
+    let first = Request {
+        lease: Some(Duration::from_secs(1)),
+        delay: Duration::from_secs(5),
+        ..request("a", 7, 1)
+    };
+    let lock = grant(&mut m, first, Some(named("r1")), &guard, now);
+    let later = at(2_000);
+    let guard = leading(3, later);
+    let retry = Request {
+        delay: Duration::from_secs(5),
+        ..waiting("a", 8)
+    };
+    match m.acquire_named(retry, Some(named("r1")), &guard, later) {
+        Ok(Acquisition::Own(own)) => {
+            assert_eq!(own.id, lock.id);
+            let renewed = m.renew(crate::common::renewal("a", own.id, 1, None), &guard, later);
+            panic!("answered Own of a lapsed grant, whose renewal is {renewed:?}");
+        }
+        Ok(Acquisition::Table(Acquired::Waiting(_), _)) => {}
+        other => panic!("expected to wait for the delay to end: {other:?}"),
+    }
+}
+
+/// A named retry of a set whose own grants lapsed (only their lock-delay
+/// left) is not answered with them: it waits for the names, under ids of
+/// its own, and is granted when the delay ends.
+#[test]
+fn a_retry_of_a_set_does_not_own_its_lapsed_grants() {
+    use leasehold_protocol::SetAcquisition;
+    use locktable::AcquiredSet;
+    let (mut m, guard, now) = speaker_now();
+    let set = |first: u128, wait: bool| {
+        ["a", "b"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Request {
+                lease: Some(Duration::from_secs(1)),
+                delay: Duration::from_secs(5),
+                ..if wait {
+                    waiting(name, first + i as u128)
+                } else {
+                    request(name, first + i as u128, 1)
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    match m.acquire_set(set(7, false), Some(named("r1")), &guard, now) {
+        Ok(SetAcquisition::Table(AcquiredSet::Granted(_), _)) => {}
+        other => panic!("not granted: {other:?}"),
+    }
+    let later = at(2_000);
+    let guard = leading(3, later);
+    match m.acquire_set(set(20, true), Some(named("r1")), &guard, later) {
+        Ok(SetAcquisition::Table(AcquiredSet::Waiting(_), _)) => {}
+        other => panic!("expected to wait for the delay to end: {other:?}"),
+    }
+}

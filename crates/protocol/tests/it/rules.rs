@@ -127,12 +127,12 @@ fn a_not_held_renewal_drops_the_record_and_other_refusals_keep_it() {
     let id = LockId::from_u128(7);
     m.renewed_through_speaker(call, in_transit(7, 1, LEASE), at(1))
         .unwrap();
-    m.renewal_refused(id, &Refusal::NotRebuilt);
+    m.renewal_refused(id, &Refusal::NotRebuilt, at(2));
     assert!(
         m.held_record(id).is_some(),
         "the speaker may not be rebuilt yet"
     );
-    m.renewal_refused(id, &Refusal::NotHeld);
+    m.renewal_refused(id, &Refusal::NotHeld, at(2));
     assert!(m.held_record(id).is_none());
 }
 
