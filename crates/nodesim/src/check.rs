@@ -1,7 +1,9 @@
 //! The checks run on every history: no two holders of a name overlap on
 //! the holders' own conservative count unless both asked for kinds held
 //! together (readers, permits of one semaphore), never more than a
-//! semaphore's permits at once, fences increase along each name's history
+//! semaphore's permits at once, a grant whose lease ran out unreleased
+//! keeps its name closed for its lock-delay after the lease's end on its
+//! holder's count, fences increase along each name's history
 //! (between grants not held together), no lock is lost while its holder
 //! renews in time, and every node serves again within the bound once the
 //! faults heal.
@@ -34,6 +36,7 @@ struct Held {
     first_granted: Duration,
     intervals: Vec<(Duration, Duration)>,
     released: Option<Duration>,
+    delay: Duration,
 }
 
 /// What the checks excuse.
@@ -68,6 +71,7 @@ pub fn check(
                 fence,
                 ends: until,
                 renewal,
+                delay,
             } => {
                 let held = names
                     .entry(&call.name)
@@ -78,6 +82,7 @@ pub fn check(
                     held.kind = *kind;
                     held.fence = *fence;
                     held.first_granted = call.at;
+                    held.delay = *delay;
                 } else if held.fence != *fence {
                     violations.push(format!(
                         "{}: renewal of {} answered fence {fence}, granted with {}",
@@ -131,15 +136,30 @@ pub fn check(
 }
 
 /// The spans of time each grant of `name` was held, on its holder's
-/// count, cut at its release.
+/// count, cut at its release; and, for a grant with a lock-delay, the delay
+/// after its last lease's end on that count, when the name is closed as if
+/// held, cut at a release sent meanwhile (the speaker's lease ends later
+/// than the holder's count, so a release sent after that count may still
+/// reach it while the lease runs, and free the name at once).
 fn spans<'a>(grants: &'a BTreeMap<&str, Held>) -> Vec<(&'a str, Kind, Duration, Duration)> {
     grants
         .iter()
         .flat_map(|(id, held)| {
-            held.intervals.iter().filter_map(move |(from, to)| {
-                let to = held.released.map_or(*to, |r| r.min(*to));
-                (from < &to).then_some((*id, held.kind, *from, to))
-            })
+            let last_end = held.intervals.iter().map(|(_, to)| *to).max();
+            let closed = last_end
+                .filter(|_| !held.delay.is_zero())
+                .map(|end| {
+                    let until = (end + held.delay).min(held.released.unwrap_or(Duration::MAX));
+                    (*id, held.kind, end, until)
+                })
+                .filter(|(_, _, from, until)| from < until);
+            held.intervals
+                .iter()
+                .filter_map(move |(from, to)| {
+                    let to = held.released.map_or(*to, |r| r.min(*to));
+                    (from < &to).then_some((*id, held.kind, *from, to))
+                })
+                .chain(closed)
         })
         .collect()
 }
@@ -227,7 +247,76 @@ mod tests {
             fence,
             ends: s(ends),
             renewal: false,
+            delay: Duration::ZERO,
         }
+    }
+
+    fn delayed(name: &str, id: &str, fence: u64, at: f64, ends: f64, delay: f64) -> Event {
+        match granted(name, id, fence, at, ends) {
+            Event::Held {
+                call,
+                kind,
+                fence,
+                ends,
+                renewal,
+                ..
+            } => Event::Held {
+                call,
+                kind,
+                fence,
+                ends,
+                renewal,
+                delay: s(delay),
+            },
+            other => other,
+        }
+    }
+
+    #[test]
+    fn a_grant_inside_a_lapsed_grants_delay_is_caught_and_a_release_frees_at_once() {
+        let inside = run(vec![
+            delayed("a", "x", 1, 0.0, 2.0, 3.0),
+            granted("a", "y", 2, 4.0, 6.0),
+        ]);
+        assert_eq!(inside.len(), 1, "{inside:?}");
+        let after = run(vec![
+            delayed("a", "x", 1, 0.0, 2.0, 3.0),
+            granted("a", "y", 2, 5.0, 6.0),
+        ]);
+        assert!(after.is_empty(), "{after:?}");
+        let released = run(vec![
+            delayed("a", "x", 1, 0.0, 2.0, 3.0),
+            Event::Released {
+                name: "a".into(),
+                id: "x".into(),
+                sent: s(1.0),
+            },
+            granted("a", "y", 2, 1.5, 6.0),
+        ]);
+        assert!(released.is_empty(), "{released:?}");
+        // A release sent after the holder's count of its lease ended may
+        // still reach the speaker inside the lease: the name is closed
+        // until then at most.
+        let late = run(vec![
+            delayed("a", "x", 1, 0.0, 2.0, 3.0),
+            Event::Released {
+                name: "a".into(),
+                id: "x".into(),
+                sent: s(2.5),
+            },
+            granted("a", "y", 2, 2.6, 6.0),
+        ]);
+        assert!(late.is_empty(), "{late:?}");
+        let early = run(vec![
+            delayed("a", "x", 1, 0.0, 2.0, 3.0),
+            Event::Released {
+                name: "a".into(),
+                id: "x".into(),
+                sent: s(2.5),
+            },
+            granted("a", "y", 2, 2.4, 6.0),
+        ]);
+        assert_eq!(early.len(), 1, "{early:?}");
     }
 
     fn served_all() -> Vec<Event> {

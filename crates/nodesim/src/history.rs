@@ -36,6 +36,9 @@ pub enum Event {
         ends: Duration,
         /// A renewal, not the grant.
         renewal: bool,
+        /// The lock-delay the grant asked for: once its lease ran out
+        /// unreleased, the name is closed this much longer.
+        delay: Duration,
     },
     /// A renewal (or a first release) answered `404 not_held`: the grant
     /// is gone.

@@ -57,6 +57,11 @@ pub struct RunOptions {
     /// at once (`names`), in a random order, and holds them together. Off,
     /// a seed draws what it always drew.
     pub sets: bool,
+    /// Lock-delays: now and then a grant of one name asks for a delay, so
+    /// that its lease running out unreleased keeps the name closed that
+    /// much longer, which the checks hold it to. Off, a seed draws what it
+    /// always drew.
+    pub delays: bool,
 }
 
 impl RunOptions {
@@ -72,6 +77,7 @@ impl RunOptions {
             sabotage: Sabotage::NONE,
             kinds: false,
             sets: false,
+            delays: false,
         }
     }
 }
@@ -200,6 +206,7 @@ pub fn run(options: &RunOptions) -> Outcome {
             seed,
             kinds: options.kinds,
             sets: options.sets,
+            delays: options.delays,
         };
         sim.client(format!("client{client}"), async move {
             work(client, nodes, lease, draws, shared).await;

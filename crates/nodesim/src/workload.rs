@@ -179,6 +179,8 @@ pub(crate) struct Draws {
     pub(crate) kinds: bool,
     /// Sets of names now and then ([`crate::run::RunOptions::sets`]).
     pub(crate) sets: bool,
+    /// Lock-delays now and then ([`crate::run::RunOptions::delays`]).
+    pub(crate) delays: bool,
 }
 
 /// The locks of a set's grant answered at `sent`, each as
@@ -261,6 +263,7 @@ async fn hold_set(
             fence: *fence,
             ends: *ends,
             renewal: false,
+            delay: Duration::ZERO,
         });
     }
     let mut kept = true;
@@ -299,6 +302,7 @@ async fn hold_set(
                         fence,
                         ends: until,
                         renewal: true,
+                        delay: Duration::ZERO,
                     });
                 }
                 Some(Through {
@@ -361,7 +365,12 @@ pub(crate) async fn work(
     draws: Draws,
     shared: Arc<Mutex<Shared>>,
 ) {
-    let Draws { seed, kinds, sets } = draws;
+    let Draws {
+        seed,
+        kinds,
+        sets,
+        delays,
+    } = draws;
     let longest = u64::try_from(lease.max.as_millis()).unwrap_or(u64::MAX);
     let mut rng = StdRng::seed_from_u64(seed);
     let done = |shared: &Arc<Mutex<Shared>>| {
@@ -387,6 +396,14 @@ pub(crate) async fn work(
             Kind::Shared => body["shared"] = json!(true),
             Kind::Permit(n) => body["permits"] = json!(n),
             Kind::Exclusive => {}
+        }
+        let delay = if delays && rng.gen_bool(0.5) {
+            Duration::from_millis(rng.gen_range(longest / 8..=longest / 2))
+        } else {
+            Duration::ZERO
+        };
+        if !delay.is_zero() {
+            body["lock_delay_ms"] = json!(delay.as_millis() as u64);
         }
         let Some(Through {
             node,
@@ -423,6 +440,7 @@ pub(crate) async fn work(
             fence,
             ends,
             renewal: false,
+            delay,
         });
         let renewals = rng.gen_range(0..6);
         let mut kept = true;
@@ -461,6 +479,7 @@ pub(crate) async fn work(
                         fence,
                         ends,
                         renewal: true,
+                        delay,
                     });
                 }
                 Some(Through {

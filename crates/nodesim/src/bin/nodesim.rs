@@ -4,7 +4,7 @@
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses|--speaker-replaces]
 //!         [--change replace|grow|remove|remove-speaker|timings|protocol]
-//!         [--sabotage NAME[,NAME]...] [--kinds] [--sets]
+//!         [--sabotage NAME[,NAME]...] [--kinds] [--sets] [--delays]
 //! ```
 //!
 //! `--sabotage` takes the names of `leasehold_node::Sabotage`'s
@@ -36,7 +36,9 @@
 //! the clients take names of every kind (an exclusive one, one readers
 //! share with a writer now and then, a semaphore of two permits); `--sets`
 //! has them ask for both exclusive names at once now and then, and checks
-//! each set is granted whole.
+//! each set is granted whole; `--delays` has half the grants ask for a
+//! lock-delay, and checks a name whose lease ran out unreleased stays
+//! closed for it.
 
 use std::process::ExitCode;
 
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
     let mut sabotage = Sabotage::NONE;
     let mut kinds = false;
     let mut sets = false;
+    let mut delays = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
             "--seeds" => seeds = value().parse().unwrap_or(seeds),
             "--kinds" => kinds = true,
             "--sets" => sets = true,
+            "--delays" => delays = true,
             "--mode" => {
                 mode = match value().as_str() {
                     "strict" => RebuildMode::Strict,
@@ -108,7 +112,7 @@ fn main() -> ExitCode {
                      [--trace] [--replay] [--expect-failure] \
                      [--speaker-crashes|--speaker-pauses|--speaker-replaces] \
                      [--change replace|grow|remove|remove-speaker|timings|protocol] \
-                     [--sabotage NAME[,NAME]...] [--kinds] [--sets]"
+                     [--sabotage NAME[,NAME]...] [--kinds] [--sets] [--delays]"
                 );
                 return ExitCode::from(64);
             }
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
             sabotage,
             kinds,
             sets,
+            delays,
             ..RunOptions::new(seed)
         };
         let outcome = run(&options);

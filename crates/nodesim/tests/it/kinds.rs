@@ -118,3 +118,43 @@ fn a_set_granted_in_part_is_caught() {
         "no seed of 12 caught a set granted in part"
     );
 }
+
+fn with_delays(seed: u64) -> RunOptions {
+    RunOptions {
+        delays: true,
+        ..RunOptions::new(seed)
+    }
+}
+
+/// Lock-delays beside plain grants, under every fault and under speaker
+/// crashes: no grant of a name inside a lapsed grant's delay.
+#[test]
+fn a_lapsed_names_delay_holds_under_faults() {
+    for seed in 1..=SEEDS {
+        for focus in [Focus::Mixed, Focus::SpeakerCrashes] {
+            let outcome = run(&RunOptions {
+                focus,
+                ..with_delays(seed)
+            });
+            outcome.assert_passed(&format!("seed {seed} ({focus:?}, delays)"));
+            assert!(outcome.grants() > 0, "seed {seed}: no grant at all");
+        }
+    }
+}
+
+/// A speaker that drops the lock-delay frees a lapsed name at once: the
+/// checks see a grant inside the delay.
+#[test]
+fn a_speaker_ignoring_the_lock_delay_is_caught() {
+    let caught = (1..=12).find(|&seed| {
+        let outcome = run(&RunOptions {
+            sabotage: switched("delay-ignored"),
+            ..with_delays(seed)
+        });
+        !outcome.violations.is_empty()
+    });
+    assert!(
+        caught.is_some(),
+        "no seed of 12 caught a speaker ignoring the lock-delay"
+    );
+}
