@@ -99,7 +99,7 @@ impl World {
                     if later.kind.compatible(earlier.kind) {
                         continue;
                     }
-                    if earlier.end > later.start {
+                    if earlier.closed_until > later.start {
                         report.overlaps += 1;
                         if !strict && explained_by(later.start) {
                             report.explained += 1;
@@ -111,7 +111,11 @@ impl World {
                                 };
                                 format!(
                                     "{name}: fence {} held [{}, {}) overlaps fence {} from {}{kinds}",
-                                    earlier.fence, earlier.start, earlier.end, later.fence, later.start
+                                    earlier.fence,
+                                    earlier.start,
+                                    earlier.closed_until,
+                                    later.fence,
+                                    later.start
                                 )
                             });
                         }

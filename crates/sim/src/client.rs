@@ -18,6 +18,17 @@ use crate::history::{Interval, LostLock};
 use crate::msg::{Answer, Ask, ClientId, Event, Msg, Refusal, ReqId, To};
 use crate::world::World;
 
+/// How a holding ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The holder let go and sent a release.
+    Released,
+    /// The lease ran out on the holder's count, unrenewed or unanswered.
+    RanOut,
+    /// A renewal was answered "not held".
+    Lost,
+}
+
 impl World {
     pub(crate) fn client_wake(&mut self, c: ClientId) {
         if !matches!(self.clients[c].state, ClientState::Idle) {
@@ -43,12 +54,18 @@ impl World {
         } else {
             MAX_LEASE_MS
         };
+        let delay_ms = if self.config.delays && self.rng.gen_bool(0.5) {
+            self.rng.gen_range(200..800)
+        } else {
+            0
+        };
         let until = self.t + wait_ms + 500;
         self.clients[c].state = ClientState::Asking {
             req,
             sent: self.t,
             name: name.clone(),
             kind,
+            delay_ms,
         };
         let node = self.clients[c].node;
         self.send(
@@ -62,6 +79,7 @@ impl World {
                     wait_ms,
                     lease_ms,
                     kind,
+                    delay_ms,
                 },
             },
         );
@@ -91,6 +109,7 @@ impl World {
                     wait_ms: 0,
                     lease_ms: LEASE_MS,
                     kind: Kind::Exclusive,
+                    delay_ms: 0,
                 },
             },
         );
@@ -124,7 +143,8 @@ impl World {
                 sent,
                 name,
                 kind,
-            } if asked == req => self.granted_to(c, req, sent, (name, kind), result),
+                delay_ms,
+            } if asked == req => self.granted_to(c, req, sent, (name, kind, delay_ms), result),
             ClientState::Holding(h) if h.renewing.is_some_and(|(r, _)| r == req) => {
                 self.renewed(c, h, result)
             }
@@ -138,7 +158,7 @@ impl World {
         c: ClientId,
         req: ReqId,
         sent: u64,
-        (name, kind): (String, Kind),
+        (name, kind, delay_ms): (String, Kind, u64),
         result: Answer,
     ) {
         let t = self.t;
@@ -151,7 +171,9 @@ impl World {
                 return;
             }
         };
-        let ends = sent + served + transit.ttl.as_millis() as u64;
+        // The holder counts its lease alone: the record's time left less
+        // the lock-delay after it.
+        let ends = sent + served + transit.ttl.saturating_sub(transit.delay).as_millis() as u64;
         let node = self.clients[c].node;
         if t + CLIENT_MARGIN_MS >= ends {
             // Arrived after its lease: not held; give it back.
@@ -188,6 +210,7 @@ impl World {
             start: t,
             ends,
             lease_ms,
+            delay_ms,
             next_renew,
             renewing: None,
             attempts: 0,
@@ -210,7 +233,7 @@ impl World {
             return;
         }
         if t >= h.ends {
-            self.end_holding(c, &h, h.ends, false);
+            self.end_holding(c, &h, h.ends, End::RanOut);
             return;
         }
         self.next_req += 1;
@@ -270,12 +293,13 @@ impl World {
             return;
         };
         if t >= h.ends {
-            self.end_holding(c, &h, h.ends, false);
+            self.end_holding(c, &h, h.ends, End::RanOut);
             return;
         }
         match result {
             Ok((transit, served)) => {
-                h.ends = sent + served + transit.ttl.as_millis() as u64 - CLIENT_MARGIN_MS;
+                let lease_left = transit.ttl.saturating_sub(transit.delay).as_millis() as u64;
+                h.ends = (sent + served + lease_left).saturating_sub(CLIENT_MARGIN_MS);
                 h.renewing = None;
                 h.attempts = 0;
                 let every = h.lease_ms / RENEW_DIVISOR;
@@ -283,21 +307,32 @@ impl World {
             }
             Err(Refusal::NotHeld) => {
                 self.note(|| format!("client {c} lost {} (fence {})", h.name, h.fence));
-                self.end_holding(c, &h, t, true);
+                self.end_holding(c, &h, t, End::Lost);
             }
             Err(_) => self.renew_failed(c, h),
         }
     }
 
-    /// The holding ends at `end`: released, run out, or `lost`.
-    fn end_holding(&mut self, c: ClientId, h: &Holding, end: u64, lost: bool) {
+    /// The holding ends at `end`, as `how` says.
+    fn end_holding(&mut self, c: ClientId, h: &Holding, end: u64, how: End) {
         let t = self.t;
+        let lost = how == End::Lost;
+        // Run out unreleased: closed for the delay after the lease's end on
+        // the holder's count, its margin put back (the speaker's ends no
+        // earlier). A release, sent within the holder's count, may reach
+        // the speaker inside its lease and free the name at once.
+        let closed_until = if how == End::RanOut && h.delay_ms > 0 {
+            h.ends + CLIENT_MARGIN_MS + h.delay_ms
+        } else {
+            end
+        };
         self.history.intervals.push(Interval {
             name: h.name.clone(),
             kind: h.kind,
             fence: h.fence,
             start: h.start,
             end,
+            closed_until,
         });
         if lost {
             self.history.lost.push(LostLock {
@@ -321,7 +356,7 @@ impl World {
             ClientState::Holding(h) if h.req == req && release => {
                 let node = self.clients[c].node;
                 let (name, id) = (h.name.clone(), h.id);
-                self.end_holding(c, &h, t.min(h.ends), false);
+                self.end_holding(c, &h, t.min(h.ends), End::Released);
                 self.send(None, To::Node(node), Msg::Release { name, id });
             }
             ClientState::Asking { req: asked, .. } if asked == req && !release => {

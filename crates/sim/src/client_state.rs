@@ -14,6 +14,8 @@ pub(crate) enum ClientState {
         sent: u64,
         name: String,
         kind: Kind,
+        /// The lock-delay asked for.
+        delay_ms: u64,
     },
     Holding(Holding),
 }
@@ -32,6 +34,8 @@ pub(crate) struct Holding {
     /// When the holder's own count of the lease ends (less its margin).
     pub(crate) ends: u64,
     pub(crate) lease_ms: u64,
+    /// The lock-delay the holder asked for.
+    pub(crate) delay_ms: u64,
     /// When the next renewal is due (later events are stale).
     pub(crate) next_renew: u64,
     /// The renewal attempt under way: its request and when it left.

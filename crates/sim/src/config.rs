@@ -40,6 +40,11 @@ pub struct Config {
     /// two permits (`n1`, `n4`, ... shared; `n2`, `n5`, ... permits). Off,
     /// every name is exclusive and a seed draws what it always drew.
     pub kinds: bool,
+    /// Lock-delays: half the grants ask for one (200 to 800 ms), so that a
+    /// lease that runs out unreleased keeps its name closed that much
+    /// longer, which the checker holds the cluster to. Off, a seed draws
+    /// what it always drew.
+    pub delays: bool,
 }
 
 /// The faults a run injects.
@@ -109,6 +114,7 @@ impl Config {
             sabotage: Sabotage::NONE,
             trace: false,
             kinds: false,
+            delays: false,
         };
         // The node's default, min(2, quorum); five members now and then
         // ask for three, the most a quorum allows.

@@ -15,6 +15,10 @@ pub(crate) struct Interval {
     pub(crate) fence: u64,
     pub(crate) start: u64,
     pub(crate) end: u64,
+    /// Until when the name is closed to others: `end`, or, for a lease
+    /// that ran out unreleased with a lock-delay, the end of the lease on
+    /// the holder's count (without its margin) plus the delay asked.
+    pub(crate) closed_until: u64,
 }
 
 /// A lock its holder kept renewing until a renewal was answered "not

@@ -32,6 +32,8 @@ pub(crate) struct Ask {
     pub(crate) wait_ms: u64,
     pub(crate) lease_ms: u64,
     pub(crate) kind: Kind,
+    /// The lock-delay asked for (0 for none).
+    pub(crate) delay_ms: u64,
 }
 
 /// A message between a client and its node, or between nodes.

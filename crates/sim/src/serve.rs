@@ -90,7 +90,7 @@ impl World {
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(t);
         let request = Request {
-            delay: Default::default(),
+            delay: Duration::from_millis(ask.delay_ms),
             kind: ask.kind,
             name: ask.name,
             id,

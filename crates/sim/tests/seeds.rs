@@ -348,3 +348,45 @@ fn a_rebuild_blind_to_kinds_is_caught() {
         "seed {seed} keeps every promise without the sabotage"
     );
 }
+
+/// Runs `seed` of `scenario` with lock-delays (half the grants ask for one),
+/// `sabotage` switched on.
+fn with_delays(scenario: Scenario, seed: u64, sabotage: Sabotage) -> Report {
+    let mut config = Config::scenario(seed, scenario);
+    config.delays = true;
+    config.sabotage = sabotage;
+    run(seed, &config)
+}
+
+/// A lease that ran out unreleased keeps its name closed for its delay
+/// under every fault: no grant of the name before the holder's lease end
+/// plus the delay, in both rebuild modes' scenarios.
+#[test]
+fn a_lapsed_names_delay_holds_under_every_fault() {
+    let scenarios = std::iter::once((Scenario::Mixed, seeds(300)))
+        .chain(Scenario::TARGETED.into_iter().map(|s| (s, 20)));
+    for (scenario, count) in scenarios {
+        let mut failed = Vec::new();
+        for seed in 0..count {
+            let mut report = with_delays(scenario, seed, Sabotage::NONE);
+            if !report.ok() {
+                report.trace.clear();
+                failed.push((seed, report));
+            }
+        }
+        assert!(failed.is_empty(), "{scenario:?}: {failed:#?}");
+    }
+}
+
+/// The checker sees a name granted inside a delay: a speaker that drops the
+/// lock-delay is caught.
+#[test]
+fn a_speaker_ignoring_the_lock_delay_is_caught() {
+    let caught = (0..200)
+        .find(|&seed| !with_delays(Scenario::Mixed, seed, switched(&["delay-ignored"])).ok());
+    println!("delay-ignored: first caught at seed {caught:?}");
+    assert!(
+        caught.is_some(),
+        "a speaker ignoring the delay went unnoticed"
+    );
+}
