@@ -26,7 +26,7 @@ pub const SPEAKS: u64 = 5;
 /// The protocol header a peer request made by a test carries: this
 /// build's, in a cluster that agreed on it (a request without it is an
 /// earlier build's, refused once the cluster agreed).
-pub const PROTOCOL_STAMP: &str = "speaks=4; cluster=4";
+pub const PROTOCOL_STAMP: &str = "speaks=5; cluster=5";
 
 /// Generous: correctness is asserted, not speed.
 pub const PATIENCE: Duration = Duration::from_secs(30);
