@@ -8,6 +8,8 @@
 //!   fence is allowed within the longest lease after a rebuild that missed
 //!   as many members as there are copies, or more (the documented cost of
 //!   proceeding).
+//! - *Sets whole*: a set of names is answered with a lock of every name
+//!   asked, in order, with consecutive fences, or not at all.
 //! - *Renewed locks kept*: no lock whose holder kept renewing is lost (a
 //!   renewal answered "not held" while the holder's own count of the lease
 //!   runs) while fewer members failed than there are copies. Failed is
@@ -49,8 +51,20 @@ fn push_capped(list: &mut Vec<String>, count: &mut usize, line: impl FnOnce() ->
 }
 
 impl World {
+    /// Every set of names answered whole: each name asked, in the order
+    /// asked, with consecutive fences (granted in one step).
+    fn check_sets(&mut self) {
+        let report = &mut self.report;
+        for broken in &self.history.broken_sets {
+            push_capped(&mut report.unexplained, &mut report.violations, || {
+                format!("a set not granted whole: {broken}")
+            });
+        }
+    }
+
     pub(crate) fn check(&mut self, bound: u64) {
         self.check_holders();
+        self.check_sets();
         self.check_lost();
         self.check_liveness(bound);
         self.report.grants = self.history.intervals.len();

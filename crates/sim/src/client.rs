@@ -7,10 +7,10 @@
 //! holder's own count runs is a lost lock. In the quiet tail a probe per
 //! node asks for a fresh name until it is granted: the liveness check.
 
-use locktable::Kind;
+use locktable::{Kind, LockId, LockInTransit};
 use rand::Rng;
 
-use crate::client_state::{ClientState, Holding};
+use crate::client_state::{ClientState, HeldSet, Holding};
 use crate::config::timing::{
     CLIENT_MARGIN_MS, LEASE_MS, MAX_LEASE_MS, PROBE_EVERY_MS, RENEW_ATTEMPT_MS, RENEW_DIVISOR,
 };
@@ -33,6 +33,9 @@ impl World {
     pub(crate) fn client_wake(&mut self, c: ClientId) {
         if !matches!(self.clients[c].state, ClientState::Idle) {
             return;
+        }
+        if self.config.sets && self.config.names >= 2 && self.rng.gen_bool(0.25) {
+            return self.ask_set(c);
         }
         let index = self.rng.gen_range(0..self.config.names);
         let name = format!("n{index}");
@@ -66,6 +69,7 @@ impl World {
             name: name.clone(),
             kind,
             delay_ms,
+            also: Vec::new(),
         };
         let node = self.clients[c].node;
         self.send(
@@ -80,11 +84,106 @@ impl World {
                     lease_ms,
                     kind,
                     delay_ms,
+                    also: Vec::new(),
                 },
             },
         );
         // Give up on an answer that never comes.
         self.at(until, Event::ClientGiveUp(c, req));
+    }
+
+    /// Asks for two names at once, in a random order, to hold together.
+    fn ask_set(&mut self, c: ClientId) {
+        let mut names = vec!["n0".to_string(), "n1".to_string()];
+        if self.rng.gen_bool(0.5) {
+            names.reverse();
+        }
+        let wait_ms = self.rng.gen_range(0..800);
+        self.next_req += 1;
+        let req = self.next_req;
+        let first = names.remove(0);
+        self.clients[c].state = ClientState::Asking {
+            req,
+            sent: self.t,
+            name: first.clone(),
+            kind: Kind::Exclusive,
+            delay_ms: 0,
+            also: names.clone(),
+        };
+        let node = self.clients[c].node;
+        let ask = Ask {
+            name: first,
+            wait_ms,
+            lease_ms: LEASE_MS,
+            kind: Kind::Exclusive,
+            delay_ms: 0,
+            also: names,
+        };
+        self.send(
+            None,
+            To::Node(node),
+            Msg::Acquire {
+                client: c,
+                req,
+                ask,
+            },
+        );
+        self.at(self.t + wait_ms + 500, Event::ClientGiveUp(c, req));
+    }
+
+    /// The answer to client `c`'s acquire of the set `asked`, sent at
+    /// `sent`: a set answered otherwise than whole (each name asked, in
+    /// order, with consecutive fences) is noted for the checker; what came
+    /// is held unrenewed, and released together.
+    fn set_granted(
+        &mut self,
+        c: ClientId,
+        (req, sent): (ReqId, u64),
+        asked: Vec<String>,
+        result: Answer,
+        also: Vec<LockInTransit>,
+    ) {
+        let t = self.t;
+        let Ok((first, served)) = result else {
+            self.clients[c].state = ClientState::Idle;
+            let backoff = self.rng.gen_range(5..100);
+            self.at(t + backoff, Event::ClientWake(c));
+            return;
+        };
+        let locks: Vec<LockInTransit> = std::iter::once(first).chain(also).collect();
+        let names: Vec<&str> = locks.iter().map(|l| l.name.as_str()).collect();
+        let fences: Vec<u64> = locks.iter().map(|l| l.fence.0).collect();
+        if names != asked || fences.windows(2).any(|w| w[1] != w[0] + 1) {
+            self.history.broken_sets.push(format!(
+                "asked {asked:?} at {sent}, answered {names:?} with fences {fences:?}"
+            ));
+        }
+        let held: Vec<(String, LockId, u64, u64)> = locks
+            .into_iter()
+            .map(|l| {
+                let lease_left = l.ttl.saturating_sub(l.delay).as_millis() as u64;
+                let ends = (sent + served + lease_left).saturating_sub(CLIENT_MARGIN_MS);
+                (l.name, l.id, l.fence.0, ends)
+            })
+            .collect();
+        let node = self.clients[c].node;
+        let soonest = held.iter().map(|h| h.3).min().unwrap_or(t);
+        if soonest <= t {
+            for (name, id, ..) in held {
+                self.send(None, To::Node(node), Msg::Release { name, id });
+            }
+            self.clients[c].state = ClientState::Idle;
+            self.at(t + 10, Event::ClientWake(c));
+            return;
+        }
+        let hold = self.rng.gen_range(1..=soonest - t);
+        self.note(|| format!("client {c} holds the set {asked:?}"));
+        self.clients[c].state = ClientState::HoldingSet(HeldSet {
+            req,
+            start: t,
+            locks: held,
+        });
+        self.at(t + hold, Event::ClientRelease(c, req));
     }
 
     /// A probe asks for a fresh name (no one else wants it) until granted.
@@ -110,6 +209,7 @@ impl World {
                     lease_ms: LEASE_MS,
                     kind: Kind::Exclusive,
                     delay_ms: 0,
+                    also: Vec::new(),
                 },
             },
         );
@@ -117,7 +217,7 @@ impl World {
     }
 
     pub(crate) fn client_message(&mut self, c: ClientId, msg: Msg) {
-        let Msg::Reply { req, result } = msg else {
+        let Msg::Reply { req, result, also } = msg else {
             return;
         };
         let t = self.t;
@@ -144,7 +244,15 @@ impl World {
                 name,
                 kind,
                 delay_ms,
-            } if asked == req => self.granted_to(c, req, sent, (name, kind, delay_ms), result),
+                also: names,
+            } if asked == req => {
+                if names.is_empty() {
+                    self.granted_to(c, req, sent, (name, kind, delay_ms), result)
+                } else {
+                    let asked = std::iter::once(name).chain(names).collect();
+                    self.set_granted(c, (req, sent), asked, result, also)
+                }
+            }
             ClientState::Holding(h) if h.renewing.is_some_and(|(r, _)| r == req) => {
                 self.renewed(c, h, result)
             }
@@ -358,6 +466,24 @@ impl World {
                 let (name, id) = (h.name.clone(), h.id);
                 self.end_holding(c, &h, t.min(h.ends), End::Released);
                 self.send(None, To::Node(node), Msg::Release { name, id });
+            }
+            ClientState::HoldingSet(set) if set.req == req && release => {
+                let node = self.clients[c].node;
+                for (name, id, fence, ends) in set.locks {
+                    let end = t.min(ends);
+                    self.history.intervals.push(Interval {
+                        name: name.clone(),
+                        kind: Kind::Exclusive,
+                        fence,
+                        start: set.start,
+                        end,
+                        closed_until: end,
+                    });
+                    self.send(None, To::Node(node), Msg::Release { name, id });
+                }
+                self.clients[c].state = ClientState::Idle;
+                let pause = self.rng.gen_range(1..50);
+                self.at(t + pause, Event::ClientWake(c));
             }
             ClientState::Asking { req: asked, .. } if asked == req && !release => {
                 self.clients[c].state = ClientState::Idle;

@@ -16,8 +16,23 @@ pub(crate) enum ClientState {
         kind: Kind,
         /// The lock-delay asked for.
         delay_ms: u64,
+        /// A set's other names, in the order asked.
+        also: Vec<String>,
     },
     Holding(Holding),
+    /// The locks of a set, held unrenewed and released together.
+    HoldingSet(HeldSet),
+}
+
+/// A set of names a client holds, each lock as its holder counts it.
+#[derive(Debug, Clone)]
+pub(crate) struct HeldSet {
+    /// The acquire that won the set.
+    pub(crate) req: ReqId,
+    pub(crate) start: u64,
+    /// Each lock: name, id, fence, and when the holder's count of its
+    /// lease ends (less its margin).
+    pub(crate) locks: Vec<(String, LockId, u64, u64)>,
 }
 
 /// A lock a client holds, as its holder counts it.

@@ -45,6 +45,11 @@ pub struct Config {
     /// longer, which the checker holds the cluster to. Off, a seed draws
     /// what it always drew.
     pub delays: bool,
+    /// Sets of names: now and then a client asks for `n0` and `n1` at once,
+    /// in a random order, and holds what it gets; the checker holds every
+    /// set answer to be whole (each name asked, in order, consecutive
+    /// fences). Off, a seed draws what it always drew.
+    pub sets: bool,
 }
 
 /// The faults a run injects.
@@ -115,6 +120,7 @@ impl Config {
             trace: false,
             kinds: false,
             delays: false,
+            sets: false,
         };
         // The node's default, min(2, quorum); five members now and then
         // ask for three, the most a quorum allows.

@@ -26,6 +26,42 @@ impl World {
         made: Made,
         grant: bool,
     ) {
+        self.put_on_record(n, lock, origin, made, grant, None);
+    }
+
+    /// Puts every lock of a set granted on record, and answers the set once
+    /// each concluded: whole, or refused with all of it taken back.
+    pub(crate) fn answer_set_on_record(
+        &mut self,
+        n: NodeId,
+        locks: Vec<Lock>,
+        origin: Origin,
+        made: Made,
+    ) {
+        self.next_copy += 1;
+        let key = self.next_copy;
+        let wait = crate::node::SetWait {
+            node: n,
+            origin,
+            locks: locks.clone(),
+            left: locks.len(),
+            failed: None,
+        };
+        self.sets_on_record.insert(key, wait);
+        for lock in locks {
+            self.put_on_record(n, lock, origin, made, true, Some(key));
+        }
+    }
+
+    fn put_on_record(
+        &mut self,
+        n: NodeId,
+        lock: Lock,
+        origin: Origin,
+        made: Made,
+        grant: bool,
+        set: Option<u64>,
+    ) {
         let guard = self.guard(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(self.t);
@@ -40,6 +76,7 @@ impl World {
             lock,
             origin,
             grant,
+            set,
         };
         if self.config.sabotage.unacked_copies {
             // A node that answers before the copies are acknowledged sends
@@ -136,8 +173,12 @@ impl World {
             lock,
             origin,
             grant,
+            set,
             ..
         } = wait;
+        if let Some(key) = set {
+            return self.set_lock_concluded(key, result);
+        }
         match result {
             Ok(()) => {
                 let transit = lock.in_transit(self.nodes[&n].mono(t));
@@ -156,15 +197,65 @@ impl World {
         }
     }
 
+    /// One lock of a set concluded: once every lock of it has, the set is
+    /// answered whole, or, if one was not put on record, every lock of it
+    /// is taken back and the set refused.
+    fn set_lock_concluded(&mut self, key: u64, result: Result<(), Refusal>) {
+        let Some(wait) = self.sets_on_record.get_mut(&key) else {
+            return;
+        };
+        wait.left -= 1;
+        if let Err(refusal) = result {
+            wait.failed.get_or_insert(wire(&refusal));
+        }
+        if wait.left > 0 {
+            return;
+        }
+        let wait = self.sets_on_record.remove(&key).expect("found");
+        let (n, t) = (wait.node, self.t);
+        match wait.failed {
+            None => {
+                let now = self.nodes[&n].mono(t);
+                let mut transits = wait.locks.iter().map(|l| l.in_transit(now));
+                let first = transits.next().expect("a set has a lock");
+                let also = transits.collect();
+                let served = t - wait.origin.arrived();
+                self.answer_with(n, wait.origin, Ok((first, served)), also);
+                if matches!(wait.origin, Origin::Local { .. }) {
+                    self.on_local_answer(n, wait.locks[0].lease);
+                }
+            }
+            Some(refusal) => {
+                for lock in &wait.locks {
+                    self.take_back(n, lock);
+                }
+                self.answer(n, wait.origin, Err(refusal));
+            }
+        }
+    }
+
     /// Sends `result` to whoever asked: the client, or the forwarding node.
     pub(crate) fn answer(&mut self, n: NodeId, origin: Origin, result: Answer) {
+        self.answer_with(n, origin, result, Vec::new());
+    }
+
+    /// Sends `result`, with a set's other locks `also`, to whoever asked.
+    pub(crate) fn answer_with(
+        &mut self,
+        n: NodeId,
+        origin: Origin,
+        result: Answer,
+        also: Vec<LockInTransit>,
+    ) {
         if !self.nodes[&n].alive {
             return;
         }
         match origin {
-            Origin::Local { client, req, .. } => {
-                self.send(Some(n), To::Client(client), Msg::Reply { req, result })
-            }
+            Origin::Local { client, req, .. } => self.send(
+                Some(n),
+                To::Client(client),
+                Msg::Reply { req, result, also },
+            ),
             Origin::Forwarded {
                 node, client, req, ..
             } => self.send(
@@ -174,6 +265,7 @@ impl World {
                     client,
                     req,
                     result,
+                    also,
                 },
             ),
         }

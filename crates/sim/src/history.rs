@@ -49,6 +49,9 @@ pub(crate) struct History {
     pub(crate) newest: Option<(u64, u64, NodeId)>,
     /// Nodes found able to grant for a term after a later one's election.
     pub(crate) deposed: BTreeSet<(NodeId, u64)>,
+    /// Sets of names answered otherwise than whole: the names asked, and
+    /// what came.
+    pub(crate) broken_sets: Vec<String>,
 }
 
 /// What a run saw.

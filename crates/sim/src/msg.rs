@@ -34,6 +34,9 @@ pub(crate) struct Ask {
     pub(crate) kind: Kind,
     /// The lock-delay asked for (0 for none).
     pub(crate) delay_ms: u64,
+    /// A set's other names, to be granted with `name` all at once (empty
+    /// for one name).
+    pub(crate) also: Vec<String>,
 }
 
 /// A message between a client and its node, or between nodes.
@@ -59,6 +62,8 @@ pub(crate) enum Msg {
     Reply {
         req: ReqId,
         result: Answer,
+        /// A set's other locks, in the order asked (empty for one name).
+        also: Vec<LockInTransit>,
     },
     // Between nodes.
     Forward {
@@ -72,6 +77,8 @@ pub(crate) enum Msg {
         client: ClientId,
         req: ReqId,
         result: Answer,
+        /// A set's other locks, in the order asked.
+        also: Vec<LockInTransit>,
     },
     ForwardRenew {
         from: NodeId,

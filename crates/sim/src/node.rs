@@ -96,6 +96,23 @@ pub(crate) struct CopyWait {
     pub(crate) lock: Lock,
     pub(crate) origin: Origin,
     pub(crate) grant: bool,
+    /// The set of names the lock is one of, by its key in
+    /// `World::sets_on_record` (none for one name).
+    pub(crate) set: Option<u64>,
+}
+
+/// A set of names granted, its locks being put on record: answered once
+/// each concluded, whole if all are on record, else refused and every
+/// lock taken back.
+pub(crate) struct SetWait {
+    pub(crate) node: NodeId,
+    pub(crate) origin: Origin,
+    /// The set's locks, in the order asked.
+    pub(crate) locks: Vec<Lock>,
+    /// How many have not concluded yet.
+    pub(crate) left: usize,
+    /// Why one was not put on record, if one was not.
+    pub(crate) failed: Option<crate::msg::Refusal>,
 }
 
 /// One process of a member, as the simulation runs it.

@@ -6,8 +6,10 @@
 
 use std::time::Duration;
 
-use leasehold_protocol::Renewal;
-use locktable::{AcquireError, Acquired, Lock, LockId, NodeId, Request};
+use leasehold_protocol::{Renewal, SetAcquisition};
+use locktable::{
+    AcquireError, Acquired, AcquiredSet, Lock, LockId, LockInTransit, NodeId, Request,
+};
 
 use crate::msg::{Ask, ClientId, Msg, Refusal, ReqId, To};
 use crate::node::{Origin, Pending};
@@ -49,15 +51,19 @@ impl World {
         let mut out = Vec::new();
         for answer in answers {
             if let Some((origin, made)) = node.waiters.remove(&answer.waiter) {
-                out.push((origin, made, answer.result));
+                out.push((origin, made, answer.result, answer.also));
             }
         }
         for _ in 0..granted {
             self.note(|| format!("node {n} hands a waiting request its lock"));
             self.granted(n, term);
         }
-        for (origin, made, result) in out {
+        for (origin, made, result, also) in out {
             match result {
+                Ok(lock) if !also.is_empty() => {
+                    let locks = std::iter::once(lock).chain(also).collect();
+                    self.answer_set_on_record(n, locks, origin, made);
+                }
                 Ok(lock) => self.answer_on_record(n, lock, origin, made, true),
                 Err(AcquireError::Held(_)) => self.answer(n, origin, Err(Refusal::Held)),
                 Err(_) => self.answer(n, origin, Err(Refusal::Unavailable)),
@@ -82,6 +88,9 @@ impl World {
 
     /// A grant or refusal as the speaker, for a client of `from`.
     fn speak_acquire(&mut self, n: NodeId, from: NodeId, client: ClientId, req: ReqId, ask: Ask) {
+        if !ask.also.is_empty() {
+            return self.speak_acquire_set(n, from, (client, req), ask);
+        }
         let t = self.t;
         self.next_lock += 1;
         let id = LockId::from_u128(self.next_lock);
@@ -116,6 +125,56 @@ impl World {
                 let node = self.nodes.get_mut(&n).expect("member");
                 node.waiters.insert(w, (origin, made));
             }
+        }
+    }
+
+    /// A set of names granted all at once, or refused whole, or queued, as
+    /// the speaker, for a client of `from`.
+    fn speak_acquire_set(
+        &mut self,
+        n: NodeId,
+        from: NodeId,
+        (client, req): (ClientId, ReqId),
+        ask: Ask,
+    ) {
+        let t = self.t;
+        let origin = Origin::of(n, from, client, req, t);
+        let names: Vec<String> = std::iter::once(ask.name.clone())
+            .chain(ask.also.iter().cloned())
+            .collect();
+        let requests: Vec<Request> = names
+            .into_iter()
+            .map(|name| {
+                self.next_lock += 1;
+                Request {
+                    delay: Duration::from_millis(ask.delay_ms),
+                    kind: ask.kind,
+                    name,
+                    id: LockId::from_u128(self.next_lock),
+                    node: from,
+                    holder: String::new(),
+                    lease: Some(Duration::from_millis(ask.lease_ms)),
+                    wait: Duration::from_millis(ask.wait_ms),
+                    data: None,
+                }
+            })
+            .collect();
+        let guard = self.guard(n);
+        let node = self.nodes.get_mut(&n).expect("member");
+        let now = node.mono(t);
+        let acquired = node.member.acquire_set(requests, None, &guard, now);
+        self.handed_over(n);
+        match acquired {
+            Ok(SetAcquisition::Table(AcquiredSet::Granted(locks), made)) => {
+                self.granted(n, made.term.unwrap_or(0));
+                self.answer_set_on_record(n, locks, origin, made);
+            }
+            Ok(SetAcquisition::Table(AcquiredSet::Waiting(w), made)) => {
+                let node = self.nodes.get_mut(&n).expect("member");
+                node.waiters.insert(w, (origin, made));
+            }
+            Ok(SetAcquisition::Own(_)) => self.answer(n, origin, Err(Refusal::Unavailable)),
+            Err(refusal) => self.answer(n, origin, Err(wire(&refusal))),
         }
     }
 
@@ -190,7 +249,12 @@ impl World {
         }
         let Some(leader) = leader else {
             let result = Err(Refusal::Unavailable);
-            return self.send(Some(n), To::Client(client), Msg::Reply { req, result });
+            let also = Vec::new();
+            return self.send(
+                Some(n),
+                To::Client(client),
+                Msg::Reply { req, result, also },
+            );
         };
         let call_sent = leasehold_protocol::Forwarded {
             sent: now,
@@ -231,12 +295,15 @@ impl World {
     /// The speaker's answer to a call node `n` forwarded: the protocol
     /// records the lock in `Held` (counted from the call's send, unless a
     /// newer speaker read this node meanwhile) before the client hears.
+    ///
+    /// A set's locks (`also` beside the first) are all recorded, or, if one
+    /// cannot be, the set is refused: its grants then lapse at the speaker
+    /// unheld (the node takes them back; here they run out).
     fn forward_answered(
         &mut self,
         n: NodeId,
         client: ClientId,
-        req: ReqId,
-        result: crate::msg::Answer,
+        (req, result, also): (ReqId, crate::msg::Answer, Vec<LockInTransit>),
     ) {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
@@ -249,19 +316,44 @@ impl World {
             (Ok((lock, _)), Some(_)) => member.renewed_through_speaker(pending.call, lock, now),
             (Ok((lock, served)), None) => {
                 let served = Duration::from_millis(served);
-                member.granted_through_speaker(pending.call, lock, served, now)
+                std::iter::once(lock)
+                    .chain(also)
+                    .map(|lock| member.granted_through_speaker(pending.call, lock, served, now))
+                    .collect::<Result<Vec<Lock>, _>>()
+                    .map(|locks| {
+                        let mut transits = locks.iter().map(|l| l.in_transit(now));
+                        let first = transits.next().expect("a lock");
+                        (first, transits.collect::<Vec<_>>())
+                    })
+                    .map(|(first, also)| {
+                        let result = Ok((first, t - pending.sent));
+                        self.send(
+                            Some(n),
+                            To::Client(client),
+                            Msg::Reply { req, result, also },
+                        );
+                    })
+                    .map_err(|refusal| {
+                        let result = Err(wire(&refusal));
+                        let also = Vec::new();
+                        self.send(
+                            Some(n),
+                            To::Client(client),
+                            Msg::Reply { req, result, also },
+                        );
+                    })
+                    .ok();
+                return;
             }
             (Err(e), renewing) => {
                 if let (Refusal::NotHeld, Some(id)) = (&e, renewing) {
                     member.renewal_refused(id, &leasehold_protocol::Refusal::NotHeld, now);
                 }
+                let (result, also) = (Err(e), Vec::new());
                 return self.send(
                     Some(n),
                     To::Client(client),
-                    Msg::Reply {
-                        req,
-                        result: Err(e),
-                    },
+                    Msg::Reply { req, result, also },
                 );
             }
         };
@@ -269,7 +361,12 @@ impl World {
             Ok(lock) => Ok((lock.in_transit(now), t - pending.sent)),
             Err(refusal) => Err(wire(&refusal)),
         };
-        self.send(Some(n), To::Client(client), Msg::Reply { req, result });
+        let also = Vec::new();
+        self.send(
+            Some(n),
+            To::Client(client),
+            Msg::Reply { req, result, also },
+        );
     }
 
     /// A message arrives at node `n`, which runs.
@@ -297,7 +394,8 @@ impl World {
                 client,
                 req,
                 result,
-            } => self.forward_answered(n, client, req, result),
+                also,
+            } => self.forward_answered(n, client, (req, result, also)),
             Msg::Renew {
                 client,
                 req,

@@ -31,6 +31,9 @@ pub(crate) struct World {
     pub(crate) next_lock: u128,
     pub(crate) next_attempt: u64,
     pub(crate) next_copy: u64,
+    /// The sets of names whose locks are being put on record, by key: the
+    /// set is answered once every lock of it concluded.
+    pub(crate) sets_on_record: BTreeMap<u64, crate::node::SetWait>,
     /// Directed links cut by partitions, with how many partitions cut each.
     pub(crate) cuts: BTreeMap<(NodeId, NodeId), u32>,
     /// When the faults injected so far have all healed.
@@ -61,6 +64,7 @@ pub fn run(seed: u64, config: &Config) -> Report {
         next_lock: 0,
         next_attempt: 0,
         next_copy: 0,
+        sets_on_record: BTreeMap::new(),
         cuts: BTreeMap::new(),
         last_heal: 0,
         quiet_since: None,

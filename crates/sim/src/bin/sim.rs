@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost|slow-reports|speaker-crashes]
-//!     [--sabotage RULE[,RULE...]] [--strict] [--copies C] [--kinds] [--delays]
+//!     [--sabotage RULE[,RULE...]] [--strict] [--copies C] [--kinds] [--delays] [--sets]
 //!
 //! RULE: a switch of the protocol's `Sabotage` (guard, rebuild-retry,
 //! restart-wait, term-fence, reread, skip-rebuild, skip-copies, short-hold,
@@ -51,6 +51,7 @@ fn main() -> ExitCode {
     let strict = args.iter().any(|a| a == "--strict");
     let kinds = args.iter().any(|a| a == "--kinds");
     let delays = args.iter().any(|a| a == "--delays");
+    let sets = args.iter().any(|a| a == "--sets");
     let trace = args.iter().any(|a| a == "--trace");
     let (start, count) = match value("--reproduce") {
         Some(seed) => (seed, 1),
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
         config.strict |= strict;
         config.kinds = kinds;
         config.delays = delays;
+        config.sets = sets;
         if let Some(copies) = value("--copies") {
             let quorum = config.nodes / 2 + 1;
             if copies == 0 || copies > quorum {
