@@ -105,7 +105,15 @@ fuzz_target!(|ops: Vec<Op>| {
                 next += 1;
                 let id = LockId::from_u128(next);
                 ids.push((name(n), id));
+                // Now and then a lock-delay (up to 2.5 s): the table keeps
+                // the name closed after a lapse, never granting inside it.
+                let delay = if k % 5 == 0 {
+                    Duration::from_millis(u64::from(k) * 10)
+                } else {
+                    Duration::ZERO
+                };
                 let request = Request {
+                    delay,
                     kind,
                     name: name(n),
                     id,
