@@ -34,9 +34,12 @@ pub(super) struct Waiter {
 }
 
 impl Table {
-    /// How many requests are waiting.
+    /// How many requests are waiting: a set waiting in several queues
+    /// counts once.
     pub fn waiting(&self) -> usize {
-        self.waiters.values().map(VecDeque::len).sum()
+        let entries: usize = self.waiters.values().map(VecDeque::len).sum();
+        let extra: usize = self.sets.values().map(|names| names.len() - 1).sum();
+        entries.saturating_sub(extra)
     }
 
     /// How many requests wait for each name that has any, in no order.

@@ -400,6 +400,11 @@ impl Run {
             anyone_holds || self.table.waiting() == 0,
             "requests wait while nobody holds anything: stuck"
         );
+        assert_eq!(
+            self.table.waiting(),
+            self.waiting.len(),
+            "waiting() counts each request once, a set too"
+        );
     }
 
     fn request(&mut self, name: usize, shared: bool, wait: bool) -> Request {
@@ -525,4 +530,18 @@ fn a_set_turned_away_by_a_forget_lets_the_request_behind_it_on_another_name_go()
         Ok(LockId::from_u128(20))
     );
     assert_eq!(table.waiting(), 0);
+}
+
+/// A set waiting in every one of its names' queues is one request waiting,
+/// as `waiting()` (the waiters gauge) counts it.
+#[test]
+fn a_waiting_set_counts_once() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    granted(table.acquire(req("b", 1, 1), t(0)));
+    set_waiter(table.acquire_set(set(&["a", "b", "c"], 10, 10 * SEC), t(0)));
+    assert_eq!(table.waiting(), 1, "one set, waiting in three queues");
+    table
+        .acquire(waiting(req("a", 20, 1), 10 * SEC), t(0))
+        .unwrap();
+    assert_eq!(table.waiting(), 2);
 }
