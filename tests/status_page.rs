@@ -66,6 +66,16 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
         )
         .await;
 
+    // A lock whose lease ran out while its lock-delay keeps the name closed.
+    cluster.wait_protocol(support::SPEAKS).await;
+    cluster
+        .must_acquire(
+            speaker,
+            "page/closed",
+            json!({"holder": "gone", "lease_ms": 1000, "lock_delay_ms": 60000}),
+        )
+        .await;
+
     // Two readers hold a name together.
     for (via, reader) in [(page_node, "reader-one"), (speaker, "reader-two")] {
         cluster
@@ -105,7 +115,8 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
                  document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').title.startsWith('1. the-waiting-one (node ') && \
                  document.querySelector('#locks tr[data-lock=\"page/read-together\"] td:nth-child(8)').textContent === 'shared by 2' && \
                  document.querySelector('#locks tr[data-lock=\"page/read-together\"] td:nth-child(8)').title.includes('reader-two (node ') && \
-                 document.getElementById('lock-count').textContent.startsWith('2 held')"
+                 document.querySelector('#locks tr[data-lock=\"page/closed\"] td:nth-child(6)').textContent.startsWith('closed ') && \
+                 document.getElementById('lock-count').textContent.startsWith('3 held')"
             ),
             Duration::from_secs(20),
         );
