@@ -15,6 +15,39 @@ async fn until(deadline: Instant) {
     tokio::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
 }
 
+/// Takes `name` through `via` with a 1.5 s lease and a delay of
+/// `delay_ms`, then waits until 2 s after the answer (the lease ran out on
+/// every count): the lock, and when it was answered.
+async fn lapsed(cluster: &Cluster, via: u64, name: &str, delay_ms: u64) -> (Value, Instant) {
+    let body = json!({ "name": name, "lease_ms": 1500, "lock_delay_ms": delay_ms });
+    let (status, body) = cluster.post_settled(via, "/v1/locks/acquire", body).await;
+    let answered = Instant::now();
+    assert_eq!(status, 200, "{body}");
+    until(answered + Duration::from_millis(2000)).await;
+    (body["lock"].clone(), answered)
+}
+
+/// A waiting acquire of `name` through `via` is granted, no sooner than
+/// the lapsed grant's lease and delay after its answer (less 200 ms).
+async fn granted_after_delay(
+    cluster: &Cluster,
+    via: u64,
+    name: &str,
+    answered: Instant,
+    delay_ms: u64,
+) {
+    let (status, body) = cluster
+        .acquire(via, name, json!({ "wait_ms": 30000 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let closed = Duration::from_millis(1500 + delay_ms);
+    assert!(
+        answered.elapsed() + Duration::from_millis(200) >= closed,
+        "granted again {:?} after the first answer, within its lease and delay ({closed:?})",
+        answered.elapsed()
+    );
+}
+
 /// The name is closed by a lapsed grant: refused without a wait, shown with
 /// no lease left and some delay left, the lapsed grant's fence.
 async fn closed(cluster: &Cluster, via: u64, name: &str, lock: &Value) {
@@ -41,20 +74,9 @@ async fn a_lapsed_lease_closes_its_name_for_the_delay_and_a_release_frees_it_at_
     let (speaker, _) = cluster.speaker().await;
     let f = followers(&cluster, speaker);
 
-    let (status, body) = cluster
-        .acquire(
-            f[0],
-            "d1",
-            json!({ "lease_ms": 1500, "lock_delay_ms": 4000 }),
-        )
-        .await;
-    let answered = Instant::now();
-    assert_eq!(status, 200, "{body}");
-    let lock = body["lock"].clone();
+    let (lock, answered) = lapsed(&cluster, f[0], "d1", 4000).await;
     assert_eq!(lock["lock_delay_ms"], json!(4000), "{lock}");
     assert!(lock["ttl_ms"].as_u64().unwrap() <= 1500, "{lock}");
-
-    until(answered + Duration::from_millis(2000)).await;
     for via in [speaker, f[0], f[1]] {
         closed(&cluster, via, "d1", &lock).await;
     }
@@ -69,15 +91,7 @@ async fn a_lapsed_lease_closes_its_name_for_the_delay_and_a_release_frees_it_at_
     let (status, _) = cluster.post(f[0], "/v1/locks/renew", renew).await;
     assert_eq!(status, 404, "nor does a renewal bring the lease back");
 
-    let (status, body) = cluster
-        .acquire(f[1], "d1", json!({ "wait_ms": 20000 }))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    assert!(
-        answered.elapsed() >= Duration::from_millis(5300),
-        "granted again {:?} after the first answer, within its lease and delay (5.5 s)",
-        answered.elapsed()
-    );
+    granted_after_delay(&cluster, f[1], "d1", answered, 4000).await;
 
     // Released within its lease, a delayed lock frees its name at once.
     let lock = cluster
@@ -131,16 +145,6 @@ async fn a_speaker_crash_inside_the_delay_keeps_the_name_closed() {
     cluster.wait_protocol(SPEAKS).await;
     let (speaker, _) = cluster.speaker().await;
     let f = followers(&cluster, speaker);
-    let (status, body) = cluster
-        .acquire(
-            f[0],
-            "c1",
-            json!({ "lease_ms": 1500, "lock_delay_ms": 15000 }),
-        )
-        .await;
-    let answered = Instant::now();
-    assert_eq!(status, 200, "{body}");
-    let lapsing = body["lock"].clone();
     let held = cluster
         .must_acquire(
             speaker,
@@ -148,8 +152,7 @@ async fn a_speaker_crash_inside_the_delay_keeps_the_name_closed() {
             json!({ "lease_ms": 30000, "lock_delay_ms": 5000 }),
         )
         .await;
-
-    until(answered + Duration::from_millis(2000)).await;
+    let (lapsing, answered) = lapsed(&cluster, f[0], "c1", 15000).await;
     cluster.kill(speaker);
     let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
     let survivor = f.iter().copied().find(|&n| n != next).unwrap_or(next);
@@ -165,15 +168,7 @@ async fn a_speaker_crash_inside_the_delay_keeps_the_name_closed() {
         "the delay crossed the failover: {body}"
     );
 
-    let (status, body) = cluster
-        .acquire(survivor, "c1", json!({ "wait_ms": 30000 }))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    assert!(
-        answered.elapsed() >= Duration::from_millis(16_300),
-        "granted again {:?} after the first answer, within its lease and delay (16.5 s)",
-        answered.elapsed()
-    );
+    granted_after_delay(&cluster, survivor, "c1", answered, 15000).await;
 }
 
 /// Routine change, then a fault: a cluster at protocol 4 upgraded one node
@@ -207,27 +202,11 @@ async fn a_rolling_upgrade_then_a_crash_keeps_a_lapsed_name_closed() {
     cluster.wait_protocol(SPEAKS).await;
     let (speaker, _) = cluster.speaker().await;
     let via = followers(&cluster, speaker)[0];
-    let (status, body) = cluster
-        .post_settled(
-            via,
-            "/v1/locks/acquire",
-            json!({ "name": "u", "lease_ms": 1500, "lock_delay_ms": 15000 }),
-        )
-        .await;
-    let answered = Instant::now();
-    assert_eq!(status, 200, "{body}");
-    let lock = body["lock"].clone();
-    until(answered + Duration::from_millis(2000)).await;
+    let (lock, answered) = lapsed(&cluster, via, "u", 15000).await;
     cluster.kill(speaker);
     let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
     closed(&cluster, next, "u", &lock).await;
-    let (status, body) = cluster.acquire(via, "u", json!({ "wait_ms": 30000 })).await;
-    assert_eq!(status, 200, "{body}");
-    assert!(
-        answered.elapsed() >= Duration::from_millis(16_300),
-        "granted again {:?} after the first answer, within its lease and delay (16.5 s)",
-        answered.elapsed()
-    );
+    granted_after_delay(&cluster, via, "u", answered, 15000).await;
 }
 
 /// Second reader: a stalled holder's late renewal through its own node
@@ -240,18 +219,7 @@ async fn a_late_renewal_then_a_speaker_crash_keeps_the_name_closed() {
     cluster.wait_protocol(SPEAKS).await;
     let (speaker, _) = cluster.speaker().await;
     let f = followers(&cluster, speaker);
-    let (status, body) = cluster
-        .acquire(
-            f[0],
-            "r1",
-            json!({ "lease_ms": 1500, "lock_delay_ms": 15000 }),
-        )
-        .await;
-    let answered = Instant::now();
-    assert_eq!(status, 200, "{body}");
-    let lock = body["lock"].clone();
-
-    until(answered + Duration::from_millis(2000)).await;
+    let (lock, answered) = lapsed(&cluster, f[0], "r1", 15000).await;
     let renew = json!({ "name": "r1", "id": lock["id"] });
     let (status, body) = cluster.post(f[0], "/v1/locks/renew", renew).await;
     assert_eq!(status, 404, "the lease lapsed: {body}");

@@ -138,10 +138,7 @@ pub(crate) fn settle_into(
             slot.merge(&report);
         } else if kept_over_live(
             (age(&report), report.is_lapsed(now)),
-            (
-                (slot.acquired, slot.fence, slot.id),
-                now >= slot.lease_ends(),
-            ),
+            ((slot.acquired, slot.fence, slot.id), slot.is_lapsed(now)),
         ) {
             let kept_before = holders.remove(at).expect("found").to_lock();
             holders.insert(Slot::new(&report));

@@ -88,6 +88,11 @@ impl Slot {
         self.expires - self.delay()
     }
 
+    /// Whether the holder's lease ran out at `now` ([`Lock::is_lapsed`]).
+    pub(crate) fn is_lapsed(&self, now: MonoTime) -> bool {
+        now >= self.lease_ends()
+    }
+
     /// Restarts the lease: `lease` long from `now`, the lock-delay after it.
     pub(crate) fn restart(&mut self, lease: Duration, now: MonoTime) {
         self.lease_nanos = nanos(lease);

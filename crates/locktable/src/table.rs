@@ -230,16 +230,7 @@ impl Table {
         let rule = self.rule;
         let slot = self.slots.get_mut(at).expect("found");
         let before = slot.expires;
-        let lease = rule.lease(Some(lease.unwrap_or(slot.lease())));
-        // Cut to leave room for the delay under the longest lease; a
-        // speaker whose longest leaves none (members set apart, the grant
-        // made by another) renews the lease uncut rather than to nothing.
-        let room = rule.max.saturating_sub(slot.delay());
-        let lease = if room.is_zero() {
-            lease
-        } else {
-            lease.min(room)
-        };
+        let lease = rule.lease_beside(Some(lease.unwrap_or(slot.lease())), slot.delay());
         slot.restart(lease, now);
         slot.node = node;
         let lock = slot.to_lock();
@@ -282,7 +273,7 @@ impl Table {
     /// Whether the grant at `at` outlived its holder's lease and only its
     /// lock-delay keeps the name closed: its holder holds nothing.
     fn is_lapsed(&self, at: u32, now: MonoTime) -> bool {
-        self.slots.get(at).is_some_and(|s| now >= s.lease_ends())
+        self.slots.get(at).is_some_and(|s| s.is_lapsed(now))
     }
 
     /// Takes back into the table a lock its holder's node still has but
@@ -712,12 +703,7 @@ impl Table {
 
     fn grant(&mut self, request: Request, now: MonoTime) -> Result<Lock, AcquireError> {
         let fence = self.fences.take()?;
-        // A closed name is a lock held: the lease and the delay together
-        // stay within the longest lease every bound of the protocol counts.
-        let lease = self
-            .rule
-            .lease(request.lease)
-            .min(self.rule.max.saturating_sub(request.delay));
+        let lease = self.rule.lease_beside(request.lease, request.delay);
         let lock = Lock {
             name: request.name,
             id: request.id,

@@ -86,6 +86,20 @@ impl LeaseRule {
             Some(d) => d.min(self.max),
         }
     }
+
+    /// The lease granted for `requested` beside a lock-delay of `delay`
+    /// ([`LeaseRule::lease`], cut so that lease and delay together stay
+    /// within the longest lease every bound of the protocol counts: a
+    /// closed name is a lock held). A rule whose longest leaves no room
+    /// for the delay (members set apart, the grant made by another) cuts
+    /// nothing rather than to nothing.
+    pub fn lease_beside(&self, requested: Option<Duration>, delay: Duration) -> Duration {
+        let lease = self.lease(requested);
+        match self.max.saturating_sub(delay) {
+            room if room.is_zero() => lease,
+            room => lease.min(room),
+        }
+    }
 }
 
 impl Default for LeaseRule {

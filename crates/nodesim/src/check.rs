@@ -252,24 +252,11 @@ mod tests {
     }
 
     fn delayed(name: &str, id: &str, fence: u64, at: f64, ends: f64, delay: f64) -> Event {
-        match granted(name, id, fence, at, ends) {
-            Event::Held {
-                call,
-                kind,
-                fence,
-                ends,
-                renewal,
-                ..
-            } => Event::Held {
-                call,
-                kind,
-                fence,
-                ends,
-                renewal,
-                delay: s(delay),
-            },
-            other => other,
+        let mut event = granted(name, id, fence, at, ends);
+        if let Event::Held { delay: d, .. } = &mut event {
+            *d = s(delay);
         }
+        event
     }
 
     #[test]

@@ -50,8 +50,6 @@ impl World {
         } else {
             self.rng.gen_range(10..800)
         };
-        self.next_req += 1;
-        let req = self.next_req;
         let lease_ms = if self.rng.gen_bool(0.7) {
             LEASE_MS
         } else {
@@ -62,34 +60,15 @@ impl World {
         } else {
             0
         };
-        let until = self.t + wait_ms + 500;
-        self.clients[c].state = ClientState::Asking {
-            req,
-            sent: self.t,
-            name: name.clone(),
+        let ask = Ask {
+            name,
+            wait_ms,
+            lease_ms,
             kind,
             delay_ms,
             also: Vec::new(),
         };
-        let node = self.clients[c].node;
-        self.send(
-            None,
-            To::Node(node),
-            Msg::Acquire {
-                client: c,
-                req,
-                ask: Ask {
-                    name,
-                    wait_ms,
-                    lease_ms,
-                    kind,
-                    delay_ms,
-                    also: Vec::new(),
-                },
-            },
-        );
-        // Give up on an answer that never comes.
-        self.at(until, Event::ClientGiveUp(c, req));
+        self.ask(c, ask);
     }
 
     /// Asks for two names at once, in a random order, to hold together.
@@ -99,26 +78,33 @@ impl World {
             names.reverse();
         }
         let wait_ms = self.rng.gen_range(0..800);
-        self.next_req += 1;
-        let req = self.next_req;
-        let first = names.remove(0);
-        self.clients[c].state = ClientState::Asking {
-            req,
-            sent: self.t,
-            name: first.clone(),
-            kind: Kind::Exclusive,
-            delay_ms: 0,
-            also: names.clone(),
-        };
-        let node = self.clients[c].node;
+        let name = names.remove(0);
         let ask = Ask {
-            name: first,
+            name,
             wait_ms,
             lease_ms: LEASE_MS,
             kind: Kind::Exclusive,
             delay_ms: 0,
             also: names,
         };
+        self.ask(c, ask);
+    }
+
+    /// Client `c` sends `ask` through its node, and waits for the answer
+    /// (giving up on one that never comes).
+    fn ask(&mut self, c: ClientId, ask: Ask) {
+        self.next_req += 1;
+        let req = self.next_req;
+        let until = self.t + ask.wait_ms + 500;
+        self.clients[c].state = ClientState::Asking {
+            req,
+            sent: self.t,
+            name: ask.name.clone(),
+            kind: ask.kind,
+            delay_ms: ask.delay_ms,
+            also: ask.also.clone(),
+        };
+        let node = self.clients[c].node;
         self.send(
             None,
             To::Node(node),
@@ -128,7 +114,7 @@ impl World {
                 ask,
             },
         );
-        self.at(self.t + wait_ms + 500, Event::ClientGiveUp(c, req));
+        self.at(until, Event::ClientGiveUp(c, req));
     }
 
     /// The answer to client `c`'s acquire of the set `asked`, sent at

@@ -312,56 +312,34 @@ impl World {
         };
         let now = node.mono(t);
         let member = &mut node.member;
-        let result = match (result, pending.renewing) {
-            (Ok((lock, _)), Some(_)) => member.renewed_through_speaker(pending.call, lock, now),
+        let recorded: Result<Vec<Lock>, Refusal> = match (result, pending.renewing) {
+            (Ok((lock, _)), Some(_)) => member
+                .renewed_through_speaker(pending.call, lock, now)
+                .map(|lock| vec![lock])
+                .map_err(|refusal| wire(&refusal)),
             (Ok((lock, served)), None) => {
                 let served = Duration::from_millis(served);
                 std::iter::once(lock)
                     .chain(also)
                     .map(|lock| member.granted_through_speaker(pending.call, lock, served, now))
-                    .collect::<Result<Vec<Lock>, _>>()
-                    .map(|locks| {
-                        let mut transits = locks.iter().map(|l| l.in_transit(now));
-                        let first = transits.next().expect("a lock");
-                        (first, transits.collect::<Vec<_>>())
-                    })
-                    .map(|(first, also)| {
-                        let result = Ok((first, t - pending.sent));
-                        self.send(
-                            Some(n),
-                            To::Client(client),
-                            Msg::Reply { req, result, also },
-                        );
-                    })
-                    .map_err(|refusal| {
-                        let result = Err(wire(&refusal));
-                        let also = Vec::new();
-                        self.send(
-                            Some(n),
-                            To::Client(client),
-                            Msg::Reply { req, result, also },
-                        );
-                    })
-                    .ok();
-                return;
+                    .collect::<Result<_, _>>()
+                    .map_err(|refusal| wire(&refusal))
             }
             (Err(e), renewing) => {
                 if let (Refusal::NotHeld, Some(id)) = (&e, renewing) {
                     member.renewal_refused(id, &leasehold_protocol::Refusal::NotHeld, now);
                 }
-                let (result, also) = (Err(e), Vec::new());
-                return self.send(
-                    Some(n),
-                    To::Client(client),
-                    Msg::Reply { req, result, also },
-                );
+                Err(e)
             }
         };
-        let result = match result {
-            Ok(lock) => Ok((lock.in_transit(now), t - pending.sent)),
-            Err(refusal) => Err(wire(&refusal)),
+        let (result, also) = match recorded {
+            Ok(locks) => {
+                let mut transits = locks.iter().map(|l| l.in_transit(now));
+                let first = transits.next().expect("a lock");
+                (Ok((first, t - pending.sent)), transits.collect())
+            }
+            Err(refusal) => (Err(refusal), Vec::new()),
         };
-        let also = Vec::new();
         self.send(
             Some(n),
             To::Client(client),

@@ -358,17 +358,15 @@ fn with_delays(scenario: Scenario, seed: u64, sabotage: Sabotage) -> Report {
     run(seed, &config)
 }
 
-/// A lease that ran out unreleased keeps its name closed for its delay
-/// under every fault: no grant of the name before the holder's lease end
-/// plus the delay, in both rebuild modes' scenarios.
-#[test]
-fn a_lapsed_names_delay_holds_under_every_fault() {
+/// Every mixed seed (300 by default) and 20 of each targeted scenario
+/// pass, each run by `run_one`.
+fn every_scenario_passes(run_one: impl Fn(Scenario, u64) -> Report) {
     let scenarios = std::iter::once((Scenario::Mixed, seeds(300)))
         .chain(Scenario::TARGETED.into_iter().map(|s| (s, 20)));
     for (scenario, count) in scenarios {
         let mut failed = Vec::new();
         for seed in 0..count {
-            let mut report = with_delays(scenario, seed, Sabotage::NONE);
+            let mut report = run_one(scenario, seed);
             if !report.ok() {
                 report.trace.clear();
                 failed.push((seed, report));
@@ -376,6 +374,14 @@ fn a_lapsed_names_delay_holds_under_every_fault() {
         }
         assert!(failed.is_empty(), "{scenario:?}: {failed:#?}");
     }
+}
+
+/// A lease that ran out unreleased keeps its name closed for its delay
+/// under every fault: no grant of the name before the holder's lease end
+/// plus the delay, in both rebuild modes' scenarios.
+#[test]
+fn a_lapsed_names_delay_holds_under_every_fault() {
+    every_scenario_passes(|scenario, seed| with_delays(scenario, seed, Sabotage::NONE));
 }
 
 /// The checker sees a name granted inside a delay: a speaker that drops the
@@ -405,19 +411,7 @@ fn with_sets(scenario: Scenario, seed: u64, sabotage: Sabotage) -> Report {
 /// consecutive fences) or not at all, and no name held twice.
 #[test]
 fn sets_are_granted_whole_and_exclusion_holds_under_every_fault() {
-    let scenarios = std::iter::once((Scenario::Mixed, seeds(300)))
-        .chain(Scenario::TARGETED.into_iter().map(|s| (s, 20)));
-    for (scenario, count) in scenarios {
-        let mut failed = Vec::new();
-        for seed in 0..count {
-            let mut report = with_sets(scenario, seed, Sabotage::NONE);
-            if !report.ok() {
-                report.trace.clear();
-                failed.push((seed, report));
-            }
-        }
-        assert!(failed.is_empty(), "{scenario:?}: {failed:#?}");
-    }
+    every_scenario_passes(|scenario, seed| with_sets(scenario, seed, Sabotage::NONE));
 }
 
 /// A speaker that grants what it can of a set, one name at a time, is

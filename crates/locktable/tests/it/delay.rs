@@ -102,26 +102,29 @@ fn a_renewal_keeps_the_delay_after_the_new_lease() {
     );
 }
 
+/// An empty table under `rule`, rebuilt at `t(0)`.
+fn rebuilt_under(rule: LeaseRule) -> Table {
+    let mut table = Table::new(rule);
+    table.drop_table(t(0));
+    let generation = table.generation();
+    let from = locktable::RebuildFrom {
+        generation,
+        epoch: 1,
+        locks: vec![],
+        hold_new_grants_until: None,
+        seen_all: true,
+    };
+    table.rebuild(from, t(0)).unwrap();
+    table
+}
+
 #[test]
 fn the_lease_and_the_delay_together_stay_within_the_longest_lease() {
     let rule = LeaseRule {
         default: 30 * SEC,
         max: 60 * SEC,
     };
-    let mut table = Table::new(rule);
-    table.drop_table(t(0));
-    table
-        .rebuild(
-            locktable::RebuildFrom {
-                generation: table.generation(),
-                epoch: 1,
-                locks: vec![],
-                hold_new_grants_until: None,
-                seen_all: true,
-            },
-            t(0),
-        )
-        .unwrap();
+    let mut table = rebuilt_under(rule);
     let mut asked = delayed("a", 1, 20 * SEC);
     asked.lease = Some(600 * SEC);
     let lock = granted(table.acquire(asked, t(0)));
@@ -141,20 +144,7 @@ fn the_lease_and_the_delay_together_stay_within_the_longest_lease() {
             "a delay of {bad:?} leaves no lease under 60 s"
         );
     }
-    let mut wide = Table::new(LeaseRule::default());
-    wide.drop_table(t(0));
-    let generation = wide.generation();
-    wide.rebuild(
-        locktable::RebuildFrom {
-            generation,
-            epoch: 1,
-            locks: vec![],
-            hold_new_grants_until: None,
-            seen_all: true,
-        },
-        t(0),
-    )
-    .unwrap();
+    let mut wide = rebuilt_under(LeaseRule::default());
     assert!(matches!(
         wide.acquire(delayed("c", 3, 61 * SEC), t(0)),
         Err(AcquireError::BadDelay { .. })

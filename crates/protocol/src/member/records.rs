@@ -89,7 +89,7 @@ impl Member {
         }
         let closing = self
             .held_record(id)
-            .is_some_and(|l| !l.delay.is_zero() && l.is_lapsed(now) && l.is_live(now));
+            .is_some_and(|l| l.is_lapsed(now) && l.is_live(now));
         if !closing {
             self.drop_held(id);
         }
