@@ -122,6 +122,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     lease: Some(Duration::from_millis(lease_ms.into())),
                     wait: Duration::from_millis(wait_ms.into()),
                     data: None,
+                    session: None,
                 };
                 if let Ok(Acquired::Granted(lock)) = table.acquire(request, now) {
                     assert!(lock.fence > last_fence);

@@ -216,6 +216,7 @@ mod tests {
     fn sample(data: Option<&str>) -> (Lock, MonoTime) {
         let now = MonoTime::from_nanos(1_000_000_000_000);
         let lock = Lock {
+            session: Default::default(),
             delay: Default::default(),
             kind: Default::default(),
             name: "jobs/42".into(),

@@ -100,6 +100,7 @@ impl TryFrom<PeerLock> for LockInTransit {
     /// Fails only when `id` is not a lock id.
     fn try_from(lock: PeerLock) -> Result<Self, BadLockId> {
         Ok(LockInTransit {
+            session: Default::default(),
             delay: Duration::from_millis(lock.delay_ms),
             kind: locktable::Kind::from_bits(lock.kind),
             id: lock.id.parse()?,
@@ -123,6 +124,7 @@ mod tests {
 
     fn transit(ttl: Duration, held: Duration) -> LockInTransit {
         LockInTransit {
+            session: Default::default(),
             delay: Default::default(),
             kind: Default::default(),
             name: "a/b".into(),

@@ -29,6 +29,7 @@ fn resident_bytes() -> u64 {
 
 fn request(i: u64) -> Request {
     Request {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name: format!("jobs/{i:07}"),
@@ -45,6 +46,7 @@ fn request(i: u64) -> Request {
 fn lock(i: u64, now: MonoTime) -> Lock {
     let r = request(i);
     Lock {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name: r.name,

@@ -17,6 +17,7 @@ fn now() -> MonoTime {
 
 fn request(name: String, id: u128) -> Request {
     Request {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name,
@@ -53,6 +54,7 @@ fn rebuilt(locks: Vec<Lock>) -> Table {
 
 fn lock(i: u64, node: u64) -> Lock {
     Lock {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name: format!("jobs/{i}"),

@@ -47,6 +47,10 @@ pub enum AcquireError {
         /// The table's longest lease.
         max: std::time::Duration,
     },
+    /// The session the lock was to hang off is not held: it ended, its
+    /// lease ran out, or it never was.
+    #[error("the session is not held")]
+    NoSession,
 }
 
 /// Why a lock was not renewed or released.
@@ -56,6 +60,9 @@ pub enum LockError {
     /// lost to a conflict.
     #[error("the lock is not held under that id")]
     NotHeld,
+    /// The lock hangs off a session: it is renewed by renewing its session.
+    #[error("the lock hangs off a session: renew the session")]
+    InSession,
     /// The table is not rebuilt yet.
     #[error(transparent)]
     NotRebuilt(#[from] NotRebuilt),

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::lock::{Fence, Kind, Lock, LockId, NodeId};
+use crate::session::{self, SessionIndex};
 use crate::slots::{ById, Slot, Slots};
 use crate::time::MonoTime;
 
@@ -23,6 +24,8 @@ pub struct Held {
     /// earliest end, never later): `expire` looks at the records only once
     /// it has passed.
     first_end: Option<MonoTime>,
+    /// The locks of each session recorded.
+    sessions: SessionIndex,
 }
 
 /// A lock recorded in a [`Held`], borrowed where it is kept.
@@ -119,9 +122,39 @@ impl Held {
         match self.locks.find(&lock.id) {
             Some(at) => self.locks.get_mut(at).expect("found").merge(&lock),
             None => {
+                if let Some(session) = lock.session {
+                    self.sessions.add(session, lock.id);
+                }
                 self.locks.insert(Slot::new(&lock));
             }
         }
+    }
+
+    /// Restarts the record of the session `id`'s lease, `lease` long from
+    /// `sent`, and gives every lock recorded as hanging off it the same
+    /// end. Says whether the session was recorded.
+    pub fn renewed_session(&mut self, id: LockId, lease: Duration, sent: MonoTime) -> bool {
+        if !self.renewed(id, lease, sent) {
+            return false;
+        }
+        let session = self.get(id).expect("renewed");
+        for lock in self.sessions.of(id) {
+            if let Some(slot) = self.locks.find(&lock).and_then(|at| self.locks.get_mut(at)) {
+                slot.follow(&session);
+            }
+        }
+        true
+    }
+
+    /// The digest of the ids of the locks recorded as hanging off the
+    /// session `id` ([`session::digest`]).
+    pub fn session_digest(&self, id: LockId) -> u128 {
+        session::digest(self.sessions.of(id))
+    }
+
+    /// The ids of the locks recorded as hanging off the session `id`.
+    pub fn session_locks(&self, id: LockId) -> Vec<LockId> {
+        self.sessions.of(id).collect()
     }
 
     /// Restarts the record of `id`'s lease: `lease` long, counted from
@@ -140,7 +173,11 @@ impl Held {
     /// Drops the record of `id` (released, or lost to a conflict).
     pub fn remove(&mut self, id: LockId) -> Option<Lock> {
         let at = self.locks.find(&id)?;
-        self.locks.remove(at).map(|slot| slot.to_lock())
+        let lock = self.locks.remove(at)?.to_lock();
+        if let Some(session) = lock.session {
+            self.sessions.remove(session, id);
+        }
+        Some(lock)
     }
 
     /// The record of `id`, copied out.
@@ -192,11 +229,16 @@ impl Held {
             .filter(|(_, s)| !s.is_live(now))
             .map(|(at, _)| at)
             .collect();
-        let gone = ended
+        let gone: Vec<Lock> = ended
             .into_iter()
             .filter_map(|at| self.locks.remove(at))
             .map(|slot| slot.to_lock())
             .collect();
+        for lock in &gone {
+            if let Some(session) = lock.session {
+                self.sessions.remove(session, lock.id);
+            }
+        }
         self.first_end = self.locks.iter().map(|s| s.expires).min();
         gone
     }
@@ -225,6 +267,7 @@ mod data_tests {
 
     fn record(data: &str, rev: u32, expires: MonoTime) -> Lock {
         Lock {
+            session: Default::default(),
             delay: Default::default(),
             kind: Default::default(),
             name: "leader".into(),

@@ -185,6 +185,7 @@ mod tests {
 
     fn slot(name: &str, id: u128) -> Slot {
         Slot::new(&Lock {
+            session: Default::default(),
             delay: Default::default(),
             name: name.into(),
             id: LockId::from_u128(id),

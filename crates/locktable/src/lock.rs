@@ -244,6 +244,9 @@ pub struct Lock {
     /// of one grant, the data of the higher revision is the newer, whatever
     /// their leases (a proclaim may shorten the lease).
     pub data_rev: u32,
+    /// The session the lock hangs off, if any: it has no lease of its own
+    /// but its session's, and ends with it (see [`crate::session`]).
+    pub session: Option<LockId>,
 }
 
 impl Lock {
@@ -305,6 +308,7 @@ impl Lock {
             held_for: self.held_for(now),
             data: self.data.clone(),
             data_rev: self.data_rev,
+            session: self.session,
         }
     }
 }
@@ -347,6 +351,8 @@ pub struct LockInTransit {
     pub data: Option<String>,
     /// The data's revision ([`Lock::data_rev`]).
     pub data_rev: u32,
+    /// The session the lock hangs off ([`Lock::session`]).
+    pub session: Option<LockId>,
 }
 
 impl LockInTransit {
@@ -370,6 +376,7 @@ impl LockInTransit {
             expires: counted_from + self.ttl,
             data: self.data,
             data_rev: self.data_rev,
+            session: self.session,
         }
     }
 }
@@ -398,6 +405,9 @@ pub struct Request {
     pub delay: Duration,
     /// Data to keep with the lock.
     pub data: Option<String>,
+    /// The session the grant is to hang off ([`Lock::session`]): it is
+    /// granted only while that session is held, with the session's lease.
+    pub session: Option<LockId>,
 }
 
 #[cfg(test)]
@@ -456,6 +466,7 @@ mod tests {
     fn a_lock_in_transit_arrives_counted_from_the_send() {
         let at = MonoTime::from_nanos(10_000_000_000);
         let lock = Lock {
+            session: Default::default(),
             name: "a".into(),
             id: LockId::from_u128(1),
             node: 1,

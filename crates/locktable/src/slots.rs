@@ -18,12 +18,14 @@ use crate::time::MonoTime;
 /// One lock as the table (or a `Held`) keeps it.
 #[derive(Debug, Clone)]
 pub(crate) struct Slot {
-    /// The name, then the holder, then the data, end to end.
+    /// The name, then the holder, then the session's id (26 characters, if
+    /// the lock hangs off one), then the data, end to end.
     text: Box<str>,
     name_len: u16,
     holder_len: u16,
-    /// The data's revision, shifted left by one; the low bit says whether
-    /// there is data (one field keeps the slot small).
+    /// The data's revision, shifted left by two; bit 1 says whether there
+    /// is a session, bit 0 whether there is data (one field keeps the slot
+    /// small).
     data_bits: u32,
     /// The grant's kind ([`Kind::to_bits`]).
     kind_bits: u32,
@@ -52,15 +54,20 @@ impl Slot {
         let name = clip(&lock.name);
         let holder = clip(&lock.holder);
         let data = lock.data.as_deref().map(clip);
-        let mut text = String::with_capacity(name.len() + holder.len() + data.map_or(0, str::len));
+        let session = lock.session.map(|s| s.to_string());
+        let session = session.as_deref().unwrap_or("");
+        let mut text = String::with_capacity(
+            name.len() + holder.len() + session.len() + data.map_or(0, str::len),
+        );
         text.push_str(name);
         text.push_str(holder);
+        text.push_str(session);
         text.push_str(data.unwrap_or(""));
         Slot {
             text: text.into_boxed_str(),
             name_len: name.len() as u16,
             holder_len: holder.len() as u16,
-            data_bits: data_bits(lock.data_rev, data.is_some()),
+            data_bits: data_bits(lock.data_rev, lock.session.is_some(), data.is_some()),
             kind_bits: lock.kind.to_bits(),
             delay_ms: u32::try_from(lock.delay.as_millis()).unwrap_or(u32::MAX),
             prev: u32::MAX,
@@ -99,6 +106,13 @@ impl Slot {
         self.expires = now + lease + self.delay();
     }
 
+    /// Takes the lease and end of `session`, the session the lock hangs
+    /// off, just renewed.
+    pub(crate) fn follow(&mut self, session: &Lock) {
+        self.lease_nanos = nanos(session.lease);
+        self.expires = session.expires;
+    }
+
     /// Takes in another report of the same grant: the earliest start, the
     /// latest lease end through the node that reported it, and the newer
     /// data ([`newer_data`]).
@@ -126,17 +140,37 @@ impl Slot {
 
     fn put_data(&mut self, data: Option<&str>, rev: u32) {
         let data = data.map(clip);
-        let kept = self.name_len as usize + self.holder_len as usize;
+        let kept = self.data_start();
         let mut text = String::with_capacity(kept + data.map_or(0, str::len));
         text.push_str(&self.text[..kept]);
         text.push_str(data.unwrap_or(""));
         self.text = text.into_boxed_str();
-        self.data_bits = data_bits(rev, data.is_some());
+        self.data_bits = data_bits(rev, self.has_session(), data.is_some());
     }
 
     /// The data's revision.
     pub(crate) fn data_rev(&self) -> u32 {
-        self.data_bits >> 1
+        self.data_bits >> 2
+    }
+
+    fn has_session(&self) -> bool {
+        self.data_bits & 2 != 0
+    }
+
+    /// Where the data starts in the text: after the name, the holder and
+    /// the session.
+    fn data_start(&self) -> usize {
+        let session = if self.has_session() { SESSION_LEN } else { 0 };
+        self.name_len as usize + self.holder_len as usize + session
+    }
+
+    /// The session the lock hangs off ([`Lock::session`]).
+    pub(crate) fn session(&self) -> Option<LockId> {
+        if !self.has_session() {
+            return None;
+        }
+        let start = self.name_len as usize + self.holder_len as usize;
+        self.text[start..start + SESSION_LEN].parse().ok()
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -149,8 +183,7 @@ impl Slot {
     }
 
     pub(crate) fn data(&self) -> Option<&str> {
-        let start = self.name_len as usize + self.holder_len as usize;
-        (self.data_bits & 1 == 1).then(|| &self.text[start..])
+        (self.data_bits & 1 == 1).then(|| &self.text[self.data_start()..])
     }
 
     /// What the grant holds of its name.
@@ -176,14 +209,18 @@ impl Slot {
             expires: self.expires,
             data: self.data().map(str::to_owned),
             data_rev: self.data_rev(),
+            session: self.session(),
         }
     }
 }
 
-/// A revision (at most `u32::MAX >> 1`) and whether there is data, in one
-/// field.
-fn data_bits(rev: u32, has_data: bool) -> u32 {
-    (rev.min(u32::MAX >> 1) << 1) | u32::from(has_data)
+/// The length of a lock id as text.
+const SESSION_LEN: usize = 26;
+
+/// A revision (at most `u32::MAX >> 2`), whether there is a session and
+/// whether there is data, in one field.
+fn data_bits(rev: u32, has_session: bool, has_data: bool) -> u32 {
+    (rev.min(u32::MAX >> 2) << 2) | (u32::from(has_session) << 1) | u32::from(has_data)
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -335,6 +372,7 @@ mod tests {
 
     fn lock(name: &str, holder: &str, data: Option<&str>) -> Lock {
         Lock {
+            session: Default::default(),
             delay: Default::default(),
             name: name.into(),
             id: LockId::from_u128(7),
@@ -369,6 +407,15 @@ mod tests {
         };
         assert_eq!(Slot::new(&shared).to_lock(), shared);
         assert_eq!(Slot::new(&permit).to_lock(), permit);
+        let in_session = Lock {
+            session: Some(LockId::from_u128(u128::MAX >> 1)),
+            ..lock("t", "h", Some("d"))
+        };
+        let mut slot = Slot::new(&in_session);
+        assert_eq!(slot.to_lock(), in_session);
+        slot.set_data(Some("e"));
+        assert_eq!(slot.session(), in_session.session);
+        assert_eq!((slot.data(), slot.data_rev()), (Some("e"), 1));
         assert_eq!(std::mem::size_of::<Slot>(), 96);
     }
 

@@ -12,6 +12,7 @@ use crate::holders::Holders;
 use crate::listing::{Lapsed, Listing, LAPSED_KEPT};
 use crate::lock::{Fence, Lock, LockId, NodeId, Request};
 use crate::rebuild::{RebuildBasis, RebuildFrom, Settled};
+use crate::session::{self, is_session_name, session_name, SessionIndex};
 use crate::slots::Slot;
 use crate::time::{LeaseRule, MonoTime};
 
@@ -76,6 +77,21 @@ pub struct Rebuilt {
     pub lost: Vec<Lock>,
 }
 
+/// What [`Table::renew_session`] did: the session renewed, and each of its
+/// locks given the session's new end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRenewed {
+    /// The session's grant, renewed.
+    pub session: Lock,
+    /// How many locks hang off it.
+    pub locks: usize,
+    /// The digest of their ids ([`session::digest`]).
+    pub digest: u128,
+    /// The locks that were held through another node than the renewing
+    /// one: that node, and when its record of the lock ends (ended or not).
+    pub moved_from: Vec<(LockId, NodeId, MonoTime)>,
+}
+
 /// Hands out fences: the term in the high bits, a counter in the low.
 #[derive(Debug, Default)]
 struct FenceCounter {
@@ -131,6 +147,8 @@ pub struct Table {
     /// The releases heard since a rebuild's basis was taken
     /// ([`Table::begin_rebuild`]), for its install to apply.
     forgets_since_basis: Option<Vec<(Box<str>, LockId)>>,
+    /// The locks of each session held.
+    sessions: SessionIndex,
 }
 
 impl Table {
@@ -154,6 +172,7 @@ impl Table {
             expired: 0,
             lapsed: Vec::new(),
             forgets_since_basis: None,
+            sessions: SessionIndex::default(),
         }
     }
 
@@ -229,6 +248,9 @@ impl Table {
         let at = self.held_at(name, id, now)?;
         let rule = self.rule;
         let slot = self.slots.get_mut(at).expect("found");
+        if slot.session().is_some() {
+            return Err(LockError::InSession);
+        }
         let before = slot.expires;
         let lease = rule.lease_beside(Some(lease.unwrap_or(slot.lease())), slot.delay());
         slot.restart(lease, now);
@@ -239,6 +261,78 @@ impl Table {
             self.expiries.push(Reverse((lock.expires, lock.fence, at)));
         }
         Ok(lock)
+    }
+
+    /// Renews the session `id`, for `lease` or, with none, for the lease it
+    /// had, and gives each lock hanging off it the session's new end. `node`
+    /// is the node the renewal came through, which keeps the session's and
+    /// every one of its locks' records from now on.
+    pub fn renew_session(
+        &mut self,
+        id: LockId,
+        lease: Option<Duration>,
+        node: NodeId,
+        now: MonoTime,
+    ) -> Result<SessionRenewed, LockError> {
+        let name = session_name(id);
+        let renewed = self.renew(&name, id, lease, node, now)?;
+        let mut moved_from = Vec::new();
+        let ids: Vec<LockId> = self.sessions.of(id).collect();
+        let mut pushed = Vec::new();
+        for lock in &ids {
+            let Some(at) = self.slots.find(lock) else {
+                continue;
+            };
+            let slot = self.slots.get_mut(at).expect("found");
+            if slot.node != node {
+                moved_from.push((*lock, slot.node, slot.expires));
+                slot.node = node;
+            }
+            let before = slot.expires;
+            slot.follow(&renewed);
+            if slot.expires < before {
+                pushed.push(Reverse((slot.expires, slot.fence, at)));
+            }
+        }
+        self.expiries.extend(pushed);
+        Ok(SessionRenewed {
+            session: renewed,
+            locks: ids.len(),
+            digest: session::digest(ids),
+            moved_from,
+        })
+    }
+
+    /// The locks hanging off the session `id`, as the table has them.
+    pub fn session_locks(&self, id: LockId) -> Vec<Lock> {
+        self.sessions
+            .of(id)
+            .filter_map(|lock| self.slots.find(&lock))
+            .filter_map(|at| self.slots.get(at))
+            .map(Slot::to_lock)
+            .collect()
+    }
+
+    /// Ends the session `id` and every lock hanging off it, handing each
+    /// name on: the session's grant first, then its locks.
+    pub fn release_session(&mut self, id: LockId, now: MonoTime) -> Result<Vec<Lock>, LockError> {
+        let session = self.release(&session_name(id), id, now)?;
+        let ids: Vec<LockId> = self.sessions.of(id).collect();
+        let mut released = vec![session];
+        for lock in ids {
+            let Some(name) = self
+                .slots
+                .find(&lock)
+                .and_then(|at| self.slots.get(at))
+                .map(|s| s.name().to_owned())
+            else {
+                continue;
+            };
+            if let Ok(lock) = self.release(&name, lock, now) {
+                released.push(lock);
+            }
+        }
+        Ok(released)
     }
 
     /// Keeps `data` with the lock `name` held under `id`, in place of what
@@ -379,9 +473,10 @@ impl Table {
             .slots
             .heads()
             .filter(|&at| {
-                self.slots
-                    .get(at)
-                    .is_some_and(|s| s.name().starts_with(prefix))
+                self.slots.get(at).is_some_and(|s| {
+                    s.name().starts_with(prefix)
+                        && (!is_session_name(s.name()) || is_session_name(prefix))
+                })
             })
             .filter_map(|at| self.live_from(Some(at), now).next())
             .collect();
@@ -471,6 +566,7 @@ impl Table {
         }
         self.retained.retain(|_, l| l.is_live(now));
         self.slots.clear();
+        self.sessions.clear();
         self.expiries.clear();
         self.lapsed.clear();
         self.turn_away_waiters();
@@ -596,6 +692,7 @@ impl Table {
         }
         self.slots = slots;
         self.expiries = expiries;
+        self.index_sessions();
         for (name, id) in self.forgets_since_basis.take().unwrap_or_default() {
             if let Ok(at) = self.find_held(&name, id) {
                 self.remove(at);
@@ -644,9 +741,44 @@ impl Table {
             .ok_or(LockError::NotHeld)
     }
 
+    /// Indexes the locks of every session after a rebuild, and gives each
+    /// lock at least its session's end: some record of the session saw a
+    /// renewal that some record of the lock may have missed, and a lock of a
+    /// session is held as long as its session.
+    fn index_sessions(&mut self) {
+        self.sessions.clear();
+        let mut pushed = Vec::new();
+        let numbered: Vec<(u32, LockId, LockId)> = self
+            .slots
+            .numbered()
+            .filter_map(|(at, s)| s.session().map(|session| (at, s.id, session)))
+            .collect();
+        for (at, id, session) in numbered {
+            self.sessions.add(session, id);
+            let Some(session) = self
+                .slots
+                .find(&session)
+                .and_then(|s| self.slots.get(s))
+                .filter(|s| is_session_name(s.name()))
+                .map(Slot::to_lock)
+            else {
+                continue;
+            };
+            let slot = self.slots.get_mut(at).expect("numbered");
+            if slot.expires < session.expires {
+                slot.follow(&session);
+                pushed.push(Reverse((slot.expires, slot.fence, at)));
+            }
+        }
+        self.expiries.extend(pushed);
+    }
+
     /// Takes the lock at `at` out of the table.
     fn remove(&mut self, at: u32) -> Lock {
         let lock = self.slots.remove(at).expect("occupied").to_lock();
+        if let Some(session) = lock.session {
+            self.sessions.remove(session, lock.id);
+        }
         // A released lock leaves its expiry entry behind; rebuild the heap
         // before the stale entries outnumber the live ones.
         if self.expiries.len() > 2 * self.slots.len() + 1024 {
@@ -697,11 +829,58 @@ impl Table {
     }
 
     fn insert(&mut self, lock: &Lock) {
+        if let Some(session) = lock.session {
+            self.sessions.add(session, lock.id);
+        }
         let at = self.slots.insert(Slot::new(lock));
         self.expiries.push(Reverse((lock.expires, lock.fence, at)));
     }
 
+    /// The session `id`'s grant, if its lease runs at `now`: what a lock
+    /// asked to hang off it takes its lease from.
+    fn live_session(&self, id: LockId, now: MonoTime) -> Result<Lock, AcquireError> {
+        self.slots
+            .find(&id)
+            .and_then(|at| self.slots.get(at))
+            .filter(|s| is_session_name(s.name()) && !s.is_lapsed(now))
+            .map(Slot::to_lock)
+            .ok_or(AcquireError::NoSession)
+    }
+
+    /// Refuses a request for a lock of a session that is not held.
+    pub(crate) fn check_session(
+        &self,
+        session: Option<LockId>,
+        now: MonoTime,
+    ) -> Result<(), AcquireError> {
+        match session {
+            Some(id) => self.live_session(id, now).map(drop),
+            None => Ok(()),
+        }
+    }
+
     fn grant(&mut self, request: Request, now: MonoTime) -> Result<Lock, AcquireError> {
+        if let Some(id) = request.session {
+            let session = self.live_session(id, now)?;
+            let fence = self.fences.take()?;
+            let lock = Lock {
+                name: request.name,
+                id: request.id,
+                node: request.node,
+                holder: request.holder,
+                fence,
+                kind: request.kind,
+                lease: session.lease,
+                delay: Duration::ZERO,
+                acquired: now,
+                expires: session.expires,
+                data: request.data,
+                data_rev: 0,
+                session: Some(id),
+            };
+            self.insert(&lock);
+            return Ok(lock);
+        }
         let fence = self.fences.take()?;
         let lease = self.rule.lease_beside(request.lease, request.delay);
         let lock = Lock {
@@ -717,6 +896,7 @@ impl Table {
             expires: now + lease + request.delay,
             data: request.data,
             data_rev: 0,
+            session: None,
         };
         self.insert(&lock);
         Ok(lock)

@@ -235,6 +235,7 @@ impl From<Kinded> for LockInTransit {
 impl From<Revised> for LockInTransit {
     fn from(Revised { lock: l, data_rev }: Revised) -> Self {
         LockInTransit {
+            session: Default::default(),
             delay: Default::default(),
             name: l.name,
             id: LockId::from_u128(l.id),
@@ -419,6 +420,7 @@ mod tests {
 
     fn lock(i: u64, at: MonoTime) -> Lock {
         Lock {
+            session: Default::default(),
             delay: Duration::from_millis(if i % 4 == 0 { 1500 } else { 0 }),
             name: format!("jobs/{i:06}"),
             id: LockId::from_u128(u128::from(i) << 70 | 7),

@@ -124,6 +124,7 @@ impl Node {
         let first = {
             let mut state = self.state();
             let table_request = Request {
+                session: Default::default(),
                 delay: request.delay,
                 kind: request.kind,
                 name: request.name.clone(),
@@ -244,6 +245,7 @@ impl Node {
             let requests = names
                 .iter()
                 .map(|name| Request {
+                    session: Default::default(),
                     delay: request.delay,
                     kind: request.kind,
                     name: name.clone(),

@@ -34,6 +34,12 @@ pub enum Refusal {
     /// No lock of that name and id.
     #[error("the lock is not held under that id")]
     NotHeld,
+    /// The session a lock was to hang off is not held.
+    #[error("the session is not held: it ended, its lease ran out, or it never was")]
+    NoSession,
+    /// A renewal of a lock that hangs off a session: the session is renewed.
+    #[error("the lock hangs off a session: renew the session")]
+    InSession,
     /// A take-back of a grant its first caller never heard of, refused: the
     /// lock was renewed since, so a client has it (a retry of the same
     /// request was answered with it).

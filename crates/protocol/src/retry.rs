@@ -107,6 +107,7 @@ mod tests {
 
     fn lock(id: LockId, name: &str, holder: &str) -> Lock {
         Lock {
+            session: Default::default(),
             delay: Default::default(),
             kind: Default::default(),
             name: name.into(),

@@ -99,6 +99,7 @@ impl World {
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(t);
         let request = Request {
+            session: Default::default(),
             delay: Duration::from_millis(ask.delay_ms),
             kind: ask.kind,
             name: ask.name,
@@ -147,6 +148,7 @@ impl World {
             .map(|name| {
                 self.next_lock += 1;
                 Request {
+                    session: Default::default(),
                     delay: Duration::from_millis(ask.delay_ms),
                     kind: ask.kind,
                     name,

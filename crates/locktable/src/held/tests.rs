@@ -8,6 +8,7 @@ fn t(secs: u64) -> MonoTime {
 
 fn lock(id: u128, name: &str, expires: MonoTime) -> Lock {
     Lock {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name: name.into(),

@@ -62,6 +62,7 @@ impl Table {
             return Err(AcquireError::HeldBack { until });
         }
         self.check_delay(request.delay)?;
+        self.check_session(request.session, now)?;
         self.expire_name(&request.name, now);
         let held = self.slots.held(&request.name);
         let first = held.map(|(head, _)| head);
@@ -123,8 +124,14 @@ impl Table {
         let Some(first) = requests.first() else {
             return Err(AcquireError::BadSet);
         };
-        let (holder, node, lease, wait) =
-            (first.holder.clone(), first.node, first.lease, first.wait);
+        let (holder, node, lease, wait, session) = (
+            first.holder.clone(),
+            first.node,
+            first.lease,
+            first.wait,
+            first.session,
+        );
+        self.check_session(session, now)?;
         let mut names = hashbrown::HashSet::with_capacity(requests.len());
         let mut ids = hashbrown::HashSet::with_capacity(requests.len());
         if !requests
@@ -144,6 +151,7 @@ impl Table {
                 node,
                 lease,
                 wait,
+                session,
                 ..r
             })
             .collect();
@@ -237,6 +245,9 @@ impl Table {
     ) -> Result<Vec<Lock>, AcquireError> {
         if !self.fences.has(requests.len()) {
             return Err(AcquireError::FencesExhausted);
+        }
+        if let Some(first) = requests.first() {
+            self.check_session(first.session, now)?;
         }
         requests.into_iter().map(|r| self.grant(r, now)).collect()
     }

@@ -9,4 +9,5 @@ mod kinds;
 mod model;
 mod rebuild;
 mod seed;
+mod session;
 mod sets;

@@ -86,6 +86,7 @@ impl Model {
     fn grant(&mut self, request: &Request, now: MonoTime, fence: Fence) -> Lock {
         let lease = request.lease.unwrap();
         let lock = Lock {
+            session: Default::default(),
             delay: Default::default(),
             kind: Default::default(),
             name: request.name.clone(),
@@ -170,6 +171,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             } => {
                 next_id += 1;
                 let request = Request {
+                    session: Default::default(),
                     delay: Default::default(),
                     kind: Default::default(),
                     name: NAMES[name].into(),
@@ -353,6 +355,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .or_default()
                         .push(LockId::from_u128(next_id));
                     reports.push(Lock {
+                        session: Default::default(),
                         delay: Default::default(),
                         kind: Default::default(),
                         name: NAMES[name].into(),
@@ -418,6 +421,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let generation = table.generation();
                 table.drop_table(now);
                 let ghost = Lock {
+                    session: Default::default(),
                     delay: Default::default(),
                     kind: Default::default(),
                     name: "ghost".into(),

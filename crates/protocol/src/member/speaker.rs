@@ -21,6 +21,7 @@ fn acquire_refusal(e: AcquireError) -> Refusal {
         AcquireError::Awaited(name) => Refusal::Awaited(name),
         AcquireError::BadSet => Refusal::BadSet,
         AcquireError::BadDelay { max } => Refusal::BadDelay { max },
+        AcquireError::NoSession => Refusal::NoSession,
         AcquireError::NotRebuilt(_)
         | AcquireError::HeldBack { .. }
         | AcquireError::FencesExhausted => Refusal::NotRebuilt,
@@ -503,6 +504,7 @@ impl Member {
 fn lock_error(e: LockError) -> Refusal {
     match e {
         LockError::NotHeld => Refusal::NotHeld,
+        LockError::InSession => Refusal::InSession,
         LockError::NotRebuilt(_) => Refusal::NotRebuilt,
     }
 }

@@ -419,6 +419,7 @@ fn a_stopping_member_takes_no_new_record() {
     // client asks elsewhere.
     let mut m = member(2, RebuildMode::Strict);
     let lock = Lock {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name: "a".into(),

@@ -16,6 +16,7 @@ pub fn t(secs: u64) -> MonoTime {
 
 pub fn req(name: &str, id: u128, node: u64) -> Request {
     Request {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name: name.into(),
@@ -73,6 +74,7 @@ pub fn held_lock(
     fence: u64,
 ) -> Lock {
     Lock {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name: name.into(),

@@ -75,6 +75,7 @@ pub fn speaker(id: u64, term: u64, now: MonoTime, missing: Vec<u64>, mode: Rebui
 
 pub fn request(name: &str, id: u128, node: u64) -> Request {
     Request {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name: name.into(),
@@ -103,6 +104,7 @@ pub fn granted(
 
 pub fn in_transit(id: u128, epoch: u64, ttl: Duration) -> LockInTransit {
     LockInTransit {
+        session: Default::default(),
         delay: Default::default(),
         kind: Default::default(),
         name: "jobs/1".into(),

@@ -1,0 +1,68 @@
+//! Sessions: one lease that many locks hang off.
+//!
+//! A session is itself a grant, exclusive, under a name of its own that no
+//! client can ask for ([`session_name`]: it starts with a control
+//! character). Its locks carry its id ([`crate::Lock::session`]) and its
+//! lease: they are granted with the session's end, renewed when it is, and
+//! end when it ends. So every record that keeps a lock (the table, a `Held`,
+//! a copy, a report) keeps a session's lock as it keeps any other, and a
+//! session's renewal is one renewal of the session plus a change of the
+//! end of each of its locks where they are kept.
+
+use hashbrown::{HashMap, HashSet};
+
+use crate::lock::LockId;
+
+/// What every session's name starts with: no name a client may ask for
+/// does (a control character).
+pub const SESSION_PREFIX: &str = "\u{1}session/";
+
+/// The name the session `id` is granted under.
+pub fn session_name(id: LockId) -> String {
+    format!("{SESSION_PREFIX}{id}")
+}
+
+/// Whether `name` is a session's.
+pub fn is_session_name(name: &str) -> bool {
+    name.starts_with(SESSION_PREFIX)
+}
+
+/// The locks of each session, by the session's id: where a store finds
+/// what a session's renewal or end reaches.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SessionIndex {
+    locks: HashMap<LockId, HashSet<LockId>>,
+}
+
+impl SessionIndex {
+    /// Notes that `lock` hangs off `session`.
+    pub(crate) fn add(&mut self, session: LockId, lock: LockId) {
+        self.locks.entry(session).or_default().insert(lock);
+    }
+
+    /// Notes that `lock` no longer hangs off `session`.
+    pub(crate) fn remove(&mut self, session: LockId, lock: LockId) {
+        if let Some(locks) = self.locks.get_mut(&session) {
+            locks.remove(&lock);
+            if locks.is_empty() {
+                self.locks.remove(&session);
+            }
+        }
+    }
+
+    /// The ids of the locks hanging off `session`, in no order.
+    pub(crate) fn of(&self, session: LockId) -> impl Iterator<Item = LockId> + '_ {
+        self.locks.get(&session).into_iter().flatten().copied()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.locks.clear();
+    }
+}
+
+/// A digest of a set of lock ids (their exclusive or): two stores that
+/// keep the same locks of a session have the same digest, and a renewal
+/// sends the full records only when they differ.
+pub fn digest(ids: impl IntoIterator<Item = LockId>) -> u128 {
+    ids.into_iter().fold(0, |d, id| d ^ id.as_u128())
+}
