@@ -6,6 +6,7 @@ mod failover;
 mod grants;
 mod kinds;
 mod requests;
+mod sessions;
 mod sets;
 
 use crate::support::Cluster;

@@ -319,6 +319,7 @@ mod tests {
         assert_eq!(body.http_status(), 400);
         assert_eq!(ErrorBody::new(ErrorCode::TooLarge, "m").http_status(), 413);
         let lock = crate::LockView {
+            session: Default::default(),
             lock_delay_ms: 0,
             delay_left_ms: 0,
             name: "a".into(),

@@ -88,6 +88,12 @@ pub enum ForwardCall {
     Release(ForwardRelease),
     /// A renew.
     Renew(ForwardRenew),
+    /// A session's open (protocol 6).
+    OpenSession(crate::ForwardOpenSession),
+    /// A session's renewal (protocol 6).
+    RenewSession(crate::ForwardRenewSession),
+    /// A session's close (protocol 6).
+    CloseSession(crate::ForwardCloseSession),
 }
 
 impl ForwardCall {
@@ -98,6 +104,9 @@ impl ForwardCall {
             ForwardCall::Acquire(call) => call.node = node,
             ForwardCall::Release(call) => call.node = node,
             ForwardCall::Renew(call) => call.node = node,
+            ForwardCall::OpenSession(call) => call.node = node,
+            ForwardCall::RenewSession(call) => call.node = node,
+            ForwardCall::CloseSession(call) => call.node = node,
         }
         self
     }
@@ -109,8 +118,10 @@ impl ForwardCall {
 pub enum ForwardAnswer {
     /// An acquire granted.
     Granted(Granted),
-    /// The lock released or renewed.
+    /// The lock released or renewed (a session closed).
     Lock(PeerLock),
+    /// A session renewed (protocol 6).
+    Session(crate::SessionRenewed),
     /// The call refused, as the speaker would answer it over HTTP.
     Refused(ErrorBody),
 }
@@ -343,6 +354,10 @@ pub struct ReportRequest {
     /// cluster speaks protocol 5); absent means not.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delays: bool,
+    /// Whether the locks are to carry their session (the reader's cluster
+    /// speaks protocol 6); absent means not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sessions: bool,
 }
 
 /// Tells a node to forget a released lock (from its `Held` and `Granted`),
@@ -497,6 +512,7 @@ mod tests {
             "a plain get is sent as before"
         );
         let lock = PeerLock {
+            session: Default::default(),
             delay_ms: 0,
             kind: Default::default(),
             name: "a".into(),

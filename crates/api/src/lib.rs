@@ -27,6 +27,7 @@ pub mod query;
 pub mod queue;
 pub mod request;
 pub mod routes;
+pub mod sessions;
 pub mod time;
 
 pub use answer::{
@@ -41,18 +42,23 @@ pub use internal::{
     ReportRequest, RetireAnswer, Watch,
 };
 pub use lock::{LockView, Mode};
-pub use locktable::Kind;
+pub use locktable::{Kind, LockId};
 /// The longest lock-delay a grant may ask for (`lock_delay_ms`).
 pub const MAX_LOCK_DELAY: std::time::Duration = locktable::Lock::MAX_DELAY;
 pub use peer::PeerLock;
 pub use query::ListQuery;
 pub use queue::{PeerQueued, QueuedView};
 pub use request::{
-    parse_body, parse_body_checked, read_body, validate_data, validate_holder, validate_id,
-    validate_name, validate_new_name, validate_request_id, validate_set, AcquireBody,
-    AddMemberBody, BadRequest, Body, Field, FieldKind, ReleaseBody, RenewBody, DEFAULT_LIST_LIMIT,
-    IDLE_KEPT, IDLE_TIMEOUT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT,
-    MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SET_BYTES, MAX_SET_NAMES, MAX_WAIT_MS,
+    format_digest, parse_body, parse_body_checked, parse_digest, read_body, validate_data,
+    validate_holder, validate_id, validate_name, validate_new_name, validate_request_id,
+    validate_set, AcquireBody, AddMemberBody, BadRequest, Body, Field, FieldKind, ReleaseBody,
+    RenewBody, SessionBody, SessionOpenBody, DEFAULT_LIST_LIMIT, IDLE_KEPT, IDLE_TIMEOUT,
+    MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT, MAX_NAME_BYTES,
+    MAX_REQUEST_ID_BYTES, MAX_SET_BYTES, MAX_SET_NAMES, MAX_WAIT_MS,
+};
+pub use sessions::{
+    ForwardCloseSession, ForwardOpenSession, ForwardRenewSession, SessionAnswer, SessionClosed,
+    SessionRenewed, SessionView,
 };
 pub use time::format_rfc3339_ms;
 

@@ -75,6 +75,10 @@ pub struct LockView {
     /// (absent otherwise; `ttl_ms` is then 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub delay_left_ms: u64,
+    /// The id of the session the lock hangs off (absent when none): it has
+    /// the session's lease and ends with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -149,6 +153,7 @@ impl LockView {
             permits,
             lock_delay_ms: millis_floor(lock.delay),
             delay_left_ms,
+            session: lock.session.map(|s| s.to_string()),
             ..view
         }
     }
@@ -184,6 +189,7 @@ impl LockView {
             others: Vec::new(),
             lock_delay_ms: 0,
             delay_left_ms: 0,
+            session: None,
         }
     }
 

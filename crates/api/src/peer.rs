@@ -51,6 +51,10 @@ pub struct PeerLock {
     /// none). `ttl_ms` counts the record's time left, the delay included.
     #[serde(default, skip_serializing_if = "is_zero_ms")]
     pub delay_ms: u64,
+    /// The id of the session the lock hangs off (protocol 6; absent means
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 fn is_zero(rev: &u32) -> bool {
@@ -76,6 +80,7 @@ impl From<LockInTransit> for PeerLock {
             data_rev: lock.data_rev,
             kind: lock.kind.to_bits(),
             delay_ms: millis_floor(lock.delay),
+            session: lock.session.map(|s| s.to_string()),
         }
     }
 }
@@ -100,7 +105,7 @@ impl TryFrom<PeerLock> for LockInTransit {
     /// Fails only when `id` is not a lock id.
     fn try_from(lock: PeerLock) -> Result<Self, BadLockId> {
         Ok(LockInTransit {
-            session: Default::default(),
+            session: lock.session.as_deref().map(str::parse).transpose()?,
             delay: Duration::from_millis(lock.delay_ms),
             kind: locktable::Kind::from_bits(lock.kind),
             id: lock.id.parse()?,
@@ -151,6 +156,23 @@ mod tests {
         let plain = transit(Duration::from_millis(1), Duration::ZERO);
         let json = serde_json::to_value(PeerLock::from(plain)).unwrap();
         assert!(json.get("delay_ms").is_none(), "absent when none: {json}");
+    }
+
+    #[test]
+    fn a_session_crosses_with_the_record() {
+        let mut t = transit(Duration::from_millis(5), Duration::ZERO);
+        t.session = Some(LockId::from_u128(77));
+        let peer = PeerLock::record_of(t.clone());
+        assert_eq!(peer.session.as_deref(), Some("0000000000000000000000002D"));
+        assert_eq!(
+            LockInTransit::try_from(peer.clone()).unwrap().session,
+            t.session
+        );
+        let bad = PeerLock {
+            session: Some("nope".into()),
+            ..peer
+        };
+        assert_eq!(LockInTransit::try_from(bad), Err(BadLockId));
     }
 
     #[test]

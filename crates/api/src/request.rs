@@ -14,6 +14,7 @@ mod bad_request;
 mod bodies;
 mod limits;
 mod read;
+mod sessions;
 mod validate;
 
 pub use bad_request::BadRequest;
@@ -24,6 +25,7 @@ pub use limits::{
     MAX_SET_NAMES, MAX_WAIT_MS,
 };
 pub use read::{parse_body, parse_body_checked, read_body, Body, Field, FieldKind};
+pub use sessions::{format_digest, parse_digest, SessionBody, SessionOpenBody};
 pub(crate) use validate::max_len;
 pub use validate::{
     validate_addr, validate_data, validate_holder, validate_id, validate_member_id, validate_name,

@@ -20,6 +20,7 @@ mod election;
 mod elector;
 mod error;
 mod guard;
+mod session;
 mod set;
 mod suspend;
 mod transport;
@@ -38,13 +39,14 @@ pub use error::Error;
 pub use guard::{Holding, LockGuard, Loss};
 pub use leasehold_api::Kind;
 pub use leasehold_api::LockView as Lock;
+pub use session::{Session, SessionLock, SessionOptions};
 pub use set::LockSet;
 
 pub use leasehold_api::MAX_LOCK_DELAY;
 pub use suspend::{BootClock, SuspendClock};
 pub use transport::{
     request_failure, trust_only, BoxFuture, CallError, EndpointError, HttpOptions, HttpTransport,
-    Transport,
+    SessionCall, Transport,
 };
 
 /// The body of an acquire of `name`, or of the set `names`, as `options`
@@ -71,6 +73,7 @@ fn acquire_body(
         },
         lock_delay_ms: (!options.lock_delay.is_zero())
             .then_some(options.lock_delay.as_millis() as u64),
+        session: options.session.clone(),
     }
 }
 
@@ -99,6 +102,11 @@ pub struct AcquireOptions {
     /// holder's writes already on their way land before anyone else
     /// starts. At most a minute; zero (the default) for none.
     pub lock_delay: Duration,
+    /// The id of the session the lock is to hang off: it takes the
+    /// session's lease and is renewed with it (no renewal of its own), and
+    /// ends with it. [`Session::acquire`] sets it; not with `lease` or
+    /// `lock_delay`.
+    pub session: Option<String>,
 }
 
 impl AcquireOptions {

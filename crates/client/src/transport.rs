@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leasehold_api::{
     AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, LockAnswer, LockView, LocksAnswer,
-    ReleaseBody, RenewBody, Watch,
+    ReleaseBody, RenewBody, SessionAnswer, SessionBody, SessionOpenBody, Watch,
 };
 use serde::de::DeserializeOwned;
 
@@ -87,6 +87,24 @@ pub trait Transport: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>>;
     /// `GET /v1/cluster`.
     fn cluster(&self, timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>>;
+    /// `POST /v1/sessions/open`, `/renew` or `/close`: the session (for a
+    /// close, as it was, with `locks` the count released). A transport that
+    /// does not carry sessions refuses them (`400 bad_request`), which this
+    /// default does.
+    fn session(
+        &self,
+        call: SessionCall,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SessionAnswer, CallError>> {
+        let _ = (call, timeout);
+        Box::pin(async {
+            Err(CallError::Api(ErrorBody {
+                error: leasehold_api::ErrorCode::BadRequest,
+                message: "this transport does not carry sessions".into(),
+                lock: None,
+            }))
+        })
+    }
     /// Says the node last used did not serve (no answer, or no speaker):
     /// the next call should try another.
     fn move_on(&self) {}
@@ -95,6 +113,17 @@ pub trait Transport: Send + Sync + 'static {
     fn endpoints(&self) -> usize {
         1
     }
+}
+
+/// A call on a session.
+#[derive(Debug, Clone)]
+pub enum SessionCall {
+    /// `POST /v1/sessions/open`.
+    Open(SessionOpenBody),
+    /// `POST /v1/sessions/renew`.
+    Renew(SessionBody),
+    /// `POST /v1/sessions/close`.
+    Close(SessionBody),
 }
 
 /// The API over HTTP, to whichever of several endpoints answers.
@@ -387,6 +416,35 @@ fn segment(name: &str) -> String {
 }
 
 impl Transport for HttpTransport {
+    fn session(
+        &self,
+        call: SessionCall,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SessionAnswer, CallError>> {
+        Box::pin(async move {
+            match call {
+                SessionCall::Open(body) => {
+                    self.send(self.post("/v1/sessions/open", &body, timeout))
+                        .await
+                }
+                SessionCall::Renew(body) => {
+                    self.send(self.post("/v1/sessions/renew", &body, timeout))
+                        .await
+                }
+                SessionCall::Close(body) => {
+                    let closed: leasehold_api::SessionClosed = self
+                        .send(self.post("/v1/sessions/close", &body, timeout))
+                        .await?;
+                    Ok(SessionAnswer {
+                        session: closed.session,
+                        served_ms: 0,
+                        held: None,
+                    })
+                }
+            }
+        })
+    }
+
     fn acquire(
         &self,
         body: AcquireBody,

@@ -74,6 +74,7 @@ impl Fake {
 
     fn view(&self, ttl_ms: u64) -> LockView {
         LockView {
+            session: Default::default(),
             lock_delay_ms: 0,
             delay_left_ms: 0,
             name: "n".into(),

@@ -95,6 +95,11 @@ impl<'a> HeldLock<'a> {
         self.slot.data_rev()
     }
 
+    /// The session it hangs off ([`Lock::session`]).
+    pub fn session(&self) -> Option<LockId> {
+        self.slot.session()
+    }
+
     /// The lock, copied out.
     pub fn to_lock(&self) -> Lock {
         self.slot.to_lock()

@@ -17,9 +17,11 @@ use crate::lock::LockId;
 /// does (a control character).
 pub const SESSION_PREFIX: &str = "\u{1}session/";
 
-/// The name the session `id` is granted under.
-pub fn session_name(id: LockId) -> String {
-    format!("{SESSION_PREFIX}{id}")
+/// A name a session may be granted under, made of `nonce` (unique: the
+/// opening node makes it of the time and random bits). A session is found
+/// by its grant's id, not its name.
+pub fn session_name(nonce: LockId) -> String {
+    format!("{SESSION_PREFIX}{nonce}")
 }
 
 /// Whether `name` is a session's.

@@ -12,7 +12,7 @@ use crate::holders::Holders;
 use crate::listing::{Lapsed, Listing, LAPSED_KEPT};
 use crate::lock::{Fence, Lock, LockId, NodeId, Request};
 use crate::rebuild::{RebuildBasis, RebuildFrom, Settled};
-use crate::session::{self, is_session_name, session_name, SessionIndex};
+use crate::session::{self, is_session_name, SessionIndex};
 use crate::slots::Slot;
 use crate::time::{LeaseRule, MonoTime};
 
@@ -274,7 +274,7 @@ impl Table {
         node: NodeId,
         now: MonoTime,
     ) -> Result<SessionRenewed, LockError> {
-        let name = session_name(id);
+        let name = self.session_name_of(id).ok_or(LockError::NotHeld)?;
         let renewed = self.renew(&name, id, lease, node, now)?;
         let mut moved_from = Vec::new();
         let ids: Vec<LockId> = self.sessions.of(id).collect();
@@ -303,6 +303,15 @@ impl Table {
         })
     }
 
+    /// The name the session `id` is held under, if the table holds it.
+    pub fn session_name_of(&self, id: LockId) -> Option<String> {
+        self.slots
+            .find(&id)
+            .and_then(|at| self.slots.get(at))
+            .filter(|s| is_session_name(s.name()))
+            .map(|s| s.name().to_owned())
+    }
+
     /// The locks hanging off the session `id`, as the table has them.
     pub fn session_locks(&self, id: LockId) -> Vec<Lock> {
         self.sessions
@@ -316,7 +325,8 @@ impl Table {
     /// Ends the session `id` and every lock hanging off it, handing each
     /// name on: the session's grant first, then its locks.
     pub fn release_session(&mut self, id: LockId, now: MonoTime) -> Result<Vec<Lock>, LockError> {
-        let session = self.release(&session_name(id), id, now)?;
+        let name = self.session_name_of(id).ok_or(LockError::NotHeld)?;
+        let session = self.release(&name, id, now)?;
         let ids: Vec<LockId> = self.sessions.of(id).collect();
         let mut released = vec![session];
         for lock in ids {

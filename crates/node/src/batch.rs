@@ -119,6 +119,9 @@ impl Node {
                 })
                 .map(|lock| ForwardAnswer::Lock(self.transit(&lock))),
             ForwardCall::Renew(forwarded) => self.serve_renew(forwarded).await,
+            call @ (ForwardCall::OpenSession(_)
+            | ForwardCall::RenewSession(_)
+            | ForwardCall::CloseSession(_)) => self.serve_session_call(call).await,
         };
         answer.unwrap_or_else(|e| ForwardAnswer::Refused(*e.body))
     }

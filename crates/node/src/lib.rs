@@ -25,6 +25,7 @@ mod queue;
 mod report;
 mod roster;
 mod service;
+mod sessions;
 mod speak;
 mod speaker;
 mod tasks;

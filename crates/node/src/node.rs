@@ -234,6 +234,12 @@ impl Node {
         self.identity.versions().cluster() >= leasehold_raft::version::LOCK_DELAYS
     }
 
+    /// Whether this node's cluster speaks sessions (protocol
+    /// [`leasehold_raft::version::SESSIONS`], as applied here).
+    pub(crate) fn sessions(&self) -> bool {
+        self.identity.versions().cluster() >= leasehold_raft::version::SESSIONS
+    }
+
     /// The layout reports are read in: the one this node's cluster speaks.
     pub(crate) fn report_layout(&self) -> crate::report::Layout {
         crate::report::Layout::of_cluster(self.identity.versions().cluster())

@@ -94,6 +94,14 @@ pub(crate) struct Delayed<S = String> {
     delay_ns: u64,
 }
 
+/// A lock of a report with its session (protocol 6): the fields of
+/// [`Delayed`], then the session's id, if it hangs off one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Sessioned<S = String> {
+    delayed: Delayed<S>,
+    session: Option<u128>,
+}
+
 /// Which layout a report's locks take: the one the reading speaker's
 /// cluster speaks, so every member of it reads and writes alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -106,13 +114,17 @@ pub(crate) enum Layout {
     Kinded,
     /// Protocol 5: [`Delayed`].
     Delayed,
+    /// Protocol 6: [`Sessioned`].
+    Sessioned,
 }
 
 impl Layout {
     /// The layout a cluster speaking `version` reports in.
     pub(crate) fn of_cluster(version: leasehold_raft::version::Protocol) -> Layout {
-        use leasehold_raft::version::{DATA_REVS, LOCK_DELAYS, LOCK_KINDS};
-        if version >= LOCK_DELAYS {
+        use leasehold_raft::version::{DATA_REVS, LOCK_DELAYS, LOCK_KINDS, SESSIONS};
+        if version >= SESSIONS {
+            Layout::Sessioned
+        } else if version >= LOCK_DELAYS {
             Layout::Delayed
         } else if version >= LOCK_KINDS {
             Layout::Kinded
@@ -125,11 +137,12 @@ impl Layout {
 
     /// The layout a read asks for.
     pub(crate) fn asked(read: &ReportRequest) -> Layout {
-        match (read.revs, read.kinds, read.delays) {
-            (_, _, true) => Layout::Delayed,
-            (_, true, false) => Layout::Kinded,
-            (true, false, false) => Layout::Revised,
-            (false, false, false) => Layout::Plain,
+        match (read.revs, read.kinds, read.delays, read.sessions) {
+            (_, _, _, true) => Layout::Sessioned,
+            (_, _, true, false) => Layout::Delayed,
+            (_, true, false, false) => Layout::Kinded,
+            (true, false, false, false) => Layout::Revised,
+            (false, false, false, false) => Layout::Plain,
         }
     }
 
@@ -139,13 +152,33 @@ impl Layout {
             term,
             revs: self >= Layout::Revised,
             kinds: self >= Layout::Kinded,
-            delays: self == Layout::Delayed,
+            delays: self >= Layout::Delayed,
+            sessions: self == Layout::Sessioned,
         }
     }
 }
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl<'a> Sessioned<&'a str> {
+    /// `lock` as it leaves at `now`, its strings borrowed.
+    pub(crate) fn of(lock: &'a Lock, now: MonoTime) -> Self {
+        Sessioned {
+            delayed: Delayed::of(lock, now),
+            session: lock.session.map(LockId::as_u128),
+        }
+    }
+
+    /// A lock of this node's `Held` as it leaves at `now`, read where it is
+    /// kept.
+    pub(crate) fn held(lock: HeldLock<'a>, now: MonoTime) -> Self {
+        Sessioned {
+            session: lock.session().map(LockId::as_u128),
+            delayed: Delayed::held(lock, now),
+        }
+    }
 }
 
 impl<'a> Delayed<&'a str> {
@@ -214,6 +247,15 @@ impl<'a> Kinded<&'a str> {
     }
 }
 
+impl From<Sessioned> for LockInTransit {
+    fn from(Sessioned { delayed, session }: Sessioned) -> Self {
+        LockInTransit {
+            session: session.map(LockId::from_u128),
+            ..LockInTransit::from(delayed)
+        }
+    }
+}
+
 impl From<Delayed> for LockInTransit {
     fn from(Delayed { kinded, delay_ns }: Delayed) -> Self {
         LockInTransit {
@@ -263,17 +305,18 @@ impl From<ReportLock> for LockInTransit {
 /// take the `layout` the reader asked for (its cluster's).
 pub(crate) fn encode<'a>(
     header: &ReportHeader,
-    locks: impl IntoIterator<Item = Delayed<&'a str>>,
+    locks: impl IntoIterator<Item = Sessioned<&'a str>>,
     layout: Layout,
     limit: usize,
 ) -> Result<Vec<Vec<u8>>, CodecError> {
     let mut writer = ChunkWriter::new(header, limit)?;
     for lock in locks {
         match layout {
-            Layout::Delayed => writer.push(&lock)?,
-            Layout::Kinded => writer.push(&lock.kinded)?,
-            Layout::Revised => writer.push(&lock.kinded.revised)?,
-            Layout::Plain => writer.push(&lock.kinded.revised.lock)?,
+            Layout::Sessioned => writer.push(&lock)?,
+            Layout::Delayed => writer.push(&lock.delayed)?,
+            Layout::Kinded => writer.push(&lock.delayed.kinded)?,
+            Layout::Revised => writer.push(&lock.delayed.kinded.revised)?,
+            Layout::Plain => writer.push(&lock.delayed.kinded.revised.lock)?,
         }
     }
     writer.finish()
@@ -313,6 +356,7 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
     pub(crate) fn new(limit: usize, layout: Layout, clock: C) -> Self {
         ReportReader {
             stream: match layout {
+                Layout::Sessioned => Stream::Sessioned(ChunkReader::new(limit)),
                 Layout::Delayed => Stream::Delayed(ChunkReader::new(limit)),
                 Layout::Kinded => Stream::Kinded(ChunkReader::new(limit)),
                 Layout::Revised => Stream::Revised(ChunkReader::new(limit)),
@@ -374,6 +418,7 @@ enum Stream {
     Revised(ChunkReader<ReportHeader, Revised>),
     Kinded(ChunkReader<ReportHeader, Kinded>),
     Delayed(ChunkReader<ReportHeader, Delayed>),
+    Sessioned(ChunkReader<ReportHeader, Sessioned>),
 }
 
 impl Stream {
@@ -383,6 +428,7 @@ impl Stream {
             Stream::Revised(r) => r.push(bytes),
             Stream::Kinded(r) => r.push(bytes),
             Stream::Delayed(r) => r.push(bytes),
+            Stream::Sessioned(r) => r.push(bytes),
         }
     }
 
@@ -400,6 +446,7 @@ impl Stream {
             Stream::Revised(r) => r.next_chunk()?.map(locks),
             Stream::Kinded(r) => r.next_chunk()?.map(locks),
             Stream::Delayed(r) => r.next_chunk()?.map(locks),
+            Stream::Sessioned(r) => r.next_chunk()?.map(locks),
         })
     }
 
@@ -409,6 +456,7 @@ impl Stream {
             Stream::Revised(r) => r.finish(),
             Stream::Kinded(r) => r.finish(),
             Stream::Delayed(r) => r.finish(),
+            Stream::Sessioned(r) => r.finish(),
         }
     }
 }
@@ -420,7 +468,7 @@ mod tests {
 
     fn lock(i: u64, at: MonoTime) -> Lock {
         Lock {
-            session: Default::default(),
+            session: (i % 6 == 1).then(|| LockId::from_u128(u128::from(i) + 99)),
             delay: Duration::from_millis(if i % 4 == 0 { 1500 } else { 0 }),
             name: format!("jobs/{i:06}"),
             id: LockId::from_u128(u128::from(i) << 70 | 7),
@@ -461,6 +509,7 @@ mod tests {
         crosses(Layout::Revised);
         crosses(Layout::Kinded);
         crosses(Layout::Delayed);
+        crosses(Layout::Sessioned);
     }
 
     #[test]
@@ -472,6 +521,7 @@ mod tests {
             (3, Layout::Kinded),
             (4, Layout::Kinded),
             (5, Layout::Delayed),
+            (6, Layout::Sessioned),
         ] {
             assert_eq!(Layout::of_cluster(version), layout);
             assert_eq!(Layout::asked(&layout.request(7)), layout);
@@ -486,7 +536,7 @@ mod tests {
         let limit = 16 * 1024;
         let frames = encode(
             &header(),
-            locks.iter().map(|l| Delayed::of(l, sent)),
+            locks.iter().map(|l| Sessioned::of(l, sent)),
             layout,
             limit,
         )
@@ -536,7 +586,13 @@ mod tests {
                 Kind::Exclusive
             };
             assert_eq!(got.kind, kind, "kinds cross only when asked");
-            let lock_delay = if layout == Layout::Delayed {
+            let session = if layout >= Layout::Sessioned {
+                sent_lock.session
+            } else {
+                None
+            };
+            assert_eq!(got.session, session, "sessions cross only when asked");
+            let lock_delay = if layout >= Layout::Delayed {
                 sent_lock.delay
             } else {
                 Duration::ZERO
@@ -565,7 +621,7 @@ mod tests {
         let locks: Vec<Lock> = (0..40).map(|i| lock(i, now)).collect();
         let bytes = encode(
             &header(),
-            locks.iter().map(|l| Delayed::of(l, now)),
+            locks.iter().map(|l| Sessioned::of(l, now)),
             Layout::Kinded,
             512,
         )
@@ -611,7 +667,7 @@ mod tests {
         big.data = Some("d".repeat(MAX_DATA_BYTES));
         let limit = crate::NodeConfig::MIN_REPORT_FRAME_BYTES;
         big.data_rev = u32::MAX;
-        let frames = encode(&header(), [Delayed::of(&big, now)], Layout::Kinded, limit).unwrap();
+        let frames = encode(&header(), [Sessioned::of(&big, now)], Layout::Kinded, limit).unwrap();
         assert!(frames.iter().all(|f| f.len() <= limit + 4));
     }
 

@@ -40,14 +40,14 @@ fn forwarded_lock(answer: ForwardAnswer) -> Result<PeerLock, ApiError> {
 }
 
 /// An answer of the wrong kind: the speaker refused, or spoke nonsense.
-fn unexpected(answer: ForwardAnswer) -> ApiError {
+pub(crate) fn unexpected(answer: ForwardAnswer) -> ApiError {
     match answer {
         ForwardAnswer::Refused(e) => ApiError::from(e),
         other => ApiError::internal(format!("the speaker answered out of turn: {other:?}")),
     }
 }
 
-fn malformed(e: impl std::fmt::Display) -> ApiError {
+pub(crate) fn malformed(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("the speaker sent a malformed lock: {e}"))
 }
 
@@ -83,7 +83,7 @@ const OLD_SPEAKER_GRACE: Duration = Duration::from_secs(1);
 impl Node {
     /// A call about to be forwarded to the speaker: sent now, with the
     /// highest term that has read this node so far.
-    fn forwarding(&self) -> Forwarded {
+    pub(crate) fn forwarding(&self) -> Forwarded {
         Forwarded {
             sent: self.clock.now(),
             read_before: self.read_by_term(),
@@ -759,6 +759,7 @@ impl From<&AcquireBody> for AcquireRequest {
             request_id: body.request_id.clone(),
             kind: body.kind(),
             delay: body.delay(),
+            session: body.session(),
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct AcquireRequest {
     pub kind: Kind,
     /// The grant's lock-delay.
     pub delay: Duration,
+    /// The session the grant is to hang off.
+    pub session: Option<LockId>,
 }
 
 /// What the table first said to a set's acquire.
@@ -60,6 +62,8 @@ impl Node {
             }
             Refusal::NotRebuilt => ApiError::not_rebuilt(),
             Refusal::NotHeld => ApiError::not_held(),
+            Refusal::NoSession => ApiError::new(ErrorCode::NotHeld, refusal.to_string()),
+            Refusal::InSession => ApiError::new(ErrorCode::BadRequest, refusal.to_string()),
             Refusal::KindMismatch(kind) => ApiError::new(
                 ErrorCode::KindMismatch,
                 format!(
@@ -89,6 +93,8 @@ impl Node {
             )
         } else if !request.delay.is_zero() && !self.lock_delays() {
             ("lock-delays", leasehold_raft::version::LOCK_DELAYS)
+        } else if request.session.is_some() && !self.sessions() {
+            ("locks of sessions", leasehold_raft::version::SESSIONS)
         } else {
             return Ok(());
         };
@@ -124,7 +130,7 @@ impl Node {
         let first = {
             let mut state = self.state();
             let table_request = Request {
-                session: Default::default(),
+                session: request.session,
                 delay: request.delay,
                 kind: request.kind,
                 name: request.name.clone(),
@@ -157,6 +163,8 @@ impl Node {
         let (rx, waiter, made) = match first {
             First::Granted(lock, made) => return self.copied_grant(lock, node, made, asked).await,
             First::Waiting(rx, waiter, made) => (rx, waiter, made),
+            // A lock of a session has its session's lease: answered as it is.
+            First::Own(lock) if lock.session.is_some() => return Ok(lock),
             First::Own(lock) => {
                 return self
                     .speak_renew(name, lock.id, lease, node, None, None)
@@ -167,6 +175,7 @@ impl Node {
         let answer = self.answer_to(waiter, name, rx, wait).await?;
         match leasehold_protocol::waited(answer.result, named) {
             Ok(Waited::Granted(lock)) => self.copied_grant(lock, node, made, asked).await,
+            Ok(Waited::Own(lock)) if lock.session.is_some() => Ok(lock),
             Ok(Waited::Own(lock)) => {
                 self.speak_renew(name, lock.id, lease, node, None, None)
                     .await
@@ -245,7 +254,7 @@ impl Node {
             let requests = names
                 .iter()
                 .map(|name| Request {
-                    session: Default::default(),
+                    session: request.session,
                     delay: request.delay,
                     kind: request.kind,
                     name: name.clone(),
@@ -282,6 +291,7 @@ impl Node {
                 return self.copied_grants(locks, node, made, asked).await
             }
             SetFirst::Waiting(rx, waiter, made) => (rx, waiter, made),
+            SetFirst::Own(locks) if locks.iter().any(|l| l.session.is_some()) => return Ok(locks),
             SetFirst::Own(locks) => {
                 let mut renewed = Vec::with_capacity(locks.len());
                 for lock in locks {

@@ -20,11 +20,13 @@ use crate::sabotage::Sabotage;
 mod copying;
 mod recording;
 mod records;
+mod sessions;
 mod speaker;
 mod terms;
 
 pub use copying::{Copying, OnRecord};
 pub use recording::{RecordOut, Recording};
+pub use sessions::{RenewedSession, SessionRenewal};
 
 /// The nodes a lock moved from (or was copied to), whose records of it
 /// end by `until`.

@@ -50,7 +50,7 @@ pub type Protocol = u16;
 /// - 3: shared locks and semaphores ([`LOCK_KINDS`]).
 /// - 4: sets of names granted together ([`LOCK_SETS`]).
 /// - 5: lock-delays ([`LOCK_DELAYS`]).
-pub const SPEAKS: Protocol = 5;
+pub const SPEAKS: Protocol = 6;
 
 /// The version from which a lock's data may change after its grant (a
 /// renewal with data: proclaim): locks crossing between members carry
@@ -81,6 +81,14 @@ pub const LOCK_SETS: Protocol = 4;
 /// refuses such acquisitions (`503 upgrading`) until every member speaks
 /// it.
 pub const LOCK_DELAYS: Protocol = 5;
+
+/// The version from which a lock may hang off a session: locks crossing
+/// between members carry their session's id, and a rebuilding speaker asks
+/// reports for it (a member of an earlier build would keep a session's
+/// locks to their first lease, not their session's, and a rebuild reading
+/// it would free them while their session runs). A cluster below it refuses
+/// sessions (`503 upgrading`) until every member speaks it.
+pub const SESSIONS: Protocol = 6;
 
 /// The lowest cluster version this build runs in.
 pub const OLDEST: Protocol = 0;

@@ -72,6 +72,15 @@ pub enum BadRequest {
     /// A member's address is not `host:port`.
     #[error("field `addr` must be host:port, with a port from 1 to 65535")]
     BadAddr,
+    /// A lock of a session asked with a field the session decides for it.
+    #[error("field `{0}` cannot be given with `session`: a lock of a session has its session's lease, and no lock-delay")]
+    WithSession(&'static str),
+    /// The session is not a ULID.
+    #[error("field `session` is not a session id (26 characters of Crockford base32 expected)")]
+    BadSession,
+    /// A digest that is not 32 hexadecimal digits.
+    #[error("field `digest` must be 32 hexadecimal digits")]
+    BadDigest,
     /// The id is not a ULID.
     #[error("field `id` is not a lock id (26 characters of Crockford base32 expected)")]
     BadId,

@@ -59,6 +59,11 @@ pub struct AcquireBody {
     /// lease runs out unreleased, the name stays closed this much longer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_delay_ms: Option<u64>,
+    /// The id of the session the lock is to hang off (`POST
+    /// /v1/sessions/open`): it takes the session's lease, is renewed with
+    /// it and ends with it; not with `lease_ms` or `lock_delay_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 impl AcquireBody {
@@ -109,6 +114,11 @@ impl AcquireBody {
     pub fn delay(&self) -> Duration {
         Duration::from_millis(self.lock_delay_ms.unwrap_or(0))
     }
+
+    /// The session asked for, parsed (validated).
+    pub fn session(&self) -> Option<LockId> {
+        self.session.as_deref().and_then(|s| s.parse().ok())
+    }
 }
 
 impl Body for AcquireBody {
@@ -123,6 +133,7 @@ impl Body for AcquireBody {
         field("shared", FieldKind::Bool, false),
         field("permits", FieldKind::Count, false),
         field("lock_delay_ms", FieldKind::Millis, false),
+        field("session", FieldKind::Str, false),
     ];
 
     fn validate(&self) -> Result<(), BadRequest> {
@@ -142,6 +153,17 @@ impl Body for AcquireBody {
         }
         if let Some(request) = &self.request_id {
             validate_request_id(request)?;
+        }
+        if let Some(session) = &self.session {
+            session
+                .parse::<LockId>()
+                .map_err(|_| BadRequest::BadSession)?;
+            if self.lease_ms.is_some() {
+                return Err(BadRequest::WithSession("lease_ms"));
+            }
+            if self.lock_delay_ms.is_some_and(|d| d > 0) {
+                return Err(BadRequest::WithSession("lock_delay_ms"));
+            }
         }
         Ok(())
     }

@@ -13,6 +13,9 @@ pub fn validate_name(name: &str) -> Result<(), BadRequest> {
     if name.is_empty() {
         return Err(BadRequest::EmptyName);
     }
+    if locktable::is_session_name(name) {
+        return Err(BadRequest::NameCannotTravel("is a session's"));
+    }
     max_len("name", name, MAX_NAME_BYTES)
 }
 

@@ -247,7 +247,9 @@ async fn forward_acquire(
     {
         ForwardAnswer::Granted(granted) => Ok(Json(granted)),
         ForwardAnswer::Refused(e) => Err(ApiError::from(e)),
-        ForwardAnswer::Lock(_) => Err(ApiError::internal("an acquire answered with no grant")),
+        ForwardAnswer::Lock(_) | ForwardAnswer::Session(_) => {
+            Err(ApiError::internal("an acquire answered with no grant"))
+        }
     }
 }
 

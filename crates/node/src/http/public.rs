@@ -13,7 +13,8 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use leasehold_api::{
     millis_floor, parse_body, read_body, AcquireBody, AddMemberBody, ClusterAnswer, ErrorCode,
-    ListQuery, LockAnswer, LocksAnswer, MemberChange, ReleaseBody, RenewBody, Watch,
+    ListQuery, LockAnswer, LocksAnswer, MemberChange, ReleaseBody, RenewBody, SessionAnswer,
+    SessionBody, SessionClosed, SessionOpenBody, SessionView, Watch,
 };
 use locktable::Lock;
 use tokio::time::Instant;
@@ -37,6 +38,9 @@ pub(super) fn router(node: Shared) -> Router<Shared> {
         .route("/v1/locks/acquire", post(acquire))
         .route("/v1/locks/release", post(release))
         .route("/v1/locks/renew", post(renew))
+        .route("/v1/sessions/open", post(open_session))
+        .route("/v1/sessions/renew", post(renew_session))
+        .route("/v1/sessions/close", post(close_session))
         .route("/v1/locks", get(list))
         .route("/v1/locks/{name}", get(get_lock))
         .route("/v1/cluster", get(cluster))
@@ -204,6 +208,53 @@ async fn renew(
     caller.check(Right::Lock, &request.name)?;
     let lock = node.renew(request).await?;
     Ok(answer(&node, &lock))
+}
+
+/// A session as the API shows it, on this node's clock.
+fn session_view(node: &Node, session: &Lock, locks: Option<u64>) -> SessionView {
+    SessionView::from_lock(session, locks, node.clock.now(), node.clock.wall_ms())
+}
+
+async fn open_session(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<SessionAnswer>, ApiError> {
+    let received = Instant::now();
+    let request: SessionOpenBody = body(&bytes)?;
+    let session = node.open_session(request).await?;
+    Ok(Json(SessionAnswer {
+        session: session_view(&node, &session, None),
+        served_ms: millis_floor(received.elapsed()),
+        held: None,
+    }))
+}
+
+async fn renew_session(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<SessionAnswer>, ApiError> {
+    let received = Instant::now();
+    let request: SessionBody = body(&bytes)?;
+    let renewed = node.renew_session(request).await?;
+    Ok(Json(SessionAnswer {
+        session: session_view(&node, &renewed.session, Some(renewed.locks)),
+        served_ms: millis_floor(received.elapsed()),
+        held: renewed
+            .held
+            .map(|ids| ids.iter().map(ToString::to_string).collect()),
+    }))
+}
+
+async fn close_session(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<SessionClosed>, ApiError> {
+    let request: SessionBody = body(&bytes)?;
+    let (session, released) = node.close_session(request).await?;
+    Ok(Json(SessionClosed {
+        session: session_view(&node, &session, Some(released)),
+        released,
+    }))
 }
 
 /// `?wait_ms=&after_fence=&after_data=`: wait for the lock to change (long

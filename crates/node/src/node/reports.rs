@@ -6,7 +6,7 @@ use leasehold_raft::codec::CodecError;
 use tokio::time::Instant;
 
 use super::Node;
-use crate::report::{self, Delayed, Layout, MemberReport, ReportHeader};
+use crate::report::{self, Layout, MemberReport, ReportHeader, Sessioned};
 
 impl Node {
     /// What this node tells a rebuilding speaker of itself: how long it has
@@ -49,8 +49,8 @@ impl Node {
         let now = self.clock.now();
         let state = self.state();
         let (held, granted) = state.member.report(now);
-        let held = held.map(|l| Delayed::held(l, now));
-        let granted = granted.iter().map(|l| Delayed::of(l, now));
+        let held = held.map(|l| Sessioned::held(l, now));
+        let granted = granted.iter().map(|l| Sessioned::of(l, now));
         let frames = report::encode(
             &header,
             held.chain(granted),

@@ -283,7 +283,7 @@ impl Member {
     /// only the members noted with it have a record of it (a rebuild for an
     /// earlier term that reads it is refused, see `Table::rebuild`). A lock
     /// from an earlier term may be in any member's record: every member.
-    fn forget_to(&mut self, lock: &Lock, now: MonoTime) -> Members {
+    pub(super) fn forget_to(&mut self, lock: &Lock, now: MonoTime) -> Members {
         let moved = if self.moved.is_empty() {
             None
         } else {
@@ -501,7 +501,8 @@ impl Member {
     }
 }
 
-fn lock_error(e: LockError) -> Refusal {
+/// A refusal of the table's to renew or release, as the protocol answers it.
+pub(super) fn lock_error(e: LockError) -> Refusal {
     match e {
         LockError::NotHeld => Refusal::NotHeld,
         LockError::InSession => Refusal::InSession,

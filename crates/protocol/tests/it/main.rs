@@ -10,3 +10,4 @@ mod named;
 mod reading;
 mod recording;
 mod rules;
+mod sessions;

@@ -1,0 +1,314 @@
+//! A session: one lease that many locks hang off, renewed once for all of
+//! them, and lost with all of them.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_api::{LockView, SessionBody, SessionView};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::transport::{SessionCall, Transport};
+use crate::{refused, AcquireOptions, Client, Error, REQUEST_TIMEOUT};
+
+/// How a session is opened.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// The session's lease; none means the cluster's default. Every lock
+    /// of the session has this lease.
+    pub ttl: Option<Duration>,
+    /// Who holds it, for people reading a listing.
+    pub holder: Option<String>,
+}
+
+/// A session this client holds: renewed in the background, once for all
+/// its locks, until it is closed ([`Session::close`]) or dropped (which
+/// closes it in the background, releasing its locks).
+/// [`Session::lost_token`] is cancelled the moment the session is lost (a
+/// renewal refused, or its lease about to lapse unrenewed on this client's
+/// clock): every lock of it is lost with it.
+pub struct Session {
+    client: Client,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+    closed: bool,
+}
+
+struct Shared {
+    transport: Arc<dyn Transport>,
+    id: String,
+    view: Mutex<SessionView>,
+    /// When the lease ends, counted from the send of the call that won or
+    /// renewed it.
+    ends: Mutex<Instant>,
+    margin: Duration,
+    lost: CancellationToken,
+    /// The ids of the locks held in it, each with its own loss token.
+    locks: Mutex<Vec<(String, CancellationToken)>>,
+}
+
+/// A lock of a session: no renewal of its own; lost when its session is,
+/// or when a renewal of the session finds it gone.
+#[derive(Debug, Clone)]
+pub struct SessionLock {
+    view: LockView,
+    lost: CancellationToken,
+}
+
+impl SessionLock {
+    /// The lock as granted.
+    pub fn lock(&self) -> &LockView {
+        &self.view
+    }
+
+    /// Its fencing token.
+    pub fn fence(&self) -> u64 {
+        self.view.fence
+    }
+
+    /// Cancelled once the lock is lost.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Whether the lock is lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+}
+
+impl Client {
+    /// Opens a session: a lease that locks taken with
+    /// [`Session::acquire`] hang off, renewed in the background once for
+    /// all of them.
+    pub async fn open_session(&self, options: SessionOptions) -> Result<Session, Error> {
+        let body = leasehold_api::SessionOpenBody {
+            holder: options.holder.clone(),
+            ttl_ms: options.ttl.map(|d| d.as_millis() as u64),
+        };
+        let until = Instant::now() + self.retry_for;
+        let sent = std::cell::Cell::new(Instant::now());
+        let answer = self
+            .retrying(until, || {
+                sent.set(Instant::now());
+                self.transport
+                    .session(SessionCall::Open(body.clone()), REQUEST_TIMEOUT)
+            })
+            .await
+            .map_err(refused)?;
+        let view = answer.session;
+        let lease = Duration::from_millis(view.lease_ms);
+        let ends = sent.get() + Duration::from_millis(answer.served_ms + view.ttl_ms);
+        let shared = Arc::new(Shared {
+            transport: self.transport.clone(),
+            id: view.id.clone(),
+            view: Mutex::new(view),
+            ends: Mutex::new(ends),
+            margin: (lease / 10).min(Duration::from_secs(2)),
+            lost: CancellationToken::new(),
+            locks: Mutex::new(Vec::new()),
+        });
+        let task = tokio::spawn(renew(Arc::clone(&shared), lease / 3));
+        Ok(Session {
+            client: self.clone(),
+            shared,
+            task,
+            closed: false,
+        })
+    }
+}
+
+impl Session {
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// The session as last opened or renewed.
+    pub fn view(&self) -> SessionView {
+        lock(&self.shared.view).clone()
+    }
+
+    /// Takes `name` in this session, waiting as `options` say: the lock has
+    /// the session's lease and no renewal of its own (`options.lease` and
+    /// `options.lock_delay` are not taken).
+    pub async fn acquire(&self, name: &str, options: AcquireOptions) -> Result<SessionLock, Error> {
+        if self.is_lost() {
+            return Err(Error::Lost);
+        }
+        let options = AcquireOptions {
+            session: Some(self.shared.id.clone()),
+            lease: None,
+            lock_delay: Duration::ZERO,
+            ..options
+        };
+        let body = crate::acquire_body(Some(name.to_string()), None, &options);
+        let transport = &self.shared.transport;
+        let (view, _sent) = self
+            .client
+            .granted(body, &options, |body, timeout| {
+                transport.acquire(body, timeout)
+            })
+            .await?;
+        let lost = self.shared.lost.child_token();
+        lock(&self.shared.locks).push((view.id.clone(), lost.clone()));
+        Ok(SessionLock { view, lost })
+    }
+
+    /// Releases one lock of the session before the session ends.
+    pub async fn release(&self, held: SessionLock) -> Result<(), Error> {
+        lock(&self.shared.locks).retain(|(id, _)| *id != held.view.id);
+        let body = leasehold_api::ReleaseBody {
+            name: held.view.name.clone(),
+            id: held.view.id.clone(),
+        };
+        self.shared
+            .transport
+            .release(body, REQUEST_TIMEOUT)
+            .await
+            .map_err(refused)
+            .map(drop)
+    }
+
+    /// Cancelled once the session is lost, with every lock of it.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.shared.lost.clone()
+    }
+
+    /// Whether the session is lost, judged now (a lapse is seen the moment
+    /// it is due).
+    pub fn is_lost(&self) -> bool {
+        self.shared.is_lost()
+    }
+
+    /// Resolves once the session is lost.
+    pub async fn lost(&self) {
+        self.shared.lost.cancelled().await
+    }
+
+    /// Closes the session: it and every lock of it are released. Answers
+    /// how many locks went with it.
+    pub async fn close(mut self) -> Result<u64, Error> {
+        self.closed = true;
+        self.task.abort();
+        self.shared.lost.cancel();
+        let body = SessionBody {
+            id: self.shared.id.clone(),
+            ..SessionBody::default()
+        };
+        let answer = self
+            .shared
+            .transport
+            .session(SessionCall::Close(body), REQUEST_TIMEOUT)
+            .await
+            .map_err(refused)?;
+        Ok(answer.session.locks.unwrap_or(0))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.task.abort();
+        if self.closed {
+            return;
+        }
+        self.shared.lost.cancel();
+        let shared = Arc::clone(&self.shared);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let body = SessionBody {
+                    id: shared.id.clone(),
+                    ..SessionBody::default()
+                };
+                let _ = shared
+                    .transport
+                    .session(SessionCall::Close(body), REQUEST_TIMEOUT)
+                    .await;
+            });
+        }
+    }
+}
+
+impl Shared {
+    fn is_lost(&self) -> bool {
+        let ends = *lock(&self.ends);
+        if !self.lost.is_cancelled() && Instant::now() + self.margin >= ends {
+            self.lost.cancel();
+        }
+        self.lost.is_cancelled()
+    }
+
+    /// The digest of the ids of the locks held in the session.
+    fn digest(&self) -> String {
+        let digest = lock(&self.locks)
+            .iter()
+            .filter_map(|(id, _)| id.parse::<leasehold_api::LockId>().ok())
+            .fold(0u128, |d, id| d ^ id.as_u128());
+        leasehold_api::format_digest(digest)
+    }
+
+    /// Marks lost every lock not in `held`.
+    fn keep_only(&self, held: &[String]) {
+        let held: BTreeSet<&String> = held.iter().collect();
+        lock(&self.locks).retain(|(id, lost)| {
+            let kept = held.contains(id);
+            if !kept {
+                lost.cancel();
+            }
+            kept
+        });
+    }
+}
+
+/// Renews the session every `every` until it is lost; a renewal refused
+/// loses it at once, and one that gets no answer is tried again until the
+/// lease is about to end.
+async fn renew(shared: Arc<Shared>, every: Duration) {
+    let every = every.max(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            _ = shared.lost.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        loop {
+            if shared.is_lost() {
+                return;
+            }
+            let body = SessionBody {
+                id: shared.id.clone(),
+                ttl_ms: None,
+                digest: Some(shared.digest()),
+            };
+            let sent = Instant::now();
+            match shared
+                .transport
+                .session(SessionCall::Renew(body), REQUEST_TIMEOUT)
+                .await
+            {
+                Ok(answer) => {
+                    let left = Duration::from_millis(answer.session.ttl_ms);
+                    *lock(&shared.ends) = sent + left;
+                    if let Some(held) = &answer.held {
+                        shared.keep_only(held);
+                    }
+                    *lock(&shared.view) = answer.session;
+                    break;
+                }
+                Err(crate::CallError::Api(e)) if !e.error.retryable() => {
+                    shared.lost.cancel();
+                    return;
+                }
+                Err(_) => {
+                    shared.transport.move_on();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

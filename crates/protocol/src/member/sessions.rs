@@ -1,0 +1,205 @@
+//! Sessions as the speaker serves them, and as the renewing node records
+//! their renewals: one renewal reaches every lock of a session where it is
+//! kept, without a message per lock.
+
+use std::time::Duration;
+
+use locktable::{Lock, LockError, LockId, LockInTransit, MonoTime, NodeId};
+
+use crate::guard::Guard;
+use crate::members::Members;
+use crate::refusal::Refusal;
+
+use super::speaker::lock_error;
+use super::{Forwarded, Made, Member};
+
+/// A session's renewal as the speaker receives it.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionRenewal {
+    /// The session's id.
+    pub id: LockId,
+    /// The lease asked for.
+    pub lease: Option<Duration>,
+    /// The node whose client renews: it keeps the session's record, and
+    /// every one of its locks', from now on.
+    pub node: NodeId,
+    /// The digest of the ids of the session's locks that node records
+    /// ([`locktable::session::digest`]); `None` if it records none.
+    pub digest: Option<u128>,
+    /// The digest of the locks the client holds in the session, if it said.
+    pub client_digest: Option<u128>,
+}
+
+/// What the speaker answers a session's renewal.
+#[derive(Debug, Clone)]
+pub struct RenewedSession {
+    /// The session's grant, renewed.
+    pub session: Lock,
+    /// How many locks hang off it.
+    pub locks: usize,
+    /// Every lock of the session as the table has it, renewed: given when
+    /// the renewing node's records are not the table's (their digests
+    /// differ: a lock taken through another node, or lost), or when the
+    /// locks must be copied (this member's own client, or `--copies` over
+    /// two). `None` when the renewing node extends its own records.
+    pub records: Option<Vec<Lock>>,
+    /// Whether each lock is to be put on record again, as the session is
+    /// (copies needed: this member's own client, or `--copies` over two).
+    pub copied: bool,
+}
+
+impl Member {
+    /// Renews a session as the speaker: the session's grant and every lock
+    /// hanging off it take its new end ([`locktable::Table::renew_session`]);
+    /// the locks held through another node move to the renewing one, whose
+    /// former nodes are noted to hear of their release. A session the table
+    /// lacks is not reclaimed from one node's record (its locks may be
+    /// anywhere): "not held", or, while new grants are held back after a
+    /// rebuild that missed members, "may be on record elsewhere".
+    pub fn renew_session(
+        &mut self,
+        renewal: SessionRenewal,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<(RenewedSession, Made), Refusal> {
+        let SessionRenewal {
+            id,
+            lease,
+            node,
+            digest,
+            client_digest,
+        } = renewal;
+        self.speaker(guard, now)?;
+        let before = self
+            .table
+            .session_name_of(id)
+            .and_then(|name| self.table.held_through(&name, id));
+        let renewed = match self.table.renew_session(id, lease, node, now) {
+            Err(LockError::NotHeld)
+                if self.table.new_grants_held_until(now).is_some()
+                    && !self.table.is_forgotten(id, now) =>
+            {
+                return Err(Refusal::MayBeOnRecordElsewhere);
+            }
+            other => other.map_err(lock_error)?,
+        };
+        if let Some((from, until)) = before.filter(|(from, _)| *from != node) {
+            self.note_other_record(id, from, until, now);
+        }
+        for &(lock, from, until) in &renewed.moved_from {
+            self.note_other_record(lock, from, until, now);
+        }
+        let own = node == self.config.id;
+        let differs = digest.unwrap_or(0) != renewed.digest
+            || client_digest.is_some_and(|d| d != renewed.digest);
+        let copied = self.copy_round(node).needed() > 0;
+        let records = (own || differs || copied).then(|| self.table.session_locks(id));
+        if own {
+            self.held.record(renewed.session.clone());
+            let mut gone = self.held.session_locks(id);
+            for lock in records.iter().flatten() {
+                gone.retain(|g| *g != lock.id);
+                self.held.record(lock.clone());
+            }
+            for lock in gone {
+                self.held.remove(lock);
+            }
+        } else {
+            self.held.remove(id);
+            for lock in self.held.session_locks(id) {
+                self.held.remove(lock);
+            }
+        }
+        let answer = RenewedSession {
+            session: renewed.session,
+            locks: renewed.locks,
+            records,
+            copied: own || copied,
+        };
+        Ok((answer, self.made()))
+    }
+
+    /// Ends a session as the speaker: its grant and every lock hanging off
+    /// it are released, each with the members to tell.
+    pub fn release_session(
+        &mut self,
+        id: LockId,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<Vec<(Lock, Members)>, Refusal> {
+        self.speaker(guard, now)?;
+        let released = self.table.release_session(id, now).map_err(lock_error)?;
+        Ok(released
+            .into_iter()
+            .map(|lock| {
+                self.held.remove(lock.id);
+                self.copies.remove(lock.id);
+                let to = self.forget_to(&lock, now);
+                (lock, to)
+            })
+            .collect())
+    }
+
+    /// The ids of the locks of the session `id` this member records for its
+    /// clients.
+    pub fn held_session_locks(&self, id: LockId) -> Vec<LockId> {
+        self.held.session_locks(id)
+    }
+
+    /// The digest of the locks of the session `id` this member records for
+    /// its clients, if it records any: what a renewal through it sends.
+    pub fn session_digest(&self, id: LockId) -> Option<u128> {
+        let locks = self.held.session_locks(id);
+        (!locks.is_empty()).then(|| locktable::session::digest(locks))
+    }
+
+    /// A session's renewal the speaker answered to a call this member
+    /// forwarded, counted from the call's send: the session's record and
+    /// every one of its locks' take the new end. With the speaker's records
+    /// (`records`), those replace this member's records of the session's
+    /// locks; a lock this member recorded that the speaker's table lacks is
+    /// answered as lost (its client must stop using it).
+    ///
+    /// Recorded unless a newer speaker read this member meanwhile, or the
+    /// session was released through it (the two crossed).
+    pub fn renewed_session_through_speaker(
+        &mut self,
+        call: Forwarded,
+        session: LockInTransit,
+        records: Option<Vec<LockInTransit>>,
+        arrived: MonoTime,
+    ) -> Result<(Lock, Vec<Lock>), Refusal> {
+        let session = self.renewed_through_speaker(call, session, arrived)?;
+        let mut lost = Vec::new();
+        match records {
+            None => {
+                self.held
+                    .renewed_session(session.id, session.lease, call.sent);
+            }
+            Some(records) => {
+                let mut kept: Vec<LockId> = self.held.session_locks(session.id);
+                for record in records {
+                    let lock = record.arrive(call.sent);
+                    kept.retain(|id| *id != lock.id);
+                    if !self.table.is_forgotten(lock.id, arrived) {
+                        self.copies.remove(lock.id);
+                        self.held.record(lock);
+                    }
+                }
+                lost.extend(kept.into_iter().filter_map(|id| self.held.remove(id)));
+            }
+        }
+        Ok((session, lost))
+    }
+
+    /// The speaker ended a session this member forwarded the end of: its
+    /// record and its locks' go.
+    pub fn session_released_through_speaker(&mut self, session: &Lock, now: MonoTime) {
+        for id in self.held.session_locks(session.id) {
+            if let Some(lock) = self.held.get(id) {
+                self.released_through_speaker(&lock, now);
+            }
+        }
+        self.released_through_speaker(session, now);
+    }
+}

@@ -1,0 +1,217 @@
+//! Sessions over a real cluster: one renewal keeps every lock of a
+//! session, through any node; a close frees them all, a lapse too; and a
+//! crash of the speaker, or of the node the session is held through, loses
+//! none of them.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::followers;
+use crate::support::{Cluster, SPEAKS};
+
+async fn open(cluster: &Cluster, via: u64, ttl_ms: u64) -> Value {
+    let (status, body) = cluster
+        .post_settled(via, "/v1/sessions/open", json!({ "ttl_ms": ttl_ms }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["session"].clone()
+}
+
+async fn renew(cluster: &Cluster, via: u64, session: &Value) -> Value {
+    let body = json!({ "id": session["id"] });
+    let (status, body) = cluster.post_settled(via, "/v1/sessions/renew", body).await;
+    assert_eq!(status, 200, "renew through {via}: {body}");
+    body
+}
+
+/// Takes `names` in `session` through `via`.
+async fn take(cluster: &Cluster, via: u64, session: &Value, names: &[&str]) -> Vec<Value> {
+    let mut locks = Vec::new();
+    for name in names {
+        locks.push(
+            cluster
+                .must_acquire(via, name, json!({ "session": session["id"] }))
+                .await,
+        );
+    }
+    locks
+}
+
+/// Each of `names` is held by the lock of the same fence in `locks`: a
+/// request of another client is refused with it.
+async fn still_held(cluster: &Cluster, via: u64, names: &[&str], locks: &[Value]) {
+    for (name, lock) in names.iter().zip(locks) {
+        let (status, body) = cluster.acquire(via, name, json!({})).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (409, &json!("held")),
+            "{name}: {body}"
+        );
+        assert_eq!(body["lock"]["fence"], lock["fence"], "{name}: {body}");
+        assert_eq!(body["lock"]["session"], lock["session"], "{name}: {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_renewal_keeps_every_lock_of_a_session_and_a_close_frees_them() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let session = open(&cluster, f[0], 3000).await;
+    assert_eq!(session["lease_ms"], json!(3000), "{session}");
+    // Taken through the session's node, another follower and the speaker.
+    let mut locks = take(&cluster, f[0], &session, &["s/a", "s/b"]).await;
+    locks.extend(take(&cluster, f[1], &session, &["s/c"]).await);
+    locks.extend(take(&cluster, speaker, &session, &["s/d"]).await);
+    for lock in &locks {
+        assert_eq!(lock["session"], session["id"], "{lock}");
+        assert!(lock["ttl_ms"].as_u64().unwrap() <= 3000, "{lock}");
+    }
+    let names = ["s/a", "s/b", "s/c", "s/d"];
+
+    // A lock of a session is renewed with it, not on its own, and takes
+    // no lease or lock-delay of its own.
+    let own = json!({ "name": "s/a", "id": locks[0]["id"] });
+    let (status, body) = cluster.post(f[0], "/v1/locks/renew", own).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (400, &json!("bad_request")),
+        "{body}"
+    );
+    for bad in [
+        json!({ "name": "x", "session": session["id"], "lease_ms": 1000 }),
+        json!({ "name": "x", "session": session["id"], "lock_delay_ms": 1000 }),
+        json!({ "name": "x", "session": "not-a-session" }),
+    ] {
+        let (status, body) = cluster.post(f[0], "/v1/locks/acquire", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+
+    // Renewed every second for three leases: every lock stays held.
+    for _ in 0..9 {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let renewed = renew(&cluster, f[0], &session).await;
+        assert_eq!(renewed["session"]["locks"], json!(4), "{renewed}");
+    }
+    still_held(&cluster, f[1], &names, &locks).await;
+    // Sessions are not listed among locks.
+    let (_, listed) = cluster.get(f[1], "/v1/locks").await;
+    assert_eq!(listed["locks"].as_array().unwrap().len(), 4, "{listed}");
+
+    // A lock of the session released alone; then the close takes the rest.
+    let release = json!({ "name": "s/d", "id": locks[3]["id"] });
+    let (status, body) = cluster.post(f[0], "/v1/locks/release", release).await;
+    assert_eq!(status, 200, "{body}");
+    let close = json!({ "id": session["id"] });
+    let (status, body) = cluster
+        .post(f[1], "/v1/sessions/close", close.clone())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["released"], json!(3), "{body}");
+    for name in names {
+        cluster
+            .must_acquire(f[1], name, json!({ "lease_ms": 1000 }))
+            .await;
+    }
+    let (status, body) = cluster.post(f[0], "/v1/sessions/renew", close).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (404, &json!("not_held")),
+        "{body}"
+    );
+    let late = json!({ "name": "late", "session": session["id"] });
+    let (status, body) = cluster.post(f[0], "/v1/locks/acquire", late).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (404, &json!("not_held")),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrenewed_session_lapses_with_all_its_locks() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let session = open(&cluster, f[0], 1500).await;
+    take(&cluster, f[0], &session, &["l/a", "l/b"]).await;
+    let (status, body) = cluster
+        .acquire(f[1], "l/a", json!({ "wait_ms": 20000 }))
+        .await;
+    assert_eq!(status, 200, "granted once the session lapsed: {body}");
+    cluster.must_acquire(f[1], "l/b", json!({})).await;
+}
+
+/// Routine renewal, then a fault: sessions renewed past their first lease
+/// (so every lock's record holds only by the session's renewals), one held
+/// through a follower and one through the speaker, then the speaker killed.
+/// The next speaker keeps every lock, and the sessions renew on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speaker_crash_loses_no_lock_of_a_renewed_session() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let far = open(&cluster, f[0], 8000).await;
+    let near = open(&cluster, speaker, 8000).await;
+    let far_names = ["c/f1", "c/f2", "c/f3"];
+    let near_names = ["c/n1", "c/n2"];
+    let far_locks = take(&cluster, f[0], &far, &far_names).await;
+    let near_locks = take(&cluster, speaker, &near, &near_names).await;
+    // Past the first lease: the locks' own records of their grant ended.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        renew(&cluster, f[0], &far).await;
+        renew(&cluster, speaker, &near).await;
+    }
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let other = f.iter().copied().find(|&n| n != next).unwrap_or(next);
+    still_held(&cluster, other, &far_names, &far_locks).await;
+    still_held(&cluster, other, &near_names, &near_locks).await;
+    // Both renew on, the speaker's through a follower now: its locks move.
+    let renewed = renew(&cluster, f[0], &far).await;
+    assert_eq!(renewed["session"]["locks"], json!(3), "{renewed}");
+    let renewed = renew(&cluster, other, &near).await;
+    assert_eq!(renewed["session"]["locks"], json!(2), "{renewed}");
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        renew(&cluster, f[0], &far).await;
+        renew(&cluster, other, &near).await;
+    }
+    still_held(&cluster, other, &far_names, &far_locks).await;
+    still_held(&cluster, other, &near_names, &near_locks).await;
+}
+
+/// A fault, then routine renewal, then a fault: the node a session is held
+/// through killed, the session renewed through another (its locks' records
+/// move there), then the speaker killed: nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_renewed_through_another_node_after_a_crash_then_a_speaker_crash_keeps_its_locks()
+{
+    let mut cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let session = open(&cluster, f[0], 8000).await;
+    let names = ["m/a", "m/b", "m/c"];
+    let locks = take(&cluster, f[0], &session, &names).await;
+    cluster.kill(f[0]);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        let renewed = renew(&cluster, f[1], &session).await;
+        assert_eq!(renewed["session"]["locks"], json!(3), "{renewed}");
+    }
+    cluster.kill(speaker);
+    // Only f[1] is left of three: no quorum. Bring the first follower back
+    // (its records are gone: it restarted), and let a speaker be elected.
+    cluster.spawn(f[0]);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let via = if next == f[1] { f[0] } else { f[1] };
+    still_held(&cluster, via, &names, &locks).await;
+    let renewed = renew(&cluster, f[1], &session).await;
+    assert_eq!(renewed["session"]["locks"], json!(3), "{renewed}");
+}
