@@ -287,8 +287,9 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
 /// permits (`503 upgrading`, and the lock is kept); offering 2, the
 /// cluster agrees on 2 and a proclaim goes through but readers still wait
 /// for 3; once it offers 3 readers hold together but sets of names wait
-/// for 4; at 4 a set is granted but a lock-delay waits for 5; once it
-/// offers all it speaks a lock-delay is granted; and a member (or
+/// for 4; at 4 a set is granted but a lock-delay waits for 5; at 5 a
+/// lock-delay is granted but a session waits for 6; once it offers all it
+/// speaks a session is opened; and a member (or
 /// a newcomer) held below that refuses to start with exit 64.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64() {
@@ -327,6 +328,12 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
                 "via {via}: {body}"
             );
         }
+        let (status, body) = cluster.post(via, "/v1/sessions/open", json!({})).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (503, &json!("upgrading")),
+            "via {via}: {body}"
+        );
     }
     let (status, body) = cluster
         .post(
@@ -372,9 +379,9 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
     }
 
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
-    cluster.set_node_args(3, vec!["--protocol".into(), below.clone()]);
+    cluster.set_node_args(3, vec!["--protocol".into(), "4".into()]);
     cluster.spawn(3);
-    cluster.wait_protocol(SPEAKS - 1).await;
+    cluster.wait_protocol(4).await;
     for via in [3, 2] {
         let set = json!({ "names": [format!("s{via}a"), format!("s{via}b")], "lease_ms": 60000 });
         let (status, body) = cluster.post_settled(via, "/v1/locks/acquire", set).await;
@@ -390,9 +397,9 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
     }
 
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
-    cluster.set_node_args(3, Vec::new());
+    cluster.set_node_args(3, vec!["--protocol".into(), "5".into()]);
     cluster.spawn(3);
-    cluster.wait_protocol(SPEAKS).await;
+    cluster.wait_protocol(5).await;
     for via in [3, 2] {
         let delayed =
             json!({ "name": format!("slow{via}"), "lock_delay_ms": 1000, "lease_ms": 60000 });
@@ -401,6 +408,26 @@ async fn a_member_held_below_its_clusters_protocol_refuses_to_start_with_exit_64
             .await;
         assert_eq!(status, 200, "via {via}: {body}");
         assert_eq!(body["lock"]["lock_delay_ms"], json!(1000), "{body}");
+        let (status, body) = cluster.post(via, "/v1/sessions/open", json!({})).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (503, &json!("upgrading")),
+            "via {via}: {body}"
+        );
+    }
+
+    assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
+    cluster.set_node_args(3, Vec::new());
+    cluster.spawn(3);
+    cluster.wait_protocol(SPEAKS).await;
+    for via in [3, 2] {
+        let (status, body) = cluster
+            .post_settled(via, "/v1/sessions/open", json!({}))
+            .await;
+        assert_eq!(status, 200, "via {via}: {body}");
+        let session = json!({ "name": format!("in{via}"), "session": body["session"]["id"] });
+        let (status, body) = cluster.post(via, "/v1/locks/acquire", session).await;
+        assert_eq!(status, 200, "via {via}: {body}");
     }
 
     assert_eq!(cluster.terminate(3, PATIENCE), Some(0));
