@@ -215,3 +215,27 @@ async fn a_session_renewed_through_another_node_after_a_crash_then_a_speaker_cra
     let renewed = renew(&cluster, f[1], &session).await;
     assert_eq!(renewed["session"]["locks"], json!(3), "{renewed}");
 }
+
+/// A lapse, then a fault: a session renewed through a follower, then left
+/// to lapse, then the speaker killed. No member's record outlives the
+/// session: the next speaker grants its names at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_session_stays_ended_across_a_speaker_crash() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let session = open(&cluster, f[0], 4000).await;
+    take(&cluster, f[0], &session, &["e/a", "e/b"]).await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        renew(&cluster, f[0], &session).await;
+    }
+    tokio::time::sleep(Duration::from_millis(5000)).await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    for name in ["e/a", "e/b"] {
+        let (status, body) = cluster.acquire(next, name, json!({})).await;
+        assert_eq!(status, 200, "{name} is free: {body}");
+    }
+}

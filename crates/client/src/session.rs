@@ -232,6 +232,12 @@ impl Drop for Session {
 }
 
 impl Shared {
+    /// When the session counts as lost unless renewed.
+    fn lapse(&self) -> Instant {
+        let ends = *lock(&self.ends);
+        ends.checked_sub(self.margin).unwrap_or(ends)
+    }
+
     fn is_lost(&self) -> bool {
         let ends = *lock(&self.ends);
         if !self.lost.is_cancelled() && Instant::now() + self.margin >= ends {
@@ -271,6 +277,7 @@ async fn renew(shared: Arc<Shared>, every: Duration) {
         tokio::select! {
             _ = shared.lost.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep_until(shared.lapse()) => {}
         }
         loop {
             if shared.is_lost() {
@@ -282,11 +289,18 @@ async fn renew(shared: Arc<Shared>, every: Duration) {
                 digest: Some(shared.digest()),
             };
             let sent = Instant::now();
-            match shared
-                .transport
-                .session(SessionCall::Renew(body), REQUEST_TIMEOUT)
-                .await
-            {
+            // Raced against the lapse: a call that hangs must not hold the
+            // loss back past the lease.
+            let answer = tokio::select! {
+                answer = shared
+                    .transport
+                    .session(SessionCall::Renew(body), REQUEST_TIMEOUT) => answer,
+                _ = tokio::time::sleep_until(shared.lapse()) => {
+                    shared.lost.cancel();
+                    return;
+                }
+            };
+            match answer {
                 Ok(answer) => {
                     let left = Duration::from_millis(answer.session.ttl_ms);
                     *lock(&shared.ends) = sent + left;

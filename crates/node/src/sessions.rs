@@ -114,11 +114,12 @@ impl Node {
             });
         }
         let call = self.forwarding();
+        let node_digest = self.state().member.session_digest(id);
         let forwarded = ForwardRenewSession {
             id: body.id.clone(),
             ttl_ms: body.ttl_ms,
             node: self.id(),
-            node_digest: self.state().member.session_digest(id).map(format_digest),
+            node_digest: node_digest.map(format_digest),
             client_digest: client_digest.map(format_digest),
         };
         let answer = self
@@ -152,7 +153,7 @@ impl Node {
         let (session, lost) = self
             .state()
             .member
-            .renewed_session_through_speaker(call, session, records, now)
+            .renewed_session_through_speaker(call, session, records, node_digest, now)
             .map_err(|r| self.refused(r))?;
         for lock in lost {
             tracing::warn!(name = %lock.name, id = %lock.id, session = %id, "a lock of a session is no longer held");

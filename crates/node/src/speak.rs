@@ -164,7 +164,12 @@ impl Node {
             First::Granted(lock, made) => return self.copied_grant(lock, node, made, asked).await,
             First::Waiting(rx, waiter, made) => (rx, waiter, made),
             // A lock of a session has its session's lease: answered as it is.
-            First::Own(lock) if lock.session.is_some() => return Ok(lock),
+            First::Own(lock) if lock.session.is_some() => {
+                return self
+                    .own_session_locks(vec![lock], node)
+                    .await
+                    .map(|mut l| l.remove(0))
+            }
             First::Own(lock) => {
                 return self
                     .speak_renew(name, lock.id, lease, node, None, None)
@@ -175,7 +180,12 @@ impl Node {
         let answer = self.answer_to(waiter, name, rx, wait).await?;
         match leasehold_protocol::waited(answer.result, named) {
             Ok(Waited::Granted(lock)) => self.copied_grant(lock, node, made, asked).await,
-            Ok(Waited::Own(lock)) if lock.session.is_some() => Ok(lock),
+            Ok(Waited::Own(lock)) if lock.session.is_some() => {
+                self.state().member.claim(&lock);
+                self.own_session_locks(vec![lock], node)
+                    .await
+                    .map(|mut l| l.remove(0))
+            }
             Ok(Waited::Own(lock)) => {
                 self.speak_renew(name, lock.id, lease, node, None, None)
                     .await
@@ -291,7 +301,9 @@ impl Node {
                 return self.copied_grants(locks, node, made, asked).await
             }
             SetFirst::Waiting(rx, waiter, made) => (rx, waiter, made),
-            SetFirst::Own(locks) if locks.iter().any(|l| l.session.is_some()) => return Ok(locks),
+            SetFirst::Own(locks) if locks.iter().any(|l| l.session.is_some()) => {
+                return self.own_session_locks(locks, node).await
+            }
             SetFirst::Own(locks) => {
                 let mut renewed = Vec::with_capacity(locks.len());
                 for lock in locks {
@@ -362,6 +374,27 @@ impl Node {
                 leasehold_raft::version::LOCK_SETS
             ),
         ))
+    }
+
+    /// A retry's own grants in a session (claimed, so no take-back of the
+    /// first try frees them), answered once on record with enough members:
+    /// the first try's copies may have failed.
+    async fn own_session_locks(
+        &self,
+        locks: Vec<Lock>,
+        node: NodeId,
+    ) -> Result<Vec<Lock>, ApiError> {
+        let made = self.state().member.made();
+        let recorded = futures::future::join_all(
+            locks
+                .iter()
+                .map(|lock| self.ensure_on_record(lock, node, made)),
+        )
+        .await;
+        recorded
+            .into_iter()
+            .collect::<Result<Vec<()>, ApiError>>()?;
+        Ok(locks)
     }
 
     /// Releases a grant its client never heard of, and tells the members

@@ -119,6 +119,11 @@ pub struct Member {
     /// may keep a record of: the nodes a renewal moved them from, and the
     /// members sent a copy.
     moved: HashMap<LockId, Moved>,
+    /// Locks of a session answered to a retry of their named acquisition
+    /// (`Own`): their client holds them, which no renewal of their own
+    /// shows, so a take-back of the first try keeps them.
+    /// Each with its session: pruned once the session is gone.
+    claimed: HashMap<LockId, LockId>,
     /// `moved` is pruned of ended records when it grows to this size.
     moved_prune_at: usize,
     pub(crate) last_rebuild: Option<RebuildReport>,
@@ -167,6 +172,7 @@ impl Member {
             copies: Held::new(),
             speaking: None,
             moved: HashMap::new(),
+            claimed: Default::default(),
             moved_prune_at: MOVED_PRUNE_AT,
             last_rebuild: None,
             stopping: false,

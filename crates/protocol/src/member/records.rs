@@ -40,8 +40,16 @@ impl Member {
         call: Forwarded,
         lock: LockInTransit,
         served: Duration,
-        _arrived: MonoTime,
+        arrived: MonoTime,
     ) -> Result<Lock, Refusal> {
+        // Released before its answer came (a session closed meanwhile, or
+        // a take-back): its record would outlive the release.
+        if self.table.is_forgotten(lock.id, arrived) {
+            return Err(match lock.session {
+                Some(_) => Refusal::NoSession,
+                None => Refusal::NotHeld,
+            });
+        }
         let lock = lock.arrive(call.sent + served);
         let read_before = call.read_before.max(lock.fence.epoch());
         self.record_held(lock.clone(), read_before)?;

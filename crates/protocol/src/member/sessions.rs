@@ -161,18 +161,26 @@ impl Member {
     /// answered as lost (its client must stop using it).
     ///
     /// Recorded unless a newer speaker read this member meanwhile, or the
-    /// session was released through it (the two crossed).
+    /// session was released through it (the two crossed). Without records,
+    /// `sent_digest` is the digest the call sent ([`Member::session_digest`]
+    /// at its send): a record of the session's locks that ended (or went)
+    /// on the way is not extended, so the renewal is refused (to retry,
+    /// which then brings the records).
     pub fn renewed_session_through_speaker(
         &mut self,
         call: Forwarded,
         session: LockInTransit,
         records: Option<Vec<LockInTransit>>,
+        sent_digest: Option<u128>,
         arrived: MonoTime,
     ) -> Result<(Lock, Vec<Lock>), Refusal> {
         let session = self.renewed_through_speaker(call, session, arrived)?;
         let mut lost = Vec::new();
         match records {
             None => {
+                if self.session_digest(session.id) != sent_digest {
+                    return Err(Refusal::NotRebuilt);
+                }
                 self.held
                     .renewed_session(session.id, session.lease, call.sent);
             }

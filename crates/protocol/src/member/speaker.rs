@@ -94,7 +94,10 @@ impl Member {
         // name) is not renewed: the retry waits for the name like any
         // other, under an id of its own.
         let lapsed_own = match own {
-            Some(lock) if !lock.is_lapsed(now) => return Ok(Acquisition::Own(lock)),
+            Some(lock) if !lock.is_lapsed(now) => {
+                self.claim(&lock);
+                return Ok(Acquisition::Own(lock));
+            }
             Some(_) => true,
             None => false,
         };
@@ -105,6 +108,7 @@ impl Member {
         match self.acquire(request, guard, now) {
             Ok((acquired, made)) => Ok(Acquisition::Table(acquired, made)),
             Err(Refusal::Held(lock)) if named.owns(&lock) && !lock.is_lapsed(now) => {
+                self.claim(&lock);
                 Ok(Acquisition::Own(*lock))
             }
             Err(refusal) => Err(refusal),
@@ -142,6 +146,7 @@ impl Member {
                 .map(|l| l.name.as_str())
                 .collect();
             if !requests.is_empty() && own.len() == requests.len() && lapsed.is_empty() {
+                own.iter().for_each(|lock| self.claim(lock));
                 return Ok(SetAcquisition::Own(own));
             }
             for r in &mut requests {
@@ -223,6 +228,7 @@ impl Member {
     ) -> Result<(Lock, Members), Refusal> {
         self.speaker(guard, now)?;
         let lock = self.table.release(name, id, now).map_err(lock_error)?;
+        self.claimed.remove(&id);
         self.held.remove(id);
         self.copies.remove(id);
         let to = self.forget_to(&lock, now);
@@ -243,7 +249,7 @@ impl Member {
     ) -> Result<(Lock, Members), Refusal> {
         self.speaker(guard, now)?;
         let current = self.table.grant_of(name, id, now);
-        if current.is_some_and(|lock| lock.renewed_since_granted()) {
+        if current.is_some_and(|lock| self.is_claimed(&lock)) {
             return Err(Refusal::Claimed);
         }
         self.release(name, id, guard, now)
@@ -259,7 +265,7 @@ impl Member {
     /// keeps it for a follower.
     pub fn take_back(&mut self, lock: &Lock, now: MonoTime) -> Members {
         let current = self.table.grant_of(&lock.name, lock.id, now);
-        if current.is_some_and(|held| held.renewed_since_granted()) {
+        if current.is_some_and(|held| self.is_claimed(&held)) {
             return Members::NONE;
         }
         self.held.remove(lock.id);
@@ -270,6 +276,25 @@ impl Member {
                 self.table.forget(&lock.name, lock.id, lock.ttl(now), now);
                 Members::ALL
             }
+        }
+    }
+
+    /// Notes that `lock`, a retry's own grant, is answered to its client:
+    /// a lock of a session, which no renewal of its own will show as held
+    /// by a client, is kept from a take-back of the first try.
+    pub fn claim(&mut self, lock: &Lock) {
+        if let Some(session) = lock.session {
+            self.claimed.insert(lock.id, session);
+        }
+    }
+
+    /// Whether a client holds `lock`, granted in this table: renewed since
+    /// it was granted, or (a lock of a session, whose session's renewals
+    /// move its end without a client of its own) answered to a retry.
+    fn is_claimed(&self, lock: &Lock) -> bool {
+        match lock.session {
+            Some(_) => self.claimed.contains_key(&lock.id),
+            None => lock.renewed_since_granted(),
         }
     }
 
@@ -413,6 +438,11 @@ impl Member {
                 let before = self.table_size();
                 self.table.poll(now);
                 changed = self.table_size() != before;
+                if changed && !self.claimed.is_empty() {
+                    let table = &self.table;
+                    self.claimed
+                        .retain(|_, session| table.session_name_of(*session).is_some());
+                }
             } else if self.table.waiting() > 0 {
                 // Deposed, or its lease lapsed: grant nothing, and tell the
                 // waiters to retry.
@@ -445,6 +475,7 @@ impl Member {
         self.table.drop_table(now);
         if self.speaking != speaking {
             self.moved.clear();
+            self.claimed.clear();
             self.moved_prune_at = MOVED_PRUNE_AT;
         }
         self.speaking = speaking;

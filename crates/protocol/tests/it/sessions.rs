@@ -78,6 +78,7 @@ fn a_session_renewed_through_its_node_keeps_every_lock_past_a_speaker_crash() {
                 call(t),
                 renewed.session.in_transit(at(t)),
                 None,
+                renewal.digest,
                 at(t + 1),
             )
             .unwrap();
@@ -119,4 +120,258 @@ fn a_session_renewed_through_its_node_keeps_every_lock_past_a_speaker_crash() {
             "{name} ends at the session's end"
         );
     }
+}
+
+fn renew_via(
+    s: &mut leasehold_protocol::Member,
+    m: &mut leasehold_protocol::Member,
+    sid: LockId,
+    sent: u64,
+    arrives: u64,
+) -> Vec<Lock> {
+    let node = m.id();
+    let renewal = SessionRenewal {
+        id: sid,
+        lease: None,
+        node,
+        digest: m.session_digest(sid),
+        client_digest: None,
+    };
+    let (renewed, _) = s
+        .renew_session(renewal, &leading(1, at(sent)), at(sent))
+        .unwrap();
+    // The follower's Held is polled while the answer is on its way.
+    m.poll(&leading(1, at(arrives)), at(arrives));
+    let records = renewed
+        .records
+        .map(|r| r.iter().map(|l| l.in_transit(at(sent))).collect());
+    let (_, lost) = m
+        .renewed_session_through_speaker(
+            call(sent),
+            renewed.session.in_transit(at(sent)),
+            records,
+            renewal.digest,
+            at(arrives),
+        )
+        .unwrap_or_else(|refusal| {
+            // Refused: the client retries at once, through the same node.
+            renew_once_more(s, m, sid, arrives, refusal)
+        });
+    lost
+}
+
+fn renew_once_more(
+    s: &mut leasehold_protocol::Member,
+    m: &mut leasehold_protocol::Member,
+    sid: LockId,
+    sent: u64,
+    refusal: leasehold_protocol::Refusal,
+) -> (Lock, Vec<Lock>) {
+    assert_eq!(refusal, leasehold_protocol::Refusal::NotRebuilt);
+    let renewal = SessionRenewal {
+        id: sid,
+        lease: None,
+        node: m.id(),
+        digest: m.session_digest(sid),
+        client_digest: None,
+    };
+    let (renewed, _) = s
+        .renew_session(renewal, &leading(1, at(sent)), at(sent))
+        .unwrap();
+    let records = renewed
+        .records
+        .map(|r| r.iter().map(|l| l.in_transit(at(sent))).collect());
+    m.renewed_session_through_speaker(
+        call(sent),
+        renewed.session.in_transit(at(sent)),
+        records,
+        renewal.digest,
+        at(sent + 1),
+    )
+    .unwrap()
+}
+
+/// A client alternates nodes: node 3's records of the session and its
+/// lock are stale (the lock moved to node 2) and end while a renewal
+/// through node 3 is on its way. Its digest (sent before they ended)
+/// matched the speaker's, so no records came back, and node 3 extended
+/// nothing: the renewal is answered, yet the lock's only other record is
+/// node 2's older one. The speaker crashes between the two ends: the lock
+/// is gone while its client holds it.
+#[test]
+fn a_renewal_whose_records_end_on_the_way_keeps_the_lock_on_record() {
+    let lease = Duration::from_secs(10);
+    let mut s1 = speaker(1, 1, at(0), vec![], RebuildMode::Proceed);
+    let mut m2 = member(2, RebuildMode::Proceed);
+    let mut m3 = member(3, RebuildMode::Proceed);
+    let sid = LockId::from_u128(900);
+    let session = grant(
+        &mut s1,
+        Request {
+            lease: Some(lease),
+            ..request(&session_name(sid), 900, 3)
+        },
+        at(0),
+    );
+    m3.granted_through_speaker(call(0), session.in_transit(at(0)), Duration::ZERO, at(1))
+        .unwrap();
+    let lock = grant(
+        &mut s1,
+        Request {
+            session: Some(session.id),
+            ..request("a", 1, 3)
+        },
+        at(0),
+    );
+    m3.granted_through_speaker(call(0), lock.in_transit(at(0)), Duration::ZERO, at(1))
+        .unwrap();
+    // Renewed through node 2 (the lock's record moves there), then
+    // through node 3 again just before its old records end at 10 s.
+    assert!(renew_via(&mut s1, &mut m2, sid, 4_000, 4_001).is_empty());
+    assert!(renew_via(&mut s1, &mut m2, sid, 8_000, 8_001).is_empty());
+    let lost = renew_via(&mut s1, &mut m3, sid, 9_990, 10_010);
+    assert!(lost.is_empty(), "the client was told it holds the lock");
+    // The client holds the lock to 19.99 s. The speaker crashes at 18.5 s,
+    // past node 2's record (18 s).
+    let now = at(18_500);
+    let mut s3 = m3;
+    s3.drop_table(Some(2), now);
+    let input = RebuildInput {
+        term: 2,
+        generation: s3.generation(),
+        reads: [2, 3]
+            .into_iter()
+            .map(|member| MemberRead {
+                member,
+                max_lease: MAX_LEASE,
+                copies: 2,
+                uptime: None,
+                locks: if member == 2 {
+                    m2.own_report(now)
+                } else {
+                    s3.own_report(now)
+                },
+                departed: Vec::new(),
+            })
+            .collect(),
+        missing: vec![1],
+        took: Duration::ZERO,
+    };
+    s3.rebuild(input, &leading(2, now), now).expect("rebuilt");
+    assert!(
+        s3.get("a", &leading(2, now), now).unwrap().is_some(),
+        "the lock its client holds to 19.99 s is on record"
+    );
+}
+
+/// A named acquisition in a session whose first try is still being put on
+/// record when its retry comes: the retry finds its own grant and is
+/// answered with it (a lock of a session is not renewed on its own). The
+/// first try then fails (its copy was refused, or its caller went away)
+/// and its grant is taken back: the lock the retry's client now holds is
+/// freed, and granted to another.
+#[test]
+fn a_retry_answered_with_its_own_session_lock_keeps_it_from_a_take_back() {
+    use leasehold_protocol::{Acquisition, Named};
+    let now = at(0);
+    let guard = leading(1, now);
+    let mut s1 = speaker(1, 1, now, vec![], RebuildMode::Proceed);
+    let sid = LockId::from_u128(900);
+    let session = grant(&mut s1, request(&session_name(sid), 900, 1), now);
+    let named = Named {
+        holder: "h",
+        request: "r1",
+        wall_ms: 1_700_000_000_000,
+    };
+    let in_session = |id| Request {
+        session: Some(session.id),
+        ..request("a", id, 1)
+    };
+    let first = match s1.acquire_named(in_session(7), Some(named), &guard, now) {
+        Ok(Acquisition::Table(Acquired::Granted(lock), _)) => lock,
+        other => panic!("not granted: {other:?}"),
+    };
+    let later = at(100);
+    let retry = s1.acquire_named(in_session(8), Some(named), &leading(1, later), later);
+    let Ok(Acquisition::Own(own)) = retry else {
+        panic!("not its own grant: {retry:?}");
+    };
+    assert_eq!(own.id, first.id, "the retry's client holds the lock");
+    // The first try's copy fails: its grant is taken back.
+    s1.take_back(&first, at(200));
+    let held = s1.get("a", &leading(1, at(200)), at(200)).unwrap();
+    assert_eq!(
+        held.map(|l| l.id),
+        Some(first.id),
+        "a lock answered to its client is not taken back"
+    );
+}
+
+/// The other way: a grant in a session its client never heard of (its copy
+/// failed) is taken back even though the session was renewed meanwhile
+/// (which gives every lock of it a later end, as a renewal would).
+#[test]
+fn a_session_renewal_does_not_keep_a_grant_nobody_heard_of() {
+    let now = at(0);
+    let mut s1 = speaker(1, 1, now, vec![], RebuildMode::Proceed);
+    let sid = LockId::from_u128(900);
+    let session = grant(&mut s1, request(&session_name(sid), 900, 1), now);
+    let lock = grant(
+        &mut s1,
+        Request {
+            session: Some(session.id),
+            ..request("a", 7, 1)
+        },
+        at(10),
+    );
+    let renewal = SessionRenewal {
+        id: session.id,
+        lease: None,
+        node: 1,
+        digest: None,
+        client_digest: None,
+    };
+    s1.renew_session(renewal, &leading(1, at(100)), at(100))
+        .unwrap();
+    s1.take_back(&lock, at(200));
+    let held = s1.get("a", &leading(1, at(200)), at(200)).unwrap();
+    assert_eq!(held, None, "nobody holds it: taken back");
+}
+
+/// A session closed while a lock of it is being acquired through node 2:
+/// the speaker grants the lock, the close releases it (node 2, its node, is
+/// told to forget it), and the grant's answer reaches node 2 after the
+/// release. Node 2 must not record it nor answer it to its client: its
+/// record would outlive the release and bring the lock back at the next
+/// rebuild, and its client would hold a lock already released.
+#[test]
+fn a_grant_answered_after_its_session_closed_is_not_recorded() {
+    let mut s1 = speaker(1, 1, at(0), vec![], RebuildMode::Proceed);
+    let mut m2 = member(2, RebuildMode::Proceed);
+    let sid = LockId::from_u128(900);
+    let session = grant(&mut s1, request(&session_name(sid), 900, 2), at(0));
+    m2.granted_through_speaker(call(0), session.in_transit(at(0)), Duration::ZERO, at(1))
+        .unwrap();
+    let lock = grant(
+        &mut s1,
+        Request {
+            session: Some(session.id),
+            ..request("a", 1, 2)
+        },
+        at(10),
+    );
+    let released = s1
+        .release_session(session.id, &leading(1, at(20)), at(20))
+        .unwrap();
+    assert_eq!(released.len(), 2);
+    for (l, _) in &released {
+        m2.forget(&l.name, l.id, Some(l.ttl(at(20))), at(30));
+    }
+    let answered =
+        m2.granted_through_speaker(call(10), lock.in_transit(at(10)), Duration::ZERO, at(40));
+    assert!(
+        answered.is_err(),
+        "answered a lock released before: {answered:?}"
+    );
+    assert!(m2.held_record(lock.id).is_none());
 }

@@ -1,0 +1,137 @@
+//! A session's loss as its client sees it, over a fake transport on
+//! tokio's paused clock.
+
+use std::time::Duration;
+
+use leasehold_api::{
+    AcquireBody, ClusterAnswer, LockView, ReleaseBody, RenewBody, SessionAnswer, SessionView, Watch,
+};
+use leasehold_client::{
+    AcquireOptions, BoxFuture, CallError, Client, SessionCall, SessionOptions, Transport,
+};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A node that opens sessions and grants locks at once, and never answers
+/// a session's renewal (until the caller's timeout).
+struct Silent;
+
+const LEASE_MS: u64 = 3_000;
+
+fn view() -> LockView {
+    LockView {
+        session: Default::default(),
+        lock_delay_ms: 0,
+        delay_left_ms: 0,
+        name: "n".into(),
+        id: "01JD0000000000000000000000".into(),
+        node: 1,
+        holder: String::new(),
+        fence: 7,
+        lease_ms: LEASE_MS,
+        ttl_ms: LEASE_MS,
+        acquired_at: String::new(),
+        expires_at: String::new(),
+        data: None,
+        waiters: 0,
+        queue: Vec::new(),
+        mode: Default::default(),
+        permits: None,
+        others: Vec::new(),
+    }
+}
+
+impl Transport for Silent {
+    fn acquire(
+        &self,
+        _body: AcquireBody,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
+        Box::pin(async { Ok((view(), Duration::ZERO)) })
+    }
+    fn release(
+        &self,
+        _body: ReleaseBody,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        Box::pin(async { Ok(view()) })
+    }
+    fn renew(
+        &self,
+        _body: RenewBody,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        Box::pin(async { Ok(view()) })
+    }
+    fn get(
+        &self,
+        _name: String,
+        _watch: Option<Watch>,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn list(
+        &self,
+        _prefix: String,
+        _limit: usize,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn cluster(&self, _timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
+        Box::pin(async { Err(CallError::NoAnswer("not in this fake".into())) })
+    }
+    fn session(
+        &self,
+        call: SessionCall,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SessionAnswer, CallError>> {
+        Box::pin(async move {
+            match call {
+                SessionCall::Renew(_) => {
+                    tokio::time::sleep(timeout).await;
+                    Err(CallError::NoAnswer("timed out".into()))
+                }
+                _ => Ok(SessionAnswer {
+                    session: SessionView {
+                        id: "01JD0000000000000000000001".into(),
+                        node: 1,
+                        holder: String::new(),
+                        lease_ms: LEASE_MS,
+                        ttl_ms: LEASE_MS,
+                        locks: None,
+                        expires_at: String::new(),
+                    },
+                    served_ms: 0,
+                    held: None,
+                }),
+            }
+        })
+    }
+}
+
+/// A renewal that hangs (a node that stopped answering) must not hold the
+/// loss back past the lease: the session's locks count as lost before the
+/// cluster can grant their names to another, whether or not the
+/// renewal's call has timed out.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_renewal_does_not_hide_the_lapse() {
+    let client = Client::with_transport(std::sync::Arc::new(Silent));
+    let session = client
+        .open_session(SessionOptions::default())
+        .await
+        .unwrap();
+    let lock = session
+        .acquire("n", AcquireOptions::default())
+        .await
+        .unwrap();
+    let token = lock.lost_token();
+    let lost = tokio::time::timeout(ms(LEASE_MS), token.cancelled()).await;
+    assert!(
+        lost.is_ok(),
+        "the lock still counts as held after its session's lease ended"
+    );
+}
