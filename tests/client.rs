@@ -456,3 +456,57 @@ async fn a_lock_set_is_held_renewed_and_lost_as_one() {
     assert_eq!(out, 7);
     assert!(c.get("set/x").await.unwrap().is_none());
 }
+
+/// A session keeps its locks with one renewal past several leases, moves
+/// to a surviving node when its node dies, tells of a lock released behind
+/// its back, and frees every lock when closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_keeps_its_locks_across_its_node_dying_and_frees_them_when_closed() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.wait_protocol(support::SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let near = cluster.others(speaker)[0];
+    // The client tries its node first, then the speaker.
+    let mine = client(&cluster, &[near, speaker]);
+    let theirs = client(&cluster, &[speaker]);
+    let session = mine
+        .open_session(leasehold_client::SessionOptions {
+            ttl: Some(4 * SEC),
+            holder: Some("me".into()),
+        })
+        .await
+        .unwrap();
+    let names = ["ss/a", "ss/b", "ss/c"];
+    let mut locks = Vec::new();
+    for name in names {
+        locks.push(session.acquire(name, AcquireOptions::default()).await.unwrap());
+    }
+    assert!(locks.iter().all(|l| l.lock().session.as_deref() == Some(session.id())));
+    cluster.kill(near);
+    tokio::time::sleep(10 * SEC).await;
+    assert!(!session.is_lost(), "renewed through the speaker since");
+    for (name, lock) in names.iter().zip(&locks) {
+        assert!(!lock.is_lost());
+        match theirs.try_acquire(name, AcquireOptions::default()).await {
+            Err(Error::Held(holder)) => assert_eq!(holder.fence, lock.fence()),
+            other => panic!("expected held, got {:?}", other.map(|g| g.lock())),
+        }
+    }
+    // A lock released behind the session's back: its next renewal says so.
+    let gone = locks.pop().unwrap();
+    theirs.release(&gone.lock().name, &gone.lock().id).await.unwrap();
+    tokio::time::timeout(10 * SEC, gone.lost_token().cancelled())
+        .await
+        .expect("the released lock is told lost");
+    assert!(!session.is_lost() && !locks[0].is_lost());
+    assert_eq!(session.close().await.unwrap(), 2);
+    for name in names {
+        theirs
+            .acquire(name, AcquireOptions::default().lease(SEC))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+}
