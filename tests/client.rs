@@ -479,9 +479,16 @@ async fn a_session_keeps_its_locks_across_its_node_dying_and_frees_them_when_clo
     let names = ["ss/a", "ss/b", "ss/c"];
     let mut locks = Vec::new();
     for name in names {
-        locks.push(session.acquire(name, AcquireOptions::default()).await.unwrap());
+        locks.push(
+            session
+                .acquire(name, AcquireOptions::default())
+                .await
+                .unwrap(),
+        );
     }
-    assert!(locks.iter().all(|l| l.lock().session.as_deref() == Some(session.id())));
+    assert!(locks
+        .iter()
+        .all(|l| l.lock().session.as_deref() == Some(session.id())));
     cluster.kill(near);
     tokio::time::sleep(10 * SEC).await;
     assert!(!session.is_lost(), "renewed through the speaker since");
@@ -494,7 +501,10 @@ async fn a_session_keeps_its_locks_across_its_node_dying_and_frees_them_when_clo
     }
     // A lock released behind the session's back: its next renewal says so.
     let gone = locks.pop().unwrap();
-    theirs.release(&gone.lock().name, &gone.lock().id).await.unwrap();
+    theirs
+        .release(&gone.lock().name, &gone.lock().id)
+        .await
+        .unwrap();
     tokio::time::timeout(10 * SEC, gone.lost_token().cancelled())
         .await
         .expect("the released lock is told lost");

@@ -239,3 +239,33 @@ async fn a_lapsed_session_stays_ended_across_a_speaker_crash() {
         assert_eq!(status, 200, "{name} is free: {body}");
     }
 }
+
+/// Routine change, then a fault: the node a session is held through is
+/// stopped with SIGTERM (it hands its records over), the session renewed
+/// through another node, then the speaker killed: every lock is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_of_the_sessions_node_then_a_speaker_crash_keeps_its_locks() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let session = open(&cluster, f[0], 10000).await;
+    let names = ["t/a", "t/b"];
+    let locks = take(&cluster, f[0], &session, &names).await;
+    assert_eq!(
+        cluster.terminate(f[0], crate::support::PATIENCE),
+        Some(0),
+        "stopped"
+    );
+    still_held(&cluster, f[1], &names, &locks).await;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        let renewed = renew(&cluster, f[1], &session).await;
+        assert_eq!(renewed["session"]["locks"], json!(2), "{renewed}");
+    }
+    cluster.spawn(f[0]);
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let via = if next == f[1] { f[0] } else { f[1] };
+    still_held(&cluster, via, &names, &locks).await;
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use leasehold_api::{
     AcquireBody, ClusterAnswer, ErrorCode, LockView, ReleaseBody, RenewBody, Watch,
 };
-use leasehold_client::{BoxFuture, CallError, Client, Transport};
+use leasehold_client::{BoxFuture, CallError, Client, SessionCall, Transport};
 use locktable::Lock;
 
 use crate::error::ApiError;
@@ -52,6 +52,17 @@ impl Node {
             std::mem::take(&mut *self.local_locks.lock().unwrap_or_else(|p| p.into_inner()));
         let mut released = 0;
         for (id, name) in local {
+            if locktable::is_session_name(&name) {
+                let body = leasehold_api::SessionBody {
+                    id,
+                    ..Default::default()
+                };
+                let closed = tokio::time::timeout(LOCAL_RELEASE, self.close_session(body)).await;
+                if let Ok(Ok((_, locks))) = closed {
+                    released += 1 + locks as usize;
+                }
+                continue;
+            }
             let body = ReleaseBody {
                 name: name.clone(),
                 id,
@@ -228,5 +239,50 @@ impl Transport for Embedded {
 
     fn cluster(&self, _timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
         Box::pin(async move { Ok(self.node.cluster()) })
+    }
+
+    fn session(
+        &self,
+        call: SessionCall,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<leasehold_api::SessionAnswer, CallError>> {
+        Box::pin(async move {
+            let started = tokio::time::Instant::now();
+            let node = &self.node;
+            let view = |lock: &Lock, locks| {
+                leasehold_api::SessionView::from_lock(
+                    lock,
+                    locks,
+                    node.clock.now(),
+                    node.clock.wall_ms(),
+                )
+            };
+            let (session, held) = match call {
+                SessionCall::Open(body) => {
+                    let lock = within(timeout, node.open_session(body)).await?;
+                    let mut local = node.local_locks.lock().unwrap_or_else(|p| p.into_inner());
+                    local.insert(lock.id.to_string(), lock.name.clone());
+                    (view(&lock, None), None)
+                }
+                SessionCall::Renew(body) => {
+                    let renewed = within(timeout, node.renew_session(body)).await?;
+                    let held = renewed
+                        .held
+                        .map(|ids| ids.iter().map(ToString::to_string).collect());
+                    (view(&renewed.session, Some(renewed.locks)), held)
+                }
+                SessionCall::Close(body) => {
+                    let id = body.id.clone();
+                    let (lock, locks) = within(timeout, node.close_session(body)).await?;
+                    node.no_longer_held_here(&id);
+                    (view(&lock, Some(locks)), None)
+                }
+            };
+            Ok(leasehold_api::SessionAnswer {
+                session,
+                served_ms: leasehold_api::millis_floor(started.elapsed()),
+                held,
+            })
+        })
     }
 }

@@ -117,3 +117,66 @@ async fn a_shutdown_leaves_no_task_of_the_node_running() {
         );
     }
 }
+
+/// A session through an embedded node: its locks are held, and the node's
+/// shutdown closes it, freeing them long before the session's lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_session_holds_its_locks_and_a_shutdown_frees_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = three_nodes(dir.path()).await;
+    let clients: Vec<_> = nodes.iter().map(|n| n.node().client()).collect();
+    let session = loop {
+        match clients[0]
+            .open_session(leasehold_client::SessionOptions {
+                ttl: Some(Duration::from_secs(30)),
+                holder: Some("app-1".into()),
+            })
+            .await
+        {
+            Ok(session) => break session,
+            // The members agree on the protocol a moment after they start.
+            Err(Error::Unavailable(_)) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    for name in ["emb/s1", "emb/s2"] {
+        session
+            .acquire(name, AcquireOptions::default())
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!session.is_lost());
+    assert!(matches!(
+        clients[1]
+            .try_acquire("emb/s1", AcquireOptions::default())
+            .await,
+        Err(Error::Held(_))
+    ));
+    let first = nodes.remove(0);
+    first.shutdown().await;
+    let started = std::time::Instant::now();
+    for name in ["emb/s1", "emb/s2"] {
+        clients[1]
+            .acquire(
+                name,
+                AcquireOptions::default().wait(Duration::from_secs(20)),
+            )
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    // Within a third of the session's lease: only its close frees them so
+    // soon (its lease ends 30 s after its last renewal).
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "freed by the shutdown, not by the lease: {:?}",
+        started.elapsed()
+    );
+    drop(session);
+    for node in nodes {
+        node.shutdown().await;
+    }
+}
