@@ -211,3 +211,116 @@ fn refused(result: Result<Acquired, AcquireError>) {
         "expected held, got {result:?}"
     );
 }
+
+/// What a property run does, one step at a time.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Opens session `0` or `1` (if not held).
+    Open(u8),
+    /// Asks for name `n` in session `s` (or in none), waiting or not.
+    Take(u8, Option<u8>, bool),
+    /// Renews session `s`.
+    Renew(u8),
+    /// Closes session `s`.
+    Close(u8),
+    /// Releases the oldest lock held of name `n`.
+    Release(u8),
+    /// Moves the clock on this many 100 ms steps, and polls.
+    Tick(u8),
+    /// Rebuilds the table from what it granted (a speaker change that
+    /// read every record).
+    Rebuild,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0u8..2).prop_map(Op::Open),
+        (0u8..4, proptest::option::of(0u8..2), any::<bool>())
+            .prop_map(|(n, s, w)| Op::Take(n, s, w)),
+        (0u8..2).prop_map(Op::Renew),
+        (0u8..2).prop_map(Op::Close),
+        (0u8..4).prop_map(Op::Release),
+        (1u8..40).prop_map(Op::Tick),
+        Just(Op::Rebuild),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+    /// A session's locks end with it: after every step, every lock held in
+    /// a session has that session held, with the same end; names are held
+    /// by one at a time.
+    #[test]
+    fn a_sessions_locks_end_with_it(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut now = t(0);
+        let mut table = rebuilt_table(1, vec![], now);
+        let mut epoch = 1;
+        let mut next_id = 10u128;
+        let mut sessions: [Option<LockId>; 2] = [None, None];
+        for op in ops {
+            match op {
+                Op::Open(s) => {
+                    let nonce = LockId::from_u128(next_id);
+                    next_id += 1;
+                    let request = Request {
+                        lease: Some(3 * SEC),
+                        ..req(&session_name(nonce), next_id, 1)
+                    };
+                    if let Ok(Acquired::Granted(lock)) = table.acquire(request, now) {
+                        sessions[s as usize] = Some(lock.id);
+                    }
+                    next_id += 1;
+                }
+                Op::Take(n, s, wait) => {
+                    let session = s.and_then(|s| sessions[s as usize]);
+                    let request = Request {
+                        session,
+                        lease: if session.is_some() { None } else { Some(2 * SEC) },
+                        wait: if wait { 5 * SEC } else { std::time::Duration::ZERO },
+                        ..req(&format!("n{n}"), next_id, 1)
+                    };
+                    next_id += 1;
+                    let _ = table.acquire(request, now);
+                }
+                Op::Renew(s) => {
+                    if let Some(id) = sessions[s as usize] {
+                        let _ = table.renew_session(id, None, 1, now);
+                    }
+                }
+                Op::Close(s) => {
+                    if let Some(id) = sessions[s as usize].take() {
+                        let _ = table.release_session(id, now);
+                    }
+                }
+                Op::Release(n) => {
+                    if let Some(lock) = table.get(&format!("n{n}"), now).unwrap() {
+                        let _ = table.release(&lock.name, lock.id, now);
+                    }
+                }
+                Op::Tick(steps) => {
+                    now = now + std::time::Duration::from_millis(100 * u64::from(steps));
+                    table.poll(now);
+                }
+                Op::Rebuild => {
+                    epoch += 1;
+                    let granted = table.granted(now);
+                    table = rebuilt_table(epoch, granted, now);
+                }
+            }
+            table.take_answers();
+            for n in 0..4 {
+                let holders = table.holders(&format!("n{n}"), now).unwrap();
+                proptest::prop_assert!(holders.len() <= 1, "n{n} held by {holders:?}");
+                for lock in holders {
+                    let Some(session) = lock.session else { continue };
+                    let name = table.session_name_of(session);
+                    proptest::prop_assert!(name.is_some(), "{lock:?} outlived its session");
+                    let session = table.get(&name.unwrap(), now).unwrap().expect("held");
+                    proptest::prop_assert_eq!(lock.expires, session.expires, "{:?}", lock);
+                }
+            }
+        }
+    }
+}

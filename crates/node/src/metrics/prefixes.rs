@@ -140,9 +140,10 @@ impl Prefixes {
     }
 
     /// The series of `name`'s prefix, made on first use while fewer than
-    /// [`MAX_PREFIXES`] have series.
+    /// [`MAX_PREFIXES`] have series; none for a session's name (sessions
+    /// are not locks a client named).
     fn series(&self, name: &str) -> Option<Series> {
-        if self.depth == 0 {
+        if self.depth == 0 || locktable::is_session_name(name) {
             return None;
         }
         Some(self.series_of(self.label(name)).1)
@@ -301,5 +302,19 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(!text.contains("prefix="), "{text}");
         assert!(text.contains("leasehold_longest_queue 2\n"), "{text}");
+    }
+
+    #[test]
+    fn sessions_are_not_counted_as_locks_of_a_prefix() {
+        let mut registry = Registry::default();
+        let prefixes = Prefixes::new(1, &mut registry);
+        let session = locktable::session_name(locktable::LockId::from_u128(1));
+        prefixes.granted(&session, 0.1);
+        prefixes.ended(&session, 1.0, Ended::Lapsed);
+        prefixes.granted("jobs/1", 0.1);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("prefix=\"jobs/\""), "{text}");
+        assert!(!text.contains("session"), "{text}");
     }
 }
