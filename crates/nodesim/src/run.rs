@@ -62,6 +62,11 @@ pub struct RunOptions {
     /// much longer, which the checks hold it to. Off, a seed draws what it
     /// always drew.
     pub delays: bool,
+    /// Sessions: now and then a client opens a session, takes both
+    /// exclusive names in it, renews the session alone, then closes it or
+    /// lets it lapse; each lock of it is checked as any lock. Off, a seed
+    /// draws what it always drew.
+    pub sessions: bool,
 }
 
 impl RunOptions {
@@ -78,6 +83,7 @@ impl RunOptions {
             kinds: false,
             sets: false,
             delays: false,
+            sessions: false,
         }
     }
 }
@@ -207,6 +213,7 @@ pub fn run(options: &RunOptions) -> Outcome {
             kinds: options.kinds,
             sets: options.sets,
             delays: options.delays,
+            sessions: options.sessions,
         };
         sim.client(format!("client{client}"), async move {
             work(client, nodes, lease, draws, shared).await;

@@ -20,6 +20,8 @@ use crate::cluster;
 use crate::history::{now, Call, Event, History};
 use crate::net::call;
 
+mod session;
+
 /// What the driver and the clients share.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
@@ -181,6 +183,8 @@ pub(crate) struct Draws {
     pub(crate) sets: bool,
     /// Lock-delays now and then ([`crate::run::RunOptions::delays`]).
     pub(crate) delays: bool,
+    /// Sessions now and then ([`crate::run::RunOptions::sessions`]).
+    pub(crate) sessions: bool,
 }
 
 /// The locks of a set's grant answered at `sent`, each as
@@ -370,6 +374,7 @@ pub(crate) async fn work(
         kinds,
         sets,
         delays,
+        sessions,
     } = draws;
     let longest = u64::try_from(lease.max.as_millis()).unwrap_or(u64::MAX);
     let mut rng = StdRng::seed_from_u64(seed);
@@ -383,6 +388,10 @@ pub(crate) async fn work(
     while !done(&shared) {
         if sets && rng.gen_bool(0.3) {
             hold_set(client, nodes, longest, &mut rng, &shared).await;
+            continue;
+        }
+        if sessions && rng.gen_bool(0.4) {
+            session::hold_session(client, nodes, longest, &mut rng, &shared).await;
             continue;
         }
         let (name, kind) = match kinds {

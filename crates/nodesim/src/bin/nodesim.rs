@@ -4,7 +4,7 @@
 //! nodesim [--first S] [--seeds N] [--mode proceed|strict] [--copies C]
 //!         [--trace] [--replay] [--expect-failure] [--speaker-crashes|--speaker-pauses|--speaker-replaces]
 //!         [--change replace|grow|remove|remove-speaker|timings|protocol]
-//!         [--sabotage NAME[,NAME]...] [--kinds] [--sets] [--delays]
+//!         [--sabotage NAME[,NAME]...] [--kinds] [--sets] [--delays] [--sessions]
 //! ```
 //!
 //! `--sabotage` takes the names of `leasehold_node::Sabotage`'s
@@ -38,7 +38,9 @@
 //! has them ask for both exclusive names at once now and then, and checks
 //! each set is granted whole; `--delays` has half the grants ask for a
 //! lock-delay, and checks a name whose lease ran out unreleased stays
-//! closed for it.
+//! closed for it; `--sessions` has clients hold both exclusive names in a
+//! session now and then, renewed as one, and checks each lock of it as any
+//! lock.
 
 use std::process::ExitCode;
 
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
     let mut kinds = false;
     let mut sets = false;
     let mut delays = false;
+    let mut sessions = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
             "--kinds" => kinds = true,
             "--sets" => sets = true,
             "--delays" => delays = true,
+            "--sessions" => sessions = true,
             "--mode" => {
                 mode = match value().as_str() {
                     "strict" => RebuildMode::Strict,
@@ -112,7 +116,7 @@ fn main() -> ExitCode {
                      [--trace] [--replay] [--expect-failure] \
                      [--speaker-crashes|--speaker-pauses|--speaker-replaces] \
                      [--change replace|grow|remove|remove-speaker|timings|protocol] \
-                     [--sabotage NAME[,NAME]...] [--kinds] [--sets] [--delays]"
+                     [--sabotage NAME[,NAME]...] [--kinds] [--sets] [--delays] [--sessions]"
                 );
                 return ExitCode::from(64);
             }
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
             kinds,
             sets,
             delays,
+            sessions,
             ..RunOptions::new(seed)
         };
         let outcome = run(&options);
