@@ -45,8 +45,9 @@ struct Shared {
     ends: Mutex<Instant>,
     margin: Duration,
     lost: CancellationToken,
-    /// The ids of the locks held in it, each with its own loss token.
-    locks: Mutex<Vec<(String, CancellationToken)>>,
+    /// The ids of the locks held in it, each with its own loss token and
+    /// when its grant was answered.
+    locks: Mutex<Vec<(String, CancellationToken, Instant)>>,
 }
 
 /// A lock of a session: no renewal of its own; lost when its session is,
@@ -153,13 +154,13 @@ impl Session {
             })
             .await?;
         let lost = self.shared.lost.child_token();
-        lock(&self.shared.locks).push((view.id.clone(), lost.clone()));
+        lock(&self.shared.locks).push((view.id.clone(), lost.clone(), Instant::now()));
         Ok(SessionLock { view, lost })
     }
 
     /// Releases one lock of the session before the session ends.
     pub async fn release(&self, held: SessionLock) -> Result<(), Error> {
-        lock(&self.shared.locks).retain(|(id, _)| *id != held.view.id);
+        lock(&self.shared.locks).retain(|(id, _, _)| *id != held.view.id);
         let body = leasehold_api::ReleaseBody {
             name: held.view.name.clone(),
             id: held.view.id.clone(),
@@ -250,16 +251,18 @@ impl Shared {
     fn digest(&self) -> String {
         let digest = lock(&self.locks)
             .iter()
-            .filter_map(|(id, _)| id.parse::<leasehold_api::LockId>().ok())
+            .filter_map(|(id, _, _)| id.parse::<leasehold_api::LockId>().ok())
             .fold(0u128, |d, id| d ^ id.as_u128());
         leasehold_api::format_digest(digest)
     }
 
-    /// Marks lost every lock not in `held`.
-    fn keep_only(&self, held: &[String]) {
+    /// Marks lost every lock not in `held`, the session's locks as a
+    /// renewal sent at `sent` found them: a lock granted since (its answer
+    /// came after the send) may be missing from it, and is kept.
+    fn keep_only(&self, held: &[String], sent: Instant) {
         let held: BTreeSet<&String> = held.iter().collect();
-        lock(&self.locks).retain(|(id, lost)| {
-            let kept = held.contains(id);
+        lock(&self.locks).retain(|(id, lost, granted)| {
+            let kept = held.contains(id) || *granted >= sent;
             if !kept {
                 lost.cancel();
             }
@@ -305,7 +308,7 @@ async fn renew(shared: Arc<Shared>, every: Duration) {
                     let left = Duration::from_millis(answer.session.ttl_ms);
                     *lock(&shared.ends) = sent + left;
                     if let Some(held) = &answer.held {
-                        shared.keep_only(held);
+                        shared.keep_only(held, sent);
                     }
                     *lock(&shared.view) = answer.session;
                     break;

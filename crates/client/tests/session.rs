@@ -135,3 +135,112 @@ async fn a_hanging_renewal_does_not_hide_the_lapse() {
         "the lock still counts as held after its session's lease ended"
     );
 }
+
+/// A node whose renewals take 500 ms and answer that the session holds no
+/// lock (a lock of it lost at a rebuild); its grants have ids of their own.
+struct Forgetful {
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Transport for Forgetful {
+    fn acquire(
+        &self,
+        _body: AcquireBody,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Box::pin(async move {
+            let id = format!("01JD00000000000000000000{n:02}");
+            Ok((LockView { id, ..view() }, Duration::ZERO))
+        })
+    }
+    fn release(
+        &self,
+        body: ReleaseBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        Silent.release(body, timeout)
+    }
+    fn renew(
+        &self,
+        body: RenewBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        Silent.renew(body, timeout)
+    }
+    fn get(
+        &self,
+        name: String,
+        watch: Option<Watch>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
+        Silent.get(name, watch, timeout)
+    }
+    fn list(
+        &self,
+        prefix: String,
+        limit: usize,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
+        Silent.list(prefix, limit, timeout)
+    }
+    fn cluster(&self, timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
+        Silent.cluster(timeout)
+    }
+    fn session(
+        &self,
+        call: SessionCall,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SessionAnswer, CallError>> {
+        Box::pin(async move {
+            let renew = matches!(call, SessionCall::Renew(_));
+            let mut answer = match call {
+                SessionCall::Renew(_) => {
+                    Silent.session(SessionCall::Open(Default::default()), timeout)
+                }
+                other => Silent.session(other, timeout),
+            }
+            .await?;
+            if renew {
+                tokio::time::sleep(ms(500)).await;
+                answer.held = Some(Vec::new());
+            }
+            Ok(answer)
+        })
+    }
+}
+
+/// A renewal whose answer lists the session's locks loses the ones held
+/// before it was sent that it does not list, and keeps a lock granted
+/// while it was on its way (which it could not list).
+#[tokio::test(start_paused = true)]
+async fn a_renewal_listing_the_sessions_locks_loses_only_those_it_should_have_seen() {
+    let client = Client::with_transport(std::sync::Arc::new(Forgetful {
+        next: Default::default(),
+    }));
+    let session = client
+        .open_session(SessionOptions::default())
+        .await
+        .unwrap();
+    let before = session
+        .acquire("a", AcquireOptions::default())
+        .await
+        .unwrap();
+    // The first renewal leaves at a third of the lease (1 s) and is
+    // answered at 1.5 s; this grant comes in between.
+    tokio::time::sleep(ms(1_200)).await;
+    let during = session
+        .acquire("b", AcquireOptions::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(600)).await;
+    assert!(
+        before.is_lost(),
+        "held before the renewal's send, not listed: lost"
+    );
+    assert!(
+        !during.is_lost(),
+        "granted while the renewal was on its way: kept"
+    );
+    assert!(!session.is_lost());
+}
