@@ -95,6 +95,7 @@ pub(crate) async fn hold_delayed(
         lost: false,
         loss: None,
         in_set: false,
+        session: false,
         closed_until,
     });
     Ok(())
@@ -153,6 +154,7 @@ pub(crate) async fn hold_set(
             lost: lost && guard.is_lost(),
             loss: guard.loss(),
             in_set: true,
+            session: false,
             closed_until: end,
         })
         .collect();

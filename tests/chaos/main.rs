@@ -11,7 +11,10 @@
 //!   (a writer now and then), `chaos/3` a semaphore of two permits,
 //!   `chaos/4` taken with a lock-delay and now and then abandoned (no
 //!   renewal, no release): its name is held to be closed until the
-//!   holder's lease end plus the delay;
+//!   holder's lease end plus the delay; two or three of the first four
+//!   now and then taken in a session (renewed in the background, closed,
+//!   dropped or abandoned to lapse), each claimed until its holder counts
+//!   it lost or its session's lease ends;
 //! - strict mode: no two intervals of one name overlap, but two readers'
 //!   or two permits' (never more than the permits at once);
 //! - proceed mode: overlaps only where a fault struck within a longest
@@ -36,6 +39,7 @@ mod support;
 
 mod faults;
 mod holds;
+mod sessions;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -47,6 +51,7 @@ use leasehold_client::{AcquireOptions, Client, Kind, Loss};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+use sessions::hold_session;
 use support::Cluster;
 
 const NODES: u64 = 5;
@@ -81,6 +86,8 @@ struct Interval {
     loss: Option<Loss>,
     /// Held as one lock of a set of names.
     in_set: bool,
+    /// Held as one lock of a session.
+    session: bool,
     /// Until when the name is closed to others: the interval's end, or,
     /// for a lock abandoned with a lock-delay, the end of its lease (on
     /// the holder's count) plus the delay.
@@ -169,13 +176,26 @@ async fn worker(
         let delayed = match workload {
             Workload::Delayed => true,
             Workload::Contended => rng.gen_bool(0.1),
-            Workload::OwnNameLongHolds => false,
+            Workload::OwnNameLongHolds | Workload::Sessions => false,
         };
         if delayed {
             if hold_delayed(&http, &urls, &endpoints, &mut rng, seed, &log)
                 .await
                 .is_err()
             {
+                errors += 1;
+                tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
+            }
+            continue;
+        }
+        let in_session = match workload {
+            Workload::Sessions => seed % 2 == 0,
+            Workload::Contended => rng.gen_bool(0.1),
+            Workload::OwnNameLongHolds | Workload::Delayed => false,
+        };
+        if in_session {
+            let held = hold_session(&client, &urls, &endpoints, &mut rng, seed, workload, &log);
+            if held.await.is_err() {
                 errors += 1;
                 tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
             }
@@ -192,14 +212,10 @@ async fn worker(
             continue;
         }
         let name = match workload {
-            Workload::Contended | Workload::Delayed => rng.gen_range(0..NAMES),
+            Workload::Contended | Workload::Delayed | Workload::Sessions => rng.gen_range(0..NAMES),
             Workload::OwnNameLongHolds => seed as usize,
         };
-        let kind = match name {
-            2 if workload == Workload::Contended && rng.gen_bool(0.7) => Kind::Shared,
-            3 if workload == Workload::Contended => Kind::Permit(2),
-            _ => Kind::Exclusive,
-        };
+        let kind = kind_for(name, workload, &mut rng);
         let options = AcquireOptions {
             kind,
             ..AcquireOptions::default()
@@ -242,10 +258,22 @@ async fn worker(
             lost,
             loss,
             in_set: false,
+            session: false,
             closed_until: end,
         });
     }
     errors
+}
+
+/// What a client asks to hold of `name`: of the contended names, `chaos/2`
+/// mostly as a reader and `chaos/3` as one of two permits.
+fn kind_for(name: usize, workload: Workload, rng: &mut StdRng) -> Kind {
+    let kinds = matches!(workload, Workload::Contended | Workload::Sessions);
+    match name {
+        2 if kinds && rng.gen_bool(0.7) => Kind::Shared,
+        3 if kinds => Kind::Permit(2),
+        _ => Kind::Exclusive,
+    }
 }
 
 /// What the clients do.
@@ -259,6 +287,9 @@ enum Workload {
     /// Every client takes `chaos/4` with a lock-delay, and abandons half
     /// of its grants (the lock-delay's self-test).
     Delayed,
+    /// Half the clients hold names in sessions, the other half take the
+    /// same names plainly (the sessions' self-test).
+    Sessions,
 }
 
 /// What faults a run injects.
@@ -398,6 +429,7 @@ async fn run(run: Run) -> Checked {
     let mut overlaps = 0;
     let mut explained = 0;
     let mut unexplained = Vec::new();
+    let mut unexplained_after_session = 0;
     let mut inversions = Vec::new();
     for (name, mut list) in by_name {
         list.sort_by_key(|i| i.start);
@@ -429,15 +461,23 @@ async fn run(run: Run) -> Checked {
                             explained += 1;
                             eprintln!("overlap on chaos/{name} (fences {} and {}), explained by {} of {:?}", earlier.fence, later.fence, f.kind, f.nodes);
                         }
-                        _ => unexplained.push(format!(
-                            "chaos/{name}: fence {} ({}) held until {:?} after fence {} ({}) \
-                             began, beside {beside} of its kind",
-                            earlier.fence,
-                            earlier.kind,
-                            earlier.closed_until - later.start,
-                            later.fence,
-                            later.kind
-                        )),
+                        _ => {
+                            unexplained_after_session += usize::from(earlier.session);
+                            unexplained.push(format!(
+                                "chaos/{name}: fence {} ({}{}) held until {:?} after fence {} \
+                                 ({}) began, beside {beside} of its kind",
+                                earlier.fence,
+                                earlier.kind,
+                                if earlier.session {
+                                    ", in a session"
+                                } else {
+                                    ""
+                                },
+                                earlier.closed_until - later.start,
+                                later.fence,
+                                later.kind
+                            ))
+                        }
                     }
                 } else if earlier.fence >= later.fence {
                     // In proceed mode an older grant through a node missing
@@ -528,6 +568,7 @@ async fn run(run: Run) -> Checked {
             "shared": intervals.iter().filter(|i| i.kind == Kind::Shared).count(),
             "permit": intervals.iter().filter(|i| matches!(i.kind, Kind::Permit(_))).count(),
             "in_set": intervals.iter().filter(|i| i.in_set).count(),
+            "in_session": intervals.iter().filter(|i| i.session).count(),
             "delayed_abandoned": intervals.iter().filter(|i| i.closed_until > i.end).count(),
         },
         "acquires_refused_or_failed": errors,
@@ -558,6 +599,7 @@ async fn run(run: Run) -> Checked {
     Checked {
         report,
         unexplained,
+        unexplained_after_session,
         inversions,
         never_served_again,
         lost_unfaulted,
@@ -569,6 +611,8 @@ async fn run(run: Run) -> Checked {
 struct Checked {
     report: serde_json::Value,
     unexplained: Vec<String>,
+    /// How many of those began inside a lock of a session.
+    unexplained_after_session: usize,
     inversions: Vec<String>,
     never_served_again: Vec<String>,
     lost_unfaulted: usize,
@@ -576,12 +620,13 @@ struct Checked {
 }
 
 impl Checked {
-    /// [`Checked::assert_kept`], and readers, permits and sets were granted
-    /// (the contended workload's names of those kinds were served).
+    /// [`Checked::assert_kept`], and readers, permits, sets and locks of
+    /// sessions were granted (the contended workload's names of those
+    /// kinds were served).
     fn assert_kept_with_kinds(&self) {
         self.assert_kept();
         let kinds = &self.report["grants_by_kind"];
-        for kind in ["shared", "permit", "in_set"] {
+        for kind in ["shared", "permit", "in_set", "in_session"] {
             assert!(
                 kinds[kind].as_u64().unwrap_or(0) > 0,
                 "no {kind} grant to judge: {}",

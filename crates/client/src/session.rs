@@ -90,10 +90,12 @@ impl Client {
             ttl_ms: options.ttl.map(|d| d.as_millis() as u64),
         };
         let until = Instant::now() + self.retry_for;
-        let sent = std::cell::Cell::new(Instant::now());
+        // A Mutex, not a Cell: the future is Send (a session may be opened
+        // in a spawned task).
+        let sent = Mutex::new(Instant::now());
         let answer = self
             .retrying(until, || {
-                sent.set(Instant::now());
+                *lock(&sent) = Instant::now();
                 self.transport
                     .session(SessionCall::Open(body.clone()), REQUEST_TIMEOUT)
             })
@@ -101,7 +103,8 @@ impl Client {
             .map_err(refused)?;
         let view = answer.session;
         let lease = Duration::from_millis(view.lease_ms);
-        let ends = sent.get() + Duration::from_millis(answer.served_ms + view.ttl_ms);
+        let sent = *lock(&sent);
+        let ends = sent + Duration::from_millis(answer.served_ms + view.ttl_ms);
         let shared = Arc::new(Shared {
             transport: self.transport.clone(),
             id: view.id.clone(),
@@ -130,6 +133,13 @@ impl Session {
     /// The session as last opened or renewed.
     pub fn view(&self) -> SessionView {
         lock(&self.shared.view).clone()
+    }
+
+    /// When the session's lease ends on this client's count (from the send
+    /// of the call that opened or last renewed it): no lock of it may be
+    /// counted held past this.
+    pub fn lease_ends(&self) -> std::time::Instant {
+        lock(&self.shared.ends).into_std()
     }
 
     /// Takes `name` in this session, waiting as `options` say: the lock has

@@ -243,4 +243,27 @@ async fn a_renewal_listing_the_sessions_locks_loses_only_those_it_should_have_se
         "granted while the renewal was on its way: kept"
     );
     assert!(!session.is_lost());
+
+/// A session is opened, used, its end read and closed in a spawned task,
+/// as a worker pool does (this fails to compile if a call's future is not
+/// `Send`, as `open_session`'s was).
+#[tokio::test]
+async fn a_session_is_used_from_a_spawned_task() {
+    let client = Client::with_transport(std::sync::Arc::new(Silent));
+    let task = tokio::spawn(async move {
+        let session = client.open_session(SessionOptions::default()).await?;
+        let lock = session.acquire("n", AcquireOptions::default()).await?;
+        let counted = session.lease_ends();
+        let opened = std::time::Instant::now();
+        session
+            .close()
+            .await
+            .map(|_| (lock.fence(), counted, opened))
+    });
+    let (fence, counted, opened) = task.await.unwrap().unwrap();
+    assert_eq!(fence, 7);
+    assert!(
+        counted > opened && counted <= opened + ms(LEASE_MS),
+        "the session's lease ends on the client's count within its lease"
+    );
 }

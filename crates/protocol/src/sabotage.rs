@@ -95,6 +95,10 @@ pub struct Sabotage {
     /// so a lease that runs out frees its name at once. The chaos suite
     /// switches it on at run time.
     pub delay_ignored: bool,
+    /// The sessions: the speaker renews a session's grant alone, and its
+    /// locks keep the end they had, so they lapse while the session is
+    /// renewed. The chaos suite switches it on at run time.
+    pub session_locks_unfollowed: bool,
 }
 
 impl Sabotage {
@@ -121,6 +125,7 @@ impl Sabotage {
         writers_shared: false,
         sets_partial: false,
         delay_ignored: false,
+        session_locks_unfollowed: false,
     };
 }
 
@@ -128,7 +133,7 @@ impl Sabotage {
 type Field = fn(&mut Sabotage) -> &mut bool;
 
 /// Each switch by the name the simulations' `--sabotage` takes.
-const SWITCHES: [(&str, Field); 21] = [
+const SWITCHES: [(&str, Field); 22] = [
     ("guard", |s| &mut s.no_grant_guard),
     ("restart-wait", |s| &mut s.no_restart_wait),
     ("reread", |s| &mut s.no_reread),
@@ -150,6 +155,9 @@ const SWITCHES: [(&str, Field); 21] = [
     ("writers-shared", |s| &mut s.writers_shared),
     ("sets-partial", |s| &mut s.sets_partial),
     ("delay-ignored", |s| &mut s.delay_ignored),
+    ("session-locks-unfollowed", |s| {
+        &mut s.session_locks_unfollowed
+    }),
 ];
 
 impl Sabotage {

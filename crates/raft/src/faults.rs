@@ -47,6 +47,12 @@ pub struct FaultPlan {
     /// a lapsed grant's delay.
     #[serde(default)]
     pub ignore_lock_delay: bool,
+    /// Sabotage, for the chaos suite's self-test only: the speaker renews a
+    /// session's grant but not its locks (the protocol's
+    /// `Sabotage::session_locks_unfollowed`). The suite must see a lock of
+    /// a renewed session lapse while its holder still counts it held.
+    #[serde(default)]
+    pub ignore_session_renewal: bool,
 }
 
 /// A message the plan drops.

@@ -65,16 +65,19 @@ impl Node {
         self.state().member.config().sabotage
     }
 
-    /// Switches the copies off (`skip_copies`), or the lock-delay
-    /// (`ignore_lock_delay`), as a chaos suite's fault plan says (its
-    /// self-tests must see locks lost to single crashes, and names granted
-    /// inside a delay), or on again.
+    /// Switches the copies off (`skip_copies`), the lock-delay
+    /// (`ignore_lock_delay`), or a session's renewal of its locks
+    /// (`ignore_session_renewal`), as a chaos suite's fault plan says (its
+    /// self-tests must see locks lost to single crashes, names granted
+    /// inside a delay, and locks of a renewed session granted again), or on
+    /// again.
     pub(crate) fn set_chaos_sabotage(&self, plan: &leasehold_raft::FaultPlan) {
         let mut state = self.state();
         let sabotage = state.member.config().sabotage;
         state.member.set_sabotage(Sabotage {
             skip_copies: plan.skip_copies,
             delay_ignored: plan.ignore_lock_delay,
+            session_locks_unfollowed: plan.ignore_session_renewal,
             ..sabotage
         });
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use locktable::{Lock, LockError, LockId, LockInTransit, MonoTime, NodeId};
+use locktable::{Lock, LockError, LockId, LockInTransit, MonoTime, NodeId, SessionRenewed};
 
 use crate::guard::Guard;
 use crate::members::Members;
@@ -74,7 +74,12 @@ impl Member {
             .table
             .session_name_of(id)
             .and_then(|name| self.table.held_through(&name, id));
-        let renewed = match self.table.renew_session(id, lease, node, now) {
+        let renewed = if self.config.sabotage.session_locks_unfollowed {
+            self.renew_session_alone(id, lease, node, now)
+        } else {
+            self.table.renew_session(id, lease, node, now)
+        };
+        let renewed = match renewed {
             Err(LockError::NotHeld)
                 if self.table.new_grants_held_until(now).is_some()
                     && !self.table.is_forgotten(id, now) =>
@@ -117,6 +122,27 @@ impl Member {
             copied: own || copied,
         };
         Ok((answer, self.made()))
+    }
+
+    /// A session's renewal as the sabotage `session_locks_unfollowed` makes
+    /// it: the session's grant alone is renewed, its locks keep the ends
+    /// (and the nodes) they had, so they lapse while their session runs.
+    fn renew_session_alone(
+        &mut self,
+        id: LockId,
+        lease: Option<Duration>,
+        node: NodeId,
+        now: MonoTime,
+    ) -> Result<SessionRenewed, LockError> {
+        let name = self.table.session_name_of(id).ok_or(LockError::NotHeld)?;
+        let session = self.table.renew(&name, id, lease, node, now)?;
+        let ids: Vec<LockId> = self.table.session_locks(id).iter().map(|l| l.id).collect();
+        Ok(SessionRenewed {
+            session,
+            locks: ids.len(),
+            digest: locktable::session::digest(ids),
+            moved_from: Vec::new(),
+        })
     }
 
     /// Ends a session as the speaker: its grant and every lock hanging off
