@@ -243,6 +243,7 @@ async fn a_renewal_listing_the_sessions_locks_loses_only_those_it_should_have_se
         "granted while the renewal was on its way: kept"
     );
     assert!(!session.is_lost());
+}
 
 /// A session is opened, used, its end read and closed in a spawned task,
 /// as a worker pool does (this fails to compile if a call's future is not
