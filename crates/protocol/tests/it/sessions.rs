@@ -375,3 +375,62 @@ fn a_grant_answered_after_its_session_closed_is_not_recorded() {
     );
     assert!(m2.held_record(lock.id).is_none());
 }
+
+/// The sabotage `session-locks-unfollowed` (the chaos suite's
+/// `ignore_session_renewal`): the speaker renews a session's grant alone,
+/// so its lock keeps its first end and lapses while the session runs, and
+/// the next renewal counts it gone. Without it, the lock follows.
+#[test]
+fn a_sessions_lock_follows_its_renewal_unless_sabotaged() {
+    for unfollowed in [false, true] {
+        let lease = Duration::from_secs(10);
+        let mut s1 = speaker(1, 1, at(0), vec![], RebuildMode::Proceed);
+        s1.set_sabotage(leasehold_protocol::Sabotage {
+            session_locks_unfollowed: unfollowed,
+            ..leasehold_protocol::Sabotage::NONE
+        });
+        let sid = LockId::from_u128(900);
+        let session = grant(
+            &mut s1,
+            Request {
+                lease: Some(lease),
+                ..request(&session_name(sid), 900, 2)
+            },
+            at(0),
+        );
+        let lock = grant(
+            &mut s1,
+            Request {
+                session: Some(session.id),
+                ..request("a", 1, 2)
+            },
+            at(1),
+        );
+        let renew = |s1: &mut leasehold_protocol::Member, t| {
+            let renewal = SessionRenewal {
+                id: session.id,
+                lease: None,
+                node: 2,
+                digest: Some(locktable::session::digest([lock.id])),
+                client_digest: None,
+            };
+            let (renewed, _) = s1
+                .renew_session(renewal, &leading(1, at(t)), at(t))
+                .unwrap();
+            renewed
+        };
+        let renewed = renew(&mut s1, 8_000);
+        assert_eq!(renewed.session.expires, at(18_000));
+        assert_eq!(renewed.locks, 1);
+        // The expiry task runs at 12 s.
+        s1.poll(&leading(1, at(12_000)), at(12_000));
+        let held = s1.get("a", &leading(1, at(12_000)), at(12_000)).unwrap();
+        assert_eq!(
+            held.map(|l| l.expires),
+            (!unfollowed).then_some(at(18_000)),
+            "unfollowed: {unfollowed}"
+        );
+        let renewed = renew(&mut s1, 12_000);
+        assert_eq!(renewed.locks, usize::from(!unfollowed));
+    }
+}
