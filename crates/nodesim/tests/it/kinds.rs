@@ -158,3 +158,44 @@ fn a_speaker_ignoring_the_lock_delay_is_caught() {
         "no seed of 12 caught a speaker ignoring the lock-delay"
     );
 }
+
+fn with_sessions(seed: u64) -> RunOptions {
+    RunOptions {
+        sessions: true,
+        ..RunOptions::new(seed)
+    }
+}
+
+/// Sessions beside plain grants, under every fault and under speaker
+/// crashes: each lock of a session is held by one holder at a time, to
+/// the end of its session's lease on the holder's count.
+#[test]
+fn a_sessions_locks_hold_under_faults() {
+    for seed in 1..=SEEDS {
+        for focus in [Focus::Mixed, Focus::SpeakerCrashes] {
+            let outcome = run(&RunOptions {
+                focus,
+                ..with_sessions(seed)
+            });
+            outcome.assert_passed(&format!("seed {seed} ({focus:?}, sessions)"));
+            assert!(outcome.grants() > 0, "seed {seed}: no grant at all");
+        }
+    }
+}
+
+/// A speaker that renews a session's grant but not its locks lets them
+/// lapse while their holders count them held: the checks see two holders.
+#[test]
+fn a_speaker_not_following_a_sessions_renewal_is_caught() {
+    let caught = (1..=8).find(|&seed| {
+        let outcome = run(&RunOptions {
+            sabotage: switched("session-locks-unfollowed"),
+            ..with_sessions(seed)
+        });
+        !outcome.violations.is_empty()
+    });
+    assert!(
+        caught.is_some(),
+        "no seed of 8 caught a speaker not following a session's renewal"
+    );
+}
