@@ -2,6 +2,7 @@
 //! Redis, PostgreSQL and a bare HTTP handler, one JSON line per run.
 //! `scripts/bench` starts the systems and prints the table.
 
+mod sessions;
 mod systems;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,6 +96,25 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         seconds: u64,
         /// Rounds of each size.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// Renew a session of each lock count back to back beside one plain
+    /// lock's renewal, through each endpoint, alternating rounds in one
+    /// invocation: what a session's renewal costs over the wire. One JSON
+    /// line per measurement, then the medians and their ratios.
+    Sessions {
+        /// Endpoints as label=http://host:port, comma-separated (the
+        /// ratios are also given against the first's plain renewal).
+        #[arg(long, value_delimiter = ',', required = true)]
+        via: Vec<String>,
+        /// Locks in a session, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,1000")]
+        locks: Vec<usize>,
+        /// How long each measurement renews.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Rounds.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
@@ -528,5 +548,20 @@ async fn main() {
             seconds,
             rounds,
         } => sets(target, names, clients, seconds, rounds).await,
+        Command::Sessions {
+            via,
+            locks,
+            seconds,
+            rounds,
+        } => {
+            let vias = via
+                .iter()
+                .map(|v| match v.split_once('=') {
+                    Some((label, url)) => (label.to_owned(), url.to_owned()),
+                    None => (v.clone(), v.clone()),
+                })
+                .collect();
+            sessions::sessions(vias, locks, seconds, rounds).await
+        }
     }
 }

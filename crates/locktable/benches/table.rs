@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use locktable::{
-    Acquired, Fence, Kind, LeaseRule, Lock, LockId, MonoTime, RebuildFrom, Request, Table,
+    session_name, Acquired, AcquiredSet, Fence, Held, Kind, LeaseRule, Lock, LockId, MonoTime,
+    RebuildFrom, Request, Table,
 };
 
 fn now() -> MonoTime {
@@ -172,6 +173,84 @@ fn acquire_release_set(c: &mut Criterion) {
     });
 }
 
+/// A session's renewal with `n` locks hanging off it beside one plain
+/// lock's renewal, in a table holding 100k other locks: what the speaker's
+/// table does per session renewal (`Table::renew_session`), and what the
+/// renewing node's `Held` does (`Held::renewed_session`, and the digest of
+/// the session's locks it sends with the renewal and checks on the answer).
+fn renew_session(c: &mut Criterion) {
+    let mut clock = now();
+    let mut table = rebuilt((0..100_000).map(|i| lock(i, 1)).collect());
+    let plain = request("jobs/plain".into(), 1u128 << 100);
+    let Ok(Acquired::Granted(plain)) = table.acquire(plain, clock) else {
+        panic!("plain lock granted")
+    };
+    let mut group = c.benchmark_group("renew");
+    group.bench_function("Table::renew of one lock (100k held)", |b| {
+        b.iter(|| {
+            clock = clock + Duration::from_micros(20);
+            black_box(table.renew(&plain.name, plain.id, None, 1, clock).unwrap());
+        })
+    });
+    let mut held = Held::new();
+    held.record(plain.clone());
+    group.bench_function("Held::renewed of one lock", |b| {
+        b.iter(|| {
+            clock = clock + Duration::from_micros(20);
+            black_box(held.renewed(plain.id, plain.lease, clock));
+        })
+    });
+    for n in [1u128, 1000, 10_000] {
+        let session_id = (2u128 << 100) + n * 100_000;
+        let opened = request(session_name(LockId::from_u128(session_id)), session_id);
+        let Ok(Acquired::Granted(session)) = table.acquire(opened, clock) else {
+            panic!("session opened")
+        };
+        let names: Vec<String> = (0..n).map(|i| format!("jobs/session/{n}/{i}")).collect();
+        for (i, chunk) in names.chunks(64).enumerate() {
+            let asked: Vec<Request> = chunk
+                .iter()
+                .zip(0u128..)
+                .map(|(name, k)| Request {
+                    session: Some(session.id),
+                    lease: None,
+                    ..request(name.clone(), session_id + 1 + (i as u128) * 64 + k)
+                })
+                .collect();
+            let Ok(AcquiredSet::Granted(locks)) = table.acquire_set(asked, clock) else {
+                panic!("session's locks granted")
+            };
+            black_box(locks);
+        }
+        group.bench_function(
+            format!("Table::renew_session, a session of {n} (100k held)"),
+            |b| {
+                b.iter(|| {
+                    clock = clock + Duration::from_micros(20);
+                    let renewed = table.renew_session(session.id, None, 1, clock).unwrap();
+                    assert_eq!(renewed.locks as u128, n);
+                    black_box(renewed);
+                })
+            },
+        );
+        let mut held = Held::new();
+        held.record(session.clone());
+        for lock in table.session_locks(session.id) {
+            held.record(lock);
+        }
+        group.bench_function(format!("Held::renewed_session, a session of {n}"), |b| {
+            b.iter(|| {
+                clock = clock + Duration::from_micros(20);
+                black_box(held.renewed_session(session.id, session.lease, clock));
+            })
+        });
+        group.bench_function(format!("Held::session_digest, a session of {n}"), |b| {
+            b.iter(|| black_box(held.session_digest(session.id)))
+        });
+    }
+    group.finish();
+}
+
 /// The reference in the same run: a std `HashMap` insert and remove of the
 /// same name, the least a keyed table can do per cycle.
 fn reference_hashmap(c: &mut Criterion) {
@@ -228,6 +307,7 @@ criterion_group!(
     acquire_release,
     acquire_release_kinds,
     acquire_release_set,
+    renew_session,
     reference_hashmap,
     rebuild
 );
