@@ -2,6 +2,7 @@
 //! their renewals: one renewal reaches every lock of a session where it is
 //! kept, without a message per lock.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use locktable::{Lock, LockError, LockId, LockInTransit, MonoTime, NodeId, SessionRenewed};
@@ -101,9 +102,9 @@ impl Member {
         let records = (own || differs || copied).then(|| self.table.session_locks(id));
         if own {
             self.held.record(renewed.session.clone());
-            let mut gone = self.held.session_locks(id);
+            let mut gone: BTreeSet<LockId> = self.held.session_locks(id).into_iter().collect();
             for lock in records.iter().flatten() {
-                gone.retain(|g| *g != lock.id);
+                gone.remove(&lock.id);
                 self.held.record(lock.clone());
             }
             for lock in gone {
@@ -211,10 +212,11 @@ impl Member {
                     .renewed_session(session.id, session.lease, call.sent);
             }
             Some(records) => {
-                let mut kept: Vec<LockId> = self.held.session_locks(session.id);
+                let mut kept: BTreeSet<LockId> =
+                    self.held.session_locks(session.id).into_iter().collect();
                 for record in records {
                     let lock = record.arrive(call.sent);
-                    kept.retain(|id| *id != lock.id);
+                    kept.remove(&lock.id);
                     if !self.table.is_forgotten(lock.id, arrived) {
                         self.copies.remove(lock.id);
                         self.held.record(lock);
