@@ -157,9 +157,12 @@ impl Held {
         session::digest(self.sessions.of(id))
     }
 
-    /// The ids of the locks recorded as hanging off the session `id`.
+    /// The ids of the locks recorded as hanging off the session `id`, in
+    /// id order (the same in every process: a simulation's seed replays).
     pub fn session_locks(&self, id: LockId) -> Vec<LockId> {
-        self.sessions.of(id).collect()
+        let mut ids: Vec<LockId> = self.sessions.of(id).collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Restarts the record of `id`'s lease: `lease` long, counted from

@@ -43,7 +43,8 @@ impl Table {
         let name = self.session_name_of(id).ok_or(LockError::NotHeld)?;
         let renewed = self.renew(&name, id, lease, node, now)?;
         let mut moved_from = Vec::new();
-        let ids: Vec<LockId> = self.sessions.of(id).collect();
+        let mut ids: Vec<LockId> = self.sessions.of(id).collect();
+        ids.sort_unstable();
         let mut pushed = Vec::new();
         for lock in &ids {
             let Some(at) = self.slots.find(lock) else {
@@ -78,14 +79,18 @@ impl Table {
             .map(|s| s.name().to_owned())
     }
 
-    /// The locks hanging off the session `id`, as the table has them.
+    /// The locks hanging off the session `id`, as the table has them, in id
+    /// order (the same in every process: a simulation's seed replays).
     pub fn session_locks(&self, id: LockId) -> Vec<Lock> {
-        self.sessions
+        let mut locks: Vec<Lock> = self
+            .sessions
             .of(id)
             .filter_map(|lock| self.slots.find(&lock))
             .filter_map(|at| self.slots.get(at))
             .map(Slot::to_lock)
-            .collect()
+            .collect();
+        locks.sort_unstable_by_key(|l| l.id);
+        locks
     }
 
     /// Ends the session `id` and every lock hanging off it, handing each
@@ -93,7 +98,8 @@ impl Table {
     pub fn release_session(&mut self, id: LockId, now: MonoTime) -> Result<Vec<Lock>, LockError> {
         let name = self.session_name_of(id).ok_or(LockError::NotHeld)?;
         let session = self.release(&name, id, now)?;
-        let ids: Vec<LockId> = self.sessions.of(id).collect();
+        let mut ids: Vec<LockId> = self.sessions.of(id).collect();
+        ids.sort_unstable();
         let mut released = vec![session];
         for lock in ids {
             let Some(name) = self
