@@ -68,6 +68,7 @@ impl World {
         self.check_lost();
         self.check_liveness(bound);
         self.report.grants = self.history.intervals.len();
+        self.report.session_grants = self.history.intervals.iter().filter(|i| i.session).count();
     }
 
     fn check_holders(&mut self) {

@@ -37,6 +37,9 @@ impl World {
         if self.config.sets && self.config.names >= 2 && self.rng.gen_bool(0.25) {
             return self.ask_set(c);
         }
+        if self.config.sessions && self.rng.gen_bool(0.25) {
+            return self.open_session(c);
+        }
         let index = self.rng.gen_range(0..self.config.names);
         let name = format!("n{index}");
         let kind = match index % 3 {
@@ -67,6 +70,7 @@ impl World {
             kind,
             delay_ms,
             also: Vec::new(),
+            session: None,
         };
         self.ask(c, ask);
     }
@@ -86,6 +90,7 @@ impl World {
             kind: Kind::Exclusive,
             delay_ms: 0,
             also: names,
+            session: None,
         };
         self.ask(c, ask);
     }
@@ -196,6 +201,7 @@ impl World {
                     kind: Kind::Exclusive,
                     delay_ms: 0,
                     also: Vec::new(),
+                    session: None,
                 },
             },
         );
@@ -203,8 +209,12 @@ impl World {
     }
 
     pub(crate) fn client_message(&mut self, c: ClientId, msg: Msg) {
-        let Msg::Reply { req, result, also } = msg else {
-            return;
+        let (req, result, also) = match msg {
+            Msg::Reply { req, result, also } => (req, result, also),
+            Msg::SessionReply { req, result, held } => {
+                return self.session_renewed(c, req, result, held)
+            }
+            _ => return,
         };
         let t = self.t;
         if self.clients[c].probe {
@@ -241,6 +251,14 @@ impl World {
             }
             ClientState::Holding(h) if h.renewing.is_some_and(|(r, _)| r == req) => {
                 self.renewed(c, h, result)
+            }
+            ClientState::OpeningSession {
+                req: asked,
+                sent,
+                lease_ms,
+            } if asked == req => self.session_opened(c, (req, sent, lease_ms), result),
+            ClientState::InSession(s) if s.asking.as_ref().is_some_and(|a| a.0 == req) => {
+                self.session_lock_answered(c, s, result)
             }
             _ => {}
         }
@@ -427,6 +445,7 @@ impl World {
             start: h.start,
             end,
             closed_until,
+            session: false,
         });
         if lost {
             self.history.lost.push(LostLock {
@@ -464,6 +483,7 @@ impl World {
                         start: set.start,
                         end,
                         closed_until: end,
+                        session: false,
                     });
                     self.send(None, To::Node(node), Msg::Release { name, id });
                 }
@@ -475,6 +495,9 @@ impl World {
                 self.clients[c].state = ClientState::Idle;
                 let pause = self.rng.gen_range(1..50);
                 self.at(t + pause, Event::ClientWake(c));
+            }
+            ClientState::OpeningSession { .. } | ClientState::InSession(_) => {
+                self.session_give_up(c, req, release)
             }
             _ => {}
         }

@@ -1,5 +1,5 @@
 //! What each simulated client is: the node it talks to, and what it is
-//! doing (asking for a name, or holding one).
+//! doing (asking for a name, holding one, or holding a session).
 
 use locktable::{Kind, LockId, NodeId};
 
@@ -22,6 +22,56 @@ pub(crate) enum ClientState {
     Holding(Holding),
     /// The locks of a set, held unrenewed and released together.
     HoldingSet(HeldSet),
+    /// Opening a session: the acquire of its name, sent at `sent`.
+    OpeningSession {
+        req: ReqId,
+        sent: u64,
+        lease_ms: u64,
+    },
+    /// A session held, with the locks taken in it.
+    InSession(SessionHolding),
+}
+
+/// A session a client holds, renewed as one for every lock of it.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionHolding {
+    /// The acquire that opened it: names its renewals' and end's events.
+    pub(crate) req: ReqId,
+    /// The session's id.
+    pub(crate) id: LockId,
+    pub(crate) lease_ms: u64,
+    /// When the holder's own count of the session's lease ends (less its
+    /// margin).
+    pub(crate) ends: u64,
+    /// The names still to take in it, in order.
+    pub(crate) to_take: Vec<String>,
+    /// The acquire of a lock in it under way: request, send, name.
+    pub(crate) asking: Option<(ReqId, u64, String)>,
+    /// The locks held in it.
+    pub(crate) locks: Vec<SessionLock>,
+    /// The renewal attempt under way: request, send, and the ids of the
+    /// locks whose digest it sent.
+    pub(crate) renewing: Option<(ReqId, u64, Vec<LockId>)>,
+    /// When the next renewal is due (later events are stale).
+    pub(crate) next_renew: u64,
+    /// Failed renewal attempts in a row.
+    pub(crate) attempts: u32,
+    /// The nodes the holder went through.
+    pub(crate) via: Vec<NodeId>,
+    /// Closed at its end, or else left to lapse.
+    pub(crate) close: bool,
+}
+
+/// A lock held in a session, as its holder counts it.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionLock {
+    pub(crate) name: String,
+    pub(crate) id: LockId,
+    pub(crate) fence: u64,
+    pub(crate) start: u64,
+    /// When the holder's count of its lease ends (less its margin): from
+    /// its grant, then from each renewal of the session that counted it.
+    pub(crate) ends: u64,
 }
 
 /// A set of names a client holds, each lock as its holder counts it.

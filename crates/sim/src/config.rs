@@ -50,6 +50,11 @@ pub struct Config {
     /// set answer to be whole (each name asked, in order, consecutive
     /// fences). Off, a seed draws what it always drew.
     pub sets: bool,
+    /// Sessions: now and then a client opens a session, takes one or two
+    /// of the names in it, renews the session (not the locks) every third
+    /// of its lease, and closes it or lets it lapse; each lock of it is
+    /// judged as any lock. Off, a seed draws what it always drew.
+    pub sessions: bool,
 }
 
 /// The faults a run injects.
@@ -121,6 +126,7 @@ impl Config {
             kinds: false,
             delays: false,
             sets: false,
+            sessions: false,
         };
         // The node's default, min(2, quorum); five members now and then
         // ask for three, the most a quorum allows.

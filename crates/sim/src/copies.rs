@@ -46,10 +46,38 @@ impl World {
             locks: locks.clone(),
             left: locks.len(),
             failed: None,
+            session: None,
         };
         self.sets_on_record.insert(key, wait);
         for lock in locks {
             self.put_on_record(n, lock, origin, made, true, Some(key));
+        }
+    }
+
+    /// Puts a session renewed on record, with its locks when they are to be
+    /// copied again (`locks` after the session), as the set path does; the
+    /// renewal is answered once each concluded, or refused (nothing is
+    /// taken back: a renewal grants nothing new).
+    pub(crate) fn answer_session_on_record(
+        &mut self,
+        n: NodeId,
+        locks: Vec<Lock>,
+        (origin, made): (Origin, Made),
+        answer: crate::node::SessionAnswer,
+    ) {
+        self.next_copy += 1;
+        let key = self.next_copy;
+        let wait = crate::node::SetWait {
+            node: n,
+            origin,
+            locks: locks.clone(),
+            left: locks.len(),
+            failed: None,
+            session: Some(answer),
+        };
+        self.sets_on_record.insert(key, wait);
+        for lock in locks {
+            self.put_on_record(n, lock, origin, made, false, Some(key));
         }
     }
 
@@ -211,8 +239,19 @@ impl World {
         if wait.left > 0 {
             return;
         }
-        let wait = self.sets_on_record.remove(&key).expect("found");
+        let mut wait = self.sets_on_record.remove(&key).expect("found");
         let (n, t) = (wait.node, self.t);
+        if let Some(answer) = wait.session.take() {
+            let served = t - wait.origin.arrived();
+            let result = match wait.failed {
+                None => {
+                    let now = self.nodes[&n].mono(t);
+                    Ok((wait.locks[0].in_transit(now), served))
+                }
+                Some(refusal) => Err(refusal),
+            };
+            return self.answer_session(n, wait.origin, result, answer);
+        }
         match wait.failed {
             None => {
                 let now = self.nodes[&n].mono(t);

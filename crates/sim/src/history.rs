@@ -19,6 +19,8 @@ pub(crate) struct Interval {
     /// that ran out unreleased with a lock-delay, the end of the lease on
     /// the holder's count (without its margin) plus the delay asked.
     pub(crate) closed_until: u64,
+    /// A lock of a session (renewed by renewing its session).
+    pub(crate) session: bool,
 }
 
 /// A lock its holder kept renewing until a renewal was answered "not
@@ -55,7 +57,7 @@ pub(crate) struct History {
 }
 
 /// What a run saw.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Report {
     /// The seed.
     pub seed: u64,
@@ -63,6 +65,8 @@ pub struct Report {
     pub sim_ms: u64,
     /// Holding intervals clients completed.
     pub grants: usize,
+    /// Of them, locks of sessions.
+    pub session_grants: usize,
     /// Overlapping intervals of one name.
     pub overlaps: usize,
     /// Overlaps, and fences out of order, explained by a rebuild that
@@ -124,5 +128,42 @@ impl Report {
     /// Faults injected, of every kind.
     pub fn faults(&self) -> usize {
         self.crashes + self.pauses + self.partitions
+    }
+}
+
+/// Every field, but `session_grants` only when a run made some: a run
+/// without sessions prints as before they were simulated (the digest
+/// example compares the output before and after a change).
+impl std::fmt::Debug for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Report");
+        d.field("seed", &self.seed)
+            .field("sim_ms", &self.sim_ms)
+            .field("grants", &self.grants);
+        if self.session_grants > 0 {
+            d.field("session_grants", &self.session_grants);
+        }
+        d.field("overlaps", &self.overlaps)
+            .field("explained", &self.explained)
+            .field("unexplained", &self.unexplained)
+            .field("fence_inversions", &self.fence_inversions)
+            .field("deposed_grants", &self.deposed_grants)
+            .field("deposed_speakers", &self.deposed_speakers)
+            .field("lost_locks", &self.lost_locks)
+            .field("excused_losses", &self.excused_losses)
+            .field("liveness", &self.liveness)
+            .field("violations", &self.violations)
+            .field("liveness_ms", &self.liveness_ms)
+            .field("elections", &self.elections)
+            .field("crashes", &self.crashes)
+            .field("pauses", &self.pauses)
+            .field("partitions", &self.partitions)
+            .field("graceful_stops", &self.graceful_stops)
+            .field("blips", &self.blips)
+            .field("failed_rebuilds", &self.failed_rebuilds)
+            .field("step_downs", &self.step_downs)
+            .field("lost_messages", &self.lost_messages)
+            .field("trace", &self.trace)
+            .finish()
     }
 }

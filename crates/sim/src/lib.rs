@@ -29,6 +29,7 @@
 
 mod check;
 mod client;
+mod client_session;
 mod client_state;
 mod config;
 mod copies;
@@ -39,6 +40,7 @@ mod node;
 mod raft;
 mod releases;
 mod serve;
+mod sessions;
 mod speaker;
 mod world;
 

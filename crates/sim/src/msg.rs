@@ -37,6 +37,18 @@ pub(crate) struct Ask {
     /// A set's other names, to be granted with `name` all at once (empty
     /// for one name).
     pub(crate) also: Vec<String>,
+    /// The session the lock is to hang off (its grant's id), if any.
+    pub(crate) session: Option<LockId>,
+}
+
+/// A session's renewal as a client asks it, and as a node passes it on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionCall {
+    /// The session's id.
+    pub(crate) id: LockId,
+    pub(crate) lease_ms: u64,
+    /// The digest of the locks the client holds in the session.
+    pub(crate) client_digest: Option<u128>,
 }
 
 /// A message between a client and its node, or between nodes.
@@ -65,6 +77,24 @@ pub(crate) enum Msg {
         /// A set's other locks, in the order asked (empty for one name).
         also: Vec<LockInTransit>,
     },
+    /// A session's renewal, through the client's node.
+    RenewSession {
+        client: ClientId,
+        req: ReqId,
+        call: SessionCall,
+    },
+    /// The answer to a session's renewal: the session renewed, and, when
+    /// the client's digest differed from the speaker's, the ids of every
+    /// lock of it.
+    SessionReply {
+        req: ReqId,
+        result: Answer,
+        held: Option<Vec<LockId>>,
+    },
+    /// A session closed, with every lock of it (as a release: no answer).
+    CloseSession {
+        id: LockId,
+    },
     // Between nodes.
     Forward {
         from: NodeId,
@@ -89,6 +119,26 @@ pub(crate) enum Msg {
         lease_ms: u64,
         /// The renewing node's record of the lock, if it has one.
         record: Option<LockInTransit>,
+    },
+    /// A session's renewal passed on to the speaker, with the digest of
+    /// the session's locks the renewing node records.
+    ForwardRenewSession {
+        from: NodeId,
+        client: ClientId,
+        req: ReqId,
+        call: SessionCall,
+        node_digest: Option<u128>,
+    },
+    /// The speaker's answer to a forwarded session's renewal: the session,
+    /// and every lock of it when the renewing node's records may differ.
+    ForwardSessionReply {
+        client: ClientId,
+        req: ReqId,
+        result: Answer,
+        records: Option<Vec<LockInTransit>>,
+    },
+    ForwardCloseSession {
+        id: LockId,
     },
     /// A copy of a grant or renewal by the speaker of `term`.
     Copy {
@@ -198,6 +248,12 @@ pub(crate) enum Event {
     ClientRenew(ClientId, ReqId),
     /// A holder stops waiting for the answer to this renewal attempt.
     RenewGiveUp(ClientId, ReqId),
+    /// A client renews the session it opened with this request, if it
+    /// still holds it.
+    SessionRenew(ClientId, ReqId),
+    /// A session's holder stops waiting for the answer to this renewal
+    /// attempt.
+    SessionRenewGiveUp(ClientId, ReqId),
 }
 
 /// What a member says of itself ahead of its report.

@@ -77,6 +77,9 @@ pub(crate) struct Pending {
     pub(crate) sent: u64,
     /// The lock a forwarded renewal is for.
     pub(crate) renewing: Option<LockId>,
+    /// The session a forwarded session's renewal is for, and the digest of
+    /// its locks this node recorded at the send.
+    pub(crate) session: Option<(crate::msg::SessionCall, Option<u128>)>,
 }
 
 /// One rebuild attempt.
@@ -113,6 +116,18 @@ pub(crate) struct SetWait {
     pub(crate) left: usize,
     /// Why one was not put on record, if one was not.
     pub(crate) failed: Option<crate::msg::Refusal>,
+    /// A session's renewal rather than a set: the session first in
+    /// `locks`, then its locks copied again. Refused, none is taken back.
+    pub(crate) session: Option<SessionAnswer>,
+}
+
+/// What a session's renewal answers once on record.
+pub(crate) struct SessionAnswer {
+    /// Every lock of the session, when the renewing node's records may
+    /// differ from the table's.
+    pub(crate) records: Option<Vec<Lock>>,
+    /// The digest the client sent.
+    pub(crate) client_digest: Option<u128>,
 }
 
 /// One process of a member, as the simulation runs it.

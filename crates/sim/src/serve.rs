@@ -75,7 +75,7 @@ impl World {
     /// request inside `acquire` and `renew`, whatever they answer: granted
     /// now (the checker counts it at once), told at the next dispatch, as
     /// the node does.
-    fn handed_over(&mut self, n: NodeId) {
+    pub(crate) fn handed_over(&mut self, n: NodeId) {
         let node = self.nodes.get_mut(&n).expect("member");
         let term = node.member.speaking().unwrap_or(0);
         let handed = node.member.take_answers();
@@ -99,7 +99,7 @@ impl World {
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(t);
         let request = Request {
-            session: Default::default(),
+            session: ask.session,
             delay: Duration::from_millis(ask.delay_ms),
             kind: ask.kind,
             name: ask.name,
@@ -272,6 +272,7 @@ impl World {
                 call: call_sent,
                 sent: t,
                 renewing,
+                session: None,
             },
         );
         let msg = match call {
@@ -413,6 +414,22 @@ impl World {
                 }
             }
             Msg::ForwardRelease { name, id } => self.speak_release(n, &name, id),
+            Msg::RenewSession { client, req, call } => self.session_call(n, client, req, call),
+            Msg::ForwardRenewSession {
+                from,
+                client,
+                req,
+                call,
+                node_digest,
+            } => self.speak_renew_session(n, from, (client, req), call, node_digest),
+            Msg::ForwardSessionReply {
+                client,
+                req,
+                result,
+                records,
+            } => self.session_forward_answered(n, client, (req, result), records),
+            Msg::CloseSession { id } => self.close_session(n, id),
+            Msg::ForwardCloseSession { id } => self.speak_close_session(n, id),
             Msg::Forgets { from, key, forgets } => self.take_forgets(n, from, key, forgets),
             Msg::ForgetAck { key } => self.forgets_answered(n, key, true),
             Msg::ReadReport {
@@ -429,7 +446,7 @@ impl World {
             Msg::Lost { ids } => {
                 self.nodes.get_mut(&n).expect("member").member.lost(ids);
             }
-            Msg::Reply { .. } => {}
+            Msg::Reply { .. } | Msg::SessionReply { .. } => {}
         }
     }
 }

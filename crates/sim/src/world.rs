@@ -309,6 +309,8 @@ impl World {
             }
             Event::ClientRenew(c, req) => self.client_renew(c, req),
             Event::RenewGiveUp(c, req) => self.renew_give_up(c, req),
+            Event::SessionRenew(c, req) => self.session_renew(c, req),
+            Event::SessionRenewGiveUp(c, req) => self.session_renew_give_up(c, req),
         }
     }
 

@@ -94,7 +94,10 @@ impl Table {
     }
 
     /// Ends the session `id` and every lock hanging off it, handing each
-    /// name on: the session's grant first, then its locks.
+    /// name on: the session's grant first, then its locks in the order of
+    /// their ids (not the index's hash order, which is seeded at random: the
+    /// fences the names are handed on with do not depend on it, and a
+    /// simulated seed replays).
     pub fn release_session(&mut self, id: LockId, now: MonoTime) -> Result<Vec<Lock>, LockError> {
         let name = self.session_name_of(id).ok_or(LockError::NotHeld)?;
         let session = self.release(&name, id, now)?;

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost|slow-reports|speaker-crashes]
-//!     [--sabotage RULE[,RULE...]] [--strict] [--copies C] [--kinds] [--delays] [--sets]
+//!     [--sabotage RULE[,RULE...]] [--strict] [--copies C] [--kinds] [--delays] [--sets] [--sessions]
 //!
 //! RULE: a switch of the protocol's `Sabotage` (guard, rebuild-retry,
 //! restart-wait, term-fence, reread, skip-rebuild, skip-copies, short-hold,
@@ -52,6 +52,7 @@ fn main() -> ExitCode {
     let kinds = args.iter().any(|a| a == "--kinds");
     let delays = args.iter().any(|a| a == "--delays");
     let sets = args.iter().any(|a| a == "--sets");
+    let sessions = args.iter().any(|a| a == "--sessions");
     let trace = args.iter().any(|a| a == "--trace");
     let (start, count) = match value("--reproduce") {
         Some(seed) => (seed, 1),
@@ -69,6 +70,7 @@ fn main() -> ExitCode {
         config.kinds = kinds;
         config.delays = delays;
         config.sets = sets;
+        config.sessions = sessions;
         if let Some(copies) = value("--copies") {
             let quorum = config.nodes / 2 + 1;
             if copies == 0 || copies > quorum {
@@ -97,7 +99,7 @@ fn main() -> ExitCode {
     println!(
         "{count} seeds from {start} ({scenario:?}{}): {:.0} s simulated, {} faults \
          ({} crashes, {} graceful stops, {} pauses, {} partitions, {} quorum blips), \
-         {} elections, {} failed rebuild attempts retried, {} step-downs, {} grants held; \
+         {} elections, {} failed rebuild attempts retried, {} step-downs, {} grants held{}; \
          {} overlaps ({} explained by rebuilds that missed as many members as copies); {} violations \
          (seeds with: {} overlaps, {} fence inversions, {} deposed grants, {} deposed open guards, {} lost locks, {} liveness); \
          {} renewed locks lost with as many members faulted as copies; \
@@ -118,6 +120,11 @@ fn main() -> ExitCode {
         totals.failed_rebuilds,
         totals.step_downs,
         totals.grants,
+        if sessions {
+            format!(" ({} of them locks of sessions)", totals.session_grants)
+        } else {
+            String::new()
+        },
         totals.overlaps,
         totals.explained,
         totals.violations,
@@ -154,6 +161,7 @@ struct Totals {
     failed_rebuilds: usize,
     step_downs: usize,
     grants: usize,
+    session_grants: usize,
     overlaps: usize,
     explained: usize,
     violations: usize,
@@ -182,6 +190,7 @@ impl Totals {
         self.failed_rebuilds += r.failed_rebuilds;
         self.step_downs += r.step_downs;
         self.grants += r.grants;
+        self.session_grants += r.session_grants;
         self.overlaps += r.overlaps;
         self.explained += r.explained;
         self.violations += r.violations;
