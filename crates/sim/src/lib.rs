@@ -13,7 +13,8 @@
 //! node, a network that loses, delays and reorders messages, nodes that
 //! crash, restart, pause, are cut off and shut down gracefully, clients
 //! that acquire, renew (moving to another node when theirs does not
-//! answer) and release, and a model of Raft as openraft 0.10.0-alpha.37
+//! answer) and release, or hold names in a session renewed as one
+//! (`--sessions`), and a model of Raft as openraft 0.10.0-alpha.37
 //! behaves, not as the guard wishes (`raft`): votes carry leases that
 //! followers honour and restarts and transfers lose, a leader keeps its
 //! term without a quorum, ReadIndex gives up after one leader lease.

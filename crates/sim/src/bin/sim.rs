@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost|slow-reports|speaker-crashes]
-//!     [--sabotage RULE[,RULE...]] [--strict] [--copies C] [--kinds] [--delays] [--sets] [--sessions]
+//!     [--sabotage RULE[,RULE...]] [--strict | --proceed] [--copies C] [--kinds] [--delays] [--sets] [--sessions]
 //!
 //! RULE: a switch of the protocol's `Sabotage` (guard, rebuild-retry,
 //! restart-wait, term-fence, reread, skip-rebuild, skip-copies, short-hold,
@@ -49,6 +49,8 @@ fn main() -> ExitCode {
         }
     }
     let strict = args.iter().any(|a| a == "--strict");
+    // Each seed draws its mode; these force one.
+    let proceed = args.iter().any(|a| a == "--proceed");
     let kinds = args.iter().any(|a| a == "--kinds");
     let delays = args.iter().any(|a| a == "--delays");
     let sets = args.iter().any(|a| a == "--sets");
@@ -66,7 +68,7 @@ fn main() -> ExitCode {
     for seed in start..start + count {
         let mut config = Config::scenario(seed, scenario);
         config.sabotage = sabotage;
-        config.strict |= strict;
+        config.strict = (config.strict || strict) && !proceed;
         config.kinds = kinds;
         config.delays = delays;
         config.sets = sets;
