@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::lock::{Fence, Kind, Lock, LockId, NodeId};
-use crate::session::{self, SessionIndex};
+use crate::session::SessionIndex;
 use crate::slots::{ById, Slot, Slots};
 use crate::time::MonoTime;
 
@@ -152,9 +152,14 @@ impl Held {
     }
 
     /// The digest of the ids of the locks recorded as hanging off the
-    /// session `id` ([`session::digest`]).
+    /// session `id` ([`crate::session::digest`]).
     pub fn session_digest(&self, id: LockId) -> u128 {
-        session::digest(self.sessions.of(id))
+        self.sessions.summary(id).1
+    }
+
+    /// How many locks are recorded as hanging off the session `id`.
+    pub fn session_count(&self, id: LockId) -> usize {
+        self.sessions.summary(id).0
     }
 
     /// The ids of the locks recorded as hanging off the session `id`, in

@@ -29,23 +29,29 @@ pub fn is_session_name(name: &str) -> bool {
     name.starts_with(SESSION_PREFIX)
 }
 
-/// The locks of each session, by the session's id: where a store finds
-/// what a session's renewal or end reaches.
+/// The locks of each session, by the session's id, with the digest of
+/// their ids kept as they come and go: where a store finds what a
+/// session's renewal or end reaches.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SessionIndex {
-    locks: HashMap<LockId, HashSet<LockId>>,
+    locks: HashMap<LockId, (HashSet<LockId>, u128)>,
 }
 
 impl SessionIndex {
     /// Notes that `lock` hangs off `session`.
     pub(crate) fn add(&mut self, session: LockId, lock: LockId) {
-        self.locks.entry(session).or_default().insert(lock);
+        let (locks, digest) = self.locks.entry(session).or_default();
+        if locks.insert(lock) {
+            *digest ^= lock.as_u128();
+        }
     }
 
     /// Notes that `lock` no longer hangs off `session`.
     pub(crate) fn remove(&mut self, session: LockId, lock: LockId) {
-        if let Some(locks) = self.locks.get_mut(&session) {
-            locks.remove(&lock);
+        if let Some((locks, digest)) = self.locks.get_mut(&session) {
+            if locks.remove(&lock) {
+                *digest ^= lock.as_u128();
+            }
             if locks.is_empty() {
                 self.locks.remove(&session);
             }
@@ -54,7 +60,19 @@ impl SessionIndex {
 
     /// The ids of the locks hanging off `session`, in no order.
     pub(crate) fn of(&self, session: LockId) -> impl Iterator<Item = LockId> + '_ {
-        self.locks.get(&session).into_iter().flatten().copied()
+        self.locks
+            .get(&session)
+            .into_iter()
+            .flat_map(|(locks, _)| locks)
+            .copied()
+    }
+
+    /// How many locks hang off `session`, and the digest of their ids
+    /// ([`digest`]).
+    pub(crate) fn summary(&self, session: LockId) -> (usize, u128) {
+        self.locks
+            .get(&session)
+            .map_or((0, 0), |(locks, digest)| (locks.len(), *digest))
     }
 
     pub(crate) fn clear(&mut self) {

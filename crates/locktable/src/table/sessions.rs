@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::error::{AcquireError, LockError};
 use crate::lock::{Lock, LockId, NodeId};
-use crate::session::{self, is_session_name};
+use crate::session::is_session_name;
 use crate::slots::Slot;
 use crate::time::MonoTime;
 
@@ -21,7 +21,7 @@ pub struct SessionRenewed {
     pub session: Lock,
     /// How many locks hang off it.
     pub locks: usize,
-    /// The digest of their ids ([`session::digest`]).
+    /// The digest of their ids ([`crate::session::digest`]).
     pub digest: u128,
     /// The locks that were held through another node than the renewing
     /// one: that node, and when its record of the lock ends (ended or not).
@@ -43,16 +43,14 @@ impl Table {
         let name = self.session_name_of(id).ok_or(LockError::NotHeld)?;
         let renewed = self.renew(&name, id, lease, node, now)?;
         let mut moved_from = Vec::new();
-        let mut ids: Vec<LockId> = self.sessions.of(id).collect();
-        ids.sort_unstable();
         let mut pushed = Vec::new();
-        for lock in &ids {
-            let Some(at) = self.slots.find(lock) else {
+        for lock in self.sessions.of(id) {
+            let Some(at) = self.slots.find(&lock) else {
                 continue;
             };
             let slot = self.slots.get_mut(at).expect("found");
             if slot.node != node {
-                moved_from.push((*lock, slot.node, slot.expires));
+                moved_from.push((lock, slot.node, slot.expires));
                 slot.node = node;
             }
             let before = slot.expires;
@@ -62,10 +60,13 @@ impl Table {
             }
         }
         self.expiries.extend(pushed);
+        // In id order, not the index's: the same in every process.
+        moved_from.sort_unstable();
+        let (locks, digest) = self.sessions.summary(id);
         Ok(SessionRenewed {
             session: renewed,
-            locks: ids.len(),
-            digest: session::digest(ids),
+            locks,
+            digest,
             moved_from,
         })
     }

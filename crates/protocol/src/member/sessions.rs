@@ -176,8 +176,7 @@ impl Member {
     /// The digest of the locks of the session `id` this member records for
     /// its clients, if it records any: what a renewal through it sends.
     pub fn session_digest(&self, id: LockId) -> Option<u128> {
-        let locks = self.held.session_locks(id);
-        (!locks.is_empty()).then(|| locktable::session::digest(locks))
+        (self.held.session_count(id) > 0).then(|| self.held.session_digest(id))
     }
 
     /// A session's renewal the speaker answered to a call this member
