@@ -249,14 +249,7 @@ impl Transport for Embedded {
         Box::pin(async move {
             let started = tokio::time::Instant::now();
             let node = &self.node;
-            let view = |lock: &Lock, locks| {
-                leasehold_api::SessionView::from_lock(
-                    lock,
-                    locks,
-                    node.clock.now(),
-                    node.clock.wall_ms(),
-                )
-            };
+            let view = |lock: &Lock, locks| node.session_view(lock, locks);
             let (session, held) = match call {
                 SessionCall::Open(body) => {
                     let lock = within(timeout, node.open_session(body)).await?;

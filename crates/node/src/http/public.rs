@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use leasehold_api::{
     millis_floor, parse_body, read_body, AcquireBody, AddMemberBody, ClusterAnswer, ErrorCode,
     ListQuery, LockAnswer, LocksAnswer, MemberChange, ReleaseBody, RenewBody, SessionAnswer,
-    SessionBody, SessionClosed, SessionOpenBody, SessionView, Watch,
+    SessionBody, SessionClosed, SessionOpenBody, Watch,
 };
 use locktable::Lock;
 use tokio::time::Instant;
@@ -210,11 +210,6 @@ async fn renew(
     Ok(answer(&node, &lock))
 }
 
-/// A session as the API shows it, on this node's clock.
-fn session_view(node: &Node, session: &Lock, locks: Option<u64>) -> SessionView {
-    SessionView::from_lock(session, locks, node.clock.now(), node.clock.wall_ms())
-}
-
 async fn open_session(
     State(node): State<Shared>,
     bytes: Result<Bytes, BytesRejection>,
@@ -223,7 +218,7 @@ async fn open_session(
     let request: SessionOpenBody = body(&bytes)?;
     let session = node.open_session(request).await?;
     Ok(Json(SessionAnswer {
-        session: session_view(&node, &session, None),
+        session: node.session_view(&session, None),
         served_ms: millis_floor(received.elapsed()),
         held: None,
     }))
@@ -237,7 +232,7 @@ async fn renew_session(
     let request: SessionBody = body(&bytes)?;
     let renewed = node.renew_session(request).await?;
     Ok(Json(SessionAnswer {
-        session: session_view(&node, &renewed.session, Some(renewed.locks)),
+        session: node.session_view(&renewed.session, Some(renewed.locks)),
         served_ms: millis_floor(received.elapsed()),
         held: renewed
             .held
@@ -252,7 +247,7 @@ async fn close_session(
     let request: SessionBody = body(&bytes)?;
     let (session, released) = node.close_session(request).await?;
     Ok(Json(SessionClosed {
-        session: session_view(&node, &session, Some(released)),
+        session: node.session_view(&session, Some(released)),
         released,
     }))
 }

@@ -36,6 +36,16 @@ impl Node {
         LockView::from_lock(lock, self.clock.now(), self.wall_ms())
     }
 
+    /// A session as this node shows it to a client, with how many locks
+    /// hang off it if counted.
+    pub(crate) fn session_view(
+        &self,
+        session: &Lock,
+        locks: Option<u64>,
+    ) -> leasehold_api::SessionView {
+        leasehold_api::SessionView::from_lock(session, locks, self.clock.now(), self.wall_ms())
+    }
+
     /// A request waiting for a lock, as people see it.
     pub(crate) fn queued_view(&self, queued: &locktable::Queued) -> leasehold_api::QueuedView {
         leasehold_api::QueuedView::from_queued(queued, self.clock.now(), self.wall_ms())

@@ -4,7 +4,7 @@ use crate::common::*;
 
 use std::time::Duration;
 
-use leasehold_protocol::{Forwarded, MemberRead, RebuildInput, RebuildMode, Refusal};
+use leasehold_protocol::{Forwarded, RebuildMode, Refusal};
 use locktable::{Acquired, LockInTransit};
 
 fn delayed_in_transit(id: u128, lease: Duration, delay: Duration) -> LockInTransit {
@@ -49,29 +49,14 @@ fn a_late_renewal_refused_keeps_the_record_that_closes_the_name() {
     let reported = m2.own_report(now);
     let mut s = member(3, RebuildMode::Proceed);
     s.drop_table(Some(2), now);
-    let input = RebuildInput {
-        term: 2,
-        generation: s.generation(),
-        reads: [2, 3]
-            .into_iter()
-            .map(|member| MemberRead {
-                member,
-                max_lease: MAX_LEASE,
-                copies: 2,
-                uptime: None,
-                locks: if member == 2 {
-                    reported.clone()
-                } else {
-                    vec![]
-                },
-                departed: Vec::new(),
-            })
-            .collect(),
-        missing: vec![1],
-        took: Duration::ZERO,
-    };
+    rebuild_reading(
+        &mut s,
+        2,
+        vec![(2, reported), (3, Vec::new())],
+        vec![1],
+        now,
+    );
     let guard = leading(2, now);
-    s.rebuild(input, &guard, now).unwrap();
     let got = s.acquire(request("jobs/1", 9, 3), &guard, now);
     assert!(
         matches!(got, Err(Refusal::Held(_))),

@@ -7,7 +7,7 @@ use crate::common::*;
 
 use std::time::Duration;
 
-use leasehold_protocol::{Forwarded, MemberRead, RebuildInput, RebuildMode, SessionRenewal};
+use leasehold_protocol::{Forwarded, RebuildMode, SessionRenewal};
 use locktable::{session_name, Acquired, Lock, LockId, Request};
 
 fn grant(m: &mut leasehold_protocol::Member, request: Request, now: locktable::MonoTime) -> Lock {
@@ -90,28 +90,8 @@ fn a_session_renewed_through_its_node_keeps_every_lock_past_a_speaker_crash() {
     let now = at(20_000);
     let mut s3 = member(3, RebuildMode::Proceed);
     s3.drop_table(Some(2), now);
-    let input = RebuildInput {
-        term: 2,
-        generation: s3.generation(),
-        reads: [2, 3]
-            .into_iter()
-            .map(|member| MemberRead {
-                member,
-                max_lease: MAX_LEASE,
-                copies: 2,
-                uptime: None,
-                locks: if member == 2 {
-                    m2.own_report(now)
-                } else {
-                    Vec::new()
-                },
-                departed: Vec::new(),
-            })
-            .collect(),
-        missing: vec![1],
-        took: Duration::ZERO,
-    };
-    s3.rebuild(input, &leading(2, now), now).expect("rebuilt");
+    let reads = vec![(2, m2.own_report(now)), (3, Vec::new())];
+    rebuild_reading(&mut s3, 2, reads, vec![1], now);
     for name in ["a", "b"] {
         let lock = s3.get(name, &leading(2, now), now).unwrap().expect(name);
         assert_eq!(lock.session, Some(session.id));
@@ -236,28 +216,8 @@ fn a_renewal_whose_records_end_on_the_way_keeps_the_lock_on_record() {
     let now = at(18_500);
     let mut s3 = m3;
     s3.drop_table(Some(2), now);
-    let input = RebuildInput {
-        term: 2,
-        generation: s3.generation(),
-        reads: [2, 3]
-            .into_iter()
-            .map(|member| MemberRead {
-                member,
-                max_lease: MAX_LEASE,
-                copies: 2,
-                uptime: None,
-                locks: if member == 2 {
-                    m2.own_report(now)
-                } else {
-                    s3.own_report(now)
-                },
-                departed: Vec::new(),
-            })
-            .collect(),
-        missing: vec![1],
-        took: Duration::ZERO,
-    };
-    s3.rebuild(input, &leading(2, now), now).expect("rebuilt");
+    let reads = vec![(2, m2.own_report(now)), (3, s3.own_report(now))];
+    rebuild_reading(&mut s3, 2, reads, vec![1], now);
     assert!(
         s3.get("a", &leading(2, now), now).unwrap().is_some(),
         "the lock its client holds to 19.99 s is on record"

@@ -53,12 +53,30 @@ pub fn speaker(id: u64, term: u64, now: MonoTime, missing: Vec<u64>, mode: Rebui
     let reads = [1, 2, 3]
         .into_iter()
         .filter(|r| !missing.contains(r))
-        .map(|r| MemberRead {
-            member: r,
+        .map(|r| (r, Vec::new()))
+        .collect();
+    rebuild_reading(&mut m, term, reads, missing, now);
+    m
+}
+
+/// Rebuilds `m`, its table dropped for `term`, as the speaker of `term`
+/// at `now`: each member of `reads` read with its report (every one with
+/// `--copies 2` and the longest lease), `missing` not read.
+pub fn rebuild_reading(
+    m: &mut Member,
+    term: u64,
+    reads: Vec<(u64, Vec<Lock>)>,
+    missing: Vec<u64>,
+    now: MonoTime,
+) {
+    let reads = reads
+        .into_iter()
+        .map(|(member, locks)| MemberRead {
+            member,
             max_lease: MAX_LEASE,
             copies: 2,
             uptime: None,
-            locks: Vec::new(),
+            locks,
             departed: Vec::new(),
         })
         .collect();
@@ -70,7 +88,6 @@ pub fn speaker(id: u64, term: u64, now: MonoTime, missing: Vec<u64>, mode: Rebui
         took: Duration::ZERO,
     };
     m.rebuild(input, &leading(term, now), now).expect("rebuilt");
-    m
 }
 
 pub fn request(name: &str, id: u128, node: u64) -> Request {
