@@ -149,10 +149,29 @@ async fn an_unrenewed_session_lapses_with_all_its_locks() {
 /// (so every lock's record holds only by the session's renewals), one held
 /// through a follower and one through the speaker, then the speaker killed.
 /// The next speaker keeps every lock, and the sessions renew on.
+///
+/// From protocol 7 the speaker's own session's locks are renewed at their
+/// copy holder by the session's copy; below, copied again one by one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_speaker_crash_loses_no_lock_of_a_renewed_session() {
-    let mut cluster = Cluster::start(3).await;
-    cluster.wait_protocol(SPEAKS).await;
+    speaker_crash_after_renewals(SPEAKS).await;
+}
+
+/// As [`a_speaker_crash_loses_no_lock_of_a_renewed_session`], the cluster
+/// held at protocol 6 (sessions, without renewals by the session's copy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speaker_crash_loses_no_lock_of_a_renewed_session_at_protocol_6() {
+    speaker_crash_after_renewals(6).await;
+}
+
+async fn speaker_crash_after_renewals(protocol: u64) {
+    let args = if protocol == SPEAKS {
+        Vec::new()
+    } else {
+        vec!["--protocol".to_owned(), protocol.to_string()]
+    };
+    let mut cluster = Cluster::start_each(3, &[], |_| args.clone()).await;
+    cluster.wait_protocol(protocol).await;
     let (speaker, _) = cluster.speaker().await;
     let f = followers(&cluster, speaker);
     let far = open(&cluster, f[0], 8000).await;

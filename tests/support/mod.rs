@@ -21,12 +21,12 @@ const STARTED: &str = "--- started ---\n";
 pub const TOKEN: &str = "test-token-0123456789";
 
 /// The protocol version this build speaks.
-pub const SPEAKS: u64 = 6;
+pub const SPEAKS: u64 = 7;
 
 /// The protocol header a peer request made by a test carries: this
 /// build's, in a cluster that agreed on it (a request without it is an
 /// earlier build's, refused once the cluster agreed).
-pub const PROTOCOL_STAMP: &str = "speaks=6; cluster=6";
+pub const PROTOCOL_STAMP: &str = "speaks=7; cluster=7";
 
 /// Generous: correctness is asserted, not speed.
 pub const PATIENCE: Duration = Duration::from_secs(30);

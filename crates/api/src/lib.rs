@@ -58,7 +58,7 @@ pub use request::{
 };
 pub use sessions::{
     ForwardCloseSession, ForwardOpenSession, ForwardRenewSession, SessionAnswer, SessionClosed,
-    SessionRenewed, SessionView,
+    SessionCopied, SessionCopy, SessionRenewed, SessionView,
 };
 pub use time::format_rfc3339_ms;
 

@@ -27,6 +27,9 @@ pub const FORGET: &str = "/internal/forget";
 pub const LOST: &str = "/internal/lost";
 /// [`Copies`](crate::Copies) → `{}`.
 pub const COPIES: &str = "/internal/copies";
+/// [`SessionCopy`](crate::SessionCopy) → [`SessionCopied`](crate::SessionCopied):
+/// a session's grant renewed, renewing the member's copies of its locks.
+pub const SESSION_COPY: &str = "/internal/session-copy";
 /// [`Handover`](crate::Handover) → `{}`: a member that is leaving hands
 /// its records to the speaker, which copies each live lock again to the
 /// members staying.

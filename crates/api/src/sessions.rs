@@ -136,3 +136,27 @@ pub struct SessionRenewed {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub records: Option<Vec<PeerLock>>,
 }
+
+/// The speaker's copy of a session's grant, renewed, for a member that
+/// copies the session's locks: the member renews its copies of them to the
+/// session's end if it keeps exactly the locks counted here (protocol 7).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCopy {
+    /// The sending speaker's term: a member that has seen a newer term
+    /// refuses the copy.
+    pub term: u64,
+    /// The session's grant, as it left the speaker.
+    pub session: PeerLock,
+    /// How many locks hang off the session in the speaker's table.
+    pub locks: u64,
+    /// The digest of their ids (32 hexadecimal digits).
+    pub digest: String,
+}
+
+/// A member's answer to a [`SessionCopy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCopied {
+    /// Whether it renewed its copies (it kept exactly the locks counted);
+    /// if not, it kept nothing, and the speaker sends every lock as a copy.
+    pub followed: bool,
+}

@@ -142,13 +142,30 @@ impl Held {
         if !self.renewed(id, lease, sent) {
             return false;
         }
-        let session = self.get(id).expect("renewed");
+        self.follow_session(id);
+        true
+    }
+
+    /// Records `session`, a session's grant (renewed), as [`Held::record`]
+    /// does, and gives every lock recorded as hanging off it the session's
+    /// recorded end.
+    pub fn record_session(&mut self, session: Lock) {
+        let id = session.id;
+        self.record(session);
+        self.follow_session(id);
+    }
+
+    /// Gives every lock recorded as hanging off the session `id` the end of
+    /// the session's record.
+    fn follow_session(&mut self, id: LockId) {
+        let Some(session) = self.get(id) else {
+            return;
+        };
         for lock in self.sessions.of(id) {
             if let Some(slot) = self.locks.find(&lock).and_then(|at| self.locks.get_mut(at)) {
                 slot.follow(&session);
             }
         }
-        true
     }
 
     /// The digest of the ids of the locks recorded as hanging off the

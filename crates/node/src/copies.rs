@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{PeerLock, MAX_BODY_BYTES};
-use leasehold_protocol::{Made, RecordOut, COPY_TIMEOUT};
+use leasehold_protocol::{Made, RecordOut, SessionLocks, COPY_TIMEOUT};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, MonoTime, NodeId};
 
@@ -44,7 +44,9 @@ impl Node {
                 match out {
                     RecordOut::Copy(member) => {
                         let term = recording.term();
-                        sent.push(self.copy_one(member, lock.clone(), term, noted));
+                        let by_session =
+                            recording.session_locks().filter(|_| self.session_copies());
+                        sent.push(self.copy_one(member, lock.clone(), term, noted, by_session));
                     }
                     RecordOut::Decided(decided) => return decided.map_err(|r| self.refused(r)),
                 }
@@ -65,15 +67,21 @@ impl Node {
     }
 
     /// Sends one copy to `member` (noted at `noted` as a member that may
-    /// keep it) in the next batch of its lane; answers whether it
-    /// acknowledged in time.
+    /// keep it) in the next batch of its lane, or, for a session's grant
+    /// whose locks it may renew in place (`by_session`), as a session's
+    /// copy; answers whether it acknowledged in time.
     async fn copy_one(
         &self,
         member: NodeId,
         lock: Lock,
         term: u64,
         noted: MonoTime,
+        by_session: Option<SessionLocks>,
     ) -> (NodeId, bool) {
+        if let Some(locks) = by_session {
+            let acked = self.copy_session(member, lock, term, noted, locks).await;
+            return (member, acked);
+        }
         let Some(to) = self
             .roster()
             .addr(member)

@@ -25,6 +25,7 @@ mod queue;
 mod report;
 mod roster;
 mod service;
+mod session_copies;
 mod sessions;
 mod speak;
 mod speaker;

@@ -102,6 +102,7 @@ impl Node {
                 node: self.id(),
                 digest: self.state().member.session_digest(id),
                 client_digest,
+                session_copies: self.session_copies(),
             };
             let renewed = self.speak_renew_session(renewal).await?;
             let held = client_digest
@@ -237,8 +238,8 @@ impl Node {
     }
 
     /// Renews a session as the speaker, and answers once the session (and,
-    /// where copies are needed, every lock of it) is on record with enough
-    /// members.
+    /// where copies are needed, every lock of it: by the session's copy from
+    /// protocol 7, one by one before) is on record with enough members.
     pub(crate) async fn speak_renew_session(
         &self,
         renewal: SessionRenewal,
@@ -325,6 +326,7 @@ impl Node {
                     node: renew.node,
                     digest: digest(&renew.node_digest)?,
                     client_digest: digest(&renew.client_digest)?,
+                    session_copies: self.session_copies(),
                 };
                 let renewed = self.speak_renew_session(renewal).await?;
                 Ok(ForwardAnswer::Session(SessionRenewed {

@@ -24,7 +24,7 @@ mod sessions;
 mod speaker;
 mod terms;
 
-pub use copying::{Copying, OnRecord};
+pub use copying::{Copying, OnRecord, SessionLocks};
 pub use recording::{RecordOut, Recording};
 pub use sessions::{RenewedSession, SessionRenewal};
 

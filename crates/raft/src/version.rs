@@ -50,7 +50,9 @@ pub type Protocol = u16;
 /// - 3: shared locks and semaphores ([`LOCK_KINDS`]).
 /// - 4: sets of names granted together ([`LOCK_SETS`]).
 /// - 5: lock-delays ([`LOCK_DELAYS`]).
-pub const SPEAKS: Protocol = 6;
+/// - 6: sessions ([`SESSIONS`]).
+/// - 7: copies renewed by session ([`SESSION_COPIES`]).
+pub const SPEAKS: Protocol = 7;
 
 /// The version from which a lock's data may change after its grant (a
 /// renewal with data: proclaim): locks crossing between members carry
@@ -89,6 +91,14 @@ pub const LOCK_DELAYS: Protocol = 5;
 /// it would free them while their session runs). A cluster below it refuses
 /// sessions (`503 upgrading`) until every member speaks it.
 pub const SESSIONS: Protocol = 6;
+
+/// The version from which the speaker renews a member's copies of a
+/// session's locks with one message (the session's grant and the digest of
+/// its locks' ids), the member extending its copies in memory when its
+/// digest matches, rather than copying every lock again (a member of an
+/// earlier build would take the message for nothing, 404, and the locks
+/// would go unrenewed there). Below it, every lock is copied again.
+pub const SESSION_COPIES: Protocol = 7;
 
 /// The lowest cluster version this build runs in.
 pub const OLDEST: Protocol = 0;

@@ -97,6 +97,7 @@ impl World {
             node: from,
             digest,
             client_digest: call.client_digest,
+            session_copies: false,
         };
         let renewed = node.member.renew_session(renewal, &guard, now);
         self.handed_over(n);

@@ -51,6 +51,7 @@ pub(super) fn router(node: Shared) -> Router {
         .route(routes::FORGET, post(internal_forget))
         .route(routes::LOST, post(internal_lost))
         .route(routes::COPIES, post(internal_copies))
+        .route(routes::SESSION_COPY, post(internal_session_copy))
         .route(routes::IDENTITY, post(internal_identity))
         .route(routes::MEMBERS, post(internal_members))
         .route(routes::JOIN, post(internal_join))
@@ -357,6 +358,16 @@ async fn internal_copies(
     let batch: leasehold_api::Copies = peer_body(&bytes)?;
     node.take_copies(batch.term, batch.locks)?;
     Ok(Json(serde_json::json!({})))
+}
+
+/// The speaker's copy of a session's grant: answers whether this member
+/// renewed its copies of the session's locks with it.
+async fn internal_session_copy(
+    State(node): State<Shared>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Json<leasehold_api::SessionCopied>, ApiError> {
+    let copy: leasehold_api::SessionCopy = peer_body(&bytes)?;
+    Ok(Json(node.take_session_copy(copy)?))
 }
 
 /// A leaving member hands its records over: each live lock is copied

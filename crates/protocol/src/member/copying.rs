@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use locktable::{Lock, LockId, MonoTime, NodeId, Table};
+use locktable::{is_session_name, Lock, LockId, MonoTime, NodeId, Table};
 
 use crate::copies::{CopyRound, CopyStep, COPY_TIMEOUT};
 use crate::guard::Guard;
@@ -26,6 +26,21 @@ pub struct OnRecord {
     /// Whether copies were skipped (sabotaged) when it began: read once,
     /// so a switch flipped meanwhile changes nothing of this grant.
     pub(crate) skip_copies: bool,
+    /// For a session's grant: how many locks hang off the session, and
+    /// the digest of their ids, as the table had them when the last copies
+    /// were noted as sent (every one of those locks noted with them).
+    pub(crate) session_locks: Option<SessionLocks>,
+}
+
+/// How many locks hang off a session, and the digest of their ids
+/// ([`locktable::session::digest`]): what a copy holder compares with its
+/// own copies of them before it renews them in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLocks {
+    /// How many locks.
+    pub count: usize,
+    /// The digest of their ids.
+    pub digest: u128,
 }
 
 impl OnRecord {
@@ -38,6 +53,12 @@ impl OnRecord {
     /// The members that acknowledged a copy.
     pub fn acked(&self) -> &[NodeId] {
         self.round.acked()
+    }
+
+    /// For a session's grant, its locks as noted with the last copies sent
+    /// ([`Member::copy_sent`]): what a copy of the session renews in place.
+    pub fn session_locks(&self) -> Option<SessionLocks> {
+        self.session_locks
     }
 }
 
@@ -79,6 +100,7 @@ impl Member {
             made,
             out: BTreeSet::new(),
             skip_copies: self.config.sabotage.skip_copies,
+            session_locks: None,
         };
         let first = match made.term {
             Some(_) if !job.skip_copies => job.round.start(),
@@ -88,7 +110,7 @@ impl Member {
             return (job, Copying::Decide);
         }
         for &member in &first {
-            self.copy_sent(member, lock, now);
+            job.session_locks = self.copy_sent(member, lock, now);
             job.out.insert(member);
         }
         (job, Copying::Send(first))
@@ -117,7 +139,7 @@ impl Member {
         match job.round.answered(member, acked) {
             CopyStep::Wait => Copying::Wait,
             CopyStep::SendTo(next) => {
-                self.copy_sent(next, lock, now);
+                job.session_locks = self.copy_sent(next, lock, now);
                 job.out.insert(next);
                 Copying::Send(vec![next])
             }
@@ -129,9 +151,52 @@ impl Member {
     /// one: a release of it is passed on there too. Its lease there is
     /// counted from its arrival, at most a copy's timeout after it is
     /// sent, and it is sent within that of `now`.
-    pub fn copy_sent(&mut self, member: NodeId, lock: &Lock, now: MonoTime) {
+    ///
+    /// A copy of a session's grant may renew the member's copies of every
+    /// lock of the session ([`Member::take_session_copy`]): each lock the
+    /// table has in the session is noted too, to the session's end, and
+    /// their count and digest are answered, to be sent with the copy (the
+    /// member renews its copies only if it keeps exactly those locks, so
+    /// none it renews goes unnoted here).
+    pub fn copy_sent(
+        &mut self,
+        member: NodeId,
+        lock: &Lock,
+        now: MonoTime,
+    ) -> Option<SessionLocks> {
         let until = lock.expires + Table::FORGET_MARGIN + 2 * COPY_TIMEOUT;
         self.note_other_record(lock.id, member, until, now);
+        if !is_session_name(&lock.name) {
+            return None;
+        }
+        let ids: Vec<LockId> = self.table.session_lock_ids(lock.id).collect();
+        for id in ids {
+            self.note_other_record(id, member, until, now);
+        }
+        let (count, digest) = self.table.session_summary(lock.id);
+        Some(SessionLocks { count, digest })
+    }
+
+    /// The session `id`'s grant and every lock of it as the table has them
+    /// at `now`, to be sent to `member` as copies (its copies of the
+    /// session's locks were not the table's: [`Member::take_session_copy`]),
+    /// each noted as sent ([`Member::copy_sent`]) before it leaves. Empty
+    /// if the table no longer holds the session.
+    pub fn session_copies(&mut self, id: LockId, member: NodeId, now: MonoTime) -> Vec<Lock> {
+        let session = self
+            .table
+            .session_name_of(id)
+            .and_then(|name| self.table.grant_of(&name, id, now));
+        let Some(session) = session else {
+            return Vec::new();
+        };
+        let mut locks = self.table.session_locks(id);
+        self.copy_sent(member, &session, now);
+        for lock in &locks {
+            self.copy_sent(member, lock, now);
+        }
+        locks.insert(0, session);
+        locks
     }
 
     /// Whether the lock of `job` may be answered to its client now: enough

@@ -74,6 +74,12 @@ impl Recording {
         self.job.acked()
     }
 
+    /// For a session's grant, its locks as noted with the copies last sent
+    /// ([`OnRecord::session_locks`]).
+    pub fn session_locks(&self) -> Option<super::SessionLocks> {
+        self.job.session_locks()
+    }
+
     /// The next thing to do, if any.
     pub fn poll(&mut self) -> Option<RecordOut> {
         self.out.pop_front()

@@ -8,7 +8,7 @@ use locktable::{HeldLock, Lock, LockId, LockInTransit, MonoTime};
 
 use crate::refusal::Refusal;
 
-use super::{Forwarded, Member};
+use super::{Forwarded, Member, SessionLocks};
 
 impl Member {
     /// Records in this member's `Held` a lock its client was granted (or
@@ -168,17 +168,55 @@ impl Member {
         seen: u64,
         now: MonoTime,
     ) -> Result<(), Refusal> {
+        self.copies_taken(term, seen)?;
+        for lock in locks {
+            if !self.table.is_forgotten(lock.id, now) {
+                self.copies.record(lock);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the copy of a session's grant sent by the speaker of `term`,
+    /// and renews this member's copies of every lock of the session to the
+    /// session's end, if it keeps exactly the locks the speaker noted
+    /// (`locks`: their count and digest): answers whether it did. If it
+    /// keeps others, nothing is kept (`false`): the speaker sends the
+    /// session's grant and every lock of it as copies instead. Refused as
+    /// [`Member::take_copies`] is; a session whose release was heard of
+    /// stays released (`true`: nothing more to send).
+    pub fn take_session_copy(
+        &mut self,
+        term: u64,
+        session: Lock,
+        locks: SessionLocks,
+        seen: u64,
+        now: MonoTime,
+    ) -> Result<bool, Refusal> {
+        self.copies_taken(term, seen)?;
+        if self.table.is_forgotten(session.id, now) {
+            return Ok(true);
+        }
+        let kept = SessionLocks {
+            count: self.copies.session_count(session.id),
+            digest: self.copies.session_digest(session.id),
+        };
+        if kept != locks {
+            return Ok(false);
+        }
+        self.copies.record_session(session);
+        Ok(true)
+    }
+
+    /// Refuses copies from the speaker of `term` if this member is stopping
+    /// or has seen a newer term (`seen`, Raft's) or been read by one.
+    fn copies_taken(&self, term: u64, seen: u64) -> Result<(), Refusal> {
         if self.stopping {
             return Err(Refusal::Stopping);
         }
         let seen = seen.max(self.read_by);
         if term < seen {
             return Err(Refusal::StaleCopies { term, seen });
-        }
-        for lock in locks {
-            if !self.table.is_forgotten(lock.id, now) {
-                self.copies.record(lock);
-            }
         }
         Ok(())
     }

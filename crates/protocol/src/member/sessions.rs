@@ -29,6 +29,11 @@ pub struct SessionRenewal {
     pub digest: Option<u128>,
     /// The digest of the locks the client holds in the session, if it said.
     pub client_digest: Option<u128>,
+    /// Whether the members copying the session's locks renew them by the
+    /// session's copy (protocol [`leasehold_raft`]'s `SESSION_COPIES`):
+    /// then the locks are not copied one by one, and their records are
+    /// answered only where they differ.
+    pub session_copies: bool,
 }
 
 /// What the speaker answers a session's renewal.
@@ -41,11 +46,12 @@ pub struct RenewedSession {
     /// Every lock of the session as the table has it, renewed: given when
     /// the renewing node's records are not the table's (their digests
     /// differ: a lock taken through another node, or lost), or when the
-    /// locks must be copied (this member's own client, or `--copies` over
-    /// two). `None` when the renewing node extends its own records.
+    /// locks must be copied one by one (copies needed, and not renewed by
+    /// the session's copy). `None` when the renewing node extends its own
+    /// records.
     pub records: Option<Vec<Lock>>,
-    /// Whether each lock is to be put on record again, as the session is
-    /// (copies needed: this member's own client, or `--copies` over two).
+    /// Whether each lock in `records` is to be put on record again, as the
+    /// session is (copies needed, and not renewed by the session's copy).
     pub copied: bool,
 }
 
@@ -69,6 +75,7 @@ impl Member {
             node,
             digest,
             client_digest,
+            session_copies,
         } = renewal;
         self.speaker(guard, now)?;
         let before = self
@@ -98,9 +105,14 @@ impl Member {
         let own = node == self.config.id;
         let differs = digest.unwrap_or(0) != renewed.digest
             || client_digest.is_some_and(|d| d != renewed.digest);
-        let copied = self.copy_round(node).needed() > 0;
-        let records = (own || differs || copied).then(|| self.table.session_locks(id));
-        if own {
+        let copied = self.copy_round(node).needed() > 0 && !session_copies;
+        let own_differs = own
+            && (self.held.session_count(id), self.held.session_digest(id))
+                != (renewed.locks, renewed.digest);
+        let records = (differs || copied || own_differs).then(|| self.table.session_locks(id));
+        if own && !own_differs {
+            self.held.record_session(renewed.session.clone());
+        } else if own {
             self.held.record(renewed.session.clone());
             let mut gone: BTreeSet<LockId> = self.held.session_locks(id).into_iter().collect();
             for lock in records.iter().flatten() {
@@ -120,7 +132,7 @@ impl Member {
             session: renewed.session,
             locks: renewed.locks,
             records,
-            copied: own || copied,
+            copied,
         };
         Ok((answer, self.made()))
     }

@@ -10,4 +10,5 @@ mod named;
 mod reading;
 mod recording;
 mod rules;
+mod session_copies;
 mod sessions;

@@ -63,6 +63,7 @@ fn a_session_renewed_through_its_node_keeps_every_lock_past_a_speaker_crash() {
             node: 2,
             digest: m2.session_digest(session.id),
             client_digest: None,
+            session_copies: false,
         };
         let (renewed, _) = s1
             .renew_session(renewal, &leading(1, at(t)), at(t))
@@ -116,6 +117,7 @@ fn renew_via(
         node,
         digest: m.session_digest(sid),
         client_digest: None,
+        session_copies: false,
     };
     let (renewed, _) = s
         .renew_session(renewal, &leading(1, at(sent)), at(sent))
@@ -154,6 +156,7 @@ fn renew_once_more(
         node: m.id(),
         digest: m.session_digest(sid),
         client_digest: None,
+        session_copies: false,
     };
     let (renewed, _) = s
         .renew_session(renewal, &leading(1, at(sent)), at(sent))
@@ -290,6 +293,7 @@ fn a_session_renewal_does_not_keep_a_grant_nobody_heard_of() {
         node: 1,
         digest: None,
         client_digest: None,
+        session_copies: false,
     };
     s1.renew_session(renewal, &leading(1, at(100)), at(100))
         .unwrap();
@@ -373,6 +377,7 @@ fn a_sessions_lock_follows_its_renewal_unless_sabotaged() {
                 node: 2,
                 digest: Some(locktable::session::digest([lock.id])),
                 client_digest: None,
+                session_copies: false,
             };
             let (renewed, _) = s1
                 .renew_session(renewal, &leading(1, at(t)), at(t))
