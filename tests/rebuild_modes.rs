@@ -226,3 +226,77 @@ async fn a_strict_hold_covers_the_longest_lease_of_the_members_read_and_the_guar
         .await;
     assert_eq!(status, 503, "new grants are held back: {body}");
 }
+
+/// A session whose node the rebuild missed is taken back from that node's
+/// records when its client renews it there, as a plain lock is: the
+/// session and every lock of it, with their fences; rivals wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_mode_takes_a_session_back_from_its_nodes_records() {
+    let mut cluster = Cluster::start_with(
+        5,
+        &[
+            "--rebuild-mode",
+            "strict",
+            "--max-lease",
+            "5000",
+            "--default-lease",
+            "4000",
+        ],
+    )
+    .await;
+    cluster.wait_protocol(support::SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let others: Vec<u64> = cluster.others(speaker);
+    let (holder_node, other_node) = (others[0], others[1]);
+    let (status, opened) = cluster
+        .post_settled(holder_node, "/v1/sessions/open", json!({"ttl_ms": 5000}))
+        .await;
+    assert_eq!(status, 200, "{opened}");
+    let session = opened["session"]["id"].clone();
+    let mut locks = Vec::new();
+    for name in ["strict/s1", "strict/s2"] {
+        let lock = cluster
+            .must_acquire(holder_node, name, json!({"session": session}))
+            .await;
+        locks.push(lock);
+    }
+
+    failover_without(&mut cluster, speaker, holder_node).await;
+    cluster.resume(holder_node);
+    let renew = json!({"id": session});
+    let (status, body) = cluster
+        .post_settled(holder_node, "/v1/sessions/renew", renew.clone())
+        .await;
+    assert_eq!(status, 200, "the session is taken back: {body}");
+    assert_eq!(body["session"]["locks"], json!(2), "{body}");
+
+    // Renewed on as a client does, past the hold: every lock stays its own.
+    let renew_url = cluster.url(holder_node, "/v1/sessions/renew");
+    let http = cluster.http.clone();
+    let renewer = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            let status = http
+                .post(&renew_url)
+                .json(&renew)
+                .send()
+                .await
+                .map(|r| r.status().as_u16());
+            assert!(matches!(status, Ok(200)), "renewal failed: {status:?}");
+        }
+    });
+    let free = cluster
+        .must_acquire(other_node, "strict/free", json!({}))
+        .await;
+    assert!(fence(&free) > fence(&locks[1]));
+    for (name, lock) in ["strict/s1", "strict/s2"].iter().zip(&locks) {
+        let (status, body) = cluster
+            .post(other_node, "/v1/locks/acquire", json!({"name": name}))
+            .await;
+        assert_eq!(status, 409, "{name}: {body}");
+        assert_eq!(body["lock"]["id"], lock["id"], "{name}: {body}");
+        assert_eq!(body["lock"]["fence"], lock["fence"], "{name}: {body}");
+    }
+    assert!(!renewer.is_finished(), "every renewal succeeded");
+    renewer.abort();
+}

@@ -122,6 +122,10 @@ pub enum ForwardAnswer {
     Lock(PeerLock),
     /// A session renewed (protocol 6).
     Session(crate::SessionRenewed),
+    /// A session's renewal that carried the node's record of a session
+    /// the speaker's table lacks: send it again with the node's records of
+    /// the session's locks (protocol 7).
+    RecordsWanted,
     /// The call refused, as the speaker would answer it over HTTP.
     Refused(ErrorBody),
 }

@@ -113,6 +113,16 @@ pub struct ForwardRenewSession {
     /// The digest the client sent, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_digest: Option<String>,
+    /// The forwarding node's record of the session, as it left (protocol
+    /// 7): a speaker whose table lacks the session answers
+    /// [`ForwardAnswer::RecordsWanted`](crate::ForwardAnswer::RecordsWanted)
+    /// rather than "not held".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<PeerLock>,
+    /// The forwarding node's records of the session's locks, sent when the
+    /// speaker wanted them: with `record`, the session is taken back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<Vec<PeerLock>>,
 }
 
 /// A session's close a follower hands to the speaker.

@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_api::PeerLock;
 use leasehold_api::{
     format_digest, parse_digest, Body, ErrorCode, ForwardAnswer, ForwardCall, ForwardCloseSession,
     ForwardOpenSession, ForwardRenewSession, SessionBody, SessionOpenBody, SessionRenewed,
 };
-use leasehold_protocol::{Refusal, RenewedSession, SessionRenewal};
+use leasehold_protocol::{Forwarded, Refusal, RenewedSession, SessionRenewal};
 use locktable::{session_name, Kind, Lock, LockId, LockInTransit, NodeId};
 
 use crate::error::ApiError;
@@ -103,8 +104,12 @@ impl Node {
                 digest: self.state().member.session_digest(id),
                 client_digest,
                 session_copies: self.session_copies(),
+                reclaimable: false,
             };
-            let renewed = self.speak_renew_session(renewal).await?;
+            let renewed = self
+                .speak_renew_session(renewal, None)
+                .await?
+                .ok_or_else(|| ApiError::internal("records wanted from the speaker itself"))?;
             let held = client_digest
                 .is_some_and(|d| renewed.records.as_ref().is_some_and(|r| digest_of(r) != d))
                 .then(|| ids(renewed.records.as_deref().unwrap_or_default()));
@@ -114,18 +119,15 @@ impl Node {
                 held,
             });
         }
-        let call = self.forwarding();
-        let node_digest = self.state().member.session_digest(id);
-        let forwarded = ForwardRenewSession {
-            id: body.id.clone(),
-            ttl_ms: body.ttl_ms,
-            node: self.id(),
-            node_digest: node_digest.map(format_digest),
-            client_digest: client_digest.map(format_digest),
+        let (call, node_digest, answer) = {
+            let (call, digest, answer) = self.forward_session_renewal(&body, id, false).await;
+            match answer {
+                Ok(ForwardAnswer::RecordsWanted) => {
+                    self.forward_session_renewal(&body, id, true).await
+                }
+                other => (call, digest, other),
+            }
         };
-        let answer = self
-            .forward_call(ForwardCall::RenewSession(forwarded))
-            .await;
         let renewed = match answer {
             Ok(ForwardAnswer::Session(renewed)) => renewed,
             Ok(other) => return Err(unexpected(other)),
@@ -164,6 +166,45 @@ impl Node {
             locks: renewed.locks,
             held,
         })
+    }
+
+    /// Forwards a client's session renewal to the speaker, with this
+    /// node's record of the session (from protocol 7), and with its records
+    /// of the session's locks when `with_records` (the speaker's table
+    /// lacked the session and wants them to take it back). Answers the
+    /// call, the digest it sent, and the speaker's answer.
+    async fn forward_session_renewal(
+        self: &Arc<Self>,
+        body: &SessionBody,
+        id: LockId,
+        with_records: bool,
+    ) -> (Forwarded, Option<u128>, Result<ForwardAnswer, ApiError>) {
+        let call = self.forwarding();
+        let (node_digest, record, records) = {
+            let state = self.state();
+            let member = &state.member;
+            let record = self
+                .session_copies()
+                .then(|| member.held_record(id))
+                .flatten();
+            let records =
+                (with_records && record.is_some()).then(|| member.held_session_records(id));
+            (member.session_digest(id), record, records)
+        };
+        let peer = |lock: &Lock| PeerLock::from(lock.in_transit(call.sent));
+        let forwarded = ForwardRenewSession {
+            id: body.id.clone(),
+            ttl_ms: body.ttl_ms,
+            node: self.id(),
+            node_digest: node_digest.map(format_digest),
+            client_digest: body.digest().ok().flatten().map(format_digest),
+            record: record.as_ref().map(peer),
+            records: records.map(|r| r.iter().map(peer).collect()),
+        };
+        let answer = self
+            .forward_call(ForwardCall::RenewSession(forwarded))
+            .await;
+        (call, node_digest, answer)
     }
 
     /// A session the speaker says is not held: its records, and its
@@ -240,23 +281,36 @@ impl Node {
     /// Renews a session as the speaker, and answers once the session (and,
     /// where copies are needed, every lock of it: by the session's copy from
     /// protocol 7, one by one before) is on record with enough members.
+    ///
+    /// With the renewing node's records (`reclaim`: the session's grant and
+    /// its locks), a session the table lacks is taken back from them first
+    /// ([`leasehold_protocol::Member::reclaim_session`]). `None`: the table
+    /// lacks the session and the renewing node's records are wanted.
     pub(crate) async fn speak_renew_session(
         &self,
         renewal: SessionRenewal,
-    ) -> Result<RenewedSession, ApiError> {
+        reclaim: Option<(Lock, Vec<Lock>)>,
+    ) -> Result<Option<RenewedSession>, ApiError> {
         self.sessions_spoken()?;
         let guard = self.guard();
-        let (renewed, made) = {
+        let renewed = {
             let mut state = self.state();
-            let renewed = state
-                .member
-                .renew_session(renewal, &guard, self.clock.now());
+            let now = self.clock.now();
+            let reclaimed = match reclaim {
+                Some((session, locks)) => state.member.reclaim_session(session, locks, &guard, now),
+                None => Ok(()),
+            };
+            let renewed = reclaimed.and_then(|()| state.member.renew_session(renewal, &guard, now));
             if renewed.is_ok() {
                 self.changed(&state);
             }
             renewed
-        }
-        .map_err(|r| self.refused(r))?;
+        };
+        let (renewed, made) = match renewed {
+            Ok(renewed) => renewed,
+            Err(Refusal::RecordsWanted) => return Ok(None),
+            Err(refusal) => return Err(self.refused(refusal)),
+        };
         let node = renewal.node;
         let locks: &[Lock] = match renewed.copied {
             true => renewed.records.as_deref().unwrap_or_default(),
@@ -270,7 +324,7 @@ impl Node {
         .await;
         recorded.into_iter().collect::<Result<Vec<()>, _>>()?;
         self.metrics.renewals.inc();
-        Ok(renewed)
+        Ok(Some(renewed))
     }
 
     /// Closes a session as the speaker: its grant first, then every lock of
@@ -320,6 +374,20 @@ impl Node {
             }
             ForwardCall::RenewSession(renew) => {
                 let digest = |d: &Option<String>| d.as_deref().map(parse_digest).transpose();
+                let arrived =
+                    |l: PeerLock| LockInTransit::try_from(l).map(|l| l.arrive(self.clock.now()));
+                let with_record = renew.record.is_some();
+                let reclaim = match (renew.record, renew.records) {
+                    (Some(session), Some(locks)) => Some((
+                        arrived(session).map_err(malformed)?,
+                        locks
+                            .into_iter()
+                            .map(arrived)
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(malformed)?,
+                    )),
+                    _ => None,
+                };
                 let renewal = SessionRenewal {
                     id: renew.id.parse()?,
                     lease: renew.ttl_ms.map(Duration::from_millis),
@@ -327,8 +395,11 @@ impl Node {
                     digest: digest(&renew.node_digest)?,
                     client_digest: digest(&renew.client_digest)?,
                     session_copies: self.session_copies(),
+                    reclaimable: with_record && reclaim.is_none(),
                 };
-                let renewed = self.speak_renew_session(renewal).await?;
+                let Some(renewed) = self.speak_renew_session(renewal, reclaim).await? else {
+                    return Ok(ForwardAnswer::RecordsWanted);
+                };
                 Ok(ForwardAnswer::Session(SessionRenewed {
                     session: self.transit(&renewed.session),
                     locks: renewed.locks as u64,

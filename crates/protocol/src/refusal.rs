@@ -52,6 +52,12 @@ pub enum Refusal {
          record; new grants are held back meanwhile: retry (through another node)"
     )]
     MayBeOnRecordElsewhere,
+    /// A session's renewal through a node that keeps a record of the
+    /// session, which the table lacks (a rebuild missed the members keeping
+    /// it): the node is to send its records of the session's locks, to be
+    /// taken back ([`crate::Member::reclaim_session`]).
+    #[error("this session is not in the table: its node's records are wanted to take it back")]
+    RecordsWanted,
     /// A newer speaker read this member while a grant's answer was on its
     /// way: that rebuild did not see it, so its client must not hear of it.
     #[error("the speaker of term {read} read this node while the answer was on its way; retry")]

@@ -98,6 +98,7 @@ impl World {
             digest,
             client_digest: call.client_digest,
             session_copies: false,
+            reclaimable: false,
         };
         let renewed = node.member.renew_session(renewal, &guard, now);
         self.handed_over(n);

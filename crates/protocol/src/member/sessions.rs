@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use locktable::{Lock, LockError, LockId, LockInTransit, MonoTime, NodeId, SessionRenewed};
+use locktable::{
+    is_session_name, Lock, LockError, LockId, LockInTransit, MonoTime, NodeId, SessionRenewed,
+};
 
 use crate::guard::Guard;
 use crate::members::Members;
@@ -34,6 +36,11 @@ pub struct SessionRenewal {
     /// then the locks are not copied one by one, and their records are
     /// answered only where they differ.
     pub session_copies: bool,
+    /// Whether the renewing node keeps a record of the session (it sent
+    /// it, from protocol 7): if the table lacks the session, the node's
+    /// records of it are asked for ([`Refusal::RecordsWanted`]) to take it
+    /// back, as a plain lock's renewal takes back its record.
+    pub reclaimable: bool,
 }
 
 /// What the speaker answers a session's renewal.
@@ -76,8 +83,21 @@ impl Member {
             digest,
             client_digest,
             session_copies,
+            reclaimable,
         } = renewal;
         self.speaker(guard, now)?;
+        if self.table.session_name_of(id).is_none() {
+            if node == self.config.id {
+                if let Some(session) = self.held.get(id) {
+                    let locks = self.held.session_locks(id);
+                    let locks = locks.into_iter().filter_map(|l| self.held.get(l)).collect();
+                    // Lost if it cannot be taken back: answered below.
+                    let _ = self.reclaim_session(session, locks, guard, now);
+                }
+            } else if reclaimable && !self.table.is_forgotten(id, now) {
+                return Err(Refusal::RecordsWanted);
+            }
+        }
         let before = self
             .table
             .session_name_of(id)
@@ -137,6 +157,40 @@ impl Member {
         Ok((answer, self.made()))
     }
 
+    /// Takes back a session the table lacks (a rebuild missed the members
+    /// keeping it) from the renewing node's records: the session's grant
+    /// `session` and its records of the session's `locks`, each kept as a
+    /// plain lock's record is ([`locktable::Table::reclaim`]: not released,
+    /// its lease running, fitting beside the name's holders); a lock that
+    /// cannot be kept is lost (the renewal's answer lists the locks kept).
+    /// The session itself refused: "not held". Nothing to do if the table
+    /// has the session.
+    pub fn reclaim_session(
+        &mut self,
+        session: Lock,
+        locks: Vec<Lock>,
+        guard: &Guard,
+        now: MonoTime,
+    ) -> Result<(), Refusal> {
+        self.speaker(guard, now)?;
+        let id = session.id;
+        if self.table.session_name_of(id).is_some() {
+            return Ok(());
+        }
+        if !is_session_name(&session.name) {
+            return Err(Refusal::NotHeld);
+        }
+        self.table.reclaim(session, now).map_err(lock_error)?;
+        let mut locks = locks;
+        locks.sort_unstable_by_key(|l| l.id);
+        for lock in locks.into_iter().filter(|l| l.session == Some(id)) {
+            if let Err(e) = self.table.reclaim(lock, now) {
+                tracing::info!("a lock of a session taken back was not kept: {e}");
+            }
+        }
+        Ok(())
+    }
+
     /// A session's renewal as the sabotage `session_locks_unfollowed` makes
     /// it: the session's grant alone is renewed, its locks keep the ends
     /// (and the nodes) they had, so they lapse while their session runs.
@@ -177,6 +231,16 @@ impl Member {
                 (lock, to)
             })
             .collect())
+    }
+
+    /// This member's records of the locks of the session `id` it keeps for
+    /// its clients: what a renewal sends when the speaker wants them
+    /// ([`Refusal::RecordsWanted`]).
+    pub fn held_session_records(&self, id: LockId) -> Vec<Lock> {
+        let ids = self.held.session_locks(id);
+        ids.into_iter()
+            .filter_map(|l| self.held_record(l))
+            .collect()
     }
 
     /// The ids of the locks of the session `id` this member records for its

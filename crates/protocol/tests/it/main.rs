@@ -11,4 +11,5 @@ mod reading;
 mod recording;
 mod rules;
 mod session_copies;
+mod session_reclaim;
 mod sessions;

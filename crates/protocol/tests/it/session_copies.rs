@@ -96,6 +96,7 @@ fn renew_own(s1: &mut Member, sid: LockId, now: MonoTime) -> (Lock, Made) {
         digest: s1.session_digest(sid),
         client_digest: None,
         session_copies: true,
+        reclaimable: false,
     };
     let (renewed, made) = s1.renew_session(renewal, &leading(TERM, now), now).unwrap();
     assert_eq!(renewed.locks, 2);

@@ -64,6 +64,7 @@ fn a_session_renewed_through_its_node_keeps_every_lock_past_a_speaker_crash() {
             digest: m2.session_digest(session.id),
             client_digest: None,
             session_copies: false,
+            reclaimable: false,
         };
         let (renewed, _) = s1
             .renew_session(renewal, &leading(1, at(t)), at(t))
@@ -118,6 +119,7 @@ fn renew_via(
         digest: m.session_digest(sid),
         client_digest: None,
         session_copies: false,
+        reclaimable: false,
     };
     let (renewed, _) = s
         .renew_session(renewal, &leading(1, at(sent)), at(sent))
@@ -157,6 +159,7 @@ fn renew_once_more(
         digest: m.session_digest(sid),
         client_digest: None,
         session_copies: false,
+        reclaimable: false,
     };
     let (renewed, _) = s
         .renew_session(renewal, &leading(1, at(sent)), at(sent))
@@ -294,6 +297,7 @@ fn a_session_renewal_does_not_keep_a_grant_nobody_heard_of() {
         digest: None,
         client_digest: None,
         session_copies: false,
+        reclaimable: false,
     };
     s1.renew_session(renewal, &leading(1, at(100)), at(100))
         .unwrap();
@@ -378,6 +382,7 @@ fn a_sessions_lock_follows_its_renewal_unless_sabotaged() {
                 digest: Some(locktable::session::digest([lock.id])),
                 client_digest: None,
                 session_copies: false,
+                reclaimable: false,
             };
             let (renewed, _) = s1
                 .renew_session(renewal, &leading(1, at(t)), at(t))

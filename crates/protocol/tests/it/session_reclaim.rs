@@ -1,0 +1,187 @@
+//! A session the table lacks (a rebuild missed the members keeping it) is
+//! taken back from the renewing node's records, as a plain lock's renewal
+//! takes back its record: the speaker asks for the node's records of the
+//! session's locks, keeps each that fits, and answers those it could not
+//! keep as lost.
+
+use crate::common::*;
+
+use std::time::Duration;
+
+use leasehold_protocol::{Forwarded, Member, RebuildMode, Refusal, SessionRenewal};
+use locktable::{session_name, Acquired, Lock, LockId, MonoTime, Request};
+
+fn grant(m: &mut Member, request: Request, term: u64, now: MonoTime) -> Lock {
+    match m.acquire(request, &leading(term, now), now) {
+        Ok((Acquired::Granted(lock), _)) => lock,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+fn call(ms: u64) -> Forwarded {
+    Forwarded {
+        sent: at(ms),
+        read_before: 0,
+    }
+}
+
+/// Speaker 1 grants node 2's client a session (10 s) with `a` and `b` in
+/// it; node 2 records them.
+fn held_through_node_2() -> (Member, Lock) {
+    let mut s1 = speaker(1, 1, at(0), vec![], RebuildMode::Proceed);
+    let mut m2 = member(2, RebuildMode::Proceed);
+    let session = grant(
+        &mut s1,
+        Request {
+            lease: Some(Duration::from_secs(10)),
+            ..request(&session_name(LockId::from_u128(900)), 900, 2)
+        },
+        1,
+        at(0),
+    );
+    for lock in [session.clone()]
+        .into_iter()
+        .chain([("a", 1), ("b", 2)].map(|(name, id)| {
+            let in_session = Request {
+                session: Some(session.id),
+                ..request(name, id, 2)
+            };
+            grant(&mut s1, in_session, 1, at(1))
+        }))
+    {
+        m2.granted_through_speaker(call(1), lock.in_transit(at(1)), Duration::ZERO, at(2))
+            .unwrap();
+    }
+    (m2, session)
+}
+
+fn renewal(m: &Member, sid: LockId, reclaimable: bool) -> SessionRenewal {
+    SessionRenewal {
+        id: sid,
+        lease: None,
+        node: m.id(),
+        digest: m.session_digest(sid),
+        client_digest: None,
+        session_copies: true,
+        reclaimable,
+    }
+}
+
+/// Speaker 1 crashes at 2 s; speaker 3 rebuilds for term 2 without
+/// reading node 2.
+fn next_speaker_missing_node_2() -> Member {
+    next_speaker_after(|_| {})
+}
+
+/// As [`next_speaker_missing_node_2`], member 3 having heard `before` as
+/// a member.
+fn next_speaker_after(before: impl FnOnce(&mut Member)) -> Member {
+    let now = at(2_000);
+    let mut s3 = member(3, RebuildMode::Proceed);
+    before(&mut s3);
+    s3.drop_table(Some(2), now);
+    rebuild_reading(&mut s3, 2, vec![(3, Vec::new())], vec![1, 2], now);
+    s3
+}
+
+/// The node's records as they arrive at the speaker (a call sent at `ms`).
+fn records_of(m: &Member, sid: LockId, ms: u64) -> (Lock, Vec<Lock>) {
+    let arrive = |l: &Lock| l.in_transit(at(ms)).arrive(at(ms + 1));
+    let session = m.held_record(sid).expect("the node records the session");
+    let locks = m.held_session_records(sid);
+    (arrive(&session), locks.iter().map(arrive).collect())
+}
+
+#[test]
+fn a_session_a_rebuild_missed_is_taken_back_from_its_nodes_records() {
+    let (mut m2, session) = held_through_node_2();
+    let mut s3 = next_speaker_missing_node_2();
+    let now = at(3_000);
+    let guard = leading(2, now);
+    let asked = s3.renew_session(renewal(&m2, session.id, true), &guard, now);
+    assert_eq!(asked.err(), Some(Refusal::RecordsWanted));
+
+    let (record, locks) = records_of(&m2, session.id, 3_000);
+    assert_eq!(locks.len(), 2);
+    s3.reclaim_session(record, locks, &guard, now).unwrap();
+    let (renewed, _) = s3
+        .renew_session(renewal(&m2, session.id, false), &guard, now)
+        .unwrap();
+    assert_eq!(renewed.locks, 2);
+    assert!(
+        renewed.records.is_none(),
+        "the node's records are the table's"
+    );
+    let (_, lost) = m2
+        .renewed_session_through_speaker(
+            call(3_000),
+            renewed.session.in_transit(now),
+            None,
+            m2.session_digest(session.id),
+            at(3_001),
+        )
+        .unwrap();
+    assert!(lost.is_empty());
+    for (name, lock) in [("a", 1), ("b", 2)] {
+        let held = s3.get(name, &guard, now).unwrap().expect(name);
+        assert_eq!(held.id, LockId::from_u128(lock));
+        assert_eq!(held.session, Some(session.id));
+    }
+    let rival = s3.acquire(request("a", 77, 3), &guard, now);
+    assert!(matches!(rival, Err(Refusal::Held(_))), "{rival:?}");
+}
+
+#[test]
+fn a_lock_of_a_session_granted_again_meanwhile_is_answered_lost() {
+    let (mut m2, session) = held_through_node_2();
+    let mut s3 = next_speaker_missing_node_2();
+    let now = at(3_000);
+    let guard = leading(2, now);
+    // A rival takes `b` before the session's next renewal.
+    let rival = grant(&mut s3, request("b", 77, 3), 2, now);
+    let (record, locks) = records_of(&m2, session.id, 3_000);
+    s3.reclaim_session(record, locks, &guard, now).unwrap();
+    let (renewed, _) = s3
+        .renew_session(renewal(&m2, session.id, false), &guard, now)
+        .unwrap();
+    assert_eq!(renewed.locks, 1);
+    let records = renewed.records.expect("the node's records differ");
+    let records = records.iter().map(|l| l.in_transit(now)).collect();
+    let (_, lost) = m2
+        .renewed_session_through_speaker(
+            call(3_000),
+            renewed.session.in_transit(now),
+            Some(records),
+            m2.session_digest(session.id),
+            at(3_001),
+        )
+        .unwrap();
+    let lost: Vec<&str> = lost.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(lost, ["b"], "the client is told");
+    assert_eq!(
+        s3.get("b", &guard, now).unwrap().map(|l| l.id),
+        Some(rival.id)
+    );
+}
+
+#[test]
+fn a_released_session_is_not_taken_back() {
+    let (m2, session) = held_through_node_2();
+    // Its release reached member 3 (a forget) before it spoke.
+    let mut s3 = next_speaker_after(|m3| {
+        m3.forget(
+            &session.name,
+            session.id,
+            Some(Duration::from_secs(10)),
+            at(1_500),
+        )
+    });
+    let now = at(3_000);
+    let guard = leading(2, now);
+    let (record, locks) = records_of(&m2, session.id, 3_000);
+    let asked = s3.renew_session(renewal(&m2, session.id, true), &guard, now);
+    assert_eq!(asked.err(), Some(Refusal::NotHeld));
+    let taken = s3.reclaim_session(record, locks, &guard, now);
+    assert_eq!(taken, Err(Refusal::NotHeld));
+    assert!(s3.get("a", &guard, now).unwrap().is_none());
+}
