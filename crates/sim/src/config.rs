@@ -55,6 +55,12 @@ pub struct Config {
     /// of its lease, and closes it or lets it lapse; each lock of it is
     /// judged as any lock. Off, a seed draws what it always drew.
     pub sessions: bool,
+    /// Session copies (protocol 7): a session's grant is copied with the
+    /// count and digest of its locks, and a member keeping exactly those
+    /// renews its copies of them in place; one that does not is sent the
+    /// session and every lock of it as copies. Off, every lock of a copied
+    /// session is copied again at each renewal.
+    pub session_copies: bool,
 }
 
 /// The faults a run injects.
@@ -127,6 +133,7 @@ impl Config {
             delays: false,
             sets: false,
             sessions: false,
+            session_copies: false,
         };
         // The node's default, min(2, quorum); five members now and then
         // ask for three, the most a quorum allows.

@@ -149,9 +149,18 @@ impl World {
             let incarnation = node.incarnation;
             self.at(t + COPY_QUEUE_MS, Event::CopyFlush(n, incarnation));
         }
+        let by_session = wait
+            .recording
+            .session_locks()
+            .filter(|_| self.config.session_copies);
         let node = self.nodes.get_mut(&n).expect("member");
-        node.copy_queue
-            .push((member, key, wait.recording.term(), wait.lock.clone()));
+        node.copy_queue.push((
+            member,
+            key,
+            wait.recording.term(),
+            wait.lock.clone(),
+            by_session,
+        ));
         if timed {
             let incarnation = node.incarnation;
             self.at(
@@ -166,13 +175,22 @@ impl World {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(t);
-        for (member, key, term, lock) in std::mem::take(&mut node.copy_queue) {
+        for (member, key, term, lock, by_session) in std::mem::take(&mut node.copy_queue) {
             let lock = lock.in_transit(now);
-            let msg = Msg::Copy {
-                from: n,
-                key,
-                term,
-                lock,
+            let msg = match by_session {
+                Some(locks) => Msg::SessionCopy {
+                    from: n,
+                    key,
+                    term,
+                    lock,
+                    locks,
+                },
+                None => Msg::Copy {
+                    from: n,
+                    key,
+                    term,
+                    lock,
+                },
             };
             self.send(Some(n), To::Node(member), msg);
         }
@@ -337,6 +355,94 @@ impl World {
             .member
             .take_copies(term, vec![lock.arrive(now)], seen, now)
             .is_ok();
+        self.send(Some(n), To::Node(from), Msg::CopyAck { from: n, key, ok });
+    }
+
+    /// As a member: keeps the copy of a session's grant, renewing its copies
+    /// of the session's locks if it keeps exactly those noted; if not, asks
+    /// the speaker for every lock of it.
+    pub(crate) fn take_session_copy(
+        &mut self,
+        n: NodeId,
+        from: NodeId,
+        key: u64,
+        term: u64,
+        (lock, locks): (LockInTransit, leasehold_protocol::SessionLocks),
+    ) {
+        let node = self.nodes.get_mut(&n).expect("member");
+        let now = node.mono(self.t);
+        let seen = node.raft.term();
+        let session = lock.id;
+        let taken = node
+            .member
+            .take_session_copy(term, lock.arrive(now), locks, seen, now);
+        let count = locks.count;
+        self.note(|| format!("node {n}: session copy of {session} ({count} locks): {taken:?}"));
+        let msg = match taken {
+            Ok(true) => Msg::CopyAck {
+                from: n,
+                key,
+                ok: true,
+            },
+            Ok(false) => Msg::SessionUnfollowed {
+                from: n,
+                key,
+                term,
+                session,
+            },
+            Err(_) => Msg::CopyAck {
+                from: n,
+                key,
+                ok: false,
+            },
+        };
+        self.send(Some(n), To::Node(from), msg);
+    }
+
+    /// As the speaker: `member` did not follow the session's copy `key`;
+    /// the session and every lock of it go to it as copies, each noted.
+    pub(crate) fn session_unfollowed(
+        &mut self,
+        n: NodeId,
+        member: NodeId,
+        key: u64,
+        term: u64,
+        session: locktable::LockId,
+    ) {
+        let node = self.nodes.get_mut(&n).expect("member");
+        if !node.copying.contains_key(&key) {
+            return;
+        }
+        let now = node.mono(self.t);
+        let records = node.member.session_copies(session, member, now);
+        if records.is_empty() {
+            return self.copy_answered(n, key, member, false);
+        }
+        let locks = records.iter().map(|l| l.in_transit(now)).collect();
+        let msg = Msg::Copies {
+            from: n,
+            key,
+            term,
+            locks,
+        };
+        self.send(Some(n), To::Node(member), msg);
+    }
+
+    /// As a member: keeps copies of a session and its locks, acknowledged
+    /// as copy `key`.
+    pub(crate) fn take_session_copies(
+        &mut self,
+        n: NodeId,
+        from: NodeId,
+        key: u64,
+        term: u64,
+        locks: Vec<LockInTransit>,
+    ) {
+        let node = self.nodes.get_mut(&n).expect("member");
+        let now = node.mono(self.t);
+        let seen = node.raft.term();
+        let locks = locks.into_iter().map(|l| l.arrive(now)).collect();
+        let ok = node.member.take_copies(term, locks, seen, now).is_ok();
         self.send(Some(n), To::Node(from), Msg::CopyAck { from: n, key, ok });
     }
 }

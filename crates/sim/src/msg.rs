@@ -152,6 +152,30 @@ pub(crate) enum Msg {
         key: u64,
         ok: bool,
     },
+    /// A copy of a session's grant by the speaker of `term`, with the
+    /// count and digest of its locks as noted (protocol 7).
+    SessionCopy {
+        from: NodeId,
+        key: u64,
+        term: u64,
+        lock: LockInTransit,
+        locks: leasehold_protocol::SessionLocks,
+    },
+    /// A member did not follow the session's copy `key`: it is to be sent
+    /// the session and every lock of it as copies.
+    SessionUnfollowed {
+        from: NodeId,
+        key: u64,
+        term: u64,
+        session: LockId,
+    },
+    /// Copies of a session and its locks, acknowledged as copy `key`.
+    Copies {
+        from: NodeId,
+        key: u64,
+        term: u64,
+        locks: Vec<LockInTransit>,
+    },
     ForwardRelease {
         name: String,
         id: LockId,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold_protocol::{
     Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, Outbox, RebuildMode,
-    Rebuilding, Recording,
+    Rebuilding, Recording, SessionLocks,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
@@ -160,8 +160,8 @@ pub(crate) struct Node {
     /// Grants and renewals waiting for their copies' acknowledgements.
     pub(crate) copying: BTreeMap<u64, CopyWait>,
     /// Copies queued for their members, sent at the next flush: (member,
-    /// key, term, lock).
-    pub(crate) copy_queue: Vec<(NodeId, u64, u64, Lock)>,
+    /// key, term, lock, and for a session's copy its locks as noted).
+    pub(crate) copy_queue: Vec<(NodeId, u64, u64, Lock, Option<SessionLocks>)>,
     pub(crate) waiters: HashMap<WaiterId, (Origin, Made)>,
     /// Answers the table gave inside an acquire, told at the next dispatch.
     pub(crate) undelivered: Vec<Answer>,

@@ -404,6 +404,25 @@ impl World {
                 lock,
             } => self.take_copy(n, from, key, term, lock),
             Msg::CopyAck { from, key, ok } => self.copy_answered(n, key, from, ok),
+            Msg::SessionCopy {
+                from,
+                key,
+                term,
+                lock,
+                locks,
+            } => self.take_session_copy(n, from, key, term, (lock, locks)),
+            Msg::SessionUnfollowed {
+                from,
+                key,
+                term,
+                session,
+            } => self.session_unfollowed(n, from, key, term, session),
+            Msg::Copies {
+                from,
+                key,
+                term,
+                locks,
+            } => self.take_session_copies(n, from, key, term, locks),
             Msg::Release { name, id } => {
                 let node = self.nodes.get_mut(&n).expect("member");
                 node.member.drop_held(id);

@@ -97,7 +97,7 @@ impl World {
             node: from,
             digest,
             client_digest: call.client_digest,
-            session_copies: false,
+            session_copies: self.config.session_copies,
             reclaimable: false,
         };
         let renewed = node.member.renew_session(renewal, &guard, now);

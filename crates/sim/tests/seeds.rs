@@ -475,6 +475,37 @@ fn a_sessions_locks_end_with_it_and_have_one_holder_under_faults() {
     }
 }
 
+/// Sessions whose copies are renewed by the session's copy (protocol 7:
+/// the session's grant with the count and digest of its locks; a member
+/// keeping other locks is sent them all) keep the same promises, under the
+/// mixed faults (300 seeds by default) and every targeted scenario (20
+/// seeds), in both rebuild modes.
+#[test]
+fn sessions_renewed_by_the_sessions_copy_keep_their_promises_under_faults() {
+    let scenarios: Vec<(Scenario, u64)> = std::iter::once((Scenario::Mixed, seeds(300)))
+        .chain(Scenario::TARGETED.into_iter().map(|s| (s, 20)))
+        .collect();
+    for strict in [false, true] {
+        for &(scenario, count) in &scenarios {
+            let failed: Vec<(u64, Report)> = (0..count)
+                .filter_map(|seed| {
+                    let mut config = Config::scenario(seed, scenario);
+                    config.sessions = true;
+                    config.session_copies = true;
+                    config.strict = strict;
+                    let mut report = run(seed, &config);
+                    report.trace.clear();
+                    (!report.ok()).then_some((seed, report))
+                })
+                .collect();
+            assert!(
+                failed.is_empty(),
+                "{scenario:?} (strict {strict}): {failed:#?}"
+            );
+        }
+    }
+}
+
 /// A speaker that renews a session's grant but not its locks
 /// (`session-locks-unfollowed`) is caught: a lock lapses at the speaker
 /// while its holder's count, renewed with the session, runs; another

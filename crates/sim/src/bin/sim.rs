@@ -55,6 +55,7 @@ fn main() -> ExitCode {
     let delays = args.iter().any(|a| a == "--delays");
     let sets = args.iter().any(|a| a == "--sets");
     let sessions = args.iter().any(|a| a == "--sessions");
+    let session_copies = args.iter().any(|a| a == "--session-copies");
     let trace = args.iter().any(|a| a == "--trace");
     let (start, count) = match value("--reproduce") {
         Some(seed) => (seed, 1),
@@ -73,6 +74,7 @@ fn main() -> ExitCode {
         config.delays = delays;
         config.sets = sets;
         config.sessions = sessions;
+        config.session_copies = session_copies;
         if let Some(copies) = value("--copies") {
             let quorum = config.nodes / 2 + 1;
             if copies == 0 || copies > quorum {
