@@ -6,7 +6,10 @@
 //! one node at a time to this build while holders renew their locks and
 //! rivals ask for them: nothing held is lost, nothing is granted twice,
 //! every stop exits 0, and the cluster agrees on this build's protocol
-//! only once every member runs it. Then the speaker is killed.
+//! only once every member runs it. Then the speaker is killed. A second
+//! walk starts from the first build that speaks sessions (protocol 6) and
+//! keeps a client's session renewed throughout, its locks taken through
+//! every node.
 
 use crate::support;
 
@@ -19,11 +22,20 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{Cluster, PATIENCE};
 
+use support::sessions::{held_everywhere, open, renew_holding, take, Keeper};
 use support::SPEAKS;
 
 /// The earlier build the upgrade starts from: the last commit before
 /// protocol versions (it sends no version header: it speaks version 0).
 const BASE: &str = "61717f87cab6b650b61c62b9aeceeedfba1ebf30";
+
+/// The earlier build the upgrade with a session held starts from: a commit
+/// that speaks protocol 6, sessions (its last change: the protocol tests'
+/// rebuild helper).
+const SESSIONS_BASE: &str = "c2ec208b53165622b4ca5f45ad356bc4f3fc0ab2";
+
+/// The protocol version that serves sessions.
+const SESSIONS: u64 = 6;
 
 /// The workspace's root.
 fn root() -> PathBuf {
@@ -40,10 +52,15 @@ fn run(command: &mut Command, what: &str) {
     );
 }
 
-/// The `leasehold` binary of [`BASE`]: checked out in a git worktree under
-/// the target directory and built there with a target directory of its
-/// own, once (later runs find it).
-fn base_binary() -> PathBuf {
+/// The `leasehold` binary of the earlier commit `base`: checked out in a
+/// git worktree under the target directory and built there with a target
+/// directory of its own, once (later runs find it). One base at a time:
+/// the walks run side by side, and share the repository's worktrees.
+fn base_binary(base: &str) -> PathBuf {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"));
@@ -52,7 +69,7 @@ fn base_binary() -> PathBuf {
     } else {
         root().join(target)
     };
-    let cache = target.join("upgrade-base").join(BASE);
+    let cache = target.join("upgrade-base").join(base);
     let (src, built) = (cache.join("src"), cache.join("target"));
     let binary = built.join("debug").join("leasehold");
     if binary.exists() {
@@ -73,7 +90,7 @@ fn base_binary() -> PathBuf {
                 .arg(root())
                 .args(["worktree", "add", "--detach"])
                 .arg(&src)
-                .arg(BASE),
+                .arg(base),
             "check the earlier commit out (a clone with its history is needed)",
         );
     }
@@ -160,9 +177,22 @@ fn keep_at_it(
     })
 }
 
+/// Stops node `id` (of the earlier build) with SIGTERM, which must exit 0,
+/// and starts this build on its data directory; waits until every node
+/// follows one speaker.
+async fn upgrade(cluster: &mut Cluster, id: u64) {
+    let code = cluster.terminate(id, PATIENCE);
+    assert_eq!(code, Some(0), "node {id} (old build) did not stop cleanly");
+    cluster.run_this_build(id);
+    cluster.spawn(id);
+    cluster.all_follow_one().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothing_twice() {
-    let base = tokio::task::spawn_blocking(base_binary).await.unwrap();
+    let base = tokio::task::spawn_blocking(|| base_binary(BASE))
+        .await
+        .unwrap();
     let mut cluster = Cluster::start_built(3, &base, &[]).await;
     let mut locks = Vec::new();
     for id in 1..=3u64 {
@@ -190,11 +220,7 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
     let followers = cluster.others(speaker);
     let order = [followers[1], speaker, followers[0]];
     for (step, &id) in order.iter().enumerate() {
-        let code = cluster.terminate(id, PATIENCE);
-        assert_eq!(code, Some(0), "node {id} (old build) did not stop cleanly");
-        cluster.run_this_build(id);
-        cluster.spawn(id);
-        cluster.all_follow_one().await;
+        upgrade(&mut cluster, id).await;
         let (_, view) = cluster.get(id, "/v1/cluster").await;
         assert_eq!(view["protocol_offered"], json!(SPEAKS), "{view}");
         if step < 2 {
@@ -277,6 +303,69 @@ async fn a_rolling_upgrade_from_the_earlier_build_loses_nothing_and_grants_nothi
         [&readers[0]["fence"], &readers[1]["fence"]],
         "both readers kept: {view}"
     );
+    for id in cluster.live() {
+        assert_eq!(cluster.terminate(id, PATIENCE), Some(0), "node {id} stop");
+    }
+}
+
+/// A rolling upgrade while a client's session holds locks: a 3-node
+/// cluster of the first build that serves sessions opens one (through a
+/// follower) once it speaks protocol 6, and its client takes names in it
+/// through every node. The client renews the session every 400 ms through
+/// each node in turn (passing over one that is down), so its records move
+/// from node to node throughout, while a rival asks for its names through
+/// every node; the nodes are upgraded one at a time (a follower, the
+/// speaker, the last follower), and once every member runs this build the
+/// speaker is killed. Nothing of the session is lost (every renewal counts
+/// every lock, and after the kill each lock is held with its id and
+/// fence), nothing is granted twice, and every stop exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_with_a_session_held_then_a_speaker_crash_loses_none_of_its_locks() {
+    const TTL: Duration = Duration::from_secs(5);
+    let base = tokio::task::spawn_blocking(|| base_binary(SESSIONS_BASE))
+        .await
+        .unwrap();
+    let mut cluster = Cluster::start_built(3, &base, &[]).await;
+    cluster.wait_protocol(SESSIONS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let followers = cluster.others(speaker);
+    let session = open(&cluster, followers[0], TTL.as_millis() as u64).await;
+    let mut locks = take(&cluster, followers[0], &session, &["up/a", "up/b"]).await;
+    locks.extend(take(&cluster, followers[1], &session, &["up/c"]).await);
+    locks.extend(take(&cluster, speaker, &session, &["up/d"]).await);
+    renew_holding(&cluster, followers[0], &session, &locks).await;
+    let every: Vec<String> = cluster.addrs.values().cloned().collect();
+    let keeper = Keeper::start(
+        &session,
+        &locks,
+        Duration::from_millis(400),
+        every.clone(),
+        every,
+    );
+    // Past a lease before the first step: the locks hold by the session's
+    // renewals alone.
+    tokio::time::sleep(TTL + Duration::from_secs(1)).await;
+    let order = [followers[1], speaker, followers[0]];
+    for &id in &order {
+        upgrade(&mut cluster, id).await;
+        // A lease of renewals beside the member upgraded.
+        tokio::time::sleep(TTL).await;
+        renew_holding(&cluster, id, &session, &locks).await;
+    }
+    cluster.wait_protocol(SPEAKS).await;
+    held_everywhere(&cluster, &locks).await;
+
+    let (speaker, _) = cluster.speaker().await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    held_everywhere(&cluster, &locks).await;
+    renew_holding(&cluster, next, &session, &locks).await;
+    tokio::time::sleep(TTL).await;
+    let kept = keeper.stop().await;
+    assert!(kept.twice.is_empty(), "granted twice: {:?}", kept.twice);
+    assert!(kept.lost.is_empty(), "the session lost: {:?}", kept.lost);
+    assert!(kept.renewed > 30, "the client hardly renewed: {kept:?}");
+    held_everywhere(&cluster, &locks).await;
     for id in cluster.live() {
         assert_eq!(cluster.terminate(id, PATIENCE), Some(0), "node {id} stop");
     }

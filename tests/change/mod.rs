@@ -1,12 +1,14 @@
 //! Routine change followed by a fault, over real `leasehold serve`
 //! processes: growth from one node then a crash, and an operator adding a
-//! member that is not running yet. Each checks that nothing is granted
-//! twice and that a lock its holder renews is not lost.
+//! member that is not running yet; each change also with a session
+//! holding locks (`sessions`). Each checks that nothing is granted twice
+//! and that a lock its holder renews is not lost.
 
 mod growth;
 mod rejoin;
 mod replacement;
 mod restarts;
+mod sessions;
 
 use std::time::{Duration, Instant};
 

@@ -5,53 +5,11 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::followers;
+use crate::support::sessions::{open, renew, still_held, take};
 use crate::support::{Cluster, SPEAKS};
-
-async fn open(cluster: &Cluster, via: u64, ttl_ms: u64) -> Value {
-    let (status, body) = cluster
-        .post_settled(via, "/v1/sessions/open", json!({ "ttl_ms": ttl_ms }))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body["session"].clone()
-}
-
-async fn renew(cluster: &Cluster, via: u64, session: &Value) -> Value {
-    let body = json!({ "id": session["id"] });
-    let (status, body) = cluster.post_settled(via, "/v1/sessions/renew", body).await;
-    assert_eq!(status, 200, "renew through {via}: {body}");
-    body
-}
-
-/// Takes `names` in `session` through `via`.
-async fn take(cluster: &Cluster, via: u64, session: &Value, names: &[&str]) -> Vec<Value> {
-    let mut locks = Vec::new();
-    for name in names {
-        locks.push(
-            cluster
-                .must_acquire(via, name, json!({ "session": session["id"] }))
-                .await,
-        );
-    }
-    locks
-}
-
-/// Each of `names` is held by the lock of the same fence in `locks`: a
-/// request of another client is refused with it.
-async fn still_held(cluster: &Cluster, via: u64, names: &[&str], locks: &[Value]) {
-    for (name, lock) in names.iter().zip(locks) {
-        let (status, body) = cluster.acquire(via, name, json!({})).await;
-        assert_eq!(
-            (status, &body["error"]),
-            (409, &json!("held")),
-            "{name}: {body}"
-        );
-        assert_eq!(body["lock"]["fence"], lock["fence"], "{name}: {body}");
-        assert_eq!(body["lock"]["session"], lock["session"], "{name}: {body}");
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_renewal_keeps_every_lock_of_a_session_and_a_close_frees_them() {

@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test file uses a part
 
 pub mod browser;
+pub mod sessions;
 
 use std::collections::BTreeMap;
 use std::io::Write;
