@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::followers;
-use crate::support::sessions::{open, renew, still_held, take};
+use crate::support::sessions::{digest, holds_all, open, renew, still_held, take};
 use crate::support::{Cluster, SPEAKS};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,4 +245,34 @@ async fn a_sigterm_of_the_sessions_node_then_a_speaker_crash_keeps_its_locks() {
     let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
     let via = if next == f[1] { f[0] } else { f[1] };
     still_held(&cluster, via, &names, &locks).await;
+}
+
+/// A renewal lists the session's locks (`held`) only when the client's
+/// digest differs from the speaker's: through a follower that was sent the
+/// records (the locks were taken through other nodes) as through the
+/// speaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_lists_the_locks_only_when_the_clients_digest_differs() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+    let session = open(&cluster, f[0], 10000).await;
+    let locks = take(&cluster, f[1], &session, &["listed/1", "listed/2"]).await;
+    for via in [f[0], speaker, f[1]] {
+        let same = json!({ "id": session["id"], "digest": digest(&locks) });
+        let (status, body) = cluster.post_settled(via, "/v1/sessions/renew", same).await;
+        assert_eq!(status, 200, "via {via}: {body}");
+        assert_eq!(body["session"]["locks"], json!(2), "via {via}: {body}");
+        assert!(body.get("held").is_none(), "via {via}: {body}");
+        let other = json!({ "id": session["id"], "digest": digest(&locks[..1]) });
+        let (status, body) = cluster.post_settled(via, "/v1/sessions/renew", other).await;
+        assert_eq!(status, 200, "via {via}: {body}");
+        assert!(holds_all(&body, &locks), "via {via}: {body}");
+        assert_eq!(
+            body["held"].as_array().map(Vec::len),
+            Some(2),
+            "via {via}: {body}"
+        );
+    }
 }

@@ -44,8 +44,8 @@ pub async fn renew_holding(cluster: &Cluster, via: u64, session: &Value, locks: 
 }
 
 /// Whether a renewal's answer `body` counts every one of `locks`, and, if
-/// it lists the session's locks, lists them (a node that was sent the
-/// records lists them whatever the client's digest).
+/// it lists the session's locks (the client's digest differed), lists
+/// them.
 pub fn holds_all(body: &Value, locks: &[Value]) -> bool {
     let listed = match body.get("held") {
         None => true,

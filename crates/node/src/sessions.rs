@@ -150,8 +150,10 @@ impl Node {
             .map_err(malformed)?;
         let held = records
             .as_ref()
-            .filter(|_| client_digest.is_some())
-            .map(|r| r.iter().map(|l| l.id).collect::<Vec<_>>());
+            .map(|r| r.iter().map(|l| l.id).collect::<Vec<_>>())
+            .filter(|ids| {
+                client_digest.is_some_and(|d| d != locktable::session::digest(ids.iter().copied()))
+            });
         let now = self.clock.now();
         let (session, lost) = self
             .state()
