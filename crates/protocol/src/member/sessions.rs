@@ -88,9 +88,8 @@ impl Member {
         self.speaker(guard, now)?;
         if self.table.session_name_of(id).is_none() {
             if node == self.config.id {
-                if let Some(session) = self.held.get(id) {
-                    let locks = self.held.session_locks(id);
-                    let locks = locks.into_iter().filter_map(|l| self.held.get(l)).collect();
+                if let Some(session) = self.held_record(id) {
+                    let locks = self.held_session_records(id);
                     // Lost if it cannot be taken back: answered below.
                     let _ = self.reclaim_session(session, locks, guard, now);
                 }
@@ -236,8 +235,18 @@ impl Member {
     /// This member's records of the locks of the session `id` it keeps for
     /// its clients: what a renewal sends when the speaker wants them
     /// ([`Refusal::RecordsWanted`]).
+    ///
+    /// Its copies of them too: a member copying a session renews its copies
+    /// of the locks with it, and its client may renew through it when the
+    /// session's node is away; the session taken back without them could
+    /// not take them back later (the table then has the session).
     pub fn held_session_records(&self, id: LockId) -> Vec<Lock> {
-        let ids = self.held.session_locks(id);
+        let ids: BTreeSet<LockId> = self
+            .held
+            .session_locks(id)
+            .into_iter()
+            .chain(self.copies.session_locks(id))
+            .collect();
         ids.into_iter()
             .filter_map(|l| self.held_record(l))
             .collect()

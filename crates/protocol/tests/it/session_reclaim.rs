@@ -185,3 +185,68 @@ fn a_released_session_is_not_taken_back() {
     assert_eq!(taken, Err(Refusal::NotHeld));
     assert!(s3.get("a", &guard, now).unwrap().is_none());
 }
+
+/// Speaker 1 grants its own client a session (10 s) with `a` and `b` in
+/// it, each copied to member 2: member 2 keeps copies, no `Held`.
+fn own_session_copied_to_2() -> (Member, Member, Lock) {
+    let mut s1 = speaker(1, 1, at(0), vec![], RebuildMode::Proceed);
+    let mut m2 = member(2, RebuildMode::Proceed);
+    let session = grant(
+        &mut s1,
+        Request {
+            lease: Some(Duration::from_secs(10)),
+            ..request(&session_name(LockId::from_u128(900)), 900, 1)
+        },
+        1,
+        at(0),
+    );
+    let mut copies = vec![session.in_transit(at(0)).arrive(at(1))];
+    for (name, id) in [("a", 1), ("b", 2)] {
+        let in_session = Request {
+            session: Some(session.id),
+            ..request(name, id, 1)
+        };
+        let lock = grant(&mut s1, in_session, 1, at(1));
+        copies.push(lock.in_transit(at(1)).arrive(at(2)));
+    }
+    m2.take_copies(1, copies, 1, at(2)).unwrap();
+    (s1, m2, session)
+}
+
+#[test]
+fn a_session_taken_back_through_a_copy_holder_keeps_the_locks_it_copies() {
+    // Speaker 1 crashes; speaker 3 rebuilds reading neither 1 nor 2. The
+    // client of node 1 renews through node 2, which keeps copies of its
+    // session and of both locks.
+    let (_s1, mut m2, session) = own_session_copied_to_2();
+    let now = at(2_000);
+    let mut s3 = member(3, RebuildMode::Proceed);
+    s3.drop_table(Some(2), now);
+    rebuild_reading(&mut s3, 2, vec![(3, Vec::new())], vec![1, 2], now);
+    let now = at(3_000);
+    let guard = leading(2, now);
+    let asked = s3.renew_session(renewal(&m2, session.id, true), &guard, now);
+    assert_eq!(asked.err(), Some(Refusal::RecordsWanted));
+    let (record, locks) = records_of(&m2, session.id, 3_000);
+    assert_eq!(locks.len(), 2, "the node's copies of the session's locks");
+    s3.reclaim_session(record, locks, &guard, now).unwrap();
+    let (renewed, _) = s3
+        .renew_session(renewal(&m2, session.id, false), &guard, now)
+        .unwrap();
+    assert_eq!(renewed.locks, 2, "both locks taken back with the session");
+    let records = renewed.records.expect("node 2 keeps no `Held` of them");
+    let records = records.iter().map(|l| l.in_transit(now)).collect();
+    let (_, lost) = m2
+        .renewed_session_through_speaker(
+            call(3_000),
+            renewed.session.in_transit(now),
+            Some(records),
+            m2.session_digest(session.id),
+            at(3_001),
+        )
+        .unwrap();
+    assert!(lost.is_empty());
+    assert_eq!(m2.held_session_locks(session.id).len(), 2);
+    let rival = s3.acquire(request("a", 77, 3), &guard, now);
+    assert!(matches!(rival, Err(Refusal::Held(_))), "{rival:?}");
+}
