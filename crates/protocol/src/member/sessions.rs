@@ -179,7 +179,18 @@ impl Member {
         if !is_session_name(&session.name) {
             return Err(Refusal::NotHeld);
         }
-        self.table.reclaim(session, now).map_err(lock_error)?;
+        match self.table.reclaim(session, now) {
+            // This record ended (its client moved on through another node,
+            // say): while new grants are held back, a record the rebuild
+            // missed may keep it still, as for a renewal that sends none.
+            Err(LockError::NotHeld)
+                if self.table.new_grants_held_until(now).is_some()
+                    && !self.table.is_forgotten(id, now) =>
+            {
+                return Err(Refusal::MayBeOnRecordElsewhere);
+            }
+            other => other.map_err(lock_error)?,
+        };
         let mut locks = locks;
         locks.sort_unstable_by_key(|l| l.id);
         for lock in locks.into_iter().filter(|l| l.session == Some(id)) {

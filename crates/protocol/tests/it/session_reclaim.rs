@@ -250,3 +250,27 @@ fn a_session_taken_back_through_a_copy_holder_keeps_the_locks_it_copies() {
     let rival = s3.acquire(request("a", 77, 3), &guard, now);
     assert!(matches!(rival, Err(Refusal::Held(_))), "{rival:?}");
 }
+
+#[test]
+fn a_session_whose_record_at_the_node_ended_is_not_answered_lost_during_the_hold() {
+    // Node 2's record of the session ends at 10 s; say its client moved
+    // to node 1 meanwhile, which renewed it there to 15 s.
+    let (m2, session) = held_through_node_2();
+    // Speaker 3 rebuilds at 11 s in strict mode, reading neither 1 nor 2:
+    // new grants are held back, the session may be on record at node 1.
+    let now = at(11_000);
+    let mut s3 = member(3, RebuildMode::Strict);
+    s3.drop_table(Some(2), now);
+    rebuild_reading(&mut s3, 2, vec![(3, Vec::new())], vec![1, 2], now);
+    let now = at(11_500);
+    let guard = leading(2, now);
+    // Before protocol 7 (no record sent): "may be on record elsewhere".
+    let plain = s3.renew_session(renewal(&m2, session.id, false), &guard, now);
+    assert_eq!(plain.err(), Some(Refusal::MayBeOnRecordElsewhere));
+    // With node 2's (ended) record: the same, not "not held".
+    let asked = s3.renew_session(renewal(&m2, session.id, true), &guard, now);
+    assert_eq!(asked.err(), Some(Refusal::RecordsWanted));
+    let (record, locks) = records_of(&m2, session.id, 11_499);
+    let taken = s3.reclaim_session(record, locks, &guard, now);
+    assert_eq!(taken, Err(Refusal::MayBeOnRecordElsewhere));
+}
