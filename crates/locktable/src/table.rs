@@ -290,8 +290,9 @@ impl Table {
     /// kept with its id, fence and lease if the id was not released, the
     /// lease still runs and it fits beside the name's holders (the name is
     /// free, or held shared or as permits of its kind with one to spare,
-    /// and nobody waits for it as another family); otherwise the reclaimed
-    /// lock is lost. The queue is not served first: the lock was held
+    /// and nobody waits for it as another family) and, a lock of a
+    /// session, its session is held here (its end then at most the
+    /// session's); otherwise the reclaimed lock is lost. The queue is not served first: the lock was held
     /// before anyone in it asked.
     pub fn reclaim(&mut self, lock: Lock, now: MonoTime) -> Result<Lock, LockError> {
         if !self.rebuilt {
@@ -312,7 +313,16 @@ impl Table {
         if !self.fits(&lock.name, lock.kind) || !self.queue_admits(&lock.name, lock.kind) {
             return Err(LockError::NotHeld);
         }
+        // A lock of a session is kept only beside its session (taken back
+        // first), and ends with it: no renewal of its own would keep it,
+        // nor would a session that is not here end it.
         let mut lock = lock;
+        if let Some(session) = lock.session {
+            let session = self
+                .live_session(session, now)
+                .map_err(|_| LockError::NotHeld)?;
+            lock.expires = lock.expires.min(session.expires);
+        }
         lock.expires = lock.expires.min(now + LeaseRule::LONGEST);
         self.insert(&lock);
         Ok(lock)

@@ -274,3 +274,29 @@ fn a_session_whose_record_at_the_node_ended_is_not_answered_lost_during_the_hold
     let taken = s3.reclaim_session(record, locks, &guard, now);
     assert_eq!(taken, Err(Refusal::MayBeOnRecordElsewhere));
 }
+
+#[test]
+fn a_lock_of_a_session_is_not_taken_back_without_its_session() {
+    // A client renews `a` alone through node 2 (a plain renewal, its
+    // record sent): the table lacks `a` and its session.
+    let (m2, session) = held_through_node_2();
+    let mut s3 = next_speaker_missing_node_2();
+    let now = at(3_000);
+    let guard = leading(2, now);
+    let id = LockId::from_u128(1);
+    let record = m2.held_record(id).expect("node 2 records `a`");
+    assert_eq!(record.session, Some(session.id));
+    let record = record.in_transit(at(2_999)).arrive(now);
+    let renewed = s3.renew(
+        crate::common::renewal("a", id, 2, Some(record)),
+        &guard,
+        now,
+    );
+    assert!(renewed.is_err(), "{renewed:?}");
+    assert!(
+        s3.get("a", &guard, now).unwrap().is_none(),
+        "a lock of a session the table lacks is not kept, held by no renewal"
+    );
+    let rival = s3.acquire(request("a", 77, 3), &guard, now);
+    assert!(rival.is_ok(), "{rival:?}");
+}
