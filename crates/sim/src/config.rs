@@ -61,6 +61,13 @@ pub struct Config {
     /// session and every lock of it as copies. Off, every lock of a copied
     /// session is copied again at each renewal.
     pub session_copies: bool,
+    /// Sessions taken back (protocol 7): a forwarded session's renewal
+    /// carries the node's record of the session; a speaker whose table
+    /// lacks it answers "records wanted", and the node sends its records
+    /// of the session's locks at once, to be taken back
+    /// (`Member::reclaim_session`). Off, a session the table lacks is
+    /// "not held" (or "may be on record elsewhere" during a strict hold).
+    pub session_reclaim: bool,
 }
 
 /// The faults a run injects.
@@ -134,6 +141,7 @@ impl Config {
             sets: false,
             sessions: false,
             session_copies: false,
+            session_reclaim: false,
         };
         // The node's default, min(2, quorum); five members now and then
         // ask for three, the most a quorum allows.

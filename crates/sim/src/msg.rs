@@ -19,6 +19,9 @@ pub(crate) enum Refusal {
     Unavailable,
     /// A renewal of a lock the speaker does not hold (nor could reclaim).
     NotHeld,
+    /// A session's renewal whose session the speaker's table lacks: the
+    /// forwarding node is to send its records of the session's locks.
+    RecordsWanted,
 }
 
 /// A grant as it travels back: the lock, and how long the speaker (and a
@@ -128,6 +131,11 @@ pub(crate) enum Msg {
         req: ReqId,
         call: SessionCall,
         node_digest: Option<u128>,
+        /// The renewing node's record of the session (`--session-reclaim`).
+        record: Option<LockInTransit>,
+        /// Its records of the session's locks, when the speaker wanted
+        /// them.
+        records: Option<Vec<LockInTransit>>,
     },
     /// The speaker's answer to a forwarded session's renewal: the session,
     /// and every lock of it when the renewing node's records may differ.

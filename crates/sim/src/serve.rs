@@ -21,6 +21,7 @@ pub(crate) fn wire(refusal: &leasehold_protocol::Refusal) -> Refusal {
     match refusal {
         leasehold_protocol::Refusal::Held(_) => Refusal::Held,
         leasehold_protocol::Refusal::NotHeld => Refusal::NotHeld,
+        leasehold_protocol::Refusal::RecordsWanted => Refusal::RecordsWanted,
         _ => Refusal::Unavailable,
     }
 }
@@ -440,7 +441,19 @@ impl World {
                 req,
                 call,
                 node_digest,
-            } => self.speak_renew_session(n, from, (client, req), call, node_digest),
+                record,
+                records,
+            } => {
+                let now = self.nodes[&n].mono(self.t);
+                let reclaim = record.map(|record| {
+                    let arrive = |l: LockInTransit| l.arrive(now);
+                    (
+                        arrive(record),
+                        records.map(|r| r.into_iter().map(arrive).collect()),
+                    )
+                });
+                self.speak_renew_session(n, from, (client, req), call, node_digest, reclaim)
+            }
             Msg::ForwardSessionReply {
                 client,
                 req,

@@ -35,15 +35,34 @@ impl World {
         req: ReqId,
         call: SessionCall,
     ) {
+        let node = self.nodes.get_mut(&n).expect("member");
+        let digest = node.member.session_digest(call.id);
+        let leader = node.raft.current_leader();
+        if leader == Some(n) {
+            return self.speak_renew_session(n, n, (client, req), call, digest, None);
+        }
+        self.forward_session_renewal(n, client, req, call, false);
+    }
+
+    /// Passes a client's session renewal on to the speaker, with the
+    /// digest of the session's locks this node records, its record of the
+    /// session (`--session-reclaim`), and, `with_records` (the speaker
+    /// wanted them), its records of the session's locks.
+    fn forward_session_renewal(
+        &mut self,
+        n: NodeId,
+        client: ClientId,
+        req: ReqId,
+        call: SessionCall,
+        with_records: bool,
+    ) {
         let t = self.t;
+        let reclaim = self.config.session_reclaim;
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(t);
         let digest = node.member.session_digest(call.id);
         let leader = node.raft.current_leader();
-        if leader == Some(n) {
-            return self.speak_renew_session(n, n, (client, req), call, digest);
-        }
-        let Some(leader) = leader else {
+        let Some(leader) = leader.filter(|&l| l != n) else {
             let msg = Msg::SessionReply {
                 req,
                 result: Err(Refusal::Unavailable),
@@ -55,6 +74,11 @@ impl World {
             sent: now,
             read_before: node.member.read_by(),
         };
+        let record = reclaim.then(|| node.member.held_record(call.id)).flatten();
+        let records = (with_records && record.is_some())
+            .then(|| node.member.held_session_records(call.id))
+            .map(|r| r.iter().map(|l| l.in_transit(now)).collect());
+        let record = record.map(|l| l.in_transit(now));
         node.pending.insert(
             req,
             Pending {
@@ -70,6 +94,8 @@ impl World {
             req,
             call,
             node_digest: digest,
+            record,
+            records,
         };
         self.send(Some(n), To::Node(leader), msg);
     }
@@ -77,7 +103,10 @@ impl World {
     /// A session's renewal as the speaker, for a client of `from` whose
     /// node records the session's locks with `digest`: the session and
     /// every lock of it renewed in the table, then put on record (the
-    /// locks too when `copied`) before the answer.
+    /// locks too when `copied`) before the answer. With the node's record
+    /// of the session (`reclaim`), a session the table lacks is taken back
+    /// from the node's records of its locks, or, with none yet, they are
+    /// asked for ("records wanted").
     pub(crate) fn speak_renew_session(
         &mut self,
         n: NodeId,
@@ -85,6 +114,7 @@ impl World {
         (client, req): (ClientId, ReqId),
         call: SessionCall,
         digest: Option<u128>,
+        reclaim: Option<(Lock, Option<Vec<Lock>>)>,
     ) {
         let t = self.t;
         let origin = Origin::of(n, from, client, req, t);
@@ -98,9 +128,27 @@ impl World {
             digest,
             client_digest: call.client_digest,
             session_copies: self.config.session_copies,
-            reclaimable: false,
+            reclaimable: matches!(reclaim, Some((_, None))),
         };
-        let renewed = node.member.renew_session(renewal, &guard, now);
+        let renewed = match reclaim {
+            Some((session, Some(locks))) => {
+                let mut locks = locks;
+                locks.sort_by_key(|l| l.id);
+                let sent = locks.len();
+                let taken = node.member.reclaim_session(session, locks, &guard, now);
+                let how = format!("{taken:?}");
+                self.note(|| {
+                    format!(
+                        "node {n} takes session {} back from node {from}'s records \
+                         ({sent} locks sent): {how}",
+                        call.id
+                    )
+                });
+                let node = self.nodes.get_mut(&n).expect("member");
+                taken.and_then(|()| node.member.renew_session(renewal, &guard, now))
+            }
+            _ => node.member.renew_session(renewal, &guard, now),
+        };
         self.handed_over(n);
         let (mut renewed, made) = match renewed {
             Ok(renewed) => renewed,
@@ -225,6 +273,12 @@ impl World {
                     }
                     Err(refusal) => (Err(wire(&refusal)), None),
                 }
+            }
+            Err(Refusal::RecordsWanted) => {
+                // The speaker's table lacks the session: send it again at
+                // once with this node's records of its locks.
+                self.note(|| format!("node {n}: session {} wanted from its records", call.id));
+                return self.forward_session_renewal(n, client, req, call, true);
             }
             Err(e) => {
                 if matches!(e, Refusal::NotHeld) {

@@ -3,6 +3,7 @@
 //! ```text
 //! sim [--seeds N] [--start S] [--scenario mixed|pauses|restart-behind-cut|blip|acks-lost|slow-reports|speaker-crashes]
 //!     [--sabotage RULE[,RULE...]] [--strict | --proceed] [--copies C] [--kinds] [--delays] [--sets] [--sessions]
+//!     [--session-copies] [--session-reclaim]
 //!
 //! RULE: a switch of the protocol's `Sabotage` (guard, rebuild-retry,
 //! restart-wait, term-fence, reread, skip-rebuild, skip-copies, short-hold,
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
     let sets = args.iter().any(|a| a == "--sets");
     let sessions = args.iter().any(|a| a == "--sessions");
     let session_copies = args.iter().any(|a| a == "--session-copies");
+    let session_reclaim = args.iter().any(|a| a == "--session-reclaim");
     let trace = args.iter().any(|a| a == "--trace");
     let (start, count) = match value("--reproduce") {
         Some(seed) => (seed, 1),
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         config.sets = sets;
         config.sessions = sessions;
         config.session_copies = session_copies;
+        config.session_reclaim = session_reclaim;
         if let Some(copies) = value("--copies") {
             let quorum = config.nodes / 2 + 1;
             if copies == 0 || copies > quorum {
