@@ -631,3 +631,36 @@ async fn a_killed_holders_name_stays_closed_for_its_lock_delay() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--lock-delay"));
 }
+
+/// `locks` shows the session a lock hangs off, in a column of its own that
+/// appears only when some lock is in a session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_shows_the_session_of_a_lock_in_one() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(crate::support::SPEAKS).await;
+    cluster.must_acquire(1, "cli/plain", json!({})).await;
+    let out = run(leasehold(&cluster, &[3], &["locks"]));
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        table.contains("cli/plain") && !table.contains("SESSION"),
+        "{table}"
+    );
+
+    let session = crate::support::sessions::open(&cluster, 2, 30000).await;
+    let id = session["id"].as_str().expect("an id").to_owned();
+    crate::support::sessions::take(&cluster, 2, &session, &["cli/in-session"]).await;
+    let out = run(leasehold(&cluster, &[3], &["locks"]));
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    let header = table.lines().next().unwrap_or_default();
+    assert!(header.ends_with("SESSION"), "{table}");
+    let line = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(str::to_owned)
+    };
+    let in_session = line("cli/in-session").unwrap_or_default();
+    assert!(in_session.ends_with(&id), "{table}");
+    let plain = line("cli/plain").unwrap_or_default();
+    assert!(plain.ends_with(" -"), "{table}");
+}

@@ -28,9 +28,25 @@ pub async fn locks(client: Client, prefix: &str, limit: usize, json: bool) -> Ex
         .max()
         .unwrap_or(0)
         .max(6);
+    // A column for sessions only when a lock hangs off one.
+    let in_sessions = locks
+        .iter()
+        .flat_map(|l| std::iter::once(l).chain(&l.others))
+        .any(|l| l.session.is_some());
+    let session = |lock: &leasehold_client::Lock| match in_sessions {
+        true => format!("  {}", lock.session.as_deref().unwrap_or("-")),
+        false => String::new(),
+    };
     println!(
-        "{:<name_width$}  {:<holder_width$}  {:>4}  {:>20}  {:>9}  {:<11}  {:>7}",
-        "NAME", "HOLDER", "NODE", "FENCE", "TIME LEFT", "MODE", "WAITING"
+        "{:<name_width$}  {:<holder_width$}  {:>4}  {:>20}  {:>9}  {:<11}  {:>7}{}",
+        "NAME",
+        "HOLDER",
+        "NODE",
+        "FENCE",
+        "TIME LEFT",
+        "MODE",
+        "WAITING",
+        if in_sessions { "  SESSION" } else { "" }
     );
     for l in &locks {
         let waiting = match l.waiters {
@@ -39,15 +55,18 @@ pub async fn locks(client: Client, prefix: &str, limit: usize, json: bool) -> Ex
         };
         let held = 1 + l.others.len();
         println!(
-            "{}  {:<11}  {waiting:>7}",
+            "{}  {:<11}  {waiting:>7}{}",
             row(l, name_width, holder_width),
-            mode(l, held)
+            mode(l, held),
+            session(l)
         );
         for other in &l.others {
             println!(
-                "{}  {:<11}",
+                "{}  {:<11}  {:>7}{}",
                 row(other, name_width, holder_width),
-                mode(other, held)
+                mode(other, held),
+                "",
+                session(other)
             );
         }
         for line in queue_lines(l) {
