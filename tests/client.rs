@@ -457,6 +457,50 @@ async fn a_lock_set_is_held_renewed_and_lost_as_one() {
     assert!(c.get("set/x").await.unwrap().is_none());
 }
 
+/// Successful releases node `id` has answered, by its `/metrics` (0
+/// before its first).
+async fn releases_answered(cluster: &Cluster, id: u64) -> u64 {
+    let text = cluster
+        .http
+        .get(cluster.url(id, "/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series =
+        r#"leasehold_http_request_duration_seconds_count{route="/v1/locks/release",status="2xx"} "#;
+    text.lines()
+        .find_map(|l| l.strip_prefix(series))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// A `LockSet` through a follower is released in one call (one request
+/// at the node, not one per lock), and every name is free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_set_is_released_in_one_call() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(support::SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let via = cluster.others(speaker)[0];
+    let c = client(&cluster, &[via]);
+    let names = ["one/a", "one/b", "one/c", "one/d"];
+    let set = c
+        .acquire_all(&names, AcquireOptions::default().lease(30 * SEC))
+        .await
+        .unwrap();
+    let before = releases_answered(&cluster, via).await;
+    set.release().await.unwrap();
+    assert_eq!(releases_answered(&cluster, via).await, before + 1);
+    let rival = client(&cluster, &[speaker]);
+    let taken = rival
+        .acquire_all(&names, AcquireOptions::default())
+        .await
+        .unwrap();
+    taken.release().await.unwrap();
+}
+
 /// A session keeps its locks with one renewal past several leases, moves
 /// to a surviving node when its node dies, tells of a lock released behind
 /// its back, and frees every lock when closed.

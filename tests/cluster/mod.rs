@@ -7,6 +7,7 @@ mod grants;
 mod kinds;
 mod requests;
 mod sessions;
+mod set_release;
 mod sets;
 
 use crate::support::Cluster;

@@ -17,9 +17,15 @@ pub struct LockAnswer {
     #[serde(default)]
     pub served_ms: u64,
     /// Of a set's acquire (`names`): every lock of the set, in the order
-    /// asked, `lock` first.
+    /// asked, `lock` first. Of a set's release (`locks`): the locks
+    /// released, in the order asked, `lock` first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locks: Option<Vec<LockView>>,
+    /// Of a set's release (`locks`): the locks asked that were not
+    /// released, not being held under their ids (released, expired or lost
+    /// already), in the order asked; absent when every one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_held: Option<Vec<crate::LockRef>>,
 }
 
 /// `200 {"locks": [Lock...]}`: list.

@@ -76,6 +76,29 @@ pub struct ForwardRelease {
     pub unrenewed: bool,
 }
 
+/// A set's release a follower hands to the speaker in one call (protocol
+/// 7, `leasehold_raft::version::SET_RELEASES`; a speaker of an earlier
+/// build cannot read it): the speaker releases each lock and answers
+/// [`ForwardAnswer::Released`] once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardReleaseSet {
+    /// The locks, as the client named them.
+    pub locks: Vec<crate::LockRef>,
+    /// The forwarding node.
+    pub node: NodeId,
+}
+
+/// The speaker's answer to a [`ForwardReleaseSet`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedLocks {
+    /// The locks released, in the order asked.
+    pub locks: Vec<PeerLock>,
+    /// The locks asked that were not held under their ids, in the order
+    /// asked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_held: Vec<crate::LockRef>,
+}
+
 /// A forwarded request the speaker answers at once: an acquire that does
 /// not wait, a release, a renew. Followers send these in batches, one HTTP
 /// request for however many of their clients asked meanwhile.
@@ -94,6 +117,8 @@ pub enum ForwardCall {
     RenewSession(crate::ForwardRenewSession),
     /// A session's close (protocol 6).
     CloseSession(crate::ForwardCloseSession),
+    /// A set's release, in one call (protocol 7).
+    ReleaseSet(ForwardReleaseSet),
 }
 
 impl ForwardCall {
@@ -107,6 +132,7 @@ impl ForwardCall {
             ForwardCall::OpenSession(call) => call.node = node,
             ForwardCall::RenewSession(call) => call.node = node,
             ForwardCall::CloseSession(call) => call.node = node,
+            ForwardCall::ReleaseSet(call) => call.node = node,
         }
         self
     }
@@ -126,6 +152,8 @@ pub enum ForwardAnswer {
     /// the speaker's table lacks: send it again with the node's records of
     /// the session's locks (protocol 7).
     RecordsWanted,
+    /// A set's locks released (protocol 7).
+    Released(ReleasedLocks),
     /// The call refused, as the speaker would answer it over HTTP.
     Refused(ErrorBody),
 }

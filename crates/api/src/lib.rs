@@ -38,8 +38,8 @@ pub use error::{ErrorBody, ErrorCode, RETRY_AFTER_SECS};
 pub use internal::{
     data_tag, Copies, Forget, Forgets, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch,
     ForwardCall, ForwardGet, ForwardGetAnswer, ForwardGetReply, ForwardList, ForwardListAnswer,
-    ForwardRelease, ForwardRenew, Granted, HandedOver, Handover, Lost, MemberChange, Removed,
-    ReportRequest, RetireAnswer, Watch,
+    ForwardRelease, ForwardReleaseSet, ForwardRenew, Granted, HandedOver, Handover, Lost,
+    MemberChange, ReleasedLocks, Removed, ReportRequest, RetireAnswer, Watch,
 };
 pub use lock::{LockView, Mode};
 pub use locktable::{Kind, LockId};
@@ -50,11 +50,11 @@ pub use query::ListQuery;
 pub use queue::{PeerQueued, QueuedView};
 pub use request::{
     format_digest, parse_body, parse_body_checked, parse_digest, read_body, validate_data,
-    validate_holder, validate_id, validate_name, validate_new_name, validate_request_id,
-    validate_set, AcquireBody, AddMemberBody, BadRequest, Body, Field, FieldKind, ReleaseBody,
-    RenewBody, SessionBody, SessionOpenBody, DEFAULT_LIST_LIMIT, IDLE_KEPT, IDLE_TIMEOUT,
-    MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT, MAX_NAME_BYTES,
-    MAX_REQUEST_ID_BYTES, MAX_SET_BYTES, MAX_SET_NAMES, MAX_WAIT_MS,
+    validate_holder, validate_id, validate_name, validate_new_name, validate_release_set,
+    validate_request_id, validate_set, AcquireBody, AddMemberBody, BadRequest, Body, Field,
+    FieldKind, LockRef, ReleaseBody, RenewBody, SessionBody, SessionOpenBody, DEFAULT_LIST_LIMIT,
+    IDLE_KEPT, IDLE_TIMEOUT, MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_HOLDER_BYTES, MAX_LIST_LIMIT,
+    MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SET_BYTES, MAX_SET_NAMES, MAX_WAIT_MS,
 };
 pub use sessions::{
     ForwardCloseSession, ForwardOpenSession, ForwardRenewSession, SessionAnswer, SessionClosed,

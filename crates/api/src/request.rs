@@ -14,17 +14,19 @@ mod bad_request;
 mod bodies;
 mod limits;
 mod read;
+mod release;
 mod sessions;
 mod validate;
 
 pub use bad_request::BadRequest;
-pub use bodies::{AcquireBody, AddMemberBody, ReleaseBody, RenewBody};
+pub use bodies::{AcquireBody, AddMemberBody, RenewBody};
 pub use limits::{
     DEFAULT_LIST_LIMIT, IDLE_KEPT, IDLE_TIMEOUT, MAX_ADDR_BYTES, MAX_BODY_BYTES, MAX_DATA_BYTES,
     MAX_HOLDER_BYTES, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SET_BYTES,
     MAX_SET_NAMES, MAX_WAIT_MS,
 };
 pub use read::{parse_body, parse_body_checked, read_body, Body, Field, FieldKind};
+pub use release::{validate_release_set, LockRef, ReleaseBody};
 pub use sessions::{format_digest, parse_digest, SessionBody, SessionOpenBody};
 pub(crate) use validate::max_len;
 pub use validate::{

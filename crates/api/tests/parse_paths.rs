@@ -5,7 +5,7 @@ use leasehold_api::{parse_body, parse_body_checked, AcquireBody, Body, ReleaseBo
 use proptest::prelude::*;
 
 const KEYS: &[&str] = &[
-    "name", "holder", "lease_ms", "wait_ms", "data", "id", "Name", "other", "",
+    "name", "holder", "lease_ms", "wait_ms", "data", "id", "locks", "Name", "other", "",
 ];
 
 fn value() -> impl Strategy<Value = String> {
@@ -16,6 +16,13 @@ fn value() -> impl Strategy<Value = String> {
         "[\"jobs/1\"]",
         "{}",
         "{\"name\":\"x\"}",
+        "[{\"name\":\"x\",\"id\":\"01J0000000000000000000000A\"}]",
+        "[{\"name\":\"x\",\"id\":\"01J0000000000000000000000A\",\"fence\":1}]",
+        "[{\"name\":\"x\",\"name\":\"y\",\"id\":\"01J0000000000000000000000A\"}]",
+        "[{\"name\":\"x\",\"id\":\"01J0000000000000000000000A\"},{\"name\":\"x\",\"id\":\"01J0000000000000000000000B\"}]",
+        "[[\"x\",\"01J0000000000000000000000A\"]]",
+        "[{\"name\":\"x\"}]",
+        "[{\"name\":\"x\",\"id\":null}]",
         "0",
         "-0",
         "-0.0",
@@ -109,6 +116,10 @@ fn known_traps_agree() {
         r#"{"name":"a","holder":null,"data":null}"#,
         r#"{"name":"a","wait_ms":18446744073709551616}"#,
         r#"{"name":"","id":"01J0000000000000000000000A"}"#,
+        r#"{"locks":[["a","01J0000000000000000000000A"]]}"#,
+        r#"{"locks":[{"name":"a","id":"01J0000000000000000000000A","id":"x"}]}"#,
+        r#"{"locks":[{"name":"a","id":"01J0000000000000000000000A"}],"name":"a"}"#,
+        r#"{"locks":[{"id":"01J0000000000000000000000A","name":"a","name":1}]}"#,
     ] {
         same::<AcquireBody>(body.as_bytes());
         same::<ReleaseBody>(body.as_bytes());

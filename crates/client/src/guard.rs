@@ -3,15 +3,16 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use leasehold_api::{ErrorCode, LockView, ReleaseBody, RenewBody};
+use leasehold_api::{ErrorCode, LockRef, LockView, ReleaseBody, RenewBody};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::release::release_one;
 use crate::suspend::SuspendClock;
 use crate::transport::{CallError, Transport};
-use crate::{refused, retryable, AcquireOptions, Error};
+use crate::{refused, AcquireOptions, Error};
 
 /// The longest margin before a lease's end at which an unrenewed lock
 /// counts as lost.
@@ -33,7 +34,7 @@ const SHORTEST_ATTEMPT: Duration = Duration::from_millis(100);
 /// How long one attempt may take with `left` before the deadline: a share
 /// of it for each endpoint not tried yet in this round, so a node that
 /// hangs leaves time to try the others (at least 100 ms, or what is left).
-fn attempt_timeout(left: Duration, tries_left: usize) -> Duration {
+pub(crate) fn attempt_timeout(left: Duration, tries_left: usize) -> Duration {
     let share = left / u32::try_from(tries_left.max(1)).unwrap_or(u32::MAX);
     share.max(SHORTEST_ATTEMPT).min(left).min(ATTEMPT_TIMEOUT)
 }
@@ -124,6 +125,29 @@ impl Schedule {
 enum Stop {
     /// Release, and say how it went.
     Release(Option<oneshot::Sender<Result<(), Error>>>),
+    /// Stop renewing, and hand the lock over to be released with others
+    /// in one call ([`LockGuard::hand_over`]).
+    Hand(oneshot::Sender<Result<Handed, Error>>),
+}
+
+/// A held lock whose renewals stopped, handed over to be released
+/// ([`LockGuard::hand_over`]): its name and id, and its lease as this
+/// client counts it.
+pub(crate) struct Handed {
+    lock: LockRef,
+    lease: Arc<LeaseCount>,
+}
+
+impl Handed {
+    /// The lock, by name and id.
+    pub(crate) fn lock(&self) -> &LockRef {
+        &self.lock
+    }
+
+    /// When its lease ends on this client's clock (suspends included).
+    pub(crate) fn ends(&self) -> Instant {
+        self.lease.ends()
+    }
 }
 
 /// How long a change of data is tried while the cluster answers
@@ -302,10 +326,7 @@ impl LockGuard {
         });
         if Instant::now() >= lease_count.lapse() {
             // The grant came too late to be used: give it back.
-            let body = ReleaseBody {
-                name: granted.name.clone(),
-                id: granted.id.clone(),
-            };
+            let body = ReleaseBody::one(granted.name.clone(), granted.id.clone());
             let t = transport.clone();
             leasehold_tasks::spawn(async move {
                 let _ = t.release(body, ATTEMPT_TIMEOUT).await;
@@ -452,6 +473,28 @@ impl LockGuard {
         }
         result
     }
+
+    /// Stops renewing and hands the lock over, to be released with others
+    /// in one call ([`crate::LockSet::release`]); `Err(Error::Lost)` if it
+    /// was lost already (nothing to release).
+    pub(crate) async fn hand_over(mut self) -> Result<Handed, Error> {
+        let (tx, rx) = oneshot::channel();
+        if let Some(stop) = self.stop.take() {
+            if stop.send(Stop::Hand(tx)).is_err() {
+                return Err(Error::Lost);
+            }
+        }
+        let result = rx.await.unwrap_or(Err(Error::Lost));
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        result
+    }
+
+    /// The transport the lock is renewed and released through.
+    pub(crate) fn transport(&self) -> Arc<dyn Transport> {
+        self.renewal.transport.clone()
+    }
 }
 
 /// A view of a held lock, shared without the right to release it
@@ -569,6 +612,14 @@ impl Renewal {
                 stop = &mut stopped => {
                     let reply = match stop {
                         Ok(Stop::Release(reply)) => reply,
+                        Ok(Stop::Hand(reply)) => {
+                            let _ = reply.send(Ok(Handed {
+                                lock: LockRef::new(self.name.clone(), self.id.clone()),
+                                lease: self.lease_count.clone(),
+                            }));
+                            self.lease_count.lost.cancel();
+                            return;
+                        }
                         Err(_) => None, // the guard was forgotten: release anyway
                     };
                     let result = self.release().await;
@@ -709,36 +760,8 @@ impl Renewal {
 
     /// Releases, trying node after node while the lease runs.
     async fn release(&self) -> Result<(), Error> {
-        let body = ReleaseBody {
-            name: self.name.clone(),
-            id: self.id.clone(),
-        };
-        // Whether an earlier attempt may have released it unseen.
-        let mut unknown = false;
-        loop {
-            let now = Instant::now();
-            let ends = self.lease_count.ends();
-            if now >= ends {
-                // The lease is over anyway.
-                return Ok(());
-            }
-            let timeout = attempt_timeout(
-                ends.saturating_duration_since(now),
-                self.transport.endpoints(),
-            );
-            match self.transport.release(body.clone(), timeout).await {
-                Ok(_) => return Ok(()),
-                // An earlier attempt went through, its answer lost.
-                Err(CallError::Api(e)) if e.error == ErrorCode::NotHeld && unknown => return Ok(()),
-                Err(CallError::Api(e)) if e.error == ErrorCode::NotHeld => return Err(Error::Lost),
-                Err(e @ CallError::Api(_)) if !retryable(&e) => return Err(refused(e)),
-                Err(e) => {
-                    unknown |= matches!(e, CallError::NoAnswer(_));
-                    self.transport.move_on();
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
+        let lock = LockRef::new(self.name.clone(), self.id.clone());
+        release_one(&*self.transport, &lock, || self.lease_count.ends(), false).await
     }
 
     async fn release_when_stopped(&self, stopped: oneshot::Receiver<Stop>) -> Result<(), Error> {
@@ -747,6 +770,10 @@ impl Renewal {
                 if let Some(reply) = reply {
                     let _ = reply.send(Err(Error::Lost));
                 }
+                Ok(())
+            }
+            Ok(Stop::Hand(reply)) => {
+                let _ = reply.send(Err(Error::Lost));
                 Ok(())
             }
             Err(_) => Ok(()),

@@ -20,6 +20,7 @@ mod election;
 mod elector;
 mod error;
 mod guard;
+mod release;
 mod session;
 mod set;
 mod suspend;
@@ -46,7 +47,7 @@ pub use leasehold_api::MAX_LOCK_DELAY;
 pub use suspend::{BootClock, SuspendClock};
 pub use transport::{
     request_failure, trust_only, BoxFuture, CallError, EndpointError, HttpOptions, HttpTransport,
-    SessionCall, Transport,
+    SessionCall, SetReleased, Transport,
 };
 
 /// The body of an acquire of `name`, or of the set `names`, as `options`
@@ -644,10 +645,7 @@ impl Client {
     /// Releases a lock by name and id (for a lock held without a guard).
     pub async fn release(&self, name: &str, id: &str) -> Result<LockView, Error> {
         let until = Instant::now() + self.retry_for;
-        let body = ReleaseBody {
-            name: name.to_string(),
-            id: id.to_string(),
-        };
+        let body = ReleaseBody::one(name, id);
         self.retrying(until, || {
             self.transport.release(body.clone(), REQUEST_TIMEOUT)
         })

@@ -171,10 +171,7 @@ impl Session {
     /// Releases one lock of the session before the session ends.
     pub async fn release(&self, held: SessionLock) -> Result<(), Error> {
         lock(&self.shared.locks).retain(|(id, _, _)| *id != held.view.id);
-        let body = leasehold_api::ReleaseBody {
-            name: held.view.name.clone(),
-            id: held.view.id.clone(),
-        };
+        let body = leasehold_api::ReleaseBody::one(held.view.name.clone(), held.view.id.clone());
         self.shared
             .transport
             .release(body, REQUEST_TIMEOUT)

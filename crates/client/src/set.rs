@@ -5,6 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::guard::LockGuard;
+use crate::release::release_together;
 use crate::Lock;
 
 /// Locks granted together, one guard each, renewed side by side (their
@@ -82,12 +83,30 @@ impl LockSet {
         self.lost.cancelled().await
     }
 
-    /// Stops renewing and releases every lock, all at once; the first
-    /// error, if any, once all are done.
+    /// Stops renewing and releases every lock in one call
+    /// (`POST /v1/locks/release` with `locks`), tried node after node
+    /// while a lease runs; against a node of a build before set releases,
+    /// one call per lock, at once. `Err(Error::Lost)` if any lock was lost
+    /// (not held any more); the others are released all the same.
     pub async fn release(mut self) -> Result<(), Error> {
         let guards = std::mem::take(&mut self.guards);
-        let released = futures::future::join_all(guards.into_iter().map(LockGuard::release)).await;
-        released.into_iter().collect()
+        let Some(transport) = guards.first().map(LockGuard::transport) else {
+            return Ok(());
+        };
+        let handed = futures::future::join_all(guards.into_iter().map(LockGuard::hand_over)).await;
+        let mut lost = Ok(());
+        let mut held = Vec::with_capacity(handed.len());
+        for each in handed {
+            match each {
+                Ok(lock) => held.push(lock),
+                Err(e) => lost = lost.and(Err(e)),
+            }
+        }
+        if held.is_empty() {
+            return lost;
+        }
+        let released = release_together(&*transport, &held).await;
+        lost.and(released)
     }
 }
 

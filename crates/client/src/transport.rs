@@ -7,13 +7,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, LockAnswer, LockView, LocksAnswer,
+    AcquireBody, ClusterAnswer, ErrorBody, ErrorCode, LockAnswer, LockRef, LockView, LocksAnswer,
     ReleaseBody, RenewBody, SessionAnswer, SessionBody, SessionOpenBody, Watch,
 };
 use serde::de::DeserializeOwned;
 
 /// A boxed future, as the transport's calls return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a set's release answers ([`Transport::release_set`]): the locks
+/// released, in the order asked, and those not held under their ids.
+pub type SetReleased = (Vec<LockView>, Vec<LockRef>);
 
 /// A call that failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -64,6 +68,25 @@ pub trait Transport: Send + Sync + 'static {
         body: ReleaseBody,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<LockView, CallError>>;
+    /// `POST /v1/locks/release` with `locks`: the locks released, in the
+    /// order asked, and those not held under their ids (`404 not_held`
+    /// when none was). A transport that does not carry a set's release
+    /// refuses it (`400 bad_request`), which this default does: the
+    /// client then releases one lock per call.
+    fn release_set(
+        &self,
+        body: ReleaseBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SetReleased, CallError>> {
+        let _ = (body, timeout);
+        Box::pin(async {
+            Err(CallError::Api(ErrorBody {
+                error: leasehold_api::ErrorCode::BadRequest,
+                message: "this transport does not carry a set's release".into(),
+                lock: None,
+            }))
+        })
+    }
     /// `POST /v1/locks/renew`.
     fn renew(
         &self,
@@ -482,6 +505,20 @@ impl Transport for HttpTransport {
                 .send(self.post("/v1/locks/release", &body, timeout))
                 .await?;
             Ok(answer.lock)
+        })
+    }
+
+    fn release_set(
+        &self,
+        body: ReleaseBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SetReleased, CallError>> {
+        Box::pin(async move {
+            let answer: LockAnswer = self
+                .send(self.post("/v1/locks/release", &body, timeout))
+                .await?;
+            let released = answer.locks.unwrap_or_else(|| vec![answer.lock]);
+            Ok((released, answer.not_held.unwrap_or_default()))
         })
     }
 

@@ -119,6 +119,7 @@ impl Node {
                 })
                 .map(|lock| ForwardAnswer::Lock(self.transit(&lock))),
             ForwardCall::Renew(forwarded) => self.serve_renew(forwarded).await,
+            ForwardCall::ReleaseSet(forwarded) => self.serve_release_set(forwarded),
             call @ (ForwardCall::OpenSession(_)
             | ForwardCall::RenewSession(_)
             | ForwardCall::CloseSession(_)) => self.serve_session_call(call).await,

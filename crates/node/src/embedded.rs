@@ -7,7 +7,7 @@ use std::time::Duration;
 use leasehold_api::{
     AcquireBody, ClusterAnswer, ErrorCode, LockView, ReleaseBody, RenewBody, Watch,
 };
-use leasehold_client::{BoxFuture, CallError, Client, SessionCall, Transport};
+use leasehold_client::{BoxFuture, CallError, Client, SessionCall, SetReleased, Transport};
 use locktable::Lock;
 
 use crate::error::ApiError;
@@ -63,10 +63,7 @@ impl Node {
                 }
                 continue;
             }
-            let body = ReleaseBody {
-                name: name.clone(),
-                id,
-            };
+            let body = ReleaseBody::one(name.clone(), id);
             match tokio::time::timeout(LOCAL_RELEASE, self.release(body)).await {
                 Ok(Ok(_)) => released += 1,
                 Ok(Err(e)) => {
@@ -187,7 +184,7 @@ impl Transport for Embedded {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<LockView, CallError>> {
         Box::pin(async move {
-            let id = body.id.clone();
+            let id = body.id().to_string();
             let released = within(timeout, self.node.release(body)).await;
             if released.is_ok()
                 || matches!(&released, Err(CallError::Api(e)) if e.error == ErrorCode::NotHeld)
@@ -195,6 +192,27 @@ impl Transport for Embedded {
                 self.node.no_longer_held_here(&id);
             }
             Ok(self.view(&released?))
+        })
+    }
+
+    fn release_set(
+        &self,
+        body: ReleaseBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SetReleased, CallError>> {
+        Box::pin(async move {
+            let asked = body.all_locks();
+            let released = within(timeout, self.node.release_set(body)).await;
+            if released.is_ok()
+                || matches!(&released, Err(CallError::Api(e)) if e.error == ErrorCode::NotHeld)
+            {
+                for lock in &asked {
+                    self.node.no_longer_held_here(&lock.id);
+                }
+            }
+            let released = released?;
+            let views = released.locks.iter().map(|l| self.view(l)).collect();
+            Ok((views, released.not_held))
         })
     }
 

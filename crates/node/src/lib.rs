@@ -22,6 +22,7 @@ mod metrics;
 mod node;
 mod peers;
 mod queue;
+mod release_set;
 mod report;
 mod roster;
 mod service;
@@ -54,6 +55,7 @@ pub use leasehold_raft::RaftTimings;
 pub use leasehold_tls::Tls;
 pub use locktable::LeaseRule;
 pub use node::Node;
+pub use release_set::ReleasedSet;
 pub use roster::Roster;
 pub use service::MAX_WATCH;
 

@@ -240,6 +240,13 @@ impl Node {
         self.identity.versions().cluster() >= leasehold_raft::version::SESSIONS
     }
 
+    /// Whether this node's cluster speaks a set's release in one call
+    /// (protocol [`leasehold_raft::version::SET_RELEASES`], as applied
+    /// here): a follower forwards the set whole.
+    pub(crate) fn set_releases(&self) -> bool {
+        self.identity.versions().cluster() >= leasehold_raft::version::SET_RELEASES
+    }
+
     /// The layout reports are read in: the one this node's cluster speaks.
     pub(crate) fn report_layout(&self) -> crate::report::Layout {
         crate::report::Layout::of_cluster(self.identity.versions().cluster())

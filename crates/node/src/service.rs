@@ -32,7 +32,7 @@ pub(crate) fn unanswered(e: impl std::fmt::Display) -> ApiError {
 }
 
 /// The lock a released or renewed call answers with.
-fn forwarded_lock(answer: ForwardAnswer) -> Result<PeerLock, ApiError> {
+pub(crate) fn forwarded_lock(answer: ForwardAnswer) -> Result<PeerLock, ApiError> {
     match answer {
         ForwardAnswer::Lock(lock) => Ok(lock),
         other => Err(unexpected(other)),
@@ -348,16 +348,23 @@ impl Node {
         }
     }
 
-    /// Releases a lock by name and id.
+    /// Releases a lock by name and id (a set's release, with `locks`, is
+    /// [`Node::release_set`]'s).
     pub async fn release(self: &Arc<Self>, body: ReleaseBody) -> Result<Lock, ApiError> {
         body.validate()?;
+        if body.is_set() {
+            return Err(ApiError::new(
+                ErrorCode::BadRequest,
+                "a set's release answers every lock of it: Node::release_set",
+            ));
+        }
         let id: LockId = body.lock_id()?;
         if self.is_leader() {
-            return self.speak_release(&body.name, id);
+            return self.speak_release(body.name(), id);
         }
         let forwarded = ForwardRelease {
-            name: body.name.clone(),
-            id: body.id.clone(),
+            name: body.name().to_string(),
+            id: body.id().to_string(),
             node: self.id(),
             unrenewed: false,
         };

@@ -51,7 +51,9 @@ pub type Protocol = u16;
 /// - 4: sets of names granted together ([`LOCK_SETS`]).
 /// - 5: lock-delays ([`LOCK_DELAYS`]).
 /// - 6: sessions ([`SESSIONS`]).
-/// - 7: copies renewed by session ([`SESSION_COPIES`]).
+/// - 7: copies renewed by session ([`SESSION_COPIES`]), a session taken
+///   back from its node's records, a set's release in one call
+///   ([`SET_RELEASES`]).
 pub const SPEAKS: Protocol = 7;
 
 /// The version from which a lock's data may change after its grant (a
@@ -99,6 +101,13 @@ pub const SESSIONS: Protocol = 6;
 /// earlier build would take the message for nothing, 404, and the locks
 /// would go unrenewed there). Below it, every lock is copied again.
 pub const SESSION_COPIES: Protocol = 7;
+
+/// The version from which a follower forwards a set's release (a release
+/// with `locks`) to the speaker in one call, which releases every lock of
+/// it and answers once (a speaker of an earlier build cannot read the
+/// call). A cluster below it still releases sets: the follower forwards
+/// one release per lock, all in one batch, so clients see no gate.
+pub const SET_RELEASES: Protocol = 7;
 
 /// The lowest cluster version this build runs in.
 pub const OLDEST: Protocol = 0;

@@ -66,6 +66,25 @@ pub enum BadRequest {
     /// A set names one name twice.
     #[error("field `names` holds {0:?} twice: a set names each name once")]
     SetRepeats(String),
+    /// Both `locks` and `name` or `id`: one lock, or a set of them.
+    #[error("field `locks` cannot be given with `name` or `id`: one lock, or a set of them")]
+    NameAndLocks,
+    /// A set's release of no lock, or of more than [`super::MAX_SET_NAMES`].
+    #[error("field `locks` must hold 1 to {} locks", super::MAX_SET_NAMES)]
+    ReleaseSize,
+    /// A set's release names one name twice.
+    #[error("field `locks` holds {0:?} twice: a set names each name once")]
+    ReleaseRepeats(String),
+    /// The names of a set over their limit together.
+    #[error("the names of field `{field}` are {len} bytes together, more than the {max} allowed")]
+    NamesTooLong {
+        /// The field.
+        field: &'static str,
+        /// Their length in bytes, together.
+        len: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// A member id of 0.
     #[error("field `id` must be a member id of 1 or more")]
     ZeroMemberId,

@@ -169,34 +169,6 @@ impl Body for AcquireBody {
     }
 }
 
-/// `POST /v1/locks/release`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReleaseBody {
-    /// The name locked.
-    pub name: String,
-    /// The grant's id.
-    pub id: String,
-}
-
-impl ReleaseBody {
-    /// The id, parsed.
-    pub fn lock_id(&self) -> Result<LockId, BadRequest> {
-        validate_id(&self.id)
-    }
-}
-
-impl Body for ReleaseBody {
-    const FIELDS: &'static [Field] = &[
-        field("name", FieldKind::Str, true),
-        field("id", FieldKind::Str, true),
-    ];
-
-    fn validate(&self) -> Result<(), BadRequest> {
-        validate_name(&self.name)?;
-        validate_id(&self.id).map(drop)
-    }
-}
-
 /// `POST /v1/locks/renew`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenewBody {

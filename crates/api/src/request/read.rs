@@ -25,6 +25,9 @@ pub enum FieldKind {
     Bool,
     /// An array of strings.
     StrList,
+    /// An array of locks, each an object with a string `name` and a string
+    /// `id` (other keys skipped).
+    LockList,
 }
 
 /// One field of a body, as [`parse_body`] checks it before serde reads it.
@@ -187,6 +190,16 @@ fn check_fields(map: &Map<String, Value>, fields: &[Field]) -> Result<(), BadReq
     Ok(())
 }
 
+/// Whether `v` is an item of a [`FieldKind::LockList`]: an object with a
+/// string `name` and a string `id`.
+fn is_lock_ref(v: &Value) -> bool {
+    v.as_object().is_some_and(|o| {
+        ["name", "id"]
+            .iter()
+            .all(|k| o.get(*k).is_some_and(Value::is_string))
+    })
+}
+
 fn check_kind(f: &Field, v: &Value) -> Result<(), BadRequest> {
     match f.kind {
         FieldKind::Str if v.is_string() => Ok(()),
@@ -205,6 +218,11 @@ fn check_kind(f: &Field, v: &Value) -> Result<(), BadRequest> {
         FieldKind::StrList => Err(BadRequest::WrongType {
             field: f.name,
             expected: "an array of strings",
+        }),
+        FieldKind::LockList if v.as_array().is_some_and(|a| a.iter().all(is_lock_ref)) => Ok(()),
+        FieldKind::LockList => Err(BadRequest::WrongType {
+            field: f.name,
+            expected: r#"an array of locks, each {"name": string, "id": string}"#,
         }),
         FieldKind::Millis | FieldKind::MemberId | FieldKind::Count => {
             let Value::Number(n) = v else {

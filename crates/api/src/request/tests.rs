@@ -220,6 +220,11 @@ fn release_and_renew() {
         parse_body::<ReleaseBody>(br#"{"name":"a","id":5}"#).unwrap_err(),
         BadRequest::WrongType { field: "id", .. }
     ));
+    // A single release still travels as it did.
+    assert_eq!(
+        serde_json::to_string(&ReleaseBody::one("a", id.clone())).unwrap(),
+        format!(r#"{{"name":"a","id":"{id}"}}"#)
+    );
     let n: RenewBody =
         parse_body(format!(r#"{{"name":"a","id":"{id}","lease_ms":100}}"#).as_bytes()).unwrap();
     assert_eq!(n.lease(), Some(Duration::from_millis(100)));
@@ -275,4 +280,91 @@ fn a_set_is_refused_past_its_count_or_its_bytes_and_its_largest_body_fits_when_f
         "{} bytes",
         forwarded.len()
     );
+}
+
+/// A set's release: `locks` of `{name, id}` (other fields of a granted
+/// lock skipped, so an acquire's `locks` may be sent back whole), each name
+/// once, within the bounds of an acquire's `names`, never beside `name` or
+/// `id`.
+#[test]
+fn a_sets_release() {
+    let id = |n: u128| LockId::from_u128(n).to_string();
+    let release = |json: serde_json::Value| parse_body::<ReleaseBody>(json.to_string().as_bytes());
+    let body = release(serde_json::json!({"locks": [
+        {"name": "a", "id": id(1)},
+        {"name": "b", "id": id(2), "fence": 7, "holder": "w", "data": null},
+    ]}))
+    .unwrap();
+    assert!(body.is_set());
+    assert_eq!(
+        body.all_locks(),
+        vec![LockRef::new("a", id(1)), LockRef::new("b", id(2))]
+    );
+    assert_eq!(
+        validate_release_set(body.locks.as_deref().unwrap()),
+        Ok(vec![LockId::from_u128(1), LockId::from_u128(2)])
+    );
+    assert_eq!(
+        serde_json::to_string(&ReleaseBody::set(vec![LockRef::new("a", id(1))])).unwrap(),
+        format!(r#"{{"locks":[{{"name":"a","id":"{}"}}]}}"#, id(1))
+    );
+    let many: Vec<serde_json::Value> = (0..=MAX_SET_NAMES)
+        .map(|i| serde_json::json!({"name": format!("n{i}"), "id": id(1)}))
+        .collect();
+    let long: Vec<serde_json::Value> = (0..2)
+        .map(|i| serde_json::json!({"name": format!("{i}{}", "x".repeat(MAX_SET_BYTES / 2)), "id": id(1)}))
+        .collect();
+    let refused = [
+        (serde_json::json!({"locks": []}), BadRequest::ReleaseSize),
+        (serde_json::json!({"locks": many}), BadRequest::ReleaseSize),
+        (
+            serde_json::json!({"locks": [{"name": "a", "id": id(1)}, {"name": "a", "id": id(2)}]}),
+            BadRequest::ReleaseRepeats("a".into()),
+        ),
+        (
+            serde_json::json!({"locks": [{"name": "a", "id": id(1)}], "name": "a"}),
+            BadRequest::NameAndLocks,
+        ),
+        (
+            serde_json::json!({"locks": [{"name": "a", "id": id(1)}], "id": id(1)}),
+            BadRequest::NameAndLocks,
+        ),
+        (
+            serde_json::json!({"locks": [{"name": "a", "id": "nope"}]}),
+            BadRequest::BadId,
+        ),
+        (
+            serde_json::json!({"locks": [{"name": "", "id": id(1)}]}),
+            BadRequest::EmptyName,
+        ),
+        (
+            serde_json::json!({"locks": long}),
+            BadRequest::NamesTooLong {
+                field: "locks",
+                len: 2 * (1 + MAX_SET_BYTES / 2),
+                max: MAX_SET_BYTES,
+            },
+        ),
+    ];
+    for (json, expected) in refused {
+        assert_eq!(release(json.clone()), Err(expected), "{json}");
+    }
+    for wrong in [
+        serde_json::json!({"locks": "a"}),
+        serde_json::json!({"locks": ["a"]}),
+        serde_json::json!({"locks": [["a", id(1)]]}),
+        serde_json::json!({"locks": [{"name": "a"}]}),
+        serde_json::json!({"locks": [{"name": "a", "id": 5}]}),
+        serde_json::json!({"locks": [{"name": null, "id": id(1)}]}),
+    ] {
+        let e = release(wrong.clone()).unwrap_err();
+        assert!(
+            matches!(e, BadRequest::WrongType { field: "locks", .. }),
+            "{wrong}: {e:?}"
+        );
+        assert!(
+            e.to_string().contains(r#"{"name": string, "id": string}"#),
+            "{e}"
+        );
+    }
 }

@@ -248,7 +248,10 @@ async fn forward_acquire(
     {
         ForwardAnswer::Granted(granted) => Ok(Json(granted)),
         ForwardAnswer::Refused(e) => Err(ApiError::from(e)),
-        ForwardAnswer::Lock(_) | ForwardAnswer::Session(_) | ForwardAnswer::RecordsWanted => {
+        ForwardAnswer::Lock(_)
+        | ForwardAnswer::Session(_)
+        | ForwardAnswer::RecordsWanted
+        | ForwardAnswer::Released(_) => {
             Err(ApiError::internal("an acquire answered with no grant"))
         }
     }

@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use leasehold_api::{
-    millis_floor, parse_body, read_body, AcquireBody, AddMemberBody, ClusterAnswer, ErrorCode,
-    ListQuery, LockAnswer, LocksAnswer, MemberChange, ReleaseBody, RenewBody, SessionAnswer,
-    SessionBody, SessionClosed, SessionOpenBody, Watch,
+    millis_floor, parse_body, read_body, AcquireBody, AddMemberBody, Body, ClusterAnswer,
+    ErrorCode, ListQuery, LockAnswer, LocksAnswer, MemberChange, ReleaseBody, RenewBody,
+    SessionAnswer, SessionBody, SessionClosed, SessionOpenBody, Watch,
 };
 use locktable::Lock;
 use tokio::time::Instant;
@@ -151,6 +151,7 @@ fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
         locks: None,
         lock: node.view(lock),
         served_ms: 0,
+        not_held: None,
     })
 }
 
@@ -185,6 +186,7 @@ async fn acquire(
         lock: views[0].clone(),
         served_ms: millis_floor(received.elapsed()),
         locks: set.then_some(views),
+        not_held: None,
     }))
 }
 
@@ -193,10 +195,25 @@ async fn release(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
+    let received = Instant::now();
     let request: ReleaseBody = body(&bytes)?;
-    caller.check(Right::Lock, &request.name)?;
-    let lock = node.release(request).await?;
-    Ok(answer(&node, &lock))
+    request.validate()?;
+    for lock in request.all_locks() {
+        caller.check(Right::Lock, &lock.name)?;
+    }
+    if !request.is_set() {
+        let lock = node.release(request).await?;
+        return Ok(answer(&node, &lock));
+    }
+    let released = node.release_set(request).await?;
+    let views: Vec<leasehold_api::LockView> =
+        released.locks.iter().map(|lock| node.view(lock)).collect();
+    Ok(Json(LockAnswer {
+        lock: views[0].clone(),
+        served_ms: millis_floor(received.elapsed()),
+        locks: Some(views),
+        not_held: (!released.not_held.is_empty()).then_some(released.not_held),
+    }))
 }
 
 async fn renew(
@@ -305,6 +322,7 @@ async fn get_lock(
         locks: None,
         lock: crate::embedded::with_waiting(&lock, waiting, &node, |l| seen_by(&caller, &node, l)),
         served_ms: 0,
+        not_held: None,
     }))
 }
 
