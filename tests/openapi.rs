@@ -153,6 +153,46 @@ async fn the_description_fits_what_a_running_node_answers() {
     assert_eq!(status, 200, "{set}");
     assert_eq!(set["locks"].as_array().map(Vec::len), Some(2), "{set}");
     check(&spec, "post", "/v1/locks/acquire", status, &set);
+    // A set's release with a lock not held among its locks: the body (the
+    // grant's locks sent back as they came) fits the request's schema, and
+    // the answer, with its `not_held`, the answer's.
+    let mut locks = set["locks"].as_array().unwrap().clone();
+    locks.push(json!({"name": "api/s0", "id": "01J0000000000000000000000A"}));
+    let release = json!({"locks": locks});
+    let bodies = schema(&spec, "ReleaseBody");
+    for fits in [
+        &release,
+        &json!({"name": "api/s1", "id": "01J0000000000000000000000A"}),
+    ] {
+        assert!(bodies.is_valid(fits), "{fits}");
+    }
+    for unfit in [
+        json!({"locks": []}),
+        json!({"locks": [{"name": "a"}]}),
+        json!({"name": "a", "id": "01J0000000000000000000000A", "locks": locks}),
+        json!({"name": "a"}),
+    ] {
+        assert!(!bodies.is_valid(&unfit), "{unfit}");
+    }
+    let (status, released) = call(
+        &cluster,
+        follower,
+        "post",
+        "/v1/locks/release",
+        Some(release),
+    )
+    .await;
+    assert_eq!(status, 200, "{released}");
+    assert_eq!(
+        released["not_held"].as_array().map(Vec::len),
+        Some(1),
+        "{released}"
+    );
+    check(&spec, "post", "/v1/locks/release", status, &released);
+    let empty = Some(json!({"locks": []}));
+    let (status, bad) = call(&cluster, follower, "post", "/v1/locks/release", empty).await;
+    assert_eq!(status, 400, "{bad}");
+    check(&spec, "post", "/v1/locks/release", status, &bad);
     let (status, bad) = call(
         &cluster,
         speaker,
