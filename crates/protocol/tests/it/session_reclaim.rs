@@ -8,22 +8,10 @@ use crate::common::*;
 
 use std::time::Duration;
 
-use leasehold_protocol::{Forwarded, Member, RebuildMode, Refusal, SessionRenewal};
-use locktable::{session_name, Acquired, Lock, LockId, MonoTime, Request};
+use leasehold_protocol::{Member, RebuildMode, Refusal, SessionRenewal};
+use locktable::{session_name, Lock, LockId, Request};
 
-fn grant(m: &mut Member, request: Request, term: u64, now: MonoTime) -> Lock {
-    match m.acquire(request, &leading(term, now), now) {
-        Ok((Acquired::Granted(lock), _)) => lock,
-        other => panic!("not granted: {other:?}"),
-    }
-}
-
-fn call(ms: u64) -> Forwarded {
-    Forwarded {
-        sent: at(ms),
-        read_before: 0,
-    }
-}
+use crate::common::grant_for as grant;
 
 /// Speaker 1 grants node 2's client a session (10 s) with `a` and `b` in
 /// it; node 2 records them.

@@ -7,21 +7,11 @@ use crate::common::*;
 
 use std::time::Duration;
 
-use leasehold_protocol::{Forwarded, RebuildMode, SessionRenewal};
+use leasehold_protocol::{RebuildMode, SessionRenewal};
 use locktable::{session_name, Acquired, Lock, LockId, Request};
 
 fn grant(m: &mut leasehold_protocol::Member, request: Request, now: locktable::MonoTime) -> Lock {
-    match m.acquire(request, &leading(1, now), now) {
-        Ok((Acquired::Granted(lock), _)) => lock,
-        other => panic!("not granted: {other:?}"),
-    }
-}
-
-fn call(ms: u64) -> Forwarded {
-    Forwarded {
-        sent: at(ms),
-        read_before: 0,
-    }
+    grant_for(m, request, 1, now)
 }
 
 #[test]

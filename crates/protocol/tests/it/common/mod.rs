@@ -164,3 +164,19 @@ pub fn held_through_speaker(m: &mut Member, id: u128, ttl: Duration) -> Lock {
     m.renewed_through_speaker(call, in_transit(id, 1, ttl), at(1))
         .unwrap()
 }
+
+/// `request` granted by `m` speaking for `term` at `now`.
+pub fn grant_for(m: &mut Member, request: Request, term: u64, now: MonoTime) -> Lock {
+    match m.acquire(request, &leading(term, now), now) {
+        Ok((Acquired::Granted(lock), _)) => lock,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+/// A call forwarded at `ms`, before any newer speaker read its node.
+pub fn call(ms: u64) -> leasehold_protocol::Forwarded {
+    leasehold_protocol::Forwarded {
+        sent: at(ms),
+        read_before: 0,
+    }
+}
