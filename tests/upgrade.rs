@@ -2,8 +2,7 @@
 //!
 //! The rolling upgrade starts a 3-node cluster of an earlier commit of this
 //! repository (built once in a git worktree under the target directory,
-//! with a target directory the earlier commits share, kept between runs),
-//! and upgrades it
+//! with a target directory of its own, kept between runs), and upgrades it
 //! one node at a time to this build while holders renew their locks and
 //! rivals ask for them: nothing held is lost, nothing is granted twice,
 //! every stop exits 0, and the cluster agrees on this build's protocol
@@ -54,11 +53,9 @@ fn run(command: &mut Command, what: &str) {
 }
 
 /// The `leasehold` binary of the earlier commit `base`: checked out in a
-/// git worktree under the target directory and built there, once (later
-/// runs find it), with a target directory every base shares (the
-/// dependencies they have in common are built once), its binary kept
-/// beside its worktree. One base at a time: the walks run side by side,
-/// and share the repository's worktrees and that target directory.
+/// git worktree under the target directory and built there with a target
+/// directory of its own, once (later runs find it). One base at a time:
+/// the walks run side by side, and share the repository's worktrees.
 fn base_binary(base: &str) -> PathBuf {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME
@@ -72,14 +69,12 @@ fn base_binary(base: &str) -> PathBuf {
     } else {
         root().join(target)
     };
-    // One target directory for every earlier commit: the dependencies
-    // they share are built once; each binary is kept beside its commit.
+    // A target directory of its own for each earlier commit: cargo names
+    // a workspace's artifacts by their paths within it, the same in every
+    // worktree, so a shared one could hand one commit's build to another.
     let cache = target.join("upgrade-base").join(base);
-    let (src, built) = (
-        cache.join("src"),
-        target.join("upgrade-base").join("target"),
-    );
-    let binary = cache.join("leasehold");
+    let (src, built) = (cache.join("src"), cache.join("target"));
+    let binary = built.join("debug").join("leasehold");
     if binary.exists() {
         return binary;
     }
@@ -113,8 +108,6 @@ fn base_binary(base: &str) -> PathBuf {
             .env_remove("CLIPPY_ARGS"),
         "build the earlier commit",
     );
-    std::fs::copy(built.join("debug").join("leasehold"), &binary)
-        .unwrap_or_else(|e| panic!("keep the earlier commit's binary: {e}"));
     binary
 }
 
