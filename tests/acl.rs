@@ -153,6 +153,18 @@ async fn tokens_say_who_may_lock_read_and_administer_what() {
         .timeout(Duration::from_secs(30));
     let (status, body) = support::answer(with_cluster_token).await;
     assert_eq!(status, 200, "{body}");
+    // A set's release needs the right to lock every name of it: one name
+    // outside the token's prefixes refuses the whole set, and nothing is
+    // released.
+    let set = json!({ "locks": [
+        { "name": "jobs/1", "id": id },
+        { "name": "other/1", "id": body["lock"]["id"] },
+    ] });
+    let release = api.post("/v1/locks/release", set, Some(DEPLOY));
+    assert_refused(release.await, FORBIDDEN);
+    let kept = json!({ "name": "jobs/1", "id": id });
+    let (status, body) = api.post("/v1/locks/renew", kept, Some(DEPLOY)).await;
+    assert_eq!(status, 200, "jobs/1 is still held: {body}");
 
     // Reading: a reader sees every name and no id; the deployer sees its
     // prefix only, with ids.
