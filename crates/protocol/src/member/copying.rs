@@ -153,11 +153,13 @@ impl Member {
     /// sent, and it is sent within that of `now`.
     ///
     /// A copy of a session's grant may renew the member's copies of every
-    /// lock of the session ([`Member::take_session_copy`]): each lock the
-    /// table has in the session is noted too, to the session's end, and
-    /// their count and digest are answered, to be sent with the copy (the
-    /// member renews its copies only if it keeps exactly those locks, so
-    /// none it renews goes unnoted here).
+    /// lock of the session ([`Member::take_session_copy`]): the note of the
+    /// session's grant stands for every lock of it, to the session's end (a
+    /// release of any is passed on to the members noted with its session),
+    /// and the count and digest of the locks the table has in the session
+    /// are answered, to be sent with the copy (the member renews its copies
+    /// only if it keeps exactly those locks, so none it renews goes
+    /// unnoted).
     pub fn copy_sent(
         &mut self,
         member: NodeId,
@@ -168,10 +170,6 @@ impl Member {
         self.note_other_record(lock.id, member, until, now);
         if !is_session_name(&lock.name) {
             return None;
-        }
-        let ids: Vec<LockId> = self.table.session_lock_ids(lock.id).collect();
-        for id in ids {
-            self.note_other_record(id, member, until, now);
         }
         let (count, digest) = self.table.session_summary(lock.id);
         Some(SessionLocks { count, digest })

@@ -2,8 +2,8 @@
 //! and the expiry of leases, and when its table is dropped.
 
 use locktable::{
-    AcquireError, Acquired, AcquiredSet, Answer, Lock, LockError, LockId, MonoTime, NodeId,
-    Request, WaiterId,
+    is_session_name, AcquireError, Acquired, AcquiredSet, Answer, Lock, LockError, LockId,
+    MonoTime, NodeId, Request, WaiterId,
 };
 
 use crate::guard::Guard;
@@ -308,16 +308,26 @@ impl Member {
     /// only the members noted with it have a record of it (a rebuild for an
     /// earlier term that reads it is refused, see `Table::rebuild`). A lock
     /// from an earlier term may be in any member's record: every member.
+    ///
+    /// A lock of a session is also noted with its session: a member sent a
+    /// copy of the session's grant may have renewed its copy of every lock
+    /// of it ([`Member::copy_sent`]). A session's own note stays until its
+    /// time passes, for the locks released after it.
     pub(super) fn forget_to(&mut self, lock: &Lock, now: MonoTime) -> Members {
-        let moved = if self.moved.is_empty() {
-            None
-        } else {
-            self.moved.remove(&lock.id)
+        let moved = match self.moved.is_empty() {
+            true => None,
+            false if is_session_name(&lock.name) => self.moved.get(&lock.id).copied(),
+            false => self.moved.remove(&lock.id),
         };
+        let by_session = lock
+            .session
+            .and_then(|session| self.moved.get(&session))
+            .filter(|noted| noted.until > now)
+            .map(|noted| noted.from);
         if Some(lock.fence.epoch()) != self.speaking {
             return Members::ALL;
         }
-        let to = self.member(lock.node);
+        let to = self.member(lock.node).with(by_session.unwrap_or_default());
         match moved {
             Some(moved) if moved.until > now => to.with(moved.from),
             _ => to,

@@ -206,3 +206,31 @@ fn every_lock_of_a_session_is_noted_with_the_member_its_grant_is_copied_to() {
         .unwrap();
     assert!(to.contains(3), "the lock is noted with its session's copy");
 }
+
+#[test]
+fn a_close_passes_every_lock_on_to_the_member_its_session_was_copied_to() {
+    let (mut s1, _, session, locks) = own_session();
+    let (renewed, made) = renew_own(&mut s1, session.id, at(8_000));
+    let mut r = s1.start_on_record(&renewed, 1, made, &leading(TERM, at(8_000)), at(8_000));
+    assert_eq!(outs(&mut r), [RecordOut::Copy(2)]);
+    r.answered(
+        &mut s1,
+        &renewed,
+        2,
+        false,
+        &leading(TERM, at(8_001)),
+        at(8_001),
+    );
+    assert_eq!(outs(&mut r), [RecordOut::Copy(3)]);
+    // Closed past the locks' first lease: the session's grant goes first,
+    // and each lock after it still reaches member 3.
+    let now = at(15_000);
+    let released = s1
+        .release_session(session.id, &leading(TERM, now), now)
+        .unwrap();
+    let ids: Vec<LockId> = released.iter().map(|(l, _)| l.id).collect();
+    assert_eq!(ids, [session.id, locks[0].id, locks[1].id]);
+    for (lock, to) in released {
+        assert!(to.contains(3), "{} is forgotten at member 3", lock.name);
+    }
+}
