@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::release::release_one;
+use crate::release::{attempt_timeout, release_one, HandedLock, ATTEMPT_TIMEOUT};
 use crate::suspend::SuspendClock;
 use crate::transport::{CallError, Transport};
 use crate::{refused, AcquireOptions, Error};
@@ -23,21 +23,6 @@ const MIN_RENEW_EVERY: Duration = Duration::from_millis(10);
 
 /// The longest the renewal task sleeps without looking at the lapse.
 const LOOK_AT_MOST: Duration = Duration::from_millis(250);
-
-/// The longest one renewal attempt may take before another node is tried.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The shortest time one attempt is given, however many endpoints share
-/// what is left.
-const SHORTEST_ATTEMPT: Duration = Duration::from_millis(100);
-
-/// How long one attempt may take with `left` before the deadline: a share
-/// of it for each endpoint not tried yet in this round, so a node that
-/// hangs leaves time to try the others (at least 100 ms, or what is left).
-pub(crate) fn attempt_timeout(left: Duration, tries_left: usize) -> Duration {
-    let share = left / u32::try_from(tries_left.max(1)).unwrap_or(u32::MAX);
-    share.max(SHORTEST_ATTEMPT).min(left).min(ATTEMPT_TIMEOUT)
-}
 
 /// A duration in whole milliseconds, saturating.
 fn millis(d: Duration) -> u64 {
@@ -138,14 +123,12 @@ pub(crate) struct Handed {
     lease: Arc<LeaseCount>,
 }
 
-impl Handed {
-    /// The lock, by name and id.
-    pub(crate) fn lock(&self) -> &LockRef {
+impl HandedLock for Handed {
+    fn lock(&self) -> &LockRef {
         &self.lock
     }
 
-    /// When its lease ends on this client's clock (suspends included).
-    pub(crate) fn ends(&self) -> Instant {
+    fn ends(&self) -> Instant {
         self.lease.ends()
     }
 }

@@ -6,11 +6,34 @@ use std::time::Duration;
 use leasehold_api::{ErrorCode, LockRef, ReleaseBody};
 use tokio::time::Instant;
 
-use crate::guard::{attempt_timeout, Handed};
 use crate::transport::{CallError, Transport};
 use crate::{refused, retryable, Error};
 
 /// The attempts at one release while its lease runs.
+/// The longest one renewal attempt may take before another node is tried.
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The shortest time one attempt is given, however many endpoints share
+/// what is left.
+const SHORTEST_ATTEMPT: Duration = Duration::from_millis(100);
+
+/// How long one attempt may take with `left` before the deadline: a share
+/// of it for each endpoint not tried yet in this round, so a node that
+/// hangs leaves time to try the others (at least 100 ms, or what is left).
+pub(crate) fn attempt_timeout(left: Duration, tries_left: usize) -> Duration {
+    let share = left / u32::try_from(tries_left.max(1)).unwrap_or(u32::MAX);
+    share.max(SHORTEST_ATTEMPT).min(left).min(ATTEMPT_TIMEOUT)
+}
+
+/// A held lock whose renewals stopped, handed over to be released with
+/// others in one call.
+pub(crate) trait HandedLock {
+    /// The lock, by name and id.
+    fn lock(&self) -> &LockRef;
+    /// When its lease ends on this client's clock (suspends included).
+    fn ends(&self) -> Instant;
+}
+
 struct Tries {
     /// Whether an earlier attempt may have released unseen (its answer
     /// was lost).
@@ -85,14 +108,14 @@ pub(crate) async fn release_one(
 /// left out. `Err(Error::Lost)` when any was not held. A node that does
 /// not read a set's release (a build before it answers `400`, as does a
 /// transport that does not carry it) gets one release per lock, at once.
-pub(crate) async fn release_together(
+pub(crate) async fn release_together<H: HandedLock>(
     transport: &dyn Transport,
-    held: &[Handed],
+    held: &[H],
 ) -> Result<(), Error> {
     let mut tries = Tries { unknown: false };
     loop {
         let now = Instant::now();
-        let live: Vec<&Handed> = held.iter().filter(|h| h.ends() > now).collect();
+        let live: Vec<&H> = held.iter().filter(|h| h.ends() > now).collect();
         let Some(ends) = live.iter().map(|h| h.ends()).max() else {
             return Ok(());
         };
