@@ -32,7 +32,7 @@ pub struct SessionRenewal {
     /// The digest of the locks the client holds in the session, if it said.
     pub client_digest: Option<u128>,
     /// Whether the members copying the session's locks renew them by the
-    /// session's copy (protocol [`leasehold_raft`]'s `SESSION_COPIES`):
+    /// session's copy (protocol 7, `SESSION_COPIES`):
     /// then the locks are not copied one by one, and their records are
     /// answered only where they differ.
     pub session_copies: bool,
