@@ -88,26 +88,38 @@ impl LockSet {
     /// while a lease runs; against a node of a build before set releases,
     /// one call per lock, at once. `Err(Error::Lost)` if any lock was lost
     /// (not held any more); the others are released all the same.
+    ///
+    /// The release runs in a task of its own: a caller that stops waiting
+    /// for it (a timeout around it) does not stop it, as a guard's release
+    /// goes on once asked; the locks, renewed no more, would otherwise stay
+    /// held until their leases ran out.
     pub async fn release(mut self) -> Result<(), Error> {
         let guards = std::mem::take(&mut self.guards);
-        let Some(transport) = guards.first().map(LockGuard::transport) else {
-            return Ok(());
-        };
-        let handed = futures::future::join_all(guards.into_iter().map(LockGuard::hand_over)).await;
-        let mut lost = Ok(());
-        let mut held = Vec::with_capacity(handed.len());
-        for each in handed {
-            match each {
-                Ok(lock) => held.push(lock),
-                Err(e) => lost = lost.and(Err(e)),
-            }
-        }
-        if held.is_empty() {
-            return lost;
-        }
-        let released = release_together(&*transport, &held).await;
-        lost.and(released)
+        let task = leasehold_tasks::spawn(release_guards(guards));
+        task.await.unwrap_or(Err(Error::Lost))
     }
+}
+
+/// Hands `guards` over and releases their locks in one call
+/// ([`LockSet::release`]).
+async fn release_guards(guards: Vec<LockGuard>) -> Result<(), Error> {
+    let Some(transport) = guards.first().map(LockGuard::transport) else {
+        return Ok(());
+    };
+    let handed = futures::future::join_all(guards.into_iter().map(LockGuard::hand_over)).await;
+    let mut lost = Ok(());
+    let mut held = Vec::with_capacity(handed.len());
+    for each in handed {
+        match each {
+            Ok(lock) => held.push(lock),
+            Err(e) => lost = lost.and(Err(e)),
+        }
+    }
+    if held.is_empty() {
+        return lost;
+    }
+    let released = release_together(&*transport, &held).await;
+    lost.and(released)
 }
 
 impl Drop for LockSet {

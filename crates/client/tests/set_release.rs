@@ -238,3 +238,24 @@ async fn a_retried_sets_release_that_finds_them_gone_is_a_release() {
     let fake = Fake::new(&[Reply::Silence, Reply::FirstNotHeld]);
     take_and_release(&fake).await.unwrap();
 }
+
+/// A caller that stops waiting for a set's release (a timeout around it)
+/// does not keep the locks from being released: the release goes on in
+/// the background, as a guard's release does once asked (and as a set
+/// dropped unreleased is released). Otherwise the handed-over locks,
+/// renewed no more, would stay held until their leases ran out.
+#[tokio::test(start_paused = true)]
+async fn a_sets_release_the_caller_stops_waiting_for_goes_on() {
+    let fake = Fake::new(&[Reply::Silence, Reply::Released]);
+    let client = Client::with_transport(fake.clone());
+    let options = AcquireOptions::default().lease(Duration::from_millis(LEASE_MS));
+    let set = client.acquire_all(&NAMES, options).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_millis(100), set.release()).await;
+    assert!(waited.is_err(), "the first attempt is silent past the wait");
+    tokio::time::sleep(Duration::from_millis(LEASE_MS / 2)).await;
+    assert_eq!(
+        *fake.set_releases.lock().unwrap(),
+        vec![asked(), asked()],
+        "the release was tried again after the caller stopped waiting"
+    );
+}
