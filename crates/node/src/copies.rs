@@ -78,16 +78,28 @@ impl Node {
         noted: MonoTime,
         by_session: Option<SessionLocks>,
     ) -> (NodeId, bool) {
-        if let Some(locks) = by_session {
-            let acked = self.copy_session(member, lock, term, noted, locks).await;
-            return (member, acked);
-        }
+        let acked = match by_session {
+            Some(locks) => self.copy_session(member, lock, term, noted, locks).await,
+            None => self.copy_by_lane(member, lock, term, noted).await,
+        };
+        (member, acked)
+    }
+
+    /// Sends one copy to `member` (noted at `noted`) in the next batch of
+    /// its lane; answers whether it acknowledged in time.
+    pub(crate) async fn copy_by_lane(
+        &self,
+        member: NodeId,
+        lock: Lock,
+        term: u64,
+        noted: MonoTime,
+    ) -> bool {
         let Some(to) = self
             .roster()
             .addr(member)
             .map(|a| self.copier.lane(member, a))
         else {
-            return (member, false);
+            return false;
         };
         let pending = PendingCopy {
             lock,
@@ -97,7 +109,7 @@ impl Node {
         let (peers, clock, addr) = (Arc::clone(&self.peers), self.clock, to.addr.clone());
         let send = move |batch| send_copy_batch(peers, clock, addr, batch);
         let acked = to.lane.send(pending, COPY_TIMEOUT, &self.tasks, send).await;
-        (member, acked == Some(true))
+        acked == Some(true)
     }
 
     /// As a member: keeps copies sent by the speaker of `term` (see

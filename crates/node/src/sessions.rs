@@ -120,10 +120,13 @@ impl Node {
             });
         }
         let (call, node_digest, answer) = {
-            let (call, digest, answer) = self.forward_session_renewal(&body, id, false).await;
+            let (call, digest, answer) = self
+                .forward_session_renewal(&body, id, client_digest, false)
+                .await;
             match answer {
                 Ok(ForwardAnswer::RecordsWanted) => {
-                    self.forward_session_renewal(&body, id, true).await
+                    self.forward_session_renewal(&body, id, client_digest, true)
+                        .await
                 }
                 other => (call, digest, other),
             }
@@ -174,11 +177,12 @@ impl Node {
     /// node's record of the session (from protocol 7), and with its records
     /// of the session's locks when `with_records` (the speaker's table
     /// lacked the session and wants them to take it back). Answers the
-    /// call, the digest it sent, and the speaker's answer.
+    /// call, the node's digest it sent, and the speaker's answer.
     async fn forward_session_renewal(
         self: &Arc<Self>,
         body: &SessionBody,
         id: LockId,
+        client_digest: Option<u128>,
         with_records: bool,
     ) -> (Forwarded, Option<u128>, Result<ForwardAnswer, ApiError>) {
         let call = self.forwarding();
@@ -199,7 +203,7 @@ impl Node {
             ttl_ms: body.ttl_ms,
             node: self.id(),
             node_digest: node_digest.map(format_digest),
-            client_digest: body.digest().ok().flatten().map(format_digest),
+            client_digest: client_digest.map(format_digest),
             record: record.as_ref().map(peer),
             records: records.map(|r| r.iter().map(peer).collect()),
         };

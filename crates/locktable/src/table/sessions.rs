@@ -86,11 +86,6 @@ impl Table {
         self.sessions.summary(id)
     }
 
-    /// The ids of the locks hanging off the session `id`, in no order.
-    pub fn session_lock_ids(&self, id: LockId) -> impl Iterator<Item = LockId> + '_ {
-        self.sessions.of(id)
-    }
-
     /// The locks hanging off the session `id`, as the table has them, in id
     /// order (the same in every process: a simulation's seed replays).
     pub fn session_locks(&self, id: LockId) -> Vec<Lock> {
