@@ -249,3 +249,120 @@ async fn a_harness_breaks_a_local_cluster_and_reads_what_each_failover_cost() {
         );
     }
 }
+
+/// `up --base-port 0` puts each node on a port the system chose (named in
+/// up.json), passes what follows `--` to every node's `serve`, and the
+/// client faults of `chaos` act on one node's client calls only: `refuse`
+/// answers them 503 unserved until `heal`, `lag` holds each answer back,
+/// `lose-answer` serves the next call and never answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_chooses_ports_passes_serve_arguments_and_chaos_breaks_client_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let up_dir = dir.path().join("up");
+    let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["up", "--nodes", "3", "--base-port", "0", "--data-dir"])
+        .arg(&up_dir)
+        .args(["--", "--default-lease", "7s"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let state: Value = loop {
+        if let Some(state) = std::fs::read_to_string(up_dir.join("up.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+        {
+            break state;
+        }
+        assert!(start.elapsed() < PATIENCE, "no up.json");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let addrs: Vec<String> = (1..=3)
+        .map(|id| {
+            state["nodes"][id.to_string()]["addr"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let ports: std::collections::BTreeSet<&str> = addrs
+        .iter()
+        .map(|a| a.rsplit(':').next().unwrap())
+        .collect();
+    assert_eq!(ports.len(), 3, "three ports: {addrs:?}");
+    assert!(!ports.contains("0"), "{addrs:?}");
+    let up = Up {
+        child,
+        addrs,
+        http: reqwest::Client::builder().no_proxy().build().unwrap(),
+    };
+    let speaker = up.speaker(None).await;
+    let node = speaker % 3 + 1; // a follower
+    let url = |path: &str| format!("http://{}{path}", up.addrs[node as usize - 1]);
+    let acquire = |name: &str| {
+        up.http
+            .post(url("/v1/locks/acquire"))
+            .json(&json!({"name": name, "holder": "harness"}))
+            .timeout(Duration::from_secs(5))
+            .send()
+    };
+
+    // The serve argument: a lease asked for by no one is 7 s long.
+    let granted: Value = acquire("first").await.unwrap().json().await.unwrap();
+    assert_eq!(granted["lock"]["lease_ms"], json!(7000), "{granted}");
+
+    chaos(&up_dir, &["refuse", &node.to_string()]).unwrap();
+    let refused = acquire("refused").await.unwrap();
+    assert_eq!(refused.status(), 503);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], json!("no_leader"), "{body}");
+    assert!(up
+        .get(node, "/v1/locks/refused")
+        .await
+        .is_some_and(|v| v["error"] == json!("no_leader")));
+    assert!(
+        up.get(speaker, "/v1/locks/refused")
+            .await
+            .is_some_and(|v| v["error"] == json!("not_held")),
+        "not served"
+    );
+    assert!(chaos(&up_dir, &["status"])
+        .unwrap()
+        .contains("refuses clients"));
+    chaos(&up_dir, &["heal"]).unwrap();
+
+    chaos(&up_dir, &["lag", &node.to_string(), "800ms"]).unwrap();
+    let sent = Instant::now();
+    assert_eq!(acquire("lagged").await.unwrap().status(), 200);
+    assert!(
+        sent.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        sent.elapsed()
+    );
+    chaos(&up_dir, &["lag", &node.to_string(), "0"]).unwrap();
+
+    chaos(&up_dir, &["lose-answer", &node.to_string()]).unwrap();
+    let lost = up
+        .http
+        .post(url("/v1/locks/acquire"))
+        .json(&json!({"name": "unanswered", "holder": "harness"}))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await;
+    assert!(lost.is_err_and(|e| e.is_timeout()), "no answer");
+    // It was served, and only the one answer was lost.
+    let held: Value = up
+        .http
+        .get(url("/v1/locks/unanswered"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(held["lock"]["holder"], json!("harness"), "{held}");
+    assert_eq!(acquire("answered").await.unwrap().status(), 200);
+}

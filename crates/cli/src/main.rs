@@ -183,13 +183,18 @@ enum Command {
         /// How many nodes.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
         nodes: u64,
-        /// The first node's port; the others follow.
+        /// The first node's port; the others follow. 0: each node on a
+        /// port the system chooses (up.json names them).
         #[arg(long, default_value_t = 7701)]
         base_port: u16,
         /// Where the nodes keep their Raft state (default: a temporary
         /// directory, removed on exit).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Arguments added to every node's `serve`, after `--`
+        /// (`-- --acl acl.toml`, TLS files, timings).
+        #[arg(last = true)]
+        serve_args: Vec<String>,
     },
     /// Run one node.
     Serve(Box<local::ServeArgs>),
@@ -364,7 +369,8 @@ async fn dispatch(command: Command) -> ExitCode {
             nodes,
             base_port,
             data_dir,
-        } => playground::up(nodes, base_port, data_dir).await,
+            serve_args,
+        } => playground::up(nodes, base_port, data_dir, serve_args).await,
         Command::Chaos { command } => {
             if let Some(why) = command.misuse() {
                 eprintln!("leasehold chaos: {why}");

@@ -70,6 +70,8 @@ struct Cluster {
     dir: PathBuf,
     state: UpState,
     peers: String,
+    /// Arguments added to every node's `serve` (`up ... -- ARGS`).
+    serve_args: Vec<String>,
     children: BTreeMap<u64, Child>,
     /// The nodes stopped with SIGSTOP and not resumed since.
     paused: BTreeSet<u64>,
@@ -88,6 +90,7 @@ impl Cluster {
         let child = Command::new(exe)
             .args(["serve", "--id", &id.to_string(), "--listen", &node.addr])
             .args(["--peers", &self.peers, "--chaos"])
+            .args(&self.serve_args)
             .arg("--data-dir")
             .arg(&node.data_dir)
             .env("LEASEHOLD_CLUSTER_TOKEN", &self.state.token)
@@ -224,16 +227,22 @@ impl Cluster {
     }
 }
 
-/// `leasehold up`: `nodes` child processes on 127.0.0.1 from `base_port`,
-/// their data under `data_dir` (a temporary directory, removed at the end,
-/// if not given), until Ctrl-C or SIGTERM.
-pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result<(), String> {
+/// `leasehold up`: `nodes` child processes on 127.0.0.1 from `base_port`
+/// (0: each on a port the system chooses), their data under `data_dir` (a
+/// temporary directory, removed at the end, if not given), each started
+/// with `serve_args` added, until Ctrl-C or SIGTERM.
+pub async fn up(
+    nodes: u64,
+    base_port: u16,
+    data_dir: Option<PathBuf>,
+    serve_args: Vec<String>,
+) -> Result<(), String> {
     let temporary = data_dir.is_none();
     let dir = match data_dir {
         Some(dir) => dir,
         None => std::env::temp_dir().join(format!("leasehold-up-{}", std::process::id())),
     };
-    let result = run_up(nodes, base_port, &dir).await;
+    let result = run_up(nodes, base_port, &dir, serve_args).await;
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -241,17 +250,37 @@ pub async fn up(nodes: u64, base_port: u16, data_dir: Option<PathBuf>) -> Result
     result
 }
 
-async fn run_up(nodes: u64, base_port: u16, dir: &Path) -> Result<(), String> {
+/// The nodes' addresses: from `base_port` on, each checked free, or with
+/// `base_port` 0 each a port the system chose free just now.
+fn node_addrs(nodes: u64, base_port: u16) -> Result<BTreeMap<u64, String>, String> {
+    let mut addrs = BTreeMap::new();
+    // Held until all are chosen, so that no two nodes get one port.
+    let mut listeners = Vec::new();
+    for i in 1..=nodes {
+        let asked = match base_port {
+            0 => "127.0.0.1:0".to_string(),
+            base => format!("127.0.0.1:{}", u64::from(base) + i - 1),
+        };
+        let listener = std::net::TcpListener::bind(&asked)
+            .map_err(|e| format!("cannot listen on {asked}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| format!("{asked}: {e}"))?;
+        addrs.insert(i, addr.to_string());
+        listeners.push(listener);
+    }
+    Ok(addrs)
+}
+
+async fn run_up(
+    nodes: u64,
+    base_port: u16,
+    dir: &Path,
+    serve_args: Vec<String>,
+) -> Result<(), String> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut interrupts = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut terminates = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let addrs: BTreeMap<u64, String> = (1..=nodes)
-        .map(|i| (i, format!("127.0.0.1:{}", u64::from(base_port) + i - 1)))
-        .collect();
-    for addr in addrs.values() {
-        std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    }
+    let addrs = node_addrs(nodes, base_port)?;
     let state = UpState {
         token: format!("{:032x}", rand::random::<u128>()),
         nodes: addrs
@@ -298,6 +327,7 @@ async fn run_up(nodes: u64, base_port: u16, dir: &Path) -> Result<(), String> {
         dir: dir.to_path_buf(),
         state,
         peers,
+        serve_args,
         children: BTreeMap::new(),
         paused: BTreeSet::new(),
     };
@@ -430,6 +460,27 @@ pub enum ChaosCommand {
     },
     /// `kill -9` whichever node speaks now.
     KillSpeaker,
+    /// Node N answers every client call (locks, sessions) `503 no_leader`
+    /// unserved, until `heal`: clients must move to another node.
+    Refuse {
+        /// The node.
+        n: u64,
+    },
+    /// Node N holds back every answer to a client call by MS after
+    /// serving it (0 takes it away).
+    Lag {
+        /// The node.
+        n: u64,
+        /// The delay (200ms, 1s; a bare number is milliseconds).
+        #[arg(value_parser = crate::duration::millis)]
+        ms: u64,
+    },
+    /// Node N serves the next client call and never answers it: an answer
+    /// lost on its way (the client's retry must not do the call twice).
+    LoseAnswer {
+        /// The node.
+        n: u64,
+    },
     /// Show each node's process (running, paused, killed), its cut and
     /// slowed links, and the speaker.
     Status,
@@ -482,6 +533,27 @@ pub async fn chaos(command: ChaosCommand) -> Result<String, String> {
                 .await
                 .map(|()| "every link healed".to_string());
         }
+        ChaosCommand::Refuse { n } => {
+            return set_plans(&dir, &state, &[*n], |plans| {
+                plans.entry(*n).or_default().refuse_clients = true;
+            })
+            .await
+            .map(|()| format!("node {n} answers client calls 503"));
+        }
+        ChaosCommand::Lag { n, ms } => {
+            return set_plans(&dir, &state, &[*n], |plans| {
+                plans.entry(*n).or_default().client_answer_lag_ms = *ms;
+            })
+            .await
+            .map(|()| format!("node {n} holds answers to clients back {ms} ms"));
+        }
+        ChaosCommand::LoseAnswer { n } => {
+            return set_plans(&dir, &state, &[*n], |plans| {
+                plans.entry(*n).or_default().lose_next_answer = true;
+            })
+            .await
+            .map(|()| format!("node {n} will serve its next client call and not answer it"));
+        }
         ChaosCommand::Kill { n } => format!("kill {n}"),
         ChaosCommand::Pause { n } => format!("pause {n}"),
         ChaosCommand::Resume { n } => format!("resume {n}"),
@@ -520,6 +592,15 @@ async fn status_lines(dir: &Path, state: &UpState, processes: &BTreeMap<u64, Str
                 .iter()
                 .map(|(to, ms)| format!("{ms} ms to {to}")),
         );
+        if plan.refuse_clients {
+            links.push("refuses clients".to_string());
+        }
+        if plan.client_answer_lag_ms > 0 {
+            links.push(format!(
+                "answers clients {} ms late",
+                plan.client_answer_lag_ms
+            ));
+        }
         let process = processes.get(id).map_or("?", String::as_str);
         let links = if links.is_empty() {
             "ok".to_string()
@@ -623,6 +704,10 @@ async fn set_plans(
             let body = answer.text().await.unwrap_or_default();
             return Err(format!("node {id}: {status} {body}"));
         }
+    }
+    // A lost answer is spent at the node, not sent again with a later plan.
+    for plan in plans.values_mut() {
+        plan.lose_next_answer = false;
     }
     let text = serde_json::to_string_pretty(&plans).map_err(|e| e.to_string())?;
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))

@@ -34,6 +34,18 @@ pub struct FaultPlan {
     /// an answer slowed on its way back (the request was served at once).
     #[serde(default)]
     pub answer_delay_ms: u64,
+    /// Every client call (`/v1/locks...`, `/v1/sessions...`) is answered
+    /// `503 no_leader` unserved, as by a node cut off from its speaker.
+    #[serde(default)]
+    pub refuse_clients: bool,
+    /// Every answer to a client call is held back this long, in
+    /// milliseconds, after the call was served.
+    #[serde(default)]
+    pub client_answer_lag_ms: u64,
+    /// The next client call is served and its answer never sent: an answer
+    /// lost on its way (the flag is spent by that call).
+    #[serde(default)]
+    pub lose_next_answer: bool,
     /// Sabotage, for the chaos suite's self-test only: grants and renewals
     /// are answered without waiting for any copy (none is sent), as if
     /// `--copies` were 1 (the protocol's `Sabotage::skip_copies`, which the
@@ -86,6 +98,13 @@ impl Faults {
         self.plan.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Whether the answer to this client call is to be lost: true once
+    /// after the plan set `lose_next_answer`.
+    pub fn take_lost_answer(&self) -> bool {
+        let mut plan = self.plan.write().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut plan.lose_next_answer)
+    }
+
     /// Applies the plan to a message for `target`: waits out the delay, or
     /// drops it.
     pub async fn before_send(&self, target: NodeId) -> Result<(), Dropped> {
@@ -126,5 +145,18 @@ mod tests {
         faults.before_send(4).await.unwrap();
         assert_eq!(start.elapsed(), Duration::ZERO);
         assert!(faults.before_send(3).await.is_err(), "3 is cut off");
+    }
+
+    #[test]
+    fn a_lost_answer_is_spent_by_one_call() {
+        let faults = Faults::default();
+        assert!(!faults.take_lost_answer());
+        faults.set(FaultPlan {
+            lose_next_answer: true,
+            ..FaultPlan::default()
+        });
+        assert!(faults.take_lost_answer());
+        assert!(!faults.take_lost_answer(), "spent");
+        assert!(!faults.plan().lose_next_answer);
     }
 }

@@ -49,6 +49,10 @@ pub(super) fn router(node: Shared) -> Router<Shared> {
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&node),
+            client_faults,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&node),
             refuse_once_removed,
         ))
         .layer(axum::middleware::from_fn_with_state(
@@ -140,6 +144,34 @@ async fn refuse_once_removed(State(node): State<Shared>, request: Request, next:
         .into_response();
     }
     next.run(request).await
+}
+
+/// The fault plan's faults of client calls, on a node run with `--chaos`
+/// (docs/harness.md: `chaos refuse`, `lag`, `lose-answer`): refused
+/// unserved, answered late, or served and never answered.
+async fn client_faults(State(node): State<Shared>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if !node.config.chaos || !(path.starts_with("/v1/locks") || path.starts_with("/v1/sessions")) {
+        return next.run(request).await;
+    }
+    let faults = node.peers.faults();
+    let plan = faults.plan();
+    if plan.refuse_clients {
+        return ApiError::new(
+            ErrorCode::NoLeader,
+            "chaos: this node refuses client calls (`leasehold chaos refuse`)",
+        )
+        .into_response();
+    }
+    let response = next.run(request).await;
+    if plan.lose_next_answer && faults.take_lost_answer() {
+        // The caller gives up and closes the connection, which drops this.
+        std::future::pending::<()>().await;
+    }
+    if plan.client_answer_lag_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(plan.client_answer_lag_ms)).await;
+    }
+    response
 }
 
 fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
