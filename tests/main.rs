@@ -10,6 +10,7 @@ mod change;
 mod cli;
 mod client;
 mod cluster;
+mod conformance;
 mod copies;
 mod embedded_service;
 mod harness;
