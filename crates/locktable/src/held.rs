@@ -155,6 +155,26 @@ impl Held {
         self.follow_session(id);
     }
 
+    /// Records `session`, a view of a session's grant (a copy of it), as
+    /// [`Held::record`] does, and gives every lock recorded as hanging off
+    /// it at least the end of this view, never that of the session's
+    /// record: an earlier view (an earlier term's copy, before a shorter
+    /// renewal) may leave the record later than anything this view's sender
+    /// noted, and a lock renewed past its sender's notes would miss its
+    /// release and come back at a rebuild.
+    pub fn record_session_view(&mut self, session: Lock) {
+        let id = session.id;
+        let view = session.clone();
+        self.record(session);
+        for lock in self.sessions.of(id) {
+            if let Some(slot) = self.locks.find(&lock).and_then(|at| self.locks.get_mut(at)) {
+                if slot.expires < view.expires {
+                    slot.follow(&view);
+                }
+            }
+        }
+    }
+
     /// Gives every lock recorded as hanging off the session `id` the end of
     /// the session's record.
     fn follow_session(&mut self, id: LockId) {

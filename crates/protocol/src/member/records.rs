@@ -178,8 +178,10 @@ impl Member {
     }
 
     /// Keeps the copy of a session's grant sent by the speaker of `term`,
-    /// and renews this member's copies of every lock of the session to the
-    /// session's end, if it keeps exactly the locks the speaker noted
+    /// and renews this member's copies of every lock of the session to this
+    /// copy's end (never to a later end this member's record of the session
+    /// has from an earlier copy: the speaker noted this one), if it keeps
+    /// exactly the locks the speaker noted
     /// (`locks`: their count and digest): answers whether it did. If it
     /// keeps others, nothing is kept (`false`): the speaker sends the
     /// session's grant and every lock of it as copies instead. Refused as
@@ -204,7 +206,7 @@ impl Member {
         if kept != locks {
             return Ok(false);
         }
-        self.copies.record_session(session);
+        self.copies.record_session_view(session);
         Ok(true)
     }
 

@@ -11,5 +11,6 @@ mod reading;
 mod recording;
 mod rules;
 mod session_copies;
+mod session_notes;
 mod session_reclaim;
 mod sessions;
