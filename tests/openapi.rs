@@ -11,12 +11,41 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::Cluster;
 
-/// A validator of the description's schema `name`.
+/// The schemas made strict: an object schema naming its properties
+/// allows no others. The description leaves answers open to new fields
+/// (a client must not break on them), so here a field the node sends that
+/// the description does not name fails the test.
+fn strict(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => {
+            let mut out: serde_json::Map<String, Value> =
+                map.iter().map(|(k, v)| (k.clone(), strict(v))).collect();
+            let composed = ["allOf", "oneOf", "anyOf"]
+                .iter()
+                .any(|k| map.contains_key(*k));
+            if map.contains_key("properties") && !composed {
+                out.entry("additionalProperties").or_insert(json!(false));
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(strict).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A validator of the description's schema `name`: made [`strict`] for an
+/// answer's schema, as the description has it for a request's (whose
+/// unknown fields the node skips).
 fn schema(spec: &Value, name: &str) -> jsonschema::Validator {
+    let request = name.ends_with("Body") || name == "LockRef";
+    let components = match request {
+        true => spec["components"].clone(),
+        false => strict(&spec["components"]),
+    };
     let schema = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$ref": format!("#/components/schemas/{name}"),
-        "components": spec["components"],
+        "components": components,
     });
     jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("schema {name}: {e}"))
 }
@@ -291,4 +320,131 @@ async fn the_description_fits_what_a_running_node_answers() {
         status,
         &unknown,
     );
+}
+
+/// The schemathesis command: `$SCHEMATHESIS`, else `schemathesis` on the
+/// path (`.ci/run` installs the version `scripts/schemathesis` pins).
+fn schemathesis() -> String {
+    std::env::var("SCHEMATHESIS").unwrap_or_else(|_| "schemathesis".to_string())
+}
+
+/// Runs schemathesis, every check and every phase (the stateful one
+/// included), against one node started with `serve_args` (a `--max-wait`
+/// of 2 s: the long-poll bound it is told of by its request timeout), with
+/// `headers`: it must find no failure, for two seeds.
+async fn schemathesis_finds_nothing(serve_args: &[&str], acl: Option<&str>, headers: &[&str]) {
+    let mut spec = json!({ "nodes": 1, "serve_args": serve_args });
+    if let Some(acl) = acl {
+        spec["acl"] = json!(acl);
+    }
+    let cluster = support::up::UpCluster::start(&spec).await;
+    let url = format!("http://{}/v1/openapi.json", cluster.addrs[&1]);
+    for seed in ["1", "2"] {
+        let mut command = std::process::Command::new(schemathesis());
+        command
+            .args(["run", &url, "--checks", "all", "--max-examples", "50"])
+            .args(["--request-timeout", "15", "--seed", seed, "--no-color"])
+            .args([
+                "--generation-database",
+                "none",
+                "--output-sanitize",
+                "false",
+            ])
+            .current_dir(cluster.dir.path());
+        for header in headers {
+            command.args(["-H", header]);
+        }
+        let out = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "run {} (scripts/schemathesis installs it): {e}",
+                    schemathesis()
+                )
+            });
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "schemathesis (seed {seed}) found failures:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("Stateful"), "the stateful phase ran: {text}");
+    }
+}
+
+/// What the description allows the node takes, and what it forbids the
+/// node refuses, as schemathesis finds it: an open node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_no_mismatch_with_an_open_node() {
+    schemathesis_finds_nothing(&["--max-wait", "2s"], None, &[]).await;
+}
+
+/// The same against a node with `--acl`, with a token that may lock and
+/// read every name (membership calls are refused it: 403).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_no_mismatch_with_a_node_under_acl() {
+    let acl = "[[token]]\nname = \"tester\"\nsecret = \"schemathesis-secret-0123456789\"\nlock = [\"\"]\nread = [\"\"]\n";
+    schemathesis_finds_nothing(
+        &["--max-wait", "2s"],
+        Some(acl),
+        &["Authorization: Bearer schemathesis-secret-0123456789"],
+    )
+    .await;
+}
+
+/// What generators need of the description: every operation named by a
+/// unique `operationId`; every integer with its width (`int64` or
+/// `uint64`, `int32` only where the maximum is below 2^31), so that fences
+/// (past 2^40) are not read into 32-bit or double types; and no schema
+/// closed to properties a newer node may add.
+#[test]
+fn the_description_names_operations_integer_widths_and_stays_open() {
+    let spec: Value = serde_json::from_str(leasehold_api::OPENAPI_JSON).unwrap();
+    let mut ids = BTreeSet::new();
+    for (path, ops) in spec["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let id = op["operationId"].as_str();
+            let id = id.unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+            assert!(ids.insert(id.to_string()), "operationId {id} twice");
+        }
+    }
+    fn walk(v: &Value, at: &str) {
+        match v {
+            Value::Object(map) => {
+                assert_ne!(
+                    map.get("additionalProperties"),
+                    Some(&json!(false)),
+                    "{at} is closed"
+                );
+                let integer = match &map.get("type") {
+                    Some(Value::String(t)) => t == "integer",
+                    Some(Value::Array(ts)) => ts.contains(&json!("integer")),
+                    _ => false,
+                };
+                // `not` and `if` hold type tests of other rules, not values.
+                if integer && !at.contains("/not/") && !at.contains("/if/") {
+                    let format = map.get("format").and_then(Value::as_str);
+                    let max = map.get("maximum").and_then(Value::as_u64);
+                    match format {
+                        Some("int64" | "uint64") => {}
+                        Some("int32") if max.is_some_and(|m| m < 1 << 31) => {}
+                        other => panic!("{at}: integer with format {other:?}"),
+                    }
+                }
+                for (k, v) in map {
+                    walk(v, &format!("{at}/{k}"));
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, &format!("{at}/{i}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(&spec, "");
+    let fence = &spec["components"]["schemas"]["Lock"]["properties"]["fence"];
+    assert_eq!(fence["format"], json!("int64"), "{fence}");
 }

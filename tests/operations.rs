@@ -431,3 +431,50 @@ async fn a_listing_and_a_get_show_who_waits_for_each_lock_in_order() {
         w.abort();
     }
 }
+
+/// `--max-wait`: a waiting acquire and a watch are answered by then (the
+/// acquire `409 held`, the watch with the lock as it is), not after the
+/// wait they asked for, so that a proxy's idle timeout never cuts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_wait_answers_a_waiting_acquire_and_a_watch_by_then() {
+    let cluster = crate::support::up::UpCluster::start(
+        &serde_json::json!({ "nodes": 1, "serve_args": ["--max-wait", "1s"] }),
+    )
+    .await;
+    let url = |path: &str| format!("http://{}{path}", cluster.addrs[&1]);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let acquire = |wait_ms: u64| {
+        http.post(url("/v1/locks/acquire"))
+            .json(&serde_json::json!({"name": "w", "wait_ms": wait_ms, "lease_ms": 60000}))
+            .timeout(std::time::Duration::from_secs(30))
+            .send()
+    };
+    let first = acquire(0).await.unwrap();
+    assert_eq!(first.status(), 200);
+    let fence = first.json::<Value>().await.unwrap()["lock"]["fence"].clone();
+    let asked = std::time::Instant::now();
+    let held = acquire(60_000).await.unwrap();
+    let waited = asked.elapsed();
+    assert_eq!(held.status(), 409);
+    assert!(
+        waited >= std::time::Duration::from_millis(900)
+            && waited < std::time::Duration::from_secs(10),
+        "answered after {waited:?}"
+    );
+    let asked = std::time::Instant::now();
+    let watched = http
+        .get(url(&format!(
+            "/v1/locks/w?wait_ms=60000&after_fence={fence}"
+        )))
+        .timeout(std::time::Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap();
+    let waited = asked.elapsed();
+    assert_eq!(watched.status(), 200);
+    assert!(
+        waited >= std::time::Duration::from_millis(900)
+            && waited < std::time::Duration::from_secs(10),
+        "answered after {waited:?}"
+    );
+}

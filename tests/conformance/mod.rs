@@ -3,7 +3,6 @@
 //! cluster of its own, and a scenario the file lists that no test runs
 //! fails `every_scenario_is_run`.
 
-mod cluster;
 mod steps;
 
 use serde_json::Value;
@@ -35,7 +34,7 @@ async fn run(id: &str) {
                 .collect()
         })
         .unwrap_or_default();
-    let cluster = cluster::UpCluster::start(&scenario["cluster"]).await;
+    let cluster = crate::support::up::UpCluster::start(&scenario["cluster"]).await;
     let mut run = steps::Run::new(cluster, env);
     for (i, step) in scenario["steps"].as_array().unwrap().iter().enumerate() {
         if let Err(why) = run.step(step).await {

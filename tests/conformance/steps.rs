@@ -14,7 +14,7 @@ use leasehold_client::{
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use super::cluster::UpCluster;
+use crate::support::up::UpCluster;
 
 /// What a step bound a name to.
 enum Bound {

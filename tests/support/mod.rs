@@ -6,6 +6,7 @@
 
 pub mod browser;
 pub mod sessions;
+pub mod up;
 
 use std::collections::BTreeMap;
 use std::io::Write;

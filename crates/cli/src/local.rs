@@ -93,6 +93,13 @@ pub struct ServeArgs {
     /// is shorter).
     #[arg(long, value_parser = crate::duration::millis)]
     default_lease: Option<u64>,
+    /// The longest one HTTP call is held waiting (a duration): an
+    /// acquire's wait and a watch's are cut to it, and the client asks
+    /// again. Set it under the idle timeout of a proxy or load balancer in
+    /// front of the nodes. At most and by default 10m (a watch waits at
+    /// most 60s anyway).
+    #[arg(long, value_parser = crate::duration::millis, default_value_t = leasehold_api::MAX_WAIT_MS)]
+    max_wait: u64,
     /// The longest lease granted (a duration, as --default-lease).
     #[arg(long, value_parser = crate::duration::millis, default_value_t = millis(LeaseRule::MAX_LEASE))]
     max_lease: u64,
@@ -266,6 +273,7 @@ impl ServeArgs {
                 max: Duration::from_millis(self.max_lease),
             })
             .with_rebuild_timeout(Duration::from_millis(self.rebuild_timeout))
+            .with_max_wait(Duration::from_millis(self.max_wait))
             .with_timings(RaftTimings {
                 heartbeat_ms: self.heartbeat_interval,
                 election_min_ms: self.election_timeout_min,

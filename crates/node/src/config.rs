@@ -34,6 +34,10 @@ pub struct NodeConfig {
     pub peer_tokens_accepted: Vec<String>,
     /// The default and longest leases.
     pub lease: LeaseRule,
+    /// The longest one HTTP call is held waiting (`--max-wait`): an
+    /// acquire's `wait_ms` and a watch's are cut to it, and the caller asks
+    /// again (the clients do). At most `leasehold_api::MAX_WAIT_MS`.
+    pub max_wait: Duration,
     /// The longest a new speaker waits for the members' reports (once
     /// those read hold a record of every grant, a quarter of it more).
     pub rebuild_timeout: Duration,
@@ -161,6 +165,10 @@ pub enum ConfigError {
         .0
     )]
     IdleTimeout(Duration),
+    /// `--max-wait` under a second: a waiting client would ask again and
+    /// again.
+    #[error("--max-wait must be at least 1s (got {0:?})")]
+    MaxWaitTooShort(Duration),
     /// A number of copies no write could reach (or none at all).
     #[error("--copies must be between 1 and a quorum of the members ({quorum}), got {copies}")]
     Copies {
@@ -234,6 +242,7 @@ impl NodeConfig {
             peer_token: None,
             peer_tokens_accepted: Vec::new(),
             lease: LeaseRule::default(),
+            max_wait: Duration::from_millis(leasehold_api::MAX_WAIT_MS),
             rebuild_timeout: Self::DEFAULT_REBUILD_TIMEOUT,
             rebuild_mode: RebuildMode::default(),
             timings: RaftTimings::default(),
@@ -285,6 +294,15 @@ impl NodeConfig {
     /// With these default and longest leases.
     pub fn with_lease(self, lease: LeaseRule) -> Self {
         NodeConfig { lease, ..self }
+    }
+
+    /// With this longest wait of one HTTP call ([`NodeConfig::max_wait`]),
+    /// cut to `leasehold_api::MAX_WAIT_MS`.
+    pub fn with_max_wait(self, max_wait: Duration) -> Self {
+        NodeConfig {
+            max_wait: max_wait.min(Duration::from_millis(leasehold_api::MAX_WAIT_MS)),
+            ..self
+        }
     }
 
     /// With this longest wait for the members' reports at a rebuild.
@@ -465,6 +483,9 @@ impl NodeConfig {
         if self.idle_timeout < shortest || self.idle_timeout > longest {
             return Err(ConfigError::IdleTimeout(self.idle_timeout));
         }
+        if self.max_wait < Duration::from_secs(1) {
+            return Err(ConfigError::MaxWaitTooShort(self.max_wait));
+        }
         check_timings(&self.timings).map_err(ConfigError::Timings)?;
         if !(leasehold_raft::version::OLDEST..=leasehold_raft::version::SPEAKS)
             .contains(&self.protocol)
@@ -576,6 +597,23 @@ mod tests {
         assert_eq!(config.validate(), Err(ConfigError::ReportFrameTooSmall));
         config.report_frame_bytes = NodeConfig::MIN_REPORT_FRAME_BYTES;
         assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_max_wait_is_at_least_a_second_and_at_most_ten_minutes() {
+        let with = |wait| single_node().with_max_wait(wait);
+        assert_eq!(with(Duration::from_secs(1)).validate(), Ok(()));
+        let short = Duration::from_millis(999);
+        assert_eq!(
+            with(short).validate(),
+            Err(ConfigError::MaxWaitTooShort(short))
+        );
+        let long = with(Duration::from_secs(3600));
+        assert_eq!(
+            long.max_wait,
+            Duration::from_millis(leasehold_api::MAX_WAIT_MS)
+        );
+        assert_eq!(long.validate(), Ok(()));
     }
 
     #[test]

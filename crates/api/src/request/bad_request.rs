@@ -72,9 +72,6 @@ pub enum BadRequest {
     /// A set's release of no lock, or of more than [`super::MAX_SET_NAMES`].
     #[error("field `locks` must hold 1 to {} locks", super::MAX_SET_NAMES)]
     ReleaseSize,
-    /// A set's release names one name twice.
-    #[error("field `locks` holds {0:?} twice: a set names each name once")]
-    ReleaseRepeats(String),
     /// The names of a set over their limit together.
     #[error("the names of field `{field}` are {len} bytes together, more than the {max} allowed")]
     NamesTooLong {

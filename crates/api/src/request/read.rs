@@ -110,10 +110,10 @@ fn read_body_checked<T: Body>(bytes: &[u8]) -> Result<T, BadRequest> {
         .deserialize(&mut reader)
         .and_then(|top| reader.end().map(|()| top))
         .map_err(|e| BadRequest::Malformed(e.to_string()))?;
-    let Some(map) = top else {
+    let Some(mut map) = top else {
         return Err(BadRequest::NotAnObject);
     };
-    check_fields(&map, T::FIELDS)?;
+    check_fields(&mut map, T::FIELDS)?;
     serde_json::from_value(Value::Object(map)).map_err(|e| BadRequest::Invalid(e.to_string()))
 }
 
@@ -179,15 +179,37 @@ impl<'de> Visitor<'de> for TopLevel {
     }
 }
 
-fn check_fields(map: &Map<String, Value>, fields: &[Field]) -> Result<(), BadRequest> {
+fn check_fields(map: &mut Map<String, Value>, fields: &[Field]) -> Result<(), BadRequest> {
     for f in fields {
-        match map.get(f.name) {
+        match map.get_mut(f.name) {
             None | Some(Value::Null) if f.required => return Err(BadRequest::Missing(f.name)),
             None | Some(Value::Null) => {}
-            Some(v) => check_kind(f, v)?,
+            Some(v) => {
+                integral_as_integer(v);
+                check_kind(f, v)?
+            }
         }
     }
     Ok(())
+}
+
+/// A number written with a fraction or an exponent whose value is a whole
+/// number from 0 to `u64::MAX` (`1000.0`, `1e3`) is that integer: JSON
+/// Schema's `integer`, which the API's description gives, is a value, not
+/// a spelling.
+fn integral_as_integer(v: &mut Value) {
+    let Value::Number(n) = v else { return };
+    if n.is_u64() || n.is_i64() {
+        return;
+    }
+    let x = n.as_f64().unwrap_or(f64::NAN);
+    if x.is_finite()
+        && x.fract() == 0.0
+        && !x.is_sign_negative()
+        && x < 18_446_744_073_709_551_616.0
+    {
+        *v = Value::from(x as u64);
+    }
 }
 
 /// Whether `v` is an item of a [`FieldKind::LockList`]: an object with a

@@ -172,14 +172,13 @@ pub fn validate_release_set(locks: &[LockRef]) -> Result<Vec<LockId>, BadRequest
             max: MAX_SET_BYTES,
         });
     }
-    let mut seen = std::collections::HashSet::with_capacity(locks.len());
+    // A name may come more than once (a semaphore's permits, the same lock
+    // twice): each is released if held under its id, so a lock named twice
+    // is released once and its second item is not held.
     let mut ids = Vec::with_capacity(locks.len());
     for lock in locks {
         validate_name(&lock.name)?;
         ids.push(validate_id(&lock.id)?);
-        if !seen.insert(lock.name.as_str()) {
-            return Err(BadRequest::ReleaseRepeats(lock.name.clone()));
-        }
     }
     Ok(ids)
 }

@@ -204,7 +204,10 @@ async fn acquire(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<LockAnswer>, ApiError> {
     let received = Instant::now();
-    let request: AcquireBody = body(&bytes)?;
+    let mut request: AcquireBody = body(&bytes)?;
+    // A longer wait is cut to the node's --max-wait: the caller asks again.
+    let max_wait = u64::try_from(node.config.max_wait.as_millis()).unwrap_or(u64::MAX);
+    request.wait_ms = request.wait_ms.map(|w| w.min(max_wait));
     if let Some(Extension(waits)) = waits {
         waits.set(!request.wait().is_zero());
     }
@@ -340,7 +343,10 @@ async fn get_lock(
     let Path(name) = name
         .map_err(|e| ApiError::bad_request(format!("the name in the path: {}", e.body_text())))?;
     caller.check(Right::Read, &name)?;
-    let watch = watch_query(raw.as_deref())?;
+    let watch = watch_query(raw.as_deref())?.map(|w| Watch {
+        wait: w.wait.min(node.config.max_wait),
+        ..w
+    });
     if let Some(Extension(waits)) = waits {
         waits.set(watch.is_some_and(|w| !w.wait.is_zero()));
     }

@@ -1,4 +1,4 @@
-//! A scenario's cluster, as clients/conformance/README.md starts it:
+//! A cluster of `leasehold up`, as clients/conformance/README.md starts it:
 //! `leasehold up --base-port 0` in a temporary directory, with TLS and an
 //! ACL when the scenario asks, ready once every node's `/readyz` is 200.
 
@@ -8,20 +8,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support;
+use super::make_certs;
 
 /// How long a cluster may take to be ready.
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
 /// A running `up` and what the steps need of it.
-pub(super) struct UpCluster {
+pub(crate) struct UpCluster {
     child: Child,
     /// The temporary directory (`D` in the README).
-    pub(super) dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     /// Each node's `host:port`, by id.
-    pub(super) addrs: std::collections::BTreeMap<u64, String>,
+    pub(crate) addrs: std::collections::BTreeMap<u64, String>,
     /// The CA of a TLS cluster.
-    pub(super) ca: Option<PathBuf>,
+    pub(crate) ca: Option<PathBuf>,
 }
 
 impl Drop for UpCluster {
@@ -44,15 +44,16 @@ impl Drop for UpCluster {
 }
 
 impl UpCluster {
-    /// Starts the cluster `spec` (the scenario's `cluster`) describes.
-    pub(super) async fn start(spec: &Value) -> UpCluster {
+    /// Starts the cluster `spec` (a scenario's `cluster`) describes:
+    /// `nodes` (3), `tls`, `acl` (the file's text), `serve_args`.
+    pub(crate) async fn start(spec: &Value) -> UpCluster {
         let dir = tempfile::tempdir().unwrap();
         let nodes = spec["nodes"].as_u64().unwrap_or(3);
         let mut serve_args: Vec<String> = Vec::new();
         let mut ca = None;
         if spec["tls"].as_bool() == Some(true) {
             let certs = dir.path().join("tls");
-            support::make_certs(&certs, &["node"]);
+            make_certs(&certs, &["node"]);
             let file = |name: &str| certs.join(name).display().to_string();
             serve_args.extend([
                 "--tls-cert".into(),
@@ -63,6 +64,9 @@ impl UpCluster {
                 file("ca.pem"),
             ]);
             ca = Some(certs.join("ca.pem"));
+        }
+        if let Some(args) = spec["serve_args"].as_array() {
+            serve_args.extend(args.iter().filter_map(|a| a.as_str().map(str::to_string)));
         }
         if let Some(acl) = spec["acl"].as_str() {
             let path = dir.path().join("acl.toml");
@@ -96,7 +100,7 @@ impl UpCluster {
     }
 
     /// The directory `chaos` is pointed at.
-    pub(super) fn up_dir(&self) -> PathBuf {
+    pub(crate) fn up_dir(&self) -> PathBuf {
         self.dir.path().join("up")
     }
 
@@ -146,7 +150,7 @@ impl UpCluster {
     }
 
     /// `leasehold chaos ARGS` against this cluster.
-    pub(super) fn chaos(&self, args: &[String]) -> Result<String, String> {
+    pub(crate) fn chaos(&self, args: &[String]) -> Result<String, String> {
         let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .arg("chaos")
             .args(args)
