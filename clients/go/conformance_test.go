@@ -1067,15 +1067,14 @@ func (r *runner) doWithLock(s step) error {
 		return fmt.Errorf("work %v", s["work"])
 	}
 	err = c.Do(r.ctx, s.str("name"), work, opts...)
-	if workErr != nil {
-		return workErr
-	}
-	if err := expect(s, err); err != nil {
-		return err
-	}
 	if waitCancel > 0 {
+		// Do may return before the work does (a refused renewal): wait for
+		// the work to see its cancellation.
 		select {
 		case ok := <-cancelled:
+			if workErr != nil {
+				return workErr
+			}
 			if !ok {
 				return fmt.Errorf("the work's context was not cancelled within %v", waitCancel)
 			}
@@ -1083,7 +1082,7 @@ func (r *runner) doWithLock(s step) error {
 			return fmt.Errorf("the work did not return")
 		}
 	}
-	return nil
+	return expect(s, err)
 }
 
 func (r *runner) doCampaign(s step) error {

@@ -155,6 +155,8 @@ const (
 // being renewed.
 type Lock struct {
 	t *transport
+	// The grant's name and id, as granted (they never change).
+	name, id string
 
 	mu       sync.Mutex
 	info     LockInfo
@@ -195,6 +197,8 @@ func startLock(t *transport, granted LockInfo, sent time.Time, o *acquireOptions
 	}
 	l := &Lock{
 		t:        t,
+		name:     granted.Name,
+		id:       granted.ID,
 		info:     granted,
 		infoSent: sent,
 		ends:     sent.Add(ttl),
@@ -485,7 +489,7 @@ func (l *Lock) renew(ctx context.Context, data *string) (*LockInfo, Loss, error)
 		if !sent.Before(lapse) || l.closed() {
 			return nil, Lapsed, nil
 		}
-		body := renewBody{Name: l.info.Name, ID: l.info.ID, LeaseMS: u64p(millis(l.lease)), Data: data}
+		body := renewBody{Name: l.name, ID: l.id, LeaseMS: u64p(millis(l.lease)), Data: data}
 		n := len(l.t.endpoints)
 		tries := n - attempt%n
 		timeout := attemptTimeout(lapse.Sub(sent), tries)
@@ -547,7 +551,7 @@ func (l *Lock) renew(ctx context.Context, data *string) (*LockInfo, Loss, error)
 
 // releaseNow releases, trying node after node while the lease runs.
 func (l *Lock) releaseNow() error {
-	return releaseOne(l.t, lockRef{Name: l.info.Name, ID: l.info.ID}, l.LeaseEnds, false)
+	return releaseOne(l.t, lockRef{Name: l.name, ID: l.id}, l.LeaseEnds, false)
 }
 
 func (l *Lock) String() string {

@@ -186,7 +186,7 @@ func (s *Session) acquire(ctx context.Context, _ *Client, name string, o *acquir
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{t: s.c.t, info: *answer.Lock, lost: make(chan struct{}), sess: s, finished: make(chan struct{})}
+	l := &Lock{t: s.c.t, name: answer.Lock.Name, id: answer.Lock.ID, info: *answer.Lock, lost: make(chan struct{}), sess: s, finished: make(chan struct{})}
 	s.mu.Lock()
 	s.locks = append(s.locks, sessionHeld{lock: l, granted: time.Now()})
 	s.mu.Unlock()
@@ -238,7 +238,7 @@ func (s *Session) digest() string {
 	defer s.mu.Unlock()
 	var hi, lo uint64
 	for _, h := range s.locks {
-		if a, b, ok := parseLockID(h.lock.info.ID); ok {
+		if a, b, ok := parseLockID(h.lock.id); ok {
 			hi ^= a
 			lo ^= b
 		}
@@ -258,7 +258,7 @@ func (s *Session) keepOnly(held []string, sent time.Time) {
 	kept := s.locks[:0]
 	var gone []*Lock
 	for _, h := range s.locks {
-		if in[h.lock.info.ID] || !h.granted.Before(sent) {
+		if in[h.lock.id] || !h.granted.Before(sent) {
 			kept = append(kept, h)
 		} else {
 			gone = append(gone, h.lock)
