@@ -363,13 +363,14 @@ func (c *Client) Do(ctx context.Context, name string, work func(ctx context.Cont
 	if err != nil {
 		return err
 	}
-	return runUnder(ctx, l, l.Lost(), l.Loss, l.IsLost, l.leaseEnded, l.Release, work)
+	return runUnder(ctx, l, l.Lost(), l.Loss, l.IsLost, l.leaseEnded, l.Release, work, true)
 }
 
 // runUnder runs work under a held lock (or set): cancels its context on
 // loss, and answers as Do says.
 func runUnder(ctx context.Context, l *Lock, lost <-chan struct{}, loss func() Loss, isLost func() bool,
-	ended func() <-chan struct{}, release func(context.Context) error, work func(context.Context) error) error {
+	ended func() <-chan struct{}, release func(context.Context) error, work func(context.Context) error,
+	waitOnLapse bool) error {
 	wctx, cancel := context.WithCancel(context.WithValue(ctx, lockKey{}, l))
 	defer cancel()
 	done := make(chan error, 1)
@@ -387,7 +388,7 @@ func runUnder(ctx context.Context, l *Lock, lost <-chan struct{}, loss func() Lo
 		// may hold the lock already: return now. A lapse leaves the work
 		// until the lease ends.
 		cancel()
-		if loss() != Refused {
+		if waitOnLapse && loss() != Refused {
 			select {
 			case <-done:
 			case <-ended():

@@ -55,13 +55,14 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...Acquire
 
 // DoAll runs work while holding every one of names (AcquireAll), then
 // releases them; as Do, the work's context is cancelled the moment any of
-// them is lost, and DoAll then answers ErrLost.
+// them is lost, and DoAll then answers ErrLost at once (as the Rust
+// client's with_locks, without waiting for the work).
 func (c *Client) DoAll(ctx context.Context, names []string, work func(ctx context.Context) error, opts ...AcquireOption) error {
 	set, err := c.AcquireAll(ctx, names, opts...)
 	if err != nil {
 		return err
 	}
-	return runUnder(ctx, set.locks[0], set.lost, set.Loss, set.IsLost, set.locks[0].leaseEnded, set.Release, work)
+	return runUnder(ctx, set.locks[0], set.lost, set.Loss, set.IsLost, set.locks[0].leaseEnded, set.Release, work, false)
 }
 
 // Locks are the set's locks, in the order asked.
