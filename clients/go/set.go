@@ -33,12 +33,20 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...Acquire
 		return nil, err
 	}
 	set := &LockSet{t: c.t, lost: make(chan struct{}), released: make(chan struct{})}
-	for _, info := range answer.Locks {
+	for i, info := range answer.Locks {
 		l, err := startLock(c.t, info, sent, o)
 		if err != nil {
-			// The locks started so far are released in the background.
+			// The locks started so far are released in the background, and
+			// so are those not started (the one that failed gave itself back).
 			for _, started := range set.locks {
 				go func(l *Lock) { _ = l.Release(context.Background()) }(started)
+			}
+			for _, rest := range answer.Locks[i+1:] {
+				go func(info LockInfo) {
+					ctx, cancel := context.WithTimeout(context.Background(), attemptMax)
+					defer cancel()
+					_, _ = c.t.release(ctx, releaseBody{Name: info.Name, ID: info.ID}, attemptMax)
+				}(rest)
 			}
 			return nil, err
 		}
