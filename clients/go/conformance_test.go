@@ -42,9 +42,10 @@ type scenario struct {
 }
 
 type clusterSpec struct {
-	Nodes int     `json:"nodes"`
-	TLS   bool    `json:"tls"`
-	ACL   *string `json:"acl"`
+	Nodes     int      `json:"nodes"`
+	TLS       bool     `json:"tls"`
+	ACL       *string  `json:"acl"`
+	ServeArgs []string `json:"serve_args"`
 }
 
 type step map[string]interface{}
@@ -246,6 +247,7 @@ func (r *runner) start(spec *clusterSpec) error {
 				return fmt.Errorf("make-certs: %v: %s", err, out)
 			}
 		}
+		serve = append(serve, spec.ServeArgs...)
 		if spec.ACL != nil {
 			p := filepath.Join(dir, "acl.toml")
 			if err := os.WriteFile(p, []byte(*spec.ACL), 0o600); err != nil {
@@ -1126,6 +1128,12 @@ func (r *runner) doObserved(s step) error {
 		return fmt.Errorf("no observer %q", s.str("as"))
 	}
 	want, _ := s["values"].([]interface{})
+	// No leader may show between two leaders: nulls are left out unless
+	// the values name one.
+	keepNone := false
+	for _, w := range want {
+		keepNone = keepNone || w == nil
+	}
 	deadline := time.Now().Add(s.ms("within_ms"))
 	for {
 		o.mu.Lock()
@@ -1134,6 +1142,8 @@ func (r *runner) doObserved(s step) error {
 			var x interface{}
 			if v != nil {
 				x = *v
+			} else if !keepNone {
+				continue
 			}
 			if len(seen) > 0 && fmt.Sprint(seen[len(seen)-1]) == fmt.Sprint(x) && (seen[len(seen)-1] == nil) == (x == nil) {
 				continue
