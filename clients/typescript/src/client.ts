@@ -176,7 +176,7 @@ export class Client {
    * Runs `call` until it succeeds, is refused for good, or `until` passes;
    * the transport moves to another node after each failure. Throws `CallFailure`.
    */
-  private async retrying<T>(until: number, call: () => Promise<T>): Promise<T> {
+  private async retrying<T>(until: number, call: () => Promise<T>, signal?: AbortSignal): Promise<T> {
     let attempt = 0;
     // An attempt that got no answer may have gone through: if one did, the
     // outcome stays unknown whatever the later ones say.
@@ -187,9 +187,11 @@ export class Client {
       } catch (e) {
         if (!(e instanceof CallFailure)) throw e;
         const f = e.failure;
+        // A call its caller gave up on (an observer stopped) is not tried again.
+        if (signal?.aborted) throw e;
         if (retryable(f) && now() < until) {
           if (f.type === "noAnswer") unanswered = f.message;
-          await backoff(attempt++);
+          await backoff(attempt++, signal);
           continue;
         }
         if (f.type === "api" && retryableCode(f.code) && unanswered !== undefined) {
@@ -200,9 +202,9 @@ export class Client {
     }
   }
 
-  private async oneShot<T>(call: () => Promise<T>, extraMs = 0): Promise<T> {
+  private async oneShot<T>(call: () => Promise<T>, extraMs = 0, signal?: AbortSignal): Promise<T> {
     try {
-      return await this.retrying(now() + this.retryForMs + extraMs, call);
+      return await this.retrying(now() + this.retryForMs + extraMs, call, signal);
     } catch (e) {
       if (e instanceof CallFailure) throw refused(e.failure);
       throw e;
@@ -375,7 +377,7 @@ export class Client {
     const wait = Math.floor(Math.min(Math.max(0, waitMs), MAX_WATCH_MS));
     let path = `/v1/locks/${segment(name)}?wait_ms=${wait}&after_fence=${afterFence}`;
     if (options.afterData !== undefined) path += `&after_data=${dataTag(options.afterData ?? undefined)}`;
-    return this.oneShot(() => this.getLock(path, wait + REQUEST_TIMEOUT_MS, options.signal), wait);
+    return this.oneShot(() => this.getLock(path, wait + REQUEST_TIMEOUT_MS, options.signal), wait, options.signal);
   }
 
   /** The locks whose names start with `prefix`, at most `limit` (default 1000). */
@@ -460,7 +462,7 @@ export class Client {
    * on, after a pause (50 ms doubling to 2 s). Ends when the loop breaks
    * out or `signal` aborts.
    */
-  observe(name: string, options: { signal?: AbortSignal } = {}): AsyncIterableIterator<Observed> {
+  observe(name: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<Observed, void, undefined> {
     const stop = new AbortController();
     if (options.signal) {
       if (options.signal.aborted) stop.abort();
@@ -468,7 +470,7 @@ export class Client {
     }
     // eslint-disable-next-line @typescript-eslint/no-this-alias
     const client = this;
-    async function* run(): AsyncGenerator<Observed> {
+    async function* run(): AsyncGenerator<Observed, void, undefined> {
       let seen: { fence: bigint; data: string | undefined } | null | undefined;
       let failures = 0;
       try {

@@ -61,7 +61,11 @@ export class Lock {
         .catch(() => undefined);
       throw new ArrivedLateError();
     }
-    lock.stopped = lock.run();
+    lock.stopped = lock.run().catch(() => {
+      // Nothing the renewal does throws but a bug; the lock counts as lapsed.
+      lock.lose("Lapsed");
+      lock.done = true;
+    });
     return lock;
   }
 

@@ -31,8 +31,8 @@ export function sleep(ms: number, ref = true, signal?: AbortSignal): Promise<voi
 }
 
 /** A short pause before trying again: 50 ms doubling to 500 ms. */
-export function backoff(attempt: number): Promise<void> {
-  return sleep(Math.min(50 * 2 ** Math.min(attempt, 4), 500));
+export function backoff(attempt: number, signal?: AbortSignal): Promise<void> {
+  return sleep(Math.min(50 * 2 ** Math.min(attempt, 4), 500), true, signal);
 }
 
 /** The longest margin before a lease's end at which an unrenewed lock counts as lost. */

@@ -533,3 +533,62 @@ test("timers do not keep the process alive once everything is released", async (
     await node.close();
   }
 });
+
+test("observe tells the leader now, then each change, and stops at once when left", async () => {
+  let watches = 0;
+  const node = await fake((r) => {
+    if (!r.path.includes("wait_ms=")) return granted("el", { data: "a", fence: 7n });
+    watches++;
+    if (watches === 1) {
+      assert.match(r.path, /after_fence=7&after_data=\d+/);
+      return { ...granted("el", { data: "b", fence: 8n }), delayMs: 50 };
+    }
+    if (watches === 2) return { ...err(404, "not_held"), delayMs: 50 };
+    return "hang";
+  });
+  const c = clientAtFirst([node.addr]);
+  try {
+    const it = c.observe("el");
+    const seen: (string | null)[] = [];
+    for await (const item of it) {
+      assert.equal(item.error, undefined);
+      seen.push(item.leader === null ? null : (item.leader!.data ?? null));
+      if (seen.length === 3) break;
+    }
+    assert.deepEqual(seen, ["a", "b", null]);
+    const t = performance.now();
+    await it.return(undefined);
+    assert.ok(performance.now() - t < 1000);
+  } finally {
+    await c.close();
+    await node.close();
+  }
+});
+
+test("sessions renew in the background and send the digest of their locks", async () => {
+  const id = "01JDQ6ZP3Q5B2M0W7R9T4X8Y6Z";
+  const session = { id: "01JDQ6ZP3Q5B2M0W7R9T4X8Y70", node: 1, holder: "", lease_ms: 600, ttl_ms: 600, expires_at: "" };
+  const node = await fake((r) => {
+    if (r.path === "/v1/sessions/open") return { body: { session, served_ms: 0 } };
+    if (r.path === "/v1/sessions/renew") return { body: { session, served_ms: 0 } };
+    if (r.path === "/v1/sessions/close") return { body: { session, released: 1 } };
+    return granted(r.body.name as string, { id, session: session.id });
+  });
+  const c = clientAtFirst([node.addr]);
+  try {
+    const s = await c.openSession({ ttlMs: 600 });
+    const l = await s.acquire("in-session");
+    assert.equal(node.calls.at(-1)!.body.session, session.id);
+    await sleep(700);
+    assert.ok(!s.isLost() && !l.isLost());
+    const renewals = node.calls.filter((x) => x.path === "/v1/sessions/renew");
+    assert.ok(renewals.length >= 2, `${renewals.length}`);
+    assert.match(renewals.at(-1)!.body.digest as string, /^[0-9a-f]{32}$/);
+    assert.notEqual(renewals.at(-1)!.body.digest, "0".repeat(32));
+    assert.equal(await s.close(), 1);
+    assert.ok(l.isLost(), "the session's locks end with it");
+  } finally {
+    await c.close();
+    await node.close();
+  }
+});
