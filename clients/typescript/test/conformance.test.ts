@@ -51,7 +51,7 @@ const live = new Set<ChildProcess>();
 process.on("exit", () => {
   for (const p of live) {
     try {
-      p.kill("SIGKILL");
+      p.kill("SIGTERM"); // up stops its nodes
     } catch {
       /* gone */
     }
@@ -488,6 +488,7 @@ class Runner {
         }
         if (b.lostAt === undefined) throw new StepFailure(`no loss signal within ${within} ms`);
         const loss = heldLoss(h);
+        if (loss === undefined) throw new StepFailure(`${String(step.lock)} was released, not lost`);
         if (step.loss !== undefined && loss !== step.loss) throw new StepFailure(`the loss is ${loss}, not ${String(step.loss)}`);
         if (step.since !== undefined) {
           const from = this.marks.get(String(step.since));
