@@ -70,7 +70,7 @@ const IDLE_KEPT_MS = 20_000;
 
 // Node 20 bundles undici as its fetch but does not export its `Agent`, the
 // only way to give fetch a CA of its own. The global dispatcher fetch puts
-// in place (under undici's documented `Symbol.for` key) is such an Agent:
+// in place (kept under `Symbol.for("undici.globalDispatcher.1")`) is such an Agent:
 // its constructor makes ours. No package is needed.
 type Dispatcher = { close?: () => Promise<void> };
 type AgentClass = new (options: object) => Dispatcher;
