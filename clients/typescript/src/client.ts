@@ -5,7 +5,7 @@
 import { ArrivedLateError, HeldError, LeaseholdError, LostError, BadRequestError } from "./errors.js";
 import type { Json } from "./json.js";
 import { Lock, type Loss } from "./lock.js";
-import { Session, type SessionAcquireOptions } from "./session.js";
+import { Session, SessionLock, type SessionAcquireOptions } from "./session.js";
 import { LockSet } from "./set.js";
 import { CallFailure, HttpTransport, readCa, retryable, retryableCode, segment } from "./transport.js";
 import { toLockInfo, toSessionInfo, type LockInfo } from "./types.js";
@@ -270,8 +270,18 @@ export class Client {
     }
   }
 
-  /** Acquires `name`, waiting as `options` say; the `Lock` renews it until released. */
-  async acquire(name: string, options: AcquireOptions = {}): Promise<Lock> {
+  /**
+   * Acquires `name`, waiting as `options` say; the `Lock` renews it until
+   * released. With `session`, the lock is taken in that session
+   * (`session.acquire`): a `SessionLock`, with the session's lease.
+   */
+  acquire(name: string, options: AcquireOptions & { session: Session }): Promise<SessionLock>;
+  acquire(name: string, options?: AcquireOptions & { session?: undefined }): Promise<Lock>;
+  async acquire(name: string, options: AcquireOptions & { session?: Session } = {}): Promise<Lock | SessionLock> {
+    if (options.session !== undefined) {
+      const { session, leaseMs: _lease, lockDelayMs: _delay, renewEveryMs: _every, lapseMarginMs: _margin, ...rest } = options;
+      return session.acquire(name, rest);
+    }
     const { answer, sentAt } = await this.granted(this.acquireBody(name, undefined, options), options);
     const granted = this.lockOf(answer, "lock");
     return Lock.start({ transport: this.transport, granted, sentAt, leaseMs: options.leaseMs, schedule: options });
@@ -279,7 +289,7 @@ export class Client {
 
   /** Acquires `name` if it is free now; otherwise fails at once with `HeldError`. */
   tryAcquire(name: string, options: AcquireOptions = {}): Promise<Lock> {
-    return this.acquire(name, { ...options, waitMs: 0 });
+    return this.acquire(name, { ...options, waitMs: 0, session: undefined });
   }
 
   /**

@@ -572,13 +572,18 @@ test("sessions renew in the background and send the digest of their locks", asyn
     if (r.path === "/v1/sessions/open") return { body: { session, served_ms: 0 } };
     if (r.path === "/v1/sessions/renew") return { body: { session, served_ms: 0 } };
     if (r.path === "/v1/sessions/close") return { body: { session, released: 1 } };
-    return granted(r.body.name as string, { id, session: session.id });
+    const other = "01JDQ6ZP3Q5B2M0W7R9T4X8Y71";
+    return granted(r.body.name as string, { id: r.body.name === "in-session" ? id : other, session: session.id });
   });
   const c = clientAtFirst([node.addr]);
   try {
     const s = await c.openSession({ ttlMs: 600 });
     const l = await s.acquire("in-session");
     assert.equal(node.calls.at(-1)!.body.session, session.id);
+    const viaClient = await c.acquire("in-session-too", { session: s, leaseMs: 5000 });
+    assert.equal(node.calls.at(-1)!.body.session, session.id);
+    assert.equal(node.calls.at(-1)!.body.lease_ms, undefined, "a lock of a session has no lease of its own");
+    await s.release(viaClient);
     await sleep(700);
     assert.ok(!s.isLost() && !l.isLost());
     const renewals = node.calls.filter((x) => x.path === "/v1/sessions/renew");
