@@ -1,0 +1,566 @@
+"""The conformance runner's machinery (clients/conformance/README.md): the
+cluster of a scenario, and its steps performed with the sync client."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import httpx
+
+import leasehold
+
+PACKAGE = Path(__file__).resolve().parent.parent
+REPO = PACKAGE.parent.parent
+SCENARIOS = PACKAGE.parent / "conformance" / "scenarios.json"
+
+
+def binary() -> str:
+    """$LEASEHOLD_BIN, else target/debug/leasehold, else
+    target/release/leasehold, from the repository's root."""
+    env = os.environ.get("LEASEHOLD_BIN")
+    if env:
+        return env
+    for build in ("debug", "release"):
+        candidate = REPO / "target" / build / "leasehold"
+        if candidate.exists():
+            return str(candidate)
+    raise RuntimeError("no leasehold binary: set LEASEHOLD_BIN, or build target/debug/leasehold")
+
+
+def scenarios() -> List[Dict[str, Any]]:
+    with open(SCENARIOS) as f:
+        every: List[Dict[str, Any]] = json.load(f)["scenarios"]
+    only = os.environ.get("CONFORMANCE_ONLY")
+    if only:
+        every = [s for s in every if only in s["id"]]
+    return every
+
+
+class StepFailed(AssertionError):
+    pass
+
+
+class Cluster:
+    """The cluster of one scenario: started before its first step, stopped
+    after its last."""
+
+    def __init__(self, spec: Dict[str, Any]) -> None:
+        self.bin = binary()
+        self.nodes_n = int(spec.get("nodes", 3))
+        self.tls = bool(spec.get("tls", False))
+        self.acl: Optional[str] = spec.get("acl")
+        self.dir = Path(tempfile.mkdtemp(prefix="leasehold-conformance-"))
+        self.up_dir = self.dir / "up"
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.addrs: Dict[int, str] = {}
+
+    @property
+    def ca(self) -> Optional[str]:
+        return str(self.dir / "tls" / "ca.pem") if self.tls else None
+
+    def start(self) -> None:
+        serve: List[str] = []
+        if self.tls:
+            subprocess.run(
+                ["bash", str(REPO / "scripts" / "make-certs"), str(self.dir / "tls"), "node"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            tls = self.dir / "tls"
+            serve += [
+                "--tls-cert", str(tls / "node.pem"),
+                "--tls-key", str(tls / "node-key.pem"),
+                "--tls-ca", str(tls / "ca.pem"),
+            ]
+        if self.acl is not None:
+            (self.dir / "acl.toml").write_text(self.acl)
+            serve += ["--acl", str(self.dir / "acl.toml")]
+        args = [
+            self.bin, "up", "--nodes", str(self.nodes_n), "--base-port", "0",
+            "--data-dir", str(self.up_dir),
+        ]
+        if serve:
+            args += ["--"] + serve
+        self.log = open(self.dir / "up.out", "wb")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        up_json = self.up_dir / "up.json"
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"leasehold up exited {self.proc.returncode}: {self.output()}")
+            try:
+                nodes = json.loads(up_json.read_text())["nodes"]
+                if len(nodes) >= self.nodes_n:
+                    self.addrs = {int(k): v["addr"] for k, v in nodes.items()}
+                    break
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no {up_json} within 30 s: {self.output()}")
+            time.sleep(0.1)
+        scheme = "https" if self.tls else "http"
+        verify: Any = ssl.create_default_context(cafile=self.ca) if self.tls else True
+        with httpx.Client(verify=verify, trust_env=False, timeout=2.0) as http:
+            for node, addr in sorted(self.addrs.items()):
+                while True:
+                    try:
+                        if http.get(f"{scheme}://{addr}/readyz").status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"node {node} not ready within 30 s: {self.output()}")
+                    time.sleep(0.1)
+
+    def output(self) -> str:
+        try:
+            return (self.dir / "up.out").read_text()[-2000:]
+        except OSError:
+            return ""
+
+    def chaos(self, args: List[str]) -> None:
+        env = dict(os.environ, LEASEHOLD_UP=str(self.up_dir))
+        done = subprocess.run(
+            [self.bin, "chaos", *args], env=env, capture_output=True, timeout=60
+        )
+        if done.returncode != 0:
+            raise StepFailed(
+                f"leasehold chaos {' '.join(args)} exited {done.returncode}: "
+                f"{done.stdout.decode(errors='replace')}{done.stderr.decode(errors='replace')}"
+            )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc is not None:
+            self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def dead_endpoint() -> str:
+    """A 127.0.0.1 port nothing listens on: bound, noted, closed."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"127.0.0.1:{port}"
+
+
+class Background:
+    """A call started with ``background``, ended by ``await``."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+        self.done = threading.Event()
+
+        def run() -> None:
+            try:
+                self.result = call()
+            except BaseException as e:  # noqa: BLE001 - judged by the await step
+                self.error = e
+            finally:
+                self.done.set()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+
+class Watcher:
+    """An observer noting every leader it is told of."""
+
+    def __init__(self, client: leasehold.Client, name: str) -> None:
+        self.values: List[Optional[str]] = []
+        self.observer = client.observe(name)
+        self.stopped = False
+
+        def run() -> None:
+            for leader in self.observer:
+                if self.stopped:
+                    return
+                self.values.append(None if leader is None else leader.data)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def collapsed(self) -> List[Optional[str]]:
+        out: List[Optional[str]] = []
+        for v in list(self.values):
+            if not out or out[-1] != v:
+                out.append(v)
+        return out
+
+
+class Runner:
+    """Performs a scenario's steps with the sync client."""
+
+    def __init__(self, scenario: Dict[str, Any], cluster: Cluster) -> None:
+        self.scenario = scenario
+        self.cluster = cluster
+        self.clients: Dict[str, leasehold.Client] = {}
+        self.locks: Dict[str, Any] = {}
+        self.sessions: Dict[str, leasehold.Session] = {}
+        self.background: Dict[str, Background] = {}
+        self.watchers: Dict[str, Watcher] = {}
+        self.vars: Dict[str, Any] = {}
+        self.started: Dict[str, float] = {}
+        self.session_of: Dict[str, str] = {}
+
+    # -- values ----------------------------------------------------------
+
+    def speaker(self) -> int:
+        # With --acl, any known token may read the cluster: the first one a
+        # client of the scenario reads.
+        envs = [s["token_env"] for s in self.scenario["steps"] if s.get("do") == "client" and s.get("token_env")]
+        token = (os.environ.get(envs[0]) if envs else None) or ""
+        client = leasehold.Client(
+            [self.cluster.addrs[1]], token=token, token_env=None, tls_ca_file=self.cluster.ca
+        )
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    leader = client.cluster().get("leader")
+                    if leader:
+                        return int(leader)
+                except leasehold.LeaseholdError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise StepFailed("no speaker named within 10 s")
+                time.sleep(0.2)
+        finally:
+            client.close()
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.resolve(v) for v in value]
+        if not isinstance(value, str) or not (value.startswith("{") and value.endswith("}")):
+            return value
+        inner = value[1:-1]
+        if inner == "nodes":
+            return sorted(self.cluster.addrs)
+        if inner == "speaker":
+            return self.speaker()
+        if inner == "followers":
+            s = self.speaker()
+            return [n for n in sorted(self.cluster.addrs) if n != s]
+        if inner.startswith("node:"):
+            return self.locks[inner[5:]].node
+        if inner.startswith("var:"):
+            return self.vars[inner[4:]]
+        return value
+
+    # -- running ---------------------------------------------------------
+
+    def run(self) -> None:
+        for index, step in enumerate(self.scenario["steps"]):
+            try:
+                self.step(step)
+            except StepFailed as e:
+                raise StepFailed(
+                    f"scenario {self.scenario['id']}, step {index} ({json.dumps(step)}): {e}"
+                ) from None
+
+    def close(self) -> None:
+        for w in self.watchers.values():
+            w.stopped = True
+            w.observer.close()
+        for held in self.locks.values():
+            try:
+                if hasattr(held, "release") and not held.is_lost():
+                    held.release()
+                elif hasattr(held, "resign") and not held.is_lost():
+                    held.resign()
+            except Exception:  # noqa: BLE001 - best effort at the end
+                pass
+        for c in self.clients.values():
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def expecting(self, step: Dict[str, Any], call: Callable[[], Any]) -> Any:
+        """Runs ``call``; its outcome must be ``expect`` (default ok)."""
+        expect = step.get("expect", "ok")
+        started = time.monotonic()
+        try:
+            result = call()
+            error: Optional[BaseException] = None
+        except leasehold.LeaseholdError as e:
+            result, error = None, e
+        took = time.monotonic() - started
+        if "max_ms" in step and took * 1000 > step["max_ms"]:
+            raise StepFailed(f"took {took * 1000:.0f} ms, more than {step['max_ms']} ms")
+        return self.judge(expect, result, error)
+
+    def judge(self, expect: str, result: Any, error: Optional[BaseException]) -> Any:
+        if error is None:
+            if expect != "ok":
+                raise StepFailed(f"expected {expect}, the call succeeded")
+            return result
+        kind = type(error).__name__
+        if expect != kind:
+            raise StepFailed(f"expected {expect}, saw {kind}: {error}")
+        return None
+
+    def step(self, step: Dict[str, Any]) -> None:
+        do = step["do"]
+        if "as" in step:
+            self.started[step["as"]] = time.monotonic()
+        handler = getattr(self, "do_" + do, None)
+        if handler is None:
+            raise StepFailed(f"the runner does not perform {do!r}")
+        handler(step)
+
+    # -- the client ------------------------------------------------------
+
+    def do_client(self, step: Dict[str, Any]) -> None:
+        endpoints = step["endpoints"]
+        if endpoints == "all":
+            addrs = [self.cluster.addrs[n] for n in sorted(self.cluster.addrs)]
+        else:
+            addrs = []
+            for e in endpoints:
+                if e == "dead":
+                    addrs.append(dead_endpoint())
+                elif e.startswith("node:"):
+                    addrs.append(self.cluster.addrs[int(e[5:])])
+                else:
+                    raise StepFailed(f"unknown endpoint {e!r}")
+        options: Dict[str, Any] = {"token_env": step.get("token_env")}
+        if step.get("tls"):
+            options["tls_ca_file"] = self.cluster.ca
+        if "retry_for_ms" in step:
+            options["retry_for"] = step["retry_for_ms"] / 1000.0
+        self.clients[step["as"]] = self.expecting(step, lambda: leasehold.Client(addrs, **options))
+
+    # -- locks -----------------------------------------------------------
+
+    @staticmethod
+    def lock_options(step: Dict[str, Any]) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for key, name in (("lease_ms", "lease"), ("wait_ms", "wait"), ("renew_every_ms", "renew_every"),
+                          ("lapse_margin_ms", "lapse_margin")):
+            if key in step:
+                out[name] = step[key] / 1000.0
+        for key in ("holder", "data", "shared", "permits"):
+            if key in step:
+                out[key] = step[key]
+        return out
+
+    def do_acquire(self, step: Dict[str, Any]) -> None:
+        client = self.clients[step["client"]]
+        options = self.lock_options(step)
+        if "session" in step:
+            session = self.sessions[step["session"]]
+            options.pop("lease", None)
+            if "as" in step:
+                self.session_of[step["as"]] = step["session"]
+            call: Callable[[], Any] = lambda: session.acquire(self.resolve(step["name"]), **options)
+        elif "names" in step:
+            call = lambda: client.acquire_all(self.resolve(step["names"]), **options)
+        else:
+            call = lambda: client.acquire(self.resolve(step["name"]), **options)
+        self.call_or_background(step, call)
+
+    def call_or_background(self, step: Dict[str, Any], call: Callable[[], Any]) -> None:
+        if step.get("background"):
+            self.background[step["as"]] = Background(call)
+            return
+        held = self.expecting(step, call)
+        if held is not None and "as" in step:
+            self.locks[step["as"]] = held
+
+    def do_await(self, step: Dict[str, Any]) -> None:
+        bg = self.background.pop(step["as"])
+        if not bg.done.wait(step["within_ms"] / 1000.0):
+            raise StepFailed(f"not done within {step['within_ms']} ms")
+        error = bg.error
+        if error is not None and not isinstance(error, leasehold.LeaseholdError):
+            raise StepFailed(f"failed: {error!r}")
+        held = self.judge(step.get("expect", "ok"), bg.result, error)
+        if held is not None:
+            self.locks[step["as"]] = held
+
+    def do_release(self, step: Dict[str, Any]) -> None:
+        held = self.locks[step["lock"]]
+        if isinstance(held, leasehold.SessionLock):
+            session = self.sessions[self.session_of[step["lock"]]]
+            self.expecting(step, lambda: session.release(held))
+        elif isinstance(held, leasehold.Leadership):
+            self.expecting(step, held.resign)
+        else:
+            self.expecting(step, held.release)
+
+    def do_release_by_id(self, step: Dict[str, Any]) -> None:
+        client = self.clients[step["client"]]
+        held = self.locks[step["lock"]]
+        self.expecting(step, lambda: client.release(held.view.name, held.view.id))
+
+    def do_held(self, step: Dict[str, Any]) -> None:
+        held = self.locks[step["lock"]]
+        if held.is_lost():
+            raise StepFailed(f"the lock is lost ({held.loss})")
+
+    def do_lost(self, step: Dict[str, Any]) -> None:
+        held = self.locks[step["lock"]]
+        if not held.lost.wait(step["within_ms"] / 1000.0):
+            raise StepFailed(f"no loss signalled within {step['within_ms']} ms")
+        at = time.monotonic()
+        if "loss" in step:
+            loss = held.loss
+            if loss is None or loss.value != step["loss"]:
+                raise StepFailed(f"expected loss {step['loss']}, saw {loss}")
+        if "since" in step:
+            since = (at - self.started[step["since"]]) * 1000
+            if since < step.get("at_least_ms", 0) or since > step.get("at_most_ms", float("inf")):
+                raise StepFailed(
+                    f"the loss came {since:.0f} ms after {step['since']}, not within "
+                    f"[{step.get('at_least_ms', 0)}, {step.get('at_most_ms')}]"
+                )
+
+    def do_mark(self, step: Dict[str, Any]) -> None:
+        self.started[step["as"]] = time.monotonic()
+
+    def do_remember(self, step: Dict[str, Any]) -> None:
+        self.vars[step["as"]] = self.resolve(step["value"])
+
+    def do_get(self, step: Dict[str, Any]) -> None:
+        client = self.clients[step["client"]]
+        lock = self.expecting(step, lambda: client.get(self.resolve(step["name"])))
+        if step.get("free") and lock is not None:
+            raise StepFailed(f"the name is held: {lock}")
+        if step.get("free") is False and lock is None:
+            raise StepFailed("the name is free")
+        if "holder_lock" in step:
+            want = self.locks[step["holder_lock"]].view.id
+            if lock is None:
+                raise StepFailed(f"the name is free, not held under {want}")
+            ids = [lock.id] + [o.id for o in lock.others]
+            if want not in ids:
+                raise StepFailed(f"held under {ids}, not {want}")
+        if "holders" in step:
+            n = 0 if lock is None else lock.holders
+            if n != step["holders"]:
+                raise StepFailed(f"{n} holders, not {step['holders']}")
+
+    def do_same_fence(self, step: Dict[str, Any]) -> None:
+        a, b = self.locks[step["a"]].fence, self.locks[step["b"]].fence
+        if a != b:
+            raise StepFailed(f"fences differ: {a} and {b}")
+
+    def do_fence_above(self, step: Dict[str, Any]) -> None:
+        a, b = self.locks[step["a"]].fence, self.locks[step["b"]].fence
+        if not a > b:
+            raise StepFailed(f"fence {a} is not above {b}")
+
+    def do_node_is_not(self, step: Dict[str, Any]) -> None:
+        node = self.locks[step["lock"]].node
+        if node == int(self.resolve(step["node"])):
+            raise StepFailed(f"the lock is still recorded at node {node}")
+
+    def do_sleep(self, step: Dict[str, Any]) -> None:
+        time.sleep(step["ms"] / 1000.0)
+
+    def do_with_lock(self, step: Dict[str, Any]) -> None:
+        client = self.clients[step["client"]]
+        name = self.resolve(step["name"])
+        options = self.lock_options(step)
+        work_spec = step["work"]
+
+        def work(lost: threading.Event) -> str:
+            if work_spec == "return":
+                return "done"
+            if not isinstance(work_spec, dict):
+                raise StepFailed(f"unknown work {work_spec!r}")
+            if "chaos" in work_spec:
+                self.do_chaos({"args": work_spec["chaos"]})
+            elif work_spec.get("release_elsewhere"):
+                lock = client.get(name)
+                if lock is None:
+                    raise StepFailed("the lock is not held while the work runs")
+                client.release(name, lock.id)
+            else:
+                raise StepFailed(f"unknown work {work_spec!r}")
+            lost.wait(work_spec.get("wait_cancel_ms", 0) / 1000.0)
+            return "stopped"
+
+        self.expecting(step, lambda: client.with_lock(name, work, **options))
+
+    # -- sessions --------------------------------------------------------
+
+    def do_open_session(self, step: Dict[str, Any]) -> None:
+        client = self.clients[step["client"]]
+        ttl = step["ttl_ms"] / 1000.0 if "ttl_ms" in step else None
+        session = self.expecting(step, lambda: client.open_session(ttl=ttl))
+        if session is not None:
+            self.sessions[step["as"]] = session
+
+    def do_close_session(self, step: Dict[str, Any]) -> None:
+        self.expecting(step, self.sessions[step["session"]].close)
+
+    # -- election --------------------------------------------------------
+
+    def do_campaign(self, step: Dict[str, Any]) -> None:
+        client = self.clients[step["client"]]
+        lease = step["lease_ms"] / 1000.0 if "lease_ms" in step else None
+        give_up = step["give_up_after_ms"] / 1000.0 if "give_up_after_ms" in step else None
+        self.call_or_background(
+            step,
+            lambda: client.campaign(self.resolve(step["name"]), step["value"], lease=lease, give_up_after=give_up),
+        )
+
+    def do_resign(self, step: Dict[str, Any]) -> None:
+        self.expecting(step, self.locks[step["lock"]].resign)
+
+    def do_leader(self, step: Dict[str, Any]) -> None:
+        client = self.clients[step["client"]]
+        leader = self.expecting(step, lambda: client.leader(self.resolve(step["name"])))
+        if "value" in step:
+            value = None if leader is None else leader.data
+            if value != step["value"]:
+                raise StepFailed(f"the leader's value is {value!r}, not {step['value']!r}")
+
+    def do_observe(self, step: Dict[str, Any]) -> None:
+        self.watchers[step["as"]] = Watcher(self.clients[step["client"]], self.resolve(step["name"]))
+
+    def do_observed(self, step: Dict[str, Any]) -> None:
+        watcher = self.watchers[step["as"]]
+        want = step["values"]
+        deadline = time.monotonic() + step["within_ms"] / 1000.0
+        while True:
+            seen = watcher.collapsed()
+            if seen[-len(want):] == want:
+                return
+            if time.monotonic() > deadline:
+                raise StepFailed(f"observed {seen}, which does not end with {want}")
+            time.sleep(0.05)
+
+    # -- chaos -----------------------------------------------------------
+
+    def do_chaos(self, step: Dict[str, Any]) -> None:
+        args = [self.resolve(a) for a in step["args"]]
+        runs: List[List[str]] = [[]]
+        for a in args:
+            if isinstance(a, list):
+                runs = [r + [str(v)] for r in runs for v in a]
+            else:
+                runs = [r + [str(a)] for r in runs]
+        for r in runs:
+            self.cluster.chaos(r)

@@ -1,0 +1,39 @@
+"""The client conformance suite (clients/conformance/README.md): one case
+per scenario of ../conformance/scenarios.json, each against a cluster of
+its own, performed with the sync client."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict
+
+import pytest
+
+from conformance import SCENARIOS, Cluster, Runner, scenarios
+
+if not SCENARIOS.exists():
+    raise RuntimeError(f"the conformance suite is missing: {SCENARIOS}")
+
+ALL = scenarios()
+
+
+@pytest.mark.parametrize("scenario", ALL, ids=[s["id"] for s in ALL])
+def test_scenario(scenario: Dict[str, Any]) -> None:
+    env: Dict[str, str] = scenario.get("env", {})
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    cluster = Cluster(scenario.get("cluster", {}))
+    runner = None
+    try:
+        cluster.start()
+        runner = Runner(scenario, cluster)
+        runner.run()
+    finally:
+        if runner is not None:
+            runner.close()
+        cluster.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
