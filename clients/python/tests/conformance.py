@@ -18,7 +18,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 import httpx
 
+import asyncio
+
 import leasehold
+import leasehold.aio
 
 PACKAGE = Path(__file__).resolve().parent.parent
 REPO = PACKAGE.parent.parent
@@ -185,7 +188,7 @@ class Background:
 class Watcher:
     """An observer noting every leader it is told of."""
 
-    def __init__(self, client: leasehold.Client, name: str) -> None:
+    def __init__(self, client: Any, name: str) -> None:
         self.values: List[Optional[str]] = []
         self.observer = client.observe(name)
         self.stopped = False
@@ -210,12 +213,13 @@ class Watcher:
 class Runner:
     """Performs a scenario's steps with the sync client."""
 
-    def __init__(self, scenario: Dict[str, Any], cluster: Cluster) -> None:
+    def __init__(self, scenario: Dict[str, Any], cluster: Cluster, flavour: str = "sync") -> None:
         self.scenario = scenario
         self.cluster = cluster
-        self.clients: Dict[str, leasehold.Client] = {}
+        self.aio: Optional[AioLoop] = AioLoop() if flavour == "asyncio" else None
+        self.clients: Dict[str, Any] = {}
         self.locks: Dict[str, Any] = {}
-        self.sessions: Dict[str, leasehold.Session] = {}
+        self.sessions: Dict[str, Any] = {}
         self.background: Dict[str, Background] = {}
         self.watchers: Dict[str, Watcher] = {}
         self.vars: Dict[str, Any] = {}
@@ -283,10 +287,11 @@ class Runner:
             w.observer.close()
         for held in self.locks.values():
             try:
-                if hasattr(held, "release") and not held.is_lost():
+                if hasattr(getattr(held, "held", held), "resign"):
+                    if not held.is_lost():
+                        held.resign()
+                elif hasattr(getattr(held, "held", held), "release") and not held.is_lost():
                     held.release()
-                elif hasattr(held, "resign") and not held.is_lost():
-                    held.resign()
             except Exception:  # noqa: BLE001 - best effort at the end
                 pass
         for c in self.clients.values():
@@ -294,6 +299,8 @@ class Runner:
                 c.close()
             except Exception:  # noqa: BLE001
                 pass
+        if self.aio is not None:
+            self.aio.stop()
 
     def expecting(self, step: Dict[str, Any], call: Callable[[], Any]) -> Any:
         """Runs ``call``; its outcome must be ``expect`` (default ok)."""
@@ -348,7 +355,12 @@ class Runner:
             options["tls_ca_file"] = self.cluster.ca
         if "retry_for_ms" in step:
             options["retry_for"] = step["retry_for_ms"] / 1000.0
-        self.clients[step["as"]] = self.expecting(step, lambda: leasehold.Client(addrs, **options))
+        if self.aio is not None:
+            loop = self.aio
+            make: Callable[[], Any] = lambda: AioClient(loop, leasehold.aio.Client(addrs, **options))
+        else:
+            make = lambda: leasehold.Client(addrs, **options)
+        self.clients[step["as"]] = self.expecting(step, make)
 
     # -- locks -----------------------------------------------------------
 
@@ -400,10 +412,10 @@ class Runner:
 
     def do_release(self, step: Dict[str, Any]) -> None:
         held = self.locks[step["lock"]]
-        if isinstance(held, leasehold.SessionLock):
+        if step["lock"] in self.session_of:
             session = self.sessions[self.session_of[step["lock"]]]
             self.expecting(step, lambda: session.release(held))
-        elif isinstance(held, leasehold.Leadership):
+        elif hasattr(getattr(held, "held", held), "resign"):
             self.expecting(step, held.resign)
         else:
             self.expecting(step, held.release)
@@ -564,3 +576,156 @@ class Runner:
                 runs = [r + [str(a)] for r in runs]
         for r in runs:
             self.cluster.chaos(r)
+
+
+# ---------------------------------------------------------------------------
+# The asyncio client, driven from the runner's thread: every call is awaited
+# on a loop of the runner's own; what the steps read (fence, node, loss,
+# is_lost) the asyncio objects answer as they are.
+
+
+class AioLoop:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Any, timeout: Optional[float] = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class AioEvent:
+    """An asyncio.Event waited for from the runner's thread."""
+
+    def __init__(self, loop: AioLoop, event: "asyncio.Event") -> None:
+        self.loop = loop
+        self.event = event
+
+    def wait(self, timeout: float) -> bool:
+        async def waiting() -> bool:
+            try:
+                await asyncio.wait_for(self.event.wait(), timeout)
+                return True
+            except asyncio.TimeoutError:
+                return False
+
+        return bool(self.loop.run(waiting()))
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+
+class AioHeld:
+    """A guard, set, session lock or leadership of the asyncio client."""
+
+    def __init__(self, loop: AioLoop, held: Any) -> None:
+        self.loop = loop
+        self.held = held
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.held, name)
+
+    @property
+    def view(self) -> Any:
+        if isinstance(self.held, leasehold.aio.LockSet):
+            return self.held.locks[0]
+        return self.held.view
+
+    @property
+    def node(self) -> int:
+        return int(self.view.node)
+
+    @property
+    def lost(self) -> AioEvent:
+        return AioEvent(self.loop, self.held.lost)
+
+    def release(self) -> None:
+        self.loop.run(self.held.release())
+
+    def resign(self) -> None:
+        self.loop.run(self.held.resign())
+
+
+class AioSession:
+    def __init__(self, loop: AioLoop, session: "leasehold.aio.Session") -> None:
+        self.loop = loop
+        self.session = session
+
+    def acquire(self, name: str, **options: Any) -> AioHeld:
+        return AioHeld(self.loop, self.loop.run(self.session.acquire(name, **options)))
+
+    def release(self, held: AioHeld) -> None:
+        self.loop.run(self.session.release(held.held))
+
+    def close(self) -> int:
+        return int(self.loop.run(self.session.close()))
+
+
+class AioObserver:
+    def __init__(self, loop: AioLoop, observer: "leasehold.aio.Observer") -> None:
+        self.loop = loop
+        self.observer = observer
+        self.closed = False
+
+    def __iter__(self) -> "AioObserver":
+        return self
+
+    def __next__(self) -> Any:
+        if self.closed:
+            raise StopIteration
+        return self.loop.run(self.observer.__anext__())
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class AioClient:
+    """The sync runner's view of a ``leasehold.aio.Client``."""
+
+    def __init__(self, loop: AioLoop, client: "leasehold.aio.Client") -> None:
+        self.loop = loop
+        self.client = client
+
+    def acquire(self, name: str, **options: Any) -> AioHeld:
+        return AioHeld(self.loop, self.loop.run(self.client.acquire(name, **options)))
+
+    def acquire_all(self, names: List[str], **options: Any) -> AioHeld:
+        return AioHeld(self.loop, self.loop.run(self.client.acquire_all(names, **options)))
+
+    def get(self, name: str) -> Any:
+        return self.loop.run(self.client.get(name))
+
+    def release(self, name: str, id: str) -> Any:
+        return self.loop.run(self.client.release(name, id))
+
+    def cluster(self) -> Any:
+        return self.loop.run(self.client.cluster())
+
+    def open_session(self, **options: Any) -> AioSession:
+        return AioSession(self.loop, self.loop.run(self.client.open_session(**options)))
+
+    def campaign(self, name: str, value: str, **options: Any) -> AioHeld:
+        return AioHeld(self.loop, self.loop.run(self.client.campaign(name, value, **options)))
+
+    def leader(self, name: str) -> Any:
+        return self.loop.run(self.client.leader(name))
+
+    def observe(self, name: str) -> AioObserver:
+        return AioObserver(self.loop, self.client.observe(name))
+
+    def with_lock(self, name: str, work: Callable[[Any], Any], **options: Any) -> Any:
+        loop = self.loop
+
+        async def awork(lost: "asyncio.Event") -> Any:
+            # The step's work blocks (a chaos command, a wait): it runs in a
+            # thread, and sees the asyncio event through AioEvent.
+            return await asyncio.get_running_loop().run_in_executor(None, work, AioEvent(loop, lost))
+
+        return self.loop.run(self.client.with_lock(name, awork, **options))
+
+    def close(self) -> None:
+        self.loop.run(self.client.aclose())

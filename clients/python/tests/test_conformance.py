@@ -1,9 +1,11 @@
 """The client conformance suite (clients/conformance/README.md): one case
 per scenario of ../conformance/scenarios.json, each against a cluster of
-its own, performed with the sync client."""
+its own, performed with the sync client; the scenarios without chaos are
+performed with the asyncio client too."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Dict
 
@@ -17,8 +19,17 @@ if not SCENARIOS.exists():
 ALL = scenarios()
 
 
-@pytest.mark.parametrize("scenario", ALL, ids=[s["id"] for s in ALL])
-def test_scenario(scenario: Dict[str, Any]) -> None:
+def has_chaos(scenario: Dict[str, Any]) -> bool:
+    return '"chaos"' in json.dumps(scenario["steps"])
+
+
+CASES = [pytest.param(s, "sync", id=s["id"]) for s in ALL] + [
+    pytest.param(s, "asyncio", id=f"asyncio-{s['id']}") for s in ALL if not has_chaos(s)
+]
+
+
+@pytest.mark.parametrize("scenario,flavour", CASES)
+def test_scenario(scenario: Dict[str, Any], flavour: str) -> None:
     env: Dict[str, str] = scenario.get("env", {})
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -26,7 +37,7 @@ def test_scenario(scenario: Dict[str, Any]) -> None:
     runner = None
     try:
         cluster.start()
-        runner = Runner(scenario, cluster)
+        runner = Runner(scenario, cluster, flavour)
         runner.run()
     finally:
         if runner is not None:
