@@ -481,3 +481,27 @@ def test_the_asyncio_twin(nodes: List[FakeNode]) -> None:
             assert time.monotonic() - t < 2
 
     asyncio.run(main())
+
+
+def test_with_lock_releases_when_the_work_raises(nodes: List[FakeNode]) -> None:
+    n = node(nodes, granting())
+    c = client_at([n.addr])
+
+    def work(lost: threading.Event) -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError):
+        c.with_lock("jobs/1", work, lease=2.0)
+    assert n.of("/v1/locks/release")
+    c.close()
+
+    async def main() -> None:
+        async with leasehold.aio.Client([n.addr], token_env=None) as ac:
+            async def awork(lost: asyncio.Event) -> None:
+                raise ValueError("boom")
+
+            with pytest.raises(ValueError):
+                await ac.with_lock("jobs/2", awork, lease=2.0)
+
+    asyncio.run(main())
+    assert len(n.of("/v1/locks/release")) == 2

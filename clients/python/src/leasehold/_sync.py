@@ -247,10 +247,13 @@ def _run_under(
             # A lapse leaves the work until the lease ends.
             while not done.is_set() and time.monotonic() < lease_ends():
                 done.wait(min(0.05, max(lease_ends() - time.monotonic(), 0.0)))
-        if not done.is_set():
-            raise errors.Lost()
         raise errors.Lost()
     if "error" in outcome:
+        # The work raised: the lock is released all the same.
+        try:
+            release()
+        except errors.LeaseholdError:
+            pass
         raise outcome["error"]
     if is_lost():
         raise errors.Lost()

@@ -542,6 +542,14 @@ async def _run_under(
             raise errors.Lost()
     finally:
         lost_wait.cancel()
+    failed = task.exception()
+    if failed is not None:
+        # The work raised: the lock is released all the same.
+        try:
+            await release()
+        except errors.LeaseholdError:
+            pass
+        raise failed
     out = task.result()
     if is_lost():
         raise errors.Lost()
