@@ -63,6 +63,7 @@ class Cluster:
         self.nodes_n = int(spec.get("nodes", 3))
         self.tls = bool(spec.get("tls", False))
         self.acl: Optional[str] = spec.get("acl")
+        self.serve_args: List[Any] = list(spec.get("serve_args") or [])
         self.dir = Path(tempfile.mkdtemp(prefix="leasehold-conformance-"))
         self.up_dir = self.dir / "up"
         self.proc: Optional[subprocess.Popen[bytes]] = None
@@ -89,6 +90,7 @@ class Cluster:
         if self.acl is not None:
             (self.dir / "acl.toml").write_text(self.acl)
             serve += ["--acl", str(self.dir / "acl.toml")]
+        serve += [str(a) for a in self.serve_args]
         args = [
             self.bin, "up", "--nodes", str(self.nodes_n), "--base-port", "0",
             "--data-dir", str(self.up_dir),
@@ -202,9 +204,13 @@ class Watcher:
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
 
-    def collapsed(self) -> List[Optional[str]]:
+    def collapsed(self, nulls: bool) -> List[Optional[str]]:
+        """The values noted, repeats in a row taken as one, and ``None``s
+        (no leader, between two) left out unless ``nulls``."""
         out: List[Optional[str]] = []
         for v in list(self.values):
+            if v is None and not nulls:
+                continue
             if not out or out[-1] != v:
                 out.append(v)
         return out
@@ -435,9 +441,12 @@ class Runner:
         if not held.lost.wait(step["within_ms"] / 1000.0):
             raise StepFailed(f"no loss signalled within {step['within_ms']} ms")
         at = time.monotonic()
+        loss = held.loss
+        if loss is None:
+            # The signal is also set by a release: that is no loss.
+            raise StepFailed("the signal came from a release, not a loss")
         if "loss" in step:
-            loss = held.loss
-            if loss is None or loss.value != step["loss"]:
+            if loss.value != step["loss"]:
                 raise StepFailed(f"expected loss {step['loss']}, saw {loss}")
         if "since" in step:
             since = (at - self.started[step["since"]]) * 1000
@@ -510,10 +519,16 @@ class Runner:
                 client.release(name, lock.id)
             else:
                 raise StepFailed(f"unknown work {work_spec!r}")
-            lost.wait(work_spec.get("wait_cancel_ms", 0) / 1000.0)
+            if not lost.wait(work_spec.get("wait_cancel_ms", 0) / 1000.0):
+                never_cancelled.append(True)
             return "stopped"
 
+        never_cancelled: List[bool] = []
         self.expecting(step, lambda: client.with_lock(name, work, **options))
+        if never_cancelled:
+            raise StepFailed(
+                f"the work was not cancelled within {work_spec.get('wait_cancel_ms')} ms"
+            )
 
     # -- sessions --------------------------------------------------------
 
@@ -557,7 +572,7 @@ class Runner:
         want = step["values"]
         deadline = time.monotonic() + step["within_ms"] / 1000.0
         while True:
-            seen = watcher.collapsed()
+            seen = watcher.collapsed(None in want)
             if seen[-len(want):] == want:
                 return
             if time.monotonic() > deadline:
