@@ -39,7 +39,18 @@ struct Up {
 }
 
 impl Drop for Up {
+    /// SIGTERM, as a harness stops `up` (it stops its nodes), then a kill
+    /// after 10 s; the nodes die with `up` either way.
     fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -365,4 +376,32 @@ async fn up_chooses_ports_passes_serve_arguments_and_chaos_breaks_client_calls()
         .unwrap();
     assert_eq!(held["lock"]["holder"], json!("harness"), "{held}");
     assert_eq!(acquire("answered").await.unwrap().status(), 200);
+}
+
+/// A harness that kills `up` outright (`kill -9`: a test runner's timeout,
+/// a crashed script) leaves no node behind: each dies with `up`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodes_die_with_up_when_it_is_killed() {
+    let cluster = crate::support::up::UpCluster::start(&json!({ "nodes": 3 })).await;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    for addr in cluster.addrs.values() {
+        let alive = http.get(format!("http://{addr}/healthz")).send().await;
+        assert!(alive.is_ok_and(|a| a.status() == 200), "{addr} serves");
+    }
+    cluster.kill_up();
+    let start = Instant::now();
+    for addr in cluster.addrs.values() {
+        loop {
+            let answer = http
+                .get(format!("http://{addr}/healthz"))
+                .timeout(Duration::from_secs(1))
+                .send()
+                .await;
+            if answer.is_err() {
+                break;
+            }
+            assert!(start.elapsed() < PATIENCE, "node {addr} outlived up");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }

@@ -99,6 +99,12 @@ impl UpCluster {
         cluster
     }
 
+    /// `kill -9` of the `up` process itself (dropping the cluster reaps it).
+    pub(crate) fn kill_up(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+
     /// The directory `chaos` is pointed at.
     pub(crate) fn up_dir(&self) -> PathBuf {
         self.dir.path().join("up")

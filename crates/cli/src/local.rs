@@ -362,9 +362,27 @@ fn warn_of_short_leases(config: &NodeConfig) {
     }
 }
 
+/// A node `leasehold up` started (it names itself in
+/// [`crate::playground::UP_PID_ENV`]) dies with it, however `up` ends: a
+/// harness that kills `up` leaves no node behind.
+fn die_with_up() {
+    let Some(up) = std::env::var(crate::playground::UP_PID_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
+        return;
+    };
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    // `up` ended before the line above: nothing would signal this node.
+    if nix::unistd::getppid().as_raw() != up {
+        std::process::exit(0);
+    }
+}
+
 /// `leasehold serve`: runs the node `args` ask for, `config` being their
 /// configuration, checked.
 pub async fn serve(args: &ServeArgs, config: ValidConfig) -> Result<(), Failure> {
+    die_with_up();
     // Listened for from before the node starts, and through every reload:
     // a signal that came while nothing listened would be lost (or, before
     // tokio's handler is set, kill the process).

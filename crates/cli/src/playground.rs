@@ -23,6 +23,10 @@ use tokio::process::{Child, Command};
 /// The environment variable naming a running `up`'s directory.
 pub const UP_ENV: &str = "LEASEHOLD_UP";
 
+/// The environment variable in which `up` gives its nodes its pid: a node
+/// started so dies when `up` does (`serve`'s parent-death signal).
+pub const UP_PID_ENV: &str = "LEASEHOLD_UP_PID";
+
 /// What `up` writes for `chaos`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UpState {
@@ -94,6 +98,7 @@ impl Cluster {
             .arg("--data-dir")
             .arg(&node.data_dir)
             .env("LEASEHOLD_CLUSTER_TOKEN", &self.state.token)
+            .env(UP_PID_ENV, std::process::id().to_string())
             .env("LEASEHOLD_THREADS", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
