@@ -76,7 +76,7 @@ var knownCodes = map[string]bool{
 	"wrong_member": true, "too_large": true, "internal": true, "unknown_route": true,
 	"method_not_allowed": true, "disabled": true, "unknown_member": true,
 	"member_exists": true, "change_in_progress": true, "would_lose_quorum": true,
-	"not_caught_up": true, "upgrading": true,
+	"not_caught_up": true, "upgrading": true, "in_session": true,
 }
 
 // retryableCode: a code that says "not now, maybe elsewhere".
@@ -121,7 +121,7 @@ func refused(e *callError) error {
 		kind = ErrNotHeld
 	case "kind_mismatch":
 		kind = ErrKindMismatch
-	case "bad_request", "too_large":
+	case "bad_request", "too_large", "in_session":
 		kind = ErrBadRequest
 	case "unauthorized":
 		kind = ErrUnauthorized

@@ -25,6 +25,7 @@ export class CallFailure extends Error {
 /** The error codes the API names (docs/api.md, "Errors"). */
 const KNOWN_CODES = new Set([
   "bad_request",
+  "in_session",
   "held",
   "kind_mismatch",
   "not_held",

@@ -170,6 +170,7 @@ export function refused(f: Failure): LeaseholdError {
       return new KindMismatchError(f.message);
     case "bad_request":
     case "too_large":
+    case "in_session":
       return new BadRequestError(`bad request: ${f.message}`);
     case "unauthorized":
       return new UnauthorizedError(`unauthorized: ${f.message}`);

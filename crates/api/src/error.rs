@@ -67,11 +67,14 @@ pub enum ErrorCode {
     /// a lock, a lock on a semaphore, another permit count): `409`, not
     /// queued.
     KindMismatch,
+    /// A renewal of a lock that hangs off a session (a session's locks are
+    /// renewed with it): `409`.
+    InSession,
 }
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::BadRequest,
         ErrorCode::Held,
         ErrorCode::NotHeld,
@@ -92,6 +95,7 @@ impl ErrorCode {
         ErrorCode::NotCaughtUp,
         ErrorCode::Upgrading,
         ErrorCode::KindMismatch,
+        ErrorCode::InSession,
     ];
 
     /// The HTTP status answered with this code.
@@ -103,7 +107,8 @@ impl ErrorCode {
             | ErrorCode::MemberExists
             | ErrorCode::ChangeInProgress
             | ErrorCode::WouldLoseQuorum
-            | ErrorCode::KindMismatch => 409,
+            | ErrorCode::KindMismatch
+            | ErrorCode::InSession => 409,
             ErrorCode::NotHeld | ErrorCode::UnknownRoute | ErrorCode::UnknownMember => 404,
             ErrorCode::NotRebuilt
             | ErrorCode::NoLeader
@@ -138,6 +143,7 @@ impl ErrorCode {
             ErrorCode::BadRequest => "bad_request",
             ErrorCode::Held => "held",
             ErrorCode::KindMismatch => "kind_mismatch",
+            ErrorCode::InSession => "in_session",
             ErrorCode::NotHeld => "not_held",
             ErrorCode::NotRebuilt => "not_rebuilt",
             ErrorCode::NoLeader => "no_leader",
@@ -273,6 +279,7 @@ mod tests {
             ("not_caught_up", 503, true),
             ("upgrading", 503, true),
             ("kind_mismatch", 409, false),
+            ("in_session", 409, false),
         ];
         assert_eq!(expect.len(), ErrorCode::ALL.len());
         for (code, (text, status, retry)) in ErrorCode::ALL.into_iter().zip(expect) {

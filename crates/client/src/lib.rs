@@ -205,7 +205,9 @@ fn refused(e: CallError) -> Error {
             },
             ErrorCode::NotHeld => Error::NotHeld,
             ErrorCode::KindMismatch => Error::KindMismatch(body.message),
-            ErrorCode::BadRequest | ErrorCode::TooLarge => Error::BadRequest(body.message),
+            ErrorCode::BadRequest | ErrorCode::TooLarge | ErrorCode::InSession => {
+                Error::BadRequest(body.message)
+            }
             ErrorCode::Unauthorized => Error::Unauthorized(body.message),
             ErrorCode::Forbidden => Error::Forbidden(body.message),
             ErrorCode::NotRebuilt | ErrorCode::NoLeader => Error::Unavailable(body.message),

@@ -63,7 +63,7 @@ impl Node {
             Refusal::NotRebuilt => ApiError::not_rebuilt(),
             Refusal::NotHeld => ApiError::not_held(),
             Refusal::NoSession => ApiError::new(ErrorCode::NotHeld, refusal.to_string()),
-            Refusal::InSession => ApiError::new(ErrorCode::BadRequest, refusal.to_string()),
+            Refusal::InSession => ApiError::new(ErrorCode::InSession, refusal.to_string()),
             Refusal::KindMismatch(kind) => ApiError::new(
                 ErrorCode::KindMismatch,
                 format!(

@@ -232,7 +232,7 @@ def refused(e: BaseException) -> errors.LeaseholdError:
         return errors.NotHeld()
     if code == "kind_mismatch":
         return errors.KindMismatch(message)
-    if code in ("bad_request", "too_large"):
+    if code in ("bad_request", "too_large", "in_session"):
         return errors.BadRequest(message)
     if code == "unauthorized":
         return errors.Unauthorized(message)
