@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::lock::LockView;
 
 /// `200 {"lock": Lock}`: acquire, release, renew and get.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 pub struct LockAnswer {
     /// The lock.
     pub lock: LockView,
@@ -29,7 +29,9 @@ pub struct LockAnswer {
 }
 
 /// `200 {"locks": [Lock...]}`: list.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct LocksAnswer {
     /// The locks, in name order.
     pub locks: Vec<LockView>,
@@ -41,7 +43,7 @@ pub struct LocksAnswer {
 }
 
 /// `GET /v1/cluster`: who speaks, and how the last rebuild went.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 pub struct ClusterAnswer {
     /// The answering node.
     pub node: NodeId,
@@ -97,7 +99,7 @@ pub struct ClusterAnswer {
 }
 
 /// A member of the cluster.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 pub struct Member {
     /// Its Raft node id.
     pub id: NodeId,
@@ -135,7 +137,9 @@ fn voter() -> String {
 
 /// `GET /v1/cluster/history`: the answering node's last rebuilds (at most
 /// [`HISTORY_LEN`]), oldest first.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct HistoryAnswer {
     /// The answering node.
     pub node: NodeId,
@@ -151,7 +155,7 @@ pub struct HistoryAnswer {
 pub const HISTORY_LEN: usize = 100;
 
 /// One rebuild in a node's history.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 pub struct HistoryEntry {
     /// When it ended, on the answering node's wall clock (RFC 3339, UTC).
     pub at: String,
@@ -163,7 +167,9 @@ pub struct HistoryEntry {
 }
 
 /// The failover report of a rebuild.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct RebuildReport {
     /// The term the rebuild was for.
     pub term: u64,

@@ -165,6 +165,27 @@ impl ErrorCode {
     }
 }
 
+impl ErrorCode {
+    /// The code written `text` (as [`ErrorCode::as_str`] writes it), if
+    /// this build knows it.
+    pub fn parse(text: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL
+            .into_iter()
+            .find(|code| code.as_str() == text)
+    }
+
+    /// What a code this build does not know (a newer server's) counts as,
+    /// by the HTTP status it came with: `503` as `no_leader` (retryable),
+    /// another `4xx` as `bad_request`, anything else as `internal`.
+    pub const fn by_status(status: u16) -> ErrorCode {
+        match status {
+            503 => ErrorCode::NoLeader,
+            400..=499 => ErrorCode::BadRequest,
+            _ => ErrorCode::Internal,
+        }
+    }
+}
+
 impl fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -201,15 +222,14 @@ impl ErrorBody {
             message: String,
         }
         let loose: Loose = serde_json::from_slice(bytes).map_err(|_| whole)?;
-        let error = match status {
-            503 => ErrorCode::NoLeader,
-            400..=499 => ErrorCode::BadRequest,
-            _ => ErrorCode::Internal,
-        };
-        Ok(ErrorBody::new(
-            error,
-            format!("{}: {}", loose.error, loose.message),
-        ))
+        Ok(ErrorBody::unknown(&loose.error, status, &loose.message))
+    }
+
+    /// A failure whose code `code` this build does not know, answered with
+    /// HTTP `status`: read as [`ErrorCode::by_status`] says, the code kept
+    /// at the head of the message.
+    pub fn unknown(code: &str, status: u16, message: &str) -> Self {
+        ErrorBody::new(ErrorCode::by_status(status), format!("{code}: {message}"))
     }
 
     /// A failure with no lock.

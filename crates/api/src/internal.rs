@@ -219,7 +219,9 @@ pub struct ForwardAnswers {
 /// fence differs from `after_fence` (no lock counts as fence 0), or its
 /// data's tag from `after_data` if given ([`data_tag`]), or when `wait`
 /// runs out, with the lock as it then is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct Watch {
     /// How long to wait for a change.
     pub wait: Duration,

@@ -14,11 +14,15 @@
 //! * [`LockAnswer`], [`LocksAnswer`], [`ClusterAnswer`]: every success.
 //! * [`PeerLock`] and the [`internal`] bodies: peer traffic, on the
 //!   [`routes`] under `/internal/`.
+//! * [`codec`]: the one binary codec (bincode), for peer bodies, the log
+//!   store, and [`wire`]: the binary transport's frames, carrying the
+//!   values above.
 //!
 //! Unknown fields in any body are ignored, for forward compatibility: an
 //! older node accepts a newer client's request, minus what it does not know.
 
 pub mod answer;
+pub mod codec;
 pub mod error;
 pub mod internal;
 pub mod lock;
@@ -29,6 +33,7 @@ pub mod request;
 pub mod routes;
 pub mod sessions;
 pub mod time;
+pub mod wire;
 
 pub use answer::{
     ClusterAnswer, HistoryAnswer, HistoryEntry, LockAnswer, LocksAnswer, Member, RebuildReport,

@@ -86,7 +86,19 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// What a grant holds of its name, as the API names it.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Copy,
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    bincode::Encode,
+    bincode::Decode,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// The name alone.

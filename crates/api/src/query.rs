@@ -10,7 +10,9 @@ use crate::request::{max_len, BadRequest, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, MA
 /// `limit` absent means [`DEFAULT_LIST_LIMIT`]; larger than
 /// [`MAX_LIST_LIMIT`] is clamped; 0 is refused. `prefix` absent or empty
 /// lists every name; it is at most [`MAX_NAME_BYTES`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct ListQuery {
     /// Only names starting with this.
     #[serde(default, skip_serializing_if = "Option::is_none")]

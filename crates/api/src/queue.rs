@@ -9,7 +9,7 @@ use crate::time::format_rfc3339_ms;
 use crate::{millis_ceil, millis_floor};
 
 /// A request waiting for a lock, for people reading a listing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 pub struct QueuedView {
     /// Who asks; may be empty.
     #[serde(default)]

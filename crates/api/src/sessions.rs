@@ -16,7 +16,7 @@ use crate::time::format_rfc3339_ms;
 ///
 /// `ttl_ms` is the time left on the session's lease, and on every lock
 /// hanging off it, as the answering node counts it (rounded down).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 pub struct SessionView {
     /// The session's id: what its locks name (`session` of an acquire), and
     /// what it is renewed and closed by.
@@ -57,7 +57,7 @@ impl SessionView {
 
 /// `200 {"session": Session, "served_ms": N}`: open and renew; `held` when
 /// a renewal's `digest` differed from the speaker's.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 pub struct SessionAnswer {
     /// The session.
     pub session: SessionView,
@@ -74,7 +74,7 @@ pub struct SessionAnswer {
 }
 
 /// `200 {"session": Session, "released": N}`: close.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
 pub struct SessionClosed {
     /// The session, as it was when closed.
     pub session: SessionView,

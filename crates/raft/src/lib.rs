@@ -34,7 +34,10 @@
 
 pub mod auth;
 pub mod blocking;
-pub mod codec;
+/// The one binary codec, kept in `leasehold-api` so a client builds it
+/// without openraft: every current path (`leasehold_raft::codec::...`)
+/// still names it.
+pub use leasehold_api::codec;
 pub mod config;
 pub mod entropy;
 pub mod faults;

@@ -18,7 +18,9 @@ fn ms(v: Option<u64>) -> Option<Duration> {
 }
 
 /// `POST /v1/locks/acquire`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct AcquireBody {
     /// The name to lock; absent when `names` is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -170,7 +172,9 @@ impl Body for AcquireBody {
 }
 
 /// `POST /v1/locks/renew`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct RenewBody {
     /// The name locked.
     pub name: String,
@@ -216,7 +220,9 @@ impl Body for RenewBody {
 }
 
 /// `POST /v1/cluster/members`: a member to add.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct AddMemberBody {
     /// Its id: not a member's (one removed may be added again).
     pub id: u64,

@@ -15,7 +15,9 @@ use super::validate::{validate_id, validate_name};
 /// A lock named by its name and its grant's id: an item of a release's
 /// `locks`. Read from a JSON object only; its other fields are skipped,
 /// so the `locks` of a set's grant may be sent back as they came.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, bincode::Encode, bincode::Decode,
+)]
 pub struct LockRef {
     /// The name locked.
     pub name: String,
@@ -70,7 +72,9 @@ impl<'de> Visitor<'de> for LockRefVisitor {
 
 /// `POST /v1/locks/release`: the lock `name` held under `id`, or, in
 /// their place, the set `locks`, released all in one call.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct ReleaseBody {
     /// The name locked; absent when `locks` is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]

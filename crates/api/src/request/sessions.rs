@@ -10,7 +10,9 @@ use super::read::{field, Body, Field, FieldKind};
 use super::validate::{validate_holder, validate_id};
 
 /// `POST /v1/sessions/open`: a session, a lease that locks hang off.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct SessionOpenBody {
     /// Who holds it, for the reader of a listing; absent means "".
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,7 +49,9 @@ impl Body for SessionOpenBody {
 
 /// `POST /v1/sessions/renew` and `POST /v1/sessions/close`: a session by
 /// its id.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct SessionBody {
     /// The session's id.
     pub id: String,

@@ -1,7 +1,22 @@
 //! The one binary codec: bincode 2 through serde, standard configuration.
 //!
 //! Used for the log store's records and for every peer RPC body, so the
-//! encoding of a type is the same on disk and on the wire.
+//! encoding of a type is the same on disk and on the wire; and, by
+//! [`encode_fields_into`] and [`decode_fields`], for the bodies of the
+//! binary transport's frames ([`crate::wire`]). It lives in this crate, not
+//! beside openraft, so the client builds it; `leasehold_raft::codec`
+//! re-exports it.
+//!
+//! Two layouts, one configuration (bincode's standard: variable-length
+//! integers, length-prefixed strings and sequences):
+//! - [`encode`] / [`decode`] go through serde, for types written for this
+//!   codec (log entries, votes, report locks);
+//! - [`encode_fields_into`] / [`decode_fields`] go through bincode's own
+//!   derive (`bincode::Encode`, `bincode::Decode`), which writes every field
+//!   in the order declared whatever its serde attributes say: the API's
+//!   JSON types skip absent fields (`skip_serializing_if`), flatten and
+//!   untag, which a format without field names cannot read back through
+//!   serde.
 //!
 //! A body too large to hold at once (a member's rebuild report of a million
 //! locks) travels as a *chunked stream* ([`ChunkWriter`], [`ChunkReader`]):
@@ -102,6 +117,31 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 /// a newer build appended to a stream's header.
 pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(bincode::serde::decode_from_slice(bytes, config())?.0)
+}
+
+/// Encodes `value` field by field (its `bincode::Encode`), appending to
+/// `out`.
+pub fn encode_fields_into<T: bincode::Encode>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), CodecError> {
+    bincode::encode_into_std_write(value, out, config())?;
+    Ok(())
+}
+
+/// Decodes a `T` (its `bincode::Decode`) that must fill `bytes` exactly,
+/// allocating at most `LIMIT` bytes for its strings and sequences together:
+/// a length prefix claiming more is refused before anything is allocated,
+/// so a few bytes can never cost more than `LIMIT`.
+pub fn decode_fields<T: bincode::Decode<()>, const LIMIT: usize>(
+    bytes: &[u8],
+) -> Result<T, CodecError> {
+    let config = bincode::config::standard().with_limit::<LIMIT>();
+    let (value, read) = bincode::decode_from_slice(bytes, config)?;
+    if read != bytes.len() {
+        return Err(CodecError::TrailingBytes(bytes.len() - read));
+    }
+    Ok(value)
 }
 
 /// The kind byte that starts a frame's body.
@@ -226,9 +266,7 @@ enum Expect {
 #[derive(Debug)]
 pub struct ChunkReader<H, T> {
     limit: usize,
-    buf: Vec<u8>,
-    /// Where the unread bytes of `buf` start.
-    start: usize,
+    unread: Unread,
     expect: Expect,
     items: u64,
     _types: std::marker::PhantomData<fn() -> (H, T)>,
@@ -239,8 +277,7 @@ impl<H: DeserializeOwned, T: DeserializeOwned> ChunkReader<H, T> {
     pub fn new(limit: usize) -> Self {
         ChunkReader {
             limit,
-            buf: Vec::new(),
-            start: 0,
+            unread: Unread::default(),
             expect: Expect::Header,
             items: 0,
             _types: std::marker::PhantomData,
@@ -249,21 +286,14 @@ impl<H: DeserializeOwned, T: DeserializeOwned> ChunkReader<H, T> {
 
     /// Takes in the stream's next bytes.
     pub fn push(&mut self, bytes: &[u8]) {
-        if self.start == self.buf.len() {
-            self.buf.clear();
-            self.start = 0;
-        } else if self.start > self.buf.len() / 2 {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        self.buf.extend_from_slice(bytes);
+        self.unread.push(bytes);
     }
 
     /// The next whole frame, or `None` until more bytes come (or after the
     /// last frame). The last frame is checked, not returned.
     pub fn next_chunk(&mut self) -> Result<Option<Chunk<H, T>>, CodecError> {
         loop {
-            let unread = &self.buf[self.start..];
+            let unread = self.unread.bytes();
             let Some(prefix) = unread.first_chunk::<PREFIX>() else {
                 return Ok(None);
             };
@@ -277,8 +307,7 @@ impl<H: DeserializeOwned, T: DeserializeOwned> ChunkReader<H, T> {
             if unread.len() < PREFIX + len {
                 return Ok(None);
             }
-            let body = &unread[PREFIX..PREFIX + len];
-            self.start += PREFIX + len;
+            let body = &self.unread.take(PREFIX + len)[PREFIX..];
             let Some((&kind, body)) = body.split_first() else {
                 return Err(CodecError::UnexpectedFrame("an empty frame"));
             };
@@ -323,12 +352,59 @@ impl<H: DeserializeOwned, T: DeserializeOwned> ChunkReader<H, T> {
         if self.next_chunk()?.is_some() {
             return Err(CodecError::UnexpectedFrame("a frame unread at the end"));
         }
-        let pending = self.buf.len() - self.start;
+        let pending = self.unread.len();
         match (self.expect, pending) {
             (Expect::Nothing, 0) => Ok(()),
             (Expect::Nothing, n) => Err(CodecError::TrailingBytes(n)),
             (_, pending) => Err(CodecError::Truncated { pending }),
         }
+    }
+}
+
+/// The bytes a reader of a stream was fed and has not read yet: the
+/// pieces as they came, the bytes read let go once they are half of what
+/// is kept (or all of it), so a reader holds what it has not read and
+/// little more.
+#[derive(Debug, Default)]
+pub(crate) struct Unread {
+    buf: Vec<u8>,
+    /// Where the unread bytes of `buf` start.
+    start: usize,
+}
+
+impl Unread {
+    /// Keeps `bytes` after those unread.
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start > self.buf.len() / 2 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The bytes unread.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    /// The first `n` unread bytes (there must be as many), marked read.
+    pub(crate) fn take(&mut self, n: usize) -> &[u8] {
+        let at = self.start;
+        self.start += n;
+        &self.buf[at..self.start]
+    }
+
+    /// How many bytes are unread.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Lets every byte go, its memory too.
+    pub(crate) fn free(&mut self) {
+        *self = Unread::default();
     }
 }
 
