@@ -44,7 +44,7 @@ pub use frame::{
     MAX_REQUEST_ALLOC, MAX_REQUEST_BODY,
 };
 pub use layout::MAX_NESTING;
-pub use message::{kind, Answer, GetQuery, Request, View};
+pub use message::{kind, Answer, GetQuery, Request, Token, View};
 pub use preamble::{
     accept, choose, preamble, read_preamble, sniff, PreambleError, Sniff, Version, ALPN, MAGIC,
     NONE, OLDEST, PREAMBLE_LEN, SPEAKS,

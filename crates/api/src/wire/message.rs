@@ -113,6 +113,18 @@ pub enum View {
     Speaker,
 }
 
+/// A bearer token, as [`Request::Token`] carries it: shown as `<token>`,
+/// never its text, so a request logged or printed keeps it secret. Laid
+/// out as its text.
+#[derive(Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Token(pub String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<token>)")
+    }
+}
+
 /// A call, as a client sends it: one for each route of the HTTP API a
 /// client calls, with the same values, and two of the connection's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +157,7 @@ pub enum Request {
     /// `Authorization: Bearer` for each HTTP request → [`Answer::Done`],
     /// or `unauthorized`. The node reads no frame after it before it is
     /// applied.
-    Token(String),
+    Token(Token),
     /// Whether the connection is alive → [`Answer::Done`]: a client keeps
     /// an idle connection open with it.
     Ping,

@@ -171,9 +171,15 @@ fn a_frame_over_the_limit_is_refused_from_its_header_and_ends_the_stream() {
 }
 
 #[test]
+fn a_token_is_never_shown() {
+    let request = Request::Token(Token("s3cret".into()));
+    assert!(!format!("{request:?}").contains("s3cret"));
+}
+
+#[test]
 fn a_writer_refuses_a_body_over_the_limit_and_writes_nothing() {
     let mut out = b"before".to_vec();
-    let token = Request::Token("x".repeat(MAX_REQUEST_BODY));
+    let token = Request::Token(Token("x".repeat(MAX_REQUEST_BODY)));
     let err = encode_frame(3, &token, &mut out).unwrap_err();
     assert!(matches!(
         err,
@@ -185,7 +191,7 @@ fn a_writer_refuses_a_body_over_the_limit_and_writes_nothing() {
     ));
     assert_eq!(out, b"before");
     // The largest that fits is written, and read.
-    let fits = Request::Token("x".repeat(MAX_REQUEST_BODY - 3));
+    let fits = Request::Token(Token("x".repeat(MAX_REQUEST_BODY - 3)));
     encode_frame(4, &fits, &mut out).unwrap();
     assert_eq!(out.len(), 6 + HEADER_LEN + MAX_REQUEST_BODY);
     assert_eq!(read::<Request>([&out[6..]]), vec![(4, fits)]);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{frames, round_trips};
-use crate::wire::{kind, Answer, GetQuery, Message, Request, View};
+use crate::wire::{kind, Answer, GetQuery, Message, Request, Token, View};
 use crate::{
     AcquireBody, AddMemberBody, ClusterAnswer, ErrorBody, ErrorCode, HistoryAnswer, HistoryEntry,
     ListQuery, LockAnswer, LockRef, LockView, LocksAnswer, Member, Mode, QueuedView, RebuildReport,
@@ -115,7 +115,7 @@ pub(super) fn every_kind() -> Messages {
             store: s("st"),
         }),
         Request::RemoveMember(13),
-        Request::Token("t".into()),
+        Request::Token(Token("t".into())),
         Request::Ping,
     ];
     let report = RebuildReport {

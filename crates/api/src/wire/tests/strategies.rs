@@ -6,7 +6,7 @@ use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
 
-use crate::wire::{Answer, GetQuery, Request, View};
+use crate::wire::{Answer, GetQuery, Request, Token, View};
 use crate::{
     AcquireBody, AddMemberBody, ClusterAnswer, ErrorBody, ErrorCode, HistoryAnswer, HistoryEntry,
     ListQuery, LockAnswer, LockRef, LockView, LocksAnswer, Member, Mode, QueuedView, RebuildReport,
@@ -121,7 +121,7 @@ pub(super) fn request() -> impl Strategy<Value = Request> {
             Request::AddMember(AddMemberBody { id, addr, store })
         }),
         any::<u64>().prop_map(Request::RemoveMember),
-        text().prop_map(Request::Token),
+        text().prop_map(|t| Request::Token(Token(t))),
         Just(Request::Ping),
     ]
 }
