@@ -16,8 +16,10 @@ from typing import (
     Awaitable,
     Callable,
     Dict,
+    Generic,
     List,
     Optional,
+    Protocol,
     Sequence,
     Set,
     Tuple,
@@ -308,11 +310,11 @@ class Client:
         options["wait"] = 0.0
         return await self.acquire(name, **options)
 
-    def lock(self, name: str, **options: Any) -> "_LockContext":
+    def lock(self, name: str, **options: Any) -> "_Entered[LockGuard]":
         """``async with client.lock(name, lease=10, wait=30) as lock:`` holds
         the lock for the block: renewed in the background, released on exit
         (:class:`~leasehold.errors.Lost` on exit if it was lost)."""
-        return _LockContext(lambda: self.acquire(name, **options))
+        return _Entered(lambda: self.acquire(name, **options))
 
     async def acquire_all(
         self,
@@ -353,10 +355,10 @@ class Client:
             raise
         return LockSet(guards, self._transport)
 
-    def lock_all(self, names: Sequence[str], **options: Any) -> "_SetContext":
+    def lock_all(self, names: Sequence[str], **options: Any) -> "_Entered[LockSet]":
         """``async with client.lock_all(names) as locks:`` holds the set for
         the block."""
-        return _SetContext(lambda: self.acquire_all(names, **options))
+        return _Entered(lambda: self.acquire_all(names, **options))
 
     async def with_lock(
         self,
@@ -472,10 +474,10 @@ class Client:
         ends = sent + (float(answer.get("served_ms") or 0) + view.ttl_ms) / 1000.0
         return Session._start(self, view, ends)
 
-    def session(self, *, ttl: Optional[float] = None, holder: Optional[str] = None) -> "_SessionContext":
+    def session(self, *, ttl: Optional[float] = None, holder: Optional[str] = None) -> "_Entered[Session]":
         """``async with client.session(ttl=10) as s:`` a session for the
         block, closed on exit (every lock of it released)."""
-        return _SessionContext(lambda: self.open_session(ttl=ttl, holder=holder))
+        return _Entered(lambda: self.open_session(ttl=ttl, holder=holder))
 
     # -- election --------------------------------------------------------
 
@@ -1330,46 +1332,28 @@ class Observer:
                 return current
 
 
-class _LockContext:
-    def __init__(self, acquire: Callable[[], Awaitable[LockGuard]]) -> None:
-        self._acquire = acquire
-        self._guard: Optional[LockGuard] = None
-
-    async def __aenter__(self) -> LockGuard:
-        self._guard = await self._acquire()
-        return self._guard
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self._guard is not None:
-            await self._guard.__aexit__(exc_type, exc, tb)
+class _Held(Protocol):
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
 
 
-class _SetContext:
-    def __init__(self, acquire: Callable[[], Awaitable[LockSet]]) -> None:
-        self._acquire = acquire
-        self._set: Optional[LockSet] = None
+H = TypeVar("H", bound=_Held)
 
-    async def __aenter__(self) -> LockSet:
-        self._set = await self._acquire()
-        return self._set
+
+class _Entered(Generic[H]):
+    """`async with` over what `get` gives (a guard, a set, a session): it
+    is got on entry and ended as it ends itself on exit."""
+
+    def __init__(self, get: Callable[[], Awaitable[H]]) -> None:
+        self._get = get
+        self._held: Optional[H] = None
+
+    async def __aenter__(self) -> H:
+        self._held = await self._get()
+        return self._held
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self._set is not None:
-            await self._set.__aexit__(exc_type, exc, tb)
-
-
-class _SessionContext:
-    def __init__(self, open: Callable[[], Awaitable[Session]]) -> None:
-        self._open = open
-        self._session: Optional[Session] = None
-
-    async def __aenter__(self) -> Session:
-        self._session = await self._open()
-        return self._session
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self._session is not None:
-            await self._session.__aexit__(exc_type, exc, tb)
+        if self._held is not None:
+            await self._held.__aexit__(exc_type, exc, tb)
 
 
 __all__ = [
