@@ -395,6 +395,51 @@ impl Cluster {
         }
     }
 
+    /// Renews through node `id` as a client does: every `every`, and after
+    /// a 503 or no answer again within the lease (a speaker change). The
+    /// task panics on a refusal, or once `lease` has passed since the last
+    /// renewal that succeeded: the holder would have lost its lock.
+    pub fn keep_renewing(
+        &self,
+        id: u64,
+        path: &str,
+        body: Value,
+        every: Duration,
+        lease: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let url = self.url(id, path);
+        let http = self.http.clone();
+        tokio::spawn(async move {
+            let mut renewed = Instant::now();
+            loop {
+                tokio::time::sleep(every).await;
+                loop {
+                    let sent = Instant::now();
+                    let (status, answer) = answer(
+                        http.post(&url)
+                            .json(&body)
+                            .timeout(lease.saturating_sub(renewed.elapsed())),
+                    )
+                    .await;
+                    if status == 200 {
+                        renewed = sent;
+                        break;
+                    }
+                    assert!(
+                        status == 503 || status == 0,
+                        "renewal refused: {status} {answer}"
+                    );
+                    eprintln!("renewal answered {status} {answer}; again");
+                    assert!(
+                        renewed.elapsed() < lease,
+                        "no renewal within the lease; last answer {status} {answer}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        })
+    }
+
     pub async fn acquire(&self, via: u64, name: &str, extra: Value) -> (u16, Value) {
         let mut body = json!({ "name": name });
         if let Value::Object(map) = extra {
