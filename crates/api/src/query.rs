@@ -51,8 +51,9 @@ impl ListQuery {
         Ok(out)
     }
 
-    /// Checks the values.
-    fn validate(&self) -> Result<(), BadRequest> {
+    /// Checks the values (a query read by [`ListQuery::parse`] is checked
+    /// already; one decoded otherwise is not).
+    pub fn validate(&self) -> Result<(), BadRequest> {
         if self.limit == Some(0) {
             return Err(BadRequest::BadQuery {
                 field: "limit",

@@ -397,7 +397,15 @@ where
     let app = http::router(Arc::clone(&node));
     let (tasks, stop) = (&node.tasks, &node.stop);
     let (tls, idle) = (node.config.tls.clone(), node.config.idle_timeout);
-    let serving = http::serve(listener, app, tls, idle, tasks.clone(), stop.clone());
+    let serving = http::serve(
+        listener,
+        app,
+        Arc::clone(&node),
+        tls,
+        idle,
+        tasks.clone(),
+        stop.clone(),
+    );
     tasks.spawn(serving.in_current_span());
     tasks.spawn(speaker::watch_leadership(Arc::clone(&node), stop.clone()).in_current_span());
     tasks.spawn(expiry::run_expiry(Arc::clone(&node), stop.clone()).in_current_span());

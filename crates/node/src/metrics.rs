@@ -116,6 +116,11 @@ pub(crate) struct Metrics {
     pub(crate) speaker_changes: Counter,
     member_reachable: Family<MemberLabels, Gauge>,
     pub(crate) raft_term: Gauge,
+    /// Connections of the binary transport open.
+    pub(crate) binary_connections: Gauge,
+    /// Calls of the binary transport served, or answered and not yet
+    /// written.
+    pub(crate) binary_calls_in_flight: Gauge,
     /// The electors of this process whose counts the node exports.
     pub(crate) elections: Elections,
     requests: RequestTimes,
@@ -166,6 +171,8 @@ impl Metrics {
             speaker_changes: Counter::default(),
             member_reachable: Family::default(),
             raft_term: Gauge::default(),
+            binary_connections: Gauge::default(),
+            binary_calls_in_flight: Gauge::default(),
             elections: Elections::default(),
             requests: RequestTimes::new(Family::new_with_constructor(request_histogram)),
             waiting: RequestTimes::new(Family::new_with_constructor(waiting_histogram)),
@@ -226,6 +233,16 @@ impl Metrics {
             "leasehold_is_speaker",
             "1 while this node speaks with a rebuilt table, else 0",
             metrics.is_speaker.clone(),
+        );
+        r.register(
+            "leasehold_binary_connections",
+            "Connections of the binary transport open",
+            metrics.binary_connections.clone(),
+        );
+        r.register(
+            "leasehold_binary_calls_in_flight",
+            "Calls of the binary transport served or answered and not yet written",
+            metrics.binary_calls_in_flight.clone(),
         );
         r.register(
             "leasehold_raft_term",

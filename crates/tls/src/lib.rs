@@ -275,7 +275,9 @@ fn load(files: &TlsFiles) -> Result<Loaded, TlsError> {
     let mut server = server
         .with_single_cert(chain.clone(), key.clone_key())
         .map_err(mismatched(files))?;
-    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // The binary transport first: a client that offers it speaks it (the
+    // node sniffs its preamble inside TLS all the same).
+    server.alpn_protocols = vec![b"leasehold".to_vec(), b"http/1.1".to_vec()];
 
     let roots = ca.unwrap_or_else(|| {
         Arc::new(RootCertStore {

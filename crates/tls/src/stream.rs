@@ -17,7 +17,8 @@ pub struct Prefixed<IO> {
 }
 
 impl<IO> Prefixed<IO> {
-    pub(crate) fn new(first: u8, io: IO) -> Self {
+    /// `io`, whose first byte `first` was read from it already.
+    pub fn new(first: u8, io: IO) -> Self {
         Prefixed {
             first: Some(first),
             io,

@@ -12,6 +12,8 @@ use axum::response::{IntoResponse, Response};
 use leasehold_acl::{Right, Token};
 use leasehold_api::ErrorCode;
 
+use leasehold_raft::token_matches;
+
 use super::peer::refuse_without_cluster_token;
 use super::Shared;
 use crate::error::ApiError;
@@ -52,9 +54,9 @@ impl Caller {
         ))
     }
 
-    /// The caller may administer the cluster: the cluster token (as
-    /// `x-leasehold-token` in `headers`), or an admin token.
-    pub(crate) fn check_admin(&self, node: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+    /// The caller may administer the cluster: the cluster token, or an
+    /// admin token.
+    pub(crate) fn check_admin(&self) -> Result<(), ApiError> {
         match self {
             Caller::Cluster => Ok(()),
             Caller::Token(token) if token.is_admin() => Ok(()),
@@ -62,7 +64,7 @@ impl Caller {
                 ErrorCode::Forbidden,
                 "this token may not administer the cluster",
             )),
-            Caller::Open => refuse_without_cluster_token(node, headers),
+            Caller::Open => Err(unauthorized("the cluster token is missing or wrong")),
         }
     }
 }
@@ -104,6 +106,8 @@ pub(super) async fn authenticate(
 /// token).
 pub(super) fn caller(node: &Shared, path: &str, headers: &HeaderMap) -> Result<Caller, ApiError> {
     match &node.config.acl {
+        // The cluster token (as `x-leasehold-token`) is what administers.
+        None if refuse_without_cluster_token(node, headers).is_ok() => Ok(Caller::Cluster),
         None => Ok(Caller::Open),
         Some(_) if matches!(path, "/" | "/healthz" | "/readyz" | "/v1/openapi.json") => {
             Ok(Caller::Open)
@@ -125,4 +129,23 @@ pub(super) fn caller(node: &Shared, path: &str, headers: &HeaderMap) -> Result<C
 
 fn unauthorized(why: &str) -> ApiError {
     ApiError::new(ErrorCode::Unauthorized, why)
+}
+
+/// Who calls on a connection of the binary transport whose `Token` frame
+/// carried `secret` (none sent: `None`), or the `unauthorized` answer.
+/// The rules of HTTP's, with one token for both headers: with `--acl`, a
+/// token of the ACL or the cluster token; without, the cluster token
+/// administers and any other is not looked at (as HTTP ignores a bearer
+/// token then).
+pub(super) fn caller_of_token(node: &Shared, secret: Option<&[u8]>) -> Result<Caller, ApiError> {
+    let cluster = secret.is_some_and(|s| token_matches(&node.config.cluster_token, s));
+    match (&node.config.acl, secret) {
+        (_, Some(_)) if cluster => Ok(Caller::Cluster),
+        (None, _) => Ok(Caller::Open),
+        (Some(acl), Some(secret)) => match acl.authenticate(secret) {
+            Some(token) => Ok(Caller::Token(token)),
+            None => Err(unauthorized("the token is not one of this cluster's")),
+        },
+        (Some(_), None) => Err(unauthorized("a token is needed: send a Token frame first")),
+    }
 }

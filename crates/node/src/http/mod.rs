@@ -4,7 +4,9 @@
 //! request no route takes.
 
 mod access;
+mod calls;
 mod deadline;
+mod frames;
 mod peer;
 mod public;
 mod serve;

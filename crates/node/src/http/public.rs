@@ -6,25 +6,17 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Extension, Path, RawQuery, Request, State};
-use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use leasehold_api::{
-    millis_floor, parse_body, read_body, AcquireBody, AddMemberBody, Body, ClusterAnswer,
-    ErrorCode, ListQuery, LockAnswer, LocksAnswer, MemberChange, ReleaseBody, RenewBody,
-    SessionAnswer, SessionBody, SessionClosed, SessionOpenBody, Watch,
-};
-use locktable::Lock;
-use tokio::time::Instant;
-
-use leasehold_acl::Right;
+use leasehold_api::wire::{Answer, GetQuery, Request as Call, View};
+use leasehold_api::{read_body, ErrorCode, ListQuery, Watch};
 
 use super::access::{authenticate, Caller};
+use super::calls;
 use super::{raw, wrong_method, Shared};
 use crate::error::ApiError;
-use crate::node::Node;
 
 /// The public routes, their state still to be given.
 pub(super) fn router(node: Shared) -> Router<Shared> {
@@ -47,14 +39,6 @@ pub(super) fn router(node: Shared) -> Router<Shared> {
         .route("/v1/cluster/members", post(add_member))
         .route("/v1/cluster/members/{id}", delete(remove_member))
         .method_not_allowed_fallback(wrong_method)
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&node),
-            client_faults,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&node),
-            refuse_once_removed,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&node),
             authenticate,
@@ -133,68 +117,40 @@ async fn metrics(State(node): State<Shared>, headers: axum::http::HeaderMap) -> 
         .into_response()
 }
 
-/// A node removed from the cluster serves its clients no more: `503
-/// no_leader` on the lock routes, so they move to another endpoint.
-async fn refuse_once_removed(State(node): State<Shared>, request: Request, next: Next) -> Response {
-    if node.is_removed() && request.uri().path().starts_with("/v1/locks") {
-        return ApiError::new(
-            ErrorCode::NoLeader,
-            "this node was removed from the cluster: ask another member",
-        )
-        .into_response();
-    }
-    next.run(request).await
-}
-
-/// The fault plan's faults of client calls, on a node run with `--chaos`
-/// (docs/harness.md: `chaos refuse`, `lag`, `lose-answer`): refused
-/// unserved, answered late, or served and never answered.
-async fn client_faults(State(node): State<Shared>, request: Request, next: Next) -> Response {
-    let path = request.uri().path();
-    if !node.config.chaos || !(path.starts_with("/v1/locks") || path.starts_with("/v1/sessions")) {
-        return next.run(request).await;
-    }
-    let faults = node.peers.faults();
-    let plan = faults.plan();
-    if plan.refuse_clients {
-        return ApiError::new(
-            ErrorCode::NoLeader,
-            "chaos: this node refuses client calls (`leasehold chaos refuse`)",
-        )
-        .into_response();
-    }
-    let response = next.run(request).await;
-    if plan.lose_next_answer && faults.take_lost_answer() {
-        // The caller gives up and closes the connection, which drops this.
-        std::future::pending::<()>().await;
-    }
-    if plan.client_answer_lag_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(plan.client_answer_lag_ms)).await;
-    }
-    response
-}
-
 fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     Ok(read_body(raw(bytes)?)?)
 }
 
-fn answer(node: &Node, lock: &Lock) -> Json<LockAnswer> {
-    Json(LockAnswer {
-        locks: None,
-        lock: node.view(lock),
-        served_ms: 0,
-        not_held: None,
-    })
+/// Serves a call read from an HTTP request ([`calls::serve`], as a frame's
+/// is), or answers the error reading it.
+async fn call(
+    node: Shared,
+    caller: Caller,
+    waits: Option<Extension<Waits>>,
+    request: Result<Call, ApiError>,
+) -> Response {
+    let request = match request {
+        Ok(request) => request,
+        Err(e) => return e.into_response(),
+    };
+    if let Some(Extension(waits)) = waits {
+        waits.set(calls::waits(&request));
+    }
+    respond(calls::serve(&node, &caller, request).await)
 }
 
-/// `lock` as `caller` may see it: its id only if the caller may lock the
-/// name (the id is what renews and releases it).
-fn seen_by(caller: &Caller, node: &Node, lock: &Lock) -> leasehold_api::LockView {
-    let mut view = node.view(lock);
-    if !caller.may(Right::Lock, &view.name) {
-        view.id = String::new();
+/// An answer as HTTP sends it: `200` with its JSON, or the error's status.
+fn respond(answer: Answer) -> Response {
+    match answer {
+        Answer::Lock(a) => Json(a).into_response(),
+        Answer::Locks(a) => Json(a).into_response(),
+        Answer::Session(a) => Json(a).into_response(),
+        Answer::SessionClosed(a) => Json(a).into_response(),
+        Answer::Cluster(a) => Json(a).into_response(),
+        Answer::History(a) => Json(a).into_response(),
+        Answer::Done => axum::http::StatusCode::NO_CONTENT.into_response(),
+        Answer::Error(e) => ApiError::from(e).into_response(),
     }
-    view
 }
 
 async fn acquire(
@@ -202,106 +158,48 @@ async fn acquire(
     Extension(caller): Extension<Caller>,
     waits: Option<Extension<Waits>>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let received = Instant::now();
-    let mut request: AcquireBody = body(&bytes)?;
-    // A longer wait is cut to the node's --max-wait: the caller asks again.
-    let max_wait = u64::try_from(node.config.max_wait.as_millis()).unwrap_or(u64::MAX);
-    request.wait_ms = request.wait_ms.map(|w| w.min(max_wait));
-    if let Some(Extension(waits)) = waits {
-        waits.set(!request.wait().is_zero());
-    }
-    for name in request.all_names() {
-        caller.check(Right::Lock, &name)?;
-    }
-    let set = request.is_set();
-    let locks = node.acquire_locks(request).await?;
-    let views: Vec<leasehold_api::LockView> = locks.iter().map(|lock| node.view(lock)).collect();
-    Ok(Json(LockAnswer {
-        lock: views[0].clone(),
-        served_ms: millis_floor(received.elapsed()),
-        locks: set.then_some(views),
-        not_held: None,
-    }))
+) -> Response {
+    call(node, caller, waits, body(&bytes).map(Call::Acquire)).await
 }
 
 async fn release(
     State(node): State<Shared>,
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let received = Instant::now();
-    let request: ReleaseBody = body(&bytes)?;
-    request.validate()?;
-    for lock in request.all_locks() {
-        caller.check(Right::Lock, &lock.name)?;
-    }
-    if !request.is_set() {
-        let lock = node.release(request).await?;
-        return Ok(answer(&node, &lock));
-    }
-    let released = node.release_set(request).await?;
-    let views: Vec<leasehold_api::LockView> =
-        released.locks.iter().map(|lock| node.view(lock)).collect();
-    Ok(Json(LockAnswer {
-        lock: views[0].clone(),
-        served_ms: millis_floor(received.elapsed()),
-        locks: Some(views),
-        not_held: (!released.not_held.is_empty()).then_some(released.not_held),
-    }))
+) -> Response {
+    call(node, caller, None, body(&bytes).map(Call::Release)).await
 }
 
 async fn renew(
     State(node): State<Shared>,
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let request: RenewBody = body(&bytes)?;
-    caller.check(Right::Lock, &request.name)?;
-    let lock = node.renew(request).await?;
-    Ok(answer(&node, &lock))
+) -> Response {
+    call(node, caller, None, body(&bytes).map(Call::Renew)).await
 }
 
 async fn open_session(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<SessionAnswer>, ApiError> {
-    let received = Instant::now();
-    let request: SessionOpenBody = body(&bytes)?;
-    let session = node.open_session(request).await?;
-    Ok(Json(SessionAnswer {
-        session: node.session_view(&session, None),
-        served_ms: millis_floor(received.elapsed()),
-        held: None,
-    }))
+) -> Response {
+    call(node, caller, None, body(&bytes).map(Call::OpenSession)).await
 }
 
 async fn renew_session(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<SessionAnswer>, ApiError> {
-    let received = Instant::now();
-    let request: SessionBody = body(&bytes)?;
-    let renewed = node.renew_session(request).await?;
-    Ok(Json(SessionAnswer {
-        session: node.session_view(&renewed.session, Some(renewed.locks)),
-        served_ms: millis_floor(received.elapsed()),
-        held: renewed
-            .held
-            .map(|ids| ids.iter().map(ToString::to_string).collect()),
-    }))
+) -> Response {
+    call(node, caller, None, body(&bytes).map(Call::RenewSession)).await
 }
 
 async fn close_session(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<SessionClosed>, ApiError> {
-    let request: SessionBody = body(&bytes)?;
-    let (session, released) = node.close_session(request).await?;
-    Ok(Json(SessionClosed {
-        session: node.session_view(&session, Some(released)),
-        released,
-    }))
+) -> Response {
+    call(node, caller, None, body(&bytes).map(Call::CloseSession)).await
 }
 
 /// `?wait_ms=&after_fence=&after_data=`: wait for the lock to change (long
@@ -339,50 +237,25 @@ async fn get_lock(
     name: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
     waits: Option<Extension<Waits>>,
-) -> Result<Json<LockAnswer>, ApiError> {
-    let Path(name) = name
-        .map_err(|e| ApiError::bad_request(format!("the name in the path: {}", e.body_text())))?;
-    caller.check(Right::Read, &name)?;
-    let watch = watch_query(raw.as_deref())?.map(|w| Watch {
-        wait: w.wait.min(node.config.max_wait),
-        ..w
-    });
-    if let Some(Extension(waits)) = waits {
-        waits.set(watch.is_some_and(|w| !w.wait.is_zero()));
-    }
-    // Without a watch, with the requests waiting for it.
-    let (lock, waiting) = match watch {
-        None => node.get_waiting(&name).await?.unzip(),
-        Some(_) => (node.get(&name, watch).await?, None),
-    };
-    let lock = lock.ok_or_else(|| ApiError::free(&name))?;
-    Ok(Json(LockAnswer {
-        locks: None,
-        lock: crate::embedded::with_waiting(&lock, waiting, &node, |l| seen_by(&caller, &node, l)),
-        served_ms: 0,
-        not_held: None,
-    }))
+) -> Response {
+    let query = name
+        .map_err(|e| ApiError::bad_request(format!("the name in the path: {}", e.body_text())))
+        .and_then(|Path(name)| {
+            Ok(GetQuery {
+                name,
+                watch: watch_query(raw.as_deref())?,
+            })
+        });
+    call(node, caller, waits, query.map(Call::Get)).await
 }
 
-/// A listing shows only the names the caller may read (a token's listing
-/// may hold fewer than `limit` locks, the others filtered out).
 async fn list(
     State(node): State<Shared>,
     Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<LocksAnswer>, ApiError> {
-    let query = ListQuery::parse(raw.as_deref())?;
-    let listing = node.list(query.prefix(), query.limit()).await?;
-    // A token that may not read every name is not told how many there are.
-    let total = match caller {
-        Caller::Open | Caller::Cluster => listing.total.map(|t| t as u64),
-        Caller::Token(_) => None,
-    };
-    let locks = crate::embedded::listed(listing, &node, |l| seen_by(&caller, &node, l))
-        .into_iter()
-        .filter(|view| caller.may(Right::Read, &view.name))
-        .collect();
-    Ok(Json(LocksAnswer { locks, total }))
+) -> Response {
+    let query = ListQuery::parse(raw.as_deref()).map_err(ApiError::from);
+    call(node, caller, None, query.map(Call::List)).await
 }
 
 /// `GET /v1/cluster`: this node's view, or with `?view=speaker` the
@@ -390,35 +263,33 @@ async fn list(
 /// cannot be had).
 async fn cluster(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<ClusterAnswer>, ApiError> {
-    Ok(Json(match speaker_view(raw.as_deref())? {
-        true => node.speaker_cluster().await,
-        false => node.cluster(),
-    }))
+) -> Response {
+    let view = speaker_view(raw.as_deref());
+    call(node, caller, None, view.map(Call::Cluster)).await
 }
 
 /// `GET /v1/cluster/history`: this node's rebuilds, or with
 /// `?view=speaker` the speaker's.
 async fn history(
     State(node): State<Shared>,
+    Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<leasehold_api::HistoryAnswer>, ApiError> {
-    Ok(Json(match speaker_view(raw.as_deref())? {
-        true => node.speaker_history().await,
-        false => node.history(),
-    }))
+) -> Response {
+    let view = speaker_view(raw.as_deref());
+    call(node, caller, None, view.map(Call::History)).await
 }
 
 /// Whether a view's query asks for the speaker's view (`view=speaker`;
 /// `view=own`, or none, is the answering node's). Other keys are skipped
 /// (a dashboard's cache buster); another `view` is a `400`.
-fn speaker_view(raw: Option<&str>) -> Result<bool, ApiError> {
-    let mut speaker = false;
+fn speaker_view(raw: Option<&str>) -> Result<View, ApiError> {
+    let mut view = View::Own;
     for pair in raw.unwrap_or("").split('&') {
         match pair.split_once('=') {
-            Some(("view", "speaker")) => speaker = true,
-            Some(("view", "own")) => speaker = false,
+            Some(("view", "speaker")) => view = View::Speaker,
+            Some(("view", "own")) => view = View::Own,
             Some(("view", other)) => {
                 return Err(ApiError::bad_request(format!(
                     "view={other:?}: this route takes view=speaker or view=own"
@@ -427,7 +298,7 @@ fn speaker_view(raw: Option<&str>) -> Result<bool, ApiError> {
             _ => {}
         }
     }
-    Ok(speaker)
+    Ok(view)
 }
 
 /// The name `/readyz` looks up at the speaker (whether anyone holds it
@@ -465,17 +336,10 @@ async fn ready(State(node): State<Shared>) -> Result<Json<serde_json::Value>, Ap
 async fn add_member(
     State(node): State<Shared>,
     Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Json<ClusterAnswer>, ApiError> {
-    caller.check_admin(&node, &headers)?;
-    let mut body: AddMemberBody = parse_body(raw(&bytes)?)?;
-    // A data directory's id comes from the node's own join, never from
-    // an operator's request.
-    body.store = None;
-    Ok(Json(
-        node.change_members(MemberChange::Add(body), false).await?,
-    ))
+) -> Response {
+    let body = raw(&bytes).and_then(|bytes| Ok(read_body(bytes)?));
+    call(node, caller, None, body.map(Call::AddMember)).await
 }
 
 /// `DELETE /v1/cluster/members/{id}`: an operator's call, with the cluster
@@ -483,17 +347,17 @@ async fn add_member(
 async fn remove_member(
     State(node): State<Shared>,
     Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
-) -> Result<Json<ClusterAnswer>, ApiError> {
-    caller.check_admin(&node, &headers)?;
-    let Path(id) = id.map_err(|e| ApiError::new(ErrorCode::BadRequest, e.body_text()))?;
-    let id = id.parse::<u64>().ok().filter(|id| *id > 0).ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::BadRequest,
-            format!("{id:?} is not a member id (1 or more)"),
-        )
-    })?;
-    let change = MemberChange::Remove { id };
-    Ok(Json(node.change_members(change, false).await?))
+) -> Response {
+    let id = id
+        .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.body_text()))
+        .and_then(|Path(id)| {
+            id.parse::<u64>().ok().filter(|id| *id > 0).ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::BadRequest,
+                    format!("{id:?} is not a member id (1 or more)"),
+                )
+            })
+        });
+    call(node, caller, None, id.map(Call::RemoveMember)).await
 }

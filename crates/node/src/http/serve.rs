@@ -1,8 +1,12 @@
-//! Serving the router: connections accepted on the node's listener, each
-//! served with hyper's HTTP/1 on a task of the node's own ([`Tasks`], so
-//! that a simulated host paused stops serving too), until `stop`. Then no
-//! more are accepted, and each connection closes once the request it is
-//! serving is answered.
+//! Serving the node's port: connections accepted on the node's listener,
+//! each on a task of the node's own ([`Tasks`], so that a simulated host
+//! paused stops serving too), until `stop`. Then no more are accepted, and
+//! each connection closes once the calls it is serving are answered.
+//!
+//! A connection's first byte says what it speaks: the binary transport's
+//! magic ([`frames`]), or HTTP/1, served by hyper with the router (the
+//! same under TLS, where the node offers ALPN `leasehold` before
+//! `http/1.1`).
 //!
 //! With TLS every connection is a TLS one: a client that speaks plain HTTP
 //! to the port is answered `400` in plain text (JSON) and the connection
@@ -24,13 +28,15 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use leasehold_tls::{AcceptError, PeerVerified, Tls, HANDSHAKE_TIMEOUT};
+use leasehold_api::wire::{self, Sniff};
+use leasehold_tls::{AcceptError, PeerVerified, Prefixed, Tls, HANDSHAKE_TIMEOUT};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::Instrument;
 
 use super::deadline::DeadlineBody;
+use super::{frames, Shared};
 use crate::tasks::Tasks;
 
 /// Serves `app` on `listener` (over `tls`, if given) until `stop` is
@@ -38,6 +44,7 @@ use crate::tasks::Tasks;
 pub(crate) async fn serve<L>(
     mut listener: L,
     app: Router,
+    node: Shared,
     tls: Option<Arc<Tls>>,
     idle: Duration,
     tasks: Tasks,
@@ -52,12 +59,13 @@ pub(crate) async fn serve<L>(
             _ = stop.cancelled() => return,
         };
         let app = app.clone();
+        let node = Arc::clone(&node);
         let stop = stop.clone();
         let tls = tls.clone();
         tasks.spawn(
             async move {
                 match tls {
-                    None => serve_connection(io, app, None, idle, stop).await,
+                    None => serve_sniffed(io, app, node, None, idle, stop).await,
                     Some(tls) => {
                         let generation = tls.generation();
                         let accepted = tokio::select! {
@@ -76,7 +84,7 @@ pub(crate) async fn serve<L>(
                                     std::future::pending::<()>().await;
                                 };
                                 tokio::select! {
-                                    () = serve_connection(stream, app, verified, idle, closing.clone()) => {}
+                                    () = serve_sniffed(stream, app, node, verified, idle, closing.clone()) => {}
                                     () = close_on_reload => {}
                                 }
                             }
@@ -91,6 +99,33 @@ pub(crate) async fn serve<L>(
             }
             .in_current_span(),
         );
+    }
+}
+
+/// Serves `io` as its first byte says: the binary transport's frames
+/// after its magic ([`frames`]), HTTP/1 otherwise. A connection that sends
+/// nothing for `idle` is closed.
+async fn serve_sniffed<IO>(
+    mut io: IO,
+    app: Router,
+    node: Shared,
+    verified: Option<PeerVerified>,
+    idle: Duration,
+    stop: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let first = tokio::select! {
+        first = tokio::time::timeout(idle, io.read_u8()) => first,
+        _ = stop.cancelled() => return,
+    };
+    let Ok(Ok(first)) = first else {
+        return;
+    };
+    let io = Prefixed::new(first, io);
+    match wire::sniff(&[first]) {
+        Sniff::Other => serve_connection(io, app, verified, idle, stop).await,
+        Sniff::Binary | Sniff::NeedMore => frames::serve_frames(io, node, idle, stop).await,
     }
 }
 

@@ -32,3 +32,18 @@ pub async fn start_nodes(n: u64, dir: &Path, name: &str) -> Vec<RunningNode> {
     }
     nodes
 }
+
+/// A one-node cluster on loopback with cluster token `token`, configured
+/// by `configure`: the node, its address, and the directory it keeps.
+pub async fn start_one(
+    token: &str,
+    configure: impl FnOnce(NodeConfig) -> NodeConfig,
+) -> (RunningNode, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let peers = BTreeMap::from([(1, addr.clone())]);
+    let config = configure(NodeConfig::new(1, peers, dir.path().join("node-1"), token));
+    let running = leasehold_node::start(config, listener).await.unwrap();
+    (running, addr, dir)
+}

@@ -5,7 +5,6 @@
 //! request head or body a byte at a time, cut off after the idle timeout
 //! with nothing held lost.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use leasehold_client::{AcquireOptions, Client, Error};
@@ -29,12 +28,7 @@ async fn start() -> Node {
 
 /// A one-node cluster on loopback, configured by `configure`.
 async fn start_with(configure: impl FnOnce(NodeConfig) -> NodeConfig) -> Node {
-    let dir = tempfile::tempdir().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let peers = BTreeMap::from([(1, addr.clone())]);
-    let config = configure(NodeConfig::new(1, peers, dir.path().join("node-1"), TOKEN));
-    let running = leasehold_node::start(config, listener).await.unwrap();
+    let (running, addr, dir) = crate::common::start_one(TOKEN, configure).await;
     Node {
         base: format!("http://{addr}"),
         addr,

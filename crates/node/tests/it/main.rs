@@ -5,6 +5,7 @@ mod common;
 
 mod elector;
 mod embedded;
+mod frames;
 mod http_errors;
 mod http_input;
 mod removal;

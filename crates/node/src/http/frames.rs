@@ -1,0 +1,325 @@
+//! The binary transport's connections (docs/design.md, "The binary
+//! transport: frames"): a connection whose first byte was the preamble's
+//! magic is served here, on the node's one port, beside HTTP.
+//!
+//! The preambles first (the version chosen, or `0` and closed), then the
+//! caller's frames are read, decoded ([`FrameDecoder`]) and served, each on
+//! a task of its own ([`calls::serve`], as an HTTP request is), so a call
+//! that waits holds up none behind it; answers go back in the order they
+//! are ready, written by one writer in as few writes as it can.
+//!
+//! Bounded: at most [`MAX_IN_FLIGHT`] calls are served or waiting to be
+//! written at once; at that many, the node stops reading the connection
+//! (back-pressure: a client that sends faster than it reads its answers
+//! is slowed down, and holds no more of the node's memory). A write that
+//! makes no progress for the idle timeout closes the connection, as does a
+//! connection with nothing in flight that sends no whole frame for that
+//! long. A frame over the limit is answered `too_large` and the
+//! connection closed once the calls before it are answered; an unknown
+//! kind or a body that does not decode is answered `bad_request` and the
+//! connection goes on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_api::wire::{
+    self, choose, encode_frame, read_preamble, Answer, Frame, FrameDecoder, Request, PREAMBLE_LEN,
+};
+use leasehold_api::{ErrorBody, ErrorCode};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::access::{caller_of_token, Caller};
+use super::{calls, Shared};
+use crate::error::ApiError;
+
+/// How many calls of one connection are served, or answered and not yet
+/// written, at once.
+pub(crate) const MAX_IN_FLIGHT: usize = 256;
+
+/// How much is read from the connection at a time.
+const READ_BUFFER: usize = 16 << 10;
+
+/// How many bytes of answers the writer gathers into one write.
+const WRITE_BATCH: usize = 64 << 10;
+
+/// An answer to write, with the place it held among those in flight.
+type Outgoing = (u64, Answer, Place);
+
+/// A call's place among a connection's calls in flight, counted in the
+/// node's gauge until its answer is written.
+type Place = (OwnedSemaphorePermit, Counted);
+
+/// One in a gauge's count, taken back when dropped.
+struct Counted(Gauge);
+
+impl Counted {
+    fn new(gauge: &Gauge) -> Counted {
+        gauge.inc();
+        Counted(gauge.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Serves the binary transport on `io`, whose first byte was the magic's
+/// (it is read again from `io`), until the caller closes it, it goes idle,
+/// or `stop`.
+pub(super) async fn serve_frames<IO>(io: IO, node: Shared, idle: Duration, stop: CancellationToken)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut reader, mut writer) = tokio::io::split(io);
+    let mut offered = [0u8; PREAMBLE_LEN];
+    let read = tokio::time::timeout(idle, reader.read_exact(&mut offered)).await;
+    let Ok(Ok(_)) = read else {
+        return;
+    };
+    let Ok(Some(offered)) = read_preamble(&offered) else {
+        return;
+    };
+    let version = match choose(offered, wire::SPEAKS) {
+        Ok(version) => version,
+        Err(e) => {
+            tracing::info!(%e, "a binary transport caller speaks no version of this node's");
+            let _ = writer.write_all(&wire::preamble(wire::NONE)).await;
+            let _ = writer.shutdown().await;
+            return;
+        }
+    };
+    if writer.write_all(&wire::preamble(version)).await.is_err() {
+        return;
+    }
+    let _open = Counted::new(&node.metrics.binary_connections);
+    let (answers, outgoing) = mpsc::unbounded_channel();
+    let closed = CancellationToken::new();
+    let writing = tokio::spawn(write_answers(writer, outgoing, idle, closed.clone()));
+    let connection = Connection {
+        caller: caller_of_token(&node, None),
+        node,
+        answers,
+        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        calls: JoinSet::new(),
+        idle,
+    };
+    connection.read_calls(reader, stop, closed).await;
+    // Every answer sent is written (or the writer gave up) before the
+    // connection closes.
+    let _ = writing.await;
+}
+
+/// A connection's reading side: who calls, and the calls it serves.
+struct Connection {
+    node: Shared,
+    /// As the last `Token` frame says (none: as HTTP without a token).
+    caller: Result<Caller, ApiError>,
+    answers: mpsc::UnboundedSender<Outgoing>,
+    in_flight: Arc<Semaphore>,
+    calls: JoinSet<()>,
+    idle: Duration,
+}
+
+/// Why a connection stops reading.
+enum Ended {
+    /// The caller closed it, the writer gave up, or it went idle: the
+    /// calls still in flight have no one to answer.
+    Gone,
+    /// The node stops, or the caller sent what cannot be followed: the
+    /// calls in flight are answered first.
+    Finish,
+}
+
+impl Connection {
+    async fn read_calls<IO: AsyncRead>(
+        mut self,
+        mut reader: ReadHalf<IO>,
+        stop: CancellationToken,
+        closed: CancellationToken,
+    ) {
+        let mut decoder = FrameDecoder::<Request>::new();
+        let mut buffer = vec![0u8; READ_BUFFER];
+        let mut last_frame = Instant::now();
+        let ended = 'reading: loop {
+            loop {
+                while self.calls.try_join_next().is_some() {}
+                let polled = decoder.poll();
+                if matches!(polled, Ok(None)) {
+                    break;
+                }
+                let Some(permit) = self.place(&closed).await else {
+                    break 'reading Ended::Gone;
+                };
+                last_frame = Instant::now();
+                match polled {
+                    Ok(Some(frame)) => self.take(frame, permit),
+                    Ok(None) => unreachable!("left the loop above"),
+                    Err(e) => {
+                        if let (Some(id), Some(body)) = (e.id(), e.answer()) {
+                            let _ = self.answers.send((id, Answer::Error(body), permit));
+                        }
+                        if e.is_fatal() {
+                            tracing::info!(%e, "a binary transport connection closed");
+                            break 'reading Ended::Finish;
+                        }
+                    }
+                }
+            }
+            // Answers not yet written have the writer's own deadline.
+            let deadline = self.calls.is_empty().then(|| last_frame + self.idle);
+            let read = tokio::select! {
+                read = reader.read(&mut buffer) => read,
+                Some(_) = self.calls.join_next(), if !self.calls.is_empty() => {
+                    last_frame = Instant::now();
+                    continue;
+                }
+                () = sleep_until(deadline) => break Ended::Gone,
+                () = stop.cancelled() => break Ended::Finish,
+                () = closed.cancelled() => break Ended::Gone,
+            };
+            match read {
+                Ok(0) => {
+                    if let Err(e) = decoder.finish() {
+                        tracing::debug!(%e, "a binary transport connection ended");
+                    }
+                    break Ended::Gone;
+                }
+                Ok(n) => decoder.feed(&buffer[..n]),
+                Err(e) => {
+                    tracing::debug!(%e, "a binary transport connection failed");
+                    break Ended::Gone;
+                }
+            }
+        };
+        match ended {
+            Ended::Gone => self.calls.abort_all(),
+            Ended::Finish => while self.calls.join_next().await.is_some() {},
+        }
+    }
+
+    /// A place among the calls in flight, once one is free (none: the
+    /// writer gave up).
+    async fn place(&self, closed: &CancellationToken) -> Option<Place> {
+        let permit = tokio::select! {
+            permit = Arc::clone(&self.in_flight).acquire_owned() => permit.ok()?,
+            () = closed.cancelled() => return None,
+        };
+        Some((
+            permit,
+            Counted::new(&self.node.metrics.binary_calls_in_flight),
+        ))
+    }
+
+    /// Serves one call: the connection's own at once, in order; the API's
+    /// on a task.
+    fn take(&mut self, frame: Frame<Request>, permit: Place) {
+        let Frame { id, message } = frame;
+        let caller = match message {
+            Request::Ping => {
+                let _ = self.answers.send((id, Answer::Done, permit));
+                return;
+            }
+            Request::Token(token) => {
+                self.caller = caller_of_token(&self.node, Some(token.0.as_bytes()));
+                let answer = match &self.caller {
+                    Ok(_) => Answer::Done,
+                    Err(e) => Answer::Error((*e.body).clone()),
+                };
+                let _ = self.answers.send((id, answer, permit));
+                return;
+            }
+            _ => match &self.caller {
+                Ok(caller) => caller.clone(),
+                Err(e) => {
+                    let _ = self
+                        .answers
+                        .send((id, Answer::Error((*e.body).clone()), permit));
+                    return;
+                }
+            },
+        };
+        let node = Arc::clone(&self.node);
+        let answers = self.answers.clone();
+        self.calls.spawn(async move {
+            let started = std::time::Instant::now();
+            let route = calls::route(&message);
+            let waits = calls::waits(&message);
+            let answer = calls::serve(&node, &caller, message).await;
+            let status = match &answer {
+                Answer::Error(e) => e.http_status(),
+                _ => 200,
+            };
+            node.metrics.observe_request(
+                Some(route),
+                status,
+                started.elapsed().as_secs_f64(),
+                waits,
+            );
+            let _ = answers.send((id, answer, permit));
+        });
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes answers as they come, as many as are ready in one write, until
+/// every sender is gone; a write that makes no progress for `idle` ends
+/// it, and `closed` tells the reader.
+async fn write_answers<IO: AsyncWrite>(
+    mut writer: WriteHalf<IO>,
+    mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
+    idle: Duration,
+    closed: CancellationToken,
+) {
+    let _closed = closed.drop_guard();
+    let mut batch = Vec::with_capacity(WRITE_BATCH);
+    let mut places = Vec::new();
+    while let Some(first) = outgoing.recv().await {
+        batch.clear();
+        let mut next = Some(first);
+        while let Some((id, answer, permit)) = next.take() {
+            encode(id, &answer, &mut batch);
+            places.push(permit);
+            if batch.len() < WRITE_BATCH {
+                next = outgoing.try_recv().ok();
+            }
+        }
+        match tokio::time::timeout(idle, writer.write_all(&batch)).await {
+            Ok(Ok(())) => places.clear(),
+            Ok(Err(e)) => {
+                tracing::debug!(%e, "a binary transport connection failed");
+                return;
+            }
+            Err(_) => {
+                tracing::info!(
+                    "a binary transport caller read no answer for the idle timeout: closed"
+                );
+                return;
+            }
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+/// `answer` as a frame, or in its place `too_large` if it is over the
+/// answers' limit.
+fn encode(id: u64, answer: &Answer, out: &mut Vec<u8>) {
+    if let Err(e) = encode_frame(id, answer, out) {
+        let refused = Answer::Error(ErrorBody::new(ErrorCode::TooLarge, e.to_string()));
+        if let Err(e) = encode_frame(id, &refused, out) {
+            tracing::error!(%e, "an error answer could not be written");
+        }
+    }
+}
