@@ -2,6 +2,7 @@
 //! Redis, PostgreSQL and a bare HTTP handler, one JSON line per run.
 //! `scripts/bench` starts the systems and prints the table.
 
+mod frames;
 mod sessions;
 mod sets;
 mod systems;
@@ -24,6 +25,8 @@ struct Cli {
 #[derive(Clone, Copy, ValueEnum)]
 enum Kind {
     Leasehold,
+    /// leasehold's binary transport (the target is `host:port`).
+    LeaseholdFrames,
     Bare,
     Redis,
     PgAdvisory,
@@ -271,6 +274,7 @@ async fn run(
 fn system_of(kind: Kind, target: String) -> System {
     match kind {
         Kind::Leasehold => System::Leasehold { endpoint: target },
+        Kind::LeaseholdFrames => System::LeaseholdFrames { addr: target },
         Kind::Bare => System::Bare { endpoint: target },
         Kind::Redis => System::Redis { url: target },
         Kind::PgAdvisory => System::PgAdvisory { url: target },

@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use base64::Engine;
+use leasehold_api::wire::{Answer, Request};
+use leasehold_api::{AcquireBody, ErrorCode, ReleaseBody};
 use serde_json::{json, Value};
 
 /// A failed call.
@@ -14,6 +16,8 @@ pub type Failure = String;
 pub enum System {
     /// leasehold's HTTP API at one node.
     Leasehold { endpoint: String },
+    /// leasehold's binary transport at one node (`host:port`).
+    LeaseholdFrames { addr: String },
     /// A minimal axum handler: the floor of any HTTP lock API.
     Bare { endpoint: String },
     /// Redis: `SET NX PX` and a compare-and-delete script.
@@ -36,6 +40,8 @@ pub enum Session {
         kind: System,
         lease: Option<i64>,
     },
+    /// leasehold's binary transport.
+    Frames(crate::frames::FrameConn),
     /// Redis.
     Redis {
         conn: redis::aio::MultiplexedConnection,
@@ -114,6 +120,10 @@ impl System {
                     kind: self.clone(),
                     lease,
                 })
+            }
+            System::LeaseholdFrames { addr } => {
+                let addr = addr.trim_start_matches("http://");
+                Ok(Session::Frames(crate::frames::FrameConn::open(addr).await?))
             }
             System::Redis { url } => {
                 let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
@@ -219,6 +229,19 @@ impl Session {
                 }
                 _ => unreachable!("http session"),
             },
+            Session::Frames(conn) => {
+                let body = AcquireBody {
+                    name: Some(name.to_string()),
+                    lease_ms: Some(LEASE_MS),
+                    wait_ms: Some(wait.as_millis() as u64),
+                    ..AcquireBody::default()
+                };
+                match conn.call(&Request::Acquire(body)).await? {
+                    Answer::Lock(a) => Ok(Some(a.lock.id)),
+                    Answer::Error(e) if e.error == ErrorCode::Held => Ok(None),
+                    other => Err(format!("acquire: {other:?}")),
+                }
+            }
             Session::Redis { conn, .. } => {
                 let token = format!("{:x}", rand::random::<u64>());
                 let set: Option<String> = redis::cmd("SET")
@@ -317,6 +340,15 @@ impl Session {
                 }
                 _ => unreachable!("http session"),
             },
+            Session::Frames(conn) => {
+                let body = ReleaseBody::one(name, token);
+                match conn.call(&Request::Release(body)).await? {
+                    // not_held: the grant is gone already.
+                    Answer::Lock(_) => Ok(()),
+                    Answer::Error(e) if e.error == ErrorCode::NotHeld => Ok(()),
+                    other => Err(format!("release: {other:?}")),
+                }
+            }
             Session::Redis { conn, script } => {
                 let _: i64 = script
                     .key(name)
