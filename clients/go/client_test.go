@@ -14,22 +14,36 @@ import (
 	"time"
 )
 
-// fake is a node that answers as its handler says, counting calls by path.
+// The tests run beside heavy work (CI runs them on two cores beside the
+// Rust suite): a count of background events is waited for, not expected
+// after a fixed sleep; a lock that must outlive a wait (or a slow acquire)
+// has a lease of seconds; a bound that says "no later than" has seconds of
+// slack. What tells a lease counted wrong from one counted right is checked
+// against when the fake got the call (no earlier than its send), or rests
+// on an answer's delay longer than that slack.
+
+// fake is a node that answers as its handler says, counting calls by path
+// and noting when each came.
 type fake struct {
 	*httptest.Server
 	mu     sync.Mutex
 	calls  map[string]int
 	bodies []map[string]interface{}
+	// arrived is when the calls to each path came, on this process's
+	// clock: no earlier than the client sent them.
+	arrived map[string][]time.Time
 }
 
 func newFake(t *testing.T, handle func(w http.ResponseWriter, r *http.Request, body map[string]interface{})) *fake {
-	f := &fake{calls: map[string]int{}}
+	f := &fake{calls: map[string]int{}, arrived: map[string][]time.Time{}}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
 		var body map[string]interface{}
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.mu.Lock()
 		f.calls[r.URL.Path]++
 		f.bodies = append(f.bodies, body)
+		f.arrived[r.URL.Path] = append(f.arrived[r.URL.Path], at)
 		f.mu.Unlock()
 		handle(w, r, body)
 	}))
@@ -41,6 +55,26 @@ func (f *fake) count(path string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[path]
+}
+
+// arrivals is when the calls to path came, in order.
+func (f *fake) arrivals(path string) []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.arrived[path]...)
+}
+
+// waitFor waits until done holds, looking every 10 ms; it fails the test
+// after 10 s.
+func waitFor(t *testing.T, what string, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within 10 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (f *fake) addr() string { return strings.TrimPrefix(f.URL, "http://") }
@@ -242,13 +276,15 @@ func TestNoEndpointsIsBadRequest(t *testing.T) {
 func TestTheRetryWindowEndsInUnavailable(t *testing.T) {
 	a := newFake(t, func(w http.ResponseWriter, r *http.Request, _ map[string]interface{}) { unavailable(w) })
 	b := newFake(t, func(w http.ResponseWriter, r *http.Request, _ map[string]interface{}) { unavailable(w) })
-	c := newAt(t, []string{a.addr(), b.addr()}, WithRetryFor(400*time.Millisecond))
+	c := newAt(t, []string{a.addr(), b.addr()}, WithRetryFor(1500*time.Millisecond))
 	start := time.Now()
 	_, err := c.Acquire(context.Background(), "a")
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("got %v", err)
 	}
-	if took := time.Since(start); took > 2*time.Second {
+	// Not before the window ends; the bound above only catches a call that
+	// goes on retrying.
+	if took := time.Since(start); took < 1500*time.Millisecond || took > 10*time.Second {
 		t.Fatalf("took %v", took)
 	}
 	if a.count("/v1/locks/acquire") < 2 || b.count("/v1/locks/acquire") < 2 {
@@ -309,25 +345,27 @@ func TestTheLeaseIsCountedFromTheSend(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request, body map[string]interface{}) {
 		if r.URL.Path == "/v1/locks/acquire" {
 			time.Sleep(400 * time.Millisecond)
-			grant(w, "a", 3000, 3000, 100)
+			grant(w, "a", 10000, 10000, 100)
 			return
 		}
-		grant(w, "a", 3000, 3000, 0)
+		grant(w, "a", 10000, 10000, 0)
 	})
 	c := newAt(t, []string{f.addr()})
 	before := time.Now()
-	l, err := c.Acquire(context.Background(), "a", WithLease(3*time.Second))
+	// A lease of seconds: an acquire slowed by load is not late.
+	l, err := c.Acquire(context.Background(), "a", WithLease(10*time.Second))
 	after := time.Now()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(context.Background())
 	ends := l.LeaseEnds()
-	// send + served_ms + ttl_ms: not counted from the answer.
-	if ends.Before(before.Add(3100*time.Millisecond)) || ends.After(before.Add(3200*time.Millisecond)) {
+	sentBy := f.arrivals("/v1/locks/acquire")[0] // the send was no later
+	// send + served_ms + ttl_ms: not counted from the answer 400 ms later.
+	if ends.Before(before.Add(10100*time.Millisecond)) || ends.After(sentBy.Add(10100*time.Millisecond)) {
 		t.Fatalf("ends %v after the send", ends.Sub(before))
 	}
-	if !ends.Before(after.Add(3000 * time.Millisecond)) {
+	if !ends.Before(after.Add(10000 * time.Millisecond)) {
 		t.Fatalf("counted from the answer")
 	}
 }
@@ -335,14 +373,16 @@ func TestTheLeaseIsCountedFromTheSend(t *testing.T) {
 func TestTheLeaseIsNeverCountedBeyondTheLeaseAsked(t *testing.T) {
 	f := newFake(t, holder(600000))
 	c := newAt(t, []string{f.addr()})
-	before := time.Now()
-	l, err := c.Acquire(context.Background(), "a", WithLease(2*time.Second))
+	l, err := c.Acquire(context.Background(), "a", WithLease(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(context.Background())
-	if ends := l.LeaseEnds(); ends.After(before.Add(2100 * time.Millisecond)) {
-		t.Fatalf("counted %v", ends.Sub(before))
+	// The lease asked, from the send (no later than the fake got it), not
+	// the 600 s the answer says.
+	sentBy := f.arrivals("/v1/locks/acquire")[0]
+	if ends := l.LeaseEnds(); ends.After(sentBy.Add(10 * time.Second)) {
+		t.Fatalf("counted %v", ends.Sub(sentBy))
 	}
 }
 
@@ -358,13 +398,7 @@ func TestAGrantThatArrivesLateIsGivenBack(t *testing.T) {
 	if !errors.Is(err, ErrArrivedLate) {
 		t.Fatalf("got %v", err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for f.count("/v1/locks/release") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the late grant was not released")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "released", func() bool { return f.count("/v1/locks/release") > 0 })
 }
 
 func TestANodeThatHangsLetsTheLockLapseOnTime(t *testing.T) {
@@ -378,23 +412,34 @@ func TestANodeThatHangsLetsTheLockLapseOnTime(t *testing.T) {
 			}
 			return
 		}
-		grant(w, "a", 1000, 1000, 0)
+		// The grant is answered a second after the fake got it.
+		time.Sleep(time.Second)
+		grant(w, "a", 6000, 6000, 0)
 	})
 	c := newAt(t, []string{f.addr()})
 	start := time.Now()
-	l, err := c.Acquire(context.Background(), "a", WithLease(time.Second), WithRenewEvery(300*time.Millisecond))
+	// The lapse: 6 s - 2.5 s = 3.5 s after the send.
+	l, err := c.Acquire(context.Background(), "a", WithLease(6*time.Second), WithRenewEvery(time.Second),
+		WithLapseMargin(2500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
+	sentBy := f.arrivals("/v1/locks/acquire")[0] // the send was no later
+	// Counted from the send, not from the answer a second later.
+	if ends := l.LeaseEnds(); ends.Before(start.Add(6*time.Second)) || ends.After(sentBy.Add(6*time.Second)) {
+		t.Fatalf("the lease ends %v after the send", ends.Sub(sentBy))
+	}
 	select {
 	case <-l.Lost():
-	case <-time.After(3 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("not lost")
 	}
-	took := time.Since(start)
-	// The lapse: a tenth of the lease (100 ms) before it ends.
-	if took < 850*time.Millisecond || took > 1000*time.Millisecond {
-		t.Fatalf("lost after %v", took)
+	lostAt := time.Now()
+	// The lapse, the margin before the lease ends: never before it; on
+	// time, with 2 s of slack for a slow machine (without the margin it
+	// would lapse 2.5 s later).
+	if lostAt.Before(start.Add(3450*time.Millisecond)) || lostAt.After(sentBy.Add(5500*time.Millisecond)) {
+		t.Fatalf("lost after %v", lostAt.Sub(start))
 	}
 	if l.Loss() != Lapsed {
 		t.Fatalf("loss %v", l.Loss())
@@ -410,16 +455,18 @@ func TestARefusedRenewalIsALoss(t *testing.T) {
 			answer(w, 404, map[string]string{"error": "not_held", "message": "gone"})
 			return
 		}
-		grant(w, "a", 1000, 1000, 0)
+		grant(w, "a", 10000, 10000, 0)
 	})
 	c := newAt(t, []string{f.addr()})
-	l, err := c.Acquire(context.Background(), "a", WithLease(time.Second), WithRenewEvery(200*time.Millisecond))
+	// Renewed every 200 ms; a lease of seconds, so that only the refusal
+	// loses it (a client that kept trying would lapse it 9 s after the send).
+	l, err := c.Acquire(context.Background(), "a", WithLease(10*time.Second), WithRenewEvery(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-l.Lost():
-	case <-time.After(2 * time.Second):
+	case <-time.After(8 * time.Second):
 		t.Fatal("not lost")
 	}
 	if l.Loss() != Refused || !errors.Is(l.Check(), ErrLost) {
@@ -443,14 +490,20 @@ func TestAFailedRenewalIsNotALoss(t *testing.T) {
 				return
 			}
 		}
-		grant(w, "a", 1000, 1000, 0)
+		grant(w, "a", 6000, 6000, 0)
 	})
 	c := newAt(t, []string{f.addr()})
-	l, err := c.Acquire(context.Background(), "a", WithLease(time.Second), WithRenewEvery(200*time.Millisecond))
+	// Renewed every 200 ms; a lease of seconds that no stall under load lapses.
+	l, err := c.Acquire(context.Background(), "a", WithLease(6*time.Second), WithRenewEvery(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	acquired := f.arrivals("/v1/locks/acquire")[0]
+	// Six renewals, two of them through (the failed ones tried again), and
+	// the lease counted from one sent after the grant.
+	waitFor(t, "renewed six times", func() bool {
+		return l.IsLost() || (atomic.LoadInt32(&renewals) >= 6 && l.LeaseEnds().After(acquired.Add(6*time.Second)))
+	})
 	if err := l.Check(); err != nil {
 		t.Fatalf("lost after failed renewals that were retried: %v", l.Loss())
 	}
@@ -491,7 +544,7 @@ func TestDoCancelsTheWorkOnLoss(t *testing.T) {
 			answer(w, 404, map[string]string{"error": "not_held", "message": "gone"})
 			return
 		}
-		grant(w, "a", 1000, 1000, 0)
+		grant(w, "a", 10000, 10000, 0)
 	})
 	c := newAt(t, []string{f.addr()})
 	cancelled := make(chan struct{})
@@ -502,13 +555,13 @@ func TestDoCancelsTheWorkOnLoss(t *testing.T) {
 		<-ctx.Done()
 		close(cancelled)
 		return nil
-	}, WithLease(time.Second), WithRenewEvery(200*time.Millisecond))
+	}, WithLease(10*time.Second), WithRenewEvery(200*time.Millisecond))
 	if !errors.Is(err, ErrLost) {
 		t.Fatalf("got %v", err)
 	}
 	select {
 	case <-cancelled:
-	case <-time.After(time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("the work was not cancelled")
 	}
 }

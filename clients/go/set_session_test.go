@@ -78,7 +78,8 @@ func TestASessionRenewalThatMissesALockLosesIt(t *testing.T) {
 	var renewals int32
 	var digest atomic.Value
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request, body map[string]interface{}) {
-		session := SessionInfo{ID: "s1", LeaseMS: 600, TTLMS: 600}
+		// A lease of 3 s, renewed every second: held through a stall of over a second.
+		session := SessionInfo{ID: "s1", LeaseMS: 3000, TTLMS: 3000}
 		switch r.URL.Path {
 		case "/v1/sessions/open":
 			answer(w, 200, map[string]interface{}{"session": session, "served_ms": 0})
@@ -91,7 +92,7 @@ func TestASessionRenewalThatMissesALockLosesIt(t *testing.T) {
 			answer(w, 200, a)
 		case "/v1/locks/acquire":
 			name := body["name"].(string)
-			l := lockJSON(name, 600, 600)
+			l := lockJSON(name, 3000, 3000)
 			l.ID = map[string]string{"a": "00000000000000000000000001", "b": "00000000000000000000000002"}[name]
 			l.Session = "s1"
 			answer(w, 200, map[string]interface{}{"lock": l, "served_ms": 0})
@@ -100,7 +101,7 @@ func TestASessionRenewalThatMissesALockLosesIt(t *testing.T) {
 		}
 	})
 	c := newAt(t, []string{f.addr()})
-	s, err := c.OpenSession(context.Background(), SessionTTL(600*time.Millisecond))
+	s, err := c.OpenSession(context.Background(), SessionTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestASessionRenewalThatMissesALockLosesIt(t *testing.T) {
 	}
 	select {
 	case <-a.Lost():
-	case <-time.After(2 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("the lock the renewal did not find was not lost")
 	}
 	if a.Loss() != Refused || b.IsLost() || s.IsLost() {
