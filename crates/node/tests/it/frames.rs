@@ -31,7 +31,14 @@ async fn start_with(configure: impl FnOnce(NodeConfig) -> NodeConfig) -> Node {
     let (running, addr, dir) = crate::common::start_one(TOKEN, configure).await;
     Node {
         addr,
-        http: reqwest::Client::builder().no_proxy().build().unwrap(),
+        // No pooled connections: one kept idle between two reads of the
+        // metrics is closed by the node's idle timeout (2 s in some tests)
+        // just as the next read goes out on it, and that read fails.
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap(),
         _running: running,
         _dir: dir,
     }
