@@ -544,3 +544,76 @@ async fn with_an_acl_the_token_frame_says_who_calls() {
         "not an admin token"
     );
 }
+
+/// Takes every name of `names` over `conn`, its calls pipelined, each
+/// lock with `data`.
+async fn take_all(conn: &mut Conn, names: &[String], data: &str) {
+    for chunk in names.chunks(200) {
+        for (i, name) in chunk.iter().enumerate() {
+            let mut body = acquire(name);
+            if let Request::Acquire(b) = &mut body {
+                b.data = Some(data.into());
+            }
+            conn.send(i as u64, &body).await;
+        }
+        for _ in chunk {
+            lock(conn.recv().await.message);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_caller_that_reads_a_big_answer_slowly_but_steadily_gets_it_whole() {
+    let node = start_with(|c| c.with_idle_timeout(IDLE)).await;
+    let mut holder = Conn::open(&node.addr).await;
+    take_when_serving(&mut holder, "big/warm").await;
+    // A listing of about 10 MB: more than the sockets' buffers hold, so
+    // the node's write of it lasts as long as the caller takes to read it.
+    let names: Vec<String> = (0..2500).map(|i| format!("big/{i:04}")).collect();
+    take_all(&mut holder, &names, &"d".repeat(4000)).await;
+
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 << 10).unwrap();
+    let stream = socket.connect(node.addr.parse().unwrap()).await.unwrap();
+    let mut conn = Conn {
+        stream,
+        answers: FrameDecoder::new(),
+    };
+    conn.stream
+        .write_all(&wire::preamble(wire::SPEAKS))
+        .await
+        .unwrap();
+    let mut chosen = [0u8; PREAMBLE_LEN];
+    conn.stream.read_exact(&mut chosen).await.unwrap();
+    let list = Request::List(leasehold_api::ListQuery {
+        prefix: Some("big/".into()),
+        limit: Some(10_000),
+    });
+    conn.send(1, &list).await;
+    // Read at about 800 kB/s, never pausing for more than a few tens of
+    // milliseconds: the write always makes progress, though it takes
+    // several idle timeouts in all.
+    let started = Instant::now();
+    let mut buffer = vec![0u8; 16 << 10];
+    let answer = loop {
+        if let Some(frame) = conn.answers.poll().unwrap() {
+            break frame;
+        }
+        let read = tokio::time::timeout(PATIENCE, conn.stream.read(&mut buffer))
+            .await
+            .expect("the answer goes on")
+            .unwrap();
+        assert!(
+            read > 0,
+            "the node closed the connection of a caller reading its answer, after {:?}",
+            started.elapsed()
+        );
+        conn.answers.feed(&buffer[..read]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(started.elapsed() > IDLE, "the answer was read too fast to show anything");
+    match answer.message {
+        Answer::Locks(listing) => assert_eq!(listing.locks.len(), 2501),
+        other => panic!("not a listing: {other:?}"),
+    }
+}
