@@ -296,21 +296,42 @@ async fn write_answers<IO: AsyncWrite>(
                 next = outgoing.try_recv().ok();
             }
         }
-        match tokio::time::timeout(idle, writer.write_all(&batch)).await {
-            Ok(Ok(())) => places.clear(),
+        if !write_progressing(&mut writer, &batch, idle).await {
+            return;
+        }
+        places.clear();
+    }
+    let _ = writer.shutdown().await;
+}
+
+/// Writes all of `bytes`, each write given `idle` to make progress (not
+/// the whole: an answer of megabytes to a caller that reads it steadily
+/// takes as long as it reads); false if one made none, or failed.
+async fn write_progressing<IO: AsyncWrite>(
+    writer: &mut WriteHalf<IO>,
+    mut bytes: &[u8],
+    idle: Duration,
+) -> bool {
+    while !bytes.is_empty() {
+        match tokio::time::timeout(idle, writer.write(bytes)).await {
+            Ok(Ok(0)) => {
+                tracing::debug!("a binary transport connection takes no more bytes");
+                return false;
+            }
+            Ok(Ok(n)) => bytes = &bytes[n..],
             Ok(Err(e)) => {
                 tracing::debug!(%e, "a binary transport connection failed");
-                return;
+                return false;
             }
             Err(_) => {
                 tracing::info!(
                     "a binary transport caller read no answer for the idle timeout: closed"
                 );
-                return;
+                return false;
             }
         }
     }
-    let _ = writer.shutdown().await;
+    true
 }
 
 /// `answer` as a frame, or in its place `too_large` if it is over the
