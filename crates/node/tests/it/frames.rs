@@ -617,3 +617,36 @@ async fn a_caller_that_reads_a_big_answer_slowly_but_steadily_gets_it_whole() {
         other => panic!("not a listing: {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_lost_answer_under_chaos_holds_no_place_and_the_connection_still_goes_idle() {
+    let node = start_with(|c| c.with_idle_timeout(IDLE).with_chaos(true)).await;
+    let mut conn = Conn::open(&node.addr).await;
+    take_when_serving(&mut conn, "chaos/warm").await;
+    let set = node
+        .http
+        .post(format!("http://{}/internal/chaos", node.addr))
+        .header("x-leasehold-token", TOKEN)
+        .json(&serde_json::json!({ "lose_next_answer": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(set.status().as_u16(), 200);
+
+    // Served, and its answer never sent: the next call is answered.
+    conn.send(1, &acquire("chaos/lost")).await;
+    assert_eq!(conn.call(2, Request::Ping).await, Answer::Done);
+    assert_eq!(node.holder_over_http("chaos/lost").await.0, 200, "served");
+    // The lost answer is not a call in flight for ever: it holds none of
+    // the connection's places, and the connection, with nothing in flight,
+    // is closed once idle (as one whose caller read the answer would be).
+    let deadline = Instant::now() + PATIENCE;
+    while node.metric("leasehold_binary_calls_in_flight").await != 0.0 {
+        assert!(Instant::now() < deadline, "the lost answer stays in flight");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        conn.closed_within(PATIENCE).await.is_some(),
+        "a connection whose one call in flight lost its answer never goes idle"
+    );
+}
