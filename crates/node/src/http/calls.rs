@@ -50,19 +50,21 @@ pub(super) fn waits(request: &Request) -> bool {
     }
 }
 
-/// Serves `request` for `caller`: the answer, or the error to send.
-pub(super) async fn serve(node: &Shared, caller: &Caller, request: Request) -> Answer {
+/// Serves `request` for `caller`: the answer, or the error to send; none
+/// if `--chaos` lost it (the call was served, and its answer is never
+/// sent).
+pub(super) async fn serve(node: &Shared, caller: &Caller, request: Request) -> Option<Answer> {
     let route = route(&request);
     if node.is_removed() && route.starts_with("/v1/locks") {
-        return refused(ApiError::new(
+        return Some(refused(ApiError::new(
             ErrorCode::NoLeader,
             "this node was removed from the cluster: ask another member",
-        ));
+        )));
     }
     let chaos =
         node.config.chaos && (route.starts_with("/v1/locks") || route.starts_with("/v1/sessions"));
     if !chaos {
-        return answer(node, caller, request).await;
+        return Some(answer(node, caller, request).await);
     }
     // The fault plan's faults of client calls (docs/harness.md: `chaos
     // refuse`, `lag`, `lose-answer`): refused unserved, answered late, or
@@ -70,20 +72,24 @@ pub(super) async fn serve(node: &Shared, caller: &Caller, request: Request) -> A
     let faults = node.peers.faults();
     let plan = faults.plan();
     if plan.refuse_clients {
-        return refused(ApiError::new(
+        return Some(refused(ApiError::new(
             ErrorCode::NoLeader,
             "chaos: this node refuses client calls (`leasehold chaos refuse`)",
-        ));
+        )));
     }
     let answered = answer(node, caller, request).await;
     if plan.lose_next_answer && faults.take_lost_answer() {
-        // The caller gives up and closes the connection, which drops this.
-        std::future::pending::<()>().await;
+        // Each transport loses it its own way: HTTP holds the request
+        // until its caller gives up and closes the connection; a frame's
+        // answer is not sent, and its call holds none of the connection's
+        // places (its caller times the call out, and its other calls go
+        // on).
+        return None;
     }
     if plan.client_answer_lag_ms > 0 {
         tokio::time::sleep(Duration::from_millis(plan.client_answer_lag_ms)).await;
     }
-    answered
+    Some(answered)
 }
 
 fn refused(error: ApiError) -> Answer {

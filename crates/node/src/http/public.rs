@@ -136,7 +136,14 @@ async fn call(
     if let Some(Extension(waits)) = waits {
         waits.set(calls::waits(&request));
     }
-    respond(calls::serve(&node, &caller, request).await)
+    match calls::serve(&node, &caller, request).await {
+        Some(answer) => respond(answer),
+        None => {
+            // `--chaos` lost the answer: the caller gives up and closes
+            // the connection, which drops this.
+            std::future::pending().await
+        }
+    }
 }
 
 /// An answer as HTTP sends it: `200` with its JSON, or the error's status.
