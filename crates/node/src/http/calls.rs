@@ -53,8 +53,21 @@ pub(super) fn waits(request: &Request) -> bool {
 /// Serves `request` for `caller`: the answer, or the error to send; none
 /// if `--chaos` lost it (the call was served, and its answer is never
 /// sent).
-pub(super) async fn serve(node: &Shared, caller: &Caller, request: Request) -> Option<Answer> {
-    let route = route(&request);
+///
+/// `request` may be the error of reading a call to `route` (HTTP's body,
+/// path or query): what comes before reading a call comes before that
+/// error too, as when each was a layer around the routes: the removed
+/// node's refusal and `--chaos`'s faults, and an operator's route's check
+/// of the caller.
+pub(super) async fn serve(
+    node: &Shared,
+    caller: &Caller,
+    route: &'static str,
+    request: Result<Request, ApiError>,
+) -> Option<Answer> {
+    if let Ok(request) = &request {
+        debug_assert_eq!(self::route(request), route);
+    }
     if node.is_removed() && route.starts_with("/v1/locks") {
         return Some(refused(ApiError::new(
             ErrorCode::NoLeader,
@@ -64,7 +77,7 @@ pub(super) async fn serve(node: &Shared, caller: &Caller, request: Request) -> O
     let chaos =
         node.config.chaos && (route.starts_with("/v1/locks") || route.starts_with("/v1/sessions"));
     if !chaos {
-        return Some(answer(node, caller, request).await);
+        return Some(answer_read(node, caller, route, request).await);
     }
     // The fault plan's faults of client calls (docs/harness.md: `chaos
     // refuse`, `lag`, `lose-answer`): refused unserved, answered late, or
@@ -77,7 +90,7 @@ pub(super) async fn serve(node: &Shared, caller: &Caller, request: Request) -> O
             "chaos: this node refuses client calls (`leasehold chaos refuse`)",
         )));
     }
-    let answered = answer(node, caller, request).await;
+    let answered = answer_read(node, caller, route, request).await;
     if plan.lose_next_answer && faults.take_lost_answer() {
         // Each transport loses it its own way: HTTP holds the request
         // until its caller gives up and closes the connection; a frame's
@@ -90,6 +103,25 @@ pub(super) async fn serve(node: &Shared, caller: &Caller, request: Request) -> O
         tokio::time::sleep(Duration::from_millis(plan.client_answer_lag_ms)).await;
     }
     Some(answered)
+}
+
+/// The answer to a call read, or to the error reading it: for an
+/// operator's route, the caller's check first (a caller without the
+/// token hears `401`, not what is wrong with what it sent).
+async fn answer_read(
+    node: &Shared,
+    caller: &Caller,
+    route: &'static str,
+    request: Result<Request, ApiError>,
+) -> Answer {
+    match request {
+        Ok(request) => answer(node, caller, request).await,
+        Err(e) => {
+            let admin = matches!(route, "/v1/cluster/members" | "/v1/cluster/members/{id}");
+            let first = admin.then(|| caller.check_admin().err()).flatten();
+            refused(first.unwrap_or(e))
+        }
+    }
 }
 
 fn refused(error: ApiError) -> Answer {

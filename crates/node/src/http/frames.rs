@@ -251,7 +251,7 @@ impl Connection {
             let started = std::time::Instant::now();
             let route = calls::route(&message);
             let waits = calls::waits(&message);
-            let Some(answer) = calls::serve(&node, &caller, message).await else {
+            let Some(answer) = calls::serve(&node, &caller, route, Ok(message)).await else {
                 // `--chaos` lost it: never sent, and its place is free.
                 return;
             };

@@ -10,6 +10,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use leasehold_acl::Right;
 use leasehold_api::wire::{Answer, GetQuery, Request as Call, View};
 use leasehold_api::{read_body, ErrorCode, ListQuery, Watch};
 
@@ -121,22 +122,20 @@ fn body<T: leasehold_api::Body>(bytes: &Result<Bytes, BytesRejection>) -> Result
     Ok(read_body(raw(bytes)?)?)
 }
 
-/// Serves a call read from an HTTP request ([`calls::serve`], as a frame's
-/// is), or answers the error reading it.
+/// Serves a call read from an HTTP request to `route` ([`calls::serve`],
+/// as a frame's is), or answers the error reading it (after the checks
+/// that come before reading: see [`calls::serve`]).
 async fn call(
     node: Shared,
     caller: Caller,
+    route: &'static str,
     waits: Option<Extension<Waits>>,
     request: Result<Call, ApiError>,
 ) -> Response {
-    let request = match request {
-        Ok(request) => request,
-        Err(e) => return e.into_response(),
-    };
-    if let Some(Extension(waits)) = waits {
-        waits.set(calls::waits(&request));
+    if let (Ok(request), Some(Extension(waits))) = (&request, waits) {
+        waits.set(calls::waits(request));
     }
-    match calls::serve(&node, &caller, request).await {
+    match calls::serve(&node, &caller, route, request).await {
         Some(answer) => respond(answer),
         None => {
             // `--chaos` lost the answer: the caller gives up and closes
@@ -166,7 +165,7 @@ async fn acquire(
     waits: Option<Extension<Waits>>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, waits, body(&bytes).map(Call::Acquire)).await
+    call(node, caller, "/v1/locks/acquire", waits, body(&bytes).map(Call::Acquire)).await
 }
 
 async fn release(
@@ -174,7 +173,7 @@ async fn release(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, None, body(&bytes).map(Call::Release)).await
+    call(node, caller, "/v1/locks/release", None, body(&bytes).map(Call::Release)).await
 }
 
 async fn renew(
@@ -182,7 +181,7 @@ async fn renew(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, None, body(&bytes).map(Call::Renew)).await
+    call(node, caller, "/v1/locks/renew", None, body(&bytes).map(Call::Renew)).await
 }
 
 async fn open_session(
@@ -190,7 +189,7 @@ async fn open_session(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, None, body(&bytes).map(Call::OpenSession)).await
+    call(node, caller, "/v1/sessions/open", None, body(&bytes).map(Call::OpenSession)).await
 }
 
 async fn renew_session(
@@ -198,7 +197,7 @@ async fn renew_session(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, None, body(&bytes).map(Call::RenewSession)).await
+    call(node, caller, "/v1/sessions/renew", None, body(&bytes).map(Call::RenewSession)).await
 }
 
 async fn close_session(
@@ -206,7 +205,7 @@ async fn close_session(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, None, body(&bytes).map(Call::CloseSession)).await
+    call(node, caller, "/v1/sessions/close", None, body(&bytes).map(Call::CloseSession)).await
 }
 
 /// `?wait_ms=&after_fence=&after_data=`: wait for the lock to change (long
@@ -248,12 +247,13 @@ async fn get_lock(
     let query = name
         .map_err(|e| ApiError::bad_request(format!("the name in the path: {}", e.body_text())))
         .and_then(|Path(name)| {
-            Ok(GetQuery {
-                name,
-                watch: watch_query(raw.as_deref())?,
-            })
+            // A name the caller may not read is refused before its query
+            // is read.
+            let watch = watch_query(raw.as_deref())
+                .map_err(|e| caller.check(Right::Read, &name).err().unwrap_or(e))?;
+            Ok(GetQuery { name, watch })
         });
-    call(node, caller, waits, query.map(Call::Get)).await
+    call(node, caller, "/v1/locks/{name}", waits, query.map(Call::Get)).await
 }
 
 async fn list(
@@ -262,7 +262,7 @@ async fn list(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let query = ListQuery::parse(raw.as_deref()).map_err(ApiError::from);
-    call(node, caller, None, query.map(Call::List)).await
+    call(node, caller, "/v1/locks", None, query.map(Call::List)).await
 }
 
 /// `GET /v1/cluster`: this node's view, or with `?view=speaker` the
@@ -274,7 +274,7 @@ async fn cluster(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let view = speaker_view(raw.as_deref());
-    call(node, caller, None, view.map(Call::Cluster)).await
+    call(node, caller, "/v1/cluster", None, view.map(Call::Cluster)).await
 }
 
 /// `GET /v1/cluster/history`: this node's rebuilds, or with
@@ -285,7 +285,7 @@ async fn history(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let view = speaker_view(raw.as_deref());
-    call(node, caller, None, view.map(Call::History)).await
+    call(node, caller, "/v1/cluster/history", None, view.map(Call::History)).await
 }
 
 /// Whether a view's query asks for the speaker's view (`view=speaker`;
@@ -346,7 +346,7 @@ async fn add_member(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = raw(&bytes).and_then(|bytes| Ok(read_body(bytes)?));
-    call(node, caller, None, body.map(Call::AddMember)).await
+    call(node, caller, "/v1/cluster/members", None, body.map(Call::AddMember)).await
 }
 
 /// `DELETE /v1/cluster/members/{id}`: an operator's call, with the cluster
@@ -366,5 +366,5 @@ async fn remove_member(
                 )
             })
         });
-    call(node, caller, None, id.map(Call::RemoveMember)).await
+    call(node, caller, "/v1/cluster/members/{id}", None, id.map(Call::RemoveMember)).await
 }
