@@ -650,3 +650,50 @@ async fn a_lost_answer_under_chaos_holds_no_place_and_the_connection_still_goes_
         "a connection whose one call in flight lost its answer never goes idle"
     );
 }
+
+/// This process's resident memory, in bytes (Linux).
+fn resident() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+#[tokio::test]
+async fn a_connection_that_was_sent_a_big_answer_does_not_keep_its_size() {
+    let node = start_with(|c| c).await;
+    let mut holder = Conn::open(&node.addr).await;
+    take_when_serving(&mut holder, "kept/warm").await;
+    // A listing of about 10 MB.
+    let names: Vec<String> = (0..2500).map(|i| format!("kept/{i:04}")).collect();
+    take_all(&mut holder, &names, &"d".repeat(4000)).await;
+    let list = Request::List(leasehold_api::ListQuery {
+        prefix: Some("kept/".into()),
+        limit: Some(10_000),
+    });
+
+    // Each caller lists once, reads the answer whole (dropping its bytes
+    // as they come), and stays connected.
+    let callers = 48;
+    let before = resident();
+    let mut open = Vec::new();
+    for _ in 0..callers {
+        let mut conn = Conn::open(&node.addr).await;
+        conn.send(1, &list).await;
+        let mut header = [0u8; wire::HEADER_LEN];
+        conn.stream.read_exact(&mut header).await.unwrap();
+        let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as u64;
+        assert!(len > 10_000_000, "a listing of {len} bytes");
+        let mut body = (&mut conn.stream).take(len);
+        let read = tokio::io::copy(&mut body, &mut tokio::io::sink()).await.unwrap();
+        assert_eq!(read, len);
+        assert_eq!(conn.call(2, Request::Ping).await, Answer::Done);
+        open.push(conn);
+    }
+    let kept = resident().saturating_sub(before);
+    assert!(
+        kept < 200 << 20,
+        "{callers} connections, each sent a listing once, keep {} MB",
+        kept >> 20
+    );
+    drop(open);
+}
