@@ -47,6 +47,9 @@ const READ_BUFFER: usize = 16 << 10;
 /// How many bytes of answers the writer gathers into one write.
 const WRITE_BATCH: usize = 64 << 10;
 
+/// The most of a batch's memory a connection keeps between writes.
+const KEPT_BATCH: usize = 4 * WRITE_BATCH;
+
 /// An answer to write, with the place it held among those in flight.
 type Outgoing = (u64, Answer, Place);
 
@@ -303,6 +306,13 @@ async fn write_answers<IO: AsyncWrite>(
             return;
         }
         places.clear();
+        // An answer of megabytes leaves the batch that large: not kept for
+        // the connection's life (a caller that once listed thousands of
+        // locks, then only pings, would hold that much of the node's
+        // memory per connection).
+        if batch.capacity() > KEPT_BATCH {
+            batch = Vec::with_capacity(WRITE_BATCH);
+        }
     }
     let _ = writer.shutdown().await;
 }
