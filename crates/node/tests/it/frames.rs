@@ -697,3 +697,43 @@ async fn a_connection_that_was_sent_a_big_answer_does_not_keep_its_size() {
     );
     drop(open);
 }
+
+#[tokio::test]
+async fn a_node_that_stops_does_not_wait_for_a_preamble_half_sent() {
+    let (running, addr, _dir) = crate::common::start_one(TOKEN, |c| c).await;
+    let mut conn = Conn::open(&addr).await;
+    take_when_serving(&mut conn, "stop/warm").await;
+    drop(conn);
+    // The magic's first bytes, and no more.
+    let mut half = TcpStream::connect(&addr).await.unwrap();
+    half.write_all(&wire::MAGIC[..2]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    running.shutdown().await;
+    let (_, _) = read_to_close(&mut half).await;
+    let took = started.elapsed();
+    // Well within the idle timeout (30 s), and within the 5 s a shutdown
+    // gives its tasks to end.
+    assert!(
+        took < Duration::from_secs(5),
+        "the node took {took:?} to stop and close a connection with half a preamble"
+    );
+}
+
+/// What a caller reads until the node closes: the bytes, and whether the
+/// connection was reset.
+async fn read_to_close(stream: &mut TcpStream) -> (Vec<u8>, bool) {
+    let mut got = Vec::new();
+    let mut buffer = vec![0u8; 64 << 10];
+    loop {
+        match tokio::time::timeout(PATIENCE * 2, stream.read(&mut buffer))
+            .await
+            .expect("the node closes in time")
+        {
+            Ok(0) => return (got, false),
+            Ok(n) => got.extend_from_slice(&buffer[..n]),
+            Err(_) => return (got, true),
+        }
+    }
+}
