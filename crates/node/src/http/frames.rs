@@ -82,7 +82,11 @@ where
 {
     let (mut reader, mut writer) = tokio::io::split(io);
     let mut offered = [0u8; PREAMBLE_LEN];
-    let read = tokio::time::timeout(idle, reader.read_exact(&mut offered)).await;
+    // As the first byte's read, the rest of the preamble's ends at stop.
+    let read = tokio::select! {
+        read = tokio::time::timeout(idle, reader.read_exact(&mut offered)) => read,
+        () = stop.cancelled() => return,
+    };
     let Ok(Ok(_)) = read else {
         return;
     };
