@@ -165,7 +165,14 @@ async fn acquire(
     waits: Option<Extension<Waits>>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, "/v1/locks/acquire", waits, body(&bytes).map(Call::Acquire)).await
+    call(
+        node,
+        caller,
+        "/v1/locks/acquire",
+        waits,
+        body(&bytes).map(Call::Acquire),
+    )
+    .await
 }
 
 async fn release(
@@ -173,7 +180,14 @@ async fn release(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, "/v1/locks/release", None, body(&bytes).map(Call::Release)).await
+    call(
+        node,
+        caller,
+        "/v1/locks/release",
+        None,
+        body(&bytes).map(Call::Release),
+    )
+    .await
 }
 
 async fn renew(
@@ -181,7 +195,14 @@ async fn renew(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, "/v1/locks/renew", None, body(&bytes).map(Call::Renew)).await
+    call(
+        node,
+        caller,
+        "/v1/locks/renew",
+        None,
+        body(&bytes).map(Call::Renew),
+    )
+    .await
 }
 
 async fn open_session(
@@ -189,7 +210,14 @@ async fn open_session(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, "/v1/sessions/open", None, body(&bytes).map(Call::OpenSession)).await
+    call(
+        node,
+        caller,
+        "/v1/sessions/open",
+        None,
+        body(&bytes).map(Call::OpenSession),
+    )
+    .await
 }
 
 async fn renew_session(
@@ -197,7 +225,14 @@ async fn renew_session(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, "/v1/sessions/renew", None, body(&bytes).map(Call::RenewSession)).await
+    call(
+        node,
+        caller,
+        "/v1/sessions/renew",
+        None,
+        body(&bytes).map(Call::RenewSession),
+    )
+    .await
 }
 
 async fn close_session(
@@ -205,7 +240,14 @@ async fn close_session(
     Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    call(node, caller, "/v1/sessions/close", None, body(&bytes).map(Call::CloseSession)).await
+    call(
+        node,
+        caller,
+        "/v1/sessions/close",
+        None,
+        body(&bytes).map(Call::CloseSession),
+    )
+    .await
 }
 
 /// `?wait_ms=&after_fence=&after_data=`: wait for the lock to change (long
@@ -253,7 +295,14 @@ async fn get_lock(
                 .map_err(|e| caller.check(Right::Read, &name).err().unwrap_or(e))?;
             Ok(GetQuery { name, watch })
         });
-    call(node, caller, "/v1/locks/{name}", waits, query.map(Call::Get)).await
+    call(
+        node,
+        caller,
+        "/v1/locks/{name}",
+        waits,
+        query.map(Call::Get),
+    )
+    .await
 }
 
 async fn list(
@@ -285,7 +334,14 @@ async fn history(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let view = speaker_view(raw.as_deref());
-    call(node, caller, "/v1/cluster/history", None, view.map(Call::History)).await
+    call(
+        node,
+        caller,
+        "/v1/cluster/history",
+        None,
+        view.map(Call::History),
+    )
+    .await
 }
 
 /// Whether a view's query asks for the speaker's view (`view=speaker`;
@@ -346,7 +402,14 @@ async fn add_member(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = raw(&bytes).and_then(|bytes| Ok(read_body(bytes)?));
-    call(node, caller, "/v1/cluster/members", None, body.map(Call::AddMember)).await
+    call(
+        node,
+        caller,
+        "/v1/cluster/members",
+        None,
+        body.map(Call::AddMember),
+    )
+    .await
 }
 
 /// `DELETE /v1/cluster/members/{id}`: an operator's call, with the cluster
@@ -366,5 +429,12 @@ async fn remove_member(
                 )
             })
         });
-    call(node, caller, "/v1/cluster/members/{id}", None, id.map(Call::RemoveMember)).await
+    call(
+        node,
+        caller,
+        "/v1/cluster/members/{id}",
+        None,
+        id.map(Call::RemoveMember),
+    )
+    .await
 }

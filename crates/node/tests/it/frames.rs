@@ -611,7 +611,10 @@ async fn a_caller_that_reads_a_big_answer_slowly_but_steadily_gets_it_whole() {
         conn.answers.feed(&buffer[..read]);
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert!(started.elapsed() > IDLE, "the answer was read too fast to show anything");
+    assert!(
+        started.elapsed() > IDLE,
+        "the answer was read too fast to show anything"
+    );
     match answer.message {
         Answer::Locks(listing) => assert_eq!(listing.locks.len(), 2501),
         other => panic!("not a listing: {other:?}"),
@@ -684,7 +687,9 @@ async fn a_connection_that_was_sent_a_big_answer_does_not_keep_its_size() {
         let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as u64;
         assert!(len > 10_000_000, "a listing of {len} bytes");
         let mut body = (&mut conn.stream).take(len);
-        let read = tokio::io::copy(&mut body, &mut tokio::io::sink()).await.unwrap();
+        let read = tokio::io::copy(&mut body, &mut tokio::io::sink())
+            .await
+            .unwrap();
         assert_eq!(read, len);
         assert_eq!(conn.call(2, Request::Ping).await, Answer::Done);
         open.push(conn);

@@ -442,7 +442,11 @@ async fn an_operators_route_asks_for_the_token_before_it_reads_the_body_or_the_i
     let node = start().await;
     for (method, path, body) in [
         ("POST", "/v1/cluster/members", "not json"),
-        ("POST", "/v1/cluster/members", r#"{"id": 0, "addr": "127.0.0.1:9"}"#),
+        (
+            "POST",
+            "/v1/cluster/members",
+            r#"{"id": 0, "addr": "127.0.0.1:9"}"#,
+        ),
         ("DELETE", "/v1/cluster/members/abc", ""),
         ("DELETE", "/v1/cluster/members/0", ""),
     ] {
@@ -450,7 +454,10 @@ async fn an_operators_route_asks_for_the_token_before_it_reads_the_body_or_the_i
         assert_eq!(status, 401, "{method} {path} {body}: {answer}");
         assert_eq!(answer["error"], json!("unauthorized"));
         let (status, _, answer) = node.send_raw(method, path, body, true).await;
-        assert_eq!(status, 400, "with the token, {method} {path} {body}: {answer}");
+        assert_eq!(
+            status, 400,
+            "with the token, {method} {path} {body}: {answer}"
+        );
     }
 }
 
@@ -479,7 +486,11 @@ async fn a_node_refusing_client_calls_under_chaos_refuses_them_unread() {
     ] {
         let (status, headers, answer) = node.send_raw(method, path, body, false).await;
         assert_eq!(status, 503, "{method} {path} {body}: {answer}");
-        assert_eq!(answer["error"], json!("no_leader"), "{method} {path} {body}");
+        assert_eq!(
+            answer["error"],
+            json!("no_leader"),
+            "{method} {path} {body}"
+        );
         assert!(headers.contains_key("retry-after"), "{headers:?}");
     }
 }
