@@ -50,6 +50,17 @@ pub(super) fn waits(request: &Request) -> bool {
     }
 }
 
+/// Whether the call's answer may be large: a lookup without a watch and a
+/// listing show every holder of a name and every request waiting for it
+/// (tens of megabytes for a name shared by thousands); every other answer
+/// is a few locks at most.
+pub(super) fn may_answer_large(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::List(_) | Request::Get(GetQuery { watch: None, .. })
+    )
+}
+
 /// Serves `request` for `caller`: the answer, or the error to send; none
 /// if `--chaos` lost it (the call was served, and its answer is never
 /// sent).

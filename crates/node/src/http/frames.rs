@@ -11,7 +11,9 @@
 //! Bounded: at most [`MAX_IN_FLIGHT`] calls are served or waiting to be
 //! written at once; at that many, the node stops reading the connection
 //! (back-pressure: a client that sends faster than it reads its answers
-//! is slowed down, and holds no more of the node's memory). A write that
+//! is slowed down, and holds no more of the node's memory). Calls whose
+//! answers may be large ([`calls::may_answer_large`]) run one at a time,
+//! each answer written before the next is made. A write that
 //! makes no progress for the idle timeout closes the connection, as does a
 //! connection with nothing in flight that sends no whole frame for that
 //! long. A frame over the limit is answered `too_large` and the
@@ -55,7 +57,13 @@ type Outgoing = (u64, Answer, Place);
 
 /// A call's place among a connection's calls in flight, counted in the
 /// node's gauge until its answer is written.
-type Place = (OwnedSemaphorePermit, Counted);
+struct Place {
+    _permit: OwnedSemaphorePermit,
+    _counted: Counted,
+    /// For a call whose answer may be large, the connection's one turn
+    /// for those: held until the answer is written.
+    turn: Option<OwnedSemaphorePermit>,
+}
 
 /// One in a gauge's count, taken back when dropped.
 struct Counted(Gauge);
@@ -114,6 +122,7 @@ where
         node,
         answers,
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        large: Arc::new(Semaphore::new(1)),
         calls: JoinSet::new(),
         idle,
     };
@@ -130,6 +139,9 @@ struct Connection {
     caller: Result<Caller, ApiError>,
     answers: mpsc::UnboundedSender<Outgoing>,
     in_flight: Arc<Semaphore>,
+    /// One call at a time whose answer may be large
+    /// ([`calls::may_answer_large`]).
+    large: Arc<Semaphore>,
     calls: JoinSet<()>,
     idle: Duration,
 }
@@ -218,10 +230,11 @@ impl Connection {
             permit = Arc::clone(&self.in_flight).acquire_owned() => permit.ok()?,
             () = closed.cancelled() => return None,
         };
-        Some((
-            permit,
-            Counted::new(&self.node.metrics.binary_calls_in_flight),
-        ))
+        Some(Place {
+            _permit: permit,
+            _counted: Counted::new(&self.node.metrics.binary_calls_in_flight),
+            turn: None,
+        })
     }
 
     /// Serves one call: the connection's own at once, in order; the API's
@@ -254,7 +267,15 @@ impl Connection {
         };
         let node = Arc::clone(&self.node);
         let answers = self.answers.clone();
+        let large = calls::may_answer_large(&message).then(|| Arc::clone(&self.large));
+        let mut permit = permit;
         self.calls.spawn(async move {
+            // Large answers one at a time, each written before the next is
+            // made: a caller that reads none holds one of them, as an
+            // HTTP/1.1 connection does, not one for each place.
+            if let Some(large) = large {
+                permit.turn = large.acquire_owned().await.ok();
+            }
             let started = std::time::Instant::now();
             let route = calls::route(&message);
             let waits = calls::waits(&message);

@@ -548,16 +548,29 @@ async fn with_an_acl_the_token_frame_says_who_calls() {
 /// Takes every name of `names` over `conn`, its calls pipelined, each
 /// lock with `data`.
 async fn take_all(conn: &mut Conn, names: &[String], data: &str) {
+    let deadline = Instant::now() + PATIENCE;
     for chunk in names.chunks(200) {
-        for (i, name) in chunk.iter().enumerate() {
-            let mut body = acquire(name);
-            if let Request::Acquire(b) = &mut body {
-                b.data = Some(data.into());
+        let mut left: Vec<usize> = (0..chunk.len()).collect();
+        while !left.is_empty() {
+            for &i in &left {
+                let mut body = acquire(&chunk[i]);
+                if let Request::Acquire(b) = &mut body {
+                    b.data = Some(data.into());
+                }
+                conn.send(i as u64, &body).await;
             }
-            conn.send(i as u64, &body).await;
-        }
-        for _ in chunk {
-            lock(conn.recv().await.message);
+            let mut again = Vec::new();
+            for _ in 0..left.len() {
+                let frame = conn.recv().await;
+                match frame.message {
+                    Answer::Lock(_) => {}
+                    // A node too busy to keep its speaker's lease: again.
+                    Answer::Error(e) if e.http_status() == 503 => again.push(frame.id as usize),
+                    other => panic!("acquire {}: {other:?}", chunk[frame.id as usize]),
+                }
+            }
+            assert!(Instant::now() < deadline, "{} names not taken", again.len());
+            left = again;
         }
     }
 }
@@ -742,6 +755,65 @@ async fn read_to_close(stream: &mut TcpStream) -> (Vec<u8>, bool) {
             Ok(0) => return (got, false),
             Ok(n) => got.extend_from_slice(&buffer[..n]),
             Err(_) => return (got, true),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_caller_that_reads_nothing_has_one_large_answer_made_at_a_time() {
+    let node = start_with(|c| c).await;
+    let mut holder = Conn::open(&node.addr).await;
+    take_when_serving(&mut holder, "large/warm").await;
+    // Listings of about 2 MB each: more than loopback's buffers hold a few
+    // of.
+    let names: Vec<String> = (0..500).map(|i| format!("large/{i:03}")).collect();
+    take_all(&mut holder, &names, &"d".repeat(4000)).await;
+    let list = Request::List(leasehold_api::ListQuery {
+        prefix: Some("large/".into()),
+        limit: Some(1000),
+    });
+    let listings = || async {
+        let text = node
+            .http
+            .get(format!("http://{}/metrics", node.addr))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|l| {
+                l.starts_with("leasehold_http_request_duration_seconds_count{")
+                    && l.contains("route=\"/v1/locks\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let before = listings().await;
+
+    let mut conn = Conn::open(&node.addr).await;
+    for id in 1..=40 {
+        conn.send(id, &list).await;
+    }
+    // A lookup is answered meanwhile: only large answers wait their turn.
+    let mut other = Conn::open(&node.addr).await;
+    let warm = Request::Get(GetQuery {
+        name: "large/warm".into(),
+        watch: None,
+    });
+    lock(other.call(1, warm).await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let made = listings().await - before;
+    assert!(
+        (1.0..=10.0).contains(&made),
+        "{made} listings made for a caller that read none of them"
+    );
+    // Read, they all come.
+    for _ in 1..=40 {
+        match conn.recv().await.message {
+            Answer::Locks(l) => assert_eq!(l.locks.len(), 501),
+            other => panic!("{other:?}"),
         }
     }
 }
