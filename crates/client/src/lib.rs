@@ -16,10 +16,13 @@
 //! moment it *sent* the request that won or renewed it, so the client's view
 //! of a lease always ends before the speaker's.
 
+mod calls;
 mod election;
 mod elector;
+mod endpoints;
 mod error;
 mod guard;
+mod http;
 mod release;
 mod session;
 mod set;
@@ -43,12 +46,11 @@ pub use leasehold_api::LockView as Lock;
 pub use session::{Session, SessionLock, SessionOptions};
 pub use set::LockSet;
 
+pub use endpoints::EndpointError;
+pub use http::{request_failure, trust_only, HttpOptions, HttpTransport};
 pub use leasehold_api::MAX_LOCK_DELAY;
 pub use suspend::{BootClock, SuspendClock};
-pub use transport::{
-    request_failure, trust_only, BoxFuture, CallError, EndpointError, HttpOptions, HttpTransport,
-    SessionCall, SetReleased, Transport,
-};
+pub use transport::{BoxFuture, CallError, SessionCall, SetReleased, Transport};
 
 /// The body of an acquire of `name`, or of the set `names`, as `options`
 /// ask. One name for this acquisition, sent on every retry of it: a retry
