@@ -1,7 +1,7 @@
 //! Which node a call goes to: the endpoints given, read once, and the
 //! rotation through them (where a process starts, and when a call moves
-//! it on). Every transport to a list of nodes follows these rules, from
-//! here.
+//! it on). Every transport to a list of nodes ([`crate::HttpTransport`],
+//! [`crate::FrameTransport`]) follows these rules, from here.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -93,6 +93,11 @@ impl<E> Rotation<E> {
     pub(crate) fn current(&self) -> (usize, &E) {
         let at = self.current.load(Ordering::Relaxed);
         (at, &self.endpoints[at % self.endpoints.len()])
+    }
+
+    /// Every endpoint, in the order given.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &E> {
+        self.endpoints.iter()
     }
 
     /// How many endpoints there are.

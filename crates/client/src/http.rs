@@ -1,6 +1,6 @@
 //! The API over HTTP/1.1 and JSON: [`HttpTransport`] to a list of
 //! endpoints, and the exchange of one request with one endpoint that it
-//! makes.
+//! (and [`crate::FrameTransport`]'s fallback) makes.
 
 use std::time::Duration;
 
@@ -12,11 +12,13 @@ use crate::calls::{over_exchange, Exchange};
 use crate::endpoints::{bases, EndpointError, Rotation};
 use crate::transport::CallError;
 
-/// How an [`HttpTransport`] talks to the nodes, beyond where.
+/// How a transport talks to the nodes, beyond where: over HTTP
+/// ([`HttpTransport`]) or frames ([`crate::FrameTransport`]) alike.
 #[derive(Clone, Default)]
 pub struct HttpOptions {
-    /// Sent with every request as `Authorization: Bearer <token>`, for a
-    /// cluster run with `--acl`.
+    /// Sent with every request as `Authorization: Bearer <token>` (over
+    /// frames, once per connection, as its first frame), for a cluster run
+    /// with `--acl`.
     pub token: Option<String>,
     /// The CA (PEM) the nodes' certificates are verified against, for a
     /// cluster run with TLS: the only roots trusted then, and endpoints

@@ -21,6 +21,7 @@ mod election;
 mod elector;
 mod endpoints;
 mod error;
+mod frames;
 mod guard;
 mod http;
 mod release;
@@ -47,6 +48,7 @@ pub use session::{Session, SessionLock, SessionOptions};
 pub use set::LockSet;
 
 pub use endpoints::EndpointError;
+pub use frames::FrameTransport;
 pub use http::{request_failure, trust_only, HttpOptions, HttpTransport};
 pub use leasehold_api::MAX_LOCK_DELAY;
 pub use suspend::{BootClock, SuspendClock};

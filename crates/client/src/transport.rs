@@ -1,7 +1,7 @@
 //! How the client reaches the cluster: the calls every transport answers
 //! ([`Transport`]), and how one fails ([`CallError`]). The transports: over
-//! HTTP ([`crate::HttpTransport`]) to a list of endpoints, or in-process to
-//! an embedded node.
+//! HTTP ([`crate::HttpTransport`]) or frames ([`crate::FrameTransport`]) to
+//! a list of endpoints, or in-process to an embedded node.
 
 use std::future::Future;
 use std::pin::Pin;
