@@ -114,20 +114,7 @@ impl Connection {
             token_sent,
         } = dialed;
         let (input, output) = tokio::io::split(stream);
-        let shared = Arc::new(Shared {
-            node,
-            calls: Mutex::new(Calls {
-                waiting: HashMap::new(),
-                closed: None,
-                idle_since: Instant::now(),
-                token_pending: token_sent,
-            }),
-            closed: AtomicBool::new(false),
-            next_id: AtomicU64::new(TOKEN_ID + 1),
-            room: Semaphore::new(limits.max_in_flight),
-            stop: CancellationToken::new(),
-            idle: limits.idle,
-        });
+        let shared = Arc::new(Shared::new(node, limits, token_sent));
         let (writes, queue) = mpsc::unbounded_channel();
         leasehold_tasks::spawn(reader(Arc::clone(&shared), input, read));
         leasehold_tasks::spawn(writer(Arc::clone(&shared), output, queue));
@@ -222,6 +209,23 @@ fn unsendable(e: FrameError) -> CallError {
 }
 
 impl Shared {
+    fn new(node: String, limits: &Limits, token_pending: bool) -> Shared {
+        Shared {
+            node,
+            calls: Mutex::new(Calls {
+                waiting: HashMap::new(),
+                closed: None,
+                idle_since: Instant::now(),
+                token_pending,
+            }),
+            closed: AtomicBool::new(false),
+            next_id: AtomicU64::new(TOKEN_ID + 1),
+            room: Semaphore::new(limits.max_in_flight),
+            stop: CancellationToken::new(),
+            idle: limits.idle,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Calls> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -279,12 +283,15 @@ impl Shared {
         }
     }
 
-    /// Marks the frames of `ids` sent.
-    fn sent(&self, ids: &[u64]) {
+    /// Appends to `batch` the frames of `queued` whose calls still wait,
+    /// and marks them sent: a call that gave up before its frame was
+    /// taken (timed out, dropped) is not sent at all, as it was told.
+    fn take_sendable(&self, queued: &mut Vec<(u64, Vec<u8>)>, batch: &mut Vec<u8>) {
         let mut calls = self.lock();
-        for id in ids {
-            if let Some(waiter) = calls.waiting.get_mut(id) {
+        for (id, frame) in queued.drain(..) {
+            if let Some(waiter) = calls.waiting.get_mut(&id) {
                 waiter.sent = true;
+                batch.extend_from_slice(&frame);
             }
         }
     }
@@ -394,7 +401,7 @@ async fn writer(
     mut queue: mpsc::UnboundedReceiver<(u64, Vec<u8>)>,
 ) {
     let mut batch = Vec::with_capacity(READ_BUFFER);
-    let mut ids = Vec::new();
+    let mut queued = Vec::new();
     let idle = tokio::time::sleep(shared.idle);
     tokio::pin!(idle);
     loop {
@@ -412,18 +419,20 @@ async fn writer(
                 None => break,
             },
         };
-        batch.clear();
-        ids.clear();
-        batch.extend_from_slice(&frame);
-        ids.push(id);
-        while batch.len() < MAX_BATCH {
+        let mut bytes = frame.len();
+        queued.push((id, frame));
+        while bytes < MAX_BATCH {
             let Ok((id, frame)) = queue.try_recv() else {
                 break;
             };
-            batch.extend_from_slice(&frame);
-            ids.push(id);
+            bytes += frame.len();
+            queued.push((id, frame));
         }
-        shared.sent(&ids);
+        batch.clear();
+        shared.take_sendable(&mut queued, &mut batch);
+        if batch.is_empty() {
+            continue;
+        }
         let written = async {
             output.write_all(&batch).await?;
             output.flush().await
@@ -435,4 +444,30 @@ async fn writer(
     }
     // Bounded: a node that reads nothing more cannot hold the task.
     let _ = tokio::time::timeout(SHUTDOWN_TIMEOUT, output.shutdown()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call that gave up while its frame waited in the queue is not
+    /// sent: it was told so (`NotSent`), so the node must never act on it.
+    #[test]
+    fn a_frame_whose_call_gave_up_is_not_written() {
+        let limits = Limits {
+            idle: Duration::from_secs(1),
+            max_in_flight: 4,
+        };
+        let shared = Shared::new("node".into(), &limits, false);
+        let _kept = shared.wait_for(1).unwrap();
+        let _gone = shared.wait_for(2).unwrap();
+        let gave_up = shared.forget(2).expect("waiting");
+        assert!(!gave_up.sent);
+        let mut queued = vec![(1, vec![1, 1]), (2, vec![2, 2])];
+        let mut batch = Vec::new();
+        shared.take_sendable(&mut queued, &mut batch);
+        assert_eq!(batch, [1, 1]);
+        assert!(queued.is_empty());
+        assert!(shared.forget(1).expect("waiting").sent);
+    }
 }
