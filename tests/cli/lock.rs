@@ -664,3 +664,34 @@ async fn locks_shows_the_session_of_a_lock_in_one() {
     let plain = line("cli/plain").unwrap_or_default();
     assert!(plain.ends_with(" -"), "{table}");
 }
+
+/// `--transport` (or `LEASEHOLD_TRANSPORT`) chooses how the commands
+/// reach the nodes; each reaches the cluster, and an unknown one is bad
+/// usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_transport_reaches_the_cluster() {
+    let cluster = Cluster::start(3).await;
+    for transport in ["auto", "binary", "http"] {
+        let name = format!("cli/over-{transport}");
+        let flag = ["lock", &name, "--transport", transport, "--", "true"];
+        let out = run(leasehold(&cluster, &[1, 2, 3], &flag));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "--transport {transport}: {said}"
+        );
+        let mut get = leasehold(&cluster, &[1, 2, 3], &["get", &name]);
+        get.env("LEASEHOLD_TRANSPORT", transport);
+        let out = run(get);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "released, over {transport}: {said}"
+        );
+    }
+    let bogus = ["get", "cli/x", "--transport", "pigeon"];
+    let out = run(leasehold(&cluster, &[1], &bogus));
+    assert_eq!(out.status.code(), Some(64));
+}

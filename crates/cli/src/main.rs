@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use leasehold_api::AddMemberBody;
-use leasehold_client::{AcquireOptions, CampaignOptions, Client};
+use leasehold_client::{AcquireOptions, CampaignOptions, Client, TransportKind};
 use leasehold_node::ValidConfig;
 
 /// A cluster lock service.
@@ -123,6 +123,32 @@ struct Endpoints {
     /// each node has to answer, default 1s).
     #[arg(long, value_parser = duration::millis)]
     timeout: Option<u64>,
+    /// How calls reach the nodes: `auto` (the binary transport, and HTTP
+    /// to a node that does not serve it), `binary` (frames only) or `http`.
+    /// `status` and `member` always call over HTTP.
+    #[arg(long, value_enum, env = "LEASEHOLD_TRANSPORT", default_value = "auto")]
+    transport: Transport,
+}
+
+/// `--transport`: which transport the client takes.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Transport {
+    /// Frames, and HTTP to a node that does not serve them.
+    Auto,
+    /// Frames only.
+    Binary,
+    /// HTTP only.
+    Http,
+}
+
+impl From<Transport> for TransportKind {
+    fn from(transport: Transport) -> TransportKind {
+        match transport {
+            Transport::Auto => TransportKind::Auto,
+            Transport::Binary => TransportKind::Binary,
+            Transport::Http => TransportKind::Http,
+        }
+    }
 }
 
 impl Endpoints {
@@ -132,15 +158,22 @@ impl Endpoints {
     }
 
     fn client(&self) -> Result<Client, ExitCode> {
-        self.client_to(self.endpoints.clone()).map_err(|e| {
-            eprintln!("leasehold: {e}");
-            ExitCode::from(hold::exit::USAGE)
-        })
+        let transport = self.transport.into();
+        self.client_to(self.endpoints.clone(), transport)
+            .map_err(|e| {
+                eprintln!("leasehold: {e}");
+                ExitCode::from(hold::exit::USAGE)
+            })
     }
 
-    /// A client to `endpoints`, with this command's token and CA.
-    fn client_to(&self, endpoints: Vec<String>) -> Result<Client, String> {
-        let mut builder = Client::builder(endpoints);
+    /// A client to `endpoints` over `transport`, with this command's token
+    /// and CA.
+    fn client_to(
+        &self,
+        endpoints: Vec<String>,
+        transport: TransportKind,
+    ) -> Result<Client, String> {
+        let mut builder = Client::builder(endpoints).transport(transport);
         if let Some(token) = &self.token {
             builder = builder.token(token);
         }
@@ -512,7 +545,8 @@ async fn dispatch(command: Command) -> ExitCode {
             };
         }
         Command::Status { endpoints, output } => {
-            let client_to = |addr| endpoints.client_to(vec![addr]).ok();
+            // An operator's view of every node, as its HTTP routes give it.
+            let client_to = |addr| endpoints.client_to(vec![addr], TransportKind::Http).ok();
             let within = Duration::from_millis(endpoints.timeout.unwrap_or(1000));
             return status::status(&endpoints.endpoints, client_to, within, output.json()).await;
         }

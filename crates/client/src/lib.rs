@@ -5,7 +5,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), leasehold_client::Error> {
 //! use leasehold_client::{AcquireOptions, Client};
-//! let client = Client::http(["127.0.0.1:7701", "127.0.0.1:7702", "127.0.0.1:7703"])?;
+//! let client = Client::new(["127.0.0.1:7701", "127.0.0.1:7702", "127.0.0.1:7703"])?;
 //! let guard = client.acquire("jobs/42", AcquireOptions::default()).await?;
 //! println!("fence {}", guard.fence());
 //! guard.release().await?;
@@ -15,7 +15,15 @@
 //! Every lease is counted on the client's own monotonic clock from the
 //! moment it *sent* the request that won or renewed it, so the client's view
 //! of a lease always ends before the speaker's.
+//!
+//! Calls go to the nodes over the binary transport ([`FrameTransport`]:
+//! frames, many calls in flight on one connection per node), and over
+//! HTTP to a node that does not serve it; [`ClientBuilder::transport`]
+//! chooses ([`TransportKind`]), and [`Client::http`] is HTTP only
+//! ([`HttpTransport`]). [`Client::with_transport`] takes any
+//! [`Transport`], an embedded node's for one.
 
+mod builder;
 mod calls;
 mod election;
 mod elector;
@@ -38,6 +46,7 @@ use tokio::time::Instant;
 use leasehold_api::{AcquireBody, ClusterAnswer, ErrorCode, LockView, ReleaseBody};
 use tokio_util::sync::CancellationToken;
 
+pub use builder::{ClientBuilder, TransportKind};
 pub use election::{CampaignOptions, Leadership};
 pub use elector::{ElectionStats, Elector, ElectorBuilder, Leading};
 pub use error::Error;
@@ -232,46 +241,6 @@ fn refused(e: CallError) -> Error {
     }
 }
 
-/// Builds a [`Client`] over HTTP ([`Client::builder`]).
-#[derive(Debug, Clone)]
-pub struct ClientBuilder {
-    endpoints: Vec<String>,
-    options: HttpOptions,
-}
-
-impl ClientBuilder {
-    /// Every request carries `token` as `Authorization: Bearer`, for a
-    /// cluster run with `--acl`.
-    pub fn token(mut self, token: impl Into<String>) -> Self {
-        self.options.token = Some(token.into());
-        self
-    }
-
-    /// The nodes' certificates are verified against this CA (PEM), and
-    /// only against it; bare `host:port` endpoints are reached with
-    /// `https://`.
-    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.options.tls_ca_pem = Some(pem.into());
-        self
-    }
-
-    /// As [`ClientBuilder::tls_ca_pem`], reading the CA from the file at
-    /// `path`.
-    pub fn tls_ca_file(self, path: impl AsRef<std::path::Path>) -> Result<Self, Error> {
-        let path = path.as_ref();
-        let pem = std::fs::read(path)
-            .map_err(|e| Error::BadRequest(format!("TLS CA {}: {e}", path.display())))?;
-        Ok(self.tls_ca_pem(pem))
-    }
-
-    /// The client, or why these endpoints and options cannot be used.
-    pub fn build(self) -> Result<Client, Error> {
-        let transport = HttpTransport::with_options(self.endpoints, &self.options)
-            .map_err(|e| Error::BadRequest(e.to_string()))?;
-        Ok(Client::with_transport(Arc::new(transport)))
-    }
-}
-
 /// `Err(Error::BadRequest)` for a name no lock can have (empty, or too
 /// long): said as such, not as an endpoint that serves no such call.
 fn checked_name(name: &str) -> Result<(), Error> {
@@ -303,8 +272,10 @@ impl Client {
         Ok(Self::with_transport(Arc::new(transport)))
     }
 
-    /// A builder of a client over HTTP to `endpoints`: give it a token
-    /// and a TLS CA before [`ClientBuilder::build`].
+    /// A builder of a client to `endpoints`: give it a token, a TLS CA
+    /// and a transport before [`ClientBuilder::build`]. The transport is
+    /// [`TransportKind::Auto`] unless chosen: frames, and HTTP to a node
+    /// that does not serve them.
     ///
     /// ```no_run
     /// # fn demo() -> Result<(), leasehold_client::Error> {
@@ -315,10 +286,15 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn builder(endpoints: impl IntoIterator<Item = impl Into<String>>) -> ClientBuilder {
-        ClientBuilder {
-            endpoints: endpoints.into_iter().map(Into::into).collect(),
-            options: HttpOptions::default(),
-        }
+        ClientBuilder::new(endpoints.into_iter().map(Into::into).collect())
+    }
+
+    /// A client to `endpoints` over the default transport
+    /// ([`TransportKind::Auto`]: the binary transport, and HTTP to a node
+    /// that does not serve it), moving to another when one fails. As
+    /// `Client::builder(endpoints).build()`.
+    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Result<Self, Error> {
+        Self::builder(endpoints).build()
     }
 
     /// A client over any transport (an embedded node's, for one).
