@@ -12,13 +12,13 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::{Cluster, TOKEN};
 
-const DEPLOY: &str = "deploy-secret";
+pub(crate) const DEPLOY: &str = "deploy-secret";
 const READ: &str = "read-secret";
 const OPS: &str = "ops-secret";
 
 /// An ACL file: `deployer` locks and reads `jobs/`, `reader` reads
 /// everything, `ops` administers.
-fn acl_file(dir: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn acl_file(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("acl.toml");
     let text = format!(
         r#"

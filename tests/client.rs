@@ -460,20 +460,9 @@ async fn a_lock_set_is_held_renewed_and_lost_as_one() {
 /// Successful releases node `id` has answered, by its `/metrics` (0
 /// before its first).
 async fn releases_answered(cluster: &Cluster, id: u64) -> u64 {
-    let text = cluster
-        .http
-        .get(cluster.url(id, "/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
     let series =
-        r#"leasehold_http_request_duration_seconds_count{route="/v1/locks/release",status="2xx"} "#;
-    text.lines()
-        .find_map(|l| l.strip_prefix(series))
-        .map_or(0, |v| v.trim().parse().unwrap())
+        r#"leasehold_http_request_duration_seconds_count{route="/v1/locks/release",status="2xx"}"#;
+    cluster.metric(id, series).await.map_or(0, |v| v as u64)
 }
 
 /// A `LockSet` through a follower is released in one call (one request

@@ -13,6 +13,7 @@ mod cluster;
 mod conformance;
 mod copies;
 mod embedded_service;
+mod frames;
 mod harness;
 mod identity;
 mod liveness;

@@ -349,6 +349,27 @@ impl Cluster {
         }
     }
 
+    /// The value of the series `series` (its name and labels, as
+    /// `/metrics` writes them) at node `id`, if it is there.
+    pub async fn metric(&self, id: u64, series: &str) -> Option<f64> {
+        let text = self
+            .http
+            .get(self.url(id, "/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
     /// GET, returning (status, JSON body). It carries the cluster token,
     /// which a node run with `--acl` takes for any right (others ignore it
     /// on the public routes).
