@@ -7,7 +7,8 @@ use leasehold_api::wire::{self, encode_frame, Answer, FrameDecoder, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::systems::Failure;
+/// Why a call failed.
+type Failure = String;
 
 /// A connection to a node, the preambles exchanged.
 pub struct FrameConn {
