@@ -372,25 +372,25 @@ test("a renewal is counted from its send and asks the lease asked for", async ()
 });
 
 test("renewals that get no answer lapse the lock a margin before its lease ends", async () => {
-  // The grant is answered a second after the fake got it; no renewal is ever answered.
+  // The grant is answered 500 ms after the fake got it; no renewal is ever answered.
   const node = await fake((r) =>
-    r.path === "/v1/locks/renew" ? "hang" : { ...granted("lp", { lease_ms: 6000, ttl_ms: 6000 }), delayMs: 1000 },
+    r.path === "/v1/locks/renew" ? "hang" : { ...granted("lp", { lease_ms: 8000, ttl_ms: 8000 }), delayMs: 500 },
   );
   const c = clientAtFirst([node.addr]);
   try {
     const t = performance.now();
-    // The lapse: 6 s - 2.5 s = 3.5 s after the send.
-    const l = await c.acquire("lp", { leaseMs: 6000, renewEveryMs: 1000, lapseMarginMs: 2500 });
+    // The lapse: 8 s - 3 s = 5 s after the send.
+    const l = await c.acquire("lp", { leaseMs: 8000, renewEveryMs: 1000, lapseMarginMs: 3000 });
     const sentBy = node.calls[0]!.at; // the fake got the acquire no earlier than it was sent
-    // Counted from the send, not from the answer a second later.
-    assert.ok(l.leaseEnds >= t + 6000 && l.leaseEnds <= sentBy + 6000, `the lease ends ${l.leaseEnds - sentBy} ms after the send`);
+    // Counted from the send, not from the answer 500 ms later.
+    assert.ok(l.leaseEnds >= t + 8000 && l.leaseEnds <= sentBy + 8000, `the lease ends ${l.leaseEnds - sentBy} ms after the send`);
     const lostAt = await abortedAt(l.signal, sentBy + 20_000 - performance.now());
     assert.equal(l.loss, "Lapsed");
     // Never before the lapse (the lock is still the holder's until then);
     // on time, with 2 s of slack for a slow machine: without the margin it
-    // would lapse 2.5 s later.
-    assert.ok(lostAt - t >= 3500 - 10, `lost ${lostAt - t} ms after the send`);
-    assert.ok(lostAt - sentBy < 3500 + 2000, `lost ${lostAt - sentBy} ms after the send`);
+    // would lapse 3 s later.
+    assert.ok(lostAt - t >= 5000 - 10, `lost ${lostAt - t} ms after the send`);
+    assert.ok(lostAt - sentBy < 5000 + 2000, `lost ${lostAt - sentBy} ms after the send`);
     await assert.rejects(l.release(), LostError);
   } finally {
     await c.close();
@@ -576,26 +576,45 @@ test("timers do not keep the process alive once everything is released", async (
       await l.release();
       await s.release();
       globalThis.releasedAt = performance.now();
+      // What keeps the process alive a turn after the releases (a timer left
+      // behind shows as "Timeout"; unref'd ones do not show).
+      setImmediate(() => console.log(JSON.stringify(process.getActiveResourcesInfo())));
       process.on("exit", () => console.log(Math.round(performance.now() - globalThis.releasedAt)));
     `;
     const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
     let out = "";
-    child.stdout.on("data", (d) => (out += d));
     const code = await new Promise<number | null>((r) => {
-      const t = setTimeout(() => {
-        child.kill("SIGKILL");
-        r(-1);
-      }, 20_000);
+      let kill: NodeJS.Timeout | undefined;
+      const killIn = (ms: number) => {
+        clearTimeout(kill);
+        kill = setTimeout(() => {
+          child.kill("SIGKILL");
+          r(-1);
+        }, ms);
+      };
+      // A minute to start and release, however slow the machine; then 20 s to exit.
+      killIn(60_000);
+      child.stdout.on("data", (d) => {
+        const released = out.includes("\n");
+        out += d;
+        if (!released && out.includes("\n")) killIn(20_000);
+      });
       child.on("exit", (c) => {
-        clearTimeout(t);
+        clearTimeout(kill);
         r(c);
       });
     });
     // A timer left behind keeps the process alive: a renewal's (every
-    // 10 s) until the kill, a call's timeout (2 s or more) past this bound,
-    // which leaves time for a slow machine.
+    // 10 s) until the kill, a call's timeout (2 s or 5 s) for that long.
+    // It is seen among what keeps the process alive right after the
+    // releases, whatever the machine's speed. A connection left open is
+    // not (it closes as it goes idle, which the fake does after 5 s): the
+    // exit (about 0.2 s here, 1.4 s seen under heavy load) comes well
+    // before that.
     assert.equal(code, 0, "the process exited by itself");
-    assert.ok(Number(out.trim()) < 1500, `exited ${out.trim()} ms after the release`);
+    const [alive, exited] = out.trim().split("\n");
+    assert.ok(!(JSON.parse(alive!) as string[]).includes("Timeout"), `kept alive by ${alive}`);
+    assert.ok(Number(exited) < 4000, `exited ${exited} ms after the release`);
   } finally {
     await node.close();
   }
@@ -634,8 +653,8 @@ test("observe tells the leader now, then each change, and stops at once when lef
 
 test("sessions renew in the background and send the digest of their locks", async () => {
   const id = "01JDQ6ZP3Q5B2M0W7R9T4X8Y6Z";
-  // A lease of 3 s, renewed every second: held through a stall of over a second.
-  const session = { id: "01JDQ6ZP3Q5B2M0W7R9T4X8Y70", node: 1, holder: "", lease_ms: 3000, ttl_ms: 3000, expires_at: "" };
+  // A lease of 6 s, renewed every 2 s: held through a stall of over 3 s.
+  const session = { id: "01JDQ6ZP3Q5B2M0W7R9T4X8Y70", node: 1, holder: "", lease_ms: 6000, ttl_ms: 6000, expires_at: "" };
   const node = await fake((r) => {
     if (r.path === "/v1/sessions/open") return { body: { session, served_ms: 0 } };
     if (r.path === "/v1/sessions/renew") return { body: { session, served_ms: 0 } };
@@ -645,7 +664,7 @@ test("sessions renew in the background and send the digest of their locks", asyn
   });
   const c = clientAtFirst([node.addr]);
   try {
-    const s = await c.openSession({ ttlMs: 3000 });
+    const s = await c.openSession({ ttlMs: 6000 });
     const opened = node.calls.at(-1)!;
     const l = await s.acquire("in-session");
     assert.equal(node.calls.at(-1)!.body.session, session.id);
@@ -655,7 +674,7 @@ test("sessions renew in the background and send the digest of their locks", asyn
     await s.release(viaClient);
     const renewed = () => node.calls.filter((x) => x.path === "/v1/sessions/renew");
     // Two renewals sent, and the lease counted from one sent after the open.
-    await until(() => (renewed().length >= 2 && s.leaseEnds > opened.at + 3000) || s.isLost(), "renewed twice");
+    await until(() => (renewed().length >= 2 && s.leaseEnds > opened.at + 6000) || s.isLost(), "renewed twice");
     assert.ok(!s.isLost() && !l.isLost());
     const renewals = renewed();
     assert.ok(renewals.length >= 2, `${renewals.length}`);
