@@ -412,21 +412,21 @@ func TestANodeThatHangsLetsTheLockLapseOnTime(t *testing.T) {
 			}
 			return
 		}
-		// The grant is answered a second after the fake got it.
-		time.Sleep(time.Second)
-		grant(w, "a", 6000, 6000, 0)
+		// The grant is answered 500 ms after the fake got it.
+		time.Sleep(500 * time.Millisecond)
+		grant(w, "a", 8000, 8000, 0)
 	})
 	c := newAt(t, []string{f.addr()})
 	start := time.Now()
-	// The lapse: 6 s - 2.5 s = 3.5 s after the send.
-	l, err := c.Acquire(context.Background(), "a", WithLease(6*time.Second), WithRenewEvery(time.Second),
-		WithLapseMargin(2500*time.Millisecond))
+	// The lapse: 8 s - 3 s = 5 s after the send.
+	l, err := c.Acquire(context.Background(), "a", WithLease(8*time.Second), WithRenewEvery(time.Second),
+		WithLapseMargin(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sentBy := f.arrivals("/v1/locks/acquire")[0] // the send was no later
-	// Counted from the send, not from the answer a second later.
-	if ends := l.LeaseEnds(); ends.Before(start.Add(6*time.Second)) || ends.After(sentBy.Add(6*time.Second)) {
+	// Counted from the send, not from the answer 500 ms later.
+	if ends := l.LeaseEnds(); ends.Before(start.Add(8*time.Second)) || ends.After(sentBy.Add(8*time.Second)) {
 		t.Fatalf("the lease ends %v after the send", ends.Sub(sentBy))
 	}
 	select {
@@ -437,8 +437,8 @@ func TestANodeThatHangsLetsTheLockLapseOnTime(t *testing.T) {
 	lostAt := time.Now()
 	// The lapse, the margin before the lease ends: never before it; on
 	// time, with 2 s of slack for a slow machine (without the margin it
-	// would lapse 2.5 s later).
-	if lostAt.Before(start.Add(3450*time.Millisecond)) || lostAt.After(sentBy.Add(5500*time.Millisecond)) {
+	// would lapse 3 s later).
+	if lostAt.Before(start.Add(4950*time.Millisecond)) || lostAt.After(sentBy.Add(7*time.Second)) {
 		t.Fatalf("lost after %v", lostAt.Sub(start))
 	}
 	if l.Loss() != Lapsed {
