@@ -199,6 +199,85 @@ async fn with_lock_runs_the_work_and_releases() {
     );
 }
 
+/// `with_lock` holds each kind as its options ask: two readers' work runs
+/// at once and a writer is refused meanwhile; two permits' work runs at
+/// once and a third holder is refused; a session's lock is held in the
+/// session while its work runs, released after it, the session still
+/// open. Each lock is free once its work is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_holds_each_kind_for_the_work_then_releases() {
+    let cluster = Cluster::start(3).await;
+    let c = all(&cluster);
+    for (name, kind) in [
+        ("kind/shared", AcquireOptions::default().shared()),
+        ("kind/permits", AcquireOptions::default().permits(2)),
+    ] {
+        let both_in = Arc::new(tokio::sync::Barrier::new(3));
+        let work = |both_in: Arc<tokio::sync::Barrier>| {
+            move |_lost| async move {
+                both_in.wait().await;
+                // Held here until the outsider has been refused.
+                both_in.wait().await;
+            }
+        };
+        let first = tokio::spawn({
+            let (c, kind, w) = (c.clone(), kind.clone(), work(both_in.clone()));
+            async move { c.with_lock(name, kind, w).await }
+        });
+        let second = tokio::spawn({
+            let (c, kind, w) = (c.clone(), kind.clone(), work(both_in.clone()));
+            async move { c.with_lock(name, kind, w).await }
+        });
+        tokio::time::timeout(Duration::from_secs(20), both_in.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{name}: both holders' work did not run at once"));
+        let outsider = match name {
+            "kind/shared" => AcquireOptions::default(),
+            _ => kind.clone(),
+        };
+        match c.try_acquire(name, outsider).await {
+            Err(Error::Held(_)) => {}
+            other => panic!(
+                "{name}: a third holder beside the two was not refused: {:?}",
+                other.map(|guard| guard.lock())
+            ),
+        }
+        both_in.wait().await;
+        first.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+        assert!(
+            c.get(name).await.unwrap().is_none(),
+            "{name}: released after the work"
+        );
+    }
+
+    let session = c.open_session(Default::default()).await.unwrap();
+    let id = session.id().to_string();
+    let seen = session
+        .with_lock("kind/session", AcquireOptions::default(), |_lost| {
+            let c = c.clone();
+            async move { c.get("kind/session").await.unwrap() }
+        })
+        .await
+        .unwrap();
+    let seen = seen.expect("the lock is held while its work runs");
+    assert_eq!(
+        seen.session.as_deref(),
+        Some(id.as_str()),
+        "held in the session"
+    );
+    assert!(
+        c.get("kind/session").await.unwrap().is_none(),
+        "released after the work"
+    );
+    assert!(!session.is_lost(), "the session stays open");
+    assert_eq!(
+        session.close().await.unwrap(),
+        0,
+        "no lock was left in the session"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_at_a_time_among_five_and_observers_see_every_change_in_order() {
     let cluster = Cluster::start(3).await;

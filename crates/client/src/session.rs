@@ -168,6 +168,38 @@ impl Session {
         Ok(SessionLock { view, lost })
     }
 
+    /// Runs `work` while holding `name` in this session
+    /// ([`Session::acquire`]), then releases the lock and leaves the
+    /// session open. The work is given a token cancelled the moment the
+    /// lock is lost (with its session, or found gone by a renewal); a lock
+    /// of a session has no lease of its own to wait out, so work still
+    /// running then is stopped (dropped) at once, and the call answers
+    /// [`Error::Lost`], as it does for work that returned after the loss.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        name: &str,
+        options: AcquireOptions,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let held = self.acquire(name, options).await?;
+        let lost = held.lost_token();
+        let out = tokio::select! {
+            out = work(lost.clone()) => out,
+            () = lost.cancelled() => return Err(Error::Lost),
+        };
+        if held.is_lost() || self.is_lost() {
+            return Err(Error::Lost);
+        }
+        // The work is done; a failed release leaves the lock to end with
+        // the session.
+        let _ = self.release(held).await;
+        Ok(out)
+    }
+
     /// Releases one lock of the session before the session ends.
     pub async fn release(&self, held: SessionLock) -> Result<(), Error> {
         lock(&self.shared.locks).retain(|(id, _, _)| *id != held.view.id);

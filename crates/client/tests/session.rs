@@ -268,3 +268,37 @@ async fn a_session_is_used_from_a_spawned_task() {
         "the session's lease ends on the client's count within its lease"
     );
 }
+
+/// Work run under a session's lock has its token cancelled when the
+/// session lapses and is stopped at once though it ignores the token; the
+/// call answers `Lost`, before the session's lease ends.
+#[tokio::test(start_paused = true)]
+async fn with_lock_in_a_session_stops_the_work_when_the_session_is_lost() {
+    let client = Client::with_transport(std::sync::Arc::new(Silent));
+    let session = client
+        .open_session(SessionOptions::default())
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let given = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let keep = std::sync::Arc::clone(&given);
+    let outcome = session
+        .with_lock("n", AcquireOptions::default(), |token| async move {
+            *keep.lock().unwrap() = Some(token);
+            // Work that never looks at its token.
+            tokio::time::sleep(ms(10 * LEASE_MS)).await;
+            1
+        })
+        .await;
+    assert!(
+        matches!(outcome, Err(leasehold_client::Error::Lost)),
+        "{outcome:?}"
+    );
+    let token = given.lock().unwrap().take().expect("the work ran");
+    assert!(token.is_cancelled(), "the work's token was cancelled");
+    assert!(
+        started.elapsed() < ms(LEASE_MS),
+        "stopped at the loss, before the session's lease ended: {:?}",
+        started.elapsed()
+    );
+}
