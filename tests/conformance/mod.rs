@@ -1,10 +1,13 @@
 //! The client conformance suite (clients/conformance) run with the Rust
-//! client: each scenario of `scenarios.json` is a test here, against a
-//! cluster of its own, and a scenario the file lists that no test runs
-//! fails `every_scenario_is_run`.
+//! client: each scenario of `scenarios.json` is a module here with a test
+//! over each of the client's transports (`binary`: frames only, no
+//! fallback; `http`: HTTP/1.1 and JSON), each against a cluster of its
+//! own, and a scenario the file lists that no test runs fails
+//! `every_scenario_is_run`.
 
 mod steps;
 
+use leasehold_client::TransportKind;
 use serde_json::Value;
 
 const SCENARIOS: &str = include_str!("../../clients/conformance/scenarios.json");
@@ -17,8 +20,9 @@ fn scenarios() -> Vec<Value> {
         .clone()
 }
 
-/// Runs scenario `id` whole, failing at its first step that differs.
-async fn run(id: &str) {
+/// Runs scenario `id` whole with clients over `transport`, failing at its
+/// first step that differs.
+async fn run(id: &str, transport: TransportKind) {
     if std::env::var("CONFORMANCE_ONLY").is_ok_and(|only| !id.contains(&only)) {
         return;
     }
@@ -35,7 +39,7 @@ async fn run(id: &str) {
         })
         .unwrap_or_default();
     let cluster = crate::support::up::UpCluster::start(&scenario["cluster"]).await;
-    let mut run = steps::Run::new(cluster, env);
+    let mut run = steps::Run::new(cluster, env, transport);
     for (i, step) in scenario["steps"].as_array().unwrap().iter().enumerate() {
         if let Err(why) = run.step(step).await {
             panic!("scenario {id}, step {i} ({step}): {why}");
@@ -46,9 +50,18 @@ async fn run(id: &str) {
 macro_rules! scenarios {
     ($($test:ident => $id:literal,)*) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $test() {
-                run($id).await;
+            mod $test {
+                use leasehold_client::TransportKind;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn binary() {
+                    super::run($id, TransportKind::Binary).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn http() {
+                    super::run($id, TransportKind::Http).await;
+                }
             }
         )*
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use leasehold_client::{
     AcquireOptions, CampaignOptions, Client, Error, Kind, Leadership, Lock, LockGuard, LockSet,
-    Loss, Session, SessionLock, SessionOptions,
+    Loss, Session, SessionLock, SessionOptions, TransportKind,
 };
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
@@ -116,12 +116,19 @@ pub(super) struct Run {
     /// The scenario's `env`, where `token_env` is looked up first (tests
     /// run side by side share one process environment).
     env: HashMap<String, String>,
+    /// How every client of the run talks to the nodes.
+    transport: TransportKind,
 }
 
 impl Run {
-    pub(super) fn new(cluster: UpCluster, env: HashMap<String, String>) -> Run {
+    pub(super) fn new(
+        cluster: UpCluster,
+        env: HashMap<String, String>,
+        transport: TransportKind,
+    ) -> Run {
         Run {
             env,
+            transport,
             cluster,
             clients: HashMap::new(),
             bound: HashMap::new(),
@@ -201,7 +208,7 @@ impl Run {
         token: Option<String>,
         tls: Option<&std::path::Path>,
     ) -> Result<Client, String> {
-        let mut builder = Client::builder(endpoints.to_vec());
+        let mut builder = Client::builder(endpoints.to_vec()).transport(self.transport);
         if let Some(token) = token {
             builder = builder.token(token);
         }
