@@ -145,6 +145,40 @@ fn cycle(c: &mut Criterion, label: &str, kind: Kind, beside: u128, delay: Durati
     });
 }
 
+/// A lock taken in a session and released, in a table holding 100k other
+/// locks: the session's cycle beside the exclusive lock's
+/// (`acquire_release`). The session is opened once, with a lease the run
+/// does not outlast.
+fn acquire_release_in_session(c: &mut Criterion) {
+    let mut table = rebuilt((0..100_000).map(|i| lock(i, 1)).collect());
+    let mut clock = now();
+    let session_id = 3u128 << 100;
+    let opened = Request {
+        lease: Some(Duration::from_secs(3600)),
+        ..request(session_name(LockId::from_u128(session_id)), session_id)
+    };
+    let Ok(Acquired::Granted(session)) = table.acquire(opened, clock) else {
+        panic!("session opened")
+    };
+    let name = "jobs/free".to_string();
+    let mut id = 1u128 << 100;
+    c.bench_function("acquire+release a lock in a session (100k held)", |b| {
+        b.iter(|| {
+            id += 1;
+            clock = clock + Duration::from_micros(20);
+            let asked = Request {
+                session: Some(session.id),
+                lease: None,
+                ..request(name.clone(), id)
+            };
+            let Ok(Acquired::Granted(lock)) = table.acquire(asked, clock) else {
+                panic!("free lock not granted in the session")
+            };
+            black_box(table.release(&name, lock.id, clock).unwrap());
+        })
+    });
+}
+
 /// A set of 8 names acquired in one step and released, beside one name's
 /// cycle (`acquire_release`): what the set's one step costs over its
 /// names' own inserts and removals.
@@ -306,6 +340,7 @@ criterion_group!(
     benches,
     acquire_release,
     acquire_release_kinds,
+    acquire_release_in_session,
     acquire_release_set,
     renew_session,
     reference_hashmap,
