@@ -87,6 +87,17 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
             .await;
     }
 
+    // Two of three permits of a name are held.
+    for (via, holder) in [(page_node, "permit-one"), (speaker, "permit-two")] {
+        cluster
+            .must_acquire(
+                via,
+                "page/permits",
+                json!({"holder": holder, "lease_ms": 60000, "permits": 3}),
+            )
+            .await;
+    }
+
     // A request waits for the lock for the whole test.
     let waiting = {
         let (http, url) = (
@@ -98,6 +109,35 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
             let _ = http.post(url).json(&body).send().await;
         })
     };
+
+    // Behind it, a set that asks for the lock together with a free name.
+    let queued = |waiters: u64| {
+        let cluster = &cluster;
+        async move {
+            for _ in 0..200 {
+                let (_, lock) = cluster
+                    .get(speaker, "/v1/locks/page%2Ftaken-in-the-test")
+                    .await;
+                if lock["lock"]["waiters"] == json!(waiters) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("{waiters} requests never waited for page/taken-in-the-test");
+        }
+    };
+    queued(1).await;
+    let waiting_set = {
+        let (http, url) = (
+            cluster.http.clone(),
+            cluster.url(page_node, "/v1/locks/acquire"),
+        );
+        tokio::spawn(async move {
+            let body = json!({"names": ["page/taken-in-the-test", "page/set-free"], "holder": "the-waiting-set", "wait_ms": 60000});
+            let _ = http.post(url).json(&body).send().await;
+        })
+    };
+    queued(2).await;
 
     // The speaker's page and a follower's show the same, the speaker's view.
     let speaker_page = browser.open(&cluster.url(speaker, "/"));
@@ -111,12 +151,16 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
                  document.body.innerText.includes('page/taken-in-the-test') && \
                  document.body.innerText.includes('grants/s') && \
                  document.querySelectorAll('#history tr').length > 0 && \
-                 document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').textContent === '1' && \
+                 document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').textContent === '2' && \
                  document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').title.startsWith('1. the-waiting-one (node ') && \
+                 document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').title.includes('\\n2. the-waiting-set (node ') && \
+                 document.querySelector('#locks tr[data-lock=\"page/taken-in-the-test\"] td:nth-child(7)').title.endsWith(', together with page/set-free') && \
+                 document.querySelector('#locks tr[data-lock=\"page/permits\"] td:nth-child(8)').textContent === 'permits 2/3' && \
+                 document.querySelector('#locks tr[data-lock=\"page/permits\"] td:nth-child(8)').title.includes('permit-two (node ') && \
                  document.querySelector('#locks tr[data-lock=\"page/read-together\"] td:nth-child(8)').textContent === 'shared by 2' && \
                  document.querySelector('#locks tr[data-lock=\"page/read-together\"] td:nth-child(8)').title.includes('reader-two (node ') && \
                  document.querySelector('#locks tr[data-lock=\"page/closed\"] td:nth-child(6)').textContent.startsWith('closed ') && \
-                 document.getElementById('lock-count').textContent.startsWith('3 held')"
+                 document.getElementById('lock-count').textContent.startsWith('4 held')"
             ),
             Duration::from_secs(20),
         );
@@ -226,6 +270,7 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
     );
 
     waiting.abort();
+    waiting_set.abort();
     let console = browser.console.lock().unwrap().clone();
     let errors: Vec<_> = console
         .iter()
