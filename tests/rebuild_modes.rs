@@ -291,3 +291,113 @@ async fn strict_mode_takes_a_session_back_from_its_nodes_records() {
         renewer.abort();
     }
 }
+
+/// The strict hold and the take-back keep every kind as it was granted:
+/// two readers of a name and two of three permits of another, all held
+/// through the node the rebuild missed, come back with their fences when
+/// that node renews them; meanwhile no grant is made of either name, and
+/// after the hold a writer beside the readers is refused while the third
+/// permit is granted and a fourth is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_mode_keeps_readers_and_permits_through_the_hold() {
+    let mut cluster = Cluster::start_with(
+        5,
+        &[
+            "--rebuild-mode",
+            "strict",
+            "--max-lease",
+            "5000",
+            "--default-lease",
+            "4000",
+        ],
+    )
+    .await;
+    cluster.wait_protocol(support::SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let others: Vec<u64> = cluster.others(speaker);
+    let (holder_node, other_node) = (others[0], others[1]);
+    let mut held = Vec::new();
+    for (name, holder, kind) in [
+        ("strict/readers", "reader-1", json!({"shared": true})),
+        ("strict/readers", "reader-2", json!({"shared": true})),
+        ("strict/permits", "permit-1", json!({"permits": 3})),
+        ("strict/permits", "permit-2", json!({"permits": 3})),
+    ] {
+        let mut body = json!({"holder": holder, "lease_ms": 5000});
+        body.as_object_mut()
+            .unwrap()
+            .extend(kind.as_object().unwrap().clone());
+        let lock = cluster.must_acquire(holder_node, name, body).await;
+        held.push((name, lock));
+    }
+
+    let new_speaker = failover_without(&mut cluster, speaker, holder_node).await;
+    for body in [
+        json!({"name": "strict/readers", "shared": true}),
+        json!({"name": "strict/permits", "permits": 3}),
+    ] {
+        let (status, answer) = cluster
+            .post(new_speaker, "/v1/locks/acquire", body.clone())
+            .await;
+        assert_eq!(status, 503, "no grant during the hold: {body} {answer}");
+    }
+
+    // The holder's node comes back: each lock is taken back as it was.
+    cluster.resume(holder_node);
+    let mut renewers = Vec::new();
+    for (name, lock) in &held {
+        let renewal = json!({"name": name, "id": lock["id"]});
+        let (status, body) = cluster
+            .post_settled(holder_node, "/v1/locks/renew", renewal.clone())
+            .await;
+        assert_eq!(status, 200, "{name}: {body}");
+        assert_eq!(body["lock"]["fence"], lock["fence"], "{name}: {body}");
+        assert_eq!(body["lock"]["mode"], lock["mode"], "{name}: {body}");
+        renewers.push(cluster.keep_renewing(
+            holder_node,
+            "/v1/locks/renew",
+            renewal,
+            Duration::from_millis(1000),
+            Duration::from_millis(4000),
+        ));
+    }
+
+    // After the hold: the name's kinds fit as before the failover.
+    let third = cluster
+        .must_acquire(
+            other_node,
+            "strict/permits",
+            json!({"holder": "permit-3", "permits": 3}),
+        )
+        .await;
+    assert!(fence(&third) > fence(&held[3].1));
+    let (status, body) = cluster
+        .post(
+            other_node,
+            "/v1/locks/acquire",
+            json!({"name": "strict/permits", "holder": "permit-4", "permits": 3}),
+        )
+        .await;
+    assert_eq!(status, 409, "a fourth permit of three: {body}");
+    let (status, body) = cluster
+        .post(
+            other_node,
+            "/v1/locks/acquire",
+            json!({"name": "strict/readers", "holder": "writer"}),
+        )
+        .await;
+    assert_eq!(status, 409, "a writer beside two readers: {body}");
+    let (_, listed) = cluster.get(other_node, "/v1/locks/strict%2Freaders").await;
+    assert_eq!(
+        listed["lock"]["others"].as_array().map(Vec::len),
+        Some(1),
+        "both readers hold the name: {listed}"
+    );
+    for renewer in renewers {
+        if renewer.is_finished() {
+            renewer.await.expect("the holder kept its lock");
+        } else {
+            renewer.abort();
+        }
+    }
+}
