@@ -427,6 +427,42 @@ async fn a_listing_and_a_get_show_who_waits_for_each_lock_in_order() {
         .await;
     assert_eq!(status, 200, "{body}");
     assert!(body["lock"].get("queue").is_none(), "{body}");
+
+    // A set waits for queue/a and for queue/free, which no one holds: a
+    // get of queue/free is not_held, and says who waits for it.
+    let (http, url) = (
+        cluster.http.clone(),
+        cluster.url(follower, "/v1/locks/acquire"),
+    );
+    let body = json!({"names": ["queue/a", "queue/free"], "holder": "the-set", "wait_ms": 60000});
+    waiting.push(tokio::spawn(async move {
+        let _ = http.post(url).json(&body).send().await;
+    }));
+    wait_for(
+        &cluster,
+        speaker,
+        path,
+        "waited for by the set",
+        |_, body| body["locks"][0]["waiters"] == json!(3),
+    )
+    .await;
+    for via in [speaker, follower] {
+        let (status, body) = cluster.get(via, "/v1/locks/queue%2Ffree").await;
+        assert_eq!(status, 404, "node {via}: {body}");
+        assert_eq!(body["error"], json!("not_held"), "node {via}: {body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("queue/free is not held, but 1 request waits for it")
+                && message.contains(&format!("the-set (node {follower}, together with queue/a)")),
+            "node {via}: {body}"
+        );
+    }
+    let (status, body) = cluster.get(follower, "/v1/locks/queue%2Fnobody").await;
+    assert_eq!(
+        (status, &body["message"]),
+        (404, &json!("queue/nobody is not held")),
+        "{body}"
+    );
     for w in waiting {
         w.abort();
     }

@@ -235,7 +235,10 @@ impl Transport for Embedded {
     ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
         Box::pin(async move {
             let (lock, waiting) = match watch {
-                None => within(timeout, self.node.get_waiting(&name)).await?.unzip(),
+                None => {
+                    let (lock, waiting) = within(timeout, self.node.get_waiting(&name)).await?;
+                    (lock, Some(waiting))
+                }
                 Some(_) => (within(timeout, self.node.get(&name, watch)).await?, None),
             };
             Ok(lock.map(|l| with_waiting(&l, waiting, &self.node, |l| self.view(l))))

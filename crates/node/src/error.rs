@@ -57,6 +57,51 @@ impl ApiError {
         Self::new(ErrorCode::NotHeld, format!("{name} is not held"))
     }
 
+    /// `404 not_held` for a get of `name`, which no one holds while
+    /// requests wait for it (a set waiting for its other names, whose
+    /// place this name is kept for): the message names them, the first
+    /// few in the order they will be served.
+    pub fn free_awaited(name: &str, waiting: &locktable::Waiting) -> Self {
+        const NAMED: usize = 3;
+        let named: Vec<String> = waiting
+            .first
+            .iter()
+            .take(NAMED)
+            .map(|q| {
+                let holder = if q.holder.is_empty() { "-" } else { &q.holder };
+                let kind = match q.kind {
+                    locktable::Kind::Exclusive => String::new(),
+                    locktable::Kind::Shared => ", shared".to_string(),
+                    locktable::Kind::Permit(n) => format!(", one of {n} permits"),
+                };
+                let with = if q.with.is_empty() {
+                    String::new()
+                } else {
+                    format!(", together with {}", q.with.join(" "))
+                };
+                format!("{holder} (node {}{kind}{with})", q.node)
+            })
+            .collect();
+        let more = waiting.count.saturating_sub(named.len());
+        let more = if more > 0 {
+            format!(", and {more} more")
+        } else {
+            String::new()
+        };
+        let requests = if waiting.count == 1 {
+            "1 request waits"
+        } else {
+            "requests wait"
+        };
+        Self::new(
+            ErrorCode::NotHeld,
+            format!(
+                "{name} is not held, but {requests} for it (kept free for them, in this order): {}{more}",
+                named.join("; ")
+            ),
+        )
+    }
+
     /// `503 no_leader`.
     pub fn no_leader() -> Self {
         Self::new(ErrorCode::NoLeader, "no speaker is known; retry")

@@ -465,12 +465,13 @@ impl Node {
             .map_err(malformed)
     }
 
-    /// The lock `name`, if held, with the requests waiting for it (none
-    /// shown through a speaker of an earlier build).
+    /// The lock `name`, if held, with the requests waiting for it, which a
+    /// name no one holds may have too (none shown through a speaker of an
+    /// earlier build).
     pub async fn get_waiting(
         self: &Arc<Self>,
         name: &str,
-    ) -> Result<Option<(Lock, locktable::Waiting)>, ApiError> {
+    ) -> Result<(Option<Lock>, locktable::Waiting), ApiError> {
         leasehold_api::validate_name(name)?;
         if self.is_leader() {
             return self.speak_get_waiting(name);
@@ -498,7 +499,7 @@ impl Node {
             .map(|p| LockInTransit::try_from(p).map(|l| l.arrive(call.sent)))
             .transpose()
             .map_err(malformed)?;
-        Ok(lock.map(|lock| (lock, waiting)))
+        Ok((lock, waiting))
     }
 
     /// As the speaker: the lock `name`, waiting for a change if asked.

@@ -505,12 +505,12 @@ impl Node {
         found.map_err(|r| self.refused(r))
     }
 
-    /// The lock `name`, as the speaker has it, with the requests waiting
-    /// for it.
+    /// The lock `name`, as the speaker has it (if held), with the requests
+    /// waiting for it.
     pub(crate) fn speak_get_waiting(
         &self,
         name: &str,
-    ) -> Result<Option<(Lock, locktable::Waiting)>, ApiError> {
+    ) -> Result<(Option<Lock>, locktable::Waiting), ApiError> {
         let guard = self.guard();
         let state = self.state();
         let found = state.member.get_waiting(name, &guard, self.clock.now());

@@ -283,10 +283,18 @@ async fn get(node: &Shared, caller: &Caller, query: GetQuery) -> Result<Answer, 
     });
     // Without a watch, with the requests waiting for it.
     let (lock, waiting) = match watch {
-        None => node.get_waiting(&name).await?.unzip(),
+        None => {
+            let (lock, waiting) = node.get_waiting(&name).await?;
+            (lock, Some(waiting))
+        }
         Some(_) => (node.get(&name, watch).await?, None),
     };
-    let lock = lock.ok_or_else(|| ApiError::free(&name))?;
+    let Some(lock) = lock else {
+        return Err(match waiting {
+            Some(waiting) if waiting.count > 0 => ApiError::free_awaited(&name, &waiting),
+            _ => ApiError::free(&name),
+        });
+    };
     Ok(Answer::Lock(LockAnswer {
         locks: None,
         lock: crate::embedded::with_waiting(&lock, waiting, node, |l| seen_by(caller, node, l)),

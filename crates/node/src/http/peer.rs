@@ -295,13 +295,10 @@ async fn forward_get(
 ) -> Result<Response, ApiError> {
     let forwarded: ForwardGet = peer_body(&bytes)?;
     if forwarded.queue && forwarded.watch.is_none() {
-        let found = node.speak_get_waiting(&forwarded.name)?;
+        let (lock, waiting) = node.speak_get_waiting(&forwarded.name)?;
         let now = node.clock.now();
-        let Some((lock, waiting)) = found else {
-            return Ok(Json(ForwardGetAnswer::default()).into_response());
-        };
         return Ok(Json(ForwardGetAnswer {
-            lock: Some(node.transit(&lock)),
+            lock: lock.map(|lock| node.transit(&lock)),
             waiters: waiting.count as u64,
             queue: waiting
                 .first

@@ -408,16 +408,17 @@ impl Member {
             .map_err(|_| Refusal::NotRebuilt)
     }
 
-    /// The lock `name`, as the speaker has it, with the requests waiting
-    /// for it.
+    /// The lock `name`, as the speaker has it (if held), with the requests
+    /// waiting for it: a name no one holds may have some (a set waiting
+    /// for its other names).
     pub fn get_waiting(
         &self,
         name: &str,
         guard: &Guard,
         now: MonoTime,
-    ) -> Result<Option<(Lock, locktable::Waiting)>, Refusal> {
+    ) -> Result<(Option<Lock>, locktable::Waiting), Refusal> {
         let lock = self.get(name, guard, now)?;
-        Ok(lock.map(|lock| (lock, self.table.waiting_for(name, now))))
+        Ok((lock, self.table.waiting_for(name, now)))
     }
 
     /// The locks under `prefix`, at most `limit`, as the speaker has them,
