@@ -642,7 +642,7 @@ func (r *runner) step(s step) error {
 		r.vars[s.str("as")] = v
 		return nil
 	case "get":
-		return r.doGet(s)
+		return r.doGet(s, began)
 	case "same_fence", "fence_above":
 		a, err := r.lock(s, "a")
 		if err != nil {
@@ -859,6 +859,9 @@ func (r *runner) acquireOptions(s step) ([]leasehold.AcquireOption, error) {
 	if s.has("lapse_margin_ms") {
 		opts = append(opts, leasehold.WithLapseMargin(s.ms("lapse_margin_ms")))
 	}
+	if s.has("lock_delay_ms") {
+		opts = append(opts, leasehold.WithLockDelay(s.ms("lock_delay_ms")))
+	}
 	if s.has("holder") {
 		opts = append(opts, leasehold.WithHolder(s.str("holder")))
 	}
@@ -981,15 +984,31 @@ func (r *runner) doLost(s step) error {
 	return nil
 }
 
-func (r *runner) doGet(s step) error {
+// doGet performs a get; with for_ms, the get and its checks are repeated
+// every 100 ms for that long.
+func (r *runner) doGet(s step, began time.Time) error {
 	c, err := r.client(s, "client")
 	if err != nil {
 		return err
 	}
-	lock, gerr := c.Get(r.ctx, s.str("name"))
-	if err := expect(s, gerr); err != nil || gerr != nil {
-		return err
+	until := began.Add(s.ms("for_ms"))
+	for {
+		lock, gerr := c.Get(r.ctx, s.str("name"))
+		if err := expect(s, gerr); err != nil || gerr != nil {
+			return err
+		}
+		if err := r.checkGet(s, lock); err != nil {
+			return err
+		}
+		if !time.Now().Before(until) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// checkGet checks one answer of a get: what the name is held under.
+func (r *runner) checkGet(s step, lock *leasehold.LockInfo) error {
 	if s.boolean("free") && lock != nil {
 		return fmt.Errorf("%s is held by %q (id %s)", s.str("name"), lock.Holder, lock.ID)
 	}
@@ -1024,6 +1043,14 @@ func (r *runner) doGet(s step) error {
 		}
 		if n != int(s.num("holders")) {
 			return fmt.Errorf("%s has %d holders, not %v", s.str("name"), n, s["holders"])
+		}
+	}
+	if s.has("ttl_at_least_ms") {
+		if lock == nil {
+			return fmt.Errorf("%s is free", s.str("name"))
+		}
+		if lock.TTL() < s.ms("ttl_at_least_ms") {
+			return fmt.Errorf("%s has %v left, less than %v", s.str("name"), lock.TTL(), s.ms("ttl_at_least_ms"))
 		}
 	}
 	return nil

@@ -81,6 +81,7 @@ scenarios! {
     blocking_acquire_served_on_release => "blocking-acquire-served-on-release",
     blocking_acquire_wait_runs_out => "blocking-acquire-wait-runs-out",
     renewal_keeps_the_lock => "renewal-keeps-the-lock",
+    renewal_follows_its_schedule => "renewal-follows-its-schedule",
     renewal_schedule_checked_before_sending => "renewal-schedule-checked-before-sending",
     loss_refused_is_signalled => "loss-refused-is-signalled",
     loss_lapsed_counted_from_the_send => "loss-lapsed-counted-from-the-send",
@@ -88,6 +89,7 @@ scenarios! {
     moves_on_503 => "moves-on-503",
     endpoints_dead_and_alive => "endpoints-dead-and-alive",
     retry_is_idempotent => "retry-is-idempotent",
+    release_retry_is_idempotent => "release-retry-is-idempotent",
     fences_grow_across_a_speaker_change => "fences-grow-across-a-speaker-change",
     fenced_release => "fenced-release",
     with_lock_runs_and_releases => "with-lock-runs-and-releases",
@@ -98,5 +100,6 @@ scenarios! {
     semaphore => "semaphore",
     sets_all_or_nothing => "sets-all-or-nothing",
     sessions => "sessions",
+    lock_delay_keeps_the_name_closed => "lock-delay-keeps-the-name-closed",
     tokens_and_tls => "tokens-and-tls",
 }

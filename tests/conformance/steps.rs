@@ -231,6 +231,7 @@ impl Run {
                 (_, Some(n)) => Kind::Permit(n as u32),
                 _ => Kind::Exclusive,
             },
+            lock_delay: ms(step, "lock_delay_ms").unwrap_or_default(),
             ..AcquireOptions::default()
         }
     }
@@ -396,29 +397,22 @@ impl Run {
                 Ok(())
             }
             "get" => {
+                // With `for_ms`, the get and its checks are repeated
+                // every 100 ms for that long.
                 let client = self.client(step)?;
                 let name = text(step, "name")?;
-                let lock = client
-                    .get(&name)
-                    .await
-                    .map_err(|e| format!("get {name}: {e}"))?;
-                if step["free"].as_bool() == Some(true) && lock.is_some() {
-                    return Err(format!("{name} is held: {lock:?}"));
-                }
-                if let Some(holder) = step["holder_lock"].as_str() {
-                    let want = self.get(holder)?.lock()?.id;
-                    match &lock {
-                        Some(l) if l.id == want || l.others.iter().any(|o| o.id == want) => {}
-                        _ => return Err(format!("{name} not held by {holder}: {lock:?}")),
+                let until = started + ms(step, "for_ms").unwrap_or_default();
+                loop {
+                    let lock = client
+                        .get(&name)
+                        .await
+                        .map_err(|e| format!("get {name}: {e}"))?;
+                    self.check_get(step, &name, &lock)?;
+                    if Instant::now() >= until {
+                        return Ok(());
                     }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                if let Some(n) = step["holders"].as_u64() {
-                    let count = lock.as_ref().map_or(0, |l| 1 + l.others.len() as u64);
-                    if count != n {
-                        return Err(format!("{name} has {count} holders, not {n}"));
-                    }
-                }
-                Ok(())
             }
             "same_fence" | "fence_above" => {
                 let a = self.bound_of(step, "a")?.lock()?.fence;
@@ -548,6 +542,39 @@ impl Run {
             }
             other => Err(format!("no such step {other:?}")),
         }
+    }
+
+    /// `get`'s checks of one answer (`lock`: what the name is held under).
+    fn check_get(&self, step: &Value, name: &str, lock: &Option<Lock>) -> Result<(), String> {
+        if step["free"].as_bool() == Some(true) && lock.is_some() {
+            return Err(format!("{name} is held: {lock:?}"));
+        }
+        if let Some(holder) = step["holder_lock"].as_str() {
+            let want = self.get(holder)?.lock()?.id;
+            match &lock {
+                Some(l) if l.id == want || l.others.iter().any(|o| o.id == want) => {}
+                _ => return Err(format!("{name} not held by {holder}: {lock:?}")),
+            }
+        }
+        if let Some(n) = step["holders"].as_u64() {
+            let count = lock.as_ref().map_or(0, |l| 1 + l.others.len() as u64);
+            if count != n {
+                return Err(format!("{name} has {count} holders, not {n}"));
+            }
+        }
+        if let Some(least) = step["ttl_at_least_ms"].as_u64() {
+            match lock {
+                Some(l) if l.ttl_ms >= least => {}
+                Some(l) => {
+                    return Err(format!(
+                        "{name} has {} ms left, less than {least}",
+                        l.ttl_ms
+                    ))
+                }
+                None => return Err(format!("{name} is free")),
+            }
+        }
+        Ok(())
     }
 
     /// Runs an acquire or a campaign: in the background, or now, checked

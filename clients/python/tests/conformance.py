@@ -231,6 +231,7 @@ class Runner:
         self.vars: Dict[str, Any] = {}
         self.started: Dict[str, float] = {}
         self.session_of: Dict[str, str] = {}
+        self.step_began = time.monotonic()
 
     # -- values ----------------------------------------------------------
 
@@ -334,8 +335,9 @@ class Runner:
 
     def step(self, step: Dict[str, Any]) -> None:
         do = step["do"]
+        self.step_began = time.monotonic()
         if "as" in step:
-            self.started[step["as"]] = time.monotonic()
+            self.started[step["as"]] = self.step_began
         handler = getattr(self, "do_" + do, None)
         if handler is None:
             raise StepFailed(f"the runner does not perform {do!r}")
@@ -374,7 +376,7 @@ class Runner:
     def lock_options(step: Dict[str, Any]) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
         for key, name in (("lease_ms", "lease"), ("wait_ms", "wait"), ("renew_every_ms", "renew_every"),
-                          ("lapse_margin_ms", "lapse_margin")):
+                          ("lapse_margin_ms", "lapse_margin"), ("lock_delay_ms", "lock_delay")):
             if key in step:
                 out[name] = step[key] / 1000.0
         for key in ("holder", "data", "shared", "permits"):
@@ -463,8 +465,18 @@ class Runner:
         self.vars[step["as"]] = self.resolve(step["value"])
 
     def do_get(self, step: Dict[str, Any]) -> None:
+        """With ``for_ms``, the get and its checks are repeated every 100 ms
+        for that long."""
         client = self.clients[step["client"]]
-        lock = self.expecting(step, lambda: client.get(self.resolve(step["name"])))
+        until = self.step_began + step.get("for_ms", 0) / 1000.0
+        while True:
+            lock = self.expecting(step, lambda: client.get(self.resolve(step["name"])))
+            self.check_get(step, lock)
+            if time.monotonic() >= until:
+                return
+            time.sleep(0.1)
+
+    def check_get(self, step: Dict[str, Any], lock: Any) -> None:
         if step.get("free") and lock is not None:
             raise StepFailed(f"the name is held: {lock}")
         if step.get("free") is False and lock is None:
@@ -480,6 +492,11 @@ class Runner:
             n = 0 if lock is None else lock.holders
             if n != step["holders"]:
                 raise StepFailed(f"{n} holders, not {step['holders']}")
+        if "ttl_at_least_ms" in step:
+            if lock is None:
+                raise StepFailed("the name is free")
+            if lock.ttl_ms < step["ttl_at_least_ms"]:
+                raise StepFailed(f"{lock.ttl_ms} ms left, less than {step['ttl_at_least_ms']}")
 
     def do_same_fence(self, step: Dict[str, Any]) -> None:
         a, b = self.locks[step["a"]].fence, self.locks[step["b"]].fence

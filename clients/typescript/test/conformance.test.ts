@@ -335,12 +335,35 @@ class Runner {
     return want === "ok";
   }
 
+  /** A get's checks of one answer: what the name is held under. */
+  private checkGet(step: Step, lock: LockInfo | null): void {
+    if (step.free === true && lock !== null) throw new StepFailure(`${String(step.name)} is held (by ${lock.id}), not free`);
+    if (step.free === false && lock === null) throw new StepFailure(`${String(step.name)} is free`);
+    if (step.holder_lock !== undefined) {
+      const want = lockInfo(this.held(step.holder_lock)).id;
+      if (lock === null) throw new StepFailure(`${String(step.name)} is free, not held by ${String(step.holder_lock)}`);
+      const ids = [lock.id, ...(lock.others ?? []).map((o) => o.id)];
+      if (!ids.includes(want)) throw new StepFailure(`${String(step.name)} is held by ${ids.join(", ")}, not ${want}`);
+    }
+    if (step.holders !== undefined) {
+      const n = lock === null ? 0 : 1 + (lock.others?.length ?? 0);
+      if (n !== step.holders) throw new StepFailure(`${String(step.name)} has ${n} holders, not ${String(step.holders)}`);
+    }
+    if (step.ttl_at_least_ms !== undefined) {
+      if (lock === null) throw new StepFailure(`${String(step.name)} is free`);
+      if (lock.ttlMs < (step.ttl_at_least_ms as number)) {
+        throw new StepFailure(`${String(step.name)} has ${lock.ttlMs} ms left, less than ${String(step.ttl_at_least_ms)}`);
+      }
+    }
+  }
+
   private acquireOptions(step: Step): AcquireOptions {
     const o: AcquireOptions = {};
     if (step.lease_ms !== undefined) o.leaseMs = step.lease_ms as number;
     if (step.wait_ms !== undefined) o.waitMs = step.wait_ms as number;
     if (step.renew_every_ms !== undefined) o.renewEveryMs = step.renew_every_ms as number;
     if (step.lapse_margin_ms !== undefined) o.lapseMarginMs = step.lapse_margin_ms as number;
+    if (step.lock_delay_ms !== undefined) o.lockDelayMs = step.lock_delay_ms as number;
     if (step.holder !== undefined) o.holder = step.holder as string;
     if (step.data !== undefined) o.data = step.data as string;
     if (step.shared !== undefined) o.shared = step.shared as boolean;
@@ -509,22 +532,16 @@ class Runner {
         this.vars.set(String(step.as), await this.resolve(step.value));
         return;
       case "get": {
-        const got = await outcome(this.client(step.client).get(String(step.name)));
-        if (!this.expectOutcome(step, got)) return;
-        const lock = got.value as LockInfo | null;
-        if (step.free === true && lock !== null) throw new StepFailure(`${String(step.name)} is held (by ${lock.id}), not free`);
-        if (step.free === false && lock === null) throw new StepFailure(`${String(step.name)} is free`);
-        if (step.holder_lock !== undefined) {
-          const want = lockInfo(this.held(step.holder_lock)).id;
-          if (lock === null) throw new StepFailure(`${String(step.name)} is free, not held by ${String(step.holder_lock)}`);
-          const ids = [lock.id, ...(lock.others ?? []).map((o) => o.id)];
-          if (!ids.includes(want)) throw new StepFailure(`${String(step.name)} is held by ${ids.join(", ")}, not ${want}`);
+        // With for_ms, the get and its checks are repeated every 100 ms
+        // for that long.
+        const until = began + ((step.for_ms as number | undefined) ?? 0);
+        for (;;) {
+          const got = await outcome(this.client(step.client).get(String(step.name)));
+          if (!this.expectOutcome(step, got)) return;
+          this.checkGet(step, got.value as LockInfo | null);
+          if (performance.now() >= until) return;
+          await sleep(100);
         }
-        if (step.holders !== undefined) {
-          const n = lock === null ? 0 : 1 + (lock.others?.length ?? 0);
-          if (n !== step.holders) throw new StepFailure(`${String(step.name)} has ${n} holders, not ${String(step.holders)}`);
-        }
-        return;
       }
       case "same_fence": {
         const a = lockInfo(this.held(step.a)).fence;
