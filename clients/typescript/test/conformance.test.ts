@@ -693,6 +693,13 @@ function loadScenarios(): Scenario[] {
   return only ? all.filter((s) => s.id.includes(only)) : all;
 }
 
+test("CONFORMANCE_ONLY names a scenario", () => {
+  // One that names none runs no scenario: a failure, not a pass.
+  if (existsSync(scenariosFile) && loadScenarios().length === 0) {
+    throw new Error(`no scenario's id contains CONFORMANCE_ONLY=${JSON.stringify(process.env.CONFORMANCE_ONLY)}`);
+  }
+});
+
 if (!existsSync(scenariosFile)) {
   test("conformance suite", () => {
     throw new Error(`${scenariosFile} is missing`);
