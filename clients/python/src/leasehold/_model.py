@@ -153,7 +153,7 @@ class CallError(Exception):
 class ApiCall(CallError):
     """A node answered with an error."""
 
-    def __init__(self, status: int, code: str, message: str, lock: Optional[Dict[str, Any]]):
+    def __init__(self, status: int, code: str, message: str, lock: Optional[Dict[str, Any]]) -> None:
         super().__init__(f"{code}: {message}")
         self.status = status
         self.code = code
