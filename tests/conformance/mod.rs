@@ -47,6 +47,18 @@ async fn run(id: &str, transport: TransportKind) {
     }
 }
 
+/// A `CONFORMANCE_ONLY` that no scenario's id contains runs none: that
+/// fails, rather than passing with nothing run.
+#[test]
+fn conformance_only_names_a_scenario() {
+    if let Ok(only) = std::env::var("CONFORMANCE_ONLY") {
+        let named = scenarios()
+            .iter()
+            .any(|s| s["id"].as_str().is_some_and(|id| id.contains(&only)));
+        assert!(named, "no scenario's id contains CONFORMANCE_ONLY={only:?}");
+    }
+}
+
 macro_rules! scenarios {
     ($($test:ident => $id:literal,)*) => {
         $(
