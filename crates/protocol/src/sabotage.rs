@@ -99,6 +99,15 @@ pub struct Sabotage {
     /// locks keep the end they had, so they lapse while the session is
     /// renewed. The chaos suite switches it on at run time.
     pub session_locks_unfollowed: bool,
+    /// The permits: the speaker grants a permit request as one of a
+    /// semaphore with one permit more than asked (the count taken as N+1),
+    /// so a name holds one holder past its permits.
+    pub permits_overfull: bool,
+    /// A session's end: the speaker ends a closed session's own grant and
+    /// leaves its locks held (to run out at the session's last end), and a
+    /// session's renewal gives its locks a lease past the session's own
+    /// end, so they outlast its lapse.
+    pub session_end_leaves_locks: bool,
 }
 
 impl Sabotage {
@@ -126,6 +135,8 @@ impl Sabotage {
         sets_partial: false,
         delay_ignored: false,
         session_locks_unfollowed: false,
+        permits_overfull: false,
+        session_end_leaves_locks: false,
     };
 }
 
@@ -133,7 +144,7 @@ impl Sabotage {
 type Field = fn(&mut Sabotage) -> &mut bool;
 
 /// Each switch by the name the simulations' `--sabotage` takes.
-const SWITCHES: [(&str, Field); 22] = [
+const SWITCHES: [(&str, Field); 24] = [
     ("guard", |s| &mut s.no_grant_guard),
     ("restart-wait", |s| &mut s.no_restart_wait),
     ("reread", |s| &mut s.no_reread),
@@ -157,6 +168,10 @@ const SWITCHES: [(&str, Field); 22] = [
     ("delay-ignored", |s| &mut s.delay_ignored),
     ("session-locks-unfollowed", |s| {
         &mut s.session_locks_unfollowed
+    }),
+    ("permits-overfull", |s| &mut s.permits_overfull),
+    ("session-end-leaves-locks", |s| {
+        &mut s.session_end_leaves_locks
     }),
 ];
 

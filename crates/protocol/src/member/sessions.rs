@@ -103,6 +103,8 @@ impl Member {
             .and_then(|name| self.table.held_through(&name, id));
         let renewed = if self.config.sabotage.session_locks_unfollowed {
             self.renew_session_alone(id, lease, node, now)
+        } else if self.config.sabotage.session_end_leaves_locks {
+            self.renew_session_outlived(id, lease, node, now)
         } else {
             self.table.renew_session(id, lease, node, now)
         };
@@ -222,8 +224,35 @@ impl Member {
         })
     }
 
+    /// A session's renewal as the sabotage `session_end_leaves_locks` makes
+    /// it: the session's locks follow a renewal for twice the lease, then
+    /// the session's own grant is renewed for the lease alone, so its locks
+    /// outlast its lapse by a lease.
+    fn renew_session_outlived(
+        &mut self,
+        id: LockId,
+        lease: Option<Duration>,
+        node: NodeId,
+        now: MonoTime,
+    ) -> Result<SessionRenewed, LockError> {
+        let name = self.table.session_name_of(id).ok_or(LockError::NotHeld)?;
+        let lease = match lease {
+            Some(lease) => lease,
+            None => {
+                self.table
+                    .grant_of(&name, id, now)
+                    .ok_or(LockError::NotHeld)?
+                    .lease
+            }
+        };
+        let mut renewed = self.table.renew_session(id, Some(lease * 2), node, now)?;
+        renewed.session = self.table.renew(&name, id, Some(lease), node, now)?;
+        Ok(renewed)
+    }
+
     /// Ends a session as the speaker: its grant and every lock hanging off
-    /// it are released, each with the members to tell.
+    /// it are released, each with the members to tell (the grant alone
+    /// under the sabotage `session_end_leaves_locks`).
     pub fn release_session(
         &mut self,
         id: LockId,
@@ -231,7 +260,13 @@ impl Member {
         now: MonoTime,
     ) -> Result<Vec<(Lock, Members)>, Refusal> {
         self.speaker(guard, now)?;
-        let released = self.table.release_session(id, now).map_err(lock_error)?;
+        let released = match self.config.sabotage.session_end_leaves_locks {
+            true => {
+                let name = self.table.session_name_of(id).ok_or(Refusal::NotHeld)?;
+                vec![self.table.release(&name, id, now).map_err(lock_error)?]
+            }
+            false => self.table.release_session(id, now).map_err(lock_error)?,
+        };
         Ok(released
             .into_iter()
             .map(|lock| {

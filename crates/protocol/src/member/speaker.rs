@@ -30,12 +30,15 @@ fn acquire_refusal(e: AcquireError) -> Refusal {
 
 impl Member {
     /// A request as the switched-off rules of a self-test take it: an
-    /// exclusive one as shared (`writers_shared`), a lock-delay dropped
-    /// (`delay_ignored`).
+    /// exclusive one as shared (`writers_shared`), one of N permits as one
+    /// of N+1 (`permits_overfull`), a lock-delay dropped (`delay_ignored`).
     fn sabotage_request(&self, request: &mut Request) {
         let sabotage = &self.config.sabotage;
         if sabotage.writers_shared && request.kind == locktable::Kind::Exclusive {
             request.kind = locktable::Kind::Shared;
+        }
+        if let (true, locktable::Kind::Permit(n)) = (sabotage.permits_overfull, request.kind) {
+            request.kind = locktable::Kind::Permit((n + 1).min(locktable::Kind::MAX_PERMITS));
         }
         if sabotage.delay_ignored {
             request.delay = std::time::Duration::ZERO;
