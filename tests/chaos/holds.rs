@@ -9,6 +9,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde_json::json;
 
+use crate::checker::History;
 use crate::{Interval, LEASE, NAMES};
 
 /// The name taken with a lock-delay.
@@ -27,7 +28,7 @@ pub(crate) async fn hold_delayed(
     endpoints: &[u64],
     rng: &mut StdRng,
     seed: u64,
-    log: &Arc<Mutex<Vec<Interval>>>,
+    log: &Arc<Mutex<History>>,
 ) -> Result<(), ()> {
     let url = &urls[rng.gen_range(0..urls.len())];
     let delay = Duration::from_millis(rng.gen_range(800..2000));
@@ -85,7 +86,7 @@ pub(crate) async fn hold_delayed(
             .await;
         (end, end)
     };
-    log.lock().unwrap().push(Interval {
+    log.lock().unwrap().intervals.push(Interval {
         name: DELAYED,
         kind: Kind::Exclusive,
         fence,
@@ -104,13 +105,16 @@ pub(crate) async fn hold_delayed(
 /// Takes `chaos/0` and `chaos/1` at once, in a random order, holds them a
 /// while (stopping when the set is lost), and releases them; each lock
 /// recorded as an interval of its own, ending when the set's holder
-/// stops. A set granted otherwise than whole fails the run.
+/// stops. A set granted otherwise than whole, or not in one step
+/// (consecutive fences in the order asked), is recorded as broken (the
+/// checker fails the run on it); what of it was granted is held and
+/// judged all the same.
 pub(crate) async fn hold_set(
     client: &Client,
     endpoints: &[u64],
     rng: &mut StdRng,
     seed: u64,
-    log: &Arc<Mutex<Vec<Interval>>>,
+    log: &Arc<Mutex<History>>,
 ) -> Result<(), ()> {
     let mut names = [0usize, 1];
     if rng.gen_bool(0.5) {
@@ -128,9 +132,13 @@ pub(crate) async fn hold_set(
     let set = client.acquire_all(&asked, options).await.map_err(drop)?;
     let start = Instant::now();
     let granted: Vec<String> = set.locks().into_iter().map(|l| l.name).collect();
-    assert_eq!(granted, asked, "a set is granted whole, in the order asked");
     let fences = set.fences();
-    assert_eq!(fences[1], fences[0] + 1, "a set is granted in one step");
+    let one_step = fences.windows(2).all(|f| f[1] == f[0] + 1);
+    if granted != asked || !one_step {
+        log.lock().unwrap().sets_broken.push(format!(
+            "asked {asked:?}, granted {granted:?} with fences {fences:?}"
+        ));
+    }
     let hold = Duration::from_millis(rng.gen_range(20..1500));
     let lost = tokio::select! {
         _ = tokio::time::sleep(hold) => false,
@@ -141,11 +149,10 @@ pub(crate) async fn hold_set(
         .iter()
         .map(|g| g.lease_ends())
         .fold(Instant::now(), Instant::min);
-    let records: Vec<Interval> = names
+    let records: Vec<Interval> = guards
         .iter()
-        .zip(guards)
-        .map(|(&name, guard)| Interval {
-            name,
+        .map(|guard| Interval {
+            name: chaos_name(guard.name()),
             kind: Kind::Exclusive,
             fence: guard.fence(),
             start,
@@ -159,6 +166,12 @@ pub(crate) async fn hold_set(
         })
         .collect();
     let _ = set.release().await;
-    log.lock().unwrap().extend(records);
+    log.lock().unwrap().intervals.extend(records);
     Ok(())
+}
+
+/// The number of a name the suite takes (`chaos/N`).
+fn chaos_name(name: String) -> usize {
+    let number = name.strip_prefix("chaos/").and_then(|n| n.parse().ok());
+    number.unwrap_or_else(|| panic!("a name the suite does not take: {name}"))
 }

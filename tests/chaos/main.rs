@@ -16,7 +16,15 @@
 //!   dropped or abandoned to lapse), each claimed until its holder counts
 //!   it lost or its session's lease ends;
 //! - strict mode: no two intervals of one name overlap, but two readers'
-//!   or two permits' (never more than the permits at once);
+//!   or two permits' (never more than the permits at once): the report
+//!   counts a writer beside another holder and a permit past the count
+//!   apart;
+//! - both: every set is granted whole, in the order asked, in one step
+//!   (consecutive fences);
+//! - both (session ends): once a session's close is answered, or its lease
+//!   ran out on the holder's count (plus a margin), a probe of each of its
+//!   names finds its lock gone, unless the speaker changed near then (a
+//!   rebuild may read it from a copy holder; it then runs out);
 //! - proceed mode: overlaps only where a fault struck within a longest
 //!   lease before the later grant (the seed's documented case), each
 //!   reported; any other overlap fails;
@@ -30,6 +38,14 @@
 //!   within [`SERVES_AGAIN_WITHIN`]; the report gives the worst time per
 //!   fault kind.
 //!
+//! The copies, the lock-delay, a session's locks (living with it and
+//! ending with it), writers, sets and permits each have a self-test: a run
+//! with the speaker sabotaged (the fault plan's `skip_copies`,
+//! `ignore_lock_delay`, `ignore_session_renewal`,
+//! `session_end_leaves_locks`, `writers_shared`, `sets_partial`,
+//! `permits_overfull`) that the checker must catch, beside a run without,
+//! which must pass.
+//!
 //! `CHAOS_SECONDS` (default 40 per mode), `CHAOS_SEED` (default: random,
 //! printed), `CHAOS_MODES` (default `strict,proceed`), `CHAOS_REPORT` (a
 //! file to append the JSON summary to). `scripts/chaos` runs it long.
@@ -37,25 +53,30 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod checker;
 mod faults;
 mod holds;
+mod kinds;
 mod sessions;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use checker::{check, Checked, History};
 use faults::inject;
 use holds::{hold_delayed, hold_set, DELAYED};
 use leasehold_client::{AcquireOptions, Client, Kind, Loss};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
-use sessions::hold_session;
+use sessions::{hold_session, watch_terms};
 use support::Cluster;
 
 const NODES: u64 = 5;
 const NAMES: usize = 4;
+/// The name held as one of two permits (a semaphore).
+const PERMITS: usize = 3;
 const CLIENTS: usize = 12;
 const LEASE: Duration = Duration::from_millis(2000);
 const MAX_LEASE_MS: u64 = 4000;
@@ -167,7 +188,7 @@ async fn worker(
     seed: u64,
     workload: Workload,
     stop: Instant,
-    log: Arc<Mutex<Vec<Interval>>>,
+    log: Arc<Mutex<History>>,
 ) -> u64 {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut errors = 0;
@@ -212,6 +233,9 @@ async fn worker(
             continue;
         }
         let name = match workload {
+            // The permits' name is asked for more than the others: two
+            // holders at once leave a third waiting only when many ask.
+            Workload::Contended if rng.gen_bool(0.3) => PERMITS,
             Workload::Contended | Workload::Delayed | Workload::Sessions => rng.gen_range(0..NAMES),
             Workload::OwnNameLongHolds => seed as usize,
         };
@@ -248,7 +272,7 @@ async fn worker(
         let fence = guard.fence();
         let loss = guard.loss();
         let _ = guard.release().await;
-        log.lock().unwrap().push(Interval {
+        log.lock().unwrap().intervals.push(Interval {
             name,
             kind,
             fence,
@@ -271,7 +295,7 @@ fn kind_for(name: usize, workload: Workload, rng: &mut StdRng) -> Kind {
     let kinds = matches!(workload, Workload::Contended | Workload::Sessions);
     match name {
         2 if kinds && rng.gen_bool(0.7) => Kind::Shared,
-        3 if kinds => Kind::Permit(2),
+        PERMITS if kinds => Kind::Permit(2),
         _ => Kind::Exclusive,
     }
 }
@@ -338,32 +362,6 @@ async fn current_speaker(http: &reqwest::Client, addrs: &BTreeMap<u64, String>) 
     None
 }
 
-/// The distinct members a fault struck while `interval` was held, or a
-/// longest lease (and a second) before: a member that restarted, or was
-/// unreachable, within a longest lease of a rebuild counts as missed there.
-/// Wall-clock steps and slow links take no member out.
-fn failed_during(interval: &Interval, faults: &[Fault]) -> BTreeSet<u64> {
-    let reach = Duration::from_millis(MAX_LEASE_MS) + Duration::from_secs(1);
-    faults
-        .iter()
-        .filter(|f| f.kind != "wall-clock-step" && f.kind != "slow-link")
-        .filter(|f| f.at <= interval.end && f.until + reach >= interval.start)
-        .flat_map(|f| f.nodes.iter().copied())
-        .collect()
-}
-
-/// Whether a fault (other than a wall-clock step) was in force, or the
-/// cluster not yet serving again after it, at some time in `[from, to]`.
-fn disturbed(from: Instant, to: Instant, faults: &[Fault]) -> bool {
-    faults
-        .iter()
-        .filter(|f| f.kind != "wall-clock-step")
-        .any(|f| {
-            let served = f.until + f.served_again.unwrap_or(SERVES_AGAIN_WITHIN);
-            f.at <= to && served >= from
-        })
-}
-
 async fn run(run: Run) -> Checked {
     let Run {
         mode,
@@ -393,7 +391,7 @@ async fn run(run: Run) -> Checked {
     }
     let cluster = Arc::new(Mutex::new(cluster));
     let stop = Instant::now() + Duration::from_secs(seconds);
-    let log = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::new(Mutex::new(History::default()));
     let mut rng = StdRng::seed_from_u64(seed);
     let mut workers = Vec::new();
     for i in 0..CLIENTS {
@@ -412,257 +410,24 @@ async fn run(run: Run) -> Checked {
             log.clone(),
         )));
     }
+    let done = tokio_util::sync::CancellationToken::new();
+    let watch = watch_terms(addrs.clone(), done.clone(), log.clone());
+    let watch = tokio::spawn(watch);
     let faults = inject(cluster.clone(), addrs.clone(), &run, stop).await;
     let mut errors = 0;
     for w in workers {
         errors += w.await.unwrap();
     }
-    let intervals = log.lock().unwrap().clone();
+    // The probes of sessions that ended last, then the history as it is.
+    let probes = std::mem::take(&mut log.lock().unwrap().probes);
+    for probe in probes {
+        let _ = probe.await;
+    }
+    done.cancel();
+    let _ = watch.await;
+    let history = std::mem::take(&mut *log.lock().unwrap());
     drop(cluster);
-
-    // The checker.
-    let mut by_name: BTreeMap<usize, Vec<&Interval>> = BTreeMap::new();
-    for i in &intervals {
-        by_name.entry(i.name).or_default().push(i);
-    }
-    let max_lease = Duration::from_millis(MAX_LEASE_MS);
-    let mut overlaps = 0;
-    let mut explained = 0;
-    let mut unexplained = Vec::new();
-    let mut unexplained_after_session = 0;
-    let mut inversions = Vec::new();
-    for (name, mut list) in by_name {
-        list.sort_by_key(|i| i.start);
-        for (k, later) in list.iter().enumerate() {
-            // Holders beside `later` when it began that may be: readers
-            // beside a reader, permits beside a permit, up to the permits.
-            let beside = list[..k]
-                .iter()
-                .filter(|e| e.end > later.start && later.kind.compatible(e.kind))
-                .count();
-            let overfull = beside >= later.kind.limit() as usize;
-            for earlier in &list[..k] {
-                // Two that may be held together are not ordered by fence
-                // either: their answers come in either order.
-                let compatible = later.kind.compatible(earlier.kind);
-                if compatible && (earlier.end <= later.start || !overfull) {
-                    continue;
-                }
-                if earlier.closed_until > later.start {
-                    overlaps += 1;
-                    let cause = faults.iter().find(|f| {
-                        f.kind != "wall-clock-step"
-                            && f.kind != "slow-link"
-                            && f.at <= later.start
-                            && f.until + max_lease + Duration::from_secs(1) >= later.start
-                    });
-                    match cause {
-                        Some(f) if mode == "proceed" => {
-                            explained += 1;
-                            eprintln!("overlap on chaos/{name} (fences {} and {}), explained by {} of {:?}", earlier.fence, later.fence, f.kind, f.nodes);
-                        }
-                        _ => {
-                            unexplained_after_session += usize::from(earlier.session);
-                            unexplained.push(format!(
-                                "chaos/{name}: fence {} ({}{}) held until {:?} after fence {} \
-                                 ({}) began, beside {beside} of its kind",
-                                earlier.fence,
-                                earlier.kind,
-                                if earlier.session {
-                                    ", in a session"
-                                } else {
-                                    ""
-                                },
-                                earlier.closed_until - later.start,
-                                later.fence,
-                                later.kind
-                            ))
-                        }
-                    }
-                } else if earlier.fence >= later.fence {
-                    // In proceed mode an older grant through a node missing
-                    // at a rebuild can surface after a newer one; the fence
-                    // is what turns it away at the resource.
-                    let near_fault = faults.iter().any(|f| {
-                        f.kind != "wall-clock-step"
-                            && f.kind != "slow-link"
-                            && f.at <= later.start
-                            && f.until + max_lease + Duration::from_secs(1) >= earlier.start
-                    });
-                    if mode == "proceed" && near_fault {
-                        explained += 1;
-                    } else {
-                        inversions.push(format!(
-                            "chaos/{name}: fence {} after {}",
-                            later.fence, earlier.fence
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    let faulted: BTreeSet<u64> = faults
-        .iter()
-        .filter(|f| f.kind != "wall-clock-step")
-        .flat_map(|f| f.nodes.iter().copied())
-        .collect();
-    let lost_unfaulted = intervals
-        .iter()
-        .filter(|i| i.lost && i.endpoints.iter().all(|n| !faulted.contains(n)))
-        .count();
-    // Copies: a renewal refused while fewer members than there are copies
-    // failed means the cluster forgot a lock it had promised to keep.
-    // (A lapse, no renewal getting through in time, is reported apart.)
-    let mut lost_with_copies = Vec::new();
-    let mut lapsed_with_copies = 0;
-    for i in intervals.iter().filter(|i| i.lost) {
-        let failed = failed_during(i, &faults);
-        if failed.len() >= COPIES {
-            continue;
-        }
-        let why = match i.loss {
-            Some(Loss::Refused) => "refused",
-            // A lapse while every fault had healed and the cluster served
-            // again for the whole last lease is a lock the cluster forgot
-            // too (in strict mode it answers a lock it lacks "retry", not
-            // "not held", while it holds new grants back).
-            _ if !disturbed(i.end.checked_sub(LEASE).unwrap_or(i.start), i.end, &faults) => {
-                "lapsed while the cluster served"
-            }
-            _ => {
-                lapsed_with_copies += 1;
-                continue;
-            }
-        };
-        lost_with_copies.push(format!(
-            "chaos/{}: fence {} {why} after {:?} held, members failed meanwhile: {failed:?}",
-            i.name,
-            i.fence,
-            i.end - i.start
-        ));
-    }
-    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut worst_serve_again_ms: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut never_served_again = Vec::new();
-    for f in &faults {
-        *kinds.entry(f.kind).or_default() += 1;
-        match f.served_again {
-            Some(took) => {
-                let worst = worst_serve_again_ms.entry(f.kind).or_default();
-                *worst = (*worst).max(took.as_millis() as u64);
-            }
-            None => never_served_again.push(format!("{} of {:?}", f.kind, f.nodes)),
-        }
-    }
-    let report = json!({
-        "mode": mode,
-        "seconds": seconds,
-        "seed": seed,
-        "sabotage": run.base,
-        "faults": kinds,
-        "worst_serve_again_ms": worst_serve_again_ms,
-        "not_serving_again": never_served_again.len(),
-        "grants": intervals.len(),
-        "grants_by_kind": {
-            "exclusive": intervals.iter().filter(|i| i.kind == Kind::Exclusive).count(),
-            "shared": intervals.iter().filter(|i| i.kind == Kind::Shared).count(),
-            "permit": intervals.iter().filter(|i| matches!(i.kind, Kind::Permit(_))).count(),
-            "in_set": intervals.iter().filter(|i| i.in_set).count(),
-            "in_session": intervals.iter().filter(|i| i.session).count(),
-            "delayed_abandoned": intervals.iter().filter(|i| i.closed_until > i.end).count(),
-        },
-        "acquires_refused_or_failed": errors,
-        "lost_while_held": intervals.iter().filter(|i| i.lost).count(),
-        "lost_through_unfaulted_nodes": lost_unfaulted,
-        "lost_while_fewer_than_copies_failed": lost_with_copies.len(),
-        "lapsed_near_a_fault_while_fewer_than_copies_failed": lapsed_with_copies,
-        "overlaps": overlaps,
-        "overlaps_or_inversions_explained": explained,
-        "overlaps_unexplained": unexplained.len(),
-        "fence_inversions": inversions.len(),
-    });
-    println!("chaos report: {report}");
-    if let Ok(path) = std::env::var("CHAOS_REPORT") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(f, "{report}");
-        }
-    }
-    assert!(
-        intervals.len() > 10,
-        "the workload made too few grants to judge: {report}"
-    );
-    Checked {
-        report,
-        unexplained,
-        unexplained_after_session,
-        inversions,
-        never_served_again,
-        lost_unfaulted,
-        lost_with_copies,
-    }
-}
-
-/// A run's report, and what broke a promise.
-struct Checked {
-    report: serde_json::Value,
-    unexplained: Vec<String>,
-    /// How many of those began inside a lock of a session.
-    unexplained_after_session: usize,
-    inversions: Vec<String>,
-    never_served_again: Vec<String>,
-    lost_unfaulted: usize,
-    lost_with_copies: Vec<String>,
-}
-
-impl Checked {
-    /// [`Checked::assert_kept`], and readers, permits, sets and locks of
-    /// sessions were granted (the contended workload's names of those
-    /// kinds were served).
-    fn assert_kept_with_kinds(&self) {
-        self.assert_kept();
-        let kinds = &self.report["grants_by_kind"];
-        for kind in ["shared", "permit", "in_set", "in_session"] {
-            assert!(
-                kinds[kind].as_u64().unwrap_or(0) > 0,
-                "no {kind} grant to judge: {}",
-                self.report
-            );
-        }
-    }
-
-    fn assert_kept(&self) {
-        let (report, mode, seed) = (&self.report, &self.report["mode"], &self.report["seed"]);
-        assert!(
-            self.unexplained.is_empty(),
-            "overlaps the promises do not allow ({mode}, seed {seed}): {:#?}",
-            self.unexplained
-        );
-        assert!(
-            self.inversions.is_empty(),
-            "fences went backwards (seed {seed}): {:#?}",
-            self.inversions
-        );
-        assert!(
-            self.never_served_again.is_empty(),
-            "nodes did not serve within {SERVES_AGAIN_WITHIN:?} after a fault healed \
-             ({mode}, seed {seed}): {:?}",
-            self.never_served_again
-        );
-        assert_eq!(
-            self.lost_unfaulted, 0,
-            "a lock held through nodes never faulted was lost (seed {seed}): {report}"
-        );
-        assert!(
-            self.lost_with_copies.is_empty(),
-            "locks lost while fewer than {COPIES} members failed ({mode}, seed {seed}): {:#?}",
-            self.lost_with_copies
-        );
-    }
+    check(&run, history, &faults, errors)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

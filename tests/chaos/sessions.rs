@@ -7,6 +7,7 @@
 //! lapsing with it). And the self-test: a speaker that renews a session but
 //! not its locks must be caught.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,9 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
+use crate::checker::{History, SessionEnd};
 use crate::{env_u64, kind_for, run, Faults, Interval, Run, Workload, LEASE, NAMES, ONE_AT_A_TIME};
 
 /// A session's hold: the names taken in it, in order, and how long they
@@ -34,7 +37,7 @@ pub(crate) async fn hold_session(
     rng: &mut StdRng,
     seed: u64,
     workload: Workload,
-    log: &Arc<Mutex<Vec<Interval>>>,
+    log: &Arc<Mutex<History>>,
 ) -> Result<(), ()> {
     let mut names: Vec<usize> = (0..NAMES).collect();
     names.shuffle(rng);
@@ -55,13 +58,125 @@ pub(crate) async fn hold_session(
         Duration::from_millis(rng.gen_range(20..1500))
     };
     let plan = Plan { names, hold };
-    let records = if rng.gen_bool(0.25) {
-        abandon_http_session(urls, endpoints, rng, seed, workload, plan).await?
+    let url = urls[rng.gen_range(0..urls.len())].clone();
+    let (records, ended) = if rng.gen_bool(0.25) {
+        abandon_http_session(&url, endpoints, rng, seed, workload, plan).await?
     } else {
         hold_library_session(client, endpoints, rng, seed, workload, plan).await?
     };
-    log.lock().unwrap().extend(records);
+    let locks: Vec<(usize, u64)> = records.iter().map(|i| (i.name, i.fence)).collect();
+    let mut log_now = log.lock().unwrap();
+    log_now.intervals.extend(records);
+    if let Some((how, due_free)) = ended {
+        let probing = probe_ended(url, locks, how, due_free, log.clone());
+        log_now.probes.push(tokio::spawn(probing));
+    }
     Ok(())
+}
+
+/// Asks the nodes in turn, every 100 ms until `done`, which term their
+/// speaker leads, and records each rise of the highest term seen with a
+/// speaker known: after the last answer of the older term was asked for,
+/// and by when the newer one's arrived. A new speaker's rebuild may read a
+/// lock of a session from a member its end had not reached (it then runs
+/// out on its own): the checker excuses a sighting near one.
+pub(crate) async fn watch_terms(
+    addrs: BTreeMap<u64, String>,
+    done: CancellationToken,
+    log: Arc<Mutex<History>>,
+) {
+    let http = reqwest::Client::new();
+    let (mut highest, mut last_asked) = (0, Instant::now());
+    for addr in addrs.values().cycle() {
+        let asked = Instant::now();
+        let answer = http
+            .get(format!("http://{addr}/v1/cluster"))
+            .timeout(Duration::from_millis(500))
+            .send()
+            .await;
+        let view = match answer {
+            Ok(answer) => answer.json::<serde_json::Value>().await.ok(),
+            Err(_) => None,
+        };
+        let term = view
+            .filter(|v| v["leader"].is_u64())
+            .and_then(|v| v["term"].as_u64());
+        if let Some(term) = term {
+            if term > highest && highest > 0 {
+                let change = (last_asked, Instant::now());
+                log.lock().unwrap().speaker_changes.push(change);
+            }
+            if term >= highest {
+                (highest, last_asked) = (term, asked);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = done.cancelled() => return,
+        }
+    }
+}
+
+/// How long after a session's lease ran out on its holder's count its
+/// locks may still be held: the speaker counts the lease from its own
+/// grant or renewal, a little after the holder's send, and its expiry
+/// task may run late on a loaded machine.
+pub(crate) const LAPSE_MARGIN: Duration = Duration::from_millis(1000);
+
+/// How the session of a hold ended, when the holder knows: `closed` (its
+/// close answered) or `lapsed`, and from when its locks must be free.
+type Ended = Option<(&'static str, Instant)>;
+
+/// Once `due_free` has come, asks the node at `url` for each of `locks`'
+/// names (retrying for up to two seconds while it answers neither the
+/// lock nor `404`), and records whether the lock of that fence was among
+/// the name's holders: the checker holds every sighting against the
+/// promise that a session's locks end with it.
+async fn probe_ended(
+    url: String,
+    locks: Vec<(usize, u64)>,
+    how: &'static str,
+    due_free: Instant,
+    log: Arc<Mutex<History>>,
+) {
+    tokio::time::sleep_until(due_free.into()).await;
+    let http = reqwest::Client::new();
+    for (name, fence) in locks {
+        let give_up = Instant::now() + Duration::from_secs(2);
+        let seen_held = loop {
+            let sent = Instant::now();
+            let answer = http
+                .get(format!("http://{url}/v1/locks/chaos%2F{name}"))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await;
+            let answer = match answer {
+                Ok(a) if a.status().as_u16() == 404 => break Some(None),
+                Ok(a) if a.status().is_success() => a.json::<serde_json::Value>().await.ok(),
+                _ => None,
+            };
+            if let Some(answer) = answer {
+                let lock = &answer["lock"];
+                let others = lock["others"].as_array().into_iter().flatten();
+                let held = std::iter::once(lock).chain(others);
+                let fences: Vec<u64> = held.filter_map(|l| l["fence"].as_u64()).collect();
+                break Some(fences.contains(&fence).then_some(sent));
+            }
+            if Instant::now() > give_up {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if let Some(seen_held) = seen_held {
+            log.lock().unwrap().session_ends.push(SessionEnd {
+                name,
+                fence,
+                how,
+                due_free,
+                seen_held,
+            });
+        }
+    }
 }
 
 /// A session of the client library: its names taken one by one, held
@@ -76,7 +191,7 @@ async fn hold_library_session(
     seed: u64,
     workload: Workload,
     plan: Plan,
-) -> Result<Vec<Interval>, ()> {
+) -> Result<(Vec<Interval>, Ended), ()> {
     let options = SessionOptions {
         ttl: Some(LEASE),
         holder: Some(format!("w{seed}")),
@@ -140,12 +255,15 @@ async fn hold_library_session(
             }
         })
         .collect();
+    let mut ended = None;
     if rng.gen_bool(0.65) {
-        let _ = session.close().await;
+        if session.close().await.is_ok() {
+            ended = Some(("closed", Instant::now()));
+        }
     } else {
         drop(session);
     }
-    Ok(records)
+    Ok((records, ended))
 }
 
 /// Posts `body` to `path` on the node at `url`: the answer's JSON with
@@ -184,17 +302,18 @@ fn lease_end(sent: Instant, answer: &serde_json::Value) -> Option<Instant> {
 /// renewed nor closed, as a holder that stalled. Its locks are claimed to
 /// the session's lease end on the holder's count (the last renewal's), and
 /// no longer once a renewal counts fewer locks than were taken (lost) or
-/// finds the session gone.
+/// finds the session gone. Once every renewal sent was answered, the
+/// session's end on the holder's count is known: its locks are to be free
+/// [`LAPSE_MARGIN`] after it.
 async fn abandon_http_session(
-    urls: &[String],
+    url: &str,
     endpoints: &[u64],
     rng: &mut StdRng,
     seed: u64,
     workload: Workload,
     plan: Plan,
-) -> Result<Vec<Interval>, ()> {
+) -> Result<(Vec<Interval>, Ended), ()> {
     let http = &reqwest::Client::new();
-    let url = &urls[rng.gen_range(0..urls.len())];
     let holder = format!("w{seed}");
     let open = json!({"ttl_ms": LEASE.as_millis() as u64, "holder": holder});
     let (sent, opened) = post(http, url, "/v1/sessions/open", open)
@@ -223,17 +342,22 @@ async fn abandon_http_session(
         }
     }
     let mut lost = None;
+    // The session's end on the holder's count, while every renewal sent
+    // was answered (one unanswered may have been served).
+    let mut lapses = Some(ends);
     for _ in 0..rng.gen_range(0..=2) {
         let due = (Instant::now() + LEASE / 3).min(ends - LEASE / 10);
         tokio::time::sleep_until(due.into()).await;
         match post(http, url, "/v1/sessions/renew", json!({"id": id})).await {
             Ok((sent, renewed)) => {
+                let renewed_to = lease_end(sent, &renewed).map_or(ends, |e| e.max(ends));
+                lapses = lapses.map(|_| renewed_to);
                 let locks = renewed["session"]["locks"].as_u64().unwrap_or(0);
                 if locks < held.len() as u64 {
                     lost = Some(Instant::now().min(ends));
                     break;
                 }
-                ends = lease_end(sent, &renewed).map_or(ends, |e| e.max(ends));
+                ends = renewed_to;
             }
             Err(404) => {
                 lost = Some(Instant::now().min(ends));
@@ -241,11 +365,15 @@ async fn abandon_http_session(
             }
             // No answer, or "retry": the lease counted so far stands, and
             // the holder stalls.
-            Err(_) => break,
+            Err(_) => {
+                lapses = None;
+                break;
+            }
         }
     }
     let end = lost.unwrap_or(ends);
-    Ok(held
+    let ended = lapses.map(|at| ("lapsed", at + LAPSE_MARGIN));
+    let records = held
         .into_iter()
         .map(|(name, kind, fence, start)| Interval {
             name,
@@ -260,7 +388,8 @@ async fn abandon_http_session(
             session: true,
             closed_until: end.max(start),
         })
-        .collect())
+        .collect();
+    Ok((records, ended))
 }
 
 /// Sessions under the speaker's death: half the clients hold two or three
@@ -298,6 +427,45 @@ async fn a_sessions_locks_live_with_it_and_ignoring_its_renewal_is_caught() {
     assert!(
         sabotaged.unexplained_after_session > 0,
         "a speaker renewing sessions but not their locks granted none of them again: {}",
+        sabotaged.report
+    );
+}
+
+/// A session's locks end with it: half the clients hold names in sessions
+/// (closed, dropped, or abandoned to lapse), the other half take the same
+/// names, under mixed faults; each lock of a session whose close was
+/// answered is probed at once, and each of one abandoned once its lease
+/// ran out on the holder's count plus [`LAPSE_MARGIN`]: no probe may find
+/// it held. With the speaker's close ending a session's grant alone and
+/// its renewals giving its locks a lease past its own (the self-test), the
+/// probes must find them held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_locks_end_with_it_and_leaving_them_held_is_caught() {
+    let seed = env_u64("CHAOS_SEED", rand::random::<u32>() as u64);
+    eprintln!("chaos, session ends: seed {seed}");
+    let sessions = |base| Run {
+        mode: "strict",
+        seconds: 10,
+        seed,
+        base,
+        faults: Faults::Mixed,
+        workload: Workload::Sessions,
+    };
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let clean = run(sessions(json!({}))).await;
+    clean.assert_kept();
+    assert!(
+        clean.report["session_locks_probed_after_close"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "no closed session's lock probed: {}",
+        clean.report
+    );
+    let sabotaged = run(sessions(json!({"session_end_leaves_locks": true}))).await;
+    assert!(
+        !sabotaged.left_after_end.is_empty(),
+        "a speaker leaving a session's locks held after its end was not seen: {}",
         sabotaged.report
     );
 }

@@ -65,6 +65,31 @@ pub struct FaultPlan {
     /// a renewed session lapse while its holder still counts it held.
     #[serde(default)]
     pub ignore_session_renewal: bool,
+    /// Sabotage, for the chaos suite's self-test only: the speaker grants
+    /// an exclusive request as a shared one (the protocol's
+    /// `Sabotage::writers_shared`). The suite must see a writer held beside
+    /// another holder.
+    #[serde(default)]
+    pub writers_shared: bool,
+    /// Sabotage, for the chaos suite's self-test only: the speaker grants
+    /// the names of a set that are free now and answers those as the set
+    /// (the protocol's `Sabotage::sets_partial`). The suite must see a set
+    /// granted otherwise than whole.
+    #[serde(default)]
+    pub sets_partial: bool,
+    /// Sabotage, for the chaos suite's self-test only: the speaker grants
+    /// a permit as one of a semaphore with one permit more than asked (the
+    /// protocol's `Sabotage::permits_overfull`). The suite must see a name
+    /// held by more holders than its permits.
+    #[serde(default)]
+    pub permits_overfull: bool,
+    /// Sabotage, for the chaos suite's self-test only: a session's close
+    /// ends its grant alone and its renewals give its locks a lease past
+    /// its own (the protocol's `Sabotage::session_end_leaves_locks`). The
+    /// suite must see a session's lock held after its close was answered
+    /// or its lease ran out.
+    #[serde(default)]
+    pub session_end_leaves_locks: bool,
 }
 
 /// A message the plan drops.

@@ -76,11 +76,16 @@ impl Node {
     }
 
     /// Switches the copies off (`skip_copies`), the lock-delay
-    /// (`ignore_lock_delay`), or a session's renewal of its locks
-    /// (`ignore_session_renewal`), as a chaos suite's fault plan says (its
-    /// self-tests must see locks lost to single crashes, names granted
-    /// inside a delay, and locks of a renewed session granted again), or on
-    /// again.
+    /// (`ignore_lock_delay`), a session's renewal of its locks
+    /// (`ignore_session_renewal`), writers (`writers_shared`: granted as
+    /// readers), sets (`sets_partial`: granted in part), the permits'
+    /// count (`permits_overfull`: one more admitted) or a session's end
+    /// (`session_end_leaves_locks`: its locks outlast it), as a chaos
+    /// suite's fault plan says (its self-tests must see locks lost to
+    /// single crashes, names granted inside a delay, locks of a renewed
+    /// session granted again, a writer beside another holder, a set
+    /// granted in part, a permit past the count and a session's lock held
+    /// after it ended), or on again.
     pub(crate) fn set_chaos_sabotage(&self, plan: &leasehold_raft::FaultPlan) {
         let mut state = self.state();
         let sabotage = state.member.config().sabotage;
@@ -88,6 +93,10 @@ impl Node {
             skip_copies: plan.skip_copies,
             delay_ignored: plan.ignore_lock_delay,
             session_locks_unfollowed: plan.ignore_session_renewal,
+            writers_shared: plan.writers_shared,
+            sets_partial: plan.sets_partial,
+            permits_overfull: plan.permits_overfull,
+            session_end_leaves_locks: plan.session_end_leaves_locks,
             ..sabotage
         });
     }

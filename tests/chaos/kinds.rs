@@ -1,0 +1,98 @@
+//! The kinds' promises, each shown to be checked: a short run of the
+//! contended workload (readers and writers of `chaos/2`, two permits of
+//! `chaos/3`, sets of `chaos/0` and `chaos/1`) under mixed faults in
+//! strict mode keeps every promise, and with the speaker breaking one of
+//! them (the chaos fault plan's sabotage) the checker must see that one
+//! broken. The three self-tests share one clean run (they differ only in
+//! the sabotage): the first of them to run makes it.
+
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+use crate::checker::Checked;
+use crate::{env_u64, run, Faults, Run, Workload, ONE_AT_A_TIME};
+
+/// A self-test's runs are short: each sabotage is seen within seconds.
+const SECONDS: u64 = 6;
+
+/// A short strict run of the contended workload under mixed faults, with
+/// `base` (a sabotage, or nothing) on every node.
+fn short(seed: u64, base: serde_json::Value) -> Run {
+    Run {
+        mode: "strict",
+        seconds: SECONDS,
+        seed,
+        base,
+        faults: Faults::Mixed,
+        workload: Workload::Contended,
+    }
+}
+
+/// The clean short run, made once for the suite's run (with the seed of
+/// the self-test that made it: its report says which), and every promise
+/// kept in it.
+async fn clean(seed: u64) -> &'static Checked {
+    static CLEAN: OnceCell<Checked> = OnceCell::const_new();
+    let clean = CLEAN.get_or_init(|| run(short(seed, json!({})))).await;
+    clean.assert_kept();
+    for kind in ["shared", "permit", "in_set"] {
+        let granted = clean.report["grants_by_kind"][kind].as_u64();
+        assert!(
+            granted > Some(0),
+            "no {kind} grant to judge: {}",
+            clean.report
+        );
+    }
+    clean
+}
+
+/// Never a writer beside another holder: the clean run keeps it; with the
+/// speaker granting exclusive requests as shared ones (`writers_shared`)
+/// the checker must see a writer held beside another holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_is_held_alone_and_granting_it_shared_is_caught() {
+    let seed = env_u64("CHAOS_SEED", rand::random::<u32>() as u64);
+    eprintln!("chaos, writers: seed {seed}");
+    let _alone = ONE_AT_A_TIME.lock().await;
+    clean(seed).await;
+    let sabotaged = run(short(seed, json!({"writers_shared": true}))).await;
+    assert!(
+        sabotaged.writer_beside > 0,
+        "a speaker granting writers as readers held none beside another holder: {}",
+        sabotaged.report
+    );
+}
+
+/// A set all or nothing: the clean run grants every set whole, in one
+/// step; with the speaker granting what of a set is free (`sets_partial`)
+/// the checker must see a set granted in part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_is_granted_whole_and_granting_it_in_part_is_caught() {
+    let seed = env_u64("CHAOS_SEED", rand::random::<u32>() as u64);
+    eprintln!("chaos, sets: seed {seed}");
+    let _alone = ONE_AT_A_TIME.lock().await;
+    clean(seed).await;
+    let sabotaged = run(short(seed, json!({"sets_partial": true}))).await;
+    assert!(
+        !sabotaged.sets_broken.is_empty(),
+        "a speaker granting sets in part granted none in part: {}",
+        sabotaged.report
+    );
+}
+
+/// Never more holders than permits: the clean run keeps `chaos/3` to its
+/// two; with the speaker admitting one permit past the count
+/// (`permits_overfull`) the checker must see a third holder beside two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_are_held_up_to_the_count_and_one_past_it_is_caught() {
+    let seed = env_u64("CHAOS_SEED", rand::random::<u32>() as u64);
+    eprintln!("chaos, permits: seed {seed}");
+    let _alone = ONE_AT_A_TIME.lock().await;
+    clean(seed).await;
+    let sabotaged = run(short(seed, json!({"permits_overfull": true}))).await;
+    assert!(
+        sabotaged.permits_overfull > 0,
+        "a speaker admitting a permit past the count held none past it: {}",
+        sabotaged.report
+    );
+}
