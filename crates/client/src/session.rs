@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_api::{LockView, SessionBody, SessionView};
+use leasehold_api::{LockRef, LockView, SessionBody, SessionView};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -175,6 +175,8 @@ impl Session {
     /// of a session has no lease of its own to wait out, so work still
     /// running then is stopped (dropped) at once, and the call answers
     /// [`Error::Lost`], as it does for work that returned after the loss.
+    /// The lock is released however the call ends: in the background when
+    /// the work panics or this future is dropped mid-way.
     pub async fn with_lock<F, Fut, T>(
         &self,
         name: &str,
@@ -187,6 +189,13 @@ impl Session {
     {
         let held = self.acquire(name, options).await?;
         let lost = held.lost_token();
+        // However the call ends (a loss, work that panics, a caller that
+        // drops this future), the lock is released in the background: a
+        // lock of a session is otherwise held as long as the session.
+        let releasing = ReleaseOnDrop {
+            shared: Arc::clone(&self.shared),
+            lock: Some(LockRef::new(held.view.name.clone(), held.view.id.clone())),
+        };
         let out = tokio::select! {
             out = work(lost.clone()) => out,
             () = lost.cancelled() => return Err(Error::Lost),
@@ -194,9 +203,12 @@ impl Session {
         if held.is_lost() || self.is_lost() {
             return Err(Error::Lost);
         }
-        // The work is done; a failed release leaves the lock to end with
-        // the session.
-        let _ = self.release(held).await;
+        // The work is done. The release is tried node after node while
+        // the session lasts, as a guard's is; one that fails still leaves
+        // the lock to end with the session.
+        if let Some(lock) = releasing.disarm() {
+            let _ = self.shared.release_lock(&lock).await;
+        }
         Ok(out)
     }
 
@@ -271,7 +283,44 @@ impl Drop for Session {
     }
 }
 
+/// Releases a lock of `with_lock` in the background when dropped armed.
+struct ReleaseOnDrop {
+    shared: Arc<Shared>,
+    lock: Option<LockRef>,
+}
+
+impl ReleaseOnDrop {
+    /// The lock, no longer released on drop.
+    fn disarm(mut self) -> Option<LockRef> {
+        self.lock.take()
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        let Some(held) = self.lock.take() else {
+            return;
+        };
+        // Out of the digest at once; the cluster is told in the background.
+        lock(&self.shared.locks).retain(|(id, _, _)| *id != held.id);
+        let shared = Arc::clone(&self.shared);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = shared.release_lock(&held).await;
+            });
+        }
+    }
+}
+
 impl Shared {
+    /// Releases `held`, a lock of the session: out of the digest, then
+    /// tried node after node until released, refused, or the session's
+    /// lease is over (the lock with it).
+    async fn release_lock(&self, held: &LockRef) -> Result<(), Error> {
+        lock(&self.locks).retain(|(id, _, _)| *id != held.id);
+        crate::release::release_one(&*self.transport, held, || *lock(&self.ends), false).await
+    }
+
     /// When the session counts as lost unless renewed.
     fn lapse(&self) -> Instant {
         let ends = *lock(&self.ends);

@@ -302,3 +302,169 @@ async fn with_lock_in_a_session_stops_the_work_when_the_session_is_lost() {
         started.elapsed()
     );
 }
+
+/// A node that answers every call at once (renewals included, so the
+/// session stays open) and counts the releases it is sent; the first
+/// `fail_first` get no answer.
+struct Counting {
+    releases: std::sync::Mutex<Vec<String>>,
+    fail_first: usize,
+}
+
+impl Counting {
+    fn new(fail_first: usize) -> std::sync::Arc<Counting> {
+        std::sync::Arc::new(Counting {
+            releases: Default::default(),
+            fail_first,
+        })
+    }
+
+    fn releases(&self) -> Vec<String> {
+        self.releases.lock().unwrap().clone()
+    }
+}
+
+impl Transport for Counting {
+    fn acquire(
+        &self,
+        body: AcquireBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
+        Silent.acquire(body, timeout)
+    }
+    fn release(
+        &self,
+        body: ReleaseBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        let mut releases = self.releases.lock().unwrap();
+        releases.push(body.id().to_string());
+        let answered = releases.len() > self.fail_first;
+        Box::pin(async move {
+            if answered {
+                Silent.release(body, timeout).await
+            } else {
+                Err(CallError::NoAnswer("connection reset".into()))
+            }
+        })
+    }
+    fn renew(
+        &self,
+        body: RenewBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<LockView, CallError>> {
+        Silent.renew(body, timeout)
+    }
+    fn get(
+        &self,
+        name: String,
+        watch: Option<Watch>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
+        Silent.get(name, watch, timeout)
+    }
+    fn list(
+        &self,
+        prefix: String,
+        limit: usize,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
+        Silent.list(prefix, limit, timeout)
+    }
+    fn cluster(&self, timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
+        Silent.cluster(timeout)
+    }
+    fn session(
+        &self,
+        call: SessionCall,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SessionAnswer, CallError>> {
+        match call {
+            SessionCall::Renew(_) => Silent.session(SessionCall::Open(Default::default()), timeout),
+            other => Silent.session(other, timeout),
+        }
+    }
+}
+
+/// `Session::with_lock` releases its lock however the call ends, as a
+/// dropped guard does: work that panics must not leave the lock held for
+/// as long as the session lives; the session stays open.
+#[tokio::test(start_paused = true)]
+async fn with_lock_in_a_session_releases_when_the_work_panics() {
+    let transport = Counting::new(0);
+    let client = Client::with_transport(transport.clone());
+    let session = std::sync::Arc::new(
+        client
+            .open_session(SessionOptions::default())
+            .await
+            .unwrap(),
+    );
+    let panicked = tokio::spawn({
+        let session = std::sync::Arc::clone(&session);
+        async move {
+            session
+                .with_lock("n", AcquireOptions::default(), |_lost| async {
+                    panic!("the work failed");
+                })
+                .await
+        }
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(
+        transport.releases(),
+        vec![view().id],
+        "released after the work panicked"
+    );
+    assert!(!session.is_lost(), "the session stays open");
+}
+
+/// As above, for a caller that drops the call mid-way (a timeout around
+/// it).
+#[tokio::test(start_paused = true)]
+async fn with_lock_in_a_session_releases_when_the_call_is_dropped() {
+    let transport = Counting::new(0);
+    let client = Client::with_transport(transport.clone());
+    let session = client
+        .open_session(SessionOptions::default())
+        .await
+        .unwrap();
+    let dropped = tokio::time::timeout(
+        ms(500),
+        session.with_lock("n", AcquireOptions::default(), |_lost| {
+            std::future::pending::<()>()
+        }),
+    )
+    .await;
+    assert!(dropped.is_err(), "the call was dropped mid-way");
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(
+        transport.releases(),
+        vec![view().id],
+        "released after the call was dropped"
+    );
+    assert!(!session.is_lost(), "the session stays open");
+}
+
+/// The release after the work is tried again, as a guard's is, when a
+/// node does not answer it: a lock of a long-lived session left held
+/// after one failed call would stay held as long as the session.
+#[tokio::test(start_paused = true)]
+async fn with_lock_in_a_session_tries_its_release_again() {
+    let transport = Counting::new(1);
+    let client = Client::with_transport(transport.clone());
+    let session = client
+        .open_session(SessionOptions::default())
+        .await
+        .unwrap();
+    let out = session
+        .with_lock("n", AcquireOptions::default(), |_lost| async { 5 })
+        .await;
+    assert_eq!(out.unwrap(), 5);
+    assert_eq!(
+        transport.releases().len(),
+        2,
+        "the release that got no answer was sent again"
+    );
+}
