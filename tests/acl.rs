@@ -321,3 +321,81 @@ async fn a_peer_token_keeps_the_operators_token_off_the_peer_routes_and_rotates(
     let (status, _) = support::answer(internal(&cluster, NEW)).await;
     assert_eq!(status, 400);
 }
+
+/// A waiting set's other names (`with` in a queue, and in the message of a
+/// get of a free name it waits for) are shown to a token only where it may
+/// read them: a token reading `jobs/` alone is not told of `other/secret`,
+/// as a listing does not show it that name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_sets_names_a_token_may_not_read_are_not_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = acl_file(dir.path());
+    let cluster = Cluster::start_with(3, &["--acl", acl.to_str().unwrap()]).await;
+    cluster.wait_protocol(support::SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let via = cluster.others(speaker)[0];
+    let api = Through {
+        cluster: &cluster,
+        via,
+    };
+    let as_cluster = |body: Value| {
+        cluster
+            .http
+            .post(cluster.url(via, "/v1/locks/acquire"))
+            .header("x-leasehold-token", TOKEN)
+            .json(&body)
+            .timeout(Duration::from_secs(70))
+    };
+    let (status, body) =
+        support::answer(as_cluster(json!({"name": "jobs/held", "lease_ms": 60_000}))).await;
+    assert_eq!(status, 200, "{body}");
+    // A set waits for jobs/held, keeping jobs/free and other/secret for it.
+    let set = as_cluster(json!({
+        "names": ["jobs/held", "jobs/free", "other/secret"],
+        "holder": "the-set",
+        "wait_ms": 60_000,
+    }));
+    let waiting = tokio::spawn(async move {
+        let _ = support::answer(set).await;
+    });
+    let start = std::time::Instant::now();
+    loop {
+        let (_, seen) = api.get("/v1/locks/jobs%2Fheld", Some(READ)).await;
+        if seen["lock"]["waiters"] == json!(1) {
+            // A token that reads every name sees them all.
+            assert_eq!(
+                seen["lock"]["queue"][0]["with"],
+                json!(["jobs/free", "other/secret"]),
+                "{seen}"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < support::PATIENCE,
+            "the set never waited: {seen}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let (status, seen) = api.get("/v1/locks/jobs%2Fheld", Some(DEPLOY)).await;
+    assert_eq!(status, 200, "{seen}");
+    assert_eq!(
+        seen["lock"]["queue"][0]["with"],
+        json!(["jobs/free"]),
+        "{seen}"
+    );
+    let (_, listing) = api.get("/v1/locks", Some(DEPLOY)).await;
+    assert_eq!(
+        listing["locks"][0]["queue"][0]["with"],
+        json!(["jobs/free"]),
+        "{listing}"
+    );
+    let (status, free) = api.get("/v1/locks/jobs%2Ffree", Some(DEPLOY)).await;
+    assert_eq!(status, 404, "{free}");
+    let message = free["message"].as_str().unwrap();
+    assert!(
+        message.contains("the-set (node ") && !message.contains("other/secret"),
+        "{free}"
+    );
+    waiting.abort();
+}

@@ -31,7 +31,8 @@ pub struct QueuedView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u32>,
     /// The other names it asks for together with this one (a set), in the
-    /// order asked; absent for one name.
+    /// order asked; absent for one name. With `--acl`, only the names the
+    /// token may read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub with: Vec<String>,
 }

@@ -291,16 +291,33 @@ async fn get(node: &Shared, caller: &Caller, query: GetQuery) -> Result<Answer, 
     };
     let Some(lock) = lock else {
         return Err(match waiting {
-            Some(waiting) if waiting.count > 0 => ApiError::free_awaited(&name, &waiting),
+            Some(mut waiting) if waiting.count > 0 => {
+                for q in &mut waiting.first {
+                    q.with.retain(|other| caller.may(Right::Read, other));
+                }
+                ApiError::free_awaited(&name, &waiting)
+            }
             _ => ApiError::free(&name),
         });
     };
+    let mut lock =
+        crate::embedded::with_waiting(&lock, waiting, node, |l| seen_by(caller, node, l));
+    queue_seen_by(caller, &mut lock);
     Ok(Answer::Lock(LockAnswer {
         locks: None,
-        lock: crate::embedded::with_waiting(&lock, waiting, node, |l| seen_by(caller, node, l)),
+        lock,
         served_ms: 0,
         not_held: None,
     }))
+}
+
+/// `view`'s queue as `caller` may see it: a waiting set's other names
+/// (`with`) only those the caller may read, as a listing shows it only
+/// those names.
+fn queue_seen_by(caller: &Caller, view: &mut leasehold_api::LockView) {
+    for q in &mut view.queue {
+        q.with.retain(|other| caller.may(Right::Read, other));
+    }
 }
 
 /// A listing shows only the names the caller may read (a token's listing
@@ -320,6 +337,10 @@ async fn list(
     let locks = crate::embedded::listed(listing, node, |l| seen_by(caller, node, l))
         .into_iter()
         .filter(|view| caller.may(Right::Read, &view.name))
+        .map(|mut view| {
+            queue_seen_by(caller, &mut view);
+            view
+        })
         .collect();
     Ok(Answer::Locks(leasehold_api::LocksAnswer { locks, total }))
 }
