@@ -89,9 +89,9 @@ impl ApiError {
             String::new()
         };
         let requests = if waiting.count == 1 {
-            "1 request waits"
+            "1 request waits".to_string()
         } else {
-            "requests wait"
+            format!("{} requests wait", waiting.count)
         };
         Self::new(
             ErrorCode::NotHeld,
