@@ -14,7 +14,7 @@ use crate::client_state::{ClientState, HeldSet, Holding};
 use crate::config::timing::{
     CLIENT_MARGIN_MS, LEASE_MS, MAX_LEASE_MS, PROBE_EVERY_MS, RENEW_ATTEMPT_MS, RENEW_DIVISOR,
 };
-use crate::history::{Interval, LostLock};
+use crate::history::{HeldRefusal, Interval, LostLock};
 use crate::msg::{Answer, Ask, ClientId, Event, Msg, Refusal, ReqId, To};
 use crate::world::World;
 
@@ -40,7 +40,13 @@ impl World {
         if self.config.sessions && self.rng.gen_bool(0.25) {
             return self.open_session(c);
         }
-        let index = self.rng.gen_range(0..self.config.names);
+        // With kinds, a name of each at least (a run of fewer names would
+        // never hold a semaphore).
+        let names = match self.config.kinds {
+            true => self.config.names.max(3),
+            false => self.config.names,
+        };
+        let index = self.rng.gen_range(0..names);
         let name = format!("n{index}");
         let kind = match index % 3 {
             _ if !self.config.kinds => Kind::Exclusive,
@@ -214,6 +220,7 @@ impl World {
             Msg::SessionReply { req, result, held } => {
                 return self.session_renewed(c, req, result, held)
             }
+            Msg::SessionClosed { id } => return self.session_closed(id),
             _ => return,
         };
         let t = self.t;
@@ -276,7 +283,16 @@ impl World {
         let t = self.t;
         let (transit, served) = match result {
             Ok(granted) => granted,
-            Err(_) => {
+            Err(refusal) => {
+                if let Refusal::Held(fence) = refusal {
+                    let refused = HeldRefusal {
+                        name,
+                        fence,
+                        sent,
+                        answered: t,
+                    };
+                    self.history.held_refusals.push(refused);
+                }
                 self.clients[c].state = ClientState::Idle;
                 let backoff = self.rng.gen_range(5..100);
                 self.at(t + backoff, Event::ClientWake(c));

@@ -2,7 +2,10 @@
 //! a fresh session name), takes one or two of the names in it (acquires
 //! with the session's id), renews the session, never the locks, every
 //! third of its lease through its node (moving to the next node when its
-//! node does not answer), and at the end closes it or lets it lapse.
+//! node does not answer), and at the end closes it (the close answered once
+//! the speaker released it) or lets it lapse. Its end is noted for the
+//! checker, with every lock granted in it: none may be named a holder
+//! after it.
 //!
 //! Each lock of it is held from its grant to the end of its lease on the
 //! holder's count: from the grant's send plus served, then from each
@@ -18,7 +21,7 @@ use crate::client_state::{ClientState, SessionHolding, SessionLock};
 use crate::config::timing::{
     CLIENT_MARGIN_MS, LEASE_MS, MAX_LEASE_MS, RENEW_ATTEMPT_MS, RENEW_DIVISOR,
 };
-use crate::history::{Interval, LostLock};
+use crate::history::{HeldRefusal, Interval, LostLock, SessionEnd};
 use crate::msg::{Answer, Ask, ClientId, Event, Msg, Refusal, ReqId, SessionCall, To};
 use crate::world::World;
 
@@ -77,7 +80,11 @@ impl World {
         let ends = sent + served + session.ttl.as_millis() as u64;
         let node = self.clients[c].node;
         if t + CLIENT_MARGIN_MS >= ends {
-            self.send(None, To::Node(node), Msg::CloseSession { id: session.id });
+            let msg = Msg::CloseSession {
+                client: c,
+                id: session.id,
+            };
+            self.send(None, To::Node(node), msg);
             return self.idle(c, 10);
         }
         let names = self.config.names;
@@ -105,6 +112,9 @@ impl World {
             attempts: 0,
             via: vec![node],
             close,
+            granted: Vec::new(),
+            answered_until: t + lease_ms,
+            in_doubt: false,
         });
         self.at(next_renew, Event::SessionRenew(c, req));
         self.at(t + hold, Event::ClientRelease(c, req));
@@ -159,7 +169,16 @@ impl World {
         let Some((_, sent, name)) = s.asking.take() else {
             return;
         };
-        if let Ok((lock, served)) = result {
+        if let Err(Refusal::Held(fence)) = result {
+            let refused = HeldRefusal {
+                name,
+                fence,
+                sent,
+                answered: t,
+            };
+            self.history.held_refusals.push(refused);
+        } else if let Ok((lock, served)) = result {
+            s.granted.push((name.clone(), lock.fence.0));
             let ends =
                 (sent + served + lock.ttl.as_millis() as u64).saturating_sub(CLIENT_MARGIN_MS);
             if ends <= t {
@@ -232,9 +251,13 @@ impl World {
         }
     }
 
+    /// A renewal attempt got no answer, or a refusal that may hide a
+    /// renewal: the session is in doubt, and the holder tries the next
+    /// node.
     fn session_renew_failed(&mut self, c: ClientId, mut s: SessionHolding) {
         let t = self.t;
         s.renewing = None;
+        s.in_doubt = true;
         s.attempts += 1;
         let client = &mut self.clients[c];
         client.node = client.node % self.config.nodes + 1;
@@ -266,6 +289,11 @@ impl World {
         let Some((_, sent, counted)) = s.renewing.take_if(|r| r.0 == req) else {
             return;
         };
+        match &result {
+            Ok(_) => s.answered_until = s.answered_until.max(t + s.lease_ms),
+            Err(Refusal::NotHeld) => {}
+            Err(_) => s.in_doubt = true,
+        }
         if t >= s.ends {
             return self.session_ran_out(c, s);
         }
@@ -295,6 +323,7 @@ impl World {
             }
             Err(Refusal::NotHeld) => {
                 self.note(|| format!("client {c} lost session {}", s.id));
+                self.session_ended(&s);
                 for lock in std::mem::take(&mut s.locks) {
                     self.session_lock_lost(&lock, &s.via);
                 }
@@ -326,7 +355,12 @@ impl World {
                     self.session_interval(lock, t.min(lock.ends));
                 }
                 self.note(|| format!("client {c} closes session {}", s.id));
-                self.send(None, To::Node(node), Msg::CloseSession { id: s.id });
+                self.session_ended(&s);
+                let msg = Msg::CloseSession {
+                    client: c,
+                    id: s.id,
+                };
+                self.send(None, To::Node(node), msg);
                 self.idle_a_while(c, 1..50);
             }
             ClientState::InSession(s) if release && s.req == req => {
@@ -342,12 +376,36 @@ impl World {
     /// the last.
     fn session_ran_out(&mut self, c: ClientId, s: SessionHolding) {
         let t = self.t;
+        self.session_ended(&s);
         let last = s.locks.iter().map(|l| l.ends).max().unwrap_or(t).max(t);
         for lock in &s.locks {
             self.session_interval(lock, lock.ends);
         }
         let pause = self.rng.gen_range(1..50);
         self.idle(c, last - t + pause);
+    }
+
+    /// The session `s` ends on its holder's sight (closed, lapsed, or
+    /// answered "not held"): noted for the checker, which holds its locks
+    /// free once the close is answered ([`World::session_closed`]) or its
+    /// lease has run out at the latest.
+    fn session_ended(&mut self, s: &SessionHolding) {
+        let sure = !s.in_doubt && s.renewing.is_none();
+        self.history.session_ends.push(SessionEnd {
+            id: s.id,
+            locks: s.granted.clone(),
+            closed: None,
+            lapsed_by: sure.then_some(s.answered_until),
+        });
+    }
+
+    /// The close of session `id` was answered: the speaker released it and
+    /// every lock of it.
+    pub(crate) fn session_closed(&mut self, id: LockId) {
+        let t = self.t;
+        if let Some(end) = self.history.session_ends.iter_mut().find(|e| e.id == id) {
+            end.closed.get_or_insert(t);
+        }
     }
 
     /// Locks whose own count ran out (granted after a renewal's send, and

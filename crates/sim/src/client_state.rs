@@ -60,6 +60,17 @@ pub(crate) struct SessionHolding {
     pub(crate) via: Vec<NodeId>,
     /// Closed at its end, or else left to lapse.
     pub(crate) close: bool,
+    /// Every lock granted in it (name, fence), kept or not: what must be
+    /// free once it ends.
+    pub(crate) granted: Vec<(String, u64)>,
+    /// The latest answer to its open or a renewal, plus the lease asked:
+    /// when the speaker's lease of it ends at the latest, unless it is in
+    /// doubt.
+    pub(crate) answered_until: u64,
+    /// A renewal attempt went unanswered, or was refused otherwise than
+    /// "not held": the speaker may have renewed the session later than any
+    /// answer says.
+    pub(crate) in_doubt: bool,
 }
 
 /// A lock held in a session, as its holder counts it.

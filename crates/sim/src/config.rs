@@ -37,8 +37,9 @@ pub struct Config {
     pub trace: bool,
     /// Names of every kind: besides exclusive locks, names readers hold
     /// shared beside one another (writers among them), and semaphores of
-    /// two permits (`n1`, `n4`, ... shared; `n2`, `n5`, ... permits). Off,
-    /// every name is exclusive and a seed draws what it always drew.
+    /// two permits (`n1`, `n4`, ... shared; `n2`, `n5`, ... permits), over
+    /// three names at least (a name of each kind). Off, every name is
+    /// exclusive and a seed draws what it always drew.
     pub kinds: bool,
     /// Lock-delays: half the grants ask for one (200 to 800 ms), so that a
     /// lease that runs out unreleased keeps its name closed that much

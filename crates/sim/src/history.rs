@@ -35,6 +35,34 @@ pub(crate) struct LostLock {
     pub(crate) via: Vec<NodeId>,
 }
 
+/// A session that ended, as its holder saw it end: closed (the close
+/// answered) or left to lapse.
+pub(crate) struct SessionEnd {
+    /// The session's id.
+    pub(crate) id: locktable::LockId,
+    /// Every lock granted in it (name, fence), kept or not.
+    pub(crate) locks: Vec<(String, u64)>,
+    /// When the close was answered: the speaker had released the session
+    /// and every lock of it.
+    pub(crate) closed: Option<u64>,
+    /// When the speaker's lease of the session ends at the latest: the
+    /// latest answer to its open or a renewal, plus the lease asked; none
+    /// when a renewal went unanswered (the speaker may have renewed it
+    /// later than any answer says).
+    pub(crate) lapsed_by: Option<u64>,
+}
+
+/// An acquire refused "held", naming the holder.
+pub(crate) struct HeldRefusal {
+    pub(crate) name: String,
+    /// The holder's fence.
+    pub(crate) fence: u64,
+    /// When the refused acquire was sent: the speaker refused it later.
+    pub(crate) sent: u64,
+    /// When the refusal came: the speaker refused it earlier.
+    pub(crate) answered: u64,
+}
+
 /// What the checker reads.
 #[derive(Default)]
 pub(crate) struct History {
@@ -54,6 +82,14 @@ pub(crate) struct History {
     /// Sets of names answered otherwise than whole: the names asked, and
     /// what came.
     pub(crate) broken_sets: Vec<String>,
+    /// Sessions that ended, by their holders' sight.
+    pub(crate) session_ends: Vec<SessionEnd>,
+    /// Acquires refused "held", with the holder named.
+    pub(crate) held_refusals: Vec<HeldRefusal>,
+    /// When each rebuild finished: a table rebuilt from the members'
+    /// records may take back a lock released before, whose release some
+    /// member did not hear of, until its lease ends.
+    pub(crate) rebuilds: Vec<u64>,
 }
 
 /// What a run saw.
@@ -85,6 +121,10 @@ pub struct Report {
     /// Locks lost while their holders kept renewing, with fewer members
     /// faulted meanwhile than there are copies.
     pub lost_locks: Vec<String>,
+    /// Locks of sessions still held after their session ended: named as
+    /// the holder to an acquire sent after the close was answered, or after
+    /// the session's lease ran out at the latest.
+    pub session_locks_kept: Vec<String>,
     /// Locks lost while their holders kept renewing, with as many members
     /// faulted meanwhile as there are copies, or more.
     pub excused_losses: usize,
@@ -149,8 +189,11 @@ impl std::fmt::Debug for Report {
             .field("fence_inversions", &self.fence_inversions)
             .field("deposed_grants", &self.deposed_grants)
             .field("deposed_speakers", &self.deposed_speakers)
-            .field("lost_locks", &self.lost_locks)
-            .field("excused_losses", &self.excused_losses)
+            .field("lost_locks", &self.lost_locks);
+        if !self.session_locks_kept.is_empty() {
+            d.field("session_locks_kept", &self.session_locks_kept);
+        }
+        d.field("excused_losses", &self.excused_losses)
             .field("liveness", &self.liveness)
             .field("violations", &self.violations)
             .field("liveness_ms", &self.liveness_ms)

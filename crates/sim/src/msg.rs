@@ -15,7 +15,9 @@ pub(crate) type ReqId = u64;
 /// Why a node did not grant.
 #[derive(Debug, Clone)]
 pub(crate) enum Refusal {
-    Held,
+    /// The name is held: by the grant of this fence (what the checker
+    /// needs to see a lock kept past its session).
+    Held(u64),
     Unavailable,
     /// A renewal of a lock the speaker does not hold (nor could reclaim).
     NotHeld,
@@ -94,8 +96,15 @@ pub(crate) enum Msg {
         result: Answer,
         held: Option<Vec<LockId>>,
     },
-    /// A session closed, with every lock of it (as a release: no answer).
+    /// A session closed, with every lock of it: answered
+    /// [`Msg::SessionClosed`] once the speaker released them.
     CloseSession {
+        client: ClientId,
+        id: LockId,
+    },
+    /// The answer to a close: the speaker released the session and every
+    /// lock of it.
+    SessionClosed {
         id: LockId,
     },
     // Between nodes.
@@ -146,6 +155,13 @@ pub(crate) enum Msg {
         records: Option<Vec<LockInTransit>>,
     },
     ForwardCloseSession {
+        from: NodeId,
+        client: ClientId,
+        id: LockId,
+    },
+    /// The speaker released a session a node forwarded the close of.
+    ForwardSessionClosed {
+        client: ClientId,
         id: LockId,
     },
     /// A copy of a grant or renewal by the speaker of `term`.

@@ -19,7 +19,7 @@ use crate::world::World;
 /// not_held`, or `503` (retry).
 pub(crate) fn wire(refusal: &leasehold_protocol::Refusal) -> Refusal {
     match refusal {
-        leasehold_protocol::Refusal::Held(_) => Refusal::Held,
+        leasehold_protocol::Refusal::Held(lock) => Refusal::Held(lock.fence.0),
         leasehold_protocol::Refusal::NotHeld => Refusal::NotHeld,
         leasehold_protocol::Refusal::RecordsWanted => Refusal::RecordsWanted,
         _ => Refusal::Unavailable,
@@ -66,7 +66,9 @@ impl World {
                     self.answer_set_on_record(n, locks, origin, made);
                 }
                 Ok(lock) => self.answer_on_record(n, lock, origin, made, true),
-                Err(AcquireError::Held(_)) => self.answer(n, origin, Err(Refusal::Held)),
+                Err(AcquireError::Held(lock)) => {
+                    self.answer(n, origin, Err(Refusal::Held(lock.fence.0)))
+                }
                 Err(_) => self.answer(n, origin, Err(Refusal::Unavailable)),
             }
         }
@@ -460,8 +462,13 @@ impl World {
                 result,
                 records,
             } => self.session_forward_answered(n, client, (req, result), records),
-            Msg::CloseSession { id } => self.close_session(n, id),
-            Msg::ForwardCloseSession { id } => self.speak_close_session(n, id),
+            Msg::CloseSession { client, id } => self.close_session(n, client, id),
+            Msg::ForwardCloseSession { from, client, id } => {
+                self.speak_close_session(n, from, client, id)
+            }
+            Msg::ForwardSessionClosed { client, id } => {
+                self.send(Some(n), To::Client(client), Msg::SessionClosed { id })
+            }
             Msg::Forgets { from, key, forgets } => self.take_forgets(n, from, key, forgets),
             Msg::ForgetAck { key } => self.forgets_answered(n, key, true),
             Msg::ReadReport {
@@ -478,7 +485,7 @@ impl World {
             Msg::Lost { ids } => {
                 self.nodes.get_mut(&n).expect("member").member.lost(ids);
             }
-            Msg::Reply { .. } | Msg::SessionReply { .. } => {}
+            Msg::Reply { .. } | Msg::SessionReply { .. } | Msg::SessionClosed { .. } => {}
         }
     }
 }

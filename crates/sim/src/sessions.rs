@@ -296,23 +296,38 @@ impl World {
     }
 
     /// A client closes its session through node `n`: the node forgets its
-    /// records of it and of its locks, and the speaker releases them all.
-    pub(crate) fn close_session(&mut self, n: NodeId, id: LockId) {
+    /// records of it and of its locks, and the speaker releases them all,
+    /// then answers.
+    pub(crate) fn close_session(&mut self, n: NodeId, client: ClientId, id: LockId) {
         let node = self.nodes.get_mut(&n).expect("member");
         for lock in node.member.held_session_locks(id) {
             node.member.drop_held(lock);
         }
         node.member.drop_held(id);
         match node.raft.current_leader() {
-            Some(l) if l == n => self.speak_close_session(n, id),
-            Some(l) => self.send(Some(n), To::Node(l), Msg::ForwardCloseSession { id }),
+            Some(l) if l == n => self.speak_close_session(n, n, client, id),
+            Some(l) => {
+                let msg = Msg::ForwardCloseSession {
+                    from: n,
+                    client,
+                    id,
+                };
+                self.send(Some(n), To::Node(l), msg)
+            }
             None => {}
         }
     }
 
-    /// Closes a session as the speaker: it and every lock of it released,
-    /// each passed on to the members that may keep a record of it.
-    pub(crate) fn speak_close_session(&mut self, n: NodeId, id: LockId) {
+    /// Closes a session as the speaker, for a client of `from`: it and
+    /// every lock of it released, each passed on to the members that may
+    /// keep a record of it, and the client answered (through `from`).
+    pub(crate) fn speak_close_session(
+        &mut self,
+        n: NodeId,
+        from: NodeId,
+        client: ClientId,
+        id: LockId,
+    ) {
         let guard = self.guard(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(self.t);
@@ -321,6 +336,13 @@ impl World {
             self.note(|| format!("node {n} closes session {id} ({count} with its locks)"));
             for (lock, to) in released {
                 self.send_forgets(n, &lock, to);
+            }
+            match from == n {
+                true => self.send(Some(n), To::Client(client), Msg::SessionClosed { id }),
+                false => {
+                    let msg = Msg::ForwardSessionClosed { client, id };
+                    self.send(Some(n), To::Node(from), msg)
+                }
             }
         }
         self.dispatch(n);

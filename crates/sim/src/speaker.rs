@@ -171,6 +171,7 @@ impl World {
                     self.with_attempt(n, id, |a, m, guard, now| a.settled(settled, m, guard, now));
                 }
                 AttemptOut::Rebuilt(report) => {
+                    self.history.rebuilds.push(t);
                     if !report.all_seen {
                         self.history.missing_rebuilds.push(t);
                     }

@@ -349,6 +349,31 @@ fn a_rebuild_blind_to_kinds_is_caught() {
     );
 }
 
+/// More holders than permits are caught: a speaker that grants a permit
+/// request as one of a semaphore with one permit more (`permits-overfull`)
+/// lets a third holder share a semaphore of two, under the mixed faults
+/// and every targeted scenario; each seed that catches it passes without
+/// the sabotage.
+#[test]
+fn a_semaphore_granted_past_its_permits_is_caught_under_every_fault() {
+    let sabotage = switched(&["permits-overfull"]);
+    for scenario in std::iter::once(Scenario::Mixed).chain(Scenario::TARGETED) {
+        let caught = (0..100).find(|&seed| {
+            let report = with_kinds(scenario, seed, sabotage);
+            report
+                .unexplained
+                .iter()
+                .any(|v| v.contains("is holder 3 of"))
+        });
+        println!("permits-overfull in {scenario:?}: first caught at seed {caught:?}");
+        let seed = caught.expect("a semaphore past its permits went unnoticed in 100 seeds");
+        assert!(
+            with_kinds(scenario, seed, Sabotage::NONE).ok(),
+            "{scenario:?}: seed {seed} keeps every promise without the sabotage"
+        );
+    }
+}
+
 /// Runs `seed` of `scenario` with lock-delays (half the grants ask for one),
 /// `sabotage` switched on.
 fn with_delays(scenario: Scenario, seed: u64, sabotage: Sabotage) -> Report {
@@ -571,6 +596,59 @@ fn a_speaker_renewing_a_session_but_not_its_locks_is_caught() {
             "seed {seed} keeps every promise without the sabotage"
         );
     }
+}
+
+/// A session's locks end with it, by the check that looks for them after
+/// its end (`Report::session_locks_kept`): a speaker that ends a closed
+/// session's grant alone and lets its locks outlast its lapse
+/// (`session-end-leaves-locks`) is caught, in both rebuild modes, under
+/// the mixed faults and every targeted scenario; a lock named the holder
+/// after its close was answered, and one after its lease ran out, each
+/// seen; and each seed that catches it passes without the sabotage (the
+/// same seeds keep every other promise with it: only this check sees it).
+#[test]
+fn a_sessions_locks_kept_past_its_end_are_caught_under_every_fault() {
+    let sabotage = switched(&["session-end-leaves-locks"]);
+    let (mut closed, mut lapsed) = (0, 0);
+    for strict in [false, true] {
+        for scenario in std::iter::once(Scenario::Mixed).chain(Scenario::TARGETED) {
+            let caught = (0..100).find_map(|seed| {
+                let report = with_sessions(scenario, seed, strict, sabotage);
+                let kept = &report.session_locks_kept;
+                closed += kept
+                    .iter()
+                    .filter(|v| v.contains("close was answered"))
+                    .count();
+                lapsed += kept.iter().filter(|v| v.contains("lease ran out")).count();
+                (!kept.is_empty()).then_some((seed, report))
+            });
+            let seed = caught.as_ref().map(|(seed, _)| *seed);
+            println!(
+                "session-end-leaves-locks in {scenario:?} (strict {strict}): first caught at \
+                 seed {seed:?}"
+            );
+            let (seed, report) =
+                caught.expect("a session's locks kept past its end went unnoticed");
+            let others = [
+                &report.unexplained,
+                &report.fence_inversions,
+                &report.deposed_grants,
+                &report.deposed_speakers,
+                &report.lost_locks,
+                &report.liveness,
+            ];
+            assert!(
+                others.iter().all(|v| v.is_empty()),
+                "{scenario:?} (strict {strict}): seed {seed} broke another promise: {others:?}"
+            );
+            assert!(
+                with_sessions(scenario, seed, strict, Sabotage::NONE).ok(),
+                "{scenario:?} (strict {strict}): seed {seed} keeps every promise without the \
+                 sabotage"
+            );
+        }
+    }
+    assert!(closed > 0 && lapsed > 0, "closed {closed}, lapsed {lapsed}");
 }
 
 /// A session's close hands its names on, its locks in id order (not the
