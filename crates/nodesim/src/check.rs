@@ -6,7 +6,10 @@
 //! holder's count, fences increase along each name's history
 //! (between grants not held together), no lock is lost while its holder
 //! renews in time, and every node serves again within the bound once the
-//! faults heal.
+//! faults heal; and a session's locks end with it: none is named the
+//! holder in a refusal of an acquire sent after the session's close was
+//! answered (but for a rebuild since), or after its lease ran out at the
+//! latest plus [`SESSION_END_MARGIN`].
 //!
 //! The guard premise (two nodes never may grant at once) is checked on the
 //! running nodes, by [`crate::guards`].
@@ -26,6 +29,7 @@ use locktable::Kind;
 #[cfg(test)]
 use crate::history::Call;
 use crate::history::{Event, History};
+use crate::lease::LEASE;
 
 /// One grant's time held on its holder's count: from each answer to the
 /// end of the lease that answer gave, cut at the release.
@@ -38,6 +42,15 @@ struct Held {
     released: Option<Duration>,
     delay: Duration,
 }
+
+/// How long past the latest end of a session's lease (its holder's latest
+/// answer plus the lease asked) its locks may still hold at the speaker:
+/// a record that counts a lease from its arrival (a copy, a report a
+/// rebuild read) lengthens it by a message's latency, at most 100 ms on
+/// the runs' network, and a few may follow each other within one lease;
+/// and the expiry task frees a lapsed name at its next poll. The sabotage
+/// `session-end-leaves-locks` keeps them up to a lease longer.
+pub const SESSION_END_MARGIN: Duration = Duration::from_millis(500);
 
 /// What the checks excuse.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,8 +130,10 @@ pub fn check(
                 served.insert(*node, at.saturating_sub(*healed));
             }
             Event::Malformed(why) => violations.push(why.clone()),
+            Event::Refused { .. } | Event::SessionEnded { .. } | Event::Rebuilt { .. } => {}
         }
     }
+    session_ends(history, &mut violations);
     for (name, grants) in &names {
         overlaps(name, grants, &mut violations);
         fences(name, grants, &mut violations);
@@ -133,6 +148,59 @@ pub fn check(
         }
     }
     violations
+}
+
+/// Every lock of a session is free once the session ended: no acquire
+/// sent after its close was answered, or after its lease ran out at the
+/// latest plus [`SESSION_END_MARGIN`], is refused as held by it. The close
+/// is excused by a rebuild seen from the longest lease before it to the
+/// refusal (a rebuilt table may take a released lock back from a record
+/// that missed the release, until its lease ends); the lapse is not.
+fn session_ends(history: &History, violations: &mut Vec<String>) {
+    let mut ends = BTreeMap::new();
+    let mut rebuilds = Vec::new();
+    for event in &history.events {
+        match event {
+            Event::SessionEnded {
+                session,
+                locks,
+                closed,
+                lapsed_by,
+            } => {
+                for (name, id) in locks {
+                    ends.insert((name.as_str(), id.as_str()), (session, closed, lapsed_by));
+                }
+            }
+            Event::Rebuilt { at, .. } => rebuilds.push(*at),
+            _ => {}
+        }
+    }
+    for event in &history.events {
+        let Event::Refused {
+            name,
+            holder,
+            sent,
+            at,
+        } = event
+        else {
+            continue;
+        };
+        let Some((session, closed, lapsed_by)) = ends.get(&(name.as_str(), holder.as_str())) else {
+            continue;
+        };
+        let rebuilt = |from: Duration| rebuilds.iter().any(|r| *r >= from && r <= at);
+        let closed = closed.filter(|c| sent >= c && !rebuilt(c.saturating_sub(LEASE.max)));
+        let lapsed = lapsed_by.filter(|l| *sent >= *l + SESSION_END_MARGIN);
+        let why = match (closed, lapsed) {
+            (_, Some(l)) => format!("its lease ran out by {l:?} at the latest"),
+            (Some(c), None) => format!("its close was answered at {c:?}"),
+            (None, None) => continue,
+        };
+        violations.push(format!(
+            "{name}: {holder} of session {session} refused an acquire sent at {sent:?} as its \
+             holder, though {why}"
+        ));
+    }
 }
 
 /// The spans of time each grant of `name` was held, on its holder's
@@ -380,6 +448,79 @@ mod tests {
         // may have reached the speaker too late): not a loss.
         assert!(lost(1.95).is_empty());
         assert!(lost(2.5).is_empty());
+    }
+
+    fn session_ended(closed: Option<f64>, lapsed_by: Option<f64>) -> Event {
+        Event::SessionEnded {
+            session: "s".into(),
+            locks: vec![("a".into(), "x".into())],
+            closed: closed.map(s),
+            lapsed_by: lapsed_by.map(s),
+        }
+    }
+
+    fn refused(holder: &str, sent: f64) -> Event {
+        Event::Refused {
+            name: "a".into(),
+            holder: holder.into(),
+            sent: s(sent),
+            at: s(sent + 0.1),
+        }
+    }
+
+    #[test]
+    fn a_sessions_lock_named_the_holder_after_its_end_is_caught() {
+        let granted = || granted("a", "x", 1, 0.0, 2.0);
+        // Refused by it before the close was answered, or by another
+        // grant after: nothing to see.
+        let before = run(vec![
+            granted(),
+            refused("x", 0.9),
+            session_ended(Some(1.0), None),
+        ]);
+        assert!(before.is_empty(), "{before:?}");
+        let other = run(vec![
+            granted(),
+            refused("y", 1.5),
+            session_ended(Some(1.0), None),
+        ]);
+        assert!(other.is_empty(), "{other:?}");
+        let closed = run(vec![
+            granted(),
+            session_ended(Some(1.0), None),
+            refused("x", 1.5),
+        ]);
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        assert!(closed[0].contains("close was answered"), "{closed:?}");
+        // A rebuild since may take the lock back until its lease ends.
+        let rebuilt = run(vec![
+            granted(),
+            session_ended(Some(1.0), Some(2.0)),
+            Event::Rebuilt {
+                node: 1,
+                at: s(1.2),
+            },
+            refused("x", 1.5),
+        ]);
+        assert!(rebuilt.is_empty(), "{rebuilt:?}");
+        let lapsed = |sent: f64| {
+            run(vec![
+                granted(),
+                session_ended(None, Some(2.0)),
+                refused("x", sent),
+            ])
+        };
+        assert!(lapsed(2.0 + SESSION_END_MARGIN.as_secs_f64() - 0.01).is_empty());
+        let late = lapsed(2.0 + SESSION_END_MARGIN.as_secs_f64());
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].contains("lease ran out"), "{late:?}");
+        // A renewal in doubt: no end to judge the lapse by.
+        let doubt = run(vec![
+            granted(),
+            session_ended(None, None),
+            refused("x", 9.0),
+        ]);
+        assert!(doubt.is_empty(), "{doubt:?}");
     }
 
     #[test]

@@ -54,6 +54,41 @@ pub enum Event {
         /// When the client sent it.
         sent: Duration,
     },
+    /// An acquire answered `409 held`, naming the holder's grant.
+    Refused {
+        /// The name asked for.
+        name: String,
+        /// The id of the grant the refusal named.
+        holder: String,
+        /// When the client sent it: the speaker refused it later.
+        sent: Duration,
+        /// When the refusal came: the speaker refused it earlier.
+        at: Duration,
+    },
+    /// A session ended, as its holder saw it: closed, or left to lapse
+    /// (or answered `404`).
+    SessionEnded {
+        /// The session's id.
+        session: String,
+        /// Every lock granted in it: name and grant id.
+        locks: Vec<(String, String)>,
+        /// When its close was answered `200`: the speaker had released
+        /// it and every lock of it.
+        closed: Option<Duration>,
+        /// When the speaker's lease of it ends at the latest: the latest
+        /// answer to its open or a renewal, plus the lease asked; `None`
+        /// when a renewal's try may have been carried out unanswered.
+        lapsed_by: Option<Duration>,
+    },
+    /// A speaker's table was rebuilt, as the driver saw it (sampled): a
+    /// rebuilt table may take back a lock released before, whose release
+    /// some member did not hear of, until its lease ends.
+    Rebuilt {
+        /// The speaker.
+        node: u64,
+        /// When it was seen rebuilt.
+        at: Duration,
+    },
     /// After the faults healed, a node served its first grant.
     Served {
         /// The node.

@@ -8,7 +8,7 @@
 //! [`crate::check`] read what the clients saw. The faults and their
 //! schedule are in [`crate::faults`], the leases in [`crate::lease`].
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -189,6 +189,8 @@ pub fn run(options: &RunOptions) -> Outcome {
     let pauses = cluster_options.pauses.clone();
     let hosts = cluster_options.hosts.clone();
     let mut elected: BTreeSet<(u64, u64)> = BTreeSet::new();
+    // The term each speaker was last seen rebuilt for.
+    let mut rebuilt: BTreeMap<u64, Option<u64>> = BTreeMap::new();
     // Until when a member restarted lately counts as missing from rebuilds.
     let mut restarted_until = Duration::ZERO;
     let mut rng = StdRng::seed_from_u64(options.seed);
@@ -251,6 +253,11 @@ pub fn run(options: &RunOptions) -> Outcome {
         }
         let t = sim.elapsed();
         for (node, term) in leaders.leading() {
+            let now_rebuilt = leaders.rebuilt(node).then_some(term);
+            if rebuilt.insert(node, now_rebuilt) != Some(now_rebuilt) && now_rebuilt.is_some() {
+                let seen = Event::Rebuilt { node, at: t };
+                shared.lock().unwrap().history.push(seen);
+            }
             let new = elected.insert((node, term));
             let healing = shared.lock().unwrap().healed.is_some();
             // Not while a member restarted lately counts as missing: a

@@ -161,6 +161,18 @@ fn answered_lock(
     ))
 }
 
+/// A refusal naming the holder (`409 held`) of an acquire of `name` sent at
+/// `sent`, as the history keeps it; `None` for any other answer.
+fn held_refusal(name: &str, sent: Duration, status: StatusCode, answer: &Value) -> Option<Event> {
+    let holder = answer["lock"]["id"].as_str()?;
+    (status == StatusCode::CONFLICT).then(|| Event::Refused {
+        name: name.to_string(),
+        holder: holder.to_string(),
+        sent,
+        at: now(),
+    })
+}
+
 /// A name of each kind, at random: an exclusive lock, a name readers
 /// hold shared (a writer now and then), or a semaphore of two permits.
 fn pick_kind(rng: &mut StdRng) -> (String, Kind) {
@@ -425,6 +437,9 @@ pub(crate) async fn work(
             continue;
         };
         if status != StatusCode::OK {
+            if let Some(refused) = held_refusal(&name, sent, status, &answer) {
+                shared.lock().unwrap().history.push(refused);
+            }
             tokio::time::sleep(Duration::from_millis(rng.gen_range(20..150))).await;
             continue;
         }

@@ -13,7 +13,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use super::{answered_lock, through_any, Shared, Through};
+use super::{answered_lock, held_refusal, through_any, Shared, Through};
 use crate::history::{now, Call, Event};
 
 /// One lock of the session as the client holds it: name, id, fence.
@@ -83,15 +83,34 @@ pub(super) async fn hold_session(
     let mut names = vec!["jobs/0".to_string(), "jobs/1".to_string()];
     names.shuffle(rng);
     let mut held: Vec<Held> = Vec::new();
+    // Every lock granted in it, kept or not; when the speaker's lease of
+    // it ends at the latest; whether a renewal may have been carried out
+    // unanswered (then no one knows).
+    let mut granted: Vec<(String, String)> = Vec::new();
+    let lease = Duration::from_millis(ttl_ms);
+    let mut lapsed_by = now() + lease;
+    let mut in_doubt = false;
     for name in names {
         let body = json!({"name": name, "session": session, "holder": format!("client{client}")});
+        let through = through_any(rng, nodes, "/v1/locks/acquire", &body).await;
+        if let Some(Through {
+            sent,
+            status,
+            answer,
+            ..
+        }) = &through
+        {
+            if let Some(refused) = held_refusal(&name, *sent, *status, answer) {
+                push(refused);
+            }
+        }
         if let Some(Through {
             node,
             sent,
             status: StatusCode::OK,
             answer,
             ..
-        }) = through_any(rng, nodes, "/v1/locks/acquire", &body).await
+        }) = through
         {
             match answered_lock(sent, &name, &answer) {
                 Ok((id, fence, lock_ends)) => {
@@ -103,6 +122,7 @@ pub(super) async fn hold_session(
                         renewal: false,
                         delay: Duration::ZERO,
                     });
+                    granted.push((name.clone(), id.clone()));
                     held.push(Held { name, id, fence });
                 }
                 Err(why) => {
@@ -126,8 +146,10 @@ pub(super) async fn hold_session(
                 sent,
                 status: StatusCode::OK,
                 answer,
-                ..
+                first,
             }) => {
+                lapsed_by = lapsed_by.max(now() + lease);
+                in_doubt |= !first;
                 let Some((_, until)) = session_ends(sent, &answer) else {
                     push(Event::Malformed(format!(
                         "a renewal without its session: {answer}"
@@ -160,17 +182,20 @@ pub(super) async fn hold_session(
                 node,
                 sent,
                 status: StatusCode::NOT_FOUND,
+                first,
                 ..
             }) => {
+                in_doubt |= !first;
                 for lock in &held {
                     push(Event::NotHeld(call(&lock.name, &lock.id, node, sent)));
                 }
                 kept = false;
                 break;
             }
-            _ => {}
+            _ => in_doubt = true,
         }
     }
+    let mut closed = None;
     if kept && rng.gen_bool(0.7) {
         for lock in &held {
             push(Event::Released {
@@ -180,8 +205,20 @@ pub(super) async fn hold_session(
             });
         }
         let body = json!({"id": session});
-        let _ = through_any(rng, nodes, "/v1/sessions/close", &body).await;
+        if let Some(Through {
+            status: StatusCode::OK,
+            ..
+        }) = through_any(rng, nodes, "/v1/sessions/close", &body).await
+        {
+            closed = Some(now());
+        }
     } else {
         tokio::time::sleep(ends.saturating_sub(now())).await;
     }
+    push(Event::SessionEnded {
+        session,
+        locks: granted,
+        closed,
+        lapsed_by: (!in_doubt).then_some(lapsed_by),
+    });
 }

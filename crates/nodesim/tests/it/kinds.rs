@@ -79,6 +79,49 @@ fn a_rebuild_blind_to_kinds_is_caught() {
     );
 }
 
+/// Shared locks and semaphores under the speaker paused (its clock jumped
+/// when it wakes) and replaced on a wiped directory: the same promises.
+#[test]
+fn every_kind_keeps_its_promises_when_the_speaker_pauses_or_is_replaced() {
+    for focus in [Focus::SpeakerPauses, Focus::SpeakerReplaces] {
+        for seed in 1..=SEEDS {
+            let outcome = run(&RunOptions {
+                focus,
+                ..with_kinds(seed)
+            });
+            outcome.assert_passed(&format!("seed {seed} ({focus:?}, kinds)"));
+            assert!(outcome.grants() > 0, "seed {seed}: no grant at all");
+        }
+    }
+}
+
+/// A speaker that grants a permit request as one of a semaphore with a
+/// permit more lets a third holder share a semaphore of two: the check of
+/// the permits sees it (and only it: the seed keeps every other promise
+/// with it, and every promise without it).
+#[test]
+fn a_semaphore_granted_past_its_permits_is_caught() {
+    let caught = (1..=12).find_map(|seed| {
+        let outcome = run(&RunOptions {
+            sabotage: switched("permits-overfull"),
+            ..with_kinds(seed)
+        });
+        let over = |v: &String| v.contains("(one of 2 permits)") && v.contains("beside 2 others");
+        outcome
+            .violations
+            .iter()
+            .any(over)
+            .then_some((seed, outcome))
+    });
+    let (seed, outcome) = caught.expect("no seed of 12 caught a semaphore past its permits");
+    assert!(
+        outcome.violations.iter().all(|v| v.contains("permits")),
+        "seed {seed}: {:#?}",
+        outcome.violations
+    );
+    run(&with_kinds(seed)).assert_passed(&format!("seed {seed} (kinds, no sabotage)"));
+}
+
 fn with_sets(seed: u64) -> RunOptions {
     RunOptions {
         sets: true,
@@ -198,4 +241,34 @@ fn a_speaker_not_following_a_sessions_renewal_is_caught() {
         caught.is_some(),
         "no seed of 8 caught a speaker not following a session's renewal"
     );
+}
+
+/// A speaker that ends a closed session's grant alone and lets a session's
+/// locks outlast its lapse keeps them past the session's end: the check
+/// of sessions' ends sees a rival refused by one (and only it: the seed
+/// keeps every other promise with it, and every promise without it).
+#[test]
+fn a_sessions_locks_kept_past_its_end_are_caught() {
+    let caught = (1..=8).find_map(|seed| {
+        let outcome = run(&RunOptions {
+            sabotage: switched("session-end-leaves-locks"),
+            ..with_sessions(seed)
+        });
+        let kept = |v: &String| v.contains(" of session ") && v.contains("refused an acquire");
+        outcome
+            .violations
+            .iter()
+            .any(kept)
+            .then_some((seed, outcome))
+    });
+    let (seed, outcome) = caught.expect("no seed of 8 caught a session's locks kept past its end");
+    assert!(
+        outcome
+            .violations
+            .iter()
+            .all(|v| v.contains(" of session ")),
+        "seed {seed}: {:#?}",
+        outcome.violations
+    );
+    run(&with_sessions(seed)).assert_passed(&format!("seed {seed} (sessions, no sabotage)"));
 }
