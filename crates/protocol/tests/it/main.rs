@@ -5,6 +5,7 @@ mod common;
 
 mod attempt;
 mod delay;
+mod kinds;
 mod member;
 mod named;
 mod reading;

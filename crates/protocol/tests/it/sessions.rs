@@ -394,3 +394,64 @@ fn a_sessions_lock_follows_its_renewal_unless_sabotaged() {
         assert_eq!(renewed.locks, usize::from(!unfollowed));
     }
 }
+
+/// The sabotage `session-end-leaves-locks`: a session's close releases its
+/// grant alone, and a renewal gives its locks a lease past the session's
+/// end, so a lock outlasts its session's close and its lapse. Without it,
+/// both free the lock.
+#[test]
+fn a_sessions_end_frees_its_locks_unless_sabotaged() {
+    for sabotaged in [false, true] {
+        let lease = Duration::from_secs(10);
+        let mut s1 = speaker(1, 1, at(0), vec![], RebuildMode::Proceed);
+        s1.set_sabotage(leasehold_protocol::Sabotage {
+            session_end_leaves_locks: sabotaged,
+            ..leasehold_protocol::Sabotage::NONE
+        });
+        // Session 900 holds "a" and is closed; 901 holds "b" and lapses.
+        let mut sessions = Vec::new();
+        for (sid, name, id) in [(900, "a", 1), (901, "b", 2)] {
+            let session = grant(
+                &mut s1,
+                Request {
+                    lease: Some(lease),
+                    ..request(&session_name(LockId::from_u128(sid)), sid, 2)
+                },
+                at(0),
+            );
+            let lock = grant(
+                &mut s1,
+                Request {
+                    session: Some(session.id),
+                    ..request(name, id, 2)
+                },
+                at(1),
+            );
+            let renewal = SessionRenewal {
+                id: session.id,
+                lease: None,
+                node: 2,
+                digest: Some(locktable::session::digest([lock.id])),
+                client_digest: None,
+                session_copies: false,
+                reclaimable: false,
+            };
+            let (renewed, _) = s1
+                .renew_session(renewal, &leading(1, at(4_000)), at(4_000))
+                .unwrap();
+            assert_eq!(renewed.session.expires, at(14_000), "the session's own end");
+            sessions.push(session.id);
+        }
+        let released = s1
+            .release_session(sessions[0], &leading(1, at(5_000)), at(5_000))
+            .unwrap();
+        assert_eq!(released.len(), if sabotaged { 1 } else { 2 });
+        let held = |s1: &leasehold_protocol::Member, name, t| {
+            s1.get(name, &leading(1, at(t)), at(t)).unwrap().is_some()
+        };
+        assert_eq!(held(&s1, "a", 5_000), sabotaged, "closed: {sabotaged}");
+        // The expiry task runs after the lapse of 901.
+        s1.poll(&leading(1, at(15_000)), at(15_000));
+        assert_eq!(held(&s1, "b", 15_000), sabotaged, "lapsed: {sabotaged}");
+    }
+}
