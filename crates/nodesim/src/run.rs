@@ -64,8 +64,8 @@ pub struct RunOptions {
     pub delays: bool,
     /// Sessions: now and then a client opens a session, takes both
     /// exclusive names in it, renews the session alone, then closes it or
-    /// lets it lapse; each lock of it is checked as any lock. Off, a seed
-    /// draws what it always drew.
+    /// lets it lapse; each lock of it is checked as any lock, and must be
+    /// free once the session ended. Off, a seed draws what it always drew.
     pub sessions: bool,
 }
 

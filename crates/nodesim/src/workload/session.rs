@@ -1,7 +1,9 @@
 //! A client's session: one lease that both exclusive names hang off,
 //! renewed once for both, then closed or left to lapse. Each lock of it is
 //! judged as any lock: held from its grant to the end of the session's
-//! lease on the holder's count, renewed with the session.
+//! lease on the holder's count, renewed with the session; and the
+//! session's end is kept (its close's answer, its lease's latest end) for
+//! the check that its locks end with it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
