@@ -243,6 +243,23 @@ fn a_speaker_not_following_a_sessions_renewal_is_caught() {
     );
 }
 
+/// Sessions under the speaker paused (its clock jumped when it wakes) and
+/// replaced on a wiped directory: each lock held by one holder at a time,
+/// and free once its session ended.
+#[test]
+fn a_sessions_locks_hold_and_end_when_the_speaker_pauses_or_is_replaced() {
+    for focus in [Focus::SpeakerPauses, Focus::SpeakerReplaces] {
+        for seed in 1..=SEEDS {
+            let outcome = run(&RunOptions {
+                focus,
+                ..with_sessions(seed)
+            });
+            outcome.assert_passed(&format!("seed {seed} ({focus:?}, sessions)"));
+            assert!(outcome.grants() > 0, "seed {seed}: no grant at all");
+        }
+    }
+}
+
 /// A speaker that ends a closed session's grant alone and lets a session's
 /// locks outlast its lapse keeps them past the session's end: the check
 /// of sessions' ends sees a rival refused by one (and only it: the seed
