@@ -280,3 +280,53 @@ async fn a_renewal_lists_the_locks_only_when_the_clients_digest_differs() {
         );
     }
 }
+
+/// A member that stalls (SIGSTOP: it neither answers nor refuses) while
+/// it is the first the speaker copies to does not hold back a renewal
+/// through the speaker for a copy's whole timeout (1 s, more than the
+/// slack a 2 s session renewed every third of its lease has): another
+/// member is sent the copy once it has been unanswered for 200 ms, and its
+/// acknowledgement answers the client. Then the stalled member wakes and
+/// the speaker is killed: the session and its lock are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_copy_holder_does_not_hold_a_renewal_through_the_speaker_back() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let session = open(&cluster, speaker, 2000).await;
+    let locks = take(&cluster, speaker, &session, &["stall/a"]).await;
+    // Copies go first to the member after the speaker in id order.
+    let others = followers(&cluster, speaker);
+    let first = others
+        .iter()
+        .copied()
+        .find(|&n| n > speaker)
+        .unwrap_or(others[0]);
+    cluster.pause(first);
+    let started = std::time::Instant::now();
+    let (status, body) = cluster
+        .post(
+            speaker,
+            "/v1/sessions/renew",
+            json!({ "id": session["id"] }),
+        )
+        .await;
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        took < Duration::from_millis(1000),
+        "the renewal waited {took:?}, a copy's whole timeout, for the stalled member {first}"
+    );
+    // Renewed on while the member stays stalled: nothing lapses.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        renew(&cluster, speaker, &session).await;
+    }
+    cluster.resume(first);
+    renew(&cluster, speaker, &session).await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    let renewed = renew(&cluster, next, &session).await;
+    assert_eq!(renewed["session"]["locks"], json!(1), "{renewed}");
+    still_held(&cluster, next, &["stall/a"], &locks).await;
+}

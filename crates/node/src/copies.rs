@@ -1,12 +1,14 @@
 //! Copies on their way: one lane per member, in batches. Which members a
-//! grant needs, which to try next and when it may be answered are the
-//! protocol's (`leasehold_protocol::OnRecord`); this module sends.
+//! grant needs, which to try next (after a refusal, a timeout, or a copy
+//! unanswered for `COPY_HEDGE`) and when it may be answered are the
+//! protocol's (`leasehold_protocol::OnRecord`); this module sends and
+//! times.
 
 use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use leasehold_api::{PeerLock, MAX_BODY_BYTES};
-use leasehold_protocol::{Made, RecordOut, SessionLocks, COPY_TIMEOUT};
+use leasehold_protocol::{Made, RecordOut, SessionLocks, COPY_HEDGE, COPY_TIMEOUT};
 use leasehold_raft::WatchReceiver;
 use locktable::{Lock, LockInTransit, MonoTime, NodeId};
 
@@ -39,6 +41,7 @@ impl Node {
             (recording, now)
         };
         let mut sent = FuturesUnordered::new();
+        let mut hedges = FuturesUnordered::new();
         loop {
             while let Some(out) = recording.poll() {
                 match out {
@@ -47,11 +50,26 @@ impl Node {
                         let by_session =
                             recording.session_locks().filter(|_| self.session_copies());
                         sent.push(self.copy_one(member, lock.clone(), term, noted, by_session));
+                        hedges.push(async move {
+                            tokio::time::sleep(COPY_HEDGE).await;
+                            member
+                        });
                     }
                     RecordOut::Decided(decided) => return decided.map_err(|r| self.refused(r)),
                 }
             }
-            let next = sent.next().await;
+            let next = tokio::select! {
+                biased;
+                next = sent.next() => Some(next),
+                Some(silent) = hedges.next() => {
+                    let guard = self.guard();
+                    let mut state = self.state();
+                    noted = self.clock.now();
+                    recording.hedge(&mut state.member, lock, silent, &guard, noted);
+                    None
+                }
+            };
+            let Some(next) = next else { continue };
             // Read as every grant's guard check is: after the wait, then
             // the state's lock.
             let guard = self.guard();

@@ -28,6 +28,13 @@ use crate::refusal::Refusal;
 /// a copy not sent by then is not sent at all.
 pub const COPY_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long a copy may go unanswered before the next member is sent one
+/// as well ([`CopyRound::hedge`]): a member that neither answers nor
+/// refuses (paused, or behind a link that drops) then costs a grant or
+/// renewal this long, not [`COPY_TIMEOUT`]. Every copy's timeout is one
+/// fifth of a second on top of the round trips of a healthy cluster.
+pub const COPY_HEDGE: Duration = Duration::from_millis(200);
+
 /// How many members keep a record of every grant when `--copies` is not
 /// given.
 pub const DEFAULT_COPIES: usize = 2;
@@ -142,6 +149,18 @@ impl CopyRound {
         } else {
             CopyStep::Wait
         }
+    }
+
+    /// A copy out went unanswered for [`COPY_HEDGE`]: the next member to
+    /// send a copy to as well, if more acknowledgements are needed and a
+    /// member is left to try. The copy out still counts if it is answered.
+    pub fn hedge(&mut self) -> Option<NodeId> {
+        if self.acked.len() >= self.needed {
+            return None;
+        }
+        let next = self.candidates.pop_front()?;
+        self.out += 1;
+        Some(next)
     }
 
     /// The members that acknowledged.
@@ -259,6 +278,38 @@ mod tests {
         assert_eq!(round.answered(2, false), CopyStep::Wait);
         assert_eq!(round.answered(3, true), CopyStep::GiveUp);
         assert!(round.outcome(3).is_err());
+    }
+
+    #[test]
+    fn a_hedge_sends_to_the_next_member_and_either_acknowledgement_counts() {
+        let c = config(3, 1, 2);
+        let mut round = CopyRound::new(&c, 1, &BTreeSet::new());
+        assert_eq!(round.start(), vec![2]);
+        assert_eq!(round.hedge(), Some(3));
+        assert_eq!(round.hedge(), None, "no member is left to try");
+        assert_eq!(round.answered(3, true), CopyStep::Done);
+        assert_eq!(round.acked(), &[3]);
+
+        // The silent member answers after all: it counts as well.
+        let mut round = CopyRound::new(&c, 1, &BTreeSet::new());
+        round.start();
+        assert_eq!(round.hedge(), Some(3));
+        assert_eq!(round.answered(3, false), CopyStep::Wait);
+        assert_eq!(round.answered(2, true), CopyStep::Done);
+        assert_eq!(round.outcome(2), Ok(()));
+
+        // Both fail: given up once neither is out.
+        let mut round = CopyRound::new(&c, 1, &BTreeSet::new());
+        round.start();
+        round.hedge();
+        assert_eq!(round.answered(2, false), CopyStep::Wait);
+        assert_eq!(round.answered(3, false), CopyStep::GiveUp);
+
+        // Enough acknowledged: nothing more is sent.
+        let mut round = CopyRound::new(&c, 1, &BTreeSet::new());
+        round.start();
+        round.answered(2, true);
+        assert_eq!(round.hedge(), None);
     }
 
     #[test]

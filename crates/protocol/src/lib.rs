@@ -45,7 +45,8 @@ mod sabotage;
 
 pub use config::{MemberConfig, RebuildMode};
 pub use copies::{
-    copies_for, copies_in, copies_needed, CopyRound, CopyStep, COPY_TIMEOUT, DEFAULT_COPIES,
+    copies_for, copies_in, copies_needed, CopyRound, CopyStep, COPY_HEDGE, COPY_TIMEOUT,
+    DEFAULT_COPIES,
 };
 pub use departed::{Departed, DepartedRead, Gone};
 pub use floor::{CopiesFloor, FLOOR_MARGIN};

@@ -225,6 +225,9 @@ pub(crate) mod timing {
     /// tried (the node's 1 s against its 30 s lease; here a fifth of the
     /// clients' lease, a few of the longest round trips).
     pub const COPY_TIMEOUT_MS: u64 = 200;
+    /// How long a copy goes unanswered before the next member is sent one
+    /// as well (the node's 200 ms against its 1 s copy timeout).
+    pub const COPY_HEDGE_MS: u64 = COPY_TIMEOUT_MS / 5;
     /// How long a copy waits in its member's queue before it leaves.
     pub const COPY_QUEUE_MS: u64 = 1;
     /// How often a holder renews (a third of its lease, as the client).

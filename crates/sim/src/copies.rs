@@ -2,13 +2,14 @@
 //! member's `OnRecord` says which members to send a copy to, next after
 //! each answer, and whether the grant may then be answered. The driver
 //! queues copies for a flush a moment later (a crash loses what is
-//! queued), times out members that do not acknowledge, takes back a grant
+//! queued), times out members that do not acknowledge (and sends one more
+//! copy when one goes unanswered a while), takes back a grant
 //! that was not put on record, and passes releases on.
 
 use leasehold_protocol::{Made, RecordOut, Refusal};
 use locktable::{Lock, LockInTransit, NodeId};
 
-use crate::config::timing::{COPY_QUEUE_MS, COPY_TIMEOUT_MS};
+use crate::config::timing::{COPY_HEDGE_MS, COPY_QUEUE_MS, COPY_TIMEOUT_MS};
 use crate::msg::{Answer, Event, Msg, To};
 use crate::node::{CopyWait, Origin};
 use crate::serve::wire;
@@ -141,7 +142,7 @@ impl World {
 
     /// Queues a copy of `wait`'s lock for `member` (noted already as a
     /// member that may keep it); if `timed`, gives the member a while to
-    /// acknowledge.
+    /// acknowledge, and says when it was slow to.
     fn send_copy(&mut self, n: NodeId, key: u64, wait: &CopyWait, member: NodeId, timed: bool) {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
@@ -166,6 +167,10 @@ impl World {
             self.at(
                 t + COPY_TIMEOUT_MS,
                 Event::CopyTimeout(n, incarnation, key, member),
+            );
+            self.at(
+                t + COPY_HEDGE_MS,
+                Event::CopyHedge(n, incarnation, key, member),
             );
         }
     }
@@ -208,6 +213,20 @@ impl World {
         };
         wait.recording
             .answered(&mut node.member, &wait.lock, member, ok, &guard, now);
+        self.drive_record(n, key, wait);
+    }
+
+    /// `member` has not answered the copy `key` a while after it was sent:
+    /// the recording may send another member one as well.
+    pub(crate) fn copy_unanswered(&mut self, n: NodeId, key: u64, member: NodeId) {
+        let guard = self.guard(n);
+        let node = self.nodes.get_mut(&n).expect("member");
+        let now = node.mono(self.t);
+        let Some(mut wait) = node.copying.remove(&key) else {
+            return;
+        };
+        wait.recording
+            .hedge(&mut node.member, &wait.lock, member, &guard, now);
         self.drive_record(n, key, wait);
     }
 

@@ -283,6 +283,9 @@ pub(crate) enum Event {
     /// A node (this incarnation) stops waiting for a member's
     /// acknowledgement of the copy `key`.
     CopyTimeout(NodeId, u64, u64, NodeId),
+    /// A node (this incarnation) sees whether a member left the copy `key`
+    /// unanswered long enough to send another member one as well.
+    CopyHedge(NodeId, u64, u64, NodeId),
     /// A node (this incarnation) sees whether a member took the releases
     /// `key` soon enough.
     ForgetLate(NodeId, u64, NodeId, u64),

@@ -280,6 +280,15 @@ impl World {
                     }
                 }
             }
+            Event::CopyHedge(n, incarnation, key, member) => {
+                let node = &self.nodes[&n];
+                if node.alive && node.incarnation == incarnation {
+                    match self.node_ready(n) {
+                        Some(true) => self.copy_unanswered(n, key, member),
+                        _ => self.park(n, Event::CopyHedge(n, incarnation, key, member)),
+                    }
+                }
+            }
             Event::ForgetLate(n, incarnation, member, key) => {
                 let node = &self.nodes[&n];
                 if node.alive && node.incarnation == incarnation {

@@ -23,6 +23,9 @@ pub struct OnRecord {
     pub(crate) round: CopyRound,
     /// Members a copy was sent to that have not answered.
     pub(crate) out: BTreeSet<NodeId>,
+    /// Members whose copy went unanswered long enough that another member
+    /// was sent one as well: each copy is hedged once.
+    pub(crate) hedged: BTreeSet<NodeId>,
     /// Whether copies were skipped (sabotaged) when it began: read once,
     /// so a switch flipped meanwhile changes nothing of this grant.
     pub(crate) skip_copies: bool,
@@ -99,6 +102,7 @@ impl Member {
             round: self.copy_round(holder),
             made,
             out: BTreeSet::new(),
+            hedged: BTreeSet::new(),
             skip_copies: self.config.sabotage.skip_copies,
             session_locks: None,
         };
@@ -144,6 +148,35 @@ impl Member {
                 Copying::Send(vec![next])
             }
             CopyStep::Done | CopyStep::GiveUp => Copying::Decide,
+        }
+    }
+
+    /// `member` has not answered the copy of `job`'s `lock` for
+    /// [`COPY_HEDGE`] at `now`: it is tried last from now on (until it
+    /// acknowledges one), and the next member is sent a copy as well, noted
+    /// before it leaves as every copy is. Whichever acknowledges counts; the
+    /// copy out is still waited for. Nothing if `member` answered already,
+    /// or its copy was hedged once, or no more acknowledgements are needed.
+    ///
+    /// [`COPY_HEDGE`]: crate::COPY_HEDGE
+    pub fn copy_hedged(
+        &mut self,
+        job: &mut OnRecord,
+        lock: &Lock,
+        member: NodeId,
+        now: MonoTime,
+    ) -> Copying {
+        if !job.out.contains(&member) || !job.hedged.insert(member) {
+            return Copying::Wait;
+        }
+        self.suspects.insert(member);
+        match job.round.hedge() {
+            Some(next) => {
+                job.session_locks = self.copy_sent(next, lock, now);
+                job.out.insert(next);
+                Copying::Send(vec![next])
+            }
+            None => Copying::Wait,
         }
     }
 

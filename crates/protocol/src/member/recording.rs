@@ -4,7 +4,8 @@
 //!
 //! The driver sends each [`RecordOut::Copy`] (timing it out after
 //! [`crate::COPY_TIMEOUT`]), feeds every answer or timeout back
-//! ([`Recording::answered`]), and carries out the one
+//! ([`Recording::answered`]), says which copies went unanswered for
+//! [`crate::COPY_HEDGE`] ([`Recording::hedge`]), and carries out the one
 //! [`RecordOut::Decided`] that ends it: answer the client, or refuse it and
 //! take a grant back.
 
@@ -23,7 +24,8 @@ pub enum RecordOut {
     /// Send a copy of the lock, its lease as it is at the send, to this
     /// member (noted already as one that may keep it), for
     /// [`Recording::term`]; report its answer, or its absence within
-    /// [`crate::COPY_TIMEOUT`].
+    /// [`crate::COPY_TIMEOUT`], and, if it is still unanswered after
+    /// [`crate::COPY_HEDGE`], say so ([`Recording::hedge`]).
     Copy(NodeId),
     /// Decided, once: the client may hear of the lock (`Ok`), or not (a
     /// grant is to be taken back, [`Member::take_back`]).
@@ -106,6 +108,24 @@ impl Recording {
             return;
         }
         let next = member.copy_answered(&mut self.job, lock, who, acked, now);
+        self.next(member, next, guard, now);
+    }
+
+    /// The copy of `lock` sent to `who` is still unanswered
+    /// [`crate::COPY_HEDGE`] after it was sent, at `now`: another member
+    /// may be sent one as well ([`Member::copy_hedged`]).
+    pub fn hedge(
+        &mut self,
+        member: &mut Member,
+        lock: &Lock,
+        who: NodeId,
+        guard: &Guard,
+        now: MonoTime,
+    ) {
+        if self.decided {
+            return;
+        }
+        let next = member.copy_hedged(&mut self.job, lock, who, now);
         self.next(member, next, guard, now);
     }
 

@@ -156,3 +156,59 @@ fn an_ack_after_the_leader_lease_lapsed_is_refused() {
     let got = outs(&mut r);
     assert!(matches!(got[..], [RecordOut::Decided(Err(_))]), "{got:?}");
 }
+
+#[test]
+fn a_copy_unanswered_past_the_hedge_is_sent_to_the_next_member_too_and_either_ack_decides() {
+    let (mut m, lock, mut r) = granted_to(1);
+    assert_eq!(outs(&mut r), [RecordOut::Copy(2)]);
+    let guard = leading(3, at(200));
+    r.hedge(&mut m, &lock, 2, &guard, at(200));
+    assert_eq!(outs(&mut r), [RecordOut::Copy(3)], "member 3 as well");
+    r.hedge(&mut m, &lock, 2, &guard, at(400));
+    assert!(outs(&mut r).is_empty(), "a copy is hedged once");
+    r.hedge(&mut m, &lock, 3, &guard, at(400));
+    assert!(outs(&mut r).is_empty(), "no member is left to try");
+    r.answered(&mut m, &lock, 3, true, &guard, at(410));
+    assert_eq!(outs(&mut r), [RecordOut::Decided(Ok(()))]);
+    assert_eq!(r.acked(), &[3]);
+
+    // Both members were noted before their copies left: a release is
+    // passed on to each, the silent one included.
+    let (_, members) = m.release("a", lock.id, &guard, at(420)).expect("released");
+    assert!(members.contains(2) && members.contains(3), "{members:?}");
+
+    // The silent member is tried last from then on.
+    let Ok((Acquired::Granted(b), made)) = m.acquire(request("b", 2, 1), &guard, at(430)) else {
+        panic!("granted")
+    };
+    let mut next = m.start_on_record(&b, 1, made, &guard, at(430));
+    assert_eq!(outs(&mut next), [RecordOut::Copy(3)]);
+}
+
+#[test]
+fn the_silent_member_answering_after_the_hedge_decides_as_well() {
+    let (mut m, lock, mut r) = granted_to(1);
+    outs(&mut r);
+    let guard = leading(3, at(200));
+    r.hedge(&mut m, &lock, 2, &guard, at(200));
+    assert_eq!(outs(&mut r), [RecordOut::Copy(3)]);
+    r.answered(&mut m, &lock, 2, true, &guard, at(250));
+    assert_eq!(outs(&mut r), [RecordOut::Decided(Ok(()))]);
+    assert_eq!(r.acked(), &[2]);
+    r.answered(&mut m, &lock, 3, true, &guard, at(260));
+    assert!(outs(&mut r).is_empty(), "decided once");
+}
+
+#[test]
+fn a_hedge_after_the_copy_was_answered_sends_nothing() {
+    let (mut m, lock, mut r) = granted_with_three_copies();
+    assert_eq!(outs(&mut r), [RecordOut::Copy(2), RecordOut::Copy(3)]);
+    let guard = leading(3, at(200));
+    r.answered(&mut m, &lock, 2, true, &guard, at(100));
+    r.hedge(&mut m, &lock, 2, &guard, at(200));
+    assert!(outs(&mut r).is_empty(), "2 answered already");
+    r.hedge(&mut m, &lock, 3, &guard, at(200));
+    assert_eq!(outs(&mut r), [RecordOut::Copy(4)]);
+    r.answered(&mut m, &lock, 4, true, &guard, at(250));
+    assert_eq!(outs(&mut r), [RecordOut::Decided(Ok(()))]);
+}
