@@ -6,8 +6,8 @@
 //! copy when one goes unanswered a while), takes back a grant
 //! that was not put on record, and passes releases on.
 
-use leasehold_protocol::{Made, RecordOut, Refusal};
-use locktable::{Lock, LockInTransit, NodeId};
+use leasehold_protocol::{Guard, Made, Member, RecordOut, Recording, Refusal};
+use locktable::{Lock, LockInTransit, MonoTime, NodeId};
 
 use crate::config::timing::{COPY_HEDGE_MS, COPY_QUEUE_MS, COPY_TIMEOUT_MS};
 use crate::msg::{Answer, Event, Msg, To};
@@ -205,28 +205,40 @@ impl World {
     /// time out: the recording says whether to try another member, wait,
     /// or answer.
     pub(crate) fn copy_answered(&mut self, n: NodeId, key: u64, member: NodeId, ok: bool) {
-        let guard = self.guard(n);
-        let node = self.nodes.get_mut(&n).expect("member");
-        let now = node.mono(self.t);
-        let Some(mut wait) = node.copying.remove(&key) else {
-            return;
-        };
-        wait.recording
-            .answered(&mut node.member, &wait.lock, member, ok, &guard, now);
-        self.drive_record(n, key, wait);
+        self.move_record(n, key, |r, m, lock, guard, now| {
+            r.answered(m, lock, member, ok, guard, now)
+        });
     }
 
     /// `member` has not answered the copy `key` a while after it was sent:
     /// the recording may send another member one as well.
     pub(crate) fn copy_unanswered(&mut self, n: NodeId, key: u64, member: NodeId) {
+        self.move_record(n, key, |r, m, lock, guard, now| {
+            r.hedge(m, lock, member, guard, now)
+        });
+    }
+
+    /// Tells node `n`'s recording `key` (if it still waits) what happened,
+    /// with `step`, and does what it says next.
+    fn move_record(
+        &mut self,
+        n: NodeId,
+        key: u64,
+        step: impl FnOnce(&mut Recording, &mut Member, &Lock, &Guard, MonoTime),
+    ) {
         let guard = self.guard(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(self.t);
         let Some(mut wait) = node.copying.remove(&key) else {
             return;
         };
-        wait.recording
-            .hedge(&mut node.member, &wait.lock, member, &guard, now);
+        step(
+            &mut wait.recording,
+            &mut node.member,
+            &wait.lock,
+            &guard,
+            now,
+        );
         self.drive_record(n, key, wait);
     }
 
