@@ -248,7 +248,7 @@ async fn hold_library_session(
                 end,
                 endpoints: endpoints.to_vec(),
                 lost,
-                loss: None,
+                loss: lock.loss(),
                 in_set: false,
                 session: true,
                 closed_until: end,

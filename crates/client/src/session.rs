@@ -2,7 +2,7 @@
 //! them, and lost with all of them.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use leasehold_api::{LockRef, LockView, SessionBody, SessionView};
@@ -10,8 +10,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::release::attempt_timeout;
 use crate::transport::{SessionCall, Transport};
-use crate::{refused, AcquireOptions, Client, Error, REQUEST_TIMEOUT};
+use crate::{refused, AcquireOptions, Client, Error, Loss, REQUEST_TIMEOUT};
 
 /// How a session is opened.
 #[derive(Debug, Clone, Default)]
@@ -45,9 +46,21 @@ struct Shared {
     ends: Mutex<Instant>,
     margin: Duration,
     lost: CancellationToken,
-    /// The ids of the locks held in it, each with its own loss token and
-    /// when its grant was answered.
-    locks: Mutex<Vec<(String, CancellationToken, Instant)>>,
+    /// Why the session was lost (none while it runs, or once closed).
+    loss: Arc<OnceLock<Loss>>,
+    /// The locks held in it.
+    locks: Mutex<Vec<HeldInSession>>,
+}
+
+/// A lock held in a session, as the session keeps it.
+struct HeldInSession {
+    id: String,
+    /// Cancelled once it is lost (a child of the session's).
+    lost: CancellationToken,
+    /// Why it was lost on its own (a renewal found it gone).
+    loss: Arc<OnceLock<Loss>>,
+    /// When its grant was answered.
+    granted: Instant,
 }
 
 /// A lock of a session: no renewal of its own; lost when its session is,
@@ -56,6 +69,8 @@ struct Shared {
 pub struct SessionLock {
     view: LockView,
     lost: CancellationToken,
+    loss: Arc<OnceLock<Loss>>,
+    session_loss: Arc<OnceLock<Loss>>,
 }
 
 impl SessionLock {
@@ -77,6 +92,16 @@ impl SessionLock {
     /// Whether the lock is lost.
     pub fn is_lost(&self) -> bool {
         self.lost.is_cancelled()
+    }
+
+    /// Why the lock was lost: [`Loss::Refused`] when a renewal of its
+    /// session found it gone (a rebuild kept an older grant, an operator
+    /// released it) or the cluster refused the session, [`Loss::Lapsed`]
+    /// when no renewal of the session got through before its lease was
+    /// about to end on this client's clock. `None` while held, and after
+    /// the session was closed or the lock released by this client.
+    pub fn loss(&self) -> Option<Loss> {
+        self.loss.get().or(self.session_loss.get()).copied()
     }
 }
 
@@ -112,6 +137,7 @@ impl Client {
             ends: Mutex::new(ends),
             margin: (lease / 10).min(Duration::from_secs(2)),
             lost: CancellationToken::new(),
+            loss: Arc::new(OnceLock::new()),
             locks: Mutex::new(Vec::new()),
         });
         let task = tokio::spawn(renew(Arc::clone(&shared), lease / 3));
@@ -164,8 +190,19 @@ impl Session {
             })
             .await?;
         let lost = self.shared.lost.child_token();
-        lock(&self.shared.locks).push((view.id.clone(), lost.clone(), Instant::now()));
-        Ok(SessionLock { view, lost })
+        let loss = Arc::new(OnceLock::new());
+        lock(&self.shared.locks).push(HeldInSession {
+            id: view.id.clone(),
+            lost: lost.clone(),
+            loss: Arc::clone(&loss),
+            granted: Instant::now(),
+        });
+        Ok(SessionLock {
+            view,
+            lost,
+            loss,
+            session_loss: Arc::clone(&self.shared.loss),
+        })
     }
 
     /// Runs `work` while holding `name` in this session
@@ -214,7 +251,7 @@ impl Session {
 
     /// Releases one lock of the session before the session ends.
     pub async fn release(&self, held: SessionLock) -> Result<(), Error> {
-        lock(&self.shared.locks).retain(|(id, _, _)| *id != held.view.id);
+        lock(&self.shared.locks).retain(|l| l.id != held.view.id);
         let body = leasehold_api::ReleaseBody::one(held.view.name.clone(), held.view.id.clone());
         self.shared
             .transport
@@ -233,6 +270,15 @@ impl Session {
     /// it is due).
     pub fn is_lost(&self) -> bool {
         self.shared.is_lost()
+    }
+
+    /// Why the session was lost ([`Loss::Refused`]: the cluster refused a
+    /// renewal, the session is gone; [`Loss::Lapsed`]: no renewal got
+    /// through before its lease was about to end on this client's clock).
+    /// `None` while it runs, and once closed.
+    pub fn loss(&self) -> Option<Loss> {
+        self.shared.is_lost();
+        self.shared.loss.get().copied()
     }
 
     /// Resolves once the session is lost.
@@ -302,7 +348,7 @@ impl Drop for ReleaseOnDrop {
             return;
         };
         // Out of the digest at once; the cluster is told in the background.
-        lock(&self.shared.locks).retain(|(id, _, _)| *id != held.id);
+        lock(&self.shared.locks).retain(|l| l.id != held.id);
         let shared = Arc::clone(&self.shared);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
@@ -317,7 +363,7 @@ impl Shared {
     /// tried node after node until released, refused, or the session's
     /// lease is over (the lock with it).
     async fn release_lock(&self, held: &LockRef) -> Result<(), Error> {
-        lock(&self.locks).retain(|(id, _, _)| *id != held.id);
+        lock(&self.locks).retain(|l| l.id != held.id);
         crate::release::release_one(&*self.transport, held, || *lock(&self.ends), false).await
     }
 
@@ -330,7 +376,7 @@ impl Shared {
     fn is_lost(&self) -> bool {
         let ends = *lock(&self.ends);
         if !self.lost.is_cancelled() && Instant::now() + self.margin >= ends {
-            self.lost.cancel();
+            self.lose(Loss::Lapsed);
         }
         self.lost.is_cancelled()
     }
@@ -339,7 +385,7 @@ impl Shared {
     fn digest(&self) -> String {
         let digest = lock(&self.locks)
             .iter()
-            .filter_map(|(id, _, _)| id.parse::<leasehold_api::LockId>().ok())
+            .filter_map(|l| l.id.parse::<leasehold_api::LockId>().ok())
             .fold(0u128, |d, id| d ^ id.as_u128());
         leasehold_api::format_digest(digest)
     }
@@ -349,19 +395,28 @@ impl Shared {
     /// came after the send) may be missing from it, and is kept.
     fn keep_only(&self, held: &[String], sent: Instant) {
         let held: BTreeSet<&String> = held.iter().collect();
-        lock(&self.locks).retain(|(id, lost, granted)| {
-            let kept = held.contains(id) || *granted >= sent;
+        lock(&self.locks).retain(|l| {
+            let kept = held.contains(&l.id) || l.granted >= sent;
             if !kept {
-                lost.cancel();
+                let _ = l.loss.set(Loss::Refused);
+                l.lost.cancel();
             }
             kept
         });
     }
+
+    /// The session is lost, for `why` (the first reason stands).
+    fn lose(&self, why: Loss) {
+        let _ = self.loss.set(why);
+        self.lost.cancel();
+    }
 }
 
 /// Renews the session every `every` until it is lost; a renewal refused
-/// loses it at once, and one that gets no answer is tried again until the
-/// lease is about to end.
+/// loses it at once, and one that gets no answer is tried again, node
+/// after node, until the lease is about to end. Each attempt has a share
+/// of the time left for every endpoint not tried yet in the round, as a
+/// guard's renewal has: a node that hangs leaves time for the others.
 async fn renew(shared: Arc<Shared>, every: Duration) {
     let every = every.max(Duration::from_millis(10));
     loop {
@@ -370,6 +425,7 @@ async fn renew(shared: Arc<Shared>, every: Duration) {
             _ = tokio::time::sleep(every) => {}
             _ = tokio::time::sleep_until(shared.lapse()) => {}
         }
+        let mut attempt = 0usize;
         loop {
             if shared.is_lost() {
                 return;
@@ -380,14 +436,18 @@ async fn renew(shared: Arc<Shared>, every: Duration) {
                 digest: Some(shared.digest()),
             };
             let sent = Instant::now();
+            let endpoints = shared.transport.endpoints().max(1);
+            let tries_left = endpoints - attempt % endpoints;
+            let timeout =
+                attempt_timeout(shared.lapse().saturating_duration_since(sent), tries_left);
             // Raced against the lapse: a call that hangs must not hold the
             // loss back past the lease.
             let answer = tokio::select! {
                 answer = shared
                     .transport
-                    .session(SessionCall::Renew(body), REQUEST_TIMEOUT) => answer,
+                    .session(SessionCall::Renew(body), timeout) => answer,
                 _ = tokio::time::sleep_until(shared.lapse()) => {
-                    shared.lost.cancel();
+                    shared.lose(Loss::Lapsed);
                     return;
                 }
             };
@@ -402,12 +462,18 @@ async fn renew(shared: Arc<Shared>, every: Duration) {
                     break;
                 }
                 Err(crate::CallError::Api(e)) if !e.error.retryable() => {
-                    shared.lost.cancel();
+                    tracing::warn!(session = %shared.id, error = %e.error, "session renewal refused: the session is lost");
+                    shared.lose(Loss::Refused);
                     return;
                 }
-                Err(_) => {
+                Err(e) => {
+                    tracing::debug!(session = %shared.id, %e, "session renewal did not get through; retrying");
                     shared.transport.move_on();
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    attempt += 1;
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                        _ = tokio::time::sleep_until(shared.lapse()) => {}
+                    }
                 }
             }
         }

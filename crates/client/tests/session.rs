@@ -113,6 +113,63 @@ impl Transport for Silent {
     }
 }
 
+/// The methods of [`Transport`] named, each answered as [`Silent`] does.
+macro_rules! like_silent {
+    ($($method:ident),*) => { $(like_silent!(@ $method);)* };
+    (@ acquire) => {
+        fn acquire(
+            &self,
+            body: AcquireBody,
+            timeout: Duration,
+        ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
+            Silent.acquire(body, timeout)
+        }
+    };
+    (@ release) => {
+        fn release(
+            &self,
+            body: ReleaseBody,
+            timeout: Duration,
+        ) -> BoxFuture<'_, Result<LockView, CallError>> {
+            Silent.release(body, timeout)
+        }
+    };
+    (@ renew) => {
+        fn renew(
+            &self,
+            body: RenewBody,
+            timeout: Duration,
+        ) -> BoxFuture<'_, Result<LockView, CallError>> {
+            Silent.renew(body, timeout)
+        }
+    };
+    (@ get) => {
+        fn get(
+            &self,
+            name: String,
+            watch: Option<Watch>,
+            timeout: Duration,
+        ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
+            Silent.get(name, watch, timeout)
+        }
+    };
+    (@ list) => {
+        fn list(
+            &self,
+            prefix: String,
+            limit: usize,
+            timeout: Duration,
+        ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
+            Silent.list(prefix, limit, timeout)
+        }
+    };
+    (@ cluster) => {
+        fn cluster(&self, timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
+            Silent.cluster(timeout)
+        }
+    };
+}
+
 /// A renewal that hangs (a node that stopped answering) must not hold the
 /// loss back past the lease: the session's locks count as lost before the
 /// cluster can grant their names to another, whether or not the
@@ -143,6 +200,7 @@ struct Forgetful {
 }
 
 impl Transport for Forgetful {
+    like_silent!(release, renew, get, list, cluster);
     fn acquire(
         &self,
         _body: AcquireBody,
@@ -153,39 +211,6 @@ impl Transport for Forgetful {
             let id = format!("01JD00000000000000000000{n:02}");
             Ok((LockView { id, ..view() }, Duration::ZERO))
         })
-    }
-    fn release(
-        &self,
-        body: ReleaseBody,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<LockView, CallError>> {
-        Silent.release(body, timeout)
-    }
-    fn renew(
-        &self,
-        body: RenewBody,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<LockView, CallError>> {
-        Silent.renew(body, timeout)
-    }
-    fn get(
-        &self,
-        name: String,
-        watch: Option<Watch>,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
-        Silent.get(name, watch, timeout)
-    }
-    fn list(
-        &self,
-        prefix: String,
-        limit: usize,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
-        Silent.list(prefix, limit, timeout)
-    }
-    fn cluster(&self, timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
-        Silent.cluster(timeout)
     }
     fn session(
         &self,
@@ -325,13 +350,7 @@ impl Counting {
 }
 
 impl Transport for Counting {
-    fn acquire(
-        &self,
-        body: AcquireBody,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
-        Silent.acquire(body, timeout)
-    }
+    like_silent!(acquire, renew, get, list, cluster);
     fn release(
         &self,
         body: ReleaseBody,
@@ -347,32 +366,6 @@ impl Transport for Counting {
                 Err(CallError::NoAnswer("connection reset".into()))
             }
         })
-    }
-    fn renew(
-        &self,
-        body: RenewBody,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<LockView, CallError>> {
-        Silent.renew(body, timeout)
-    }
-    fn get(
-        &self,
-        name: String,
-        watch: Option<Watch>,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<Option<LockView>, CallError>> {
-        Silent.get(name, watch, timeout)
-    }
-    fn list(
-        &self,
-        prefix: String,
-        limit: usize,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
-        Silent.list(prefix, limit, timeout)
-    }
-    fn cluster(&self, timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
-        Silent.cluster(timeout)
     }
     fn session(
         &self,
@@ -467,4 +460,87 @@ async fn with_lock_in_a_session_tries_its_release_again() {
         2,
         "the release that got no answer was sent again"
     );
+}
+
+/// Two nodes: the first never answers a session's renewal (until the
+/// caller's timeout), the second renews it; which one a call goes to moves
+/// on after a failure.
+struct FirstHangs {
+    at: std::sync::atomic::AtomicUsize,
+    renewed_by_second: std::sync::atomic::AtomicUsize,
+}
+
+impl Transport for FirstHangs {
+    like_silent!(acquire, release, renew, get, list, cluster);
+    fn session(
+        &self,
+        call: SessionCall,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SessionAnswer, CallError>> {
+        use std::sync::atomic::Ordering;
+        let first = self.at.load(Ordering::SeqCst) % 2 == 0;
+        match call {
+            SessionCall::Renew(_) if !first => {
+                self.renewed_by_second.fetch_add(1, Ordering::SeqCst);
+                Silent.session(SessionCall::Open(Default::default()), timeout)
+            }
+            call => Silent.session(call, timeout),
+        }
+    }
+    fn move_on(&self) {
+        self.at.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn endpoints(&self) -> usize {
+        2
+    }
+}
+
+/// A node that hangs does not use up the session's whole lease (a call's
+/// timeout is longer than the lease): each renewal attempt gets a share of
+/// the time left for each endpoint, so the session is renewed through the
+/// other node before it lapses, and its locks are kept. A chaos run lost a
+/// session's lock that way while the speaker was replaced.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_node_leaves_the_session_time_for_the_others() {
+    let transport = std::sync::Arc::new(FirstHangs {
+        at: Default::default(),
+        renewed_by_second: Default::default(),
+    });
+    let client = Client::with_transport(transport.clone());
+    let session = client
+        .open_session(SessionOptions::default())
+        .await
+        .unwrap();
+    let lock = session
+        .acquire("n", AcquireOptions::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(3 * LEASE_MS)).await;
+    assert_eq!(session.loss(), None);
+    assert!(!lock.is_lost(), "{:?}", lock.loss());
+    assert!(
+        transport
+            .renewed_by_second
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0
+    );
+}
+
+/// A session lost says why, and so do its locks: a lapse when no renewal
+/// gets through, a refusal when a renewal finds a lock gone.
+#[tokio::test(start_paused = true)]
+async fn a_session_and_its_locks_say_why_they_were_lost() {
+    let client = Client::with_transport(std::sync::Arc::new(Silent));
+    let session = client
+        .open_session(SessionOptions::default())
+        .await
+        .unwrap();
+    let lock = session
+        .acquire("n", AcquireOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((session.loss(), lock.loss()), (None, None));
+    lock.lost_token().cancelled().await;
+    assert_eq!(session.loss(), Some(leasehold_client::Loss::Lapsed));
+    assert_eq!(lock.loss(), Some(leasehold_client::Loss::Lapsed));
 }
