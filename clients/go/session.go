@@ -290,14 +290,19 @@ func (s *Session) renew(every time.Duration) {
 			return
 		case <-timer.C:
 		}
-		for {
+		for attempt := 0; ; attempt++ {
 			if s.IsLost() {
 				return
 			}
 			body := sessionBody{ID: s.id, Digest: s.digest()}
 			sent := time.Now()
+			// Each attempt has a share of the time left for every endpoint
+			// not tried yet in the round: a node that hangs leaves time for
+			// the others.
+			n := len(s.c.t.endpoints)
+			timeout := attemptTimeout(s.lapse().Sub(sent), n-attempt%n)
 			ctx, cancel := context.WithDeadline(context.Background(), s.lapse())
-			answer, err := s.c.t.session(ctx, "/v1/sessions/renew", body, requestTimeout)
+			answer, err := s.c.t.session(ctx, "/v1/sessions/renew", body, timeout)
 			cancel()
 			select {
 			case <-s.stopRenew:

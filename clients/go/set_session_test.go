@@ -131,3 +131,39 @@ func TestASessionRenewalThatMissesALockLosesIt(t *testing.T) {
 		t.Fatal("a lock of a closed session still held")
 	}
 }
+
+// A node that hangs does not use up the session's lease: each renewal
+// attempt has a share of the time left for every endpoint not tried yet, so
+// the session is renewed through the other node before it lapses.
+func TestASessionRenewalMovesPastANodeThatHangs(t *testing.T) {
+	session := SessionInfo{ID: "s1", LeaseMS: 3000, TTLMS: 3000}
+	hang := make(chan struct{})
+	defer close(hang)
+	hung := newFake(t, func(w http.ResponseWriter, r *http.Request, body map[string]interface{}) {
+		if r.URL.Path == "/v1/sessions/renew" {
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		answer(w, 200, map[string]interface{}{"session": session, "served_ms": 0})
+	})
+	var renewed int32
+	healthy := newFake(t, func(w http.ResponseWriter, r *http.Request, body map[string]interface{}) {
+		if r.URL.Path == "/v1/sessions/renew" {
+			atomic.AddInt32(&renewed, 1)
+		}
+		answer(w, 200, map[string]interface{}{"session": session, "served_ms": 0})
+	})
+	c := newAt(t, []string{hung.addr(), healthy.addr()})
+	s, err := c.OpenSession(context.Background(), SessionTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	time.Sleep(6 * time.Second)
+	if s.IsLost() || atomic.LoadInt32(&renewed) == 0 {
+		t.Fatalf("session lost %v (%v), renewals through the healthy node %d", s.IsLost(), s.Loss(), renewed)
+	}
+}

@@ -580,3 +580,25 @@ def test_with_lock_releases_when_the_work_raises(nodes: List[FakeNode]) -> None:
 
     asyncio.run(main())
     assert len(n.of("/v1/locks/release")) == 2
+
+
+def test_a_sessions_renewal_moves_past_a_node_that_hangs(nodes: List[FakeNode]) -> None:
+    """Each renewal attempt has a share of the time left for every endpoint
+    not tried yet: a node that never answers renewals leaves time to renew
+    through the other before the session's 3 s lease lapses."""
+    session = {"id": "01JDQ6ZP3Q5B2M0W7R9T4X8Y70", "node": 1, "lease_ms": 3000, "ttl_ms": 3000}
+
+    def opens_and_hangs(path: str, body: Dict[str, Any]) -> Optional[Answer]:
+        if path == "/v1/sessions/renew":
+            return None
+        return 200, {"session": session, "served_ms": 0}
+
+    hanging = node(nodes, opens_and_hangs)
+    serving = node(nodes, lambda p, b: (200, {"session": session, "served_ms": 0}))
+    c = client_at([hanging.addr, serving.addr], start=0)
+    s = c.open_session(ttl=3.0)
+    time.sleep(6.0)
+    assert not s.is_lost()
+    assert serving.of("/v1/sessions/renew")
+    s.close()
+    c.close()

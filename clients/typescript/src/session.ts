@@ -4,7 +4,7 @@
 import { LostError } from "./errors.js";
 import { CallFailure, retryable, type HttpTransport } from "./transport.js";
 import { toSessionInfo, type LockInfo, type SessionInfo } from "./types.js";
-import { now, refused, sleep, REQUEST_TIMEOUT_MS } from "./util.js";
+import { attemptTimeout, now, refused, sleep, REQUEST_TIMEOUT_MS } from "./util.js";
 
 /** How a lock is asked for in a session. */
 export interface SessionAcquireOptions {
@@ -198,23 +198,27 @@ export class Session {
     }
   }
 
-  /** Renews every `every` until lost or closed; a refusal loses it at once, no answer is tried again until the lapse. */
+  /** Renews every `every` until lost or closed; a refusal loses it at once, no answer is tried again, node after node, until the lapse. */
   private async renewing(every: number): Promise<void> {
     const stop = this.controller.signal;
     try {
       for (;;) {
         await sleep(Math.min(every, this.lapse() - now()), false, stop);
-        for (;;) {
+        for (let attempt = 0; ; attempt++) {
           if (this.closed || this.isLost()) return;
           const body = { id: this.id, digest: digest(this.locks.keys()) };
           const sent = now();
+          // A share of the time left for every endpoint not tried yet in the
+          // round: a node that hangs leaves time for the others.
+          const count = Math.max(1, this.transport.count);
+          const timeout = attemptTimeout(this.lapse() - sent, count - (attempt % count));
           const atLapse = new AbortController();
           const timer = setTimeout(() => atLapse.abort(), this.lapse() - sent);
           timer.unref();
           const onStop = () => atLapse.abort();
           stop.addEventListener("abort", onStop, { once: true });
           try {
-            const answer = await this.transport.send("POST", "/v1/sessions/renew", body, REQUEST_TIMEOUT_MS, atLapse.signal);
+            const answer = await this.transport.send("POST", "/v1/sessions/renew", body, timeout, atLapse.signal);
             if (this.closed) return;
             const info = toSessionInfo((answer as { session?: never }).session);
             this.endsAt = sent + info.ttlMs;

@@ -651,6 +651,29 @@ test("observe tells the leader now, then each change, and stops at once when lef
   }
 });
 
+test("a session's renewal moves past a node that hangs before the lease lapses", async () => {
+  const session = { id: "01JDQ6ZP3Q5B2M0W7R9T4X8Y70", node: 1, holder: "", lease_ms: 3000, ttl_ms: 3000, expires_at: "" };
+  const answerSession = (r: { path: string }): Reply => {
+    if (r.path === "/v1/sessions/close") return { body: { session, released: 0 } };
+    return { body: { session, served_ms: 0 } };
+  };
+  // The first node opens the session and never answers its renewals.
+  const hung = await fake((r) => (r.path === "/v1/sessions/renew" ? "hang" : answerSession(r)));
+  const healthy = await fake(answerSession);
+  const c = clientAtFirst([hung.addr, healthy.addr]);
+  try {
+    const s = await c.openSession({ ttlMs: 3000 });
+    await new Promise((r) => setTimeout(r, 6000));
+    assert.ok(!s.isLost(), "the session lapsed waiting on the node that hangs");
+    assert.ok(healthy.calls.some((x) => x.path === "/v1/sessions/renew"));
+    await s.close();
+  } finally {
+    await c.close();
+    await hung.close();
+    await healthy.close();
+  }
+});
+
 test("sessions renew in the background and send the digest of their locks", async () => {
   const id = "01JDQ6ZP3Q5B2M0W7R9T4X8Y6Z";
   // A lease of 6 s, renewed every 2 s: held through a stall of over 3 s.

@@ -1206,14 +1206,20 @@ class Session:
                 lost_wait.cancel()
             if self._lost.is_set():
                 return
+            attempt = 0
             while True:
                 if self.is_lost():
                     return
                 body = {"id": self.id, "digest": self._digest()}
                 sent = mono()
+                # A share of the time left for every endpoint not tried yet in
+                # the round: a node that hangs leaves time for the others.
+                endpoints = max(len(self._transport), 1)
+                timeout = attempt_timeout(self._lapse() - sent, endpoints - attempt % endpoints)
+                attempt += 1
                 try:
                     answer = await asyncio.wait_for(
-                        self._transport.call("POST", "/v1/sessions/renew", body, REQUEST_TIMEOUT),
+                        self._transport.call("POST", "/v1/sessions/renew", body, timeout),
                         max(self._lapse() - sent, 0.001),
                     )
                     view = SessionInfo.from_json(answer["session"])
