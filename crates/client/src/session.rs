@@ -249,16 +249,12 @@ impl Session {
         Ok(out)
     }
 
-    /// Releases one lock of the session before the session ends.
+    /// Releases one lock of the session before the session ends, trying
+    /// node after node while the session's lease runs, as a guard's
+    /// release does. `Err(Error::Lost)` when the cluster no longer held it.
     pub async fn release(&self, held: SessionLock) -> Result<(), Error> {
-        lock(&self.shared.locks).retain(|l| l.id != held.view.id);
-        let body = leasehold_api::ReleaseBody::one(held.view.name.clone(), held.view.id.clone());
-        self.shared
-            .transport
-            .release(body, REQUEST_TIMEOUT)
-            .await
-            .map_err(refused)
-            .map(drop)
+        let lock = LockRef::new(held.view.name.clone(), held.view.id.clone());
+        self.shared.release_lock(&lock).await
     }
 
     /// Cancelled once the session is lost, with every lock of it.

@@ -462,6 +462,25 @@ async fn with_lock_in_a_session_tries_its_release_again() {
     );
 }
 
+/// `Session::release` tries node after node as a guard's release does: a
+/// release that got no answer (a connection reset) is sent again, not
+/// given up with the lock left held for the session's life.
+#[tokio::test(start_paused = true)]
+async fn a_sessions_release_tries_again() {
+    let transport = Counting::new(1);
+    let client = Client::with_transport(transport.clone());
+    let session = client
+        .open_session(SessionOptions::default())
+        .await
+        .unwrap();
+    let held = session
+        .acquire("n", AcquireOptions::default())
+        .await
+        .unwrap();
+    session.release(held).await.unwrap();
+    assert_eq!(transport.releases().len(), 2, "sent again");
+}
+
 /// Two nodes: the first never answers a session's renewal (until the
 /// caller's timeout), the second renews it; which one a call goes to moves
 /// on after a failure.
