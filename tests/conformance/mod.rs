@@ -112,6 +112,7 @@ scenarios! {
     semaphore => "semaphore",
     sets_all_or_nothing => "sets-all-or-nothing",
     sessions => "sessions",
+    session_moves_on_no_answer => "session-moves-on-no-answer",
     lock_delay_keeps_the_name_closed => "lock-delay-keeps-the-name-closed",
     tokens_and_tls => "tokens-and-tls",
 }
