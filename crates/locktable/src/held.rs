@@ -168,9 +168,7 @@ impl Held {
         self.record(session);
         for lock in self.sessions.of(id) {
             if let Some(slot) = self.locks.find(&lock).and_then(|at| self.locks.get_mut(at)) {
-                if slot.expires < view.expires {
-                    slot.follow(&view);
-                }
+                slot.follow_if_later(&view);
             }
         }
     }

@@ -106,11 +106,22 @@ impl Slot {
         self.expires = now + lease + self.delay();
     }
 
-    /// Takes the lease and end of `session`, the session the lock hangs
-    /// off, just renewed.
+    /// Takes the lease of `session`, the session the lock hangs off, just
+    /// renewed: the lock's lease ends with the session's, and its own
+    /// lock-delay follows (the session's record may carry another).
     pub(crate) fn follow(&mut self, session: &Lock) {
         self.lease_nanos = nanos(session.lease);
-        self.expires = session.expires;
+        self.expires = session.lease_ends() + self.delay();
+    }
+
+    /// [`Slot::follow`]s `session` if the lock's lease ends before the
+    /// session's: says whether it did.
+    pub(crate) fn follow_if_later(&mut self, session: &Lock) -> bool {
+        if self.lease_ends() >= session.lease_ends() {
+            return false;
+        }
+        self.follow(session);
+        true
     }
 
     /// Takes in another report of the same grant: the earliest start, the

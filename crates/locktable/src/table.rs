@@ -232,6 +232,21 @@ impl Table {
         node: NodeId,
         now: MonoTime,
     ) -> Result<Lock, LockError> {
+        self.renew_beside(name, id, lease, node, Duration::ZERO, now)
+    }
+
+    /// [`Table::renew`], the lease cut as beside a lock-delay of `beside`
+    /// if that is longer than the grant's own (a session's renewal: the
+    /// longest lock-delay of its locks).
+    pub(crate) fn renew_beside(
+        &mut self,
+        name: &str,
+        id: LockId,
+        lease: Option<Duration>,
+        node: NodeId,
+        beside: Duration,
+        now: MonoTime,
+    ) -> Result<Lock, LockError> {
         let at = self.held_at(name, id, now)?;
         let rule = self.rule;
         let slot = self.slots.get_mut(at).expect("found");
@@ -239,7 +254,8 @@ impl Table {
             return Err(LockError::InSession);
         }
         let before = slot.expires;
-        let lease = rule.lease_beside(Some(lease.unwrap_or(slot.lease())), slot.delay());
+        let delay = slot.delay().max(beside);
+        let lease = rule.lease_beside(Some(lease.unwrap_or(slot.lease())), delay);
         slot.restart(lease, now);
         slot.node = node;
         let lock = slot.to_lock();
@@ -321,7 +337,7 @@ impl Table {
             let session = self
                 .live_session(session, now)
                 .map_err(|_| LockError::NotHeld)?;
-            lock.expires = lock.expires.min(session.expires);
+            lock.expires = lock.expires.min(session.lease_ends() + lock.delay);
         }
         lock.expires = lock.expires.min(now + LeaseRule::LONGEST);
         self.insert(&lock);
@@ -733,6 +749,7 @@ impl Table {
         if let Some(id) = request.session {
             let session = self.live_session(id, now)?;
             let fence = self.fences.take()?;
+            let delay = self.rule.delay_beside(request.delay, session.lease);
             let lock = Lock {
                 name: request.name,
                 id: request.id,
@@ -741,9 +758,9 @@ impl Table {
                 fence,
                 kind: request.kind,
                 lease: session.lease,
-                delay: Duration::ZERO,
+                delay,
                 acquired: now,
-                expires: session.expires,
+                expires: session.lease_ends() + delay,
                 data: request.data,
                 data_rev: 0,
                 session: Some(id),

@@ -100,6 +100,14 @@ impl LeaseRule {
             room => lease.min(room),
         }
     }
+
+    /// The lock-delay granted a lock of a session whose lease is `lease`:
+    /// `requested`, cut so that the session's lease and the delay together
+    /// stay within the longest lease (the lease is the session's, and
+    /// moves with its renewals: the delay gives way).
+    pub fn delay_beside(&self, requested: Duration, lease: Duration) -> Duration {
+        requested.min(self.max.saturating_sub(lease))
+    }
 }
 
 impl Default for LeaseRule {

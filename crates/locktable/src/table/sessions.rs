@@ -41,7 +41,7 @@ impl Table {
         now: MonoTime,
     ) -> Result<SessionRenewed, LockError> {
         let name = self.session_name_of(id).ok_or(LockError::NotHeld)?;
-        let renewed = self.renew(&name, id, lease, node, now)?;
+        let renewed = self.renew_beside(&name, id, lease, node, self.longest_delay(id), now)?;
         let mut moved_from = Vec::new();
         let mut pushed = Vec::new();
         for lock in self.sessions.of(id) {
@@ -69,6 +69,18 @@ impl Table {
             digest,
             moved_from,
         })
+    }
+
+    /// The longest lock-delay of the locks hanging off the session `id`:
+    /// its renewed lease leaves room for it under the longest lease.
+    pub fn longest_delay(&self, id: LockId) -> Duration {
+        self.sessions
+            .of(id)
+            .filter_map(|lock| self.slots.find(&lock))
+            .filter_map(|at| self.slots.get(at))
+            .map(Slot::delay)
+            .max()
+            .unwrap_or_default()
     }
 
     /// The name the session `id` is held under, if the table holds it.
@@ -151,8 +163,7 @@ impl Table {
                 continue;
             };
             let slot = self.slots.get_mut(at).expect("numbered");
-            if slot.expires < session.expires {
-                slot.follow(&session);
+            if slot.follow_if_later(&session) {
                 pushed.push(Reverse((slot.expires, slot.fence, at)));
             }
         }

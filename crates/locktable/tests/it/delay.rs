@@ -6,7 +6,7 @@ use crate::common::*;
 
 use std::time::Duration;
 
-use locktable::{AcquireError, Acquired, LeaseRule, LockError, LockId, Request, Table};
+use locktable::{AcquireError, Acquired, LeaseRule, LockError, LockId, Request};
 
 fn delayed(name: &str, id: u128, delay: Duration) -> Request {
     Request {
@@ -100,22 +100,6 @@ fn a_renewal_keeps_the_delay_after_the_new_lease() {
         !just_granted.renewed_since_granted(),
         "the delay is not a renewal"
     );
-}
-
-/// An empty table under `rule`, rebuilt at `t(0)`.
-fn rebuilt_under(rule: LeaseRule) -> Table {
-    let mut table = Table::new(rule);
-    table.drop_table(t(0));
-    let generation = table.generation();
-    let from = locktable::RebuildFrom {
-        generation,
-        epoch: 1,
-        locks: vec![],
-        hold_new_grants_until: None,
-        seen_all: true,
-    };
-    table.rebuild(from, t(0)).unwrap();
-    table
 }
 
 #[test]

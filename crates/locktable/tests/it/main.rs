@@ -10,4 +10,5 @@ mod model;
 mod rebuild;
 mod seed;
 mod session;
+mod session_delay;
 mod sets;

@@ -58,6 +58,22 @@ pub fn rebuilt_table_as(epoch: u64, locks: Vec<Lock>, now: MonoTime, seen_all: b
     table
 }
 
+/// An empty table under `rule`, rebuilt at `t(0)`.
+pub fn rebuilt_under(rule: LeaseRule) -> Table {
+    let mut table = Table::new(rule);
+    table.drop_table(t(0));
+    let generation = table.generation();
+    let from = RebuildFrom {
+        generation,
+        epoch: 1,
+        locks: vec![],
+        hold_new_grants_until: None,
+        seen_all: true,
+    };
+    table.rebuild(from, t(0)).unwrap();
+    table
+}
+
 pub fn granted(result: Result<Acquired, AcquireError>) -> Lock {
     match result {
         Ok(Acquired::Granted(lock)) => lock,
