@@ -1,14 +1,16 @@
 //! Lock-delay over a real cluster: a lease that runs out unreleased keeps
 //! its name closed for the delay through every node, a release frees it at
 //! once, and the delay survives a crash of the speaker, a renewal after it,
-//! and a rolling upgrade followed by a crash.
+//! and a rolling upgrade followed by a crash; the same for a lock of a
+//! session whose session lapses (protocol 8).
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::followers;
-use crate::support::{Cluster, PATIENCE, SPEAKS};
+use crate::support::sessions::open;
+use crate::support::{fence, Cluster, PATIENCE, SPEAKS};
 
 /// Waits until `deadline`.
 async fn until(deadline: Instant) {
@@ -233,4 +235,138 @@ async fn a_late_renewal_then_a_speaker_crash_keeps_the_name_closed() {
         answered.elapsed()
     );
     closed(&cluster, next, "r1", &lock).await;
+}
+
+/// Opens a 1.5 s session through `via`, takes `name` in it with a delay of
+/// `delay_ms`, and renews it no more (its holder stopped), then waits
+/// until 2 s after the open's answer (the session lapsed on every count):
+/// the lock, and when the open was sent (the session's lease, and the
+/// lock's, start no sooner).
+async fn lapsed_in_session(
+    cluster: &Cluster,
+    via: u64,
+    name: &str,
+    delay_ms: u64,
+) -> (Value, Instant) {
+    let sent = Instant::now();
+    let session = open(cluster, via, 1500).await;
+    let answered = Instant::now();
+    let body = json!({ "name": name, "session": session["id"], "lock_delay_ms": delay_ms });
+    let (status, body) = cluster.post(via, "/v1/locks/acquire", body).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["lock"]["lock_delay_ms"], json!(delay_ms), "{body}");
+    assert_eq!(body["lock"]["session"], session["id"], "{body}");
+    until(answered + Duration::from_millis(2000)).await;
+    (body["lock"].clone(), sent)
+}
+
+/// A lock of a session with a delay: its holder stops renewing the session,
+/// which lapses, and the name stays closed through every node until the
+/// delay ends; a rival waiting is then granted a higher fence. A session
+/// closed frees its delayed locks at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_session_keeps_its_delayed_lock_closed_and_a_close_frees_it() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let f = followers(&cluster, speaker);
+
+    let (lock, sent) = lapsed_in_session(&cluster, f[0], "sd1", 4000).await;
+    for via in [speaker, f[0], f[1]] {
+        closed(&cluster, via, "sd1", &lock).await;
+    }
+    let release = json!({ "name": "sd1", "id": lock["id"] });
+    let (status, body) = cluster.post(f[0], "/v1/locks/release", release).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (404, &json!("not_held")),
+        "{body}"
+    );
+    let (status, body) = cluster
+        .acquire(f[1], "sd1", json!({ "wait_ms": 30000 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        sent.elapsed() >= Duration::from_millis(5500),
+        "granted {:?} after the session's open, within its lease and the delay",
+        sent.elapsed()
+    );
+    assert!(fence(&body["lock"]) > fence(&lock), "{body}");
+
+    let session = open(&cluster, f[1], 30000).await;
+    let body = json!({ "name": "sd2", "session": session["id"], "lock_delay_ms": 60000 });
+    let (status, body) = cluster.post(f[1], "/v1/locks/acquire", body).await;
+    assert_eq!(status, 200, "{body}");
+    let close = json!({ "id": session["id"] });
+    let (status, body) = cluster.post(f[0], "/v1/sessions/close", close).await;
+    assert_eq!((status, &body["released"]), (200, &json!(1)), "{body}");
+    cluster.must_acquire(speaker, "sd2", json!({})).await;
+
+    for bad in [
+        json!({ "name": "x", "session": session["id"], "lock_delay_ms": 60001 }),
+        json!({ "name": "x", "session": session["id"], "lock_delay_ms": -1 }),
+        json!({ "name": "x", "session": session["id"], "lock_delay_ms": "1s" }),
+    ] {
+        let (status, body) = cluster.post(f[0], "/v1/locks/acquire", bad.clone()).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (400, &json!("bad_request")),
+            "{bad}: {body}"
+        );
+    }
+}
+
+/// A crash inside the delay of a lapsed session's lock: its holder stopped
+/// renewing, then the speaker is killed. The next speaker keeps the name
+/// closed until the delay ends, then grants it a higher fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speaker_crash_inside_a_lapsed_sessions_delay_keeps_the_name_closed() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.wait_protocol(SPEAKS).await;
+    let (speaker, _) = cluster.speaker().await;
+    let via = followers(&cluster, speaker)[0];
+    let (lock, sent) = lapsed_in_session(&cluster, via, "sc1", 15000).await;
+    cluster.kill(speaker);
+    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
+    assert!(
+        sent.elapsed() < Duration::from_millis(15000),
+        "the test took too long to mean anything: {:?}",
+        sent.elapsed()
+    );
+    closed(&cluster, next, "sc1", &lock).await;
+    closed(&cluster, via, "sc1", &lock).await;
+    let (status, body) = cluster
+        .acquire(via, "sc1", json!({ "wait_ms": 30000 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        sent.elapsed() >= Duration::from_millis(16500),
+        "granted {:?} after the session's open, within its lease and the delay",
+        sent.elapsed()
+    );
+    assert!(fence(&body["lock"]) > fence(&lock), "{body}");
+}
+
+/// A cluster at protocol 7 (the last before lock-delays on locks of
+/// sessions) grants a lock of a session without a delay, and refuses one
+/// with a delay `503 upgrading`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_of_a_session_with_a_delay_waits_for_protocol_8() {
+    let cluster = Cluster::start_each(3, &[], |_| vec!["--protocol".into(), "7".into()]).await;
+    cluster.wait_protocol(7).await;
+    let (speaker, _) = cluster.speaker().await;
+    for via in [speaker, followers(&cluster, speaker)[0]] {
+        let session = open(&cluster, via, 10000).await;
+        let delayed =
+            json!({ "name": format!("u{via}"), "session": session["id"], "lock_delay_ms": 1000 });
+        let (status, body) = cluster.post(via, "/v1/locks/acquire", delayed).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (503, &json!("upgrading")),
+            "via {via}: {body}"
+        );
+        let plain = json!({ "name": format!("u{via}"), "session": session["id"] });
+        let (status, body) = cluster.post(via, "/v1/locks/acquire", plain).await;
+        assert_eq!(status, 200, "via {via}: {body}");
+    }
 }

@@ -30,7 +30,7 @@ async fn one_renewal_keeps_every_lock_of_a_session_and_a_close_frees_them() {
     let names = ["s/a", "s/b", "s/c", "s/d"];
 
     // A lock of a session is renewed with it, not on its own, and takes
-    // no lease or lock-delay of its own.
+    // no lease of its own.
     // It is no malformed request (the same body renews a lock of its
     // own): `409 in_session`, through a follower and the speaker.
     let own = json!({ "name": "s/a", "id": locks[0]["id"] });
@@ -44,7 +44,6 @@ async fn one_renewal_keeps_every_lock_of_a_session_and_a_close_frees_them() {
     }
     for bad in [
         json!({ "name": "x", "session": session["id"], "lease_ms": 1000 }),
-        json!({ "name": "x", "session": session["id"], "lock_delay_ms": 1000 }),
         json!({ "name": "x", "session": "not-a-session" }),
     ] {
         let (status, body) = cluster.post(f[0], "/v1/locks/acquire", bad.clone()).await;

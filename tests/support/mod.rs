@@ -23,7 +23,7 @@ const STARTED: &str = "--- started ---\n";
 pub const TOKEN: &str = "test-token-0123456789";
 
 /// The protocol version this build speaks.
-pub const SPEAKS: u64 = 7;
+pub const SPEAKS: u64 = leasehold_raft::version::SPEAKS as u64;
 
 /// The protocol header a peer request made by a test carries: this
 /// build's, in a cluster that agreed on it (a request without it is an

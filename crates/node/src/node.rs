@@ -240,6 +240,13 @@ impl Node {
         self.identity.versions().cluster() >= leasehold_raft::version::SESSIONS
     }
 
+    /// Whether this node's cluster speaks lock-delays on locks of sessions
+    /// (protocol [`leasehold_raft::version::SESSION_DELAYS`], as applied
+    /// here).
+    pub(crate) fn session_delays(&self) -> bool {
+        self.identity.versions().cluster() >= leasehold_raft::version::SESSION_DELAYS
+    }
+
     /// Whether this node's cluster speaks a set's release in one call
     /// (protocol [`leasehold_raft::version::SET_RELEASES`], as applied
     /// here): a follower forwards the set whole.

@@ -84,7 +84,9 @@ impl Node {
     /// Refuses what the cluster does not speak yet (`503 upgrading`):
     /// shared locks and permits wait for every member to speak protocol
     /// [`leasehold_raft::version::LOCK_KINDS`], a lock-delay for
-    /// [`leasehold_raft::version::LOCK_DELAYS`].
+    /// [`leasehold_raft::version::LOCK_DELAYS`], a lock of a session for
+    /// [`leasehold_raft::version::SESSIONS`], and one with a lock-delay for
+    /// [`leasehold_raft::version::SESSION_DELAYS`].
     pub(crate) fn request_spoken(&self, request: &AcquireRequest) -> Result<(), ApiError> {
         let (what, version) = if request.kind != Kind::Exclusive && !self.lock_kinds() {
             (
@@ -95,6 +97,11 @@ impl Node {
             ("lock-delays", leasehold_raft::version::LOCK_DELAYS)
         } else if request.session.is_some() && !self.sessions() {
             ("locks of sessions", leasehold_raft::version::SESSIONS)
+        } else if request.session.is_some() && !request.delay.is_zero() && !self.session_delays() {
+            (
+                "lock-delays on locks of sessions",
+                leasehold_raft::version::SESSION_DELAYS,
+            )
         } else {
             return Ok(());
         };

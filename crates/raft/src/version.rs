@@ -54,7 +54,8 @@ pub type Protocol = u16;
 /// - 7: copies renewed by session ([`SESSION_COPIES`]), a session taken
 ///   back from its node's records, a set's release in one call
 ///   ([`SET_RELEASES`]).
-pub const SPEAKS: Protocol = 7;
+/// - 8: lock-delays on locks of sessions ([`SESSION_DELAYS`]).
+pub const SPEAKS: Protocol = 8;
 
 /// The version from which a lock's data may change after its grant (a
 /// renewal with data: proclaim): locks crossing between members carry
@@ -108,6 +109,14 @@ pub const SESSION_COPIES: Protocol = 7;
 /// call). A cluster below it still releases sets: the follower forwards
 /// one release per lock, all in one batch, so clients see no gate.
 pub const SET_RELEASES: Protocol = 7;
+
+/// The version from which a lock of a session may carry a lock-delay: its
+/// records end at its session's lease end plus its delay (a member of an
+/// earlier build would end them with the session's record, and a rebuild
+/// reading it would free the name as the session lapsed, the delay
+/// dropped). A cluster below it refuses such acquisitions
+/// (`503 upgrading`) until every member speaks it.
+pub const SESSION_DELAYS: Protocol = 8;
 
 /// The lowest cluster version this build runs in.
 pub const OLDEST: Protocol = 0;

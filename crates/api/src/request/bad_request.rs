@@ -89,7 +89,9 @@ pub enum BadRequest {
     #[error("field `addr` must be host:port, with a port from 1 to 65535")]
     BadAddr,
     /// A lock of a session asked with a field the session decides for it.
-    #[error("field `{0}` cannot be given with `session`: a lock of a session has its session's lease, and no lock-delay")]
+    #[error(
+        "field `{0}` cannot be given with `session`: a lock of a session has its session's lease"
+    )]
     WithSession(&'static str),
     /// The session is not a ULID.
     #[error("field `session` is not a session id (26 characters of Crockford base32 expected)")]

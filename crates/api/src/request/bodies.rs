@@ -63,7 +63,8 @@ pub struct AcquireBody {
     pub lock_delay_ms: Option<u64>,
     /// The id of the session the lock is to hang off (`POST
     /// /v1/sessions/open`): it takes the session's lease, is renewed with
-    /// it and ends with it; not with `lease_ms` or `lock_delay_ms`.
+    /// it and ends with it (its `lock_delay_ms` after it); not with
+    /// `lease_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
 }
@@ -162,9 +163,6 @@ impl Body for AcquireBody {
                 .map_err(|_| BadRequest::BadSession)?;
             if self.lease_ms.is_some() {
                 return Err(BadRequest::WithSession("lease_ms"));
-            }
-            if self.lock_delay_ms.is_some_and(|d| d > 0) {
-                return Err(BadRequest::WithSession("lock_delay_ms"));
             }
         }
         Ok(())

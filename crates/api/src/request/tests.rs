@@ -373,3 +373,21 @@ fn a_sets_release() {
         );
     }
 }
+
+/// A lock of a session may carry a lock-delay (kept after its session's
+/// lease), within the same bounds as any; it takes no lease of its own.
+#[test]
+fn a_lock_of_a_session_may_carry_a_lock_delay_but_no_lease() {
+    let session = "00000000000000000000000001";
+    let json = serde_json::json!({ "name": "a", "session": session, "lock_delay_ms": 5000 });
+    let body = acquire(&json.to_string()).unwrap();
+    assert_eq!(body.delay(), Duration::from_secs(5));
+    assert_eq!(body.session(), Some(LockId::from_u128(1)));
+    let over = serde_json::json!({ "name": "a", "session": session, "lock_delay_ms": 60001 });
+    assert!(matches!(refused(&over.to_string()).0, BadRequest::BadDelay));
+    let lease = serde_json::json!({ "name": "a", "session": session, "lease_ms": 1000 });
+    assert!(matches!(
+        refused(&lease.to_string()).0,
+        BadRequest::WithSession("lease_ms")
+    ));
+}

@@ -12,6 +12,7 @@ mod reading;
 mod recording;
 mod rules;
 mod session_copies;
+mod session_delay;
 mod session_notes;
 mod session_reclaim;
 mod sessions;
