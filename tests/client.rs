@@ -585,6 +585,7 @@ async fn a_session_keeps_its_locks_across_its_node_dying_and_frees_them_when_clo
         .open_session(leasehold_client::SessionOptions {
             ttl: Some(4 * SEC),
             holder: Some("me".into()),
+            ..Default::default()
         })
         .await
         .unwrap();

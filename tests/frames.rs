@@ -78,6 +78,7 @@ async fn a_client_over_frames_locks_renews_watches_and_keeps_a_session() {
         .open_session(SessionOptions {
             ttl: Some(2 * SEC),
             holder: Some("frames".into()),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -195,6 +195,7 @@ async fn hold_library_session(
     let options = SessionOptions {
         ttl: Some(LEASE),
         holder: Some(format!("w{seed}")),
+        ..Default::default()
     };
     let session = client.open_session(options).await.map_err(drop)?;
     let mut held = Vec::new();

@@ -442,6 +442,7 @@ impl Run {
                 let options = SessionOptions {
                     ttl: ms(step, "ttl_ms"),
                     holder: None,
+                    ..Default::default()
                 };
                 let session = client.open_session(options).await;
                 expected(step, &session)?;

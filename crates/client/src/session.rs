@@ -22,6 +22,12 @@ pub struct SessionOptions {
     pub ttl: Option<Duration>,
     /// Who holds it, for people reading a listing.
     pub holder: Option<String>,
+    /// The lock-delay of every lock taken in the session (Consul's session
+    /// `LockDelay`): once the session lapses unclosed, each lock's name
+    /// stays closed this much longer. Zero for none; a lock asked with its
+    /// own [`AcquireOptions::lock_delay`] takes that instead. Needs
+    /// protocol 8.
+    pub lock_delay: Duration,
 }
 
 /// A session this client holds: renewed in the background, once for all
@@ -48,6 +54,8 @@ struct Shared {
     lost: CancellationToken,
     /// Why the session was lost (none while it runs, or once closed).
     loss: Arc<OnceLock<Loss>>,
+    /// The lock-delay of its locks ([`SessionOptions::lock_delay`]).
+    lock_delay: Duration,
     /// The locks held in it.
     locks: Mutex<Vec<HeldInSession>>,
 }
@@ -138,6 +146,7 @@ impl Client {
             margin: (lease / 10).min(Duration::from_secs(2)),
             lost: CancellationToken::new(),
             loss: Arc::new(OnceLock::new()),
+            lock_delay: options.lock_delay,
             locks: Mutex::new(Vec::new()),
         });
         let task = tokio::spawn(renew(Arc::clone(&shared), lease / 3));
@@ -169,8 +178,9 @@ impl Session {
     }
 
     /// Takes `name` in this session, waiting as `options` say: the lock has
-    /// the session's lease and no renewal of its own (`options.lease` and
-    /// `options.lock_delay` are not taken).
+    /// the session's lease and no renewal of its own (`options.lease` is
+    /// not taken), and `options.lock_delay`, or with none the session's
+    /// ([`SessionOptions::lock_delay`]), after the session's lease.
     pub async fn acquire(&self, name: &str, options: AcquireOptions) -> Result<SessionLock, Error> {
         if self.is_lost() {
             return Err(Error::Lost);
@@ -178,7 +188,10 @@ impl Session {
         let options = AcquireOptions {
             session: Some(self.shared.id.clone()),
             lease: None,
-            lock_delay: Duration::ZERO,
+            lock_delay: match options.lock_delay {
+                own if own.is_zero() => self.shared.lock_delay,
+                own => own,
+            },
             ..options
         };
         let body = crate::acquire_body(Some(name.to_string()), None, &options);

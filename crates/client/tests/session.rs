@@ -563,3 +563,55 @@ async fn a_session_and_its_locks_say_why_they_were_lost() {
     assert_eq!(session.loss(), Some(leasehold_client::Loss::Lapsed));
     assert_eq!(lock.loss(), Some(leasehold_client::Loss::Lapsed));
 }
+
+/// A node that grants at once and keeps every acquire's body.
+#[derive(Default)]
+struct Recording {
+    asked: std::sync::Mutex<Vec<AcquireBody>>,
+}
+
+impl Transport for Recording {
+    like_silent!(release, renew, get, list, cluster);
+    fn acquire(
+        &self,
+        body: AcquireBody,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<(LockView, Duration), CallError>> {
+        self.asked.lock().unwrap().push(body.clone());
+        Silent.acquire(body, timeout)
+    }
+    fn session(
+        &self,
+        call: SessionCall,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<SessionAnswer, CallError>> {
+        Silent.session(call, timeout)
+    }
+}
+
+/// A session's lock-delay goes with every lock taken in it, unless the
+/// lock asks its own; the lock asks no lease of its own.
+#[tokio::test(start_paused = true)]
+async fn a_sessions_lock_delay_goes_with_each_lock_unless_it_asks_its_own() {
+    let node = std::sync::Arc::new(Recording::default());
+    let client = Client::with_transport(node.clone());
+    let options = SessionOptions {
+        lock_delay: ms(4_000),
+        ..Default::default()
+    };
+    let session = client.open_session(options).await.unwrap();
+    session
+        .acquire("a", AcquireOptions::default())
+        .await
+        .unwrap();
+    let own = AcquireOptions::default()
+        .lock_delay(ms(1_500))
+        .lease(ms(9_000));
+    session.acquire("b", own).await.unwrap();
+    let asked = node.asked.lock().unwrap().clone();
+    let delays: Vec<Option<u64>> = asked.iter().map(|b| b.lock_delay_ms).collect();
+    assert_eq!(delays, [Some(4_000), Some(1_500)]);
+    assert!(asked
+        .iter()
+        .all(|b| b.lease_ms.is_none() && b.session.is_some()));
+}

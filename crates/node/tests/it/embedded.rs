@@ -130,6 +130,7 @@ async fn an_embedded_session_holds_its_locks_and_a_shutdown_frees_them() {
             .open_session(leasehold_client::SessionOptions {
                 ttl: Some(Duration::from_secs(30)),
                 holder: Some("app-1".into()),
+                ..Default::default()
             })
             .await
         {
