@@ -250,8 +250,9 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
 
     /// A session's locks end with it: after every step, every lock held in
-    /// a session has that session held, with the same end; names are held
-    /// by one at a time.
+    /// a session whose lease runs has that session held, with the same
+    /// lease end; a lapsed one only runs out its delay; names are held by
+    /// one at a time.
     #[test]
     fn a_sessions_locks_end_with_it(ops in proptest::collection::vec(op(), 1..80)) {
         let mut now = t(0);
@@ -275,8 +276,11 @@ proptest::proptest! {
                 }
                 Op::Take(n, s, wait) => {
                     let session = s.and_then(|s| sessions[s as usize]);
+                    // Odd names of a session carry a lock-delay.
+                    let delay = if session.is_some() && n % 2 == 1 { SEC } else { std::time::Duration::ZERO };
                     let request = Request {
                         session,
+                        delay,
                         lease: if session.is_some() { None } else { Some(2 * SEC) },
                         wait: if wait { 5 * SEC } else { std::time::Duration::ZERO },
                         ..req(&format!("n{n}"), next_id, 1)
@@ -315,10 +319,14 @@ proptest::proptest! {
                 proptest::prop_assert!(holders.len() <= 1, "n{n} held by {holders:?}");
                 for lock in holders {
                     let Some(session) = lock.session else { continue };
+                    if lock.is_lapsed(now) {
+                        proptest::prop_assert!(!lock.delay.is_zero() && lock.expires == lock.lease_ends() + lock.delay, "{lock:?}");
+                        continue;
+                    }
                     let name = table.session_name_of(session);
                     proptest::prop_assert!(name.is_some(), "{lock:?} outlived its session");
                     let session = table.get(&name.unwrap(), now).unwrap().expect("held");
-                    proptest::prop_assert_eq!(lock.expires, session.expires, "{:?}", lock);
+                    proptest::prop_assert_eq!(lock.lease_ends(), session.lease_ends(), "{:?}", lock);
                 }
             }
         }
