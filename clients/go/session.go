@@ -165,8 +165,9 @@ func (s *Session) lose(loss Loss) {
 }
 
 // Acquire takes name in this session, waiting as the options say: the lock
-// has the session's lease and no renewal of its own (WithLease and
-// WithLockDelay are not taken). It is lost when the session is, or when a
+// has the session's lease and no renewal of its own (WithLease is not
+// taken); WithLockDelay keeps its name closed that long after a lapse of
+// the session (protocol 8). It is lost when the session is, or when a
 // renewal of the session finds it gone.
 func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := newAcquireOptions(opts)
@@ -179,7 +180,6 @@ func (s *Session) acquire(ctx context.Context, _ *Client, name string, o *acquir
 	}
 	o.session = s
 	o.lease = 0
-	o.lockDelay = 0
 	body := o.body()
 	body.Name = name
 	answer, _, err := s.c.granted(ctx, body, o)
