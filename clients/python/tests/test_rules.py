@@ -602,3 +602,23 @@ def test_a_sessions_renewal_moves_past_a_node_that_hangs(nodes: List[FakeNode]) 
     assert serving.of("/v1/sessions/renew")
     s.close()
     c.close()
+
+
+def test_a_sessions_lock_delay_goes_with_each_lock_unless_it_asks_its_own(nodes: List[FakeNode]) -> None:
+    session = {"id": "01JDQ6ZP3Q5B2M0W7R9T4X8Y70", "node": 1, "lease_ms": 6000, "ttl_ms": 6000}
+
+    def script(path: str, body: Dict[str, Any]) -> Optional[Answer]:
+        if path.startswith("/v1/sessions/"):
+            return 200, {"session": session, "served_ms": 0, "released": 0}
+        return 200, {"lock": lock(body["name"]), "served_ms": 0}
+
+    n = node(nodes, script)
+    c = client_at([n.addr])
+    s = c.open_session(ttl=6.0, lock_delay=4.0)
+    s.acquire("a")
+    s.acquire("b", lock_delay=1.5)
+    asked = [r.body for r in n.of("/v1/locks/acquire")]
+    assert [b.get("lock_delay_ms") for b in asked] == [4000, 1500]
+    assert all("lease_ms" not in b and b.get("session") == session["id"] for b in asked)
+    s.close()
+    c.close()

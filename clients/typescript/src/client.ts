@@ -82,6 +82,8 @@ export interface SessionOptions {
   /** The session's lease (every lock of it has it); none means the cluster's default. */
   ttlMs?: number;
   holder?: string;
+  /** The lock-delay of every lock taken in the session, unless the lock asks its own (protocol 8). */
+  lockDelayMs?: number;
 }
 
 /** What an observer is told: the leader now (`null`: none), or a failed call (the observer goes on). */
@@ -279,7 +281,7 @@ export class Client {
   acquire(name: string, options?: AcquireOptions & { session?: undefined }): Promise<Lock>;
   async acquire(name: string, options: AcquireOptions & { session?: Session } = {}): Promise<Lock | SessionLock> {
     if (options.session !== undefined) {
-      const { session, leaseMs: _lease, lockDelayMs: _delay, renewEveryMs: _every, lapseMarginMs: _margin, ...rest } = options;
+      const { session, leaseMs: _lease, renewEveryMs: _every, lapseMarginMs: _margin, ...rest } = options;
       return session.acquire(name, rest);
     }
     const { answer, sentAt } = await this.granted(this.acquireBody(name, undefined, options), options);
@@ -415,6 +417,8 @@ export class Client {
   /** Opens a session, renewed in the background once for all the locks taken in it. */
   async openSession(options: SessionOptions = {}): Promise<Session> {
     checkMs("ttlMs", options.ttlMs);
+    checkMs("lockDelayMs", options.lockDelayMs);
+    const lockDelayMs = options.lockDelayMs;
     const body: Record<string, unknown> = {};
     if (options.holder !== undefined) body.holder = options.holder;
     if (options.ttlMs !== undefined) body.ttl_ms = Math.floor(options.ttlMs);
@@ -432,7 +436,7 @@ export class Client {
     const served = (answer as { served_ms?: unknown }).served_ms;
     const session = new Session({ transport: this.transport, info, sentAt: sent + (typeof served === "number" ? served : 0) });
     session.grant = async (name: string, o: SessionAcquireOptions) => {
-      const options: AcquireOptions = { ...o };
+      const options: AcquireOptions = { ...o, lockDelayMs: o.lockDelayMs ?? lockDelayMs };
       const { answer } = await this.granted(this.acquireBody(name, undefined, options, session.id), options);
       return this.lockOf(answer, "lock");
     };

@@ -13,6 +13,8 @@ export interface SessionAcquireOptions {
   data?: string;
   shared?: boolean;
   permits?: number;
+  /** The lock's lock-delay (protocol 8); by default the session's (`SessionOptions.lockDelayMs`). */
+  lockDelayMs?: number;
 }
 
 const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -142,7 +144,8 @@ export class Session {
 
   /**
    * Takes `name` in this session, waiting as `options` say: the lock has the
-   * session's lease and no renewal of its own (a lease or lock-delay is not taken).
+   * session's lease and no renewal of its own (a lease is not taken), and
+   * its own lock-delay or the session's.
    */
   async acquire(name: string, options: SessionAcquireOptions = {}): Promise<SessionLock> {
     if (this.isLost()) throw new LostError();

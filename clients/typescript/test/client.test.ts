@@ -674,6 +674,28 @@ test("a session's renewal moves past a node that hangs before the lease lapses",
   }
 });
 
+test("a session's lock-delay goes with each of its locks unless the lock asks its own", async () => {
+  const session = { id: "01JDQ6ZP3Q5B2M0W7R9T4X8Y70", node: 1, holder: "", lease_ms: 6000, ttl_ms: 6000, expires_at: "" };
+  const node = await fake((r) => {
+    if (r.path.startsWith("/v1/sessions/")) return { body: { session, served_ms: 0, released: 0 } };
+    return granted(r.body.name as string, { session: session.id });
+  });
+  const c = clientAtFirst([node.addr]);
+  try {
+    const s = await c.openSession({ ttlMs: 6000, lockDelayMs: 4000 });
+    await s.acquire("a");
+    await s.acquire("b", { lockDelayMs: 1500 });
+    await c.acquire("c", { session: s, lockDelayMs: 2000, leaseMs: 9000 });
+    const asked = node.calls.filter((x) => x.path === "/v1/locks/acquire").map((x) => x.body);
+    assert.deepEqual(asked.map((b) => b.lock_delay_ms), [4000, 1500, 2000]);
+    assert.ok(asked.every((b) => b.lease_ms === undefined && b.session === session.id));
+    await s.close();
+  } finally {
+    await c.close();
+    await node.close();
+  }
+});
+
 test("sessions renew in the background and send the digest of their locks", async () => {
   const id = "01JDQ6ZP3Q5B2M0W7R9T4X8Y6Z";
   // A lease of 6 s, renewed every 2 s: held through a stall of over 3 s.

@@ -182,13 +182,18 @@ class Client:
 
     # -- sessions --------------------------------------------------------
 
-    def open_session(self, *, ttl: Optional[float] = None, holder: Optional[str] = None) -> "Session":
-        """Opens a session renewed in the background."""
-        return Session(self, self._run(self._aio.open_session(ttl=ttl, holder=holder)))
+    def open_session(
+        self, *, ttl: Optional[float] = None, holder: Optional[str] = None, lock_delay: float = 0.0
+    ) -> "Session":
+        """Opens a session renewed in the background; ``lock_delay`` goes
+        with every lock taken in it unless the lock asks its own."""
+        return Session(self, self._run(self._aio.open_session(ttl=ttl, holder=holder, lock_delay=lock_delay)))
 
-    def session(self, *, ttl: Optional[float] = None, holder: Optional[str] = None) -> "_Context[Session]":
+    def session(
+        self, *, ttl: Optional[float] = None, holder: Optional[str] = None, lock_delay: float = 0.0
+    ) -> "_Context[Session]":
         """``with client.session(ttl=10) as s:`` closed on exit."""
-        return _Context(lambda: self.open_session(ttl=ttl, holder=holder))
+        return _Context(lambda: self.open_session(ttl=ttl, holder=holder, lock_delay=lock_delay))
 
     # -- election --------------------------------------------------------
 
@@ -420,7 +425,7 @@ class Session:
 
     def acquire(self, name: str, **options: Any) -> "SessionLock":
         """Takes ``name`` in this session (``wait``, ``holder``, ``data``,
-        ``shared``, ``permits``)."""
+        ``shared``, ``permits``, ``lock_delay``)."""
         return SessionLock(self._client._run(self._session.acquire(name, **options)))
 
     def release(self, held: "SessionLock") -> None:

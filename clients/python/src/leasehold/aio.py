@@ -447,10 +447,13 @@ class Client:
 
     # -- sessions --------------------------------------------------------
 
-    async def open_session(self, *, ttl: Optional[float] = None, holder: Optional[str] = None) -> "Session":
+    async def open_session(
+        self, *, ttl: Optional[float] = None, holder: Optional[str] = None, lock_delay: float = 0.0
+    ) -> "Session":
         """Opens a session: a lease that locks taken with
         :meth:`Session.acquire` hang off, renewed in the background once for
-        all of them."""
+        all of them. ``lock_delay`` goes with every lock taken in it unless
+        the lock asks its own (protocol 8)."""
         body: Dict[str, Any] = {}
         if holder is not None:
             body["holder"] = holder
@@ -472,12 +475,14 @@ class Client:
         except (KeyError, TypeError):
             raise errors.Server("a session's answer without its session") from None
         ends = sent + (float(answer.get("served_ms") or 0) + view.ttl_ms) / 1000.0
-        return Session._start(self, view, ends)
+        return Session._start(self, view, ends, lock_delay)
 
-    def session(self, *, ttl: Optional[float] = None, holder: Optional[str] = None) -> "_Entered[Session]":
+    def session(
+        self, *, ttl: Optional[float] = None, holder: Optional[str] = None, lock_delay: float = 0.0
+    ) -> "_Entered[Session]":
         """``async with client.session(ttl=10) as s:`` a session for the
         block, closed on exit (every lock of it released)."""
-        return _Entered(lambda: self.open_session(ttl=ttl, holder=holder))
+        return _Entered(lambda: self.open_session(ttl=ttl, holder=holder, lock_delay=lock_delay))
 
     # -- election --------------------------------------------------------
 
@@ -1085,6 +1090,7 @@ class Session:
         self.id = view.id
         self.view = view
         self.ends = ends
+        self.lock_delay = 0.0
         lease = view.lease_ms / 1000.0
         self.margin = min(lease / 10.0, 2.0)
         self._every = max(lease / 3.0, 0.010)
@@ -1094,8 +1100,9 @@ class Session:
         self._closed = False
 
     @classmethod
-    def _start(cls, client: Client, view: SessionInfo, ends: float) -> "Session":
+    def _start(cls, client: Client, view: SessionInfo, ends: float, lock_delay: float = 0.0) -> "Session":
         s = cls(client, view, ends)
+        s.lock_delay = lock_delay
         s._task = _spawn(s._renew())
         return s
 
@@ -1130,14 +1137,16 @@ class Session:
         data: Optional[str] = None,
         shared: bool = False,
         permits: Optional[int] = None,
+        lock_delay: Optional[float] = None,
     ) -> SessionLock:
         """Takes ``name`` in this session (the session's lease, no renewal
-        of its own)."""
+        of its own; its own ``lock_delay``, or the session's)."""
         if self.is_lost():
             raise errors.Lost()
         body = acquire_body(
             name, None, holder=holder, lease=None, data=data, shared=shared,
-            permits=permits, lock_delay=0.0, session=self.id,
+            permits=permits, lock_delay=self.lock_delay if lock_delay is None else lock_delay,
+            session=self.id,
         )
         answer, _ = await self._client._granted(body, None, wait, None, None)
         try:
