@@ -175,3 +175,30 @@ fn a_session_copy_carries_each_lock_to_its_lease_end_plus_its_delay() {
     assert!(kept.is_lapsed(now));
     assert!(kept.expires >= at(23_000), "{kept:?}");
 }
+
+/// Member 2 keeps its client's record of `a` and a copy of a later renewal
+/// of it (`Member::held_record`: "a `Held` from before the lock moved away,
+/// a copy of a later renewal"); the copy counts the lease from its arrival,
+/// half a second after the speaker's count. The session lapses at 14 s at
+/// the speaker; a late renewal of it through member 2 is refused "not
+/// held" at 14.3 s. By the Held record the lock lapsed, by the copy not
+/// yet: `renewal_refused` judges by the later (the copy), finds it not
+/// lapsed, and drops both, while the lock's name stays closed until 19 s.
+#[test]
+fn a_refused_late_session_renewal_keeps_a_lapsed_locks_records_whatever_record_counts_later() {
+    let (s1, mut m2, _, lock) = renewed_session();
+    let renewed = s1
+        .get("a", &leading(TERM, at(4_000)), at(4_000))
+        .unwrap()
+        .expect("held");
+    assert_eq!(renewed.lease_ends(), at(14_000));
+    let copy = renewed.in_transit(at(4_000)).arrive(at(4_500));
+    m2.take_copies(TERM, vec![copy], TERM, at(4_500)).unwrap();
+    let now = at(14_300);
+    m2.renewal_refused(lock.id, &leasehold_protocol::Refusal::NotHeld, now);
+    let report = m2.own_report(at(14_400));
+    assert!(
+        report.iter().any(|l| l.id == lock.id),
+        "the lapsed lock's name is closed until 19 s, yet member 2 dropped its records: {report:?}"
+    );
+}
