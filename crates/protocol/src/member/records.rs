@@ -95,9 +95,14 @@ impl Member {
         if *refusal != Refusal::NotHeld {
             return;
         }
-        let closing = self
-            .held_record(id)
-            .is_some_and(|l| l.is_lapsed(now) && l.is_live(now));
+        // Lapsed by any of this member's records: a copy counts its lease
+        // from its arrival, later than the speaker's count, and the later
+        // record alone may not show the lapse the refusal answers.
+        let lapsed = [self.held.get(id), self.copies.get(id)]
+            .into_iter()
+            .flatten()
+            .any(|l| l.is_lapsed(now));
+        let closing = lapsed && self.held_record(id).is_some_and(|l| l.is_live(now));
         if !closing {
             self.drop_held(id);
         }
