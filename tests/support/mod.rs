@@ -28,7 +28,16 @@ pub const SPEAKS: u64 = leasehold_raft::version::SPEAKS as u64;
 /// The protocol header a peer request made by a test carries: this
 /// build's, in a cluster that agreed on it (a request without it is an
 /// earlier build's, refused once the cluster agreed).
-pub const PROTOCOL_STAMP: &str = "speaks=7; cluster=7";
+pub const PROTOCOL_STAMP: &str = "speaks=8; cluster=8";
+
+#[test]
+fn the_protocol_stamp_is_this_builds() {
+    assert_eq!(
+        PROTOCOL_STAMP,
+        format!("speaks={SPEAKS}; cluster={SPEAKS}"),
+        "raise the stamp with the build's protocol version"
+    );
+}
 
 /// Generous: correctness is asserted, not speed.
 pub const PATIENCE: Duration = Duration::from_secs(30);
