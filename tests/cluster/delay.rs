@@ -122,19 +122,17 @@ async fn a_lapsed_lease_closes_its_name_for_the_delay_and_a_release_frees_it_at_
     assert_eq!(body["lock"]["lock_delay_ms"], json!(2000), "{body}");
     assert!(body["lock"]["ttl_ms"].as_u64().unwrap() <= 8000, "{body}");
 
-    for bad in [
-        json!({ "name": "x", "lock_delay_ms": 60001 }),
-        json!({ "name": "x", "lock_delay_ms": -1 }),
-        json!({ "name": "x", "lock_delay_ms": "1s" }),
-        json!({ "name": "x", "lock_delay_ms": 1.5 }),
-    ] {
-        let (status, body) = cluster.post(f[0], "/v1/locks/acquire", bad.clone()).await;
-        assert_eq!(
-            (status, &body["error"]),
-            (400, &json!("bad_request")),
-            "{bad}: {body}"
-        );
-    }
+    refused_as_bad(
+        &cluster,
+        f[0],
+        [
+            json!({ "name": "x", "lock_delay_ms": 60001 }),
+            json!({ "name": "x", "lock_delay_ms": -1 }),
+            json!({ "name": "x", "lock_delay_ms": "1s" }),
+            json!({ "name": "x", "lock_delay_ms": 1.5 }),
+        ],
+    )
+    .await;
 }
 
 /// A crash, then a fault: two delayed locks, one lapsed (held through a
@@ -302,18 +300,16 @@ async fn a_lapsed_session_keeps_its_delayed_lock_closed_and_a_close_frees_it() {
     assert_eq!((status, &body["released"]), (200, &json!(1)), "{body}");
     cluster.must_acquire(speaker, "sd2", json!({})).await;
 
-    for bad in [
-        json!({ "name": "x", "session": session["id"], "lock_delay_ms": 60001 }),
-        json!({ "name": "x", "session": session["id"], "lock_delay_ms": -1 }),
-        json!({ "name": "x", "session": session["id"], "lock_delay_ms": "1s" }),
-    ] {
-        let (status, body) = cluster.post(f[0], "/v1/locks/acquire", bad.clone()).await;
-        assert_eq!(
-            (status, &body["error"]),
-            (400, &json!("bad_request")),
-            "{bad}: {body}"
-        );
-    }
+    refused_as_bad(
+        &cluster,
+        f[0],
+        [
+            json!({ "name": "x", "session": session["id"], "lock_delay_ms": 60001 }),
+            json!({ "name": "x", "session": session["id"], "lock_delay_ms": -1 }),
+            json!({ "name": "x", "session": session["id"], "lock_delay_ms": "1s" }),
+        ],
+    )
+    .await;
 }
 
 /// A crash inside the delay of a lapsed session's lock: its holder stopped
@@ -368,5 +364,17 @@ async fn a_lock_of_a_session_with_a_delay_waits_for_protocol_8() {
         let plain = json!({ "name": format!("u{via}"), "session": session["id"] });
         let (status, body) = cluster.post(via, "/v1/locks/acquire", plain).await;
         assert_eq!(status, 200, "via {via}: {body}");
+    }
+}
+
+/// Each of `bodies`, an acquire through `via`, is refused `400 bad_request`.
+async fn refused_as_bad<const N: usize>(cluster: &Cluster, via: u64, bodies: [Value; N]) {
+    for bad in bodies {
+        let (status, body) = cluster.post(via, "/v1/locks/acquire", bad.clone()).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (400, &json!("bad_request")),
+            "{bad}: {body}"
+        );
     }
 }
