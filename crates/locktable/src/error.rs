@@ -98,10 +98,12 @@ pub enum RebuildError {
         /// The latest term of a reported lock.
         reported: u64,
     },
-    /// A rebuild that has not seen every grant, in a term whose fences
-    /// already say it has ([`Fence::SEEN_ALL`], from an earlier rebuild of
-    /// the term): fences only grow, so every later one would say so too,
-    /// and win a settlement it must not. The term cannot speak again.
+    /// A rebuild that has not seen every grant and holds no new grant
+    /// back, in a term whose fences already say it has
+    /// ([`Fence::SEEN_ALL`], from an earlier rebuild of the term or the end
+    /// of its strict hold): fences only grow, so every later one would say
+    /// so too, and win a settlement it must not. The term cannot speak
+    /// again.
     ///
     /// [`Fence::SEEN_ALL`]: crate::Fence::SEEN_ALL
     #[error("term {0} already granted as having seen every grant; this rebuild has not")]

@@ -626,9 +626,11 @@ impl Table {
             .into());
         }
         // A term's later fences carry the bit once one did: a rebuild that
-        // missed grants cannot go on counting in it.
+        // missed grants cannot go on counting in it, unless it holds new
+        // grants back until every grant it missed has ended (strict mode).
         let issued = Fence(highest.0.max(self.fences.next));
-        if !seen_all && issued.epoch() == epoch && issued.seen_all() {
+        let held_back = hold_new_grants_until.is_some_and(|until| now < until);
+        if !seen_all && !held_back && issued.epoch() == epoch && issued.seen_all() {
             return Err(RebuildError::SeenAllSpent(epoch));
         }
         self.slots = slots;
@@ -745,7 +747,26 @@ impl Table {
         self.expiries.push(Reverse((lock.expires, lock.fence, at)));
     }
 
+    /// Ends a strict hold that has run its length. Every lease granted
+    /// before the rebuild that the rebuild did not see has ended by then,
+    /// so the term's grants from here on are made knowing every live lock
+    /// of earlier terms, as after a rebuild that saw every grant: their
+    /// fences carry [`Fence::SEEN_ALL`] (above every fence before them).
+    fn end_ended_hold(&mut self, now: MonoTime) {
+        let Some(until) = self.hold_new_grants_until else {
+            return;
+        };
+        if now < until {
+            return;
+        }
+        self.hold_new_grants_until = None;
+        let epoch = Fence(self.fences.next).epoch();
+        let seen_all = Fence::new(epoch, Fence::SEEN_ALL | 1).0;
+        self.fences.next = self.fences.next.max(seen_all);
+    }
+
     fn grant(&mut self, request: Request, now: MonoTime) -> Result<Lock, AcquireError> {
+        self.end_ended_hold(now);
         if let Some(id) = request.session {
             let session = self.live_session(id, now)?;
             let fence = self.fences.take()?;

@@ -500,6 +500,21 @@ fn a_sessions_locks_end_with_it_and_have_one_holder_under_faults() {
     }
 }
 
+/// Seed 502551 (sessions, strict) overlapped two holders: the term-1
+/// speaker, paused through the election, kept its record of a grant whose
+/// holder released it in term 2; term 2 granted the name again after its
+/// strict hold and crashed; the old speaker, rebuilding term 3, kept its
+/// stale record over the live grant (of two grants made apart, the one held
+/// longest) and granted the name once that record ended, while the term-2
+/// holder still counted its lease. Grants after a strict hold carry the
+/// all-seen mark, and win (docs/design.md, "Fences").
+#[test]
+fn a_release_that_missed_the_old_speaker_does_not_let_its_stale_grant_win() {
+    let mut report = with_sessions(Scenario::Mixed, 502551, true, Sabotage::NONE);
+    report.trace.clear();
+    assert!(report.ok(), "{report:#?}");
+}
+
 /// Sessions whose copies are renewed by the session's copy (protocol 7:
 /// the session's grant with the count and digest of its locks; a member
 /// keeping other locks is sent them all) keep the same promises, under the

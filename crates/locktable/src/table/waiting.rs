@@ -243,6 +243,7 @@ impl Table {
         requests: Vec<Request>,
         now: MonoTime,
     ) -> Result<Vec<Lock>, AcquireError> {
+        self.end_ended_hold(now);
         if !self.fences.has(requests.len()) {
             return Err(AcquireError::FencesExhausted);
         }

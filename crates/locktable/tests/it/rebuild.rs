@@ -222,6 +222,92 @@ fn a_rebuild_that_missed_grants_cannot_speak_in_a_term_marked_seen_all() {
     assert!(second.fence.seen_all() && second.fence > first.fence);
 }
 
+/// After a strict hold every lease granted before the rebuild that it did
+/// not see has ended, so the term's grants from then on are made knowing
+/// every live lock and carry the mark: a later rebuild keeps such a grant
+/// over an earlier term's record of the same name. The simulation's seed
+/// 502551 (sessions, strict): the term-1 speaker, paused through the
+/// election, kept its record of a grant its holder released in term 2; the
+/// name was granted again in term 2 after the hold; term 3, rebuilt by the
+/// old speaker, kept its stale record (held longest) over the live grant,
+/// and granted the name again once the stale record ended, while the
+/// term-2 holder still held it.
+#[test]
+fn a_grant_made_after_a_strict_hold_wins_over_an_earlier_terms_stale_record() {
+    let released = held_lock("a", 1, 2, t(0), t(200), Fence::new(1, 1).0);
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch: 2,
+                locks: vec![released.clone()],
+                hold_new_grants_until: Some(t(60)),
+                seen_all: false,
+            },
+            t(1),
+        )
+        .unwrap();
+    table.release("a", released.id, t(2)).unwrap();
+    let live = granted(table.acquire(req("a", 2, 3), t(60)));
+    assert!(live.fence.seen_all(), "{:?}", live.fence);
+    assert!(live.fence > released.fence);
+    let other = granted(table.acquire(req("b", 3, 3), t(61)));
+    assert!(other.fence.seen_all() && other.fence > live.fence);
+    for reports in [
+        vec![released.clone(), live.clone()],
+        vec![live.clone(), released.clone()],
+    ] {
+        let mut later = Table::new(LeaseRule::default());
+        later.drop_table(t(62));
+        let rebuilt = later
+            .rebuild(
+                RebuildFrom {
+                    generation: later.generation(),
+                    epoch: 3,
+                    locks: reports,
+                    hold_new_grants_until: None,
+                    seen_all: true,
+                },
+                t(62),
+            )
+            .unwrap();
+        assert_eq!(later.get("a", t(62)).unwrap().unwrap().id, live.id);
+        assert_eq!(rebuilt.lost.len(), 1);
+        assert_eq!(rebuilt.lost[0].id, released.id);
+    }
+}
+
+/// A rebuild that missed grants may speak again in a term already marked
+/// as having seen every grant if it holds new grants back (strict mode):
+/// nothing is granted until every lease it missed has ended, and then the
+/// mark is true again.
+#[test]
+fn a_held_back_rebuild_speaks_again_in_a_term_marked_seen_all() {
+    let mut table = rebuilt_table_as(5, vec![], t(0), true);
+    let first = granted(table.acquire(req("a", 1, 1), t(0)));
+    table.drop_table(t(1));
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch: 5,
+                locks: vec![first.clone()],
+                hold_new_grants_until: Some(t(30)),
+                seen_all: false,
+            },
+            t(1),
+        )
+        .unwrap();
+    assert_eq!(
+        table.acquire(req("b", 2, 1), t(2)),
+        Err(AcquireError::HeldBack { until: t(30) })
+    );
+    let second = granted(table.acquire(req("b", 2, 1), t(30)));
+    assert!(second.fence.seen_all() && second.fence > first.fence);
+}
+
 /// A term that used its last fence grants nothing more, rather than hand
 /// out a fence of the next term.
 #[test]
