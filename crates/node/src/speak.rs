@@ -408,8 +408,9 @@ impl Node {
     /// that may keep a record of it.
     pub(crate) fn take_back(&self, lock: &Lock) {
         let to = {
+            let guard = self.guard();
             let mut state = self.state();
-            let to = state.member.take_back(lock, self.clock.now());
+            let to = state.member.take_back(lock, &guard, self.clock.now());
             self.dispatch(&mut state);
             self.changed(&state);
             to

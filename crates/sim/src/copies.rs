@@ -362,9 +362,10 @@ impl World {
     /// Releases a grant its client never heard of, and tells the members
     /// the member names.
     fn take_back(&mut self, n: NodeId, lock: &Lock) {
+        let guard = self.guard(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(self.t);
-        let to = node.member.take_back(lock, now);
+        let to = node.member.take_back(lock, &guard, now);
         self.send_forgets(n, lock, to);
         self.dispatch(n);
     }

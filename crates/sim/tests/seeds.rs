@@ -515,6 +515,18 @@ fn a_release_that_missed_the_old_speaker_does_not_let_its_stale_grant_win() {
     assert!(report.ok(), "{report:#?}");
 }
 
+/// Seed 513546 (sessions, proceed): a speaker cut off from every member
+/// and paused woke after its successor's election; its copy round failed,
+/// the grant was taken back, and the name went to the next waiter in the
+/// old term. A take-back by a member whose guard ran out hands the name to
+/// nobody.
+#[test]
+fn a_take_back_after_the_guard_ran_out_grants_nothing() {
+    let mut report = with_sessions(Scenario::Mixed, 513546, false, Sabotage::NONE);
+    report.trace.clear();
+    assert!(report.ok(), "{report:#?}");
+}
+
 /// Sessions whose copies are renewed by the session's copy (protocol 7:
 /// the session's grant with the count and digest of its locks; a member
 /// keeping other locks is sent them all) keep the same promises, under the

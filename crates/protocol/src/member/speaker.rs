@@ -266,13 +266,22 @@ impl Member {
     /// it, a retry of the same named request answered with it
     /// ([`Member::acquire_named`]'s `Own`), as [`Member::take_back_unrenewed`]
     /// keeps it for a follower.
-    pub fn take_back(&mut self, lock: &Lock, now: MonoTime) -> Members {
+    ///
+    /// A member that may no longer speak at `now` ([`Member::may_speak`]:
+    /// deposed, or its guard ran out, as when a copy round fails because
+    /// the member was cut off) hands the name to no waiter: that grant
+    /// would be a deposed speaker's. Its waiters are told to retry.
+    pub fn take_back(&mut self, lock: &Lock, guard: &Guard, now: MonoTime) -> Members {
         let current = self.table.grant_of(&lock.name, lock.id, now);
         if current.is_some_and(|held| self.is_claimed(&held)) {
             return Members::NONE;
         }
         self.held.remove(lock.id);
         self.copies.remove(lock.id);
+        if !self.may_speak(guard, now) {
+            self.table.forget(&lock.name, lock.id, lock.ttl(now), now);
+            return Members::ALL;
+        }
         match self.table.release(&lock.name, lock.id, now) {
             Ok(_) => self.forget_to(lock, now),
             Err(_) => {

@@ -88,6 +88,33 @@ fn a_set_granted_later_is_answered_whole_and_a_client_of_the_speaker_records_eve
     }
 }
 
+/// A grant taken back once the speaker's guard ran out (its copy round
+/// failed while the speaker was cut off and paused) is handed to no waiter:
+/// that grant would be a deposed speaker's. The simulation found it
+/// (`sim --sessions --proceed`, seed 513546: the speaker woke from a pause
+/// after its successor's election, its copy round failed, and the name went
+/// to the next waiter in the old term). The waiter is told to retry, and
+/// the name stays free.
+#[test]
+fn a_grant_taken_back_once_the_guard_ran_out_is_handed_to_no_waiter() {
+    let now = at(0);
+    let guard = leading(3, now);
+    let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+    let first = granted(&mut m, "a", 1, 2, &guard, now);
+    let Ok((Acquired::Waiting(waiter), _)) = m.acquire(wait_for("a", 2, 1), &guard, now) else {
+        panic!("waits")
+    };
+    let woke = at(2_000);
+    assert!(!m.may_speak(&guard, woke), "the guard ran out");
+    assert_eq!(m.take_back(&first, &guard, woke), Members::ALL);
+    let answers = m.take_answers();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].waiter, waiter);
+    assert!(answers[0].result.is_err(), "{:?}", answers[0].result);
+    let guard = leading(3, woke);
+    assert!(m.get("a", &guard, woke).unwrap().is_none(), "taken back");
+}
+
 /// A grant whose first caller went away is taken back, unless a retry of
 /// the same request was answered with it and renewed it meanwhile: then a
 /// client holds it, and taking it back would let the name be granted to
@@ -98,14 +125,14 @@ fn a_grant_renewed_by_a_retry_is_not_taken_back_when_its_first_caller_goes() {
     let guard = leading(3, now);
     let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
     let gone = granted(&mut m, "a", 1, 2, &guard, now);
-    assert_ne!(m.take_back(&gone, now), Members::NONE);
+    assert_ne!(m.take_back(&gone, &guard, now), Members::NONE);
     assert!(m.get("a", &guard, now).unwrap().is_none(), "taken back");
 
     let first = granted(&mut m, "b", 2, 2, &guard, now);
     let later = at(1);
     m.renew(renewal("b", first.id, 2, None), &guard, later)
         .unwrap();
-    assert_eq!(m.take_back(&first, later), Members::NONE);
+    assert_eq!(m.take_back(&first, &guard, later), Members::NONE);
     let held = m.get("b", &guard, later).unwrap().expect("still held");
     assert_eq!(held.id, first.id);
 }

@@ -193,7 +193,7 @@ fn a_release_reaches_the_holders_node_the_members_it_moved_from_and_the_copy_hol
         fence: Fence::new(2, 1),
         ..granted(&mut m, "c", 3, 2, &guard, now)
     };
-    assert_eq!(m.take_back(&old, now), Members::ALL);
+    assert_eq!(m.take_back(&old, &guard, now), Members::ALL);
     assert_eq!(m.others_in(Members::ALL).collect::<Vec<_>>(), [2, 3]);
 }
 

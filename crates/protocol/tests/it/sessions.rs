@@ -254,7 +254,7 @@ fn a_retry_answered_with_its_own_session_lock_keeps_it_from_a_take_back() {
     };
     assert_eq!(own.id, first.id, "the retry's client holds the lock");
     // The first try's copy fails: its grant is taken back.
-    s1.take_back(&first, at(200));
+    s1.take_back(&first, &leading(1, at(200)), at(200));
     let held = s1.get("a", &leading(1, at(200)), at(200)).unwrap();
     assert_eq!(
         held.map(|l| l.id),
@@ -291,7 +291,7 @@ fn a_session_renewal_does_not_keep_a_grant_nobody_heard_of() {
     };
     s1.renew_session(renewal, &leading(1, at(100)), at(100))
         .unwrap();
-    s1.take_back(&lock, at(200));
+    s1.take_back(&lock, &leading(1, at(200)), at(200));
     let held = s1.get("a", &leading(1, at(200)), at(200)).unwrap();
     assert_eq!(held, None, "nobody holds it: taken back");
 }
