@@ -147,8 +147,12 @@ impl World {
                                     (Kind::Exclusive, Kind::Exclusive) => String::new(),
                                     (a, b) => format!(" ({a} then {b})"),
                                 };
+                                let held = match earlier.session {
+                                    true => "held in a session",
+                                    false => "held",
+                                };
                                 format!(
-                                    "{name}: fence {} held [{}, {}) overlaps fence {} from {}{kinds}",
+                                    "{name}: fence {} {held} [{}, {}) overlaps fence {} from {}{kinds}",
                                     earlier.fence,
                                     earlier.start,
                                     earlier.closed_until,
@@ -177,7 +181,8 @@ impl World {
 
     /// Every lock of a session is free once the session ended: no acquire
     /// sent after its close was answered, or after its lease ran out at
-    /// the latest plus [`session_end_margin_ms`], is refused "held" by it.
+    /// the latest plus [`session_end_margin_ms`] and its lock-delay, is
+    /// refused "held" by it.
     /// The close is excused by a rebuild that finished from the longest
     /// lease before the close to the refusal: a rebuilt table may take back
     /// a lock whose release some member did not hear of (its forget lost,
@@ -185,17 +190,17 @@ impl World {
     /// ends; the lapse is not excused.
     fn check_session_ends(&mut self) {
         let margin = session_end_margin_ms(self.config.max_delay_ms);
-        let mut ends: BTreeMap<(&str, u64), &crate::history::SessionEnd> = BTreeMap::new();
+        let mut ends: BTreeMap<(&str, u64), (&crate::history::SessionEnd, u64)> = BTreeMap::new();
         for end in &self.history.session_ends {
-            for (name, fence) in &end.locks {
-                ends.insert((name, *fence), end);
+            for (name, fence, delay_ms) in &end.locks {
+                ends.insert((name, *fence), (end, *delay_ms));
             }
         }
         let rebuilds = &self.history.rebuilds;
         let report = &mut self.report;
         let mut violations = 0;
         for refused in &self.history.held_refusals {
-            let Some(end) = ends.get(&(refused.name.as_str(), refused.fence)) else {
+            let Some(&(end, delay_ms)) = ends.get(&(refused.name.as_str(), refused.fence)) else {
                 continue;
             };
             let (sent, answered) = (refused.sent, refused.answered);
@@ -203,7 +208,8 @@ impl World {
             let closed = end
                 .closed
                 .filter(|&c| sent >= c && !rebuilt(c.saturating_sub(MAX_LEASE_MS)));
-            let lapsed = end.lapsed_by.filter(|&l| sent >= l + margin);
+            // A lapse leaves the name closed for the lock's delay.
+            let lapsed = end.lapsed_by.filter(|&l| sent >= l + margin + delay_ms);
             let why = match (closed, lapsed) {
                 (_, Some(l)) => format!("its lease ran out by {l} at the latest"),
                 (Some(c), None) => format!("its close was answered at {c}"),

@@ -132,6 +132,11 @@ impl World {
         }
         let name = s.to_take.remove(0);
         let wait_ms = self.rng.gen_range(0..300);
+        let delay_ms = if self.config.delays && self.rng.gen_bool(0.5) {
+            self.rng.gen_range(200..800)
+        } else {
+            0
+        };
         self.next_req += 1;
         let req = self.next_req;
         let ask = Ask {
@@ -139,11 +144,11 @@ impl World {
             wait_ms,
             lease_ms: s.lease_ms,
             kind: Kind::Exclusive,
-            delay_ms: 0,
+            delay_ms,
             also: Vec::new(),
             session: Some(s.id),
         };
-        s.asking = Some((req, t, name));
+        s.asking = Some((req, t, name, delay_ms));
         self.clients[c].state = ClientState::InSession(s);
         let node = self.clients[c].node;
         self.send(
@@ -166,7 +171,7 @@ impl World {
         result: Answer,
     ) {
         let t = self.t;
-        let Some((_, sent, name)) = s.asking.take() else {
+        let Some((_, sent, name, asked_delay_ms)) = s.asking.take() else {
             return;
         };
         if let Err(Refusal::Held(fence)) = result {
@@ -178,9 +183,13 @@ impl World {
             };
             self.history.held_refusals.push(refused);
         } else if let Ok((lock, served)) = result {
-            s.granted.push((name.clone(), lock.fence.0));
-            let ends =
-                (sent + served + lock.ttl.as_millis() as u64).saturating_sub(CLIENT_MARGIN_MS);
+            // The delay the rule grants beside the session's lease, from
+            // what was asked: not the answer's (a speaker that drops it
+            // must be caught).
+            let delay_ms = asked_delay_ms.min(MAX_LEASE_MS.saturating_sub(s.lease_ms));
+            s.granted.push((name.clone(), lock.fence.0, delay_ms));
+            let lease_left = lock.ttl.saturating_sub(lock.delay).as_millis() as u64;
+            let ends = (sent + served + lease_left).saturating_sub(CLIENT_MARGIN_MS);
             if ends <= t {
                 // Arrived after its lease: not held; give it back.
                 let node = self.clients[c].node;
@@ -194,6 +203,7 @@ impl World {
                     fence,
                     start: t,
                     ends,
+                    delay_ms,
                 });
             }
         }
@@ -352,7 +362,7 @@ impl World {
             ClientState::InSession(s) if release && s.req == req && s.close => {
                 let node = self.clients[c].node;
                 for lock in &s.locks {
-                    self.session_interval(lock, t.min(lock.ends));
+                    self.session_interval(lock, t.min(lock.ends), false);
                 }
                 self.note(|| format!("client {c} closes session {}", s.id));
                 self.session_ended(&s);
@@ -379,7 +389,7 @@ impl World {
         self.session_ended(&s);
         let last = s.locks.iter().map(|l| l.ends).max().unwrap_or(t).max(t);
         for lock in &s.locks {
-            self.session_interval(lock, lock.ends);
+            self.session_interval(lock, lock.ends, true);
         }
         let pause = self.rng.gen_range(1..50);
         self.idle(c, last - t + pause);
@@ -409,14 +419,16 @@ impl World {
     }
 
     /// Locks whose own count ran out (granted after a renewal's send, and
-    /// no later renewal counted them in time) are no longer held.
+    /// no later renewal counted them in time) are no longer held. Their
+    /// names are not promised closed for a delay: the speaker's record
+    /// follows the session, whose close may still release them.
     fn locks_ran_out(&mut self, _c: ClientId, s: &mut SessionHolding) {
         let t = self.t;
         let (over, live): (Vec<_>, Vec<_>) = std::mem::take(&mut s.locks)
             .into_iter()
             .partition(|l| l.ends <= t);
         for lock in over {
-            self.session_interval(&lock, lock.ends);
+            self.session_interval(&lock, lock.ends, false);
         }
         s.locks = live;
     }
@@ -424,7 +436,7 @@ impl World {
     /// A lock of the session lost while its holder's count ran.
     fn session_lock_lost(&mut self, lock: &SessionLock, via: &[locktable::NodeId]) {
         let t = self.t;
-        self.session_interval(lock, t);
+        self.session_interval(lock, t, false);
         self.history.lost.push(LostLock {
             name: lock.name.clone(),
             fence: lock.fence,
@@ -434,15 +446,24 @@ impl World {
         });
     }
 
-    /// The holding of a lock of a session, from its grant to `end`.
-    fn session_interval(&mut self, lock: &SessionLock, end: u64) {
+    /// The holding of a lock of a session, from its grant to `end`. One
+    /// that `lapsed` unreleased (its count ran out, or its session was left
+    /// to lapse) keeps its name closed for its lock-delay after the lease's
+    /// end on the holder's count, its margin put back (the speaker's ends
+    /// no earlier).
+    fn session_interval(&mut self, lock: &SessionLock, end: u64, lapsed: bool) {
+        let closed_until = if lapsed && lock.delay_ms > 0 {
+            lock.ends + CLIENT_MARGIN_MS + lock.delay_ms
+        } else {
+            end
+        };
         self.history.intervals.push(Interval {
             name: lock.name.clone(),
             kind: Kind::Exclusive,
             fence: lock.fence,
             start: lock.start,
             end,
-            closed_until: end,
+            closed_until,
             session: true,
         });
     }

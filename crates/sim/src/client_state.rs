@@ -45,8 +45,9 @@ pub(crate) struct SessionHolding {
     pub(crate) ends: u64,
     /// The names still to take in it, in order.
     pub(crate) to_take: Vec<String>,
-    /// The acquire of a lock in it under way: request, send, name.
-    pub(crate) asking: Option<(ReqId, u64, String)>,
+    /// The acquire of a lock in it under way: request, send, name, and
+    /// the lock-delay asked for (in ms).
+    pub(crate) asking: Option<(ReqId, u64, String, u64)>,
     /// The locks held in it.
     pub(crate) locks: Vec<SessionLock>,
     /// The renewal attempt under way: request, send, and the ids of the
@@ -60,9 +61,9 @@ pub(crate) struct SessionHolding {
     pub(crate) via: Vec<NodeId>,
     /// Closed at its end, or else left to lapse.
     pub(crate) close: bool,
-    /// Every lock granted in it (name, fence), kept or not: what must be
-    /// free once it ends.
-    pub(crate) granted: Vec<(String, u64)>,
+    /// Every lock granted in it (name, fence, lock-delay in ms), kept or
+    /// not: what must be free once it ends (after its delay, if it lapsed).
+    pub(crate) granted: Vec<(String, u64, u64)>,
     /// The latest answer to its open or a renewal, plus the lease asked:
     /// when the speaker's lease of it ends at the latest, unless it is in
     /// doubt.
@@ -83,6 +84,9 @@ pub(crate) struct SessionLock {
     /// When the holder's count of its lease ends (less its margin): from
     /// its grant, then from each renewal of the session that counted it.
     pub(crate) ends: u64,
+    /// The lock-delay it was granted with (0 for none): the name stays
+    /// closed that long after the session lapses.
+    pub(crate) delay_ms: u64,
 }
 
 /// A set of names a client holds, each lock as its holder counts it.

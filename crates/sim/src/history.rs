@@ -40,8 +40,9 @@ pub(crate) struct LostLock {
 pub(crate) struct SessionEnd {
     /// The session's id.
     pub(crate) id: locktable::LockId,
-    /// Every lock granted in it (name, fence), kept or not.
-    pub(crate) locks: Vec<(String, u64)>,
+    /// Every lock granted in it (name, fence, lock-delay in ms), kept or
+    /// not.
+    pub(crate) locks: Vec<(String, u64, u64)>,
     /// When the close was answered: the speaker had released the session
     /// and every lock of it.
     pub(crate) closed: Option<u64>,

@@ -422,6 +422,36 @@ fn a_speaker_ignoring_the_lock_delay_is_caught() {
     );
 }
 
+/// Locks of sessions ask for a lock-delay too (half of them, with
+/// `delays`): a session left to lapse keeps each of its locks' names closed
+/// for its delay, in both rebuild modes under every fault; and a speaker
+/// that drops the delay is caught on a lock of a session.
+#[test]
+fn a_lapsed_sessions_delays_hold_under_every_fault_and_dropping_them_is_caught() {
+    let with = |scenario, seed, strict, sabotage| {
+        let mut config = Config::scenario(seed, scenario);
+        config.sessions = true;
+        config.delays = true;
+        config.strict = strict;
+        config.sabotage = sabotage;
+        run(seed, &config)
+    };
+    for strict in [false, true] {
+        every_scenario_passes(|scenario, seed| with(scenario, seed, strict, Sabotage::NONE));
+    }
+    let caught = (0..300).find(|&seed| {
+        with(Scenario::Mixed, seed, true, switched(&["delay-ignored"]))
+            .unexplained
+            .iter()
+            .any(|v| v.contains("held in a session"))
+    });
+    println!("delay-ignored on a lock of a session: first caught at seed {caught:?}");
+    assert!(
+        caught.is_some(),
+        "a speaker ignoring a session lock's delay went unnoticed"
+    );
+}
+
 /// Runs `seed` of `scenario` with sets of names now and then, `sabotage`
 /// switched on.
 fn with_sets(scenario: Scenario, seed: u64, sabotage: Sabotage) -> Report {
