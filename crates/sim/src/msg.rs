@@ -163,6 +163,8 @@ pub(crate) enum Msg {
     ForwardSessionClosed {
         client: ClientId,
         id: LockId,
+        /// The session's grant as released, for the node's records.
+        session: LockInTransit,
     },
     /// A copy of a grant or renewal by the speaker of `term`.
     Copy {

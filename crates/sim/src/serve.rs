@@ -466,9 +466,11 @@ impl World {
             Msg::ForwardCloseSession { from, client, id } => {
                 self.speak_close_session(n, from, client, id)
             }
-            Msg::ForwardSessionClosed { client, id } => {
-                self.send(Some(n), To::Client(client), Msg::SessionClosed { id })
-            }
+            Msg::ForwardSessionClosed {
+                client,
+                id,
+                session,
+            } => self.session_closed_through_speaker(n, client, id, session),
             Msg::Forgets { from, key, forgets } => self.take_forgets(n, from, key, forgets),
             Msg::ForgetAck { key } => self.forgets_answered(n, key, true),
             Msg::ReadReport {

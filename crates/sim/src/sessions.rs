@@ -298,12 +298,12 @@ impl World {
     /// A client closes its session through node `n`: the node forgets its
     /// records of it and of its locks, and the speaker releases them all,
     /// then answers.
+    ///
+    /// The node keeps its records of the session and its locks until the
+    /// speaker answers (as a node does: a close that never reaches the
+    /// speaker leaves them for the next rebuild, until they lapse).
     pub(crate) fn close_session(&mut self, n: NodeId, client: ClientId, id: LockId) {
-        let node = self.nodes.get_mut(&n).expect("member");
-        for lock in node.member.held_session_locks(id) {
-            node.member.drop_held(lock);
-        }
-        node.member.drop_held(id);
+        let node = &self.nodes[&n];
         match node.raft.current_leader() {
             Some(l) if l == n => self.speak_close_session(n, n, client, id),
             Some(l) => {
@@ -316,6 +316,23 @@ impl World {
             }
             None => {}
         }
+    }
+
+    /// The speaker answered the close of session `id` that node `n`
+    /// forwarded: its records of the session and its locks go, and the
+    /// client is answered.
+    pub(crate) fn session_closed_through_speaker(
+        &mut self,
+        n: NodeId,
+        client: ClientId,
+        id: LockId,
+        session: LockInTransit,
+    ) {
+        let node = self.nodes.get_mut(&n).expect("member");
+        let now = node.mono(self.t);
+        node.member
+            .session_released_through_speaker(&session.arrive(now), now);
+        self.send(Some(n), To::Client(client), Msg::SessionClosed { id });
     }
 
     /// Closes a session as the speaker, for a client of `from`: it and
@@ -332,15 +349,25 @@ impl World {
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(self.t);
         if let Ok(released) = node.member.release_session(id, &guard, now) {
+            let session = released
+                .iter()
+                .find(|(lock, _)| lock.id == id)
+                .map(|(lock, _)| lock.in_transit(now));
             let count = released.len();
             self.note(|| format!("node {n} closes session {id} ({count} with its locks)"));
             for (lock, to) in released {
                 self.send_forgets(n, &lock, to);
             }
-            match from == n {
-                true => self.send(Some(n), To::Client(client), Msg::SessionClosed { id }),
-                false => {
-                    let msg = Msg::ForwardSessionClosed { client, id };
+            match (from == n, session) {
+                (true, _) | (false, None) => {
+                    self.send(Some(n), To::Client(client), Msg::SessionClosed { id })
+                }
+                (false, Some(session)) => {
+                    let msg = Msg::ForwardSessionClosed {
+                        client,
+                        id,
+                        session,
+                    };
                     self.send(Some(n), To::Node(from), msg)
                 }
             }
