@@ -13,8 +13,10 @@
 //! - *A session's locks end with it*: no acquire sent once a session's
 //!   close was answered, or once its lease ran out at the latest (its
 //!   holder's latest answer plus the lease asked, when no renewal is in
-//!   doubt) plus a margin, is refused "held" by a lock of it; the close is
-//!   excused by a rebuild since (the lapse still holds it to its end).
+//!   doubt) plus a margin, and plus the longest a copy of the lock or of
+//!   its session waited at a paused member, is refused "held" by a lock of
+//!   it; the close is excused by a rebuild since (the lapse still holds it
+//!   to its end).
 //!   The other half, its locks held while it is renewed, is the renewal
 //!   property below.
 //! - *Renewed locks kept*: no lock whose holder kept renewing is lost (a
@@ -63,7 +65,10 @@ fn push_capped(list: &mut Vec<String>, count: &mut usize, line: impl FnOnce() ->
 /// its arrival (a copy, a report a rebuild read) lengthens it by a
 /// message's delay, and a few may follow each other within one lease (a
 /// copy read at a rebuild, copied again, read at the next); and the
-/// expiry task frees a lapsed name at its next poll. No mixed seed needed
+/// expiry task frees a lapsed name at its next poll. A copy that waited at
+/// a paused member is delayed by the wait as well: the checker adds the
+/// longest such wait of a copy of the lock or of its session
+/// (`History::copies_waited`), which no bound on the network covers. No mixed seed needed
 /// any of it (500 of each rebuild mode and 100 of each targeted scenario,
 /// with and without the session's copy and taking sessions back, when
 /// written); the sabotage `session-end-leaves-locks` keeps them a lease
@@ -181,7 +186,9 @@ impl World {
 
     /// Every lock of a session is free once the session ended: no acquire
     /// sent after its close was answered, or after its lease ran out at
-    /// the latest plus [`session_end_margin_ms`] and its lock-delay, is
+    /// the latest plus [`session_end_margin_ms`] and its lock-delay (and
+    /// plus the longest a copy of the lock or its session waited at a
+    /// paused member, which its member counts from when it took it), is
     /// refused "held" by it.
     /// The close is excused by a rebuild that finished from the longest
     /// lease before the close to the refusal: a rebuilt table may take back
@@ -197,6 +204,10 @@ impl World {
             }
         }
         let rebuilds = &self.history.rebuilds;
+        let (by_fence, by_id) = (
+            &self.history.copies_waited,
+            &self.history.copies_waited_by_id,
+        );
         let report = &mut self.report;
         let mut violations = 0;
         for refused in &self.history.held_refusals {
@@ -208,8 +219,18 @@ impl World {
             let closed = end
                 .closed
                 .filter(|&c| sent >= c && !rebuilt(c.saturating_sub(MAX_LEASE_MS)));
+            // A copy of the lock, or of its session (which a rebuild gives
+            // the lock's end), that waited at a paused member ends that
+            // much later there: the member counts it from when it took it.
             // A lapse leaves the name closed for the lock's delay.
-            let lapsed = end.lapsed_by.filter(|&l| sent >= l + margin + delay_ms);
+            let waited = by_fence
+                .get(&(refused.name.clone(), refused.fence))
+                .copied()
+                .max(by_id.get(&end.id).copied())
+                .unwrap_or(0);
+            let lapsed = end
+                .lapsed_by
+                .filter(|&l| sent >= l + margin + waited + delay_ms);
             let why = match (closed, lapsed) {
                 (_, Some(l)) => format!("its lease ran out by {l} at the latest"),
                 (Some(c), None) => format!("its close was answered at {c}"),

@@ -114,7 +114,7 @@ impl World {
         node.alive = false;
         // Reads that waited for it while it was paused fail with it.
         let parked = std::mem::take(&mut node.parked);
-        for event in &parked {
+        for (_, event) in &parked {
             if let Event::Deliver(to, msg) = event {
                 self.read_failed(msg, *to);
             }
@@ -145,7 +145,7 @@ impl World {
         let read =
             matches!(&event, Event::Deliver(_, msg) if matches!(**msg, Msg::ReadReport { .. }));
         let node = self.nodes.get_mut(&n).expect("member");
-        node.parked.push(event);
+        node.parked.push((t, event));
         if read && std::mem::take(&mut node.dozing) {
             // Its report still makes the rebuild's deadline.
             let latest = REBUILD_TIMEOUT_MS.saturating_sub(2 * self.config.max_delay_ms + 20);
@@ -161,7 +161,8 @@ impl World {
 
     /// A paused process takes its queued requests in no particular order
     /// when it wakes, while the Raft core works through its own queue in
-    /// order.
+    /// order. A copy that waited is noted with how long it did: its
+    /// member counts its lease from when it takes it.
     pub(crate) fn wake(&mut self, n: NodeId, incarnation: u64) {
         let t = self.t;
         let node = self.nodes.get_mut(&n).expect("member");
@@ -170,12 +171,15 @@ impl World {
         }
         let parked = std::mem::take(&mut node.parked);
         let raft_after = self.rng.gen_range(0..6);
-        for event in parked {
+        for (parked_at, event) in parked {
             let after = match &event {
                 Event::Deliver(_, msg) if matches!(**msg, Msg::Raft { .. }) => raft_after,
                 Event::Deliver(..) => self.rng.gen_range(0..6),
                 _ => 0,
             };
+            if let Event::Deliver(_, msg) = &event {
+                self.history.copy_waited(msg, t + after - parked_at);
+            }
             self.at(t + after, event);
         }
     }

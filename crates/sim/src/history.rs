@@ -1,9 +1,11 @@
 //! What a run records for the checker ([`History`]), and what it comes to
 //! ([`Report`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use locktable::NodeId;
+use locktable::{LockId, NodeId};
+
+use crate::msg::Msg;
 
 /// A holding a client completed: from its receipt of the grant to its
 /// release, its own count of the lease's end (as the last renewal left
@@ -91,6 +93,34 @@ pub(crate) struct History {
     /// records may take back a lock released before, whose release some
     /// member did not hear of, until its lease ends.
     pub(crate) rebuilds: Vec<u64>,
+    /// The longest a copy of each lock (name and fence) waited at a paused
+    /// member before the member took it, in ms: the member counts the
+    /// copy's lease from then, so its record ends that much later than
+    /// the speaker's did.
+    pub(crate) copies_waited: BTreeMap<(String, u64), u64>,
+    /// The same, by the lock's id (what a session's end names).
+    pub(crate) copies_waited_by_id: BTreeMap<LockId, u64>,
+}
+
+impl History {
+    /// `msg` reached a paused member and waited `ms` there before it was
+    /// taken: if it carries copies, each is noted with the wait.
+    pub(crate) fn copy_waited(&mut self, msg: &Msg, ms: u64) {
+        let locks = match msg {
+            Msg::Copy { lock, .. } | Msg::SessionCopy { lock, .. } => std::slice::from_ref(lock),
+            Msg::Copies { locks, .. } => locks.as_slice(),
+            _ => return,
+        };
+        for lock in locks {
+            let by_fence = self
+                .copies_waited
+                .entry((lock.name.clone(), lock.fence.0))
+                .or_default();
+            *by_fence = (*by_fence).max(ms);
+            let by_id = self.copies_waited_by_id.entry(lock.id).or_default();
+            *by_id = (*by_id).max(ms);
+        }
+    }
 }
 
 /// What a run saw.

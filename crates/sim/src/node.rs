@@ -139,8 +139,8 @@ pub(crate) struct Node {
     pub(crate) offset_ms: u64,
     pub(crate) alive: bool,
     pub(crate) paused_until: u64,
-    /// What reached this node while it was paused.
-    pub(crate) parked: Vec<Event>,
+    /// What reached this node while it was paused, and when.
+    pub(crate) parked: Vec<(u64, Event)>,
     /// Paused until its successor's read arrives (then a little longer).
     pub(crate) dozing: bool,
     /// When this process started.

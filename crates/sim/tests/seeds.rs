@@ -545,6 +545,32 @@ fn a_release_that_missed_the_old_speaker_does_not_let_its_stale_grant_win() {
     assert!(report.ok(), "{report:#?}");
 }
 
+/// Seeds where a lock of a session was named the holder up to 1.2 s past
+/// its session's end on the holder's count (506962, 501925, 508731 and
+/// 502910 strict, 511590 proceed): each time a copy of the lock (in most,
+/// of its session's grant too) was sent to a member paused for 0.5 to
+/// 2.4 s, waited there, and was taken when the member woke, its lease
+/// counted from then (docs/design.md, "Copies"); the member's report, or
+/// its own table once it spoke, kept the lock that much past the speaker's
+/// end. The protocol cannot tell a copy that waited in a paused process
+/// from a fresh one; the checker's margin allowed a message's delay and
+/// no more, and now adds the time a copy of the lock or its session
+/// waited at a paused member (`History::copies_waited`).
+#[test]
+fn a_copy_that_waited_at_a_paused_member_may_keep_a_sessions_lock_that_much_longer() {
+    for (seed, strict) in [
+        (506962, true),
+        (501925, true),
+        (508731, true),
+        (502910, true),
+        (511590, false),
+    ] {
+        let mut report = with_sessions(Scenario::Mixed, seed, strict, Sabotage::NONE);
+        report.trace.clear();
+        assert!(report.ok(), "seed {seed}: {report:#?}");
+    }
+}
+
 /// Seed 513546 (sessions, proceed): a speaker cut off from every member
 /// and paused woke after its successor's election; its copy round failed,
 /// the grant was taken back, and the name went to the next waiter in the
