@@ -16,8 +16,11 @@ use crate::session::{is_session_name, SessionIndex};
 use crate::slots::Slot;
 use crate::time::{LeaseRule, MonoTime};
 
+mod fences;
 mod sessions;
 mod waiting;
+
+use fences::FenceCounter;
 
 pub use sessions::SessionRenewed;
 use waiting::Waiter;
@@ -77,28 +80,6 @@ pub struct Rebuilt {
     /// Locks still held by their clients that lost to another grant of the
     /// same name held longer; each is to be reported back to its node.
     pub lost: Vec<Lock>,
-}
-
-/// Hands out fences: the term in the high bits, a counter in the low.
-#[derive(Debug, Default)]
-struct FenceCounter {
-    next: u64,
-    end: u64,
-}
-
-impl FenceCounter {
-    /// Whether `n` more fences can be taken.
-    fn has(&self, n: usize) -> bool {
-        self.end.saturating_sub(self.next) >= n as u64
-    }
-
-    fn take(&mut self) -> Result<Fence, AcquireError> {
-        if self.next >= self.end {
-            return Err(AcquireError::FencesExhausted);
-        }
-        self.next += 1;
-        Ok(Fence(self.next - 1))
-    }
 }
 
 /// The locks the node speaking for the cluster granted.
@@ -760,9 +741,7 @@ impl Table {
             return;
         }
         self.hold_new_grants_until = None;
-        let epoch = Fence(self.fences.next).epoch();
-        let seen_all = Fence::new(epoch, Fence::SEEN_ALL | 1).0;
-        self.fences.next = self.fences.next.max(seen_all);
+        self.fences.mark_seen_all();
     }
 
     fn grant(&mut self, request: Request, now: MonoTime) -> Result<Lock, AcquireError> {
