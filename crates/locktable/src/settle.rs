@@ -106,12 +106,6 @@ pub(crate) fn settle_into(
         .filter(|r| r.kind != Kind::Exclusive)
         .map(|r| r.name.clone())
         .collect();
-    let seen_all_term = reports
-        .iter()
-        .filter(|r| r.fence.seen_all())
-        .map(|r| r.fence.epoch())
-        .max()
-        .unwrap_or(0);
     let mut lost: HashMap<LockId, Lock> = HashMap::new();
     let mut lose = |lock: Lock| match lost.entry(lock.id) {
         Entry::Occupied(mut e) => merge_report(e.get_mut(), lock),
@@ -148,6 +142,16 @@ pub(crate) fn settle_into(
         }
     }
     for (_, reports) in by_name {
+        // The latest term that granted this name knowing every live grant
+        // of it: a mark on another name says nothing of this one's
+        // records (a rebuild that marked later grants may have missed a
+        // record of this name left behind, which the next rebuild reads).
+        let seen_all_term = reports
+            .iter()
+            .filter(|r| r.fence.seen_all())
+            .map(|r| r.fence.epoch())
+            .max()
+            .unwrap_or(0);
         let (kept, lost_here) = settle_name(reports, seen_all_term);
         for lock in &kept {
             holders.insert(Slot::new(lock));

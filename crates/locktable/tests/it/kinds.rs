@@ -439,3 +439,102 @@ fn a_request_under_an_id_that_holds_is_refused_not_queued() {
         "nothing granted under the released id"
     );
 }
+
+/// Second reader of 47fe5fc (the strict hold's end marks the term's later
+/// grants all-seen): the mark moves `settle_name`'s `seen_all_term`, which
+/// is global across names, to a term whose rebuild missed members, and a
+/// later rebuild then counts the permits of the previous all-seen term
+/// against a record left behind of an older term, losing a live permit.
+///
+/// Term 1 granted P0 (one of two permits) and released it; a copy holder,
+/// cut off, missed the release and keeps its record for P0's lease (60 s).
+/// Term 2 rebuilt having seen every grant (the copy holder alone missing,
+/// fewer than copies) and granted both permits, A1 and A2, to clients who
+/// hold them. Term 3's strict rebuild missed the copy holder and a member
+/// that restarted long ago (`at_risk_for` cuts the hold to a few seconds):
+/// it holds A1 and A2, and after its hold grants an unrelated name, now
+/// marked all-seen. Term 4 reads every member, the copy holder's P0 record
+/// included: with `seen_all_term` = 3, A1 and A2 (term 2) are no longer
+/// waived from the count, P0 (held longest) takes a permit, and A2, live
+/// and held, is lost at a rebuild that saw every grant. Once P0's record
+/// ends the permit is granted again beside A2's holder. Before 47fe5fc
+/// term 3's grant was unmarked, `seen_all_term` stayed 2, and all three
+/// were kept (over-full, nothing granted until enough ended).
+#[test]
+fn a_strict_holds_mark_does_not_lose_a_live_permit_of_the_last_all_seen_term() {
+    // P0: term 1, released; a record left behind on the cut-off copy holder.
+    let p0 = report_for("s", 1, Kind::Permit(2), Fence::new(1, 1), 1);
+    // Term 2, all-seen (P0's only record missing): grants both permits.
+    let mut t2 = rebuilt_table_as(2, vec![], t(10), true);
+    let a1 = granted(t2.acquire(permit("s", 2, 2), t(11)));
+    let a2 = granted(t2.acquire(permit("s", 3, 2), t(12)));
+    assert!(a1.fence.seen_all() && a2.fence.seen_all());
+    // Term 3, strict, missed the copy holder and a restarted member: held
+    // back until t(17) only (at_risk_for cut by the restart).
+    let mut t3 = locktable::Table::new(locktable::LeaseRule::default());
+    t3.drop_table(t(13));
+    t3.rebuild(
+        RebuildFrom {
+            generation: t3.generation(),
+            epoch: 3,
+            locks: t2.granted(t(13)),
+            hold_new_grants_until: Some(t(17)),
+            seen_all: false,
+        },
+        t(13),
+    )
+    .unwrap();
+    assert_eq!(ids(&t3.holders("s", t(13)).unwrap()), [2, 3]);
+    let other = granted(t3.acquire(req("other", 9, 1), t(17)));
+    // Term 4 sees every grant, and P0's record left behind.
+    let mut reports = t3.granted(t(18));
+    reports.push(p0.clone());
+    let mut t4 = locktable::Table::new(locktable::LeaseRule::default());
+    t4.drop_table(t(18));
+    let rebuilt = t4
+        .rebuild(
+            RebuildFrom {
+                generation: t4.generation(),
+                epoch: 4,
+                locks: reports,
+                hold_new_grants_until: None,
+                seen_all: true,
+            },
+            t(18),
+        )
+        .unwrap();
+    assert!(
+        rebuilt.lost.iter().all(|l| l.id != a2.id && l.id != a1.id),
+        "term 4 lost a live permit of term 2 ({:?}); kept {:?}; term 3's unrelated grant {:?} (seen_all {})",
+        ids(&rebuilt.lost),
+        ids(&t4.holders("s", t(18)).unwrap()),
+        other.fence,
+        other.fence.seen_all()
+    );
+}
+
+/// The same settlement without the strict hold: the root cause predates
+/// 47fe5fc. Term 3 rebuilt having seen every grant (only the copy holder
+/// with P0's record left behind missing, fewer than copies) and granted an
+/// unrelated name; term 4, reading the copy holder again, counts term 2's
+/// permits against P0 and loses A2. `seen_all_term` is the latest marked
+/// term of any name, so term 4 does not count term 2's permits as term
+/// 3's rebuild counted them (waived, term 2 being its `seen_all_term`).
+#[test]
+fn a_later_all_seen_term_does_not_lose_a_live_permit_of_the_one_before() {
+    let p0 = report_for("s", 1, Kind::Permit(2), Fence::new(1, 1), 1);
+    let mut t2 = rebuilt_table_as(2, vec![], t(10), true);
+    let a1 = granted(t2.acquire(permit("s", 2, 2), t(11)));
+    let a2 = granted(t2.acquire(permit("s", 3, 2), t(12)));
+    let mut t3 = rebuilt_table_as(3, t2.granted(t(13)), t(13), true);
+    assert_eq!(ids(&t3.holders("s", t(13)).unwrap()), [2, 3]);
+    granted(t3.acquire(req("other", 9, 1), t(14)));
+    let mut reports = t3.granted(t(15));
+    reports.push(p0);
+    let t4 = rebuilt_table_as(4, reports, t(15), true);
+    let kept = ids(&t4.holders("s", t(15)).unwrap());
+    assert!(
+        kept.contains(&a1.id.as_u128()) && kept.contains(&a2.id.as_u128()),
+        "term 4 kept {kept:?}: a live permit of term 2 lost"
+    );
+}
