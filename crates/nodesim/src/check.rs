@@ -152,7 +152,8 @@ pub fn check(
 
 /// Every lock of a session is free once the session ended: no acquire
 /// sent after its close was answered, or after its lease ran out at the
-/// latest plus [`SESSION_END_MARGIN`], is refused as held by it. The close
+/// latest plus [`SESSION_END_MARGIN`] and the lock's delay, is refused as
+/// held by it. The close
 /// is excused by a rebuild seen from the longest lease before it to the
 /// refusal (a rebuilt table may take a released lock back from a record
 /// that missed the release, until its lease ends); the lapse is not.
@@ -167,8 +168,9 @@ fn session_ends(history: &History, violations: &mut Vec<String>) {
                 closed,
                 lapsed_by,
             } => {
-                for (name, id) in locks {
-                    ends.insert((name.as_str(), id.as_str()), (session, closed, lapsed_by));
+                for (name, id, delay) in locks {
+                    let end = (session, closed, lapsed_by, *delay);
+                    ends.insert((name.as_str(), id.as_str()), end);
                 }
             }
             Event::Rebuilt { at, .. } => rebuilds.push(*at),
@@ -185,12 +187,15 @@ fn session_ends(history: &History, violations: &mut Vec<String>) {
         else {
             continue;
         };
-        let Some((session, closed, lapsed_by)) = ends.get(&(name.as_str(), holder.as_str())) else {
+        let Some(&(session, closed, lapsed_by, delay)) =
+            ends.get(&(name.as_str(), holder.as_str()))
+        else {
             continue;
         };
         let rebuilt = |from: Duration| rebuilds.iter().any(|r| *r >= from && r <= at);
         let closed = closed.filter(|c| sent >= c && !rebuilt(c.saturating_sub(LEASE.max)));
-        let lapsed = lapsed_by.filter(|l| *sent >= *l + SESSION_END_MARGIN);
+        // A lapse leaves the name closed for the lock's delay.
+        let lapsed = lapsed_by.filter(|l| *sent >= *l + SESSION_END_MARGIN + delay);
         let why = match (closed, lapsed) {
             (_, Some(l)) => format!("its lease ran out by {l:?} at the latest"),
             (Some(c), None) => format!("its close was answered at {c:?}"),
@@ -467,9 +472,13 @@ mod tests {
     }
 
     fn session_ended(closed: Option<f64>, lapsed_by: Option<f64>) -> Event {
+        session_ended_with_delay(closed, lapsed_by, 0.0)
+    }
+
+    fn session_ended_with_delay(closed: Option<f64>, lapsed_by: Option<f64>, delay: f64) -> Event {
         Event::SessionEnded {
             session: "s".into(),
-            locks: vec![("a".into(), "x".into())],
+            locks: vec![("a".into(), "x".into(), s(delay))],
             closed: closed.map(s),
             lapsed_by: lapsed_by.map(s),
         }
@@ -537,6 +546,19 @@ mod tests {
             refused("x", 9.0),
         ]);
         assert!(doubt.is_empty(), "{doubt:?}");
+        // A lock with a delay keeps its name closed that much longer after
+        // a lapse, not after a close.
+        let delayed = |closed: Option<f64>, sent: f64| {
+            run(vec![
+                granted(),
+                session_ended_with_delay(closed, Some(2.0), 0.5),
+                refused("x", sent),
+            ])
+        };
+        let margin = SESSION_END_MARGIN.as_secs_f64();
+        assert!(delayed(None, 2.5 + margin - 0.01).is_empty());
+        assert_eq!(delayed(None, 2.5 + margin).len(), 1);
+        assert_eq!(delayed(Some(1.0), 1.5).len(), 1);
     }
 
     #[test]

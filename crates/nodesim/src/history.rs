@@ -70,8 +70,9 @@ pub enum Event {
     SessionEnded {
         /// The session's id.
         session: String,
-        /// Every lock granted in it: name and grant id.
-        locks: Vec<(String, String)>,
+        /// Every lock granted in it: name, grant id, and the lock-delay
+        /// it keeps the name closed for once the session lapses.
+        locks: Vec<(String, String, Duration)>,
         /// When its close was answered `200`: the speaker had released
         /// it and every lock of it.
         closed: Option<Duration>,

@@ -403,7 +403,7 @@ pub(crate) async fn work(
             continue;
         }
         if sessions && rng.gen_bool(0.4) {
-            session::hold_session(client, nodes, longest, &mut rng, &shared).await;
+            session::hold_session(client, nodes, (longest, delays), &mut rng, &shared).await;
             continue;
         }
         let (name, kind) = match kinds {

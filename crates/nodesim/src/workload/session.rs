@@ -48,10 +48,14 @@ fn digest(locks: &[Held]) -> String {
 /// each through any node), renews it a third of a lease apart a few times,
 /// then closes it or lets it lapse. A renewal refused ends every lock of
 /// it; one whose answer lists the session's locks ends the ones missing.
+///
+/// With `delays`, half the locks ask for a lock-delay: the rule grants it
+/// cut to the room the session's lease leaves within the longest lease, and
+/// a session left to lapse keeps the name closed that long after its lease.
 pub(super) async fn hold_session(
     client: usize,
     nodes: u64,
-    longest: u64,
+    (longest, delays): (u64, bool),
     rng: &mut StdRng,
     shared: &Arc<Mutex<Shared>>,
 ) {
@@ -88,12 +92,23 @@ pub(super) async fn hold_session(
     // Every lock granted in it, kept or not; when the speaker's lease of
     // it ends at the latest; whether a renewal may have been carried out
     // unanswered (then no one knows).
-    let mut granted: Vec<(String, String)> = Vec::new();
+    let mut granted: Vec<(String, String, Duration)> = Vec::new();
     let lease = Duration::from_millis(ttl_ms);
     let mut lapsed_by = now() + lease;
     let mut in_doubt = false;
     for name in names {
-        let body = json!({"name": name, "session": session, "holder": format!("client{client}")});
+        let mut body =
+            json!({"name": name, "session": session, "holder": format!("client{client}")});
+        // The delay the rule grants beside the session's lease, from what
+        // was asked: not the answer's (a speaker that drops it is caught).
+        let delay = match delays && rng.gen_bool(0.5) {
+            true => {
+                let asked = rng.gen_range(longest / 8..=longest / 2);
+                body["lock_delay_ms"] = json!(asked);
+                Duration::from_millis(asked.min(longest.saturating_sub(ttl_ms)))
+            }
+            false => Duration::ZERO,
+        };
         let through = through_any(rng, nodes, "/v1/locks/acquire", &body).await;
         if let Some(Through {
             sent,
@@ -122,9 +137,9 @@ pub(super) async fn hold_session(
                         fence,
                         ends: lock_ends,
                         renewal: false,
-                        delay: Duration::ZERO,
+                        delay,
                     });
-                    granted.push((name.clone(), id.clone()));
+                    granted.push((name.clone(), id.clone(), delay));
                     held.push(Held { name, id, fence });
                 }
                 Err(why) => {
