@@ -199,9 +199,10 @@ impl Node {
         if locks.is_empty() {
             return;
         }
+        let guard = self.guard();
         let mut state = self.state();
         for lock in locks {
-            state.member.released_through_speaker(lock, now);
+            state.member.released_through_speaker(lock, &guard, now);
         }
     }
 }

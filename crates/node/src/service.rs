@@ -373,7 +373,10 @@ impl Node {
         let released = LockInTransit::try_from(released)
             .map_err(malformed)?
             .arrive(now);
-        self.state().member.released_through_speaker(&released, now);
+        let guard = self.guard();
+        self.state()
+            .member
+            .released_through_speaker(&released, &guard, now);
         Ok(released)
     }
 

@@ -255,7 +255,7 @@ impl Node {
             .arrive(now);
         self.state()
             .member
-            .session_released_through_speaker(&session, now);
+            .session_released_through_speaker(&session, &self.guard(), now);
         Ok((session, closed.locks))
     }
 

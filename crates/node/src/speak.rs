@@ -542,8 +542,11 @@ impl Node {
     /// A release heard of from the speaker, with the time the released
     /// lease had left when it was sent, if it said: the lock is gone everywhere.
     pub(crate) fn forget(&self, name: &str, id: LockId, left: Option<Duration>) {
+        let guard = self.guard();
         let mut state = self.state();
-        state.member.forget(name, id, left, self.clock.now());
+        state
+            .member
+            .forget(name, id, left, &guard, self.clock.now());
         self.dispatch(&mut state);
         self.changed(&state);
     }
@@ -602,10 +605,11 @@ struct CancelOnDrop<'a> {
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(waiter) = self.waiter.take() {
+            let guard = self.node.guard();
             let mut state = self.node.state();
             state
                 .member
-                .cancel(self.name, waiter, self.node.clock.now());
+                .cancel(self.name, waiter, &guard, self.node.clock.now());
             state.waiters.remove(&waiter);
             // Readers behind a writer that left may now go.
             self.node.dispatch(&mut state);

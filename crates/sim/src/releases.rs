@@ -105,10 +105,11 @@ impl World {
         forgets: Vec<(String, locktable::LockId, Duration)>,
     ) {
         let t = self.t;
+        let guard = self.guard(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(t);
         for (name, id, left) in forgets {
-            node.member.forget(&name, id, Some(left), now);
+            node.member.forget(&name, id, Some(left), &guard, now);
         }
         self.dispatch(n);
         self.send(Some(n), To::Node(from), Msg::ForgetAck { key });

@@ -328,10 +328,11 @@ impl World {
         id: LockId,
         session: LockInTransit,
     ) {
+        let guard = self.guard(n);
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(self.t);
         node.member
-            .session_released_through_speaker(&session.arrive(now), now);
+            .session_released_through_speaker(&session.arrive(now), &guard, now);
         self.send(Some(n), To::Client(client), Msg::SessionClosed { id });
     }
 

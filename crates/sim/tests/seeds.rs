@@ -583,6 +583,24 @@ fn a_take_back_after_the_guard_ran_out_grants_nothing() {
     assert!(report.ok(), "{report:#?}");
 }
 
+/// Seeds 2180, 2488 and 2922 (kinds and sets, strict): a speaker paused
+/// through its successor's election woke to a forget that turned a waiting
+/// set away, and the request behind it on another name was granted in the
+/// old term. A member whose guard ran out hands nothing on from a forget,
+/// a cancel or a take-back.
+#[test]
+fn a_forget_at_a_deposed_speaker_hands_nothing_on() {
+    for seed in [2180, 2488, 2922] {
+        let mut config = Config::scenario(seed, Scenario::Mixed);
+        config.kinds = true;
+        config.sets = true;
+        config.strict = true;
+        let mut report = run(seed, &config);
+        report.trace.clear();
+        assert!(report.ok(), "seed {seed}: {report:#?}");
+    }
+}
+
 /// Sessions whose copies are renewed by the session's copy (protocol 7:
 /// the session's grant with the count and digest of its locks; a member
 /// keeping other locks is sent them all) keep the same promises, under the

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use locktable::{HeldLock, Lock, LockId, LockInTransit, MonoTime};
 
+use crate::guard::Guard;
 use crate::refusal::Refusal;
 
 use super::{Forwarded, Member, SessionLocks};
@@ -81,9 +82,10 @@ impl Member {
     /// The speaker released a lock this member forwarded the release of:
     /// its record goes, and a renewal of it answered later is not
     /// recorded ([`Member::renewed_through_speaker`]).
-    pub fn released_through_speaker(&mut self, lock: &Lock, now: MonoTime) {
+    pub fn released_through_speaker(&mut self, lock: &Lock, guard: &Guard, now: MonoTime) {
         // As long as any record of it may last: its lease and its delay.
-        self.forget(&lock.name, lock.id, Some(lock.lease + lock.delay), now);
+        let left = Some(lock.lease + lock.delay);
+        self.forget(&lock.name, lock.id, left, guard, now);
     }
 
     /// The speaker refused a renewal this member forwarded: a lock "not
@@ -141,12 +143,32 @@ impl Member {
     /// A release heard of from the speaker, with the time the released
     /// lease had left when it was sent (counted from now, after the send,
     /// so no record of the lease outlives it; a sender too old to say: the
-    /// longest lease): the lock is gone everywhere.
-    pub fn forget(&mut self, name: &str, id: LockId, left: Option<Duration>, now: MonoTime) {
+    /// longest lease): the lock is gone everywhere. A table that may not
+    /// speak at `now` (deposed, or its guard ran out) grants nothing from
+    /// it: its waiters are told to retry, as [`Member::poll`] tells them,
+    /// before a set leaving the name's queue could let another name's
+    /// queue be served.
+    pub fn forget(
+        &mut self,
+        name: &str,
+        id: LockId,
+        left: Option<Duration>,
+        guard: &Guard,
+        now: MonoTime,
+    ) {
         let left = left.unwrap_or(self.config.lease.max);
         self.held.remove(id);
         self.copies.remove(id);
+        self.grant_nothing_unless_speaking(guard, now);
         self.table.forget(name, id, left, now);
+    }
+
+    /// Turns the table's waiters away if this member may not speak at
+    /// `now`: what a table change is about to hand on, it hands to nobody.
+    pub(crate) fn grant_nothing_unless_speaking(&mut self, guard: &Guard, now: MonoTime) {
+        if self.table.waiting() > 0 && !self.may_speak(guard, now) {
+            self.table.turn_away_waiters();
+        }
     }
 
     /// Locks a rebuild found another grant held longer: their clients lost

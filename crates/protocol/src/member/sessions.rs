@@ -360,12 +360,17 @@ impl Member {
 
     /// The speaker ended a session this member forwarded the end of: its
     /// record and its locks' go.
-    pub fn session_released_through_speaker(&mut self, session: &Lock, now: MonoTime) {
+    pub fn session_released_through_speaker(
+        &mut self,
+        session: &Lock,
+        guard: &Guard,
+        now: MonoTime,
+    ) {
         for id in self.held.session_locks(session.id) {
             if let Some(lock) = self.held.get(id) {
-                self.released_through_speaker(&lock, now);
+                self.released_through_speaker(&lock, guard, now);
             }
         }
-        self.released_through_speaker(session, now);
+        self.released_through_speaker(session, guard, now);
     }
 }

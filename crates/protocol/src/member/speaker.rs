@@ -202,8 +202,10 @@ impl Member {
 
     /// Stops waiting for `waiter` (its client went away); the requests
     /// behind it that now fit are granted, their answers to be taken with
-    /// [`Member::take_answers`].
-    pub fn cancel(&mut self, name: &str, waiter: WaiterId, now: MonoTime) {
+    /// [`Member::take_answers`]. A member that may not speak at `now`
+    /// grants none: every waiter is told to retry.
+    pub fn cancel(&mut self, name: &str, waiter: WaiterId, guard: &Guard, now: MonoTime) {
+        self.grant_nothing_unless_speaking(guard, now);
         self.table.cancel(name, waiter, now);
     }
 
@@ -279,6 +281,7 @@ impl Member {
         self.held.remove(lock.id);
         self.copies.remove(lock.id);
         if !self.may_speak(guard, now) {
+            self.grant_nothing_unless_speaking(guard, now);
             self.table.forget(&lock.name, lock.id, lock.ttl(now), now);
             return Members::ALL;
         }

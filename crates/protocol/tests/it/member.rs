@@ -115,6 +115,45 @@ fn a_grant_taken_back_once_the_guard_ran_out_is_handed_to_no_waiter() {
     assert!(m.get("a", &guard, woke).unwrap().is_none(), "taken back");
 }
 
+/// A forget heard while the guard has run out grants nothing: a set that
+/// leaves the forgotten name's queue would let the request behind it on
+/// another name be served, a deposed speaker's grant (`sim --kinds --sets`,
+/// seed 2180: a speaker paused through its successor's election woke and
+/// granted a waiting request as a forget turned a set away). Its waiters
+/// are told to retry; with the guard fresh, the request is served.
+#[test]
+fn a_forget_once_the_guard_ran_out_grants_nothing() {
+    use leasehold_protocol::SetAcquisition;
+    use locktable::AcquiredSet;
+    let now = at(0);
+    let guard = leading(3, now);
+    let woke = at(2_000);
+    for fresh in [false, true] {
+        let mut m = speaker(1, 3, now, vec![], RebuildMode::Proceed);
+        let held = granted(&mut m, "a", 1, 2, &guard, now);
+        let set = vec![wait_for("a", 2, 1), wait_for("c", 3, 1)];
+        let Ok(SetAcquisition::Table(AcquiredSet::Waiting(_), _)) =
+            m.acquire_set(set, None, &guard, now)
+        else {
+            panic!("the set waits")
+        };
+        let Ok((Acquired::Waiting(behind), _)) = m.acquire(wait_for("c", 4, 1), &guard, now) else {
+            panic!("waits behind the set")
+        };
+        let at_forget = if fresh { leading(3, woke) } else { guard };
+        m.forget("a", held.id, None, &at_forget, woke);
+        let answers = m.take_answers();
+        let served: Vec<_> = answers.iter().filter(|a| a.result.is_ok()).collect();
+        match fresh {
+            true => assert!(
+                served.len() == 1 && served[0].waiter == behind,
+                "{answers:?}"
+            ),
+            false => assert!(served.is_empty() && answers.len() == 2, "{answers:?}"),
+        }
+    }
+}
+
 /// A grant whose first caller went away is taken back, unless a retry of
 /// the same request was answered with it and renewed it meanwhile: then a
 /// client holds it, and taking it back would let the name be granted to
@@ -146,7 +185,7 @@ fn a_cancelled_waiter_is_never_granted() {
     let Ok((Acquired::Waiting(waiter), _)) = m.acquire(wait_for("a", 2, 2), &guard, now) else {
         panic!("waits")
     };
-    m.cancel("a", waiter, now);
+    m.cancel("a", waiter, &guard, now);
     m.release("a", first.id, &guard, now).unwrap();
     assert!(m.take_answers().is_empty());
     assert_eq!(m.get("a", &guard, now), Ok(None));
@@ -377,7 +416,7 @@ fn what_a_renewal_reclaims_and_what_it_refuses() {
     // may be on record with a member the rebuild missed.
     let mut strict = speaker(1, 3, now, vec![2, 3], RebuildMode::Strict);
     let hold_end = now + MAX_LEASE + LEADER_LEASE;
-    strict.forget("x", LockId::from_u128(5), Some(LEASE), now);
+    strict.forget("x", LockId::from_u128(5), Some(LEASE), &guard, now);
     let released = renewal("x", LockId::from_u128(5), 2, None);
     assert_eq!(
         strict.renew(released, &guard, now).err(),
@@ -534,7 +573,7 @@ fn a_records_lease_is_the_later_of_the_clients_and_the_copys() {
 fn a_release_heard_of_ends_every_record_and_a_late_copy_of_it() {
     let mut m = member(2, RebuildMode::Proceed);
     let lock = held_through_speaker(&mut m, 7, LEASE);
-    m.forget(&lock.name, lock.id, Some(LEASE), at(2));
+    m.forget(&lock.name, lock.id, Some(LEASE), &Guard::default(), at(2));
     assert!(m.held_record(lock.id).is_none());
     let late = in_transit(7, 1, LEASE).arrive(at(3));
     m.take_copies(1, vec![late], 1, at(3)).unwrap();
@@ -546,7 +585,7 @@ fn a_release_heard_of_ends_every_record_and_a_late_copy_of_it() {
 fn a_release_from_a_sender_that_names_no_lease_is_kept_for_the_longest() {
     let mut m = member(2, RebuildMode::Proceed);
     let lock = held_through_speaker(&mut m, 7, LEASE);
-    m.forget(&lock.name, lock.id, None, at(2));
+    m.forget(&lock.name, lock.id, None, &Guard::default(), at(2));
     // A copy of it still on its way long after the lease's own end.
     let later = 2 + 2 * LEASE.as_millis() as u64;
     let late = in_transit(7, 1, LEASE).arrive(at(later));

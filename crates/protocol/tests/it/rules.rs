@@ -105,7 +105,7 @@ fn a_renewal_answered_after_the_release_is_not_recorded() {
     m.renewed_through_speaker(call, in_transit(7, 1, LEASE), at(1))
         .unwrap();
     let released = in_transit(7, 1, LEASE).arrive(at(10));
-    m.released_through_speaker(&released, at(10));
+    m.released_through_speaker(&released, &Guard::default(), at(10));
     assert!(m.held_record(id).is_none());
     let late = Forwarded {
         sent: at(5),

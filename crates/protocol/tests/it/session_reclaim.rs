@@ -8,7 +8,7 @@ use crate::common::*;
 
 use std::time::Duration;
 
-use leasehold_protocol::{Member, RebuildMode, Refusal, SessionRenewal};
+use leasehold_protocol::{Guard, Member, RebuildMode, Refusal, SessionRenewal};
 use locktable::{session_name, Lock, LockId, Request};
 
 use crate::common::grant_for as grant;
@@ -161,6 +161,7 @@ fn a_released_session_is_not_taken_back() {
             &session.name,
             session.id,
             Some(Duration::from_secs(10)),
+            &Guard::default(),
             at(1_500),
         )
     });

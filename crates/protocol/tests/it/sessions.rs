@@ -7,7 +7,7 @@ use crate::common::*;
 
 use std::time::Duration;
 
-use leasehold_protocol::{RebuildMode, SessionRenewal};
+use leasehold_protocol::{Guard, RebuildMode, SessionRenewal};
 use locktable::{session_name, Acquired, Lock, LockId, Request};
 
 fn grant(m: &mut leasehold_protocol::Member, request: Request, now: locktable::MonoTime) -> Lock {
@@ -323,7 +323,13 @@ fn a_grant_answered_after_its_session_closed_is_not_recorded() {
         .unwrap();
     assert_eq!(released.len(), 2);
     for (l, _) in &released {
-        m2.forget(&l.name, l.id, Some(l.ttl(at(20))), at(30));
+        m2.forget(
+            &l.name,
+            l.id,
+            Some(l.ttl(at(20))),
+            &Guard::default(),
+            at(30),
+        );
     }
     let answered =
         m2.granted_through_speaker(call(10), lock.in_transit(at(10)), Duration::ZERO, at(40));
