@@ -5,6 +5,7 @@ mod common;
 
 mod attempt;
 mod delay;
+mod deposed;
 mod kinds;
 mod member;
 mod named;
