@@ -290,7 +290,10 @@ impl Table {
     /// and nobody waits for it as another family) and, a lock of a
     /// session, its session is held here (its end then at most the
     /// session's); otherwise the reclaimed lock is lost. The queue is not served first: the lock was held
-    /// before anyone in it asked.
+    /// before anyone in it asked. A grant the table has already (from an
+    /// older record) takes the record's lease if it ends later, as a
+    /// rebuild that read both records would have kept it: its lease may
+    /// have run out here while the record's still runs.
     pub fn reclaim(&mut self, lock: Lock, now: MonoTime) -> Result<Lock, LockError> {
         if !self.rebuilt {
             return Err(NotRebuilt.into());
@@ -300,20 +303,33 @@ impl Table {
             return Err(LockError::NotHeld);
         }
         if let Some(at) = self.slots.find(&lock.id) {
-            let slot = self.slots.get(at).expect("found");
-            return if slot.name() == lock.name {
-                Ok(slot.to_lock())
-            } else {
-                Err(LockError::NotHeld)
-            };
+            if self.slots.get(at).expect("found").name() != lock.name {
+                return Err(LockError::NotHeld);
+            }
+            // The table has this grant already, from an older record of it
+            // (a rebuild that missed the members on record of a later
+            // renewal): the record's later lease counts, as a rebuild that
+            // read both would have settled it. The grant keeps its place
+            // among the name's holders, so nothing else changes.
+            if let Ok(lock) = self.reclaimed_lease(lock, now) {
+                self.slots.get_mut(at).expect("found").merge(&lock);
+            }
+            return Ok(self.slots.get(at).expect("found").to_lock());
         }
         if !self.fits(&lock.name, lock.kind) || !self.queue_admits(&lock.name, lock.kind) {
             return Err(LockError::NotHeld);
         }
-        // A lock of a session is kept only beside its session (taken back
-        // first), and ends with it: no renewal of its own would keep it,
-        // nor would a session that is not here end it.
-        let mut lock = lock;
+        let lock = self.reclaimed_lease(lock, now)?;
+        self.insert(&lock);
+        Ok(lock)
+    }
+
+    /// A record to be taken back, its lease cut as the table keeps it: a
+    /// lock of a session is kept only beside its session (taken back
+    /// first), and ends with it: no renewal of its own would keep it, nor
+    /// would a session that is not here end it. No lease runs longer than
+    /// the longest from `now`.
+    fn reclaimed_lease(&self, mut lock: Lock, now: MonoTime) -> Result<Lock, LockError> {
         if let Some(session) = lock.session {
             let session = self
                 .live_session(session, now)
@@ -321,7 +337,6 @@ impl Table {
             lock.expires = lock.expires.min(session.lease_ends() + lock.delay);
         }
         lock.expires = lock.expires.min(now + LeaseRule::LONGEST);
-        self.insert(&lock);
         Ok(lock)
     }
 

@@ -776,3 +776,26 @@ fn a_seed_with_sessions_replays_exactly() {
         }
     }
 }
+
+/// Seed 10015 of slow-reports (kinds, sets, sessions, delays, strict) lost
+/// a permit whose holder kept renewing: granted through node 1, renewed
+/// through node 2 (the speaker) and copied to node 3; the next speaker's
+/// strict rebuild missed nodes 2 and 3 and had the grant from node 1's
+/// older record, its lease run out and its lock-delay still closing the
+/// name. The renewal through node 3 sent node 3's copy, whose lease still
+/// ran, but the reclaim kept the table's older lease and the renewal was
+/// refused "not held". A reclaim of a grant the table has takes the
+/// record's later lease.
+#[test]
+fn a_renewal_with_a_later_record_of_a_lapsed_grant_keeps_it() {
+    let seed = 10015;
+    let mut config = Config::scenario(seed, Scenario::SlowReports);
+    config.kinds = true;
+    config.sets = true;
+    config.sessions = true;
+    config.delays = true;
+    config.strict = true;
+    let mut report = run(seed, &config);
+    report.trace.clear();
+    assert!(report.ok(), "{report:#?}");
+}

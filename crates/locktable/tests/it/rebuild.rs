@@ -459,6 +459,57 @@ fn strict_mode_holds_new_grants_back_but_takes_reclaims_and_renewals() {
     granted(table.acquire(req("x", 5, 1), t(60)));
 }
 
+/// A rebuild that missed the members on record of a later renewal has the
+/// grant from an older record (the node it was first granted through): its
+/// lease has run out there, only its lock-delay keeps it. A renewal through
+/// a member holding the later record (a copy) takes that record's lease, as
+/// a rebuild reading both would have settled it, and is renewed, not
+/// refused "not held" (seed 10015 of slow-reports, strict, a semaphore).
+#[test]
+fn a_reclaim_of_a_grant_held_from_an_older_record_takes_the_later_lease() {
+    let mut older = held_lock("p", 1, 1, t(0), t(10 + 3), 7);
+    older.kind = locktable::Kind::Permit(2);
+    older.delay = std::time::Duration::from_secs(3);
+    older.lease = std::time::Duration::from_secs(10);
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    table
+        .rebuild(
+            RebuildFrom {
+                generation: table.generation(),
+                epoch: 2,
+                locks: vec![older.clone()],
+                hold_new_grants_until: Some(t(60)),
+                seen_all: false,
+            },
+            t(0),
+        )
+        .unwrap();
+    // At t(11) the table's lease of it ran out, its delay runs to t(13).
+    assert_eq!(
+        table.renew("p", older.id, None, 3, t(11)),
+        Err(LockError::NotHeld)
+    );
+    // The later renewal (at t(8), through node 2, copied to node 3).
+    let later = Lock {
+        node: 2,
+        expires: t(8 + 10 + 3),
+        ..older.clone()
+    };
+    let kept = table.reclaim(later, t(11)).unwrap();
+    assert_eq!(kept.lease_ends(), t(18));
+    let renewed = table.renew("p", older.id, None, 3, t(11)).unwrap();
+    assert_eq!(renewed.fence, older.fence);
+    assert_eq!(renewed.lease_ends(), t(21));
+    assert_eq!(table.holders("p", t(11)).unwrap().len(), 1);
+    // An older record than the table's does not shorten it.
+    let oldest = Lock {
+        expires: t(12),
+        ..older.clone()
+    };
+    assert_eq!(table.reclaim(oldest, t(11)).unwrap().lease_ends(), t(21));
+}
+
 #[test]
 fn released_or_ended_locks_are_not_reclaimed() {
     let mut table = rebuilt_table(1, vec![], t(0));
