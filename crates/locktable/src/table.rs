@@ -17,6 +17,7 @@ use crate::slots::Slot;
 use crate::time::{LeaseRule, MonoTime};
 
 mod fences;
+mod reclaim;
 mod sessions;
 mod waiting;
 
@@ -280,64 +281,6 @@ impl Table {
     /// lock-delay keeps the name closed: its holder holds nothing.
     fn is_lapsed(&self, at: u32, now: MonoTime) -> bool {
         self.slots.get(at).is_some_and(|s| s.is_lapsed(now))
-    }
-
-    /// Takes back into the table a lock its holder's node still has but
-    /// this table lacks (the node was missing at the rebuild). The lock is
-    /// kept with its id, fence and lease if the id was not released, the
-    /// lease still runs and it fits beside the name's holders (the name is
-    /// free, or held shared or as permits of its kind with one to spare,
-    /// and nobody waits for it as another family) and, a lock of a
-    /// session, its session is held here (its end then at most the
-    /// session's); otherwise the reclaimed lock is lost. The queue is not served first: the lock was held
-    /// before anyone in it asked. A grant the table has already (from an
-    /// older record) takes the record's lease if it ends later, as a
-    /// rebuild that read both records would have kept it: its lease may
-    /// have run out here while the record's still runs.
-    pub fn reclaim(&mut self, lock: Lock, now: MonoTime) -> Result<Lock, LockError> {
-        if !self.rebuilt {
-            return Err(NotRebuilt.into());
-        }
-        self.expire_name(&lock.name, now);
-        if self.forgotten.contains(lock.id, now) || !lock.is_live(now) {
-            return Err(LockError::NotHeld);
-        }
-        if let Some(at) = self.slots.find(&lock.id) {
-            if self.slots.get(at).expect("found").name() != lock.name {
-                return Err(LockError::NotHeld);
-            }
-            // The table has this grant already, from an older record of it
-            // (a rebuild that missed the members on record of a later
-            // renewal): the record's later lease counts, as a rebuild that
-            // read both would have settled it. The grant keeps its place
-            // among the name's holders, so nothing else changes.
-            if let Ok(lock) = self.reclaimed_lease(lock, now) {
-                self.slots.get_mut(at).expect("found").merge(&lock);
-            }
-            return Ok(self.slots.get(at).expect("found").to_lock());
-        }
-        if !self.fits(&lock.name, lock.kind) || !self.queue_admits(&lock.name, lock.kind) {
-            return Err(LockError::NotHeld);
-        }
-        let lock = self.reclaimed_lease(lock, now)?;
-        self.insert(&lock);
-        Ok(lock)
-    }
-
-    /// A record to be taken back, its lease cut as the table keeps it: a
-    /// lock of a session is kept only beside its session (taken back
-    /// first), and ends with it: no renewal of its own would keep it, nor
-    /// would a session that is not here end it. No lease runs longer than
-    /// the longest from `now`.
-    fn reclaimed_lease(&self, mut lock: Lock, now: MonoTime) -> Result<Lock, LockError> {
-        if let Some(session) = lock.session {
-            let session = self
-                .live_session(session, now)
-                .map_err(|_| LockError::NotHeld)?;
-            lock.expires = lock.expires.min(session.lease_ends() + lock.delay);
-        }
-        lock.expires = lock.expires.min(now + LeaseRule::LONGEST);
-        Ok(lock)
     }
 
     /// The node the lock `name` held under `id` is held through, and when

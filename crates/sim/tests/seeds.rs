@@ -5,6 +5,9 @@
 //! failure names its seed; `scripts/sim --reproduce SEED --trace` replays it
 //! (add `--scenario` and `--sabotage` as the test names them).
 
+mod common;
+
+use common::with_sessions;
 use leasehold_sim::{run, Config, Report, Sabotage, Scenario};
 
 /// The protocol's sabotage with the switches `names` set.
@@ -484,16 +487,6 @@ fn a_set_granted_in_part_is_caught() {
     assert!(caught.is_some(), "a set granted in part went unnoticed");
 }
 
-/// Runs `seed` of `scenario` with sessions now and then, in strict mode or
-/// not, `sabotage` switched on.
-fn with_sessions(scenario: Scenario, seed: u64, strict: bool, sabotage: Sabotage) -> Report {
-    let mut config = Config::scenario(seed, scenario);
-    config.sessions = true;
-    config.strict = strict;
-    config.sabotage = sabotage;
-    run(seed, &config)
-}
-
 /// Sessions beside plain holders keep their promises under the mixed
 /// faults (300 seeds by default) and every targeted scenario (20 seeds), in
 /// both rebuild modes: each lock of a session, held to the end of its
@@ -527,77 +520,6 @@ fn a_sessions_locks_end_with_it_and_have_one_holder_under_faults() {
                 "{scenario:?} (strict {strict}): {failed:#?}"
             );
         }
-    }
-}
-
-/// Seed 502551 (sessions, strict) overlapped two holders: the term-1
-/// speaker, paused through the election, kept its record of a grant whose
-/// holder released it in term 2; term 2 granted the name again after its
-/// strict hold and crashed; the old speaker, rebuilding term 3, kept its
-/// stale record over the live grant (of two grants made apart, the one held
-/// longest) and granted the name once that record ended, while the term-2
-/// holder still counted its lease. Grants after a strict hold carry the
-/// all-seen mark, and win (docs/design.md, "Fences").
-#[test]
-fn a_release_that_missed_the_old_speaker_does_not_let_its_stale_grant_win() {
-    let mut report = with_sessions(Scenario::Mixed, 502551, true, Sabotage::NONE);
-    report.trace.clear();
-    assert!(report.ok(), "{report:#?}");
-}
-
-/// Seeds where a lock of a session was named the holder up to 1.2 s past
-/// its session's end on the holder's count (506962, 501925, 508731 and
-/// 502910 strict, 511590 proceed): each time a copy of the lock (in most,
-/// of its session's grant too) was sent to a member paused for 0.5 to
-/// 2.4 s, waited there, and was taken when the member woke, its lease
-/// counted from then (docs/design.md, "Copies"); the member's report, or
-/// its own table once it spoke, kept the lock that much past the speaker's
-/// end. The protocol cannot tell a copy that waited in a paused process
-/// from a fresh one; the checker's margin allowed a message's delay and
-/// no more, and now adds the time a copy of the lock or its session
-/// waited at a paused member (`History::copies_waited`).
-#[test]
-fn a_copy_that_waited_at_a_paused_member_may_keep_a_sessions_lock_that_much_longer() {
-    for (seed, strict) in [
-        (506962, true),
-        (501925, true),
-        (508731, true),
-        (502910, true),
-        (511590, false),
-    ] {
-        let mut report = with_sessions(Scenario::Mixed, seed, strict, Sabotage::NONE);
-        report.trace.clear();
-        assert!(report.ok(), "seed {seed}: {report:#?}");
-    }
-}
-
-/// Seed 513546 (sessions, proceed): a speaker cut off from every member
-/// and paused woke after its successor's election; its copy round failed,
-/// the grant was taken back, and the name went to the next waiter in the
-/// old term. A take-back by a member whose guard ran out hands the name to
-/// nobody.
-#[test]
-fn a_take_back_after_the_guard_ran_out_grants_nothing() {
-    let mut report = with_sessions(Scenario::Mixed, 513546, false, Sabotage::NONE);
-    report.trace.clear();
-    assert!(report.ok(), "{report:#?}");
-}
-
-/// Seeds 2180, 2488 and 2922 (kinds and sets, strict): a speaker paused
-/// through its successor's election woke to a forget that turned a waiting
-/// set away, and the request behind it on another name was granted in the
-/// old term. A member whose guard ran out hands nothing on from a forget,
-/// a cancel or a take-back.
-#[test]
-fn a_forget_at_a_deposed_speaker_hands_nothing_on() {
-    for seed in [2180, 2488, 2922] {
-        let mut config = Config::scenario(seed, Scenario::Mixed);
-        config.kinds = true;
-        config.sets = true;
-        config.strict = true;
-        let mut report = run(seed, &config);
-        report.trace.clear();
-        assert!(report.ok(), "seed {seed}: {report:#?}");
     }
 }
 
@@ -775,27 +697,4 @@ fn a_seed_with_sessions_replays_exactly() {
             assert_eq!(runs[0].trace, other.trace, "seed {seed} replays");
         }
     }
-}
-
-/// Seed 10015 of slow-reports (kinds, sets, sessions, delays, strict) lost
-/// a permit whose holder kept renewing: granted through node 1, renewed
-/// through node 2 (the speaker) and copied to node 3; the next speaker's
-/// strict rebuild missed nodes 2 and 3 and had the grant from node 1's
-/// older record, its lease run out and its lock-delay still closing the
-/// name. The renewal through node 3 sent node 3's copy, whose lease still
-/// ran, but the reclaim kept the table's older lease and the renewal was
-/// refused "not held". A reclaim of a grant the table has takes the
-/// record's later lease.
-#[test]
-fn a_renewal_with_a_later_record_of_a_lapsed_grant_keeps_it() {
-    let seed = 10015;
-    let mut config = Config::scenario(seed, Scenario::SlowReports);
-    config.kinds = true;
-    config.sets = true;
-    config.sessions = true;
-    config.delays = true;
-    config.strict = true;
-    let mut report = run(seed, &config);
-    report.trace.clear();
-    assert!(report.ok(), "{report:#?}");
 }
