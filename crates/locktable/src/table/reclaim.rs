@@ -35,8 +35,11 @@ impl Table {
             // (a rebuild that missed the members on record of a later
             // renewal): the record's later lease counts, as a rebuild that
             // read both would have settled it. The grant keeps its place
-            // among the name's holders, so nothing else changes.
-            if let Ok(lock) = self.reclaimed_lease(lock, now) {
+            // among the name's holders, so nothing else changes. Only a
+            // record of the same grant (same fence): an id granted again
+            // after its first grant ended unreleased is another grant.
+            let same_grant = self.slots.get(at).expect("found").fence == lock.fence;
+            if let Some(lock) = self.reclaimed_lease(lock, now).ok().filter(|_| same_grant) {
                 self.slots.get_mut(at).expect("found").merge(&lock);
             }
             return Ok(self.slots.get(at).expect("found").to_lock());

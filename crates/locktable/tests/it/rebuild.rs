@@ -508,6 +508,14 @@ fn a_reclaim_of_a_grant_held_from_an_older_record_takes_the_later_lease() {
         ..older.clone()
     };
     assert_eq!(table.reclaim(oldest, t(11)).unwrap().lease_ends(), t(21));
+    // A record of the same id under another fence is of another grant (an
+    // id granted again once its first grant ended): it changes nothing.
+    let other = Lock {
+        fence: Fence(8),
+        expires: t(40),
+        ..older.clone()
+    };
+    assert_eq!(table.reclaim(other, t(11)).unwrap().lease_ends(), t(21));
 }
 
 #[test]
