@@ -686,24 +686,27 @@ impl Table {
         self.expiries.push(Reverse((lock.expires, lock.fence, at)));
     }
 
-    /// Ends a strict hold that has run its length. Every lease granted
-    /// before the rebuild that the rebuild did not see has ended by then,
-    /// so the term's grants from here on are made knowing every live lock
-    /// of earlier terms, as after a rebuild that saw every grant: their
-    /// fences carry [`Fence::SEEN_ALL`] (above every fence before them).
-    fn end_ended_hold(&mut self, now: MonoTime) {
+    /// Refuses a new grant while a strict hold lasts, and ends the hold
+    /// once it has run its length. Every lease granted before the rebuild
+    /// that the rebuild did not see has ended by then, so the term's grants
+    /// from here on are made knowing every live lock of earlier terms, as
+    /// after a rebuild that saw every grant: their fences carry
+    /// [`Fence::SEEN_ALL`] (above every fence before them). Every grant
+    /// passes here first: a waiter served later was queued by an acquire
+    /// made after the hold.
+    fn hold_back_new_grants(&mut self, now: MonoTime) -> Result<(), AcquireError> {
         let Some(until) = self.hold_new_grants_until else {
-            return;
+            return Ok(());
         };
         if now < until {
-            return;
+            return Err(AcquireError::HeldBack { until });
         }
         self.hold_new_grants_until = None;
         self.fences.mark_seen_all();
+        Ok(())
     }
 
     fn grant(&mut self, request: Request, now: MonoTime) -> Result<Lock, AcquireError> {
-        self.end_ended_hold(now);
         if let Some(id) = request.session {
             let session = self.live_session(id, now)?;
             let fence = self.fences.take()?;

@@ -58,9 +58,7 @@ impl Table {
         if !self.rebuilt {
             return Err(NotRebuilt.into());
         }
-        if let Some(until) = self.new_grants_held_until(now) {
-            return Err(AcquireError::HeldBack { until });
-        }
+        self.hold_back_new_grants(now)?;
         self.check_delay(request.delay)?;
         self.check_session(request.session, now)?;
         self.expire_name(&request.name, now);
@@ -118,9 +116,7 @@ impl Table {
         if !self.rebuilt {
             return Err(NotRebuilt.into());
         }
-        if let Some(until) = self.new_grants_held_until(now) {
-            return Err(AcquireError::HeldBack { until });
-        }
+        self.hold_back_new_grants(now)?;
         let Some(first) = requests.first() else {
             return Err(AcquireError::BadSet);
         };
@@ -243,7 +239,6 @@ impl Table {
         requests: Vec<Request>,
         now: MonoTime,
     ) -> Result<Vec<Lock>, AcquireError> {
-        self.end_ended_hold(now);
         if !self.fences.has(requests.len()) {
             return Err(AcquireError::FencesExhausted);
         }

@@ -235,20 +235,7 @@ fn a_rebuild_that_missed_grants_cannot_speak_in_a_term_marked_seen_all() {
 #[test]
 fn a_grant_made_after_a_strict_hold_wins_over_an_earlier_terms_stale_record() {
     let released = held_lock("a", 1, 2, t(0), t(200), Fence::new(1, 1).0);
-    let mut table = Table::new(LeaseRule::default());
-    table.drop_table(t(0));
-    table
-        .rebuild(
-            RebuildFrom {
-                generation: table.generation(),
-                epoch: 2,
-                locks: vec![released.clone()],
-                hold_new_grants_until: Some(t(60)),
-                seen_all: false,
-            },
-            t(1),
-        )
-        .unwrap();
+    let mut table = held_back_table(2, vec![released.clone()], t(1), t(60));
     table.release("a", released.id, t(2)).unwrap();
     let live = granted(table.acquire(req("a", 2, 3), t(60)));
     assert!(live.fence.seen_all(), "{:?}", live.fence);
@@ -429,21 +416,8 @@ fn a_term_too_large_for_a_fence_is_refused() {
 
 #[test]
 fn strict_mode_holds_new_grants_back_but_takes_reclaims_and_renewals() {
-    let mut table = Table::new(LeaseRule::default());
-    table.drop_table(t(0));
     let present = held_lock("a", 1, 2, t(0), t(30), 1);
-    table
-        .rebuild(
-            RebuildFrom {
-                generation: 1,
-                epoch: 2,
-                locks: vec![present.clone()],
-                hold_new_grants_until: Some(t(60)),
-                seen_all: false,
-            },
-            t(0),
-        )
-        .unwrap();
+    let mut table = held_back_table(2, vec![present.clone()], t(0), t(60));
     assert_eq!(
         table.acquire(req("x", 5, 1), t(1)),
         Err(AcquireError::HeldBack { until: t(60) })
@@ -471,20 +445,7 @@ fn a_reclaim_of_a_grant_held_from_an_older_record_takes_the_later_lease() {
     older.kind = locktable::Kind::Permit(2);
     older.delay = std::time::Duration::from_secs(3);
     older.lease = std::time::Duration::from_secs(10);
-    let mut table = Table::new(LeaseRule::default());
-    table.drop_table(t(0));
-    table
-        .rebuild(
-            RebuildFrom {
-                generation: table.generation(),
-                epoch: 2,
-                locks: vec![older.clone()],
-                hold_new_grants_until: Some(t(60)),
-                seen_all: false,
-            },
-            t(0),
-        )
-        .unwrap();
+    let mut table = held_back_table(2, vec![older.clone()], t(0), t(60));
     // At t(11) the table's lease of it ran out, its delay runs to t(13).
     assert_eq!(
         table.renew("p", older.id, None, 3, t(11)),

@@ -281,7 +281,7 @@ impl Member {
         self.held.remove(lock.id);
         self.copies.remove(lock.id);
         if !self.may_speak(guard, now) {
-            self.grant_nothing_unless_speaking(guard, now);
+            self.table.turn_away_waiters();
             self.table.forget(&lock.name, lock.id, lock.ttl(now), now);
             return Members::ALL;
         }

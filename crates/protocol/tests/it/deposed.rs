@@ -2,20 +2,11 @@
 //! nothing on: what a take-back, a forget or a cancel would let a waiter
 //! have goes to nobody, and the waiters are told to retry.
 
-use std::time::Duration;
-
 use crate::common;
 
 use common::*;
 use leasehold_protocol::{Members, RebuildMode};
-use locktable::{Acquired, Request};
-
-fn wait_for(name: &str, id: u128, node: u64) -> Request {
-    Request {
-        wait: Duration::from_secs(5),
-        ..request(name, id, node)
-    }
-}
+use locktable::Acquired;
 
 /// A grant taken back once the speaker's guard ran out (its copy round
 /// failed while the speaker was cut off and paused) is handed to no waiter:

@@ -10,13 +10,6 @@ use common::*;
 use leasehold_protocol::{CopyStep, Copying, Guard, Members, RebuildMode, Refusal};
 use locktable::{AcquireError, Acquired, Lock, LockId, MonoTime, Request};
 
-fn wait_for(name: &str, id: u128, node: u64) -> Request {
-    Request {
-        wait: Duration::from_secs(5),
-        ..request(name, id, node)
-    }
-}
-
 #[test]
 fn the_speaker_keeps_its_own_clients_locks_in_held_and_not_others() {
     let now = at(0);

@@ -41,6 +41,22 @@ pub fn rebuilt_table(epoch: u64, locks: Vec<Lock>, now: MonoTime) -> Table {
 /// A table rebuilt for `epoch` from `locks`, by a read that saw every
 /// answered grant or not.
 pub fn rebuilt_table_as(epoch: u64, locks: Vec<Lock>, now: MonoTime, seen_all: bool) -> Table {
+    rebuilt_from(epoch, locks, now, None, seen_all)
+}
+
+/// A table rebuilt for `epoch` from `locks` by a strict read that missed
+/// members: new grants held back until `until`.
+pub fn held_back_table(epoch: u64, locks: Vec<Lock>, now: MonoTime, until: MonoTime) -> Table {
+    rebuilt_from(epoch, locks, now, Some(until), false)
+}
+
+fn rebuilt_from(
+    epoch: u64,
+    locks: Vec<Lock>,
+    now: MonoTime,
+    hold_new_grants_until: Option<MonoTime>,
+    seen_all: bool,
+) -> Table {
     let mut table = Table::new(LeaseRule::default());
     table.drop_table(now);
     table
@@ -49,7 +65,7 @@ pub fn rebuilt_table_as(epoch: u64, locks: Vec<Lock>, now: MonoTime, seen_all: b
                 generation: table.generation(),
                 epoch,
                 locks,
-                hold_new_grants_until: None,
+                hold_new_grants_until,
                 seen_all,
             },
             now,

@@ -90,6 +90,14 @@ pub fn rebuild_reading(
     m.rebuild(input, &leading(term, now), now).expect("rebuilt");
 }
 
+/// `request`, willing to wait five seconds for the name.
+pub fn wait_for(name: &str, id: u128, node: u64) -> Request {
+    Request {
+        wait: Duration::from_secs(5),
+        ..request(name, id, node)
+    }
+}
+
 pub fn request(name: &str, id: u128, node: u64) -> Request {
     Request {
         session: Default::default(),
