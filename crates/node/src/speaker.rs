@@ -25,6 +25,8 @@ use crate::peers::PeerError;
 use crate::report::MemberReport;
 use tokio_util::sync::CancellationToken;
 
+mod late;
+
 /// The longest the speaker task sleeps without looking: its guard can run
 /// out (and a shutdown begin) with no event to wake it.
 const LOOK_AT_LEAST_EVERY: Duration = Duration::from_millis(100);
@@ -223,7 +225,21 @@ async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
                         node.changed(&state);
                     }
                 }
-                AttemptOut::Rebuilt(report) => node.record_rebuild(report),
+                AttemptOut::Rebuilt(report) => {
+                    if report.held_back_ms > 0 {
+                        let missing = report
+                            .members_missing
+                            .iter()
+                            .filter(|&&id| id != node.id())
+                            .map(|&id| {
+                                let addr = roster.addr(id).or_else(|| attempt.departed_addr(id));
+                                (id, addr.unwrap_or_default().to_string())
+                            })
+                            .collect();
+                        late::start(&node, term, missing);
+                    }
+                    node.record_rebuild(report);
+                }
                 AttemptOut::TellLost { member, locks } => tell_lost(&node, member, locks).await,
                 AttemptOut::Ended(outcome) => return outcome,
             }
@@ -285,8 +301,16 @@ fn took_read(
         took_ms = took.as_millis() as u64,
         "member read"
     );
+    let read = member_read(id, report);
+    let guard = node.guard();
+    let mut state = node.state();
+    attempt.answered(read, &mut state.member, &guard, node.clock.now());
+}
+
+/// Member `id`'s report as the rebuild takes it.
+fn member_read(id: NodeId, report: MemberReport) -> MemberRead {
     let header = report.header;
-    let read = MemberRead {
+    MemberRead {
         member: id,
         max_lease: Duration::from_millis(header.max_lease_ms),
         copies: usize::try_from(header.copies).unwrap_or(usize::MAX),
@@ -303,10 +327,7 @@ fn took_read(
                 left: Duration::from_millis(gone.left_ms),
             })
             .collect(),
-    };
-    let guard = node.guard();
-    let mut state = node.state();
-    attempt.answered(read, &mut state.member, &guard, node.clock.now());
+    }
 }
 
 /// One read of member `id`'s report (after `delay`, if given), bounded by

@@ -13,9 +13,11 @@ use crate::leadership::Attempt;
 use crate::member::Member;
 
 mod attempt;
+mod late;
 mod reading;
 
 pub use attempt::{AttemptOut, Rebuilding};
+pub use late::LateRead;
 pub use reading::{ReadOut, Reading};
 
 /// How long a rebuild waits before it reads again a member whose read

@@ -36,6 +36,7 @@ mod config;
 mod copies;
 mod faults;
 mod history;
+mod late_reads;
 mod msg;
 mod node;
 mod raft;

@@ -157,6 +157,9 @@ pub(crate) struct Node {
     pub(crate) stop_began: u64,
     pub(crate) restart_after: u64,
     pub(crate) attempt: Option<RebuildAttempt>,
+    /// The late reads of the members its last rebuild missed, during the
+    /// strict hold: their messages' id, and the term they read for.
+    pub(crate) late_reads: Option<(u64, u64)>,
     /// Grants and renewals waiting for their copies' acknowledgements.
     pub(crate) copying: BTreeMap<u64, CopyWait>,
     /// Copies queued for their members, sent at the next flush: (member,
@@ -228,6 +231,7 @@ impl Node {
             stop_began: 0,
             restart_after: 0,
             attempt: None,
+            late_reads: None,
             copying: BTreeMap::new(),
             copy_queue: Vec::new(),
             waiters: HashMap::new(),

@@ -177,6 +177,9 @@ impl World {
                     }
                     let (term, missing) = (report.term, report.members_missing);
                     self.note(|| format!("node {n}: rebuilt for term {term}, missing {missing:?}"));
+                    if report.held_back_ms > 0 {
+                        self.start_late_reads(n, term, &missing);
+                    }
                 }
                 AttemptOut::TellLost { member, locks } => {
                     let ids = locks.iter().map(|l| l.id).collect();
@@ -222,7 +225,7 @@ impl World {
         }
     }
 
-    fn send_read(&mut self, n: NodeId, term: u64, attempt: u64, member: NodeId) {
+    pub(crate) fn send_read(&mut self, n: NodeId, term: u64, attempt: u64, member: NodeId) {
         let msg = Msg::ReadReport {
             leader: n,
             term,
@@ -241,6 +244,9 @@ impl World {
     /// Node `n` learns that its read of `member` failed: the attempt says
     /// whether to read it again a while later.
     pub(crate) fn read_failed_at(&mut self, n: NodeId, id: u64, member: NodeId) {
+        if self.late_read_failed(n, id, member) {
+            return;
+        }
         let again = self
             .with_attempt(n, id, |a, m, guard, now| {
                 a.failed(member, "lost".into(), m, guard, now)
@@ -256,6 +262,9 @@ impl World {
 
     /// Node `n` reads `member` again for attempt `id`.
     pub(crate) fn read_again(&mut self, n: NodeId, id: u64, member: NodeId) {
+        if self.late_read_again(n, id, member) {
+            return;
+        }
         let term = self
             .with_attempt(n, id, |a, _, _, _| a.reading_began().map(|_| a.term()))
             .flatten();
@@ -274,6 +283,10 @@ impl World {
         header: ReportHeader,
         locks: Vec<LockInTransit>,
     ) {
+        let locks = match self.late_report_arrived(n, from, id, header, locks) {
+            Some(locks) => locks,
+            None => return,
+        };
         let count_from_send = self.config.sabotage.count_from_send;
         let taken = self.with_attempt(n, id, |a, m, guard, now| {
             let began = a.reading_began()?;
@@ -344,7 +357,7 @@ impl World {
 
 /// `member`'s report as the rebuild takes it: its header, and its locks on
 /// the reader's clock.
-fn member_read(member: NodeId, header: ReportHeader, locks: Vec<Lock>) -> MemberRead {
+pub(crate) fn member_read(member: NodeId, header: ReportHeader, locks: Vec<Lock>) -> MemberRead {
     let ReportHeader {
         uptime,
         first_start,

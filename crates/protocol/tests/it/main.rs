@@ -7,6 +7,7 @@ mod attempt;
 mod delay;
 mod deposed;
 mod kinds;
+mod late_reads;
 mod member;
 mod named;
 mod reading;

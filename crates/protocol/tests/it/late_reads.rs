@@ -1,0 +1,156 @@
+//! The members a strict rebuild missed are read again during the hold: a
+//! lock only they kept (a copy, a lock of a session) is taken back into
+//! the table before its session's renewal would answer it lost.
+
+use crate::common::*;
+
+use std::time::Duration;
+
+use leasehold_protocol::{LateRead, Member, MemberRead, RebuildMode, Refusal, SessionRenewal};
+use locktable::{session, session_name, Fence, Lock, LockId, Request};
+
+/// Speaker 1's grants of term 1: a session (10 s) at 0 for a client of
+/// node 1, `a` in it at 1 ms, and `x`, a plain lock, at 2 ms.
+fn term_1_grants() -> (Lock, Lock, Lock) {
+    let mut s1 = speaker(1, 1, at(0), vec![], RebuildMode::Strict);
+    let session = grant_for(
+        &mut s1,
+        Request {
+            lease: Some(Duration::from_secs(10)),
+            ..request(&session_name(LockId::from_u128(900)), 900, 1)
+        },
+        1,
+        at(0),
+    );
+    let a = Request {
+        session: Some(session.id),
+        ..request("a", 1, 1)
+    };
+    let a = grant_for(&mut s1, a, 1, at(1));
+    let x = grant_for(&mut s1, request("x", 2, 1), 1, at(2));
+    (session, a, x)
+}
+
+/// Member 2 rebuilt for term 2 at 2 s in strict mode, reading only itself
+/// (a copy of the session, and `read`), missing 1 and 3: new grants are
+/// held back for the longest lease and a leader lease.
+fn speaker_2_missing_1_and_3(read: Vec<Lock>) -> Member {
+    let mut s2 = member(2, RebuildMode::Strict);
+    s2.drop_table(Some(2), at(2_000));
+    rebuild_reading(&mut s2, 2, vec![(2, read)], vec![1, 3], at(2_000));
+    s2
+}
+
+/// Member `member`'s report: `locks`, as every member runs (two copies,
+/// the longest lease).
+fn report(member: u64, locks: Vec<Lock>) -> MemberRead {
+    MemberRead {
+        member,
+        max_lease: MAX_LEASE,
+        copies: 2,
+        uptime: None,
+        locks,
+        departed: Vec::new(),
+    }
+}
+
+fn renewal(sid: LockId, client_digest: u128) -> SessionRenewal {
+    SessionRenewal {
+        id: sid,
+        lease: None,
+        node: 2,
+        digest: None,
+        client_digest: Some(client_digest),
+        session_copies: true,
+        reclaimable: true,
+    }
+}
+
+#[test]
+fn a_lock_only_a_missed_member_kept_is_taken_back_before_its_session_renews() {
+    let (session, a, _) = term_1_grants();
+    let mut s2 = speaker_2_missing_1_and_3(vec![session.clone()]);
+    let now = at(2_500);
+    let guard = leading(2, now);
+    assert!(
+        s2.get("a", &guard, now).unwrap().is_none(),
+        "the rebuild missed `a`"
+    );
+    assert!(s2.late_read_wanted(2, 3, &guard, now));
+
+    let done = s2.late_read(2, report(3, vec![a.clone()]), &guard, now);
+    let done = done.expect("node 3 is wanted during the hold");
+    assert_eq!(
+        done,
+        LateRead {
+            taken_back: 1,
+            merged: 0,
+            refused: 0
+        }
+    );
+    let kept = s2.get("a", &guard, now).unwrap().expect("`a` taken back");
+    assert_eq!(
+        (kept.id, kept.fence, kept.session),
+        (a.id, a.fence, Some(session.id))
+    );
+
+    // The client's renewal of the session counts `a`: nothing is lost.
+    let (renewed, _) = s2
+        .renew_session(renewal(session.id, session::digest([a.id])), &guard, now)
+        .expect("renewed");
+    assert_eq!(renewed.locks, 1);
+    let listed = renewed.records.unwrap_or_default();
+    assert!(listed.iter().all(|l| l.id == a.id), "{listed:?}");
+
+    // Read again: the same grant, merged, nothing new.
+    let again = s2.late_read(2, report(3, vec![a]), &guard, now).unwrap();
+    assert_eq!((again.taken_back, again.merged), (0, 1));
+}
+
+#[test]
+fn a_late_report_is_taken_only_during_the_hold_by_the_term_that_missed_it() {
+    let (session, a, _) = term_1_grants();
+    let mut s2 = speaker_2_missing_1_and_3(vec![session]);
+    let now = at(2_500);
+    let guard = leading(2, now);
+    // A member the rebuild read, another term, or this member itself.
+    assert!(!s2.late_read_wanted(2, 2, &guard, now));
+    assert!(!s2.late_read_wanted(3, 3, &guard, now));
+    let wrong_term = s2.late_read(3, report(3, vec![a.clone()]), &guard, now);
+    assert_eq!(wrong_term, Err(Refusal::NotRebuilt));
+    // Led no longer (Raft says another term).
+    let other = leading(3, now);
+    assert!(!s2.late_read_wanted(2, 3, &other, now));
+    // A report holding a grant of a later term: this speaker was deposed.
+    let later = Lock {
+        fence: Fence::new(3, 1),
+        ..a.clone()
+    };
+    let deposed = s2.late_read(2, report(3, vec![later]), &guard, now);
+    assert_eq!(deposed, Err(Refusal::NotRebuilt));
+    assert!(s2.get("a", &guard, now).unwrap().is_none());
+    // Once the hold is over, the rebuild's count stands: nothing is read.
+    let after = at(2_000) + MAX_LEASE + LEADER_LEASE + Duration::from_millis(1);
+    let guard = leading(2, after);
+    assert!(!s2.late_read_wanted(2, 3, &guard, after));
+    let late = s2.late_read(2, report(3, vec![a]), &guard, after);
+    assert_eq!(late, Err(Refusal::NotRebuilt));
+}
+
+#[test]
+fn a_late_record_that_does_not_fit_beside_the_holder_is_not_kept() {
+    let (_, _, x) = term_1_grants();
+    // Another grant of `x` (of term 1, made apart) is the table's.
+    let rival = Lock {
+        id: LockId::from_u128(77),
+        fence: Fence::new(1, 9),
+        ..x.clone()
+    };
+    let mut s2 = speaker_2_missing_1_and_3(vec![rival.clone()]);
+    let now = at(2_500);
+    let guard = leading(2, now);
+    let done = s2.late_read(2, report(1, vec![x]), &guard, now).unwrap();
+    assert_eq!((done.taken_back, done.refused), (0, 1));
+    let holder = s2.get("x", &guard, now).unwrap().expect("held");
+    assert_eq!(holder.id, rival.id);
+}
