@@ -11,7 +11,7 @@ use leasehold_api::{
     format_digest, parse_digest, Body, ErrorCode, ForwardAnswer, ForwardCall, ForwardCloseSession,
     ForwardOpenSession, ForwardRenewSession, SessionBody, SessionOpenBody, SessionRenewed,
 };
-use leasehold_protocol::{Forwarded, Refusal, RenewedSession, SessionRenewal};
+use leasehold_protocol::{Forwarded, Refusal, RenewedSession, SessionRenewal, SessionSent};
 use locktable::{session_name, Kind, Lock, LockId, LockInTransit, NodeId};
 
 use crate::error::ApiError;
@@ -119,8 +119,8 @@ impl Node {
                 held,
             });
         }
-        let (call, node_digest, answer) = {
-            let (call, digest, answer) = self
+        let (call, sent, answer) = {
+            let (call, sent, answer) = self
                 .forward_session_renewal(&body, id, client_digest, false)
                 .await;
             match answer {
@@ -128,7 +128,7 @@ impl Node {
                     self.forward_session_renewal(&body, id, client_digest, true)
                         .await
                 }
-                other => (call, digest, other),
+                other => (call, sent, other),
             }
         };
         let renewed = match answer {
@@ -161,7 +161,7 @@ impl Node {
         let (session, lost) = self
             .state()
             .member
-            .renewed_session_through_speaker(call, session, records, node_digest, now)
+            .renewed_session_through_speaker(call, session, records, &sent, now)
             .map_err(|r| self.refused(r))?;
         for lock in lost {
             tracing::warn!(name = %lock.name, id = %lock.id, session = %id, "a lock of a session is no longer held");
@@ -177,16 +177,17 @@ impl Node {
     /// node's record of the session (from protocol 7), and with its records
     /// of the session's locks when `with_records` (the speaker's table
     /// lacked the session and wants them to take it back). Answers the
-    /// call, the node's digest it sent, and the speaker's answer.
+    /// call, what the node recorded of the session's locks at the send,
+    /// and the speaker's answer.
     async fn forward_session_renewal(
         self: &Arc<Self>,
         body: &SessionBody,
         id: LockId,
         client_digest: Option<u128>,
         with_records: bool,
-    ) -> (Forwarded, Option<u128>, Result<ForwardAnswer, ApiError>) {
+    ) -> (Forwarded, SessionSent, Result<ForwardAnswer, ApiError>) {
         let call = self.forwarding();
-        let (node_digest, record, records) = {
+        let (sent, record, records) = {
             let state = self.state();
             let member = &state.member;
             let record = self
@@ -195,14 +196,14 @@ impl Node {
                 .flatten();
             let records =
                 (with_records && record.is_some()).then(|| member.held_session_records(id));
-            (member.session_digest(id), record, records)
+            (member.session_sent(id), record, records)
         };
         let peer = |lock: &Lock| PeerLock::from(lock.in_transit(call.sent));
         let forwarded = ForwardRenewSession {
             id: body.id.clone(),
             ttl_ms: body.ttl_ms,
             node: self.id(),
-            node_digest: node_digest.map(format_digest),
+            node_digest: sent.digest.map(format_digest),
             client_digest: client_digest.map(format_digest),
             record: record.as_ref().map(peer),
             records: records.map(|r| r.iter().map(peer).collect()),
@@ -210,7 +211,7 @@ impl Node {
         let answer = self
             .forward_call(ForwardCall::RenewSession(forwarded))
             .await;
-        (call, node_digest, answer)
+        (call, sent, answer)
     }
 
     /// A session the speaker says is not held: its records, and its

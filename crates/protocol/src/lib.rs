@@ -54,7 +54,7 @@ pub use guard::{Guard, Leader, LEASE_MARGIN};
 pub use leadership::{Attempt, Leadership, Step, RETRY_AT_MOST, RETRY_FIRST, STEP_DOWN_AFTER};
 pub use member::{
     Acquisition, Copying, Forwarded, Made, Member, OnRecord, PeerTerms, Polled, RecordOut,
-    Recording, Renewal, RenewedSession, SessionLocks, SessionRenewal, SetAcquisition,
+    Recording, Renewal, RenewedSession, SessionLocks, SessionRenewal, SessionSent, SetAcquisition,
 };
 pub use members::Members;
 pub use rebuild::{

@@ -26,7 +26,7 @@ mod terms;
 
 pub use copying::{Copying, OnRecord, SessionLocks};
 pub use recording::{RecordOut, Recording};
-pub use sessions::{RenewedSession, SessionRenewal};
+pub use sessions::{RenewedSession, SessionRenewal, SessionSent};
 
 /// The nodes a lock moved from (or was copied to), whose records of it
 /// end by `until`.

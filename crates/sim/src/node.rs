@@ -69,7 +69,7 @@ impl Origin {
 }
 
 /// A call this node forwarded to the speaker, waiting for its answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Pending {
     /// As the protocol counts it.
     pub(crate) call: Forwarded,
@@ -77,9 +77,9 @@ pub(crate) struct Pending {
     pub(crate) sent: u64,
     /// The lock a forwarded renewal is for.
     pub(crate) renewing: Option<LockId>,
-    /// The session a forwarded session's renewal is for, and the digest of
-    /// its locks this node recorded at the send.
-    pub(crate) session: Option<(crate::msg::SessionCall, Option<u128>)>,
+    /// The session a forwarded session's renewal is for, and what this node
+    /// recorded of its locks at the send.
+    pub(crate) session: Option<(crate::msg::SessionCall, leasehold_protocol::SessionSent)>,
 }
 
 /// One rebuild attempt.

@@ -60,7 +60,8 @@ impl World {
         let reclaim = self.config.session_reclaim;
         let node = self.nodes.get_mut(&n).expect("member");
         let now = node.mono(t);
-        let digest = node.member.session_digest(call.id);
+        let sent = node.member.session_sent(call.id);
+        let digest = sent.digest;
         let leader = node.raft.current_leader();
         let Some(leader) = leader.filter(|&l| l != n) else {
             let msg = Msg::SessionReply {
@@ -85,7 +86,7 @@ impl World {
                 call: forwarded,
                 sent: t,
                 renewing: None,
-                session: Some((call, digest)),
+                session: Some((call, sent)),
             },
         );
         let msg = Msg::ForwardRenewSession {
@@ -246,7 +247,7 @@ impl World {
         let Some(pending) = node.pending.remove(&req) else {
             return;
         };
-        let Some((call, sent_digest)) = pending.session else {
+        let Some((call, sent)) = pending.session else {
             return;
         };
         let now = node.mono(t);
@@ -261,7 +262,7 @@ impl World {
                     pending.call,
                     session,
                     records,
-                    sent_digest,
+                    &sent,
                     now,
                 ) {
                     Ok((session, mut lost)) => {

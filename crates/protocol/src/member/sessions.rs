@@ -43,6 +43,16 @@ pub struct SessionRenewal {
     pub reclaimable: bool,
 }
 
+/// What a node recorded of a session's locks when it sent the session's
+/// renewal on to the speaker ([`Member::session_sent`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionSent {
+    /// The digest it sent ([`Member::session_digest`]).
+    pub digest: Option<u128>,
+    /// The ids of the session's locks it recorded.
+    pub locks: Vec<LockId>,
+}
+
 /// What the speaker answers a session's renewal.
 #[derive(Debug, Clone)]
 pub struct RenewedSession {
@@ -310,17 +320,29 @@ impl Member {
         (self.held.session_count(id) > 0).then(|| self.held.session_digest(id))
     }
 
+    /// What this member records of the session `id`'s locks, as a renewal
+    /// it forwards sends: kept with the call for its answer
+    /// ([`Member::renewed_session_through_speaker`]).
+    pub fn session_sent(&self, id: LockId) -> SessionSent {
+        SessionSent {
+            digest: self.session_digest(id),
+            locks: self.held.session_locks(id),
+        }
+    }
+
     /// A session's renewal the speaker answered to a call this member
     /// forwarded, counted from the call's send: the session's record and
     /// every one of its locks' take the new end. With the speaker's records
     /// (`records`), those replace this member's records of the session's
-    /// locks; a lock this member recorded that the speaker's table lacks is
-    /// answered as lost (its client must stop using it).
+    /// locks; a lock this member recorded at the send (`sent`) that the
+    /// speaker's table lacks is answered as lost (its client must stop
+    /// using it). A lock recorded since was granted after the speaker
+    /// renewed (the two crossed): its record is kept, one of the two its
+    /// grant's answer counted on.
     ///
     /// Recorded unless a newer speaker read this member meanwhile, or the
     /// session was released through it (the two crossed). Without records,
-    /// `sent_digest` is the digest the call sent ([`Member::session_digest`]
-    /// at its send): a record of the session's locks that ended (or went)
+    /// `sent.digest` is the digest the call sent: a record of the session's locks that ended (or went)
     /// on the way is not extended, so the renewal is refused (to retry,
     /// which then brings the records).
     pub fn renewed_session_through_speaker(
@@ -328,14 +350,14 @@ impl Member {
         call: Forwarded,
         session: LockInTransit,
         records: Option<Vec<LockInTransit>>,
-        sent_digest: Option<u128>,
+        sent: &SessionSent,
         arrived: MonoTime,
     ) -> Result<(Lock, Vec<Lock>), Refusal> {
         let session = self.renewed_through_speaker(call, session, arrived)?;
         let mut lost = Vec::new();
         match records {
             None => {
-                if self.session_digest(session.id) != sent_digest {
+                if self.session_digest(session.id) != sent.digest {
                     return Err(Refusal::NotRebuilt);
                 }
                 self.held
@@ -352,7 +374,11 @@ impl Member {
                         self.held.record(lock);
                     }
                 }
-                lost.extend(kept.into_iter().filter_map(|id| self.held.remove(id)));
+                lost.extend(
+                    kept.into_iter()
+                        .filter(|id| sent.locks.contains(id))
+                        .filter_map(|id| self.held.remove(id)),
+                );
             }
         }
         Ok((session, lost))

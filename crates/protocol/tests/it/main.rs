@@ -14,6 +14,7 @@ mod reading;
 mod recording;
 mod rules;
 mod session_copies;
+mod session_crossing;
 mod session_delay;
 mod session_notes;
 mod session_reclaim;

@@ -51,11 +51,12 @@ fn renewed_session() -> (Member, Member, Lock, Lock) {
         at(1_001),
     )
     .unwrap();
+    let sent = m2.session_sent(session.id);
     let renewal = SessionRenewal {
         id: session.id,
         lease: None,
         node: 2,
-        digest: m2.session_digest(session.id),
+        digest: sent.digest,
         client_digest: None,
         session_copies: true,
         reclaimable: false,
@@ -71,7 +72,7 @@ fn renewed_session() -> (Member, Member, Lock, Lock) {
         call(4_000),
         renewed.session.in_transit(at(4_000)),
         None,
-        renewal.digest,
+        &sent,
         at(4_001),
     )
     .unwrap();

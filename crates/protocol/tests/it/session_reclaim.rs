@@ -100,12 +100,13 @@ fn a_session_a_rebuild_missed_is_taken_back_from_its_nodes_records() {
         renewed.records.is_none(),
         "the node's records are the table's"
     );
+    let sent = m2.session_sent(session.id);
     let (_, lost) = m2
         .renewed_session_through_speaker(
             call(3_000),
             renewed.session.in_transit(now),
             None,
-            m2.session_digest(session.id),
+            &sent,
             at(3_001),
         )
         .unwrap();
@@ -135,12 +136,13 @@ fn a_lock_of_a_session_granted_again_meanwhile_is_answered_lost() {
     assert_eq!(renewed.locks, 1);
     let records = renewed.records.expect("the node's records differ");
     let records = records.iter().map(|l| l.in_transit(now)).collect();
+    let sent = m2.session_sent(session.id);
     let (_, lost) = m2
         .renewed_session_through_speaker(
             call(3_000),
             renewed.session.in_transit(now),
             Some(records),
-            m2.session_digest(session.id),
+            &sent,
             at(3_001),
         )
         .unwrap();
@@ -225,12 +227,13 @@ fn a_session_taken_back_through_a_copy_holder_keeps_the_locks_it_copies() {
     assert_eq!(renewed.locks, 2, "both locks taken back with the session");
     let records = renewed.records.expect("node 2 keeps no `Held` of them");
     let records = records.iter().map(|l| l.in_transit(now)).collect();
+    let sent = m2.session_sent(session.id);
     let (_, lost) = m2
         .renewed_session_through_speaker(
             call(3_000),
             renewed.session.in_transit(now),
             Some(records),
-            m2.session_digest(session.id),
+            &sent,
             at(3_001),
         )
         .unwrap();

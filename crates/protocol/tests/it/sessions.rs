@@ -47,11 +47,12 @@ fn a_session_renewed_through_its_node_keeps_every_lock_past_a_speaker_crash() {
 
     // Renewed through node 2 every 4 s for 16 s: no records travel.
     for t in [4_000, 8_000, 12_000, 16_000] {
+        let sent = m2.session_sent(session.id);
         let renewal = SessionRenewal {
             id: session.id,
             lease: None,
             node: 2,
-            digest: m2.session_digest(session.id),
+            digest: sent.digest,
             client_digest: None,
             session_copies: false,
             reclaimable: false,
@@ -70,7 +71,7 @@ fn a_session_renewed_through_its_node_keeps_every_lock_past_a_speaker_crash() {
                 call(t),
                 renewed.session.in_transit(at(t)),
                 None,
-                renewal.digest,
+                &sent,
                 at(t + 1),
             )
             .unwrap();
@@ -102,11 +103,12 @@ fn renew_via(
     arrives: u64,
 ) -> Vec<Lock> {
     let node = m.id();
+    let at_send = m.session_sent(sid);
     let renewal = SessionRenewal {
         id: sid,
         lease: None,
         node,
-        digest: m.session_digest(sid),
+        digest: at_send.digest,
         client_digest: None,
         session_copies: false,
         reclaimable: false,
@@ -124,7 +126,7 @@ fn renew_via(
             call(sent),
             renewed.session.in_transit(at(sent)),
             records,
-            renewal.digest,
+            &at_send,
             at(arrives),
         )
         .unwrap_or_else(|refusal| {
@@ -142,11 +144,12 @@ fn renew_once_more(
     refusal: leasehold_protocol::Refusal,
 ) -> (Lock, Vec<Lock>) {
     assert_eq!(refusal, leasehold_protocol::Refusal::NotRebuilt);
+    let at_send = m.session_sent(sid);
     let renewal = SessionRenewal {
         id: sid,
         lease: None,
         node: m.id(),
-        digest: m.session_digest(sid),
+        digest: at_send.digest,
         client_digest: None,
         session_copies: false,
         reclaimable: false,
@@ -161,7 +164,7 @@ fn renew_once_more(
         call(sent),
         renewed.session.in_transit(at(sent)),
         records,
-        renewal.digest,
+        &at_send,
         at(sent + 1),
     )
     .unwrap()
