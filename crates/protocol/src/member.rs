@@ -127,6 +127,12 @@ pub struct Member {
     /// `moved` is pruned of ended records when it grows to this size.
     moved_prune_at: usize,
     pub(crate) last_rebuild: Option<RebuildReport>,
+    /// The sessions renewed since the last rebuild while it held new
+    /// grants back: their clients were answered the session's locks as the
+    /// table had them, so a late read takes none of theirs back (a lock the
+    /// client was told it lost, or never counted, would be held by nobody
+    /// for as long as the session runs).
+    pub(crate) renewed_in_hold: BTreeSet<LockId>,
     /// Set when the member starts to shut down: it speaks no more,
     /// whatever Raft still says.
     stopping: bool,
@@ -175,6 +181,7 @@ impl Member {
             claimed: Default::default(),
             moved_prune_at: MOVED_PRUNE_AT,
             last_rebuild: None,
+            renewed_in_hold: BTreeSet::new(),
             stopping: false,
             read_by: 0,
             suspects: BTreeSet::new(),

@@ -527,6 +527,7 @@ impl Member {
         };
         tracing::info!(?report, "failover report: lock table rebuilt");
         self.last_rebuild = Some(report.clone());
+        self.renewed_in_hold.clear();
         let mut lost: BTreeMap<NodeId, Vec<Lock>> = BTreeMap::new();
         for lock in rebuilt.lost {
             lost.entry(lock.node).or_default().push(lock);

@@ -156,3 +156,27 @@ fn a_grant_crossing_its_sessions_renewal_keeps_its_record() {
     report.trace.clear();
     assert!(report.ok(), "{report:#?}");
 }
+
+/// Seed 2746 of speaker-crashes (kinds, sets, sessions, their copies and
+/// take-back, delays, strict), found by the second reader of the late
+/// reads: a late read took back a session the table lacked but not its
+/// lock (an older record of the name, its lock-delay running, closed it
+/// for a moment), and the session's next renewal, the table now having the
+/// session, answered the lock lost where the renewing node's records
+/// would have taken it back a moment later. A late read takes back no
+/// session the table lacks.
+#[test]
+fn a_late_read_takes_back_no_session_the_table_lacks() {
+    let seed = 2746;
+    let mut config = Config::scenario(seed, Scenario::SpeakerCrashes);
+    config.kinds = true;
+    config.sets = true;
+    config.sessions = true;
+    config.session_copies = true;
+    config.session_reclaim = true;
+    config.delays = true;
+    config.strict = true;
+    let mut report = run(seed, &config);
+    report.trace.clear();
+    assert!(report.ok(), "{report:#?}");
+}

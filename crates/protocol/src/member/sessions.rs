@@ -130,6 +130,9 @@ impl Member {
         if let Some((from, until)) = before.filter(|(from, _)| *from != node) {
             self.note_other_record(id, from, until, now);
         }
+        if self.table.new_grants_held_until(now).is_some() {
+            self.renewed_in_hold.insert(id);
+        }
         for &(lock, from, until) in &renewed.moved_from {
             self.note_other_record(lock, from, until, now);
         }

@@ -232,12 +232,33 @@ impl Member {
         now: MonoTime,
     ) -> Result<(Lock, Members), Refusal> {
         self.speaker(guard, now)?;
-        let lock = self.table.release(name, id, now).map_err(lock_error)?;
+        let lock = match self.table.release(name, id, now) {
+            Err(LockError::NotHeld) => {
+                self.forget_unknown_in_hold(name, id, now);
+                return Err(Refusal::NotHeld);
+            }
+            other => other.map_err(lock_error)?,
+        };
         self.claimed.remove(&id);
         self.held.remove(id);
         self.copies.remove(id);
         let to = self.forget_to(&lock, now);
         Ok((lock, to))
+    }
+
+    /// A release of a lock the table lacks while new grants are held back
+    /// after a rebuild that missed members: one of them may keep a record
+    /// of it, which a late read or a renewal's take-back must not bring
+    /// back (its name would stay closed, held by nobody). The id is kept
+    /// from them until the hold ends, when every such record has ended.
+    fn forget_unknown_in_hold(&mut self, name: &str, id: LockId, now: MonoTime) {
+        let Some(until) = self.table.new_grants_held_until(now) else {
+            return;
+        };
+        if !self.table.is_forgotten(id, now) {
+            let left = until.saturating_duration_since(now);
+            self.table.forget(name, id, left, now);
+        }
     }
 
     /// Takes back, as the speaker, a grant a follower's caller never heard

@@ -12,7 +12,7 @@
 //! session). Nothing is granted or released for it, and the hold keeps
 //! its end: the members still missing may hold records too.
 
-use locktable::{is_session_name, MonoTime, NodeId};
+use locktable::{is_session_name, Lock, MonoTime, NodeId};
 
 use super::MemberRead;
 use crate::guard::Guard;
@@ -77,6 +77,10 @@ impl Member {
         locks.sort_unstable_by_key(|l| (!is_session_name(&l.name), l.session.is_some(), l.id));
         let mut done = LateRead::default();
         for lock in locks {
+            if !self.late_record_wanted(&lock) {
+                done.refused += 1;
+                continue;
+            }
             let had = self.table.grant_of(&lock.name, lock.id, now).is_some();
             match self.table.reclaim(lock, now) {
                 Ok(_) if had => done.merged += 1,
@@ -93,5 +97,22 @@ impl Member {
             "a member the rebuild missed was read during the hold"
         );
         Ok(done)
+    }
+
+    /// Whether a late report's record of `lock` may be taken back. Not a
+    /// session the table lacks: taken back without every one of its locks
+    /// (one not fitting yet), its renewal would answer them lost, where the
+    /// renewing node's records, asked for when the table lacks the
+    /// session, take them back with it, or are refused `503` while the
+    /// hold lasts. Not a lock of a session renewed during the hold: its
+    /// client was answered the session's locks, and one it was told it
+    /// lost, or never counted, would be held by nobody while the session
+    /// runs.
+    fn late_record_wanted(&self, lock: &Lock) -> bool {
+        if is_session_name(&lock.name) {
+            return self.table.session_name_of(lock.id).is_some();
+        }
+        lock.session
+            .is_none_or(|session| !self.renewed_in_hold.contains(&session))
     }
 }
