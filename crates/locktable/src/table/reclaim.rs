@@ -44,12 +44,40 @@ impl Table {
             }
             return Ok(self.slots.get(at).expect("found").to_lock());
         }
+        self.drop_superseded(&lock, now);
         if !self.fits(&lock.name, lock.kind) || !self.queue_admits(&lock.name, lock.kind) {
             return Err(LockError::NotHeld);
         }
         let lock = self.reclaimed_lease(lock, now)?;
         self.insert(&lock);
         Ok(lock)
+    }
+
+    /// Takes out the holders of `lock`'s name that its grant supersedes:
+    /// of its own term, granted before it (a lower fence), and not to be
+    /// held beside it. One speaker grants a name again only once every
+    /// grant it cannot be held beside has ended, so each such holder is a
+    /// stale record (a copy, or a `Held` its release had not reached) that
+    /// the rebuild read without the later grant; a rebuild reading both
+    /// keeps the later ([`crate::settle`]'s rule for one term). Each one
+    /// taken out is kept from later take-backs, as a released id is.
+    fn drop_superseded(&mut self, lock: &Lock, now: MonoTime) {
+        let stale: Vec<u32> = self
+            .slots
+            .of_name(&lock.name)
+            .filter(|&at| {
+                let held = self.slots.get(at).expect("of the name");
+                held.id != lock.id
+                    && held.fence.epoch() == lock.fence.epoch()
+                    && held.fence < lock.fence
+                    && !lock.kind.compatible(held.kind())
+            })
+            .collect();
+        for at in stale {
+            let gone = self.remove(at);
+            let until = gone.expires.max(now) + Self::FORGET_MARGIN;
+            self.forgotten.insert(gone.id, until, now);
+        }
     }
 
     /// A record to be taken back, its lease cut as the table keeps it: a

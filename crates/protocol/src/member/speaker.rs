@@ -394,7 +394,20 @@ impl Member {
             Err(LockError::NotHeld) if record.is_some() => {
                 let record = record.expect("checked");
                 self.table.reclaim(record, now).map_err(lock_error)?;
-                self.table.renew(name, id, lease, node, now)
+                match self.table.renew(name, id, lease, node, now) {
+                    // The table holds this grant, its lease run out (only
+                    // its lock-delay left), and the record sent is no
+                    // later: a member the rebuild missed may keep a later
+                    // renewal of it (a late read brings it). Not "not
+                    // held" while the hold lasts.
+                    Err(LockError::NotHeld)
+                        if self.table.new_grants_held_until(now).is_some()
+                            && !self.table.is_forgotten(id, now) =>
+                    {
+                        return Err(Refusal::MayBeOnRecordElsewhere);
+                    }
+                    other => other,
+                }
             }
             Err(LockError::NotHeld)
                 if self.table.new_grants_held_until(now).is_some()

@@ -4,6 +4,8 @@
 
 use crate::common::*;
 
+use crate::common::renewal as renewal_of;
+
 use std::time::Duration;
 
 use leasehold_protocol::{LateRead, Member, MemberRead, RebuildMode, Refusal, SessionRenewal};
@@ -136,10 +138,11 @@ fn a_late_report_is_taken_only_during_the_hold_by_the_term_that_missed_it() {
 #[test]
 fn a_late_record_that_does_not_fit_beside_the_holder_is_not_kept() {
     let (_, _, x) = term_1_grants();
-    // Another grant of `x` (of term 1, made apart) is the table's.
+    // Another grant of `x`, made apart by another speaker (term 0), is the
+    // table's. (A later grant of `x`'s own term would supersede `x`.)
     let rival = Lock {
         id: LockId::from_u128(77),
-        fence: Fence::new(1, 9),
+        fence: Fence::new(0, 9),
         ..x.clone()
     };
     let mut s2 = speaker_2_missing_1_and_3(vec![rival.clone()]);
@@ -203,4 +206,41 @@ fn no_lock_of_a_session_renewed_during_the_hold_is_read_back() {
         .unwrap();
     assert_eq!((done.taken_back, done.refused), (0, 1));
     assert!(s2.get("a", &guard, at(2_600)).unwrap().is_none());
+}
+
+#[test]
+fn a_renewal_of_a_grant_whose_lease_ran_out_here_waits_for_the_late_read() {
+    // `p` (10 s, a 3 s lock-delay) granted at 0, renewed at 8 s: the
+    // renewal's records are at members 1 and 3, which the rebuild missed;
+    // it read the first grant's record (from member 2).
+    let mut s1 = speaker(1, 1, at(0), vec![], RebuildMode::Strict);
+    let p = grant_for(
+        &mut s1,
+        Request {
+            lease: Some(Duration::from_secs(10)),
+            delay: Duration::from_secs(3),
+            ..request("p", 5, 2)
+        },
+        1,
+        at(0),
+    );
+    let renewed_at_8 = Lock {
+        expires: p.expires + Duration::from_secs(8),
+        ..p.clone()
+    };
+    let mut s2 = speaker_2_missing_1_and_3(vec![p.clone()]);
+    // At 11 s the table's lease of `p` ran out (its delay runs to 13 s);
+    // the renewing node sends the record it has, no later.
+    let now = at(11_000);
+    let guard = leading(2, now);
+    let renewal = || renewal_of("p", p.id, 2, Some(p.clone()));
+    let refused = s2.renew(renewal(), &guard, now);
+    assert_eq!(refused.err(), Some(Refusal::MayBeOnRecordElsewhere));
+    // Member 3's later record, read late, lets the retry through.
+    let done = s2
+        .late_read(2, report(3, vec![renewed_at_8]), &guard, now)
+        .unwrap();
+    assert_eq!(done.merged, 1);
+    let (lock, _) = s2.renew(renewal(), &guard, at(11_100)).unwrap();
+    assert_eq!(lock.fence, p.fence);
 }
