@@ -222,8 +222,8 @@ impl Member {
         answers
     }
 
-    /// Releases a lock as the speaker; answers it and the members that may
-    /// keep a record of it, to be told to forget it.
+    /// Releases a lock as the speaker, for its holder; answers it and the
+    /// members that may keep a record of it, to be told to forget it.
     pub fn release(
         &mut self,
         name: &str,
@@ -232,13 +232,23 @@ impl Member {
         now: MonoTime,
     ) -> Result<(Lock, Members), Refusal> {
         self.speaker(guard, now)?;
-        let lock = match self.table.release(name, id, now) {
-            Err(LockError::NotHeld) => {
+        match self.release_granted(name, id, now) {
+            Err(Refusal::NotHeld) => {
                 self.forget_unknown_in_hold(name, id, now);
-                return Err(Refusal::NotHeld);
+                Err(Refusal::NotHeld)
             }
-            other => other.map_err(lock_error)?,
-        };
+            other => other,
+        }
+    }
+
+    /// Releases the grant of `name` under `id` the table has.
+    fn release_granted(
+        &mut self,
+        name: &str,
+        id: LockId,
+        now: MonoTime,
+    ) -> Result<(Lock, Members), Refusal> {
+        let lock = self.table.release(name, id, now).map_err(lock_error)?;
         self.claimed.remove(&id);
         self.held.remove(id);
         self.copies.remove(id);
@@ -255,7 +265,9 @@ impl Member {
         let Some(until) = self.table.new_grants_held_until(now) else {
             return;
         };
-        if !self.table.is_forgotten(id, now) {
+        // A grant the table has, lapsed (its lock-delay running), keeps
+        // its delay: not taken out here.
+        if self.table.held_through(name, id).is_none() && !self.table.is_forgotten(id, now) {
             let left = until.saturating_duration_since(now);
             self.table.forget(name, id, left, now);
         }
@@ -266,6 +278,9 @@ impl Member {
     /// unless it was renewed since it was granted, which only a client
     /// holding it does (a retry of the same request, answered with this
     /// grant): then it is that client's, and kept ([`Refusal::Claimed`]).
+    /// A grant the table lacks (a strict rebuild missed it) is not kept
+    /// from later take-backs, as a holder's release keeps it: a retry
+    /// answered with it may hold it, which only its records can show.
     pub fn take_back_unrenewed(
         &mut self,
         name: &str,
@@ -278,7 +293,7 @@ impl Member {
         if current.is_some_and(|lock| self.is_claimed(&lock)) {
             return Err(Refusal::Claimed);
         }
-        self.release(name, id, guard, now)
+        self.release_granted(name, id, now)
     }
 
     /// Releases a grant its client never heard of (it could not be put on

@@ -244,3 +244,21 @@ fn a_renewal_of_a_grant_whose_lease_ran_out_here_waits_for_the_late_read() {
     let (lock, _) = s2.renew(renewal(), &guard, at(11_100)).unwrap();
     assert_eq!(lock.fence, p.fence);
 }
+
+#[test]
+fn a_take_back_of_a_grant_the_table_lacks_does_not_keep_it_from_its_records() {
+    // A retry of the request was answered with `x` and its client renewed
+    // it; the follower whose first caller went away takes the grant back
+    // during the hold of a rebuild that missed it (from the second reader).
+    let (_, _, x) = term_1_grants();
+    let mut s2 = speaker_2_missing_1_and_3(Vec::new());
+    let (now, guard) = (at(2_500), leading(2, at(2_500)));
+    let taken = s2.take_back_unrenewed("x", x.id, &guard, now);
+    assert_eq!(taken.err(), Some(Refusal::NotHeld));
+    let done = s2
+        .late_read(2, report(1, vec![x.clone()]), &guard, at(2_600))
+        .unwrap();
+    assert_eq!(done.taken_back, 1, "the holder's record is taken back");
+    let renewed = s2.renew(renewal_of("x", x.id, 1, None), &guard, at(2_700));
+    assert!(renewed.is_ok(), "{renewed:?}");
+}
