@@ -308,6 +308,8 @@ impl Node {
                 None => Ok(()),
             };
             let renewed = reclaimed.and_then(|()| state.member.renew_session(renewal, &guard, now));
+            // A take-back may have served a name's queue.
+            self.dispatch(&mut state);
             if renewed.is_ok() {
                 self.changed(&state);
             }

@@ -493,6 +493,8 @@ impl Node {
                 data,
             };
             let renewed = state.member.renew(renewal, &guard, self.clock.now());
+            // A take-back may have served a name's queue.
+            self.dispatch(&mut state);
             if renewed.is_ok() {
                 self.changed(&state);
             }

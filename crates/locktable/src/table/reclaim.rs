@@ -44,7 +44,20 @@ impl Table {
             }
             return Ok(self.slots.get(at).expect("found").to_lock());
         }
-        self.drop_superseded(&lock, now);
+        let name = lock.name.clone();
+        let dropped = self.drop_superseded(&lock, now);
+        let kept = self.keep_reclaimed(lock, now);
+        // Holders went: the queue is served as after any release (the name
+        // may be free, or fit a waiter beside the lock kept).
+        if dropped {
+            self.hand_over(&name, None, now);
+        }
+        kept
+    }
+
+    /// Puts a record to be taken back in the table if it fits beside the
+    /// name's holders and waiters.
+    fn keep_reclaimed(&mut self, lock: Lock, now: MonoTime) -> Result<Lock, LockError> {
         if !self.fits(&lock.name, lock.kind) || !self.queue_admits(&lock.name, lock.kind) {
             return Err(LockError::NotHeld);
         }
@@ -61,7 +74,8 @@ impl Table {
     /// the rebuild read without the later grant; a rebuild reading both
     /// keeps the later ([`crate::settle`]'s rule for one term). Each one
     /// taken out is kept from later take-backs, as a released id is.
-    fn drop_superseded(&mut self, lock: &Lock, now: MonoTime) {
+    /// Answers whether any was.
+    fn drop_superseded(&mut self, lock: &Lock, now: MonoTime) -> bool {
         let stale: Vec<u32> = self
             .slots
             .of_name(&lock.name)
@@ -73,11 +87,13 @@ impl Table {
                     && !lock.kind.compatible(held.kind())
             })
             .collect();
+        let dropped = !stale.is_empty();
         for at in stale {
             let gone = self.remove(at);
             let until = gone.expires.max(now) + Self::FORGET_MARGIN;
             self.forgotten.insert(gone.id, until, now);
         }
+        dropped
     }
 
     /// A record to be taken back, its lease cut as the table keeps it: a

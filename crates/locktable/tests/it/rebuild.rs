@@ -573,3 +573,25 @@ fn a_record_taken_back_supersedes_an_earlier_grant_of_its_term() {
     table.reclaim(shared(4, 7), t(7)).unwrap();
     assert_eq!(table.holders("s", t(7)).unwrap().len(), 2);
 }
+
+/// A superseded holder taken out by a take-back that then fails (the
+/// record fits beside no waiter: another kind) leaves the name to its
+/// queue, as a release does (from the third reader of the take-backs).
+#[test]
+fn a_take_back_that_takes_out_a_superseded_holder_serves_the_queue() {
+    let stale = held_lock("x", 1, 1, t(0), t(20), Fence::new(1, 5).0);
+    let later = Lock {
+        kind: locktable::Kind::Permit(2),
+        ..held_lock("x", 2, 2, t(5), t(25), Fence::new(1, 7).0)
+    };
+    let mut table = rebuilt_table(2, vec![stale], t(6));
+    let waiter = table.acquire(waiting(req("x", 3, 3), 60 * SEC), t(6));
+    assert!(matches!(waiter, Ok(locktable::Acquired::Waiting(_))));
+    assert_eq!(table.reclaim(later, t(7)), Err(LockError::NotHeld));
+    let holders = table.holders("x", t(7)).unwrap();
+    assert_eq!(
+        holders.iter().map(|l| l.id).collect::<Vec<_>>(),
+        [locktable::LockId::from_u128(3)],
+        "the waiter holds the freed name"
+    );
+}

@@ -56,6 +56,7 @@ async fn read_late(node: Arc<Node>, term: u64, id: NodeId, addr: String) {
                 let now = node.clock.now();
                 let mut state = node.state();
                 if let Ok(done) = state.member.late_read(term, read, &guard, now) {
+                    node.dispatch(&mut state);
                     if done.taken_back + done.merged > 0 {
                         node.changed(&state);
                     }
