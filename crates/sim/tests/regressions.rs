@@ -210,13 +210,17 @@ fn a_renewal_of_a_grant_whose_lease_ran_out_in_the_hold_is_retried() {
 /// 52547 of speaker-crashes (a late read took back a stale record of a
 /// grant its term later superseded, which then closed the name to the
 /// later grant's take-back), and 30492 of slow-reports (failing before
-/// the late reads, passing since this round's fixes). A record taken back
-/// supersedes the earlier grants of its term it cannot be held beside.
+/// the late reads, passing since this round's fixes), and 62901 of
+/// speaker-crashes (a live permit's copy, read late, refused beside two
+/// holders of its term, one a record left behind). A record taken back
+/// supersedes the earlier grants of its term it cannot be held beside, and
+/// joins its term's holders past the count, as a rebuild keeps them.
 #[test]
 fn a_record_taken_back_supersedes_a_stale_earlier_grant_of_its_term() {
     for (seed, scenario) in [
         (52547, Scenario::SpeakerCrashes),
         (30492, Scenario::SlowReports),
+        (62901, Scenario::SpeakerCrashes),
     ] {
         let mut config = Config::scenario(seed, scenario);
         config.kinds = true;

@@ -58,7 +58,8 @@ impl Table {
     /// Puts a record to be taken back in the table if it fits beside the
     /// name's holders and waiters.
     fn keep_reclaimed(&mut self, lock: Lock, now: MonoTime) -> Result<Lock, LockError> {
-        if !self.fits(&lock.name, lock.kind) || !self.queue_admits(&lock.name, lock.kind) {
+        let fits = self.fits(&lock.name, lock.kind) || self.fits_past_count(&lock);
+        if !fits || !self.queue_admits(&lock.name, lock.kind) {
             return Err(LockError::NotHeld);
         }
         let lock = self.reclaimed_lease(lock, now)?;
@@ -76,6 +77,9 @@ impl Table {
     /// taken out is kept from later take-backs, as a released id is.
     /// Answers whether any was.
     fn drop_superseded(&mut self, lock: &Lock, now: MonoTime) -> bool {
+        if !self.of_an_earlier_term(lock) {
+            return false;
+        }
         let stale: Vec<u32> = self
             .slots
             .of_name(&lock.name)
@@ -94,6 +98,28 @@ impl Table {
             self.forgotten.insert(gone.id, until, now);
         }
         dropped
+    }
+
+    /// Whether `lock` may join its name's holders past the name's count:
+    /// every holder may be held beside it and is of its own term. One
+    /// table never held more than the permits, so a record of one term
+    /// past the count holds a record left behind (a release a copy
+    /// missed), which nothing tells from the live ones; as a rebuild keeps
+    /// them all ([`crate::settle`]), the name grants nothing until enough
+    /// leases end.
+    fn fits_past_count(&self, lock: &Lock) -> bool {
+        self.of_an_earlier_term(lock)
+            && self.slots.of_name(&lock.name).all(|at| {
+                let held = self.slots.get(at).expect("of the name");
+                lock.kind.compatible(held.kind()) && held.fence.epoch() == lock.fence.epoch()
+            })
+    }
+
+    /// Whether `lock` was granted in a term before this table's: a record
+    /// of this table's own term that the table lacks has ended here (the
+    /// table knows its own grants), and makes no room for itself.
+    fn of_an_earlier_term(&self, lock: &Lock) -> bool {
+        lock.fence.epoch() < crate::lock::Fence(self.fences.next).epoch()
     }
 
     /// A record to be taken back, its lease cut as the table keeps it: a
