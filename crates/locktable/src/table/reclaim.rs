@@ -1,7 +1,7 @@
 //! Taking back a lock a rebuild missed, from its holder's node's record.
 
 use crate::error::{LockError, NotRebuilt};
-use crate::lock::Lock;
+use crate::lock::{Fence, Lock};
 use crate::time::{LeaseRule, MonoTime};
 
 use super::Table;
@@ -101,17 +101,21 @@ impl Table {
     }
 
     /// Whether `lock` may join its name's holders past the name's count:
-    /// every holder may be held beside it and is of its own term. One
-    /// table never held more than the permits, so a record of one term
-    /// past the count holds a record left behind (a release a copy
-    /// missed), which nothing tells from the live ones; as a rebuild keeps
-    /// them all ([`crate::settle`]), the name grants nothing until enough
-    /// leases end.
+    /// every holder may be held beside it and is of its own term, or of an
+    /// earlier one if its term saw every grant before it ([`Fence::seen_all`]:
+    /// it counted them). One table never held more than the permits, so
+    /// such a record past the count holds a record left behind (a release
+    /// a copy missed), which nothing tells from the live ones; as a rebuild
+    /// keeps them all ([`crate::settle`]), the name grants nothing until
+    /// enough leases end.
     fn fits_past_count(&self, lock: &Lock) -> bool {
+        let term = lock.fence.epoch();
         self.of_an_earlier_term(lock)
             && self.slots.of_name(&lock.name).all(|at| {
                 let held = self.slots.get(at).expect("of the name");
-                lock.kind.compatible(held.kind()) && held.fence.epoch() == lock.fence.epoch()
+                let counted_by_its_term = held.fence.epoch() == term
+                    || (lock.fence.seen_all() && held.fence.epoch() < term);
+                lock.kind.compatible(held.kind()) && counted_by_its_term
             })
     }
 
@@ -119,7 +123,7 @@ impl Table {
     /// of this table's own term that the table lacks has ended here (the
     /// table knows its own grants), and makes no room for itself.
     fn of_an_earlier_term(&self, lock: &Lock) -> bool {
-        lock.fence.epoch() < crate::lock::Fence(self.fences.next).epoch()
+        lock.fence.epoch() < Fence(self.fences.next).epoch()
     }
 
     /// A record to be taken back, its lease cut as the table keeps it: a

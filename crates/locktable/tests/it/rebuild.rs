@@ -625,3 +625,27 @@ fn a_permit_taken_back_past_the_count_of_its_term_is_kept() {
     let mut table = rebuilt_table(3, vec![permit(1, 2, 20), permit(3, 5, 30)], t(6));
     assert_eq!(table.reclaim(apart, t(7)), Err(LockError::NotHeld));
 }
+
+/// As above across two terms (from the fourth reader): term 2 saw every
+/// grant, held a permit of term 1 beside its own, and granted a second of
+/// its own once the term-1 one was released (a copy missed the release).
+/// A take-back of that second permit joins the two past the count.
+#[test]
+fn a_permit_of_a_term_that_saw_every_grant_is_kept_past_the_count() {
+    let permit = |id, fence: Fence| Lock {
+        kind: locktable::Kind::Permit(2),
+        ..held_lock("p", id, 1, t(id as u64), t(40), fence.0)
+    };
+    let left_behind = permit(1, Fence::new(1, 3));
+    let first = permit(2, Fence::new(2, Fence::SEEN_ALL | 2));
+    let second = permit(3, Fence::new(2, Fence::SEEN_ALL | 3));
+    let all = vec![left_behind.clone(), first.clone(), second.clone()];
+    let rebuilt = held_back_table(3, all, t(6), t(60));
+    assert_eq!(rebuilt.holders("p", t(7)).unwrap().len(), 3);
+    let mut table = held_back_table(3, vec![left_behind, first], t(6), t(60));
+    assert_eq!(
+        table.reclaim(second, t(7)).unwrap().id,
+        locktable::LockId::from_u128(3)
+    );
+    assert_eq!(table.holders("p", t(7)).unwrap().len(), 3);
+}
