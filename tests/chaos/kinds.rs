@@ -28,14 +28,40 @@ fn short(seed: u64, base: serde_json::Value) -> Run {
     }
 }
 
+/// The kinds a clean run must have granted for the self-tests to judge.
+const JUDGED: [&str; 3] = ["shared", "permit", "in_set"];
+
 /// The clean short run, made once for the suite's run (with the seed of
 /// the self-test that made it: its report says which), and every promise
-/// kept in it.
+/// kept in it. A short run under faults grants a kind only now and then
+/// (one in CI granted no reader in six seconds): a run that granted none
+/// of one of [`JUDGED`] is followed by another seed, at most
+/// [`SABOTAGED_RUNS`] in all, each keeping every promise.
 async fn clean(seed: u64) -> &'static Checked {
     static CLEAN: OnceCell<Checked> = OnceCell::const_new();
-    let clean = CLEAN.get_or_init(|| run(short(seed, json!({})))).await;
-    clean.assert_kept();
-    for kind in ["shared", "permit", "in_set"] {
+    let clean = CLEAN
+        .get_or_init(|| async move {
+            let mut next = 0;
+            loop {
+                let checked = run(short(seed + next, json!({}))).await;
+                checked.assert_kept();
+                let missing = JUDGED
+                    .into_iter()
+                    .find(|kind| checked.report["grants_by_kind"][*kind].as_u64() <= Some(0));
+                match missing {
+                    Some(kind) if next + 1 < SABOTAGED_RUNS => {
+                        eprintln!(
+                            "chaos: the clean run granted no {kind}; seed {}",
+                            seed + next + 1
+                        );
+                        next += 1;
+                    }
+                    _ => return checked,
+                }
+            }
+        })
+        .await;
+    for kind in JUDGED {
         let granted = clean.report["grants_by_kind"][kind].as_u64();
         assert!(
             granted > Some(0),
