@@ -28,6 +28,13 @@ impl World {
         }
     }
 
+    /// Whether `id` names node `n`'s late reads (the latest it started).
+    fn are_late_reads(&self, n: NodeId, id: u64) -> bool {
+        self.nodes[&n]
+            .late_reads
+            .is_some_and(|(late, _)| late == id)
+    }
+
     /// The term of node `n`'s late reads `id`, if they are its latest and
     /// the protocol still wants `member` read.
     fn late_read_wanted(&self, n: NodeId, id: u64, member: NodeId) -> Option<u64> {
@@ -41,7 +48,7 @@ impl World {
     /// Whether `id` names node `n`'s late reads; if so, the read of
     /// `member` failed and is tried again a while later.
     pub(crate) fn late_read_failed(&mut self, n: NodeId, id: u64, member: NodeId) -> bool {
-        if self.nodes[&n].late_reads.is_none_or(|(late, _)| late != id) {
+        if !self.are_late_reads(n, id) {
             return false;
         }
         if self.late_read_wanted(n, id, member).is_some() {
@@ -57,7 +64,7 @@ impl World {
     /// Whether `id` names node `n`'s late reads; if so, `member` is read
     /// again, if still wanted.
     pub(crate) fn late_read_again(&mut self, n: NodeId, id: u64, member: NodeId) -> bool {
-        if self.nodes[&n].late_reads.is_none_or(|(late, _)| late != id) {
+        if !self.are_late_reads(n, id) {
             return false;
         }
         if let Some(term) = self.late_read_wanted(n, id, member) {
@@ -77,7 +84,7 @@ impl World {
         header: ReportHeader,
         locks: Vec<LockInTransit>,
     ) -> Option<Vec<LockInTransit>> {
-        if self.nodes[&n].late_reads.is_none_or(|(late, _)| late != id) {
+        if !self.are_late_reads(n, id) {
             return Some(locks);
         }
         let term = self.late_read_wanted(n, id, from)?;

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::with_sessions;
-use leasehold_sim::{run, Config, Sabotage, Scenario};
+use common::{strict_with, with_sessions, Flag, EVERY_FLAG, SESSIONS_AND_DELAYS};
+use leasehold_sim::{Sabotage, Scenario};
 
 /// Seed 502551 (sessions, strict) overlapped two holders: the term-1
 /// speaker, paused through the election, kept its record of a grant whose
@@ -68,12 +68,7 @@ fn a_take_back_after_the_guard_ran_out_grants_nothing() {
 #[test]
 fn a_forget_at_a_deposed_speaker_hands_nothing_on() {
     for seed in [2180, 2488, 2922] {
-        let mut config = Config::scenario(seed, Scenario::Mixed);
-        config.kinds = true;
-        config.sets = true;
-        config.strict = true;
-        let mut report = run(seed, &config);
-        report.trace.clear();
+        let report = strict_with(Scenario::Mixed, seed, &[Flag::Kinds, Flag::Sets]);
         assert!(report.ok(), "seed {seed}: {report:#?}");
     }
 }
@@ -90,14 +85,8 @@ fn a_forget_at_a_deposed_speaker_hands_nothing_on() {
 #[test]
 fn a_renewal_with_a_later_record_of_a_lapsed_grant_keeps_it() {
     let seed = 10015;
-    let mut config = Config::scenario(seed, Scenario::SlowReports);
-    config.kinds = true;
-    config.sets = true;
-    config.sessions = true;
-    config.delays = true;
-    config.strict = true;
-    let mut report = run(seed, &config);
-    report.trace.clear();
+    let flags = [Flag::Kinds, Flag::Sets, Flag::Sessions, Flag::Delays];
+    let report = strict_with(Scenario::SlowReports, seed, &flags);
     assert!(report.ok(), "{report:#?}");
 }
 
@@ -114,14 +103,7 @@ fn a_renewal_with_a_later_record_of_a_lapsed_grant_keeps_it() {
 #[test]
 fn a_lock_of_a_session_only_a_missed_member_kept_is_read_back_during_the_hold() {
     let seed = 20968;
-    let mut config = Config::scenario(seed, Scenario::SpeakerPauses);
-    config.sessions = true;
-    config.session_copies = true;
-    config.session_reclaim = true;
-    config.delays = true;
-    config.strict = true;
-    let mut report = run(seed, &config);
-    report.trace.clear();
+    let report = strict_with(Scenario::SpeakerPauses, seed, SESSIONS_AND_DELAYS);
     assert!(report.ok(), "{report:#?}");
 }
 
@@ -146,14 +128,7 @@ fn a_lock_of_a_protocol_6_session_a_strict_rebuild_missed_is_read_back() {
 #[test]
 fn a_grant_crossing_its_sessions_renewal_keeps_its_record() {
     let seed = 5642;
-    let mut config = Config::scenario(seed, Scenario::SpeakerPauses);
-    config.sessions = true;
-    config.session_copies = true;
-    config.session_reclaim = true;
-    config.delays = true;
-    config.strict = true;
-    let mut report = run(seed, &config);
-    report.trace.clear();
+    let report = strict_with(Scenario::SpeakerPauses, seed, SESSIONS_AND_DELAYS);
     assert!(report.ok(), "{report:#?}");
 }
 
@@ -168,16 +143,7 @@ fn a_grant_crossing_its_sessions_renewal_keeps_its_record() {
 #[test]
 fn a_late_read_takes_back_no_session_the_table_lacks() {
     let seed = 2746;
-    let mut config = Config::scenario(seed, Scenario::SpeakerCrashes);
-    config.kinds = true;
-    config.sets = true;
-    config.sessions = true;
-    config.session_copies = true;
-    config.session_reclaim = true;
-    config.delays = true;
-    config.strict = true;
-    let mut report = run(seed, &config);
-    report.trace.clear();
+    let report = strict_with(Scenario::SpeakerCrashes, seed, EVERY_FLAG);
     assert!(report.ok(), "{report:#?}");
 }
 
@@ -192,16 +158,7 @@ fn a_late_read_takes_back_no_session_the_table_lacks() {
 #[test]
 fn a_renewal_of_a_grant_whose_lease_ran_out_in_the_hold_is_retried() {
     let seed = 6596;
-    let mut config = Config::scenario(seed, Scenario::SpeakerCrashes);
-    config.kinds = true;
-    config.sets = true;
-    config.sessions = true;
-    config.session_copies = true;
-    config.session_reclaim = true;
-    config.delays = true;
-    config.strict = true;
-    let mut report = run(seed, &config);
-    report.trace.clear();
+    let report = strict_with(Scenario::SpeakerCrashes, seed, EVERY_FLAG);
     assert!(report.ok(), "{report:#?}");
 }
 
@@ -222,16 +179,7 @@ fn a_record_taken_back_supersedes_a_stale_earlier_grant_of_its_term() {
         (30492, Scenario::SlowReports),
         (62901, Scenario::SpeakerCrashes),
     ] {
-        let mut config = Config::scenario(seed, scenario);
-        config.kinds = true;
-        config.sets = true;
-        config.sessions = true;
-        config.session_copies = true;
-        config.session_reclaim = true;
-        config.delays = true;
-        config.strict = true;
-        let mut report = run(seed, &config);
-        report.trace.clear();
+        let report = strict_with(scenario, seed, EVERY_FLAG);
         assert!(report.ok(), "seed {seed}: {report:#?}");
     }
 }

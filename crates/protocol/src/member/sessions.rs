@@ -377,9 +377,10 @@ impl Member {
                         self.held.record(lock);
                     }
                 }
+                let sent_locks: BTreeSet<LockId> = sent.locks.iter().copied().collect();
                 lost.extend(
                     kept.into_iter()
-                        .filter(|id| sent.locks.contains(id))
+                        .filter(|id| sent_locks.contains(id))
                         .filter_map(|id| self.held.remove(id)),
                 );
             }
