@@ -244,7 +244,8 @@ async fn the_description_fits_what_a_running_node_answers() {
     .await;
     assert_eq!(status, 200);
     check(&spec, "post", "/v1/locks/renew", status, &renewed);
-    // A request waits for another lock: listings show it in its queue.
+    // A set waits for a lock held and a free name: listings show it in
+    // the held name's queue, and the free name in `awaited`.
     let (status, _) = call(
         &cluster,
         speaker,
@@ -260,14 +261,16 @@ async fn the_description_fits_what_a_running_node_answers() {
             cluster.url(follower, "/v1/locks/acquire"),
         );
         tokio::spawn(async move {
-            let body = json!({"name": "api/b", "holder": "waits", "wait_ms": 60000});
+            let body = json!({"names": ["api/b", "api/free"], "holder": "waits", "wait_ms": 60000});
             let _ = http.post(url).json(&body).send().await;
         })
     };
     let started = std::time::Instant::now();
     loop {
         let (_, body) = call(&cluster, speaker, "get", "/v1/locks?prefix=api/", None).await;
-        if body["locks"][1]["queue"][0]["holder"] == json!("waits") {
+        if body["locks"][1]["queue"][0]["holder"] == json!("waits")
+            && body["awaited"][0]["name"] == json!("api/free")
+        {
             break;
         }
         assert!(

@@ -463,6 +463,35 @@ async fn a_listing_and_a_get_show_who_waits_for_each_lock_in_order() {
         (404, &json!("queue/nobody is not held")),
         "{body}"
     );
+    // A listing shows it too, in `awaited`, with its queue, after the held
+    // names; through the speaker and through a follower alike.
+    for via in [speaker, follower] {
+        let (status, body) = cluster.get(via, path).await;
+        assert_eq!(status, 200, "node {via}: {body}");
+        let awaited = body["awaited"].as_array().expect("awaited names");
+        assert_eq!(awaited.len(), 1, "node {via}: {body}");
+        assert_eq!(
+            awaited[0]["name"],
+            json!("queue/free"),
+            "node {via}: {body}"
+        );
+        assert_eq!(awaited[0]["waiters"], json!(1), "node {via}: {body}");
+        let queued = &awaited[0]["queue"][0];
+        assert_eq!(queued["holder"], json!("the-set"), "node {via}: {body}");
+        assert_eq!(queued["node"], json!(follower), "node {via}: {body}");
+        assert_eq!(queued["with"], json!(["queue/a"]), "node {via}: {body}");
+        assert!(queued["wait_left_ms"].as_u64().unwrap() <= 60_000, "{body}");
+        assert_eq!(
+            body["locks"].as_array().unwrap().len(),
+            1,
+            "held names only: {body}"
+        );
+    }
+    let (_, body) = cluster.get(follower, "/v1/locks?prefix=queue/a").await;
+    assert!(
+        body.get("awaited").is_none(),
+        "none under another prefix: {body}"
+    );
     for w in waiting {
         w.abort();
     }

@@ -160,6 +160,9 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
                  document.querySelector('#locks tr[data-lock=\"page/read-together\"] td:nth-child(8)').textContent === 'shared by 2' && \
                  document.querySelector('#locks tr[data-lock=\"page/read-together\"] td:nth-child(8)').title.includes('reader-two (node ') && \
                  document.querySelector('#locks tr[data-lock=\"page/closed\"] td:nth-child(6)').textContent.startsWith('closed ') && \
+                 document.querySelector('#locks tr[data-lock=\"page/set-free\"] td:nth-child(2)').textContent.startsWith('(free, kept for') && \
+                 document.querySelector('#locks tr[data-lock=\"page/set-free\"] td:nth-child(7)').textContent === '1' && \
+                 document.querySelector('#locks tr[data-lock=\"page/set-free\"] td:nth-child(7)').title.startsWith('1. the-waiting-set (node ') && \
                  document.getElementById('lock-count').textContent.startsWith('4 held')"
             ),
             Duration::from_secs(20),

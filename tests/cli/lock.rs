@@ -695,3 +695,56 @@ async fn every_transport_reaches_the_cluster() {
     let out = run(leasehold(&cluster, &[1], &bogus));
     assert_eq!(out.status.code(), Some(64));
 }
+
+/// `locks` shows a free name a set waits for (kept free for it) as a row
+/// of its own with its queue, over either transport, and `-o json` as the
+/// API's `awaited`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_shows_the_free_names_a_set_waits_for() {
+    let cluster = Cluster::start(3).await;
+    cluster.wait_protocol(crate::support::SPEAKS).await;
+    cluster.must_acquire(1, "cli/aw-held", json!({})).await;
+    let set =
+        json!({"names": ["cli/aw-held", "cli/aw-free"], "holder": "the-set", "wait_ms": 60000});
+    let (http, url) = (cluster.http.clone(), cluster.url(2, "/v1/locks/acquire"));
+    let waiting = tokio::spawn(async move {
+        let _ = http.post(url).json(&set).send().await;
+    });
+    let start = Instant::now();
+    for transport in ["binary", "http"] {
+        let table = loop {
+            let args = ["locks", "--prefix", "cli/aw-", "--transport", transport];
+            let out = run(leasehold(&cluster, &[3], &args));
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            if text.contains("cli/aw-free") {
+                break text;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "{text}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let free = table
+            .lines()
+            .position(|l| l.starts_with("cli/aw-free"))
+            .unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[free].contains("(free, kept for the requests waiting for it)")
+                && lines[free].trim_end().ends_with('1'),
+            "over {transport}: {table}"
+        );
+        assert!(
+            lines[free + 1].contains("1. the-set (node 2)")
+                && lines[free + 1].contains("together with cli/aw-held"),
+            "over {transport}: {table}"
+        );
+    }
+    let out = run(leasehold(&cluster, &[3], &["locks", "-o", "json"]));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["awaited"][0]["name"], json!("cli/aw-free"), "{doc}");
+    assert_eq!(
+        doc["awaited"][0]["queue"][0]["holder"],
+        json!("the-set"),
+        "{doc}"
+    );
+    waiting.abort();
+}

@@ -28,10 +28,10 @@ pub struct LockAnswer {
     pub not_held: Option<Vec<crate::LockRef>>,
 }
 
-/// `200 {"locks": [Lock...]}`: list.
-#[derive(
-    Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
-)]
+/// `200 {"locks": [Lock...]}`: list. Its layout in a frame is the
+/// wire module's (`Answer::Locks`): `awaited` travels only where the
+/// connection's version carries it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocksAnswer {
     /// The locks, in name order.
     pub locks: Vec<LockView>,
@@ -40,6 +40,11 @@ pub struct LocksAnswer {
     /// protocol).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
+    /// The names under the prefix nobody holds that requests wait for, in
+    /// name order, at most `limit` (absent when none, and from a speaker
+    /// of an earlier build).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaited: Vec<crate::AwaitedView>,
 }
 
 /// `GET /v1/cluster`: who speaks, and how the last rebuild went.

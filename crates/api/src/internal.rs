@@ -363,6 +363,11 @@ pub struct ForwardListAnswer {
     /// an older build, and then read as none.
     #[serde(default, skip_serializing_if = "no_others")]
     pub also: Vec<Vec<PeerLock>>,
+    /// The names under the prefix nobody holds that requests wait for, in
+    /// name order. Absent when none, and from a speaker of an earlier
+    /// build.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaited: Vec<crate::PeerAwaited>,
 }
 
 fn no_others(also: &[Vec<PeerLock>]) -> bool {

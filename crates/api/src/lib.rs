@@ -52,7 +52,7 @@ pub use locktable::{Kind, LockId};
 pub const MAX_LOCK_DELAY: std::time::Duration = locktable::Lock::MAX_DELAY;
 pub use peer::PeerLock;
 pub use query::ListQuery;
-pub use queue::{PeerQueued, QueuedView};
+pub use queue::{AwaitedView, PeerAwaited, PeerQueued, QueuedView};
 pub use request::{
     format_digest, parse_body, parse_body_checked, parse_digest, read_body, validate_data,
     validate_holder, validate_id, validate_name, validate_new_name, validate_release_set,

@@ -1,8 +1,9 @@
 //! The requests waiting for a lock, as a listing shows them: to people
 //! (`QueuedView`, in a [`crate::LockView`]) and between members
-//! (`PeerQueued`, in a forwarded listing's answer).
+//! (`PeerQueued`, in a forwarded listing's answer); and the free names
+//! requests wait for (`AwaitedView`, `PeerAwaited`).
 
-use locktable::{MonoTime, NodeId, Queued};
+use locktable::{Awaited, MonoTime, NodeId, Queued};
 use serde::{Deserialize, Serialize};
 
 use crate::time::format_rfc3339_ms;
@@ -61,6 +62,55 @@ impl QueuedView {
             mode,
             permits,
             with: queued.with.clone(),
+        }
+    }
+}
+
+/// A name nobody holds that requests wait for (a set waiting for all its
+/// names keeps the free ones for itself), as a listing shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+pub struct AwaitedView {
+    /// The name.
+    pub name: String,
+    /// How many requests wait for it.
+    pub waiters: u64,
+    /// The requests waiting for it, in the order they will be served (the
+    /// first 100).
+    pub queue: Vec<QueuedView>,
+}
+
+/// A name nobody holds that requests wait for, as the speaker tells a
+/// member that forwarded a listing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerAwaited {
+    /// The name.
+    pub name: String,
+    /// How many requests wait for it.
+    pub waiters: u64,
+    /// The first of them, in the order they will be served.
+    pub queue: Vec<PeerQueued>,
+}
+
+impl PeerAwaited {
+    /// `awaited` as it leaves the speaker at `now`.
+    pub fn leaving(awaited: &Awaited, now: MonoTime) -> PeerAwaited {
+        PeerAwaited {
+            name: awaited.name.clone(),
+            waiters: awaited.count as u64,
+            queue: awaited
+                .first
+                .iter()
+                .map(|q| PeerQueued::leaving(q, now))
+                .collect(),
+        }
+    }
+
+    /// The name as a member that sent the listing at `sent` keeps it.
+    pub fn arrive(&self, sent: MonoTime) -> Awaited {
+        Awaited {
+            name: self.name.clone(),
+            count: self.waiters as usize,
+            first: self.queue.iter().map(|q| q.arrive(sent)).collect(),
         }
     }
 }

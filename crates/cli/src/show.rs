@@ -13,15 +13,25 @@ fn seconds(ms: u64) -> String {
 
 /// `leasehold locks`: a table of the locks held.
 pub async fn locks(client: Client, prefix: &str, limit: usize, json: bool) -> ExitCode {
-    let locks = match client.list(prefix, limit).await {
-        Ok(locks) => locks,
+    let (locks, awaited) = match client.listing(prefix, limit).await {
+        Ok(listing) => (listing.locks, listing.awaited),
         Err(e) => return refused("could not list the locks", &e),
     };
     if json {
-        println!("{}", serde_json::json!({ "locks": locks }));
+        let mut shown = serde_json::json!({ "locks": locks });
+        if !awaited.is_empty() {
+            shown["awaited"] = serde_json::json!(awaited);
+        }
+        println!("{shown}");
         return ExitCode::SUCCESS;
     }
-    let name_width = locks.iter().map(|l| l.name.len()).max().unwrap_or(0).max(4);
+    let name_width = locks
+        .iter()
+        .map(|l| l.name.len())
+        .chain(awaited.iter().map(|a| a.name.len()))
+        .max()
+        .unwrap_or(0)
+        .max(4);
     let holder_width = locks
         .iter()
         .map(|l| l.holder.len())
@@ -69,11 +79,23 @@ pub async fn locks(client: Client, prefix: &str, limit: usize, json: bool) -> Ex
                 session(other)
             );
         }
-        for line in queue_lines(l) {
+        for line in queue_lines(&l.queue, l.waiters) {
             println!("{line}");
         }
     }
-    if locks.is_empty() {
+    for a in &awaited {
+        println!(
+            "{:<name_width$}  {:<width$}  {:>7}",
+            a.name,
+            "(free, kept for the requests waiting for it)",
+            a.waiters,
+            width = holder_width + 4 + 20 + 9 + 11 + 8,
+        );
+        for line in queue_lines(&a.queue, a.waiters) {
+            println!("{line}");
+        }
+    }
+    if locks.is_empty() && awaited.is_empty() {
         eprintln!("(no locks held)");
     }
     ExitCode::SUCCESS
@@ -112,11 +134,11 @@ fn mode(lock: &leasehold_client::Lock, held: usize) -> String {
     }
 }
 
-/// The requests waiting for `lock`, a line each in the order they will be
-/// served: who, through which node, for how long, and what they ask.
-fn queue_lines(lock: &leasehold_client::Lock) -> Vec<String> {
-    let mut lines: Vec<String> = lock
-        .queue
+/// The requests waiting for a name (`queue`, the first of `waiters`), a
+/// line each in the order they will be served: who, through which node,
+/// for how long, and what they ask.
+fn queue_lines(queue: &[leasehold_api::QueuedView], waiters: u64) -> Vec<String> {
+    let mut lines: Vec<String> = queue
         .iter()
         .enumerate()
         .map(|(i, q)| {
@@ -140,8 +162,8 @@ fn queue_lines(lock: &leasehold_client::Lock) -> Vec<String> {
             )
         })
         .collect();
-    let more = (lock.waiters as usize).saturating_sub(lock.queue.len());
-    if more > 0 && !lock.queue.is_empty() {
+    let more = (waiters as usize).saturating_sub(queue.len());
+    if more > 0 && !queue.is_empty() {
         lines.push(format!("    ... and {more} more"));
     }
     lines
@@ -173,7 +195,7 @@ pub async fn get(client: Client, name: &str, json: bool) -> ExitCode {
             for other in &lock.others {
                 println!("{}", shown(other));
             }
-            for line in queue_lines(&lock) {
+            for line in queue_lines(&lock.queue, lock.waiters) {
                 println!("{line}");
             }
             ExitCode::SUCCESS

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use leasehold_api::wire::{Answer, GetQuery, Request, View};
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorCode, ListQuery, LockAnswer, LockView, ReleaseBody, RenewBody,
-    SessionAnswer, Watch,
+    AcquireBody, ClusterAnswer, ErrorCode, ListQuery, LockAnswer, LockView, LocksAnswer,
+    ReleaseBody, RenewBody, SessionAnswer, Watch,
 };
 
 use crate::transport::{CallError, SessionCall, SetReleased};
@@ -124,13 +124,13 @@ pub(crate) async fn list(
     prefix: String,
     limit: usize,
     timeout: Duration,
-) -> Result<Vec<LockView>, CallError> {
+) -> Result<LocksAnswer, CallError> {
     let query = ListQuery {
         prefix: Some(prefix),
         limit: Some(u64::try_from(limit).unwrap_or(u64::MAX)),
     };
     match x.exchange(Request::List(query), timeout).await? {
-        Answer::Locks(a) => Ok(a.locks),
+        Answer::Locks(a) => Ok(a),
         other => Err(unexpected(&other)),
     }
 }
@@ -251,7 +251,7 @@ macro_rules! over_exchange {
                 timeout: std::time::Duration,
             ) -> $crate::transport::BoxFuture<
                 '_,
-                Result<Vec<leasehold_api::LockView>, $crate::CallError>,
+                Result<leasehold_api::LocksAnswer, $crate::CallError>,
             > {
                 Box::pin($crate::calls::list(self, prefix, limit, timeout))
             }

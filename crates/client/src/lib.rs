@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use leasehold_api::{AcquireBody, ClusterAnswer, ErrorCode, LockView, ReleaseBody};
+use leasehold_api::{AcquireBody, ClusterAnswer, ErrorCode, LockView, LocksAnswer, ReleaseBody};
 use tokio_util::sync::CancellationToken;
 
 pub use builder::{ClientBuilder, TransportKind};
@@ -607,6 +607,14 @@ impl Client {
 
     /// The locks whose names start with `prefix`, at most `limit`.
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, Error> {
+        Ok(self.listing(prefix, limit).await?.locks)
+    }
+
+    /// As [`Client::list`], with how many locks are held under `prefix`
+    /// in all and the free names under it that requests wait for
+    /// (`awaited`: a set waiting for all its names keeps the free ones
+    /// for itself).
+    pub async fn listing(&self, prefix: &str, limit: usize) -> Result<LocksAnswer, Error> {
         let until = Instant::now() + self.retry_for;
         self.retrying(until, || {
             self.transport

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorBody, LockRef, LockView, ReleaseBody, RenewBody,
+    AcquireBody, ClusterAnswer, ErrorBody, LockRef, LockView, LocksAnswer, ReleaseBody, RenewBody,
     SessionAnswer, SessionBody, SessionOpenBody, Watch,
 };
 
@@ -107,7 +107,7 @@ pub trait Transport: Send + Sync + 'static {
         prefix: String,
         limit: usize,
         timeout: Duration,
-    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>>;
+    ) -> BoxFuture<'_, Result<LocksAnswer, CallError>>;
     /// `GET /v1/cluster`.
     fn cluster(&self, timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>>;
     /// `POST /v1/sessions/open`, `/renew` or `/close`: the session (for a

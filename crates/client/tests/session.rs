@@ -78,8 +78,8 @@ impl Transport for Silent {
         _prefix: String,
         _limit: usize,
         _timeout: Duration,
-    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
-        Box::pin(async { Ok(Vec::new()) })
+    ) -> BoxFuture<'_, Result<leasehold_api::LocksAnswer, CallError>> {
+        Box::pin(async { Ok(Default::default()) })
     }
     fn cluster(&self, _timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {
         Box::pin(async { Err(CallError::NoAnswer("not in this fake".into())) })
@@ -159,7 +159,7 @@ macro_rules! like_silent {
             prefix: String,
             limit: usize,
             timeout: Duration,
-        ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
+        ) -> BoxFuture<'_, Result<leasehold_api::LocksAnswer, CallError>> {
             Silent.list(prefix, limit, timeout)
         }
     };

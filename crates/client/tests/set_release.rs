@@ -167,8 +167,8 @@ impl Transport for Fake {
         _prefix: String,
         _limit: usize,
         _timeout: Duration,
-    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
-        Box::pin(async { Ok(Vec::new()) })
+    ) -> BoxFuture<'_, Result<leasehold_api::LocksAnswer, CallError>> {
+        Box::pin(async { Ok(Default::default()) })
     }
 
     fn cluster(&self, _timeout: Duration) -> BoxFuture<'_, Result<ClusterAnswer, CallError>> {

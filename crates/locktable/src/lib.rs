@@ -40,7 +40,7 @@ mod time;
 
 pub use error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGeneration};
 pub use held::{Held, HeldLock};
-pub use listing::{Lapsed, Listing, Queued, Waiting, LAPSED_KEPT, QUEUE_SHOWN};
+pub use listing::{Awaited, Lapsed, Listing, Queued, Waiting, LAPSED_KEPT, QUEUE_SHOWN};
 pub use lock::{newer_data, BadLockId, Fence, Kind, Lock, LockId, LockInTransit, NodeId, Request};
 pub use rebuild::{RebuildBasis, RebuildFrom, Settled};
 pub use session::{is_session_name, session_name, SESSION_PREFIX};

@@ -29,6 +29,22 @@ pub struct Listing {
     /// in the order it will be served, at most [`QUEUE_SHOWN`] of a lock
     /// (empty where not known: a speaker of an older build).
     pub queues: Vec<Vec<Queued>>,
+    /// The names under the prefix that nobody holds but requests wait for
+    /// (a set waiting for all its names keeps the free ones for itself), in
+    /// name order, at most the limit asked (empty where not known: a
+    /// speaker of an earlier build).
+    pub awaited: Vec<Awaited>,
+}
+
+/// A name nobody holds that requests wait for, kept free for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Awaited {
+    /// The name.
+    pub name: String,
+    /// How many wait.
+    pub count: usize,
+    /// The first [`QUEUE_SHOWN`] of them, in the order they will be served.
+    pub first: Vec<Queued>,
 }
 
 /// The requests waiting for one name ([`crate::Table::waiting_for`]), and

@@ -339,7 +339,8 @@ impl Table {
     }
 
     /// As [`Table::list`], with how many names are held under `prefix` in
-    /// all, each name's other holders, and who waits for each, in order.
+    /// all, each name's other holders, who waits for each, in order, and
+    /// the free names under `prefix` that requests wait for.
     pub fn listing(
         &self,
         prefix: &str,
@@ -388,6 +389,7 @@ impl Table {
             total: Some(total),
             waiters,
             queues,
+            awaited: self.awaited_under(prefix, limit, now),
         })
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::{
-    AcquireBody, ClusterAnswer, ErrorCode, LockView, ReleaseBody, RenewBody, Watch,
+    AcquireBody, ClusterAnswer, ErrorCode, LockView, LocksAnswer, ReleaseBody, RenewBody, Watch,
 };
 use leasehold_client::{BoxFuture, CallError, Client, SessionCall, SetReleased, Transport};
 use locktable::Lock;
@@ -124,6 +124,21 @@ pub(crate) fn listed(
                 .collect(),
             others: also.next().unwrap_or_default().iter().map(&view).collect(),
             ..view(lock)
+        })
+        .collect()
+}
+
+/// The free names requests wait for in `awaited`, as `node` sees them now.
+pub(crate) fn awaited_views(
+    awaited: Vec<locktable::Awaited>,
+    node: &Node,
+) -> Vec<leasehold_api::AwaitedView> {
+    awaited
+        .into_iter()
+        .map(|a| leasehold_api::AwaitedView {
+            waiters: a.count as u64,
+            queue: a.first.iter().map(|q| node.queued_view(q)).collect(),
+            name: a.name,
         })
         .collect()
 }
@@ -250,11 +265,17 @@ impl Transport for Embedded {
         prefix: String,
         limit: usize,
         timeout: Duration,
-    ) -> BoxFuture<'_, Result<Vec<LockView>, CallError>> {
+    ) -> BoxFuture<'_, Result<LocksAnswer, CallError>> {
         Box::pin(async move {
             let limit = limit.clamp(1, leasehold_api::MAX_LIST_LIMIT);
-            let listing = within(timeout, self.node.list(&prefix, limit)).await?;
-            Ok(listed(listing, &self.node, |l| self.view(l)))
+            let mut listing = within(timeout, self.node.list(&prefix, limit)).await?;
+            let awaited = awaited_views(std::mem::take(&mut listing.awaited), &self.node);
+            let total = listing.total.map(|t| t as u64);
+            Ok(LocksAnswer {
+                locks: listed(listing, &self.node, |l| self.view(l)),
+                total,
+                awaited,
+            })
         })
     }
 

@@ -562,6 +562,7 @@ impl Node {
                 waiters: vec![0; locks.len()],
                 queues: Vec::new(),
                 also: Vec::new(),
+                awaited: Vec::new(),
                 locks,
             };
             (answer, None)
@@ -584,6 +585,7 @@ impl Node {
             queues,
             also,
             locks,
+            awaited: answer.awaited.iter().map(|a| a.arrive(sent)).collect(),
         })
     }
 

@@ -11,6 +11,7 @@ use crate::{
 use super::frame::{
     Message, MAX_ANSWER_ALLOC, MAX_ANSWER_BODY, MAX_REQUEST_ALLOC, MAX_REQUEST_BODY,
 };
+use super::preamble::Version;
 
 /// The kind bytes. Requests take `0x01` to `0x3f`, answers `0x80` to
 /// `0xbf` and `0xff` (an error); `0x40` to `0x7f` and `0xc0` to `0xfe` are
@@ -47,7 +48,8 @@ pub mod kind {
 
     /// [`super::Answer::Lock`].
     pub const LOCK: u8 = 0x81;
-    /// [`super::Answer::Locks`].
+    /// [`super::Answer::Locks`] with no names awaited: the layout of
+    /// version 1, its `locks` and `total`.
     pub const LOCKS: u8 = 0x82;
     /// [`super::Answer::Session`].
     pub const SESSION: u8 = 0x83;
@@ -59,6 +61,9 @@ pub mod kind {
     pub const HISTORY_ANSWER: u8 = 0x86;
     /// [`super::Answer::Done`].
     pub const DONE: u8 = 0x87;
+    /// [`super::Answer::Locks`] with names awaited (version 2): `locks`,
+    /// `total` and `awaited`.
+    pub const LOCKS_AWAITED: u8 = 0x88;
     /// [`super::Answer::Error`].
     pub const ERROR: u8 = 0xff;
 
@@ -80,7 +85,7 @@ pub mod kind {
         PING,
     ];
     /// Every answer kind.
-    pub const ANSWERS: [u8; 8] = [
+    pub const ANSWERS: [u8; 9] = [
         LOCK,
         LOCKS,
         SESSION,
@@ -89,6 +94,7 @@ pub mod kind {
         HISTORY_ANSWER,
         DONE,
         ERROR,
+        LOCKS_AWAITED,
     ];
 }
 
@@ -182,6 +188,20 @@ pub enum Answer {
     Done,
     /// A failure, with its code (the HTTP status follows from it).
     Error(ErrorBody),
+}
+
+impl Answer {
+    /// This answer as a connection of `version` carries it: what that
+    /// version has no place for is left out (a listing's `awaited` below
+    /// version 2).
+    pub fn in_version(mut self, version: Version) -> Answer {
+        if let Answer::Locks(a) = &mut self {
+            if version < 2 {
+                a.awaited.clear();
+            }
+        }
+        self
+    }
 }
 
 impl Request {
@@ -298,7 +318,8 @@ impl Message for Answer {
     fn kind(&self) -> u8 {
         match self {
             Answer::Lock(_) => kind::LOCK,
-            Answer::Locks(_) => kind::LOCKS,
+            Answer::Locks(a) if a.awaited.is_empty() => kind::LOCKS,
+            Answer::Locks(_) => kind::LOCKS_AWAITED,
             Answer::Session(_) => kind::SESSION,
             Answer::SessionClosed(_) => kind::SESSION_CLOSED,
             Answer::Cluster(_) => kind::CLUSTER_ANSWER,
@@ -311,7 +332,10 @@ impl Message for Answer {
     fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), CodecError> {
         match self {
             Answer::Lock(a) => encode_fields_into(a, out),
-            Answer::Locks(a) => encode_fields_into(a, out),
+            Answer::Locks(a) if a.awaited.is_empty() => {
+                encode_fields_into(&(&a.locks, &a.total), out)
+            }
+            Answer::Locks(a) => encode_fields_into(&(&a.locks, &a.total, &a.awaited), out),
             Answer::Session(a) => encode_fields_into(a, out),
             Answer::SessionClosed(a) => encode_fields_into(a, out),
             Answer::Cluster(a) => encode_fields_into(a, out),
@@ -324,7 +348,22 @@ impl Message for Answer {
     fn decode_body(k: u8, body: &[u8]) -> Result<Self, CodecError> {
         Ok(match k {
             kind::LOCK => Answer::Lock(answer(body)?),
-            kind::LOCKS => Answer::Locks(answer(body)?),
+            kind::LOCKS => {
+                let (locks, total) = answer(body)?;
+                Answer::Locks(LocksAnswer {
+                    locks,
+                    total,
+                    awaited: Vec::new(),
+                })
+            }
+            kind::LOCKS_AWAITED => {
+                let (locks, total, awaited) = answer(body)?;
+                Answer::Locks(LocksAnswer {
+                    locks,
+                    total,
+                    awaited,
+                })
+            }
             kind::SESSION => Answer::Session(answer(body)?),
             kind::SESSION_CLOSED => Answer::SessionClosed(answer(body)?),
             kind::CLUSTER_ANSWER => Answer::Cluster(answer(body)?),

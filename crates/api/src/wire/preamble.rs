@@ -25,7 +25,10 @@ pub type Version = u8;
 ///
 /// - 1: the frames of [`super::Request`] and [`super::Answer`], their
 ///   bodies as this build lays them out.
-pub const SPEAKS: Version = 1;
+/// - 2: a listing names the free names requests wait for
+///   ([`super::kind::LOCKS_AWAITED`]); a node answers a connection of
+///   version 1 without them.
+pub const SPEAKS: Version = 2;
 
 /// The lowest version this build speaks.
 pub const OLDEST: Version = 1;

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use super::{Acquired, AcquiredSet, Answer, Table, WaiterId};
 use crate::error::{AcquireError, NotRebuilt};
-use crate::listing::{Queued, Waiting, QUEUE_SHOWN};
+use crate::listing::{Awaited, Queued, Waiting, QUEUE_SHOWN};
 use crate::lock::{Kind, Lock, Request};
+use crate::session::is_session_name;
 use crate::slots::Slot;
 use crate::time::MonoTime;
 
@@ -332,6 +333,36 @@ impl Table {
                 ..Waiting::default()
             },
         }
+    }
+
+    /// The names starting with `prefix` that nobody holds at `now` but
+    /// requests wait for, in name order, at most `limit` (a session's
+    /// name only under a session's prefix, as a listing shows them).
+    pub(super) fn awaited_under(&self, prefix: &str, limit: usize, now: MonoTime) -> Vec<Awaited> {
+        let mut names: Vec<&str> = self
+            .waiters
+            .iter()
+            .filter(|(name, queue)| {
+                !queue.is_empty()
+                    && name.starts_with(prefix)
+                    && (!is_session_name(name) || is_session_name(prefix))
+                    && self.live_holders(name, now).next().is_none()
+            })
+            .map(|(name, _)| &**name)
+            .collect();
+        names.sort_unstable();
+        names.truncate(limit);
+        names
+            .into_iter()
+            .map(|name| {
+                let queue = &self.waiters[name];
+                Awaited {
+                    name: name.to_owned(),
+                    count: queue.len(),
+                    first: self.queued(queue),
+                }
+            })
+            .collect()
     }
 
     /// The first [`QUEUE_SHOWN`] requests of `queue`, as a listing shows them.

@@ -98,6 +98,41 @@ fn a_set_waits_for_its_held_name_and_nobody_overtakes_it_on_the_free_ones() {
 }
 
 #[test]
+fn a_listing_shows_the_free_names_a_set_waits_for_until_it_is_granted() {
+    let mut table = rebuilt_table(1, vec![], t(0));
+    let c = granted(table.acquire(req("q/c", 1, 1), t(0)));
+    set_waiter(table.acquire_set(set(&["q/c", "q/b", "q/a", "r/x"], 10, 60 * SEC), t(0)));
+    let listing = table.listing("q/", 10, t(1)).unwrap();
+    assert_eq!(names(&listing.locks), ["q/c"], "a listing shows held names");
+    assert_eq!(listing.waiters, [1]);
+    let awaited: Vec<(&str, usize)> = listing
+        .awaited
+        .iter()
+        .map(|a| (a.name.as_str(), a.count))
+        .collect();
+    assert_eq!(
+        awaited,
+        [("q/a", 1), ("q/b", 1)],
+        "and, in name order under the prefix, the free ones requests wait for"
+    );
+    let queued = &listing.awaited[0].first[0];
+    assert_eq!(queued.with, ["q/c", "q/b", "r/x"], "the set's other names");
+    assert_eq!(queued.since, t(0));
+    assert_eq!(
+        table.listing("q/", 1, t(1)).unwrap().awaited.len(),
+        1,
+        "at most the limit"
+    );
+    assert!(table.listing("z", 10, t(1)).unwrap().awaited.is_empty());
+
+    table.release("q/c", c.id, t(2)).unwrap();
+    assert_eq!(table.take_answers().len(), 1, "the set is granted");
+    let listing = table.listing("", 10, t(2)).unwrap();
+    assert!(listing.awaited.is_empty(), "{:?}", listing.awaited);
+    assert_eq!(names(&listing.locks), ["q/a", "q/b", "q/c", "r/x"]);
+}
+
+#[test]
 fn two_sets_asking_in_opposite_orders_are_granted_one_after_the_other() {
     let mut table = rebuilt_table(1, vec![], t(0));
     let held = granted(table.acquire(req("b", 1, 1), t(0)));

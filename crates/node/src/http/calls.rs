@@ -315,7 +315,12 @@ async fn get(node: &Shared, caller: &Caller, query: GetQuery) -> Result<Answer, 
 /// (`with`) only those the caller may read, as a listing shows it only
 /// those names.
 fn queue_seen_by(caller: &Caller, view: &mut leasehold_api::LockView) {
-    for q in &mut view.queue {
+    with_seen_by(caller, &mut view.queue);
+}
+
+/// Each waiting set's other names in `queue` as `caller` may see them.
+fn with_seen_by(caller: &Caller, queue: &mut [leasehold_api::QueuedView]) {
+    for q in queue {
         q.with.retain(|other| caller.may(Right::Read, other));
     }
 }
@@ -328,12 +333,20 @@ async fn list(
     query: leasehold_api::ListQuery,
 ) -> Result<Answer, ApiError> {
     query.validate()?;
-    let listing = node.list(query.prefix(), query.limit()).await?;
+    let mut listing = node.list(query.prefix(), query.limit()).await?;
     // A token that may not read every name is not told how many there are.
     let total = match caller {
         Caller::Open | Caller::Cluster => listing.total.map(|t| t as u64),
         Caller::Token(_) => None,
     };
+    let awaited = crate::embedded::awaited_views(std::mem::take(&mut listing.awaited), node)
+        .into_iter()
+        .filter(|a| caller.may(Right::Read, &a.name))
+        .map(|mut a| {
+            with_seen_by(caller, &mut a.queue);
+            a
+        })
+        .collect();
     let locks = crate::embedded::listed(listing, node, |l| seen_by(caller, node, l))
         .into_iter()
         .filter(|view| caller.may(Right::Read, &view.name))
@@ -342,5 +355,9 @@ async fn list(
             view
         })
         .collect();
-    Ok(Answer::Locks(leasehold_api::LocksAnswer { locks, total }))
+    Ok(Answer::Locks(leasehold_api::LocksAnswer {
+        locks,
+        total,
+        awaited,
+    }))
 }

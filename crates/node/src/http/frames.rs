@@ -118,6 +118,7 @@ where
     let closed = CancellationToken::new();
     let writing = tokio::spawn(write_answers(writer, outgoing, idle, closed.clone()));
     let connection = Connection {
+        version,
         caller: caller_of_token(&node, None),
         node,
         answers,
@@ -135,6 +136,8 @@ where
 /// A connection's reading side: who calls, and the calls it serves.
 struct Connection {
     node: Shared,
+    /// The version chosen: what its answers carry.
+    version: wire::Version,
     /// As the last `Token` frame says (none: as HTTP without a token).
     caller: Result<Caller, ApiError>,
     answers: mpsc::UnboundedSender<Outgoing>,
@@ -267,6 +270,7 @@ impl Connection {
         };
         let node = Arc::clone(&self.node);
         let answers = self.answers.clone();
+        let version = self.version;
         let large = calls::may_answer_large(&message).then(|| Arc::clone(&self.large));
         let mut permit = permit;
         self.calls.spawn(async move {
@@ -293,7 +297,7 @@ impl Connection {
                 started.elapsed().as_secs_f64(),
                 waits,
             );
-            let _ = answers.send((id, answer, permit));
+            let _ = answers.send((id, answer.in_version(version), permit));
         });
     }
 }

@@ -14,7 +14,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use leasehold_api::{
     routes, ErrorCode, ForwardAcquire, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
-    ForwardGet, ForwardGetAnswer, ForwardList, Granted, PeerLock, PeerQueued,
+    ForwardGet, ForwardGetAnswer, ForwardList, Granted, PeerAwaited, PeerLock, PeerQueued,
 };
 use leasehold_raft::identity::Stamp;
 use leasehold_raft::{raft_router, token_matches, TOKEN_HEADER};
@@ -343,6 +343,11 @@ async fn forward_list(
                         .map(|l| PeerLock::from(l.in_transit(now)))
                         .collect()
                 })
+                .collect(),
+            awaited: listing
+                .awaited
+                .iter()
+                .map(|a| PeerAwaited::leaving(a, now))
                 .collect(),
         })
         .into_response(),

@@ -8,10 +8,10 @@ use proptest::prelude::*;
 
 use crate::wire::{Answer, GetQuery, Request, Token, View};
 use crate::{
-    AcquireBody, AddMemberBody, ClusterAnswer, ErrorBody, ErrorCode, HistoryAnswer, HistoryEntry,
-    ListQuery, LockAnswer, LockRef, LockView, LocksAnswer, Member, Mode, QueuedView, RebuildReport,
-    ReleaseBody, RenewBody, SessionAnswer, SessionBody, SessionClosed, SessionOpenBody,
-    SessionView, Watch,
+    AcquireBody, AddMemberBody, AwaitedView, ClusterAnswer, ErrorBody, ErrorCode, HistoryAnswer,
+    HistoryEntry, ListQuery, LockAnswer, LockRef, LockView, LocksAnswer, Member, Mode, QueuedView,
+    RebuildReport, ReleaseBody, RenewBody, SessionAnswer, SessionBody, SessionClosed,
+    SessionOpenBody, SessionView, Watch,
 };
 
 fn text() -> impl Strategy<Value = String> {
@@ -35,6 +35,12 @@ prop_compose! {
         wait_left_ms: u64, lease_ms: u64, mode in mode(), permits: Option<u32>,
         with in vec(text(), 0..3)) -> QueuedView {
         QueuedView { holder, node, since, waited_ms, wait_left_ms, lease_ms, mode, permits, with }
+    }
+}
+
+prop_compose! {
+    fn awaited()(name in text(), waiters: u64, queue in vec(queued(), 0..2)) -> AwaitedView {
+        AwaitedView { name, waiters, queue }
     }
 }
 
@@ -185,8 +191,16 @@ pub(super) fn answer() -> impl Strategy<Value = Answer> {
                     not_held
                 })
             ),
-        (vec(view(), 0..4), any::<Option<u64>>())
-            .prop_map(|(locks, total)| Answer::Locks(LocksAnswer { locks, total })),
+        (
+            vec(view(), 0..4),
+            any::<Option<u64>>(),
+            vec(awaited(), 0..3)
+        )
+            .prop_map(|(locks, total, awaited)| Answer::Locks(LocksAnswer {
+                locks,
+                total,
+                awaited
+            })),
         (session_view(), any::<u64>(), option::of(vec(text(), 0..3))).prop_map(
             |(session, served_ms, held)| Answer::Session(SessionAnswer {
                 session,

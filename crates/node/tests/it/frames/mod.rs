@@ -9,7 +9,8 @@
 use std::time::{Duration, Instant};
 
 use leasehold_api::wire::{
-    self, encode_frame, kind, Answer, Frame, FrameDecoder, GetQuery, Request, Token, PREAMBLE_LEN,
+    self, encode_frame, kind, Answer, Frame, FrameDecoder, GetQuery, Message, Request, Token,
+    PREAMBLE_LEN,
 };
 use leasehold_api::{AcquireBody, ErrorCode, LockView, ReleaseBody, RenewBody};
 use leasehold_node::{NodeConfig, RunningNode};
@@ -266,6 +267,66 @@ async fn the_lower_version_is_chosen_and_none_in_common_is_refused() {
     let (mut refused, chosen) = Conn::offer(&node.addr, wire::NONE).await;
     assert_eq!(chosen, wire::preamble(wire::NONE));
     assert!(refused.closed_within(PATIENCE).await.is_some());
+}
+
+/// A listing over version 2 names the free names a set waits for (the
+/// frame kind that carries them); over version 1, whose listing has no
+/// place for them, the same listing leaves them out.
+#[tokio::test]
+async fn a_listing_names_the_free_names_a_set_waits_for_from_version_2() {
+    let node = start_with(|c| c).await;
+    let mut conn = Conn::open(&node.addr).await;
+    take_when_serving(&mut conn, "aw/held").await;
+    let set = Request::Acquire(AcquireBody {
+        names: Some(vec!["aw/held".into(), "aw/free".into()]),
+        wait_ms: Some(60_000),
+        holder: Some("the-set".into()),
+        ..AcquireBody::default()
+    });
+    let list = || {
+        Request::List(leasehold_api::ListQuery {
+            prefix: Some("aw/".into()),
+            limit: None,
+        })
+    };
+    // The set is refused `upgrading` until the new node's protocol is
+    // agreed; once it waits, the listing after it is answered first.
+    let deadline = Instant::now() + PATIENCE;
+    let mut id = 1;
+    let listing = loop {
+        assert!(Instant::now() < deadline, "the set never waited");
+        conn.send(id, &set).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        conn.send(id + 1, &list()).await;
+        let first = conn.recv().await;
+        if first.id != id {
+            match first.message {
+                Answer::Locks(a) => break a,
+                other => panic!("not a listing: {other:?}"),
+            }
+        }
+        assert!(
+            matches!(&first.message, Answer::Error(e) if e.error == ErrorCode::Upgrading),
+            "{first:?}"
+        );
+        conn.recv().await;
+        id += 2;
+    };
+    assert_eq!(Answer::Locks(listing.clone()).kind(), kind::LOCKS_AWAITED);
+    assert_eq!(listing.awaited.len(), 1, "{listing:?}");
+    assert_eq!(listing.awaited[0].name, "aw/free");
+    assert_eq!(listing.awaited[0].queue[0].holder, "the-set");
+    assert_eq!(listing.awaited[0].queue[0].with, ["aw/held"]);
+
+    let (mut old, chosen) = Conn::offer(&node.addr, 1).await;
+    assert_eq!(chosen, wire::preamble(1));
+    match old.call(3, list()).await {
+        Answer::Locks(a) => {
+            assert!(a.awaited.is_empty(), "{a:?}");
+            assert_eq!(a.locks.len(), 1, "{a:?}");
+        }
+        other => panic!("not a listing: {other:?}"),
+    }
 }
 
 #[tokio::test]
