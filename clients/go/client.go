@@ -471,21 +471,30 @@ func dataTag(data *string) uint64 {
 // List answers the locks whose names start with prefix, at most limit (0:
 // the node's default, 1000), in name order.
 func (c *Client) List(ctx context.Context, prefix string, limit int) ([]LockInfo, error) {
+	listing, err := c.Listing(ctx, prefix, limit)
+	if err != nil {
+		return nil, err
+	}
+	return listing.Locks, nil
+}
+
+// Listing answers what List does, with how many locks are held under
+// prefix in all and the free names under it that requests wait for (a set
+// waiting for all its names keeps the free ones for itself).
+func (c *Client) Listing(ctx context.Context, prefix string, limit int) (*Listing, error) {
 	path := "/v1/locks?prefix=" + segment(prefix)
 	if limit > 0 {
 		path += "&limit=" + strconv.Itoa(limit)
 	}
-	var locks []LockInfo
+	var listing Listing
 	err := c.retrying(ctx, time.Now().Add(c.retryFor), func() *callError {
-		var a locksAnswer
-		err := c.t.send(ctx, http.MethodGet, path, nil, requestTimeout, &a)
-		locks = a.Locks
-		return err
+		listing = Listing{}
+		return c.t.send(ctx, http.MethodGet, path, nil, requestTimeout, &listing)
 	})
 	if err != nil {
 		return nil, refused(err)
 	}
-	return locks, nil
+	return &listing, nil
 }
 
 // Cluster answers the cluster as the node reached sees it.

@@ -676,6 +676,8 @@ func (r *runner) step(s step) error {
 	case "sleep":
 		time.Sleep(s.ms("ms"))
 		return nil
+	case "list":
+		return r.doList(s, began)
 	case "with_lock":
 		return r.doWithLock(s)
 	case "open_session":
@@ -1002,6 +1004,49 @@ func (r *runner) doGet(s step, began time.Time) error {
 		}
 		if !time.Now().Before(until) {
 			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// doList asks for the listing under the step's prefix every 100 ms until
+// it shows the step's locks and awaited names, for at most within_ms.
+func (r *runner) doList(s step, began time.Time) error {
+	c, err := r.client(s, "client")
+	if err != nil {
+		return err
+	}
+	want, err := json.Marshal(map[string]interface{}{"locks": s["locks"], "awaited": s["awaited"]})
+	if err != nil {
+		return err
+	}
+	until := began.Add(s.ms("within_ms"))
+	for {
+		listing, err := c.Listing(r.ctx, s.str("prefix"), 1000)
+		if err != nil {
+			return err
+		}
+		locks := []string{}
+		for _, l := range listing.Locks {
+			locks = append(locks, l.Name)
+		}
+		awaited := []map[string]interface{}{}
+		for _, a := range listing.Awaited {
+			var first interface{}
+			if len(a.Queue) > 0 {
+				first = a.Queue[0].Holder
+			}
+			awaited = append(awaited, map[string]interface{}{"name": a.Name, "waiters": a.Waiters, "first": first})
+		}
+		shown, err := json.Marshal(map[string]interface{}{"locks": locks, "awaited": awaited})
+		if err != nil {
+			return err
+		}
+		if string(shown) == string(want) {
+			return nil
+		}
+		if !time.Now().Before(until) {
+			return fmt.Errorf("the listing shows %s, not %s", shown, want)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

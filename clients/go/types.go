@@ -136,9 +136,24 @@ type lockAnswer struct {
 	NotHeld  []lockRef  `json:"not_held,omitempty"`
 }
 
-type locksAnswer struct {
+// Listing is a listing as the API answers it (Client.Listing).
+type Listing struct {
+	// Locks are the locks held under the prefix, in name order.
 	Locks []LockInfo `json:"locks"`
-	Total *uint64    `json:"total,omitempty"`
+	// Total is how many are held under the prefix in all (nil where the
+	// node does not tell: a token of --acl).
+	Total *uint64 `json:"total,omitempty"`
+	// Awaited are the free names under the prefix that requests wait for,
+	// in name order.
+	Awaited []Awaited `json:"awaited,omitempty"`
+}
+
+// Awaited is a name nobody holds that requests wait for, kept free for
+// them (a set waiting for all its names).
+type Awaited struct {
+	Name    string   `json:"name"`
+	Waiters uint64   `json:"waiters"`
+	Queue   []Queued `json:"queue"`
 }
 
 type sessionOpenBody struct {

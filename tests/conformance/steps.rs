@@ -436,6 +436,34 @@ impl Run {
                 tokio::time::sleep(ms(step, "ms").unwrap_or_default()).await;
                 Ok(())
             }
+            "list" => {
+                // Asked again every 100 ms until it shows what the step
+                // expects, for at most `within_ms`.
+                let client = self.client(step)?;
+                let prefix = text(step, "prefix")?;
+                let until = started + ms(step, "within_ms").unwrap_or_default();
+                loop {
+                    let listing = client
+                        .listing(&prefix, 1000)
+                        .await
+                        .map_err(|e| format!("listing {prefix}: {e}"))?;
+                    let shown = json!({
+                        "locks": listing.locks.iter().map(|l| &l.name).collect::<Vec<_>>(),
+                        "awaited": listing.awaited.iter().map(|a| json!({
+                            "name": a.name,
+                            "waiters": a.waiters,
+                            "first": a.queue.first().map(|q| &q.holder),
+                        })).collect::<Vec<_>>(),
+                    });
+                    if shown["locks"] == step["locks"] && shown["awaited"] == step["awaited"] {
+                        return Ok(());
+                    }
+                    if Instant::now() >= until {
+                        return Err(format!("the listing shows {shown}"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
             "with_lock" => self.with_lock(step).await,
             "open_session" => {
                 let client = self.client(step)?;

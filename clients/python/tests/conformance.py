@@ -516,6 +516,27 @@ class Runner:
     def do_sleep(self, step: Dict[str, Any]) -> None:
         time.sleep(step["ms"] / 1000.0)
 
+    def do_list(self, step: Dict[str, Any]) -> None:
+        """Asked again every 100 ms until the listing shows the step's locks
+        and awaited names, for at most ``within_ms``."""
+        client = self.clients[step["client"]]
+        until = self.step_began + step.get("within_ms", 0) / 1000.0
+        want = {"locks": step["locks"], "awaited": step["awaited"]}
+        while True:
+            listing = client.listing(step["prefix"], 1000)
+            shown = {
+                "locks": [l.name for l in listing.locks],
+                "awaited": [
+                    {"name": a.name, "waiters": a.waiters, "first": a.queue[0]["holder"] if a.queue else None}
+                    for a in listing.awaited
+                ],
+            }
+            if shown == want:
+                return
+            if time.monotonic() >= until:
+                raise StepFailed(f"the listing shows {shown}, not {want}")
+            time.sleep(0.1)
+
     def do_with_lock(self, step: Dict[str, Any]) -> None:
         client = self.clients[step["client"]]
         name = self.resolve(step["name"])
@@ -730,6 +751,9 @@ class AioClient:
 
     def get(self, name: str) -> Any:
         return self.loop.run(self.client.get(name))
+
+    def listing(self, prefix: str, limit: int) -> Any:
+        return self.loop.run(self.client.listing(prefix, limit))
 
     def release(self, name: str, id: str) -> Any:
         return self.loop.run(self.client.release(name, id))

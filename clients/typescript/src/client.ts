@@ -8,7 +8,7 @@ import { Lock, type Loss } from "./lock.js";
 import { Session, SessionLock, type SessionAcquireOptions } from "./session.js";
 import { LockSet } from "./set.js";
 import { CallFailure, HttpTransport, readCa, retryable, retryableCode, segment } from "./transport.js";
-import { toLockInfo, toSessionInfo, type LockInfo } from "./types.js";
+import { toListing, toLockInfo, toSessionInfo, type Listing, type LockInfo } from "./types.js";
 import {
   ASSUMED_DEFAULT_LEASE_MS,
   MAX_WATCH_MS,
@@ -394,10 +394,17 @@ export class Client {
 
   /** The locks whose names start with `prefix`, at most `limit` (default 1000). */
   async list(options: { prefix?: string; limit?: number } = {}): Promise<LockInfo[]> {
+    return (await this.listing(options)).locks;
+  }
+
+  /**
+   * As `list`, with how many locks are held under `prefix` in all and the free names under it that
+   * requests wait for (a set waiting for all its names keeps the free ones for itself).
+   */
+  async listing(options: { prefix?: string; limit?: number } = {}): Promise<Listing> {
     const path = `/v1/locks?prefix=${segment(options.prefix ?? "")}&limit=${options.limit ?? 1000}`;
     const answer = await this.oneShot(() => this.transport.send("GET", path, undefined, REQUEST_TIMEOUT_MS));
-    const locks = (answer as Record<string, Json>).locks;
-    return Array.isArray(locks) ? locks.map(toLockInfo) : [];
+    return toListing(answer);
   }
 
   /** The cluster as the node reached sees it. */

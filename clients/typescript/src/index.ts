@@ -11,7 +11,7 @@ export type { Loss } from "./lock.js";
 export { LockSet } from "./set.js";
 export { Session, SessionLock } from "./session.js";
 export type { SessionAcquireOptions } from "./session.js";
-export type { LockInfo, Queued, SessionInfo } from "./types.js";
+export type { Awaited, Listing, LockInfo, Queued, SessionInfo } from "./types.js";
 export { parseJson, stringifyJson } from "./json.js";
 export type { Json } from "./json.js";
 export {

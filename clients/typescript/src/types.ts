@@ -126,6 +126,42 @@ function toQueued(raw: Json): Queued {
   return q;
 }
 
+/** A name nobody holds that requests wait for, kept free for them (a set waiting for all its names). */
+export interface Awaited {
+  name: string;
+  waiters: number;
+  queue: Queued[];
+}
+
+/** A listing: the locks held under the prefix, how many in all (absent for a token of `--acl`), and the free names under it that requests wait for. */
+export interface Listing {
+  locks: LockInfo[];
+  total?: number;
+  awaited: Awaited[];
+}
+
+/** A listing from the API's JSON. */
+export function toListing(raw: Json | undefined): Listing {
+  const o = obj(raw);
+  const listing: Listing = {
+    locks: Array.isArray(o.locks) ? o.locks.map(toLockInfo) : [],
+    awaited: Array.isArray(o.awaited) ? o.awaited.map(toAwaited) : [],
+  };
+  put(listing, "total", num(o.total));
+  return listing;
+}
+
+function toAwaited(raw: Json): Awaited {
+  const o = obj(raw);
+  const name = str(o.name);
+  if (name === undefined) throw new TypeError("an awaited name without its name");
+  return {
+    name,
+    waiters: num(o.waiters) ?? 0,
+    queue: Array.isArray(o.queue) ? o.queue.map(toQueued) : [],
+  };
+}
+
 /** A session from the API's JSON. */
 export function toSessionInfo(raw: Json | undefined): SessionInfo {
   const o = obj(raw);

@@ -564,6 +564,22 @@ class Runner {
       case "sleep":
         await sleep(step.ms as number);
         return;
+      case "list": {
+        // Asked again every 100 ms until the listing shows the step's locks
+        // and awaited names, for at most within_ms.
+        const until = began + ((step.within_ms as number | undefined) ?? 0);
+        const want = JSON.stringify({ locks: step.locks, awaited: step.awaited });
+        for (;;) {
+          const listing = await this.client(step.client).listing({ prefix: String(step.prefix), limit: 1000 });
+          const shown = JSON.stringify({
+            locks: listing.locks.map((l) => l.name),
+            awaited: listing.awaited.map((a) => ({ name: a.name, waiters: a.waiters, first: a.queue[0]?.holder ?? null })),
+          });
+          if (shown === want) return;
+          if (performance.now() >= until) throw new StepFailure(`the listing shows ${shown}, not ${want}`);
+          await sleep(100);
+        }
+      }
       case "with_lock": {
         const client = this.client(step.client);
         const options = this.acquireOptions(step);

@@ -4,7 +4,7 @@
 ``leasehold.aio.Client`` is its asyncio twin. Both behave as the Rust
 client does (docs/client.md)."""
 
-from ._model import Lock, Loss, Schedule, SessionInfo
+from ._model import Awaited, Listing, Lock, Loss, Schedule, SessionInfo
 from ._sync import Client, Leadership, LockGuard, LockSet, Observer, Session, SessionLock
 from .errors import (
     ArrivedLate,
@@ -34,6 +34,8 @@ __all__ = [
     "Leadership",
     "Observer",
     "Lock",
+    "Listing",
+    "Awaited",
     "Loss",
     "Schedule",
     "SessionInfo",

@@ -115,6 +115,47 @@ class Lock:
 
 
 @dataclass
+class Awaited:
+    """A name nobody holds that requests wait for, kept free for them (a
+    set waiting for all its names), as a listing shows it."""
+
+    name: str
+    waiters: int
+    queue: List[Dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, v: Dict[str, Any]) -> "Awaited":
+        try:
+            return cls(
+                name=str(v["name"]),
+                waiters=int(v.get("waiters") or 0),
+                queue=list(v.get("queue") or []),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise _NoAnswerCall(f"unreadable answer: an awaited name without {e}") from None
+
+
+@dataclass
+class Listing:
+    """A listing (``GET /v1/locks``): the locks held under the prefix, how
+    many there are in all (``None`` where the node does not tell: a token
+    of ``--acl``), and the free names under it that requests wait for."""
+
+    locks: List[Lock]
+    total: Optional[int] = None
+    awaited: List[Awaited] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, v: Dict[str, Any]) -> "Listing":
+        total = v.get("total")
+        return cls(
+            locks=[Lock.from_json(l) for l in (v.get("locks") or [])],
+            total=None if total is None else int(total),
+            awaited=[Awaited.from_json(a) for a in (v.get("awaited") or [])],
+        )
+
+
+@dataclass
 class SessionInfo:
     """A session as the cluster shows it."""
 

@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover
     from typing_extensions import Protocol  # type: ignore
 
 from . import aio, errors
-from ._model import RETRY_FOR, Lock, Loss, SessionInfo
+from ._model import RETRY_FOR, Listing, Lock, Loss, SessionInfo
 
 T = TypeVar("T")
 
@@ -171,6 +171,11 @@ class Client:
     def list(self, prefix: str = "", limit: int = 1000) -> List[Lock]:
         """The locks whose names start with ``prefix``, at most ``limit``."""
         return self._run(self._aio.list(prefix, limit))
+
+    def listing(self, prefix: str = "", limit: int = 1000) -> Listing:
+        """As :meth:`list`, with how many locks are held under ``prefix`` in
+        all and the free names under it that requests wait for."""
+        return self._run(self._aio.listing(prefix, limit))
 
     def cluster(self) -> Dict[str, Any]:
         """The cluster as the node reached sees it."""

@@ -39,6 +39,7 @@ from ._model import (
     RETRY_FOR,
     ApiCall,
     CallError,
+    Listing,
     Lock,
     Loss,
     NoAnswerCall,
@@ -426,9 +427,15 @@ class Client:
 
     async def list(self, prefix: str = "", limit: int = 1000) -> List[Lock]:
         """The locks whose names start with ``prefix``, at most ``limit``."""
+        return (await self.listing(prefix, limit)).locks
+
+    async def listing(self, prefix: str = "", limit: int = 1000) -> Listing:
+        """As :meth:`list`, with how many locks are held under ``prefix`` in
+        all and the free names under it that requests wait for (a set
+        waiting for all its names keeps the free ones for itself)."""
         answer = await self._one_shot("GET", f"/v1/locks?prefix={segment(prefix)}&limit={int(limit)}")
         try:
-            return [Lock.from_json(v) for v in answer.get("locks") or []]
+            return Listing.from_json(answer)
         except CallError as e:
             raise refused(e) from None
 
