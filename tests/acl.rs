@@ -323,9 +323,10 @@ async fn a_peer_token_keeps_the_operators_token_off_the_peer_routes_and_rotates(
 }
 
 /// A waiting set's other names (`with` in a queue, and in the message of a
-/// get of a free name it waits for) are shown to a token only where it may
-/// read them: a token reading `jobs/` alone is not told of `other/secret`,
-/// as a listing does not show it that name.
+/// get of a free name it waits for) and the free names it waits for (a
+/// listing's `awaited`) are shown to a token only where it may read them:
+/// a token reading `jobs/` alone is not told of `other/secret`, as a
+/// listing does not show it that name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_sets_names_a_token_may_not_read_are_not_shown() {
     let dir = tempfile::tempdir().unwrap();
@@ -388,6 +389,32 @@ async fn a_waiting_sets_names_a_token_may_not_read_are_not_shown() {
     assert_eq!(
         listing["locks"][0]["queue"][0]["with"],
         json!(["jobs/free"]),
+        "{listing}"
+    );
+    // The free names it waits for are listed as awaited, each only to a
+    // token that may read it, and their queues' `with` likewise.
+    let awaited = |listing: &Value| -> Vec<(Value, Value)> {
+        listing["awaited"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|n| (n["name"].clone(), n["queue"][0]["with"].clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        awaited(&listing),
+        [(json!("jobs/free"), json!(["jobs/held"]))],
+        "{listing}"
+    );
+    let (_, listing) = api.get("/v1/locks", Some(READ)).await;
+    assert_eq!(
+        awaited(&listing),
+        [
+            (json!("jobs/free"), json!(["jobs/held", "other/secret"])),
+            (json!("other/secret"), json!(["jobs/held", "jobs/free"]))
+        ],
         "{listing}"
     );
     let (status, free) = api.get("/v1/locks/jobs%2Ffree", Some(DEPLOY)).await;
