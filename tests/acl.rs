@@ -424,5 +424,10 @@ async fn a_waiting_sets_names_a_token_may_not_read_are_not_shown() {
         message.contains("the-set (node ") && !message.contains("other/secret"),
         "{free}"
     );
+    assert_eq!(
+        free["awaited"]["queue"][0]["with"],
+        json!(["jobs/held"]),
+        "{free}"
+    );
     waiting.abort();
 }

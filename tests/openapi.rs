@@ -297,6 +297,13 @@ async fn the_description_fits_what_a_running_node_answers() {
             check(&spec, method, described, status, &body);
         }
     }
+    // A get of the free name a set waits for: `404 not_held`, with it.
+    for via in [speaker, follower] {
+        let (status, body) = call(&cluster, via, "get", "/v1/locks/api%2Ffree", None).await;
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(body["awaited"]["queue"][0]["holder"], json!("waits"));
+        check(&spec, "get", "/v1/locks/{name}", status, &body);
+    }
     waiting.abort();
     let (status, released) = call(
         &cluster,

@@ -456,6 +456,14 @@ async fn a_listing_and_a_get_show_who_waits_for_each_lock_in_order() {
                 && message.contains(&format!("the-set (node {follower}, together with queue/a)")),
             "node {via}: {body}"
         );
+        // And shows them as a listing's `awaited` does.
+        let awaited = &body["awaited"];
+        assert_eq!(awaited["name"], json!("queue/free"), "node {via}: {body}");
+        assert_eq!(awaited["waiters"], json!(1), "node {via}: {body}");
+        let queued = &awaited["queue"][0];
+        assert_eq!(queued["holder"], json!("the-set"), "node {via}: {body}");
+        assert_eq!(queued["node"], json!(follower), "node {via}: {body}");
+        assert_eq!(queued["with"], json!(["queue/a"]), "node {via}: {body}");
     }
     let (status, body) = cluster.get(follower, "/v1/locks/queue%2Fnobody").await;
     assert_eq!(
@@ -463,6 +471,7 @@ async fn a_listing_and_a_get_show_who_waits_for_each_lock_in_order() {
         (404, &json!("queue/nobody is not held")),
         "{body}"
     );
+    assert!(body.get("awaited").is_none(), "nobody waits: {body}");
     // A listing shows it too, in `awaited`, with its queue, after the held
     // names; through the speaker and through a follower alike.
     for via in [speaker, follower] {

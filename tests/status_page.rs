@@ -163,7 +163,7 @@ async fn the_status_page_shows_the_speakers_view_and_never_a_wrong_picture() {
                  document.querySelector('#locks tr[data-lock=\"page/set-free\"] td:nth-child(2)').textContent.startsWith('(free, kept for') && \
                  document.querySelector('#locks tr[data-lock=\"page/set-free\"] td:nth-child(7)').textContent === '1' && \
                  document.querySelector('#locks tr[data-lock=\"page/set-free\"] td:nth-child(7)').title.startsWith('1. the-waiting-set (node ') && \
-                 document.getElementById('lock-count').textContent.startsWith('4 held')"
+                 document.getElementById('lock-count').textContent.startsWith('4 held, 1 free name kept for waiting requests')"
             ),
             Duration::from_secs(20),
         );

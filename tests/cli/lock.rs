@@ -738,6 +738,30 @@ async fn locks_shows_the_free_names_a_set_waits_for() {
             "over {transport}: {table}"
         );
     }
+    // A get of the free name says who waits for it, and exits 1.
+    for transport in ["binary", "http"] {
+        let args = ["get", "cli/aw-free", "--transport", transport];
+        let out = run(leasehold(&cluster, &[3], &args));
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(
+            text.contains("cli/aw-free is not held, but 1 request waits for it")
+                && text.contains("1. the-set (node 2)"),
+            "over {transport}: {text}"
+        );
+    }
+    let out = run(leasehold(
+        &cluster,
+        &[3],
+        &["get", "cli/aw-free", "-o", "json"],
+    ));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["lock"], json!(null), "{doc}");
+    assert_eq!(
+        doc["awaited"]["queue"][0]["holder"],
+        json!("the-set"),
+        "{doc}"
+    );
     let out = run(leasehold(&cluster, &[3], &["locks", "-o", "json"]));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["awaited"][0]["name"], json!("cli/aw-free"), "{doc}");

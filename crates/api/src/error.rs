@@ -203,6 +203,11 @@ pub struct ErrorBody {
     /// The lock as it is held, with `409 held`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<Box<LockView>>,
+    /// With `404 not_held` of a get over HTTP: the name is free, but
+    /// requests wait for it (kept free for a waiting set), shown as a
+    /// listing's `awaited` shows it. Frames carry it in the message only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaited: Option<Box<crate::AwaitedView>>,
 }
 
 impl ErrorBody {
@@ -238,6 +243,7 @@ impl ErrorBody {
             error,
             message: message.into(),
             lock: None,
+            awaited: None,
         }
     }
 

@@ -172,8 +172,16 @@ fn queue_lines(queue: &[leasehold_api::QueuedView], waiters: u64) -> Vec<String>
 /// `leasehold get NAME`: the lock's row, or exit 1 if nobody holds it.
 pub async fn get(client: Client, name: &str, json: bool) -> ExitCode {
     let found = client.get(name).await;
+    let awaited = match &found {
+        Ok(None) => awaited(&client, name).await,
+        _ => None,
+    };
     if let (true, Ok(lock)) = (json, &found) {
-        println!("{}", serde_json::json!({ "lock": lock }));
+        let mut shown = serde_json::json!({ "lock": lock });
+        if let Some(awaited) = &awaited {
+            shown["awaited"] = serde_json::json!(awaited);
+        }
+        println!("{shown}");
         return match lock {
             Some(_) => ExitCode::SUCCESS,
             None => ExitCode::from(crate::hold::exit::NOT_HELD),
@@ -201,11 +209,34 @@ pub async fn get(client: Client, name: &str, json: bool) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(None) => {
-            eprintln!("leasehold: {name} is not held");
+            match awaited {
+                Some(a) => {
+                    let requests = match a.waiters {
+                        1 => "1 request waits".to_string(),
+                        n => format!("{n} requests wait"),
+                    };
+                    eprintln!(
+                        "leasehold: {name} is not held, but {requests} for it (kept free for them):"
+                    );
+                    for line in queue_lines(&a.queue, a.waiters) {
+                        eprintln!("{line}");
+                    }
+                }
+                None => eprintln!("leasehold: {name} is not held"),
+            }
             ExitCode::from(crate::hold::exit::NOT_HELD)
         }
         Err(e) => refused(&format!("could not get {name}"), &e),
     }
+}
+
+/// The requests waiting for `name`, which nobody holds, if any wait (a
+/// set waiting for its other names keeps it free): a listing's entry for
+/// it, the first of the free names under it in name order. `None` too if
+/// the listing cannot be read: the name is shown as not held.
+async fn awaited(client: &Client, name: &str) -> Option<leasehold_api::AwaitedView> {
+    let listing = client.listing(name, 1).await.ok()?;
+    listing.awaited.into_iter().find(|a| a.name == name)
 }
 
 /// `leasehold unlock NAME`: releases whoever holds it (an operator's

@@ -55,11 +55,10 @@ pub trait Transport: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<(Vec<LockView>, Duration), CallError>> {
         let _ = (body, timeout);
         Box::pin(async {
-            Err(CallError::Api(ErrorBody {
-                error: leasehold_api::ErrorCode::BadRequest,
-                message: "this transport does not carry sets of names".into(),
-                lock: None,
-            }))
+            Err(CallError::Api(ErrorBody::new(
+                leasehold_api::ErrorCode::BadRequest,
+                "this transport does not carry sets of names",
+            )))
         })
     }
     /// `POST /v1/locks/release`.
@@ -80,11 +79,10 @@ pub trait Transport: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<SetReleased, CallError>> {
         let _ = (body, timeout);
         Box::pin(async {
-            Err(CallError::Api(ErrorBody {
-                error: leasehold_api::ErrorCode::BadRequest,
-                message: "this transport does not carry a set's release".into(),
-                lock: None,
-            }))
+            Err(CallError::Api(ErrorBody::new(
+                leasehold_api::ErrorCode::BadRequest,
+                "this transport does not carry a set's release",
+            )))
         })
     }
     /// `POST /v1/locks/renew`.
@@ -121,11 +119,10 @@ pub trait Transport: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<SessionAnswer, CallError>> {
         let _ = (call, timeout);
         Box::pin(async {
-            Err(CallError::Api(ErrorBody {
-                error: leasehold_api::ErrorCode::BadRequest,
-                message: "this transport does not carry sessions".into(),
-                lock: None,
-            }))
+            Err(CallError::Api(ErrorBody::new(
+                leasehold_api::ErrorCode::BadRequest,
+                "this transport does not carry sessions",
+            )))
         })
     }
     /// Says the node last used did not serve (no answer, or no speaker):

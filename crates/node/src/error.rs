@@ -18,11 +18,7 @@ impl ApiError {
     /// An error of `code` with `message`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
-            body: Box::new(ErrorBody {
-                error: code,
-                message: message.into(),
-                lock: None,
-            }),
+            body: Box::new(ErrorBody::new(code, message)),
         }
     }
 
@@ -60,8 +56,19 @@ impl ApiError {
     /// `404 not_held` for a get of `name`, which no one holds while
     /// requests wait for it (a set waiting for its other names, whose
     /// place this name is kept for): the message names them, the first
-    /// few in the order they will be served.
-    pub fn free_awaited(name: &str, waiting: &locktable::Waiting) -> Self {
+    /// few in the order they will be served, and `awaited` shows them.
+    pub fn free_awaited(
+        name: &str,
+        waiting: &locktable::Waiting,
+        awaited: leasehold_api::AwaitedView,
+    ) -> Self {
+        let mut e = Self::free_awaited_message(name, waiting);
+        e.body.awaited = Some(Box::new(awaited));
+        e
+    }
+
+    /// [`ApiError::free_awaited`] without `awaited`: its message.
+    fn free_awaited_message(name: &str, waiting: &locktable::Waiting) -> Self {
         const NAMED: usize = 3;
         let named: Vec<String> = waiting
             .first

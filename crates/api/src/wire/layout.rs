@@ -115,10 +115,13 @@ fn decode_others<D: Decoder>(d: &mut D, depth: usize) -> Result<Vec<LockView>, D
 
 impl Encode for ErrorBody {
     fn encode<E: Encoder>(&self, e: &mut E) -> Result<(), EncodeError> {
+        // `awaited` is for HTTP: frames name the waiting requests in the
+        // message.
         let ErrorBody {
             error,
             message,
             lock,
+            awaited: _,
         } = self;
         error.as_str().encode(e)?;
         error.http_status().encode(e)?;
@@ -135,9 +138,8 @@ impl<Context> Decode<Context> for ErrorBody {
         let lock = Decode::decode(d)?;
         Ok(match ErrorCode::parse(&code) {
             Some(error) => ErrorBody {
-                error,
-                message,
                 lock,
+                ..ErrorBody::new(error, message)
             },
             None => ErrorBody {
                 lock,

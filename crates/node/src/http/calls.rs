@@ -295,7 +295,12 @@ async fn get(node: &Shared, caller: &Caller, query: GetQuery) -> Result<Answer, 
                 for q in &mut waiting.first {
                     q.with.retain(|other| caller.may(Right::Read, other));
                 }
-                ApiError::free_awaited(&name, &waiting)
+                let awaited = leasehold_api::AwaitedView {
+                    name: name.clone(),
+                    waiters: waiting.count as u64,
+                    queue: waiting.first.iter().map(|q| node.queued_view(q)).collect(),
+                };
+                ApiError::free_awaited(&name, &waiting, awaited)
             }
             _ => ApiError::free(&name),
         });

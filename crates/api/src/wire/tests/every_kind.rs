@@ -197,9 +197,8 @@ pub(super) fn every_kind() -> Messages {
         }),
         Answer::Done,
         Answer::Error(ErrorBody {
-            error: ErrorCode::Held,
-            message: "m".into(),
             lock: Some(Box::new(full_view())),
+            ..ErrorBody::new(ErrorCode::Held, "m")
         }),
         // Version 2.
         Answer::Locks(LocksAnswer {

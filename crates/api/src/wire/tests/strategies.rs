@@ -70,7 +70,7 @@ fn error_code() -> impl Strategy<Value = ErrorCode> {
 prop_compose! {
     fn error_body()(error in error_code(), message in text(),
         lock in option::of(view().prop_map(Box::new))) -> ErrorBody {
-        ErrorBody { error, message, lock }
+        ErrorBody { lock, ..ErrorBody::new(error, message) }
     }
 }
 
