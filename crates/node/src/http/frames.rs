@@ -283,7 +283,11 @@ impl Connection {
             let started = std::time::Instant::now();
             let route = calls::route(&message);
             let waits = calls::waits(&message);
-            let Some(answer) = calls::serve(&node, &caller, route, Ok(message)).await else {
+            // Boxed: `serve`'s future is as large as its largest route's,
+            // and a task's future is copied whole as it is spawned and
+            // again as it finishes (docs/benchmarks.md, "The call's task").
+            let serving = Box::pin(calls::serve(&node, &caller, route, Ok(message)));
+            let Some(answer) = serving.await else {
                 // `--chaos` lost it: never sent, and its place is free.
                 return;
             };
