@@ -135,12 +135,23 @@ pub(crate) fn awaited_views(
 ) -> Vec<leasehold_api::AwaitedView> {
     awaited
         .into_iter()
-        .map(|a| leasehold_api::AwaitedView {
-            waiters: a.count as u64,
-            queue: a.first.iter().map(|q| node.queued_view(q)).collect(),
-            name: a.name,
-        })
+        .map(|a| awaited_view(a.name, a.count, &a.first, node))
         .collect()
+}
+
+/// The free name `name` that `count` requests wait for, the first of them
+/// `first`, as `node` sees them now.
+pub(crate) fn awaited_view(
+    name: String,
+    count: usize,
+    first: &[locktable::Queued],
+    node: &Node,
+) -> leasehold_api::AwaitedView {
+    leasehold_api::AwaitedView {
+        name,
+        waiters: count as u64,
+        queue: first.iter().map(|q| node.queued_view(q)).collect(),
+    }
 }
 
 /// `lock` as `view` shows it, with the name's other holders and the

@@ -62,13 +62,6 @@ impl ApiError {
         waiting: &locktable::Waiting,
         awaited: leasehold_api::AwaitedView,
     ) -> Self {
-        let mut e = Self::free_awaited_message(name, waiting);
-        e.body.awaited = Some(Box::new(awaited));
-        e
-    }
-
-    /// [`ApiError::free_awaited`] without `awaited`: its message.
-    fn free_awaited_message(name: &str, waiting: &locktable::Waiting) -> Self {
         const NAMED: usize = 3;
         let named: Vec<String> = waiting
             .first
@@ -100,13 +93,15 @@ impl ApiError {
         } else {
             format!("{} requests wait", waiting.count)
         };
-        Self::new(
+        let mut e = Self::new(
             ErrorCode::NotHeld,
             format!(
                 "{name} is not held, but {requests} for it (kept free for them, in this order): {}{more}",
                 named.join("; ")
             ),
-        )
+        );
+        e.body.awaited = Some(Box::new(awaited));
+        e
     }
 
     /// `503 no_leader`.

@@ -295,11 +295,12 @@ async fn get(node: &Shared, caller: &Caller, query: GetQuery) -> Result<Answer, 
                 for q in &mut waiting.first {
                     q.with.retain(|other| caller.may(Right::Read, other));
                 }
-                let awaited = leasehold_api::AwaitedView {
-                    name: name.clone(),
-                    waiters: waiting.count as u64,
-                    queue: waiting.first.iter().map(|q| node.queued_view(q)).collect(),
-                };
+                let awaited = crate::embedded::awaited_view(
+                    name.clone(),
+                    waiting.count,
+                    &waiting.first,
+                    node,
+                );
                 ApiError::free_awaited(&name, &waiting, awaited)
             }
             _ => ApiError::free(&name),
