@@ -294,13 +294,7 @@ async fn a_stalled_copy_holder_does_not_hold_a_renewal_through_the_speaker_back(
     let (speaker, _) = cluster.speaker().await;
     let session = open(&cluster, speaker, 2000).await;
     let locks = take(&cluster, speaker, &session, &["stall/a"]).await;
-    // Copies go first to the member after the speaker in id order.
-    let others = followers(&cluster, speaker);
-    let first = others
-        .iter()
-        .copied()
-        .find(|&n| n > speaker)
-        .unwrap_or(others[0]);
+    let first = cluster.first_copy_holder(speaker);
     cluster.pause(first);
     let started = std::time::Instant::now();
     let (status, body) = cluster

@@ -581,6 +581,17 @@ impl Cluster {
     pub fn others(&self, id: u64) -> Vec<u64> {
         self.procs.keys().copied().filter(|&n| n != id).collect()
     }
+
+    /// The member the speaker `speaker` sends its copies to first: the
+    /// next running one after it in id order.
+    pub fn first_copy_holder(&self, speaker: u64) -> u64 {
+        let others = self.others(speaker);
+        others
+            .iter()
+            .copied()
+            .find(|&n| n > speaker)
+            .unwrap_or(others[0])
+    }
 }
 
 impl Drop for Cluster {

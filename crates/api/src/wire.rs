@@ -41,11 +41,11 @@ mod tests;
 pub use decoder::FrameDecoder;
 pub use frame::{
     encode_frame, Frame, FrameError, Message, HEADER_LEN, MAX_ANSWER_ALLOC, MAX_ANSWER_BODY,
-    MAX_REQUEST_ALLOC, MAX_REQUEST_BODY,
+    MAX_PEER_ALLOC, MAX_PEER_BODY, MAX_REQUEST_ALLOC, MAX_REQUEST_BODY,
 };
 pub use layout::MAX_NESTING;
-pub use message::{kind, Answer, GetQuery, Request, Token, View};
+pub use message::{kind, Answer, GetQuery, PeerCall, PeerReply, Request, Token, View};
 pub use preamble::{
     accept, choose, preamble, read_preamble, sniff, PreambleError, Sniff, Version, ALPN, MAGIC,
-    NONE, OLDEST, PREAMBLE_LEN, SPEAKS,
+    NONE, OLDEST, PEER_CALLS, PREAMBLE_LEN, SPEAKS,
 };

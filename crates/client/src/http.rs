@@ -162,6 +162,12 @@ impl Http {
             }
             Request::History(_) => Answer::History(json(&bytes)?),
             Request::Token(_) | Request::Ping => Answer::Done,
+            Request::Peer(_) => {
+                return Err(CallError::Api(ErrorBody::new(
+                    leasehold_api::ErrorCode::BadRequest,
+                    "a member's call has no client's HTTP route",
+                )))
+            }
         };
         Ok(answer)
     }
@@ -216,10 +222,10 @@ fn route(
         Request::History(v) => get(&format!("/v1/cluster/history{}", view(v))),
         Request::AddMember(body) => post("/v1/cluster/members").json(body),
         Request::RemoveMember(id) => http.delete(format!("{base}/v1/cluster/members/{id}")),
-        Request::Token(_) | Request::Ping => {
+        Request::Token(_) | Request::Ping | Request::Peer(_) => {
             return Err(CallError::Api(ErrorBody::new(
                 leasehold_api::ErrorCode::BadRequest,
-                "a connection's own frame has no HTTP route",
+                "a connection's own frame, or a member's call, has no client's HTTP route",
             )))
         }
     })

@@ -291,21 +291,22 @@ pub struct Seams {
 }
 
 impl Seams {
-    /// The machine's: `CLOCK_BOOTTIME`, and HTTP over TCP.
+    /// The machine's: `CLOCK_BOOTTIME`, and the members over TCP (the
+    /// binary transport where it can, HTTP otherwise).
     pub fn production() -> Self {
         Seams {
             clock: Clock::new(),
-            transport: Arc::new(leasehold_raft::Http1Transport::new()),
+            transport: Arc::new(leasehold_raft::FramedTransport::new()),
             sabotage: Sabotage::NONE,
         }
     }
 
-    /// The machine's, for a node run with `config`: HTTP over TLS to the
-    /// members if it has TLS.
+    /// The machine's, for a node run with `config`: to the members over TLS
+    /// if it has TLS.
     pub fn production_for(config: &NodeConfig) -> Self {
         let transport: Arc<dyn leasehold_raft::Transport> = match &config.tls {
-            Some(tls) => Arc::new(leasehold_raft::Http1Transport::with_tls(Arc::clone(tls))),
-            None => Arc::new(leasehold_raft::Http1Transport::new()),
+            Some(tls) => Arc::new(leasehold_raft::FramedTransport::with_tls(Arc::clone(tls))),
+            None => Arc::new(leasehold_raft::FramedTransport::new()),
         };
         Seams {
             transport,

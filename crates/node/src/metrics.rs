@@ -121,6 +121,8 @@ pub(crate) struct Metrics {
     /// Calls of the binary transport served, or answered and not yet
     /// written.
     pub(crate) binary_calls_in_flight: Gauge,
+    /// Members' calls served over the binary transport.
+    pub(crate) binary_peer_calls: Counter,
     /// The electors of this process whose counts the node exports.
     pub(crate) elections: Elections,
     requests: RequestTimes,
@@ -173,6 +175,7 @@ impl Metrics {
             raft_term: Gauge::default(),
             binary_connections: Gauge::default(),
             binary_calls_in_flight: Gauge::default(),
+            binary_peer_calls: Counter::default(),
             elections: Elections::default(),
             requests: RequestTimes::new(Family::new_with_constructor(request_histogram)),
             waiting: RequestTimes::new(Family::new_with_constructor(waiting_histogram)),
@@ -243,6 +246,11 @@ impl Metrics {
             "leasehold_binary_calls_in_flight",
             "Calls of the binary transport served or answered and not yet written",
             metrics.binary_calls_in_flight.clone(),
+        );
+        r.register(
+            "leasehold_binary_peer_calls",
+            "Members' calls this node served over the binary transport",
+            metrics.binary_peer_calls.clone(),
         );
         r.register(
             "leasehold_raft_term",

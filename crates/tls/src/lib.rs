@@ -86,6 +86,9 @@ pub struct PeerVerified;
 struct Loaded {
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
+    /// As `client`, offering ALPN `leasehold` first: a member's connection
+    /// for the binary transport.
+    client_frames: Arc<ClientConfig>,
 }
 
 /// A node's TLS: the server and client configurations, swapped whole on
@@ -221,6 +224,21 @@ impl Tls {
         let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.current().client));
         connector.connect(name, tcp).await
     }
+
+    /// As [`Tls::connect`], for the binary transport: ALPN `leasehold` is
+    /// offered before `http/1.1` (a member whose build has no binary
+    /// transport chooses `http/1.1`, and answers the preamble as HTTP).
+    pub async fn connect_frames(
+        &self,
+        addr: &str,
+        tcp: TcpStream,
+    ) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let name = server_name(addr)?;
+        let config = Arc::clone(&self.current().client_frames);
+        tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+    }
 }
 
 /// The host of `addr` (`host:port`, `[v6]:port`) as a TLS server name.
@@ -294,10 +312,13 @@ fn load(files: &TlsFiles) -> Result<Loaded, TlsError> {
             .map_err(mismatched(files))?,
         None => client.with_no_client_auth(),
     };
+    let mut client_frames = client.clone();
     client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    client_frames.alpn_protocols = vec![b"leasehold".to_vec(), b"http/1.1".to_vec()];
     Ok(Loaded {
         server: Arc::new(server),
         client: Arc::new(client),
+        client_frames: Arc::new(client_frames),
     })
 }
 

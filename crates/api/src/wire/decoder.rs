@@ -12,7 +12,7 @@ use crate::codec::Unread;
 ///
 /// Memory: it holds the bytes fed and not yet taken as frames, never more.
 /// Nothing is allocated from what a header announces: a frame's body
-/// over [`Message::MAX_BODY`] is refused as soon as its header is in,
+/// over [`Message::max_body`] is refused as soon as its header is in,
 /// before its bytes are kept, and a body's decoding allocates at most a
 /// few times its limit ([`super::MAX_REQUEST_ALLOC`]). A driver that feeds at most `n` bytes between polls
 /// drained to `Ok(None)` holds at most one frame's limit, a header and
@@ -74,12 +74,13 @@ impl<M: Message> FrameDecoder<M> {
             return Ok(None);
         };
         let Header { len, kind, id } = header;
-        if len > M::MAX_BODY {
+        let limit = M::max_body(kind);
+        if len > limit {
             let failed = Failed {
                 id,
                 kind,
                 len,
-                limit: M::MAX_BODY,
+                limit,
             };
             self.failed = Some(failed);
             // Nothing more is read: let the bytes go.

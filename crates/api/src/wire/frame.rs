@@ -10,6 +10,16 @@ pub const HEADER_LEN: usize = 4 + 1 + 8;
 /// The largest body of a request frame: the HTTP API's body limit.
 pub const MAX_REQUEST_BODY: usize = crate::MAX_BODY_BYTES;
 
+/// The largest body of a member's call ([`super::Request::Peer`]): the
+/// HTTP API's body limit, and room for the request's route and headers
+/// (token, identity stamp, terms, versions) beside it. A member sends a
+/// larger call over HTTP.
+pub const MAX_PEER_BODY: usize = crate::MAX_BODY_BYTES + 16 * 1024;
+
+/// The most a member's call's decoding may allocate: four times its limit,
+/// as [`MAX_REQUEST_ALLOC`].
+pub const MAX_PEER_ALLOC: usize = 4 * MAX_PEER_BODY;
+
 /// The largest body of an answer frame: the codec's limit. An answer is
 /// not bounded by the request limit (a listing of
 /// [`crate::MAX_LIST_LIMIT`] locks with their data is megabytes); a node
@@ -29,8 +39,15 @@ pub const MAX_ANSWER_ALLOC: usize = 4 * MAX_ANSWER_BODY;
 /// What a frame carries: one kind of message for each direction
 /// ([`super::Request`], [`super::Answer`]).
 pub trait Message: Sized {
-    /// The largest body a frame of these messages may carry.
+    /// The largest body a frame of these messages may carry, but for the
+    /// kinds [`Message::max_body`] gives another.
     const MAX_BODY: usize;
+
+    /// The largest body a frame of `kind` may carry.
+    fn max_body(kind: u8) -> usize {
+        let _ = kind;
+        Self::MAX_BODY
+    }
 
     /// Whether `kind` is a kind of this message.
     fn is_kind(kind: u8) -> bool;
@@ -137,7 +154,7 @@ impl FrameError {
 }
 
 /// Appends the frame of `message` with request id `id` to `out`. A body
-/// over [`Message::MAX_BODY`] is refused (`out` is left as it was), so a
+/// over [`Message::max_body`] is refused (`out` is left as it was), so a
 /// sender never writes what its reader must refuse.
 pub fn encode_frame<M: Message>(id: u64, message: &M, out: &mut Vec<u8>) -> Result<(), FrameError> {
     let start = out.len();
@@ -150,14 +167,15 @@ pub fn encode_frame<M: Message>(id: u64, message: &M, out: &mut Vec<u8>) -> Resu
         return Err(FrameError::Body { id, kind, error });
     }
     let len = out.len() - start - HEADER_LEN;
-    let fits = u32::try_from(len).ok().filter(|_| len <= M::MAX_BODY);
+    let limit = M::max_body(kind);
+    let fits = u32::try_from(len).ok().filter(|_| len <= limit);
     let Some(prefix) = fits else {
         out.truncate(start);
         return Err(FrameError::TooLarge {
             id,
             kind,
             len,
-            limit: M::MAX_BODY,
+            limit,
         });
     };
     out[start..start + 4].copy_from_slice(&prefix.to_le_bytes());

@@ -9,13 +9,14 @@ use crate::{
 };
 
 use super::frame::{
-    Message, MAX_ANSWER_ALLOC, MAX_ANSWER_BODY, MAX_REQUEST_ALLOC, MAX_REQUEST_BODY,
+    Message, MAX_ANSWER_ALLOC, MAX_ANSWER_BODY, MAX_PEER_ALLOC, MAX_PEER_BODY, MAX_REQUEST_ALLOC,
+    MAX_REQUEST_BODY,
 };
 use super::preamble::Version;
 
 /// The kind bytes. Requests take `0x01` to `0x3f`, answers `0x80` to
 /// `0xbf` and `0xff` (an error); `0x40` to `0x7f` and `0xc0` to `0xfe` are
-/// kept for the members' own calls and answers.
+/// the members' own calls and answers.
 pub mod kind {
     /// [`super::Request::Acquire`].
     pub const ACQUIRE: u8 = 0x01;
@@ -45,6 +46,8 @@ pub mod kind {
     pub const TOKEN: u8 = 0x0d;
     /// [`super::Request::Ping`].
     pub const PING: u8 = 0x0e;
+    /// [`super::Request::Peer`] (version 3).
+    pub const PEER: u8 = 0x40;
 
     /// [`super::Answer::Lock`].
     pub const LOCK: u8 = 0x81;
@@ -64,11 +67,13 @@ pub mod kind {
     /// [`super::Answer::Locks`] with names awaited (version 2): `locks`,
     /// `total` and `awaited`.
     pub const LOCKS_AWAITED: u8 = 0x88;
+    /// [`super::Answer::Peer`] (version 3).
+    pub const PEER_REPLY: u8 = 0xc0;
     /// [`super::Answer::Error`].
     pub const ERROR: u8 = 0xff;
 
     /// Every request kind.
-    pub const REQUESTS: [u8; 14] = [
+    pub const REQUESTS: [u8; 15] = [
         ACQUIRE,
         RELEASE,
         RENEW,
@@ -83,9 +88,10 @@ pub mod kind {
         REMOVE_MEMBER,
         TOKEN,
         PING,
+        PEER,
     ];
     /// Every answer kind.
-    pub const ANSWERS: [u8; 9] = [
+    pub const ANSWERS: [u8; 10] = [
         LOCK,
         LOCKS,
         SESSION,
@@ -95,6 +101,7 @@ pub mod kind {
         DONE,
         ERROR,
         LOCKS_AWAITED,
+        PEER_REPLY,
     ];
 }
 
@@ -117,6 +124,58 @@ pub enum View {
     Own,
     /// The speaker's, asked of it by the answering node (`view=speaker`).
     Speaker,
+}
+
+/// A member's call to another, carried whole in a frame: what its HTTP
+/// request would be, so the member that takes it serves it with the same
+/// routes and checks (cluster token, identity stamp, versions) as over
+/// HTTP. Shown without its headers' values: one of them is the cluster
+/// token.
+#[derive(Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct PeerCall {
+    /// The route, under `/internal/`.
+    pub path: String,
+    /// The request's headers, each name with its value's bytes.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The request's body.
+    pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for PeerCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerCall")
+            .field("path", &self.path)
+            .field("headers", &names(&self.headers))
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+/// The names of `headers`, without their values.
+fn names(headers: &[(String, Vec<u8>)]) -> Vec<&str> {
+    headers.iter().map(|(name, _)| name.as_str()).collect()
+}
+
+/// A peer route's answer, carried whole in a frame: its status, headers
+/// and body as its HTTP answer would have them.
+#[derive(Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct PeerReply {
+    /// The HTTP status.
+    pub status: u16,
+    /// The answer's headers, each name with its value's bytes.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The answer's body.
+    pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for PeerReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerReply")
+            .field("status", &self.status)
+            .field("headers", &names(&self.headers))
+            .field("body_len", &self.body.len())
+            .finish()
+    }
 }
 
 /// A bearer token, as [`Request::Token`] carries it: shown as `<token>`,
@@ -167,6 +226,9 @@ pub enum Request {
     /// Whether the connection is alive → [`Answer::Done`]: a client keeps
     /// an idle connection open with it.
     Ping,
+    /// A member's call to a peer route (`/internal/...`), as its HTTP
+    /// request would carry it → [`Answer::Peer`] (version 3).
+    Peer(PeerCall),
 }
 
 /// An answer, as a node sends it: the HTTP API's, with the same values.
@@ -186,6 +248,9 @@ pub enum Answer {
     History(HistoryAnswer),
     /// Done, nothing to say ([`Request::Token`], [`Request::Ping`]).
     Done,
+    /// A peer route's answer to a [`Request::Peer`], as its HTTP answer
+    /// would carry it (its errors included).
+    Peer(PeerReply),
     /// A failure, with its code (the HTTP status follows from it).
     Error(ErrorBody),
 }
@@ -227,6 +292,7 @@ impl Request {
                 )
                 | (Request::History(_), Answer::History(_))
                 | (Request::Token(_) | Request::Ping, Answer::Done)
+                | (Request::Peer(_), Answer::Peer(_))
         )
     }
 }
@@ -243,6 +309,13 @@ fn answer<T: bincode::Decode<()>>(body: &[u8]) -> Result<T, CodecError> {
 
 impl Message for Request {
     const MAX_BODY: usize = MAX_REQUEST_BODY;
+
+    fn max_body(k: u8) -> usize {
+        match k {
+            kind::PEER => MAX_PEER_BODY,
+            _ => MAX_REQUEST_BODY,
+        }
+    }
 
     fn is_kind(k: u8) -> bool {
         kind::REQUESTS.contains(&k)
@@ -264,6 +337,7 @@ impl Message for Request {
             Request::RemoveMember(_) => kind::REMOVE_MEMBER,
             Request::Token(_) => kind::TOKEN,
             Request::Ping => kind::PING,
+            Request::Peer(_) => kind::PEER,
         }
     }
 
@@ -281,6 +355,7 @@ impl Message for Request {
             Request::RemoveMember(id) => encode_fields_into(id, out),
             Request::Token(token) => encode_fields_into(token, out),
             Request::Ping => Ok(()),
+            Request::Peer(call) => encode_fields_into(call, out),
         }
     }
 
@@ -303,6 +378,7 @@ impl Message for Request {
                 request::<()>(body)?;
                 Request::Ping
             }
+            kind::PEER => Request::Peer(decode_fields::<_, MAX_PEER_ALLOC>(body)?),
             _ => return Err(CodecError::UnexpectedFrame("an unknown kind of request")),
         })
     }
@@ -325,6 +401,7 @@ impl Message for Answer {
             Answer::Cluster(_) => kind::CLUSTER_ANSWER,
             Answer::History(_) => kind::HISTORY_ANSWER,
             Answer::Done => kind::DONE,
+            Answer::Peer(_) => kind::PEER_REPLY,
             Answer::Error(_) => kind::ERROR,
         }
     }
@@ -341,6 +418,7 @@ impl Message for Answer {
             Answer::Cluster(a) => encode_fields_into(a, out),
             Answer::History(a) => encode_fields_into(a, out),
             Answer::Done => Ok(()),
+            Answer::Peer(reply) => encode_fields_into(reply, out),
             Answer::Error(e) => encode_fields_into(e, out),
         }
     }
@@ -372,6 +450,7 @@ impl Message for Answer {
                 answer::<()>(body)?;
                 Answer::Done
             }
+            kind::PEER_REPLY => Answer::Peer(answer(body)?),
             kind::ERROR => Answer::Error(answer(body)?),
             _ => return Err(CodecError::UnexpectedFrame("an unknown kind of answer")),
         })

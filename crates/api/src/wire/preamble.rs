@@ -28,7 +28,12 @@ pub type Version = u8;
 /// - 2: a listing names the free names requests wait for
 ///   ([`super::kind::LOCKS_AWAITED`]); a node answers a connection of
 ///   version 1 without them.
-pub const SPEAKS: Version = 2;
+/// - 3: members' calls ([`super::kind::PEER`], [`super::kind::PEER_REPLY`]).
+pub const SPEAKS: Version = 3;
+
+/// The first version that carries members' calls
+/// ([`super::Request::Peer`]).
+pub const PEER_CALLS: Version = 3;
 
 /// The lowest version this build speaks.
 pub const OLDEST: Version = 1;

@@ -84,7 +84,9 @@ proptest! {
             | Request::History(_)
             | Request::RemoveMember(_)
             | Request::Token(_)
-            | Request::Ping => request.clone(),
+            | Request::Ping
+            // A member's call: its HTTP request's bytes, not JSON's values.
+            | Request::Peer(_) => request.clone(),
         };
         prop_assert_eq!(&back, &request);
         prop_assert_eq!(read::<Request>([frames(&[(1, back)]).as_slice()]), vec![(1, request)]);
@@ -96,6 +98,7 @@ proptest! {
             Answer::Cluster(a) => Answer::Cluster(json_again(a)),
             Answer::History(a) => Answer::History(json_again(a)),
             Answer::Done => Answer::Done,
+            Answer::Peer(a) => Answer::Peer(a.clone()),
             Answer::Error(a) => Answer::Error(json_again(a)),
         };
         prop_assert_eq!(&back, &answer);
@@ -199,7 +202,7 @@ fn a_writer_refuses_a_body_over_the_limit_and_writes_nothing() {
 
 #[test]
 fn an_unknown_kind_is_skipped_whole_and_the_next_frame_read() {
-    for unknown in [0x00, 0x0f, 0x3f, 0x40, 0x7f, kind::LOCK, kind::ERROR] {
+    for unknown in [0x00, 0x0f, 0x3f, 0x41, 0x7f, kind::LOCK, kind::ERROR] {
         let mut bytes = header(3, unknown, 9);
         bytes.extend_from_slice(b"abc");
         bytes.extend_from_slice(&frames(&[(10, Request::Ping)]));
@@ -413,4 +416,78 @@ fn the_version_spoken_is_the_lower_of_the_two_offers() {
         })
     );
     assert_eq!(OLDEST, 1);
+}
+
+#[test]
+fn a_members_call_is_shown_without_its_headers_values() {
+    let call = PeerCall {
+        path: "/internal/copies".into(),
+        headers: vec![("x-leasehold-token".into(), b"cluster-secret".to_vec())],
+        body: b"{}".to_vec(),
+    };
+    let shown = format!("{:?}", Request::Peer(call));
+    assert!(shown.contains("x-leasehold-token"), "{shown}");
+    assert!(!shown.contains("cluster-secret"), "{shown}");
+    let reply = PeerReply {
+        status: 200,
+        headers: vec![("set-secret".into(), b"hidden-value".to_vec())],
+        body: Vec::new(),
+    };
+    assert!(!format!("{:?}", Answer::Peer(reply)).contains("hidden-value"));
+}
+
+#[test]
+fn a_members_call_may_be_larger_than_a_clients_but_not_without_bound() {
+    let call = |len: usize| {
+        Request::Peer(PeerCall {
+            path: "/internal/copies".into(),
+            headers: Vec::new(),
+            body: vec![7; len],
+        })
+    };
+    // Over a client's limit, within a member's: written and read.
+    let bigger = call(MAX_REQUEST_BODY + 1024);
+    assert_eq!(
+        read::<Request>([frames(&[(3, bigger.clone())]).as_slice()]),
+        vec![(3, bigger)]
+    );
+    // Over a member's: refused writing, and reading from its header.
+    let mut out = Vec::new();
+    assert!(matches!(
+        encode_frame(4, &call(MAX_PEER_BODY), &mut out),
+        Err(FrameError::TooLarge {
+            limit: MAX_PEER_BODY,
+            ..
+        })
+    ));
+    assert!(out.is_empty());
+    let mut decoder = FrameDecoder::<Request>::new();
+    decoder.feed(&header(
+        u32::try_from(MAX_PEER_BODY + 1).unwrap(),
+        kind::PEER,
+        5,
+    ));
+    assert!(matches!(
+        decoder.poll(),
+        Err(FrameError::TooLarge {
+            id: 5,
+            limit: MAX_PEER_BODY,
+            ..
+        })
+    ));
+    // A client's call of that size is still over its own limit.
+    let mut decoder = FrameDecoder::<Request>::new();
+    decoder.feed(&header(
+        u32::try_from(MAX_REQUEST_BODY + 1).unwrap(),
+        kind::ACQUIRE,
+        6,
+    ));
+    assert!(matches!(
+        decoder.poll(),
+        Err(FrameError::TooLarge {
+            id: 6,
+            limit: MAX_REQUEST_BODY,
+            ..
+        })
+    ));
 }

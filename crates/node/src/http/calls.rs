@@ -36,7 +36,7 @@ pub(super) fn route(request: &Request) -> &'static str {
         Request::History(_) => "/v1/cluster/history",
         Request::AddMember(_) => "/v1/cluster/members",
         Request::RemoveMember(_) => "/v1/cluster/members/{id}",
-        Request::Token(_) | Request::Ping => "",
+        Request::Token(_) | Request::Ping | Request::Peer(_) => "",
     }
 }
 
@@ -203,6 +203,10 @@ async fn answer(node: &Shared, caller: &Caller, request: Request) -> Answer {
                 .map(Answer::Cluster),
         },
         Request::Token(_) | Request::Ping => Ok(Answer::Done),
+        // The connection serves members' calls itself (frames::peer_call).
+        Request::Peer(_) => Err(ApiError::bad_request(
+            "a member's call is served by its connection, not as a client's",
+        )),
     };
     answered.unwrap_or_else(refused)
 }

@@ -20,20 +20,31 @@
 //! connection closed once the calls before it are answered; an unknown
 //! kind or a body that does not decode is answered `bad_request` and the
 //! connection goes on.
+//!
+//! A member's call ([`Request::Peer`], version 3) is served by the node's
+//! own router, as the same request over HTTP would be ([`peer_call`]):
+//! its token, stamps and versions are checked by the peer routes, not by
+//! the connection's bearer token.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::http::{HeaderName, HeaderValue};
+use axum::Router;
 use leasehold_api::wire::{
-    self, choose, encode_frame, read_preamble, Answer, Frame, FrameDecoder, Request, PREAMBLE_LEN,
+    self, choose, encode_frame, read_preamble, Answer, Frame, FrameDecoder, PeerCall, PeerReply,
+    Request, PREAMBLE_LEN,
 };
 use leasehold_api::{ErrorBody, ErrorCode};
+use leasehold_tls::PeerVerified;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 use super::access::{caller_of_token, Caller};
 use super::{calls, Shared};
@@ -81,11 +92,23 @@ impl Drop for Counted {
     }
 }
 
+/// What serves members' calls on a connection: the node's router, and
+/// whether the connection's client showed a certificate the CA verified.
+pub(super) struct PeerRoutes {
+    pub(super) app: Router,
+    pub(super) verified: Option<PeerVerified>,
+}
+
 /// Serves the binary transport on `io`, whose first byte was the magic's
 /// (it is read again from `io`), until the caller closes it, it goes idle,
 /// or `stop`.
-pub(super) async fn serve_frames<IO>(io: IO, node: Shared, idle: Duration, stop: CancellationToken)
-where
+pub(super) async fn serve_frames<IO>(
+    io: IO,
+    node: Shared,
+    peers: PeerRoutes,
+    idle: Duration,
+    stop: CancellationToken,
+) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (mut reader, mut writer) = tokio::io::split(io);
@@ -121,6 +144,7 @@ where
         version,
         caller: caller_of_token(&node, None),
         node,
+        peers,
         answers,
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         large: Arc::new(Semaphore::new(1)),
@@ -140,6 +164,7 @@ struct Connection {
     version: wire::Version,
     /// As the last `Token` frame says (none: as HTTP without a token).
     caller: Result<Caller, ApiError>,
+    peers: PeerRoutes,
     answers: mpsc::UnboundedSender<Outgoing>,
     in_flight: Arc<Semaphore>,
     /// One call at a time whose answer may be large
@@ -249,6 +274,7 @@ impl Connection {
                 let _ = self.answers.send((id, Answer::Done, permit));
                 return;
             }
+            Request::Peer(call) => return self.take_peer(id, call, permit),
             Request::Token(token) => {
                 self.caller = caller_of_token(&self.node, Some(token.0.as_bytes()));
                 let answer = match &self.caller {
@@ -305,6 +331,81 @@ impl Connection {
         });
     }
 }
+
+impl Connection {
+    /// Serves a member's call on a task, as the node's router serves the
+    /// same request over HTTP.
+    fn take_peer(&mut self, id: u64, call: PeerCall, permit: Place) {
+        if self.version < wire::PEER_CALLS {
+            let refused = ErrorBody::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "members' calls need version {} of the binary transport; this connection speaks {}",
+                    wire::PEER_CALLS,
+                    self.version
+                ),
+            );
+            let _ = self.answers.send((id, Answer::Error(refused), permit));
+            return;
+        }
+        self.node.metrics.binary_peer_calls.inc();
+        let app = self.peers.app.clone();
+        let verified = self.peers.verified;
+        let answers = self.answers.clone();
+        self.calls.spawn(async move {
+            let answer = Box::pin(peer_call(app, call, verified)).await;
+            let _ = answers.send((id, answer, permit));
+        });
+    }
+}
+
+/// `call` served by `app` as its HTTP request would be: only the peer
+/// routes (under `/internal/`) are served so.
+async fn peer_call(app: Router, call: PeerCall, verified: Option<PeerVerified>) -> Answer {
+    let bad = |why: String| Answer::Error(ErrorBody::new(ErrorCode::BadRequest, why));
+    if !call.path.starts_with(PEER_PREFIX) {
+        return bad(format!(
+            "a member's call is to a peer route (under {PEER_PREFIX}), not {:?}",
+            call.path
+        ));
+    }
+    let Ok(mut request) = axum::http::Request::post(&call.path).body(Body::from(call.body)) else {
+        return bad(format!("a member's call to a bad path {:?}", call.path));
+    };
+    for (name, value) in call.headers {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) else {
+            return bad("a member's call with a bad header".to_string());
+        };
+        request.headers_mut().append(name, value);
+    }
+    if let Some(verified) = verified {
+        request.extensions_mut().insert(verified);
+    }
+    let Ok(response) = app.oneshot(request).await;
+    let (parts, body) = response.into_parts();
+    let body = match axum::body::to_bytes(body, wire::MAX_ANSWER_BODY).await {
+        Ok(body) => body,
+        Err(e) => {
+            let failed = format!("a peer route's answer could not be read: {e}");
+            return Answer::Error(ErrorBody::new(ErrorCode::Internal, failed));
+        }
+    };
+    Answer::Peer(PeerReply {
+        status: parts.status.as_u16(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
+            .collect(),
+        body: body.to_vec(),
+    })
+}
+
+/// The peer routes' prefix, with its slash.
+const PEER_PREFIX: &str = "/internal/";
 
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {

@@ -156,6 +156,12 @@ fn respond(answer: Answer) -> Response {
         Answer::History(a) => Json(a).into_response(),
         Answer::Done => axum::http::StatusCode::NO_CONTENT.into_response(),
         Answer::Error(e) => ApiError::from(e).into_response(),
+        // No public route is answered with a member's reply.
+        Answer::Peer(_) => ApiError::new(
+            leasehold_api::ErrorCode::Internal,
+            "a member's reply to a client's call",
+        )
+        .into_response(),
     }
 }
 

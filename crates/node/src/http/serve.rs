@@ -125,7 +125,10 @@ async fn serve_sniffed<IO>(
     let io = Prefixed::new(first, io);
     match wire::sniff(&[first]) {
         Sniff::Other => serve_connection(io, app, verified, idle, stop).await,
-        Sniff::Binary | Sniff::NeedMore => frames::serve_frames(io, node, idle, stop).await,
+        Sniff::Binary | Sniff::NeedMore => {
+            let peers = frames::PeerRoutes { app, verified };
+            frames::serve_frames(io, node, peers, idle, stop).await
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{frames, round_trips};
-use crate::wire::{kind, Answer, GetQuery, Message, Request, Token, View};
+use crate::wire::{kind, Answer, GetQuery, Message, PeerCall, PeerReply, Request, Token, View};
 use crate::{
     AcquireBody, AddMemberBody, AwaitedView, ClusterAnswer, ErrorBody, ErrorCode, HistoryAnswer,
     HistoryEntry, ListQuery, LockAnswer, LockRef, LockView, LocksAnswer, Member, Mode, QueuedView,
@@ -117,6 +117,12 @@ pub(super) fn every_kind() -> Messages {
         Request::RemoveMember(13),
         Request::Token(Token("t".into())),
         Request::Ping,
+        // Version 3.
+        Request::Peer(PeerCall {
+            path: "/internal/copies".into(),
+            headers: vec![("content-type".into(), b"application/json".to_vec())],
+            body: b"{}".to_vec(),
+        }),
     ];
     let report = RebuildReport {
         term: 1,
@@ -210,6 +216,12 @@ pub(super) fn every_kind() -> Messages {
                 queue: leaf().queue,
             }],
         }),
+        // Version 3.
+        Answer::Peer(PeerReply {
+            status: 409,
+            headers: vec![("x-a".into(), b"b".to_vec())],
+            body: b"[]".to_vec(),
+        }),
     ];
     (
         requests
@@ -252,12 +264,20 @@ fn digest(bytes: &[u8]) -> u64 {
 #[test]
 fn the_layout_of_every_kind_is_pinned() {
     let (requests, answers) = every_kind();
+    let (requests, requests_3): (Vec<_>, Vec<_>) = requests
+        .into_iter()
+        .partition(|(_, r)| r.kind() != kind::PEER);
     let requests = frames(&requests);
+    let (answers, version_3): (Vec<_>, Vec<_>) = answers
+        .into_iter()
+        .partition(|(_, a)| a.kind() != kind::PEER_REPLY);
     let (version_1, version_2): (Vec<_>, Vec<_>) = answers
         .into_iter()
         .partition(|(_, a)| a.kind() != kind::LOCKS_AWAITED);
     let version_1 = frames(&version_1);
     let version_2 = frames(&version_2);
+    let mut version_3_bytes = frames(&requests_3);
+    version_3_bytes.extend(frames(&version_3));
     assert_eq!(
         (
             requests.len(),
@@ -277,6 +297,11 @@ fn the_layout_of_every_kind_is_pinned() {
         (version_2.len(), digest(&version_2)),
         (367, 777_993_797_200_923_825),
         "the layout of version 2 changed: raise wire::SPEAKS (see this test's comment)"
+    );
+    assert_eq!(
+        (version_3_bytes.len(), digest(&version_3_bytes)),
+        (90, 4_112_600_036_053_914_496),
+        "the layout of version 3 changed: raise wire::SPEAKS (see this test's comment)"
     );
 }
 
@@ -298,6 +323,7 @@ fn each_request_is_answered_by_its_kind_or_an_error() {
         kind::CLUSTER_ANSWER,
         kind::DONE,
         kind::DONE,
+        kind::PEER_REPLY,
     ];
     for ((_, request), answered) in requests.iter().zip(expect) {
         for (_, answer) in &answers {

@@ -6,7 +6,7 @@ use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
 
-use crate::wire::{Answer, GetQuery, Request, Token, View};
+use crate::wire::{Answer, GetQuery, PeerCall, PeerReply, Request, Token, View};
 use crate::{
     AcquireBody, AddMemberBody, AwaitedView, ClusterAnswer, ErrorBody, ErrorCode, HistoryAnswer,
     HistoryEntry, ListQuery, LockAnswer, LockRef, LockView, LocksAnswer, Member, Mode, QueuedView,
@@ -129,7 +129,18 @@ pub(super) fn request() -> impl Strategy<Value = Request> {
         any::<u64>().prop_map(Request::RemoveMember),
         text().prop_map(|t| Request::Token(Token(t))),
         Just(Request::Ping),
+        (text(), headers(), vec(any::<u8>(), 0..64)).prop_map(|(path, headers, body)| {
+            Request::Peer(PeerCall {
+                path,
+                headers,
+                body,
+            })
+        }),
     ]
+}
+
+fn headers() -> impl Strategy<Value = Vec<(String, Vec<u8>)>> {
+    vec((text(), vec(any::<u8>(), 0..16)), 0..4)
 }
 
 prop_compose! {
@@ -230,6 +241,13 @@ pub(super) fn answer() -> impl Strategy<Value = Answer> {
                 view
             })),
         Just(Answer::Done),
+        (any::<u16>(), headers(), vec(any::<u8>(), 0..64)).prop_map(|(status, headers, body)| {
+            Answer::Peer(PeerReply {
+                status,
+                headers,
+                body,
+            })
+        }),
         error_body().prop_map(Answer::Error),
     ]
 }

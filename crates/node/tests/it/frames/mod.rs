@@ -607,3 +607,4 @@ async fn with_an_acl_the_token_frame_says_who_calls() {
 }
 
 mod limits;
+mod peer;
