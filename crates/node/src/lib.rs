@@ -272,6 +272,15 @@ where
 {
     let config: ValidConfig = config.try_into()?;
     let seams = Seams::production_for(&config);
+    // Answers go out as they are ready: on a binary connection two answers
+    // in a row would otherwise wait, the second for the caller's delayed
+    // acknowledgement of the first (docs/benchmarks.md, "Members over the
+    // binary transport").
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%e, "TCP_NODELAY could not be set on an accepted connection");
+        }
+    });
     start_with::<ValidConfig, _>(config, listener, seams).await
 }
 
