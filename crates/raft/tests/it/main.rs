@@ -3,5 +3,6 @@
 
 mod cluster;
 mod codec;
+mod framed;
 mod storage;
 mod transport;
