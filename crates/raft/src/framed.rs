@@ -168,7 +168,9 @@ impl Links {
             Some(Slot::Up(link)) if !link.is_closed() && link.generation() == generation => {
                 return Some(Arc::clone(link));
             }
-            Some(Slot::Up(link)) => link.close(),
+            // A reload: new calls go on a new connection; the calls in
+            // flight on this one are answered on it (it closes once idle).
+            Some(Slot::Up(link)) => link.retire(),
             Some(Slot::Opening) => return None,
             Some(Slot::Down { retry_at }) if now < *retry_at => return None,
             Some(Slot::Down { .. }) | None => {}

@@ -359,13 +359,15 @@ impl Connection {
     }
 }
 
-/// `call` served by `app` as its HTTP request would be: only the peer
-/// routes (under `/internal/`) are served so.
+/// `call` served by `app` as its HTTP request would be: only the short
+/// peer routes members call over frames
+/// ([`leasehold_raft::framed::framed_route`]) are served so. A report, which
+/// streams megabytes, and every other route stay HTTP's.
 async fn peer_call(app: Router, call: PeerCall, verified: Option<PeerVerified>) -> Answer {
     let bad = |why: String| Answer::Error(ErrorBody::new(ErrorCode::BadRequest, why));
-    if !call.path.starts_with(PEER_PREFIX) {
+    if !leasehold_raft::framed::framed_route(&call.path) {
         return bad(format!(
-            "a member's call is to a peer route (under {PEER_PREFIX}), not {:?}",
+            "{:?} is not a route members call over the binary transport",
             call.path
         ));
     }
@@ -403,9 +405,6 @@ async fn peer_call(app: Router, call: PeerCall, verified: Option<PeerVerified>) 
         body: body.to_vec(),
     })
 }
-
-/// The peer routes' prefix, with its slash.
-const PEER_PREFIX: &str = "/internal/";
 
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {

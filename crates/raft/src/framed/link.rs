@@ -25,6 +25,8 @@ use crate::transport::{PeerRequest, PeerResponse, TransportError};
 const PING_ID: u64 = 0;
 /// How much is read from the connection at a time.
 const READ_BUFFER: usize = 16 << 10;
+/// How long a closing connection's last bytes may take to go.
+const SHUTDOWN_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why no connection was opened.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +64,9 @@ pub(super) struct Link {
     closed: CancellationToken,
     /// Closed because no one called for a while.
     unused: AtomicBool,
+    /// Made before a TLS reload: takes no more calls, and closes once none
+    /// waits.
+    retiring: AtomicBool,
 }
 
 /// The calls waiting for their answers.
@@ -145,7 +150,16 @@ pub(super) async fn open(
         generation,
         closed: CancellationToken::new(),
         unused: AtomicBool::new(false),
+        retiring: AtomicBool::new(false),
     }))
+}
+
+/// What came of a write.
+enum Written {
+    /// The frame went, whole.
+    Whole,
+    /// The connection closed before any of it went.
+    Closed,
 }
 
 /// Takes the waiting call's entry out when the call ends, however it ends.
@@ -156,7 +170,12 @@ struct Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.link.calls().waiting.remove(&self.id);
+        let empty = {
+            let mut calls = self.link.calls();
+            calls.waiting.remove(&self.id);
+            calls.waiting.is_empty()
+        };
+        self.link.close_if_retired(empty);
     }
 }
 
@@ -178,6 +197,22 @@ impl Link {
     /// Whether it closed because no one called for a while.
     pub(super) fn closed_unused(&self) -> bool {
         self.unused.load(Ordering::Relaxed)
+    }
+
+    /// Takes no more calls (a TLS reload: the next ones go on a new
+    /// connection), and closes once none waits: the calls in flight are
+    /// answered on it, as over HTTP.
+    pub(super) fn retire(&self) {
+        self.retiring.store(true, Ordering::Release);
+        let empty = self.calls().waiting.is_empty();
+        self.close_if_retired(empty);
+    }
+
+    /// Closes it if it is retired and no call waits (`empty`).
+    fn close_if_retired(&self, empty: bool) {
+        if empty && self.retiring.load(Ordering::Acquire) {
+            self.close();
+        }
     }
 
     /// Closes it: every call waiting is answered that it closed.
@@ -210,12 +245,14 @@ impl Link {
         }
         let _waiting = Waiting { link: self, id };
         let mut frame = Vec::new();
-        if let Err(e) = encode_frame(id, &Request::Peer(peer_call(request)), &mut frame) {
-            return Sent::Answered(Err(TransportError::Other(e.to_string())));
+        if encode_frame(id, &Request::Peer(peer_call(&request)), &mut frame).is_err() {
+            // Over a frame's limit: HTTP takes it.
+            return Sent::Unsent(request);
         }
         let read_before = self.frames_read.load(Ordering::Acquire);
         match tokio::time::timeout_at(deadline, self.write(&frame)).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(Written::Whole)) => {}
+            Ok(Ok(Written::Closed)) => return Sent::Unsent(request),
             Ok(Err(e)) => {
                 self.close();
                 return Sent::Answered(Err(TransportError::Other(e.to_string())));
@@ -244,14 +281,24 @@ impl Link {
         Sent::Answered(answer.and_then(response))
     }
 
-    /// Writes `frame` whole, after what a caller before left unwritten.
-    async fn write(&self, frame: &[u8]) -> std::io::Result<()> {
-        let mut writer = self.writer.lock().await;
-        writer.finish().await?;
+    /// Writes `frame` whole, after what a caller before left unwritten;
+    /// if the connection closes before its first byte goes, not at all.
+    async fn write(&self, frame: &[u8]) -> std::io::Result<Written> {
+        let mut writer = tokio::select! {
+            biased;
+            () = self.closed.cancelled() => return Ok(Written::Closed),
+            writer = async {
+                let mut writer = self.writer.lock().await;
+                writer.finish().await.map(|()| writer)
+            } => writer?,
+        };
+        if self.closed.is_cancelled() {
+            return Ok(Written::Closed);
+        }
         writer.bytes.clear();
         writer.written = 0;
         writer.bytes.extend_from_slice(frame);
-        writer.finish().await
+        writer.finish().await.map(|()| Written::Whole)
     }
 
     /// Reads answers and hands each to its call, and pings while the
@@ -293,19 +340,29 @@ impl Link {
                         self.unused.store(true, Ordering::Relaxed);
                         break "no call for a while".to_string();
                     }
-                    match tokio::time::timeout(PING_EVERY, self.write(&ping_frame)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => break e.to_string(),
-                        Err(_) => break "a ping could not be written".to_string(),
-                    }
+                    // Written apart: reading goes on while a write waits.
+                    let link = Arc::clone(self);
+                    let ping_frame = ping_frame.clone();
+                    tokio::spawn(async move {
+                        let pinged = tokio::time::timeout(PING_EVERY, link.write(&ping_frame));
+                        if !matches!(pinged.await, Ok(Ok(_))) {
+                            tracing::debug!("a ping could not be written: closing");
+                            link.close();
+                        }
+                    });
                 }
                 () = self.closed.cancelled() => break "closed".to_string(),
             }
         };
         tracing::debug!(%why, "a connection for members' calls closed");
         self.close();
-        let mut writer = self.writer.lock().await;
-        let _ = writer.io.shutdown().await;
+        // A member that reads nothing (paused, cut off) must not hold the
+        // close: it is given a moment, then the connection is dropped.
+        let shutdown = async {
+            let mut writer = self.writer.lock().await;
+            let _ = writer.io.shutdown().await;
+        };
+        let _ = tokio::time::timeout(SHUTDOWN_FOR, shutdown).await;
     }
 
     /// Hands the answer of call `id` to it.
@@ -326,22 +383,28 @@ impl Link {
     }
 
     fn hand(&self, id: u64, answer: Result<PeerReply, TransportError>) {
-        if let Some(call) = self.calls().waiting.remove(&id) {
+        let (call, empty) = {
+            let mut calls = self.calls();
+            (calls.waiting.remove(&id), calls.waiting.is_empty())
+        };
+        if let Some(call) = call {
             let _ = call.send(answer);
         }
+        self.close_if_retired(empty);
     }
 }
 
-/// `request` as a frame carries it.
-fn peer_call(request: PeerRequest) -> PeerCall {
+/// `request` as a frame carries it (a copy: the request is kept, to go
+/// over HTTP if the frame cannot).
+fn peer_call(request: &PeerRequest) -> PeerCall {
     PeerCall {
-        path: request.path,
+        path: request.path.clone(),
         headers: request
             .headers
             .iter()
             .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
             .collect(),
-        body: request.body,
+        body: request.body.clone(),
     }
 }
 

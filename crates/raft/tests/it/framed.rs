@@ -48,7 +48,9 @@ async fn fake_member(frames: Frames, tls: Option<Arc<Tls>>) -> String {
 }
 
 async fn serve<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut io: IO, frames: Frames) {
-    let Ok(first) = io.read_u8().await else { return };
+    let Ok(first) = io.read_u8().await else {
+        return;
+    };
     if first != wire::MAGIC[0] {
         return serve_http(io, first).await;
     }
@@ -157,7 +159,10 @@ fn copy(addr: &str, body: Vec<u8>, timeout: Duration) -> PeerRequest {
 async fn until_open(transport: &FramedTransport, addr: &str) {
     let start = Instant::now();
     while transport.open_links() == 0 {
-        assert!(start.elapsed() < Duration::from_secs(10), "no connection opened");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no connection opened"
+        );
         let answer = transport
             .send(copy(addr, Vec::new(), Duration::from_secs(5)))
             .await
@@ -254,7 +259,11 @@ async fn a_call_in_flight_is_answered_through_a_tls_reload() {
     let next = transport
         .send(copy(&addr, b"{}".to_vec(), Duration::from_secs(5)))
         .await;
-    assert_eq!(body(&next), "http", "the next call waits for a new connection");
+    assert_eq!(
+        body(&next),
+        "http",
+        "the next call waits for a new connection"
+    );
     let in_flight = in_flight.await.unwrap();
     assert_eq!(
         body(&in_flight),

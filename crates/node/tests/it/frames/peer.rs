@@ -34,7 +34,7 @@ async fn a_members_call_is_answered_as_its_http_request_is() {
     let http = |token: Option<&str>| {
         let mut post = node
             .http
-            .post(format!("http://{}/internal/cluster", node.addr))
+            .post(format!("http://{}/internal/forget", node.addr))
             .timeout(PATIENCE);
         if let Some(token) = token {
             post = post.header(leasehold_raft::TOKEN_HEADER, token);
@@ -45,7 +45,7 @@ async fn a_members_call_is_answered_as_its_http_request_is() {
 
     // Past the token, the identity guard: no stamp, refused alike.
     let over_http = http(Some(TOKEN)).send().await.unwrap();
-    let framed = reply(conn.call(1, peer("/internal/cluster", WITH_TOKEN)).await);
+    let framed = reply(conn.call(1, peer("/internal/forget", WITH_TOKEN)).await);
     assert_eq!(framed.status, over_http.status().as_u16());
     assert_eq!(framed.status, 400);
     assert!(framed
@@ -56,30 +56,34 @@ async fn a_members_call_is_answered_as_its_http_request_is() {
 
     // Without the cluster token: refused as over HTTP.
     let over_http = http(None).send().await.unwrap();
-    let framed = reply(conn.call(2, peer("/internal/cluster", &[])).await);
+    let framed = reply(conn.call(2, peer("/internal/forget", &[])).await);
     assert_eq!(framed.status, 401);
     assert_eq!(framed.status, over_http.status().as_u16());
     let wrong = [(leasehold_raft::TOKEN_HEADER, "not-the-token")];
     assert_eq!(
-        reply(conn.call(3, peer("/internal/cluster", &wrong)).await).status,
+        reply(conn.call(3, peer("/internal/forget", &wrong)).await).status,
         401
     );
 
-    // Only the peer routes: a client's route, or no route under them.
-    assert_eq!(
-        error(conn.call(4, peer("/v1/locks/acquire", WITH_TOKEN)).await),
-        ErrorCode::BadRequest
-    );
-    assert_eq!(
-        error(conn.call(5, peer("/internalx", WITH_TOKEN)).await),
-        ErrorCode::BadRequest
-    );
-    let unknown = reply(conn.call(6, peer("/internal/no-such", WITH_TOKEN)).await);
-    assert_eq!(unknown.status, 404);
+    // Only the short peer routes members call over frames: not a client's
+    // route, no route, nor a report's (which streams megabytes).
+    for (id, path) in [
+        (4, "/v1/locks/acquire"),
+        (5, "/internalx"),
+        (6, "/internal/no-such"),
+        (9, leasehold_api::routes::HELD),
+        (10, "/internal/raft/append"),
+    ] {
+        assert_eq!(
+            error(conn.call(id, peer(path, WITH_TOKEN)).await),
+            ErrorCode::BadRequest,
+            "{path}"
+        );
+    }
     // A header HTTP could not carry.
     assert_eq!(
         error(
-            conn.call(7, peer("/internal/cluster", &[("bad name", "v")]))
+            conn.call(7, peer("/internal/forget", &[("bad name", "v")]))
                 .await
         ),
         ErrorCode::BadRequest
@@ -94,7 +98,7 @@ async fn a_connection_of_an_earlier_version_is_refused_members_calls_and_goes_on
     let (mut conn, chosen) = Conn::offer(&node.addr, wire::PEER_CALLS - 1).await;
     assert_eq!(chosen, wire::preamble(wire::PEER_CALLS - 1));
     assert_eq!(
-        error(conn.call(1, peer("/internal/cluster", WITH_TOKEN)).await),
+        error(conn.call(1, peer("/internal/forget", WITH_TOKEN)).await),
         ErrorCode::BadRequest
     );
     assert_eq!(conn.call(2, Request::Ping).await, Answer::Done);
@@ -116,7 +120,7 @@ async fn with_an_acl_a_members_call_needs_the_cluster_token_not_a_token_frame() 
         ErrorCode::Unauthorized
     );
     assert_eq!(
-        reply(conn.call(2, peer("/internal/cluster", WITH_TOKEN)).await).status,
+        reply(conn.call(2, peer("/internal/forget", WITH_TOKEN)).await).status,
         400
     );
     // A client's token does not open the peer routes.
@@ -125,7 +129,7 @@ async fn with_an_acl_a_members_call_needs_the_cluster_token_not_a_token_frame() 
         .await;
     assert_eq!(said, Answer::Done);
     assert_eq!(
-        reply(conn.call(4, peer("/internal/cluster", &[])).await).status,
+        reply(conn.call(4, peer("/internal/forget", &[])).await).status,
         401
     );
 }
