@@ -5,12 +5,10 @@
 
 use crate::support;
 
-use std::time::{Duration, Instant};
-
-use serde_json::json;
+use std::time::Duration;
 
 use leasehold_client::{AcquireOptions, Client, Error, SessionOptions, TransportKind};
-use support::{make_certs, Cluster, PATIENCE};
+use support::{make_certs, Cluster};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -153,7 +151,7 @@ async fn a_tls_cluster_is_called_over_frames() {
     // certificate's check to the peer routes, as over HTTP.
     let options = || AcquireOptions::default().lease(60 * SEC);
     let mut n = 0;
-    while peer_calls(&cluster, &cluster.live()).await == 0.0 {
+    while crate::peer_frames::peer_calls(&cluster, &cluster.live()).await == 0.0 {
         assert!(n < 200, "no member's call went over frames");
         let guard = client
             .acquire(&format!("f/tls/{n}"), options())
@@ -161,101 +159,5 @@ async fn a_tls_cluster_is_called_over_frames() {
             .unwrap();
         guard.release().await.unwrap();
         n += 1;
-    }
-}
-
-/// Members' calls served over frames by the nodes `ids`, summed.
-async fn peer_calls(cluster: &Cluster, ids: &[u64]) -> f64 {
-    let mut served = 0.0;
-    for &id in ids {
-        let series = "leasehold_binary_peer_calls_total";
-        served += cluster.metric(id, series).await.unwrap_or(0.0);
-    }
-    served
-}
-
-/// Acquires `name` through node `via` (HTTP) with a minute's lease, and
-/// answers its fence and id.
-async fn take(cluster: &Cluster, via: u64, name: &str) -> (u64, String) {
-    let lock = cluster
-        .must_acquire(via, name, json!({ "lease_ms": 60_000 }))
-        .await;
-    (
-        lock["fence"].as_u64().unwrap(),
-        lock["id"].as_str().unwrap().to_string(),
-    )
-}
-
-/// Members call each other over frames (copies from the speaker, batches
-/// from a follower); a member that stalls is called again over frames
-/// once it wakes (the releases of locks it keeps copies of: the speaker
-/// tells it); and what was granted over them survives the speaker's crash.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn members_call_each_other_over_frames_through_a_stall_and_a_crash() {
-    let mut cluster = Cluster::start(3).await;
-    cluster.wait_protocol(support::SPEAKS).await;
-    cluster.all_follow_one().await;
-    let (speaker, _) = cluster.speaker().await;
-    let others = cluster.others(speaker);
-    let mut held = Vec::new();
-    // A member's first calls go over HTTP while its connection opens.
-    let start = Instant::now();
-    loop {
-        let i = held.len();
-        for via in [speaker, others[0]] {
-            let name = format!("m/{via}/{i}");
-            let (fence, id) = take(&cluster, via, &name).await;
-            held.push((name, fence, id, via));
-        }
-        let copies = peer_calls(&cluster, &others).await;
-        let batches = peer_calls(&cluster, &[speaker]).await;
-        if copies > 0.0 && batches > 0.0 {
-            break;
-        }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "members' calls over frames: {copies} copies served, {batches} batches"
-        );
-    }
-
-    // The member copies go to first stalls, and wakes.
-    let first = cluster.first_copy_holder(speaker);
-    cluster.pause(first);
-    for i in 0..3 {
-        let name = format!("m/stalled/{i}");
-        let (fence, id) = take(&cluster, speaker, &name).await;
-        held.push((name, fence, id, speaker));
-    }
-    tokio::time::sleep(2 * SEC).await;
-    cluster.resume(first);
-    tokio::time::sleep(2 * SEC).await;
-    let before = peer_calls(&cluster, &[first]).await;
-    let mut released = 0;
-    while peer_calls(&cluster, &[first]).await <= before {
-        let at = held.iter().position(|(_, _, _, via)| *via == speaker);
-        let Some(at) = at.filter(|_| released < 10) else {
-            panic!("no call over frames reached member {first} after it woke");
-        };
-        let (name, _, id, _) = held.remove(at);
-        let release = json!({ "name": name, "id": id });
-        let (status, body) = cluster.post(speaker, "/v1/locks/release", release).await;
-        assert_eq!(status, 200, "{name}: {body}");
-        released += 1;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-
-    // Every lock is held, with its fence, after the speaker's crash.
-    cluster.kill(speaker);
-    let (next, _) = cluster.speaker_other_than(Some(speaker)).await;
-    for (name, fence, _, _) in &held {
-        let (status, body) = cluster
-            .get(next, &format!("/v1/locks/{}", name.replace('/', "%2F")))
-            .await;
-        assert_eq!(status, 200, "{name}: {body}");
-        assert_eq!(
-            body["lock"]["fence"].as_u64(),
-            Some(*fence),
-            "{name}: {body}"
-        );
     }
 }

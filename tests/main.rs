@@ -20,6 +20,7 @@ mod liveness;
 mod membership;
 mod openapi;
 mod operations;
+mod peer_frames;
 mod rebuild_modes;
 mod reports;
 mod shape;
