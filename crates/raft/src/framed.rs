@@ -142,6 +142,17 @@ impl FramedTransport {
     }
 }
 
+impl Drop for FramedTransport {
+    /// The node is gone: its connections close now, not once unused.
+    fn drop(&mut self) {
+        for slot in self.links.lock().values() {
+            if let Slot::Up(link) = slot {
+                link.close();
+            }
+        }
+    }
+}
+
 impl Default for FramedTransport {
     fn default() -> Self {
         Self::new()

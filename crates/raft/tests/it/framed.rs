@@ -2,6 +2,7 @@
 //! members' calls over frames (after a delay, or never reading them) and
 //! every HTTP request `200 http`, so a test can tell which way a call went.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,13 +27,22 @@ enum Frames {
 /// A fake member on loopback; answers HTTP `200 http` on any connection
 /// that does not open with the preamble.
 async fn fake_member(frames: Frames, tls: Option<Arc<Tls>>) -> String {
+    fake_member_counted(frames, tls).await.0
+}
+
+/// [`fake_member`], and how many of its connections are open.
+async fn fake_member_counted(frames: Frames, tls: Option<Arc<Tls>>) -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
+    let open = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&open);
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
             let tls = tls.clone();
+            let open = Arc::clone(&counted);
             tokio::spawn(async move {
+                open.fetch_add(1, Ordering::SeqCst);
                 match tls {
                     None => serve(tcp, frames).await,
                     Some(tls) => {
@@ -41,10 +51,11 @@ async fn fake_member(frames: Frames, tls: Option<Arc<Tls>>) -> String {
                         }
                     }
                 }
+                open.fetch_sub(1, Ordering::SeqCst);
             });
         }
     });
-    addr
+    (addr, open)
 }
 
 async fn serve<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut io: IO, frames: Frames) {
@@ -270,4 +281,31 @@ async fn a_call_in_flight_is_answered_through_a_tls_reload() {
         "frames",
         "a call written before the reload, answered 400 ms later"
     );
+}
+
+/// A node's transport dropped (the node stopped, in a process that goes
+/// on) closes its connections at once, not once they have gone unused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transport_dropped_closes_its_connections() {
+    let (addr, open) = fake_member_counted(Frames::AnswerAfter(Duration::ZERO), None).await;
+    let transport = FramedTransport::new();
+    until_open(&transport, &addr).await;
+    assert_eq!(
+        body(
+            &transport
+                .send(copy(&addr, Vec::new(), Duration::from_secs(5)))
+                .await
+        ),
+        "frames"
+    );
+    drop(transport);
+    let start = Instant::now();
+    while open.load(Ordering::SeqCst) > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{} connection(s) still open after the transport was dropped",
+            open.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
