@@ -336,13 +336,13 @@ async fn a_speaker_crash_inside_a_lapsed_sessions_delay_keeps_the_name_closed() 
         .await;
     assert_eq!(status, 200, "{body}");
     // `sent` is this client's own count, the earliest any node's can
-    // start. The nodes' counts start later, but a rebuild reads records in
-    // whole milliseconds rounded down, and a follower's record of a session
-    // it forwarded counts the speaker's answer's time left from its own
-    // send. Under CI's load the next speaker has ended the delay up to 4 ms
-    // before this count's end (16.4959 s, 16.499 s; never on an idle
-    // machine): open, to be read down (the closing note of the stop that
-    // saw it). The check that the delay is kept at all stands.
+    // start. Each hop a record takes carries time in whole milliseconds
+    // rounded down (docs/design.md, "Leases on the monotonic clock"): the
+    // speaker's answer to the follower (`served_ms`, `ttl_ms`), the session
+    // lock's record following it, the report the next speaker reads. So the
+    // next speaker may end the delay a few milliseconds before this count's
+    // end (4 ms seen under CI's load, 16.4959 s). Ignoring the delay ends
+    // it 15 s early.
     assert!(
         sent.elapsed() >= Duration::from_millis(16500 - 100),
         "granted {:?} after the session's open, within its lease and the delay",
