@@ -34,7 +34,8 @@ const JUDGED: [&str; 3] = ["shared", "permit", "in_set"];
 /// The clean short run, made once for the suite's run (with the seed of
 /// the self-test that made it: its report says which), and every promise
 /// kept in it. A short run under faults grants a kind only now and then
-/// (one in CI granted no reader in six seconds): a run that granted none
+/// (runs in CI granted no reader in six seconds while a writer held the
+/// readers' name for seconds; writers of it now hold briefly): a run that granted none
 /// of one of [`JUDGED`] is followed by another seed, at most
 /// [`SABOTAGED_RUNS`] in all, each keeping every promise.
 async fn clean(seed: u64) -> &'static Checked {

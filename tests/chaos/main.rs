@@ -75,6 +75,8 @@ use support::Cluster;
 
 const NODES: u64 = 5;
 const NAMES: usize = 4;
+/// The name held mostly by readers, now and then by a writer.
+const READERS: usize = 2;
 /// The name held as one of two permits (a semaphore).
 const PERMITS: usize = 3;
 const CLIENTS: usize = 12;
@@ -236,6 +238,9 @@ async fn worker(
             // The permits' name is asked for more than the others: two
             // holders at once leave a third waiting only when many ask.
             Workload::Contended if rng.gen_bool(0.3) => PERMITS,
+            // So is the readers' name: a writer holding it for seconds
+            // turns readers away, and a short run must still grant some.
+            Workload::Contended if rng.gen_bool(0.3) => READERS,
             Workload::Contended | Workload::Delayed | Workload::Sessions => rng.gen_range(0..NAMES),
             Workload::OwnNameLongHolds => seed as usize,
         };
@@ -256,8 +261,13 @@ async fn worker(
             }
         };
         let start = Instant::now();
-        // Most holds are short; some span several renewals.
-        let hold = if workload == Workload::OwnNameLongHolds || rng.gen_bool(0.3) {
+        // Most holds are short; some span several renewals. A writer of
+        // the readers' name holds briefly: one holding it for seconds
+        // would turn every reader of a short run away.
+        let brief_writer = name == READERS && kind == Kind::Exclusive;
+        let hold = if brief_writer {
+            Duration::from_millis(rng.gen_range(20..500))
+        } else if workload == Workload::OwnNameLongHolds || rng.gen_bool(0.3) {
             Duration::from_millis(rng.gen_range(1500..6000))
         } else {
             Duration::from_millis(rng.gen_range(20..1500))
@@ -294,7 +304,7 @@ async fn worker(
 fn kind_for(name: usize, workload: Workload, rng: &mut StdRng) -> Kind {
     let kinds = matches!(workload, Workload::Contended | Workload::Sessions);
     match name {
-        2 if kinds && rng.gen_bool(0.7) => Kind::Shared,
+        READERS if kinds && rng.gen_bool(0.7) => Kind::Shared,
         PERMITS if kinds => Kind::Permit(2),
         _ => Kind::Exclusive,
     }
