@@ -586,7 +586,7 @@ func TestEachFailureHasAKind(t *testing.T) {
 		"not_held": ErrNotHeld, "kind_mismatch": ErrKindMismatch, "bad_request": ErrBadRequest,
 		"too_large": ErrBadRequest, "unauthorized": ErrUnauthorized, "forbidden": ErrForbidden,
 		"not_rebuilt": ErrUnavailable, "no_leader": ErrUnavailable, "upgrading": ErrUnavailable,
-		"internal": ErrServer, "wrong_member": ErrServer, "disabled": ErrServer, "held": ErrServer,
+		"internal": ErrServer, "wrong_member": ErrServer, "disabled": ErrServer, "held": ErrReserved,
 		"unknown_route": ErrUnknownRoute, "method_not_allowed": ErrUnknownRoute,
 		"member_exists": ErrMembership, "would_lose_quorum": ErrMembership,
 	}

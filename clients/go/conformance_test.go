@@ -53,6 +53,7 @@ type step map[string]interface{}
 // The error kinds expect names.
 var kinds = map[string]error{
 	"Held":         leasehold.ErrHeld,
+	"Reserved":     leasehold.ErrReserved,
 	"NotHeld":      leasehold.ErrNotHeld,
 	"KindMismatch": leasehold.ErrKindMismatch,
 	"Lost":         leasehold.ErrLost,

@@ -79,7 +79,7 @@ func (c *Client) Campaign(ctx context.Context, name, value string, opts ...Campa
 		if err == nil {
 			return &Leadership{Lock: l}, nil
 		}
-		if (errors.Is(err, ErrHeld) || errors.Is(err, ErrArrivedLate)) && (!o.giveSet || time.Now().Before(giveUp)) && ctx.Err() == nil {
+		if (errors.Is(err, ErrHeld) || errors.Is(err, ErrReserved) || errors.Is(err, ErrArrivedLate)) && (!o.giveSet || time.Now().Before(giveUp)) && ctx.Err() == nil {
 			continue
 		}
 		return nil, err

@@ -11,6 +11,11 @@ import (
 var (
 	// ErrHeld: another holds the lock (at the end of the wait, if any).
 	ErrHeld = errors.New("leasehold: the lock is held")
+	// ErrReserved: the name is free, but an earlier request waits for it (a
+	// set waiting for all its names keeps its free ones from later
+	// requests): refused as ErrHeld is, with no holder to show (409 held
+	// without a lock).
+	ErrReserved = errors.New("leasehold: the name is free, but earlier requests wait for it")
 	// ErrNotHeld: the lock is not held under that id: released, expired, or lost.
 	ErrNotHeld = errors.New("leasehold: the lock is not held")
 	// ErrKindMismatch: the name is held or awaited as another kind (permits

@@ -114,7 +114,7 @@ func refused(e *callError) error {
 	switch b.Error {
 	case "held":
 		if b.Lock == nil {
-			return &Error{Kind: ErrServer, Code: b.Error, Message: "a held answer without its lock: " + b.Message}
+			return &Error{Kind: ErrReserved, Code: b.Error, Message: b.Message}
 		}
 		return &HeldError{Lock: *b.Lock}
 	case "not_held":

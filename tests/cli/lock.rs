@@ -698,7 +698,7 @@ async fn every_transport_reaches_the_cluster() {
 
 /// `locks` shows a free name a set waits for (kept free for it) as a row
 /// of its own with its queue, over either transport, and `-o json` as the
-/// API's `awaited`.
+/// API's `awaited`; `lock -n` of such a name exits as if it were held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_shows_the_free_names_a_set_waits_for() {
     let cluster = Cluster::start(3).await;
@@ -747,6 +747,18 @@ async fn locks_shows_the_free_names_a_set_waits_for() {
         assert!(
             text.contains("cli/aw-free is not held, but 1 request waits for it")
                 && text.contains("1. the-set (node 2)"),
+            "over {transport}: {text}"
+        );
+    }
+    // `lock -n` of the free name is refused as a held one is (exit 73),
+    // saying why: nobody holds it, an earlier request waits for it.
+    for transport in ["binary", "http"] {
+        let args = ["lock", "cli/aw-free", "-n", "--transport", transport];
+        let out = run(leasehold(&cluster, &[3], &args));
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(73), "over {transport}: {text}");
+        assert!(
+            text.contains("cli/aw-free is free, but earlier requests wait for it"),
             "over {transport}: {text}"
         );
     }

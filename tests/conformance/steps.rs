@@ -67,6 +67,7 @@ impl Bound {
 fn kind(e: &Error) -> &'static str {
     match e {
         Error::Held(_) => "Held",
+        Error::Reserved(_) => "Reserved",
         Error::NotHeld => "NotHeld",
         Error::KindMismatch(_) => "KindMismatch",
         Error::Lost => "Lost",

@@ -237,7 +237,7 @@ def test_an_unanswered_attempt_makes_the_outcome_unknown(nodes: List[FakeNode]) 
         (error("method_not_allowed", 405), leasehold.UnknownRoute),
         (error("bad_request", 400), leasehold.BadRequest),
         (error("too_large", 413), leasehold.BadRequest),
-        (error("held", 409), leasehold.Server),  # a held answer without its lock
+        (error("held", 409), leasehold.Reserved),  # a held answer without its lock
     ],
 )
 def test_each_failure_has_its_kind(nodes: List[FakeNode], answer: Answer, kind: type) -> None:

@@ -6,6 +6,7 @@ import type { LockInfo } from "./types.js";
 /** The kinds of failure, as the Rust client names them. */
 export type ErrorKind =
   | "Held"
+  | "Reserved"
   | "NotHeld"
   | "KindMismatch"
   | "Lost"
@@ -34,6 +35,15 @@ export class HeldError extends LeaseholdError {
   constructor(readonly lock: LockInfo) {
     super(`${lock.name} is held by ${JSON.stringify(lock.holder)}`);
   }
+}
+
+/**
+ * The name is free, but an earlier request waits for it (a set waiting for all its names keeps its
+ * free ones from later requests): refused as `HeldError` is, with no holder to show (`409 held`
+ * without a lock).
+ */
+export class ReservedError extends LeaseholdError {
+  readonly kind = "Reserved" as const;
 }
 
 /** The name is held or awaited as another kind than asked (`409 kind_mismatch`). */

@@ -17,6 +17,7 @@ export type { Json } from "./json.js";
 export {
   LeaseholdError,
   HeldError,
+  ReservedError,
   NotHeldError,
   KindMismatchError,
   LostError,

@@ -3,7 +3,7 @@
 
 import { randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
-import { BadRequestError, LeaseholdError, LostError, NoAnswerError, UnavailableError, HeldError, NotHeldError, KindMismatchError, UnauthorizedError, ForbiddenError, ServerError, UnknownRouteError, MembershipError } from "./errors.js";
+import { BadRequestError, LeaseholdError, LostError, NoAnswerError, UnavailableError, HeldError, ReservedError, NotHeldError, KindMismatchError, UnauthorizedError, ForbiddenError, ServerError, UnknownRouteError, MembershipError } from "./errors.js";
 import { CallFailure, type Failure } from "./transport.js";
 import { toLockInfo } from "./types.js";
 
@@ -163,7 +163,8 @@ export function refused(f: Failure): LeaseholdError {
           /* said below */
         }
       }
-      return new ServerError(`a held answer without its lock: ${f.message}`);
+      if (f.lock === undefined) return new ReservedError(f.message);
+      return new ServerError(`a held answer with an unreadable lock: ${f.message}`);
     case "not_held":
       return new NotHeldError();
     case "kind_mismatch":

@@ -14,6 +14,7 @@ import {
   stringifyJson,
   LeaseholdError,
   HeldError,
+  ReservedError,
   NotHeldError,
   KindMismatchError,
   LostError,
@@ -477,7 +478,7 @@ test("every failure has its error class, kind and name", async () => {
     [err(405, "method_not_allowed"), UnknownRouteError, "UnknownRoute"],
     [err(409, "change_in_progress"), MembershipError, "Membership"],
     [err(503, "upgrading"), UnavailableError, "Unavailable"],
-    [err(409, "held"), ServerError, "Server"],
+    [err(409, "held"), ReservedError, "Reserved"],
   ];
   let reply: Reply = "hang";
   const node = await fake(() => reply);

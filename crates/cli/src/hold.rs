@@ -37,7 +37,7 @@ pub fn refused(what: &str, e: &Error) -> ExitCode {
 fn refused_held_as(what: &str, e: &Error, held: u8) -> ExitCode {
     eprintln!("leasehold: {what}: {e}");
     ExitCode::from(match e {
-        Error::Held(_) | Error::KindMismatch(_) => held,
+        Error::Held(_) | Error::Reserved(_) | Error::KindMismatch(_) => held,
         Error::BadRequest(_) | Error::UnknownRoute(_) => exit::USAGE,
         Error::Unauthorized(_) | Error::Forbidden(_) => exit::NO_PERMISSION,
         _ => exit::UNAVAILABLE,
@@ -112,7 +112,7 @@ pub async fn lock(
     let acquired = loop {
         let options = options.clone().wait(wait.bound.unwrap_or(ONE_WAIT));
         match client.acquire(name, options).await {
-            Err(Error::Held(_)) if wait.bound.is_none() => continue,
+            Err(Error::Held(_) | Error::Reserved(_)) if wait.bound.is_none() => continue,
             acquired => break acquired,
         }
     };
@@ -151,7 +151,7 @@ pub async fn lock_all(
     let acquired = loop {
         let options = options.clone().wait(wait.bound.unwrap_or(ONE_WAIT));
         match client.acquire_all(&list, options).await {
-            Err(Error::Held(_)) if wait.bound.is_none() => continue,
+            Err(Error::Held(_) | Error::Reserved(_)) if wait.bound.is_none() => continue,
             acquired => break acquired,
         }
     };

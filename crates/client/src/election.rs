@@ -131,7 +131,7 @@ impl Client {
             };
             match self.acquire(name, acquire).await {
                 Ok(guard) => return Ok(Leadership { guard }),
-                Err(Error::Held(_) | Error::ArrivedLate)
+                Err(Error::Held(_) | Error::Reserved(_) | Error::ArrivedLate)
                     if give_up.is_none_or(|at| Instant::now() < at) => {}
                 Err(e) => return Err(e),
             }

@@ -9,6 +9,12 @@ pub enum Error {
     /// Another holds the lock (at the end of the wait, if any).
     #[error("{} is held by {:?}", .0.name, .0.holder)]
     Held(Box<LockView>),
+    /// The name is free, but an earlier request waits for it (a set
+    /// waiting for all its names keeps its free ones from later requests):
+    /// refused as [`Error::Held`] is, with no holder to show (`409 held`
+    /// without `lock`). Ask with a wait to queue behind it, or retry.
+    #[error("{0}")]
+    Reserved(String),
     /// The name is held or awaited as another kind than asked (permits on
     /// a lock, a lock on a semaphore, another permit count): refused, not
     /// queued.

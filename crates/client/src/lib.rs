@@ -214,7 +214,7 @@ fn refused(e: CallError) -> Error {
         CallError::Api(body) => match body.error {
             ErrorCode::Held => match body.lock {
                 Some(lock) => Error::Held(lock),
-                None => Error::Server(format!("a held answer without its lock: {}", body.message)),
+                None => Error::Reserved(body.message),
             },
             ErrorCode::NotHeld => Error::NotHeld,
             ErrorCode::KindMismatch => Error::KindMismatch(body.message),
@@ -700,7 +700,8 @@ mod tests {
             refused(api(ErrorCode::WrongMember)),
             Error::Server(_)
         ));
-        assert!(matches!(refused(api(ErrorCode::Held)), Error::Server(_)));
+        // Held without a lock: the name is free, but a set waits for it.
+        assert!(matches!(refused(api(ErrorCode::Held)), Error::Reserved(_)));
         assert!(matches!(
             refused(CallError::NoAnswer("timed out".into())),
             Error::NoAnswer(_)

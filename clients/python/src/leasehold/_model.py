@@ -264,7 +264,7 @@ def refused(e: BaseException) -> errors.LeaseholdError:
     code, message = e.code, e.message
     if code == "held":
         if e.lock is None:
-            return errors.Server(f"a held answer without its lock: {message}")
+            return errors.Reserved(message)
         try:
             return errors.Held(Lock.from_json(e.lock))
         except CallError:

@@ -21,6 +21,12 @@ class Held(LeaseholdError):
         self.lock = lock
 
 
+class Reserved(LeaseholdError):
+    """The name is free, but an earlier request waits for it (a set waiting
+    for all its names keeps its free ones from later requests): refused as
+    ``Held`` is, with no holder to show (``409 held`` without a lock)."""
+
+
 class KindMismatch(LeaseholdError):
     """The name is held or awaited as another kind than asked (permits on a
     lock, a lock on a semaphore, another permit count): refused, not queued."""
