@@ -219,3 +219,34 @@ async fn members_call_each_other_over_frames_through_a_cut_link_and_a_crash() {
     called_over_frames_again(&cluster, speaker, first, &mut held).await;
     all_held_after_the_speakers_crash(&mut cluster, speaker, &held).await;
 }
+
+/// `--peer-transport http` on every member: the members call each other
+/// over HTTP alone (no member serves a call over frames) while copies and
+/// forwarded batches go on, and a crash of the speaker after it keeps
+/// every lock with its fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_told_to_call_over_http_never_open_frames_and_keep_locks_through_a_crash() {
+    let mut cluster = Cluster::start_with(3, &["--peer-transport", "http"]).await;
+    cluster.wait_protocol(support::SPEAKS).await;
+    cluster.all_follow_one().await;
+    let (speaker, _) = cluster.speaker().await;
+    let others = cluster.others(speaker);
+    let mut held = Vec::new();
+    for i in 0..20 {
+        for via in [speaker, others[0]] {
+            held.push(take(&cluster, via, &format!("h/{via}/{i}")).await);
+        }
+    }
+    for id in 1..=3 {
+        let served = served_over_frames(&cluster, id).await;
+        assert_eq!(served, Some(0.0), "node {id} served frames");
+    }
+    all_held_after_the_speakers_crash(&mut cluster, speaker, &held).await;
+}
+
+/// The members' calls node `id` served over frames, as its metrics show.
+async fn served_over_frames(cluster: &Cluster, id: u64) -> Option<f64> {
+    cluster
+        .metric(id, "leasehold_binary_peer_calls_total")
+        .await
+}

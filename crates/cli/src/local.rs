@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use leasehold_node::{NodeConfig, RebuildMode, RunningNode, StartError, ValidConfig};
+use leasehold_node::{
+    NodeConfig, PeerTransport, RebuildMode, RunningNode, StartError, ValidConfig,
+};
 use leasehold_raft::RaftTimings;
 use locktable::LeaseRule;
 
@@ -22,6 +24,25 @@ impl From<RebuildMode> for Mode {
         match mode {
             RebuildMode::Proceed => Mode::Proceed,
             RebuildMode::Strict => Mode::Strict,
+        }
+    }
+}
+
+/// How a node calls its members.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PeerWire {
+    /// Copies, forgets, losses and forwarded batches over one framed
+    /// connection to each member; the rest over HTTP.
+    Frames,
+    /// Every call over HTTP/1.1.
+    Http,
+}
+
+impl From<PeerWire> for PeerTransport {
+    fn from(wire: PeerWire) -> Self {
+        match wire {
+            PeerWire::Frames => PeerTransport::Frames,
+            PeerWire::Http => PeerTransport::Http,
         }
     }
 }
@@ -110,6 +131,12 @@ pub struct ServeArgs {
     /// What a rebuild that missed members does.
     #[arg(long, value_enum, default_value_t = RebuildMode::default().into())]
     rebuild_mode: Mode,
+    /// How this node calls its members: `frames` (copies, forgets and
+    /// forwarded batches on one framed connection to each member) or
+    /// `http` (every call over HTTP/1.1, to rule the frames out when
+    /// bisecting a problem). Members of either setting work together.
+    #[arg(long, value_enum, default_value_t = PeerWire::Frames)]
+    peer_transport: PeerWire,
     /// A TOML file of the tokens the public API asks for
     /// (docs/security.md); without it the API is open.
     #[arg(long, env = "LEASEHOLD_ACL")]
@@ -285,6 +312,7 @@ impl ServeArgs {
             .with_copies(self.copies)
             .with_protocol(self.protocol)
             .with_metrics_prefix_depth(self.metrics_prefix_depth)
+            .with_peer_transport(self.peer_transport.into())
     }
 }
 

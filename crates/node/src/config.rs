@@ -83,6 +83,21 @@ pub struct NodeConfig {
     /// prefix (`--metrics-prefix-depth`, 1 by default: `jobs/` for
     /// `jobs/42`); 0 exports none.
     pub metrics_prefix_depth: usize,
+    /// How this node calls its members (`--peer-transport`).
+    pub peer_transport: PeerTransport,
+}
+
+/// How a node calls its members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeerTransport {
+    /// Copies, forgets, losses and forwarded batches over one framed
+    /// connection to each member, the rest over HTTP/1.1 (docs/design.md,
+    /// "Members over the binary transport").
+    #[default]
+    Frames,
+    /// Every call over HTTP/1.1: the switch an operator bisecting a
+    /// problem turns. The node still serves members' frames.
+    Http,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -111,6 +126,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("idle_timeout", &self.idle_timeout)
             .field("protocol", &self.protocol)
             .field("metrics_prefix_depth", &self.metrics_prefix_depth)
+            .field("peer_transport", &self.peer_transport)
             .finish()
     }
 }
@@ -256,6 +272,15 @@ impl NodeConfig {
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
             protocol: leasehold_raft::version::SPEAKS,
             metrics_prefix_depth: Self::DEFAULT_METRICS_PREFIX_DEPTH,
+            peer_transport: PeerTransport::default(),
+        }
+    }
+
+    /// Calling the members over `peer_transport`.
+    pub fn with_peer_transport(self, peer_transport: PeerTransport) -> Self {
+        NodeConfig {
+            peer_transport,
+            ..self
         }
     }
 

@@ -43,7 +43,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use clock::Clock;
-pub use config::{ConfigError, NodeConfig, RebuildMode, ValidConfig, IDLE_TIMEOUT_RANGE};
+pub use config::{
+    ConfigError, NodeConfig, PeerTransport, RebuildMode, ValidConfig, IDLE_TIMEOUT_RANGE,
+};
 pub use embedded::Embedded;
 pub use error::ApiError;
 pub use leasehold_acl::Acl;
@@ -311,11 +313,15 @@ impl Seams {
     }
 
     /// The machine's, for a node run with `config`: to the members over TLS
-    /// if it has TLS.
+    /// if it has TLS, over the transport it names.
     pub fn production_for(config: &NodeConfig) -> Self {
-        let transport: Arc<dyn leasehold_raft::Transport> = match &config.tls {
-            Some(tls) => Arc::new(leasehold_raft::FramedTransport::with_tls(Arc::clone(tls))),
-            None => Arc::new(leasehold_raft::FramedTransport::new()),
+        use leasehold_raft::{FramedTransport, Http1Transport};
+        let tls = config.tls.as_ref().map(Arc::clone);
+        let transport: Arc<dyn leasehold_raft::Transport> = match (config.peer_transport, tls) {
+            (PeerTransport::Frames, Some(tls)) => Arc::new(FramedTransport::with_tls(tls)),
+            (PeerTransport::Frames, None) => Arc::new(FramedTransport::new()),
+            (PeerTransport::Http, Some(tls)) => Arc::new(Http1Transport::with_tls(tls)),
+            (PeerTransport::Http, None) => Arc::new(Http1Transport::new()),
         };
         Seams {
             transport,
