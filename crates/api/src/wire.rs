@@ -44,7 +44,9 @@ pub use frame::{
     MAX_PEER_ALLOC, MAX_PEER_BODY, MAX_REQUEST_ALLOC, MAX_REQUEST_BODY,
 };
 pub use layout::MAX_NESTING;
-pub use message::{kind, Answer, GetQuery, PeerCall, PeerReply, Request, Token, View};
+pub use message::{
+    header_map, kind, peer_headers, Answer, GetQuery, PeerCall, PeerReply, Request, Token, View,
+};
 pub use preamble::{
     accept, choose, preamble, read_preamble, sniff, PreambleError, Sniff, Version, ALPN, MAGIC,
     NONE, OLDEST, PEER_CALLS, PREAMBLE_LEN, SPEAKS,

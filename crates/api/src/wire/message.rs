@@ -126,6 +126,27 @@ pub enum View {
     Speaker,
 }
 
+/// `headers` as a frame of a member's call or its answer carries them:
+/// each name with its value's bytes, in order.
+pub fn peer_headers(headers: &http::HeaderMap) -> Vec<(String, Vec<u8>)> {
+    headers
+        .iter()
+        .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
+        .collect()
+}
+
+/// A frame's headers as HTTP's, the inverse of [`peer_headers`]; `None`
+/// when a name or a value is not one HTTP allows.
+pub fn header_map(headers: Vec<(String, Vec<u8>)>) -> Option<http::HeaderMap> {
+    let mut map = http::HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let name = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+        let value = http::HeaderValue::from_bytes(&value).ok()?;
+        map.append(name, value);
+    }
+    Some(map)
+}
+
 /// A member's call to another, carried whole in a frame: what its HTTP
 /// request would be, so the member that takes it serves it with the same
 /// routes and checks (cluster token, identity stamp, versions) as over

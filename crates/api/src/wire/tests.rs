@@ -437,6 +437,22 @@ fn a_members_call_is_shown_without_its_headers_values() {
 }
 
 #[test]
+fn a_members_headers_cross_a_frame_in_order_and_a_bad_one_is_refused() {
+    let mut headers = http::HeaderMap::new();
+    headers.append("x-leasehold-terms", "1".parse().unwrap());
+    headers.append("x-b", "two".parse().unwrap());
+    headers.append("x-b", "three".parse().unwrap());
+    let carried = peer_headers(&headers);
+    assert_eq!(carried.len(), 3);
+    assert_eq!(header_map(carried), Some(headers));
+    assert_eq!(header_map(vec![("bad name".into(), b"v".to_vec())]), None);
+    assert_eq!(
+        header_map(vec![("x-a".into(), b"line\nbreak".to_vec())]),
+        None
+    );
+}
+
+#[test]
 fn a_members_call_may_be_larger_than_a_clients_but_not_without_bound() {
     let call = |len: usize| {
         Request::Peer(PeerCall {

@@ -30,7 +30,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderName, HeaderValue};
 use axum::Router;
 use leasehold_api::wire::{
     self, choose, encode_frame, read_preamble, Answer, Frame, FrameDecoder, PeerCall, PeerReply,
@@ -374,15 +373,10 @@ async fn peer_call(app: Router, call: PeerCall, verified: Option<PeerVerified>) 
     let Ok(mut request) = axum::http::Request::post(&call.path).body(Body::from(call.body)) else {
         return bad(format!("a member's call to a bad path {:?}", call.path));
     };
-    for (name, value) in call.headers {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_bytes(&value),
-        ) else {
-            return bad("a member's call with a bad header".to_string());
-        };
-        request.headers_mut().append(name, value);
-    }
+    let Some(headers) = wire::header_map(call.headers) else {
+        return bad("a member's call with a bad header".to_string());
+    };
+    *request.headers_mut() = headers;
     if let Some(verified) = verified {
         request.extensions_mut().insert(verified);
     }
@@ -397,11 +391,7 @@ async fn peer_call(app: Router, call: PeerCall, verified: Option<PeerVerified>) 
     };
     Answer::Peer(PeerReply {
         status: parts.status.as_u16(),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
-            .collect(),
+        headers: wire::peer_headers(&parts.headers),
         body: body.to_vec(),
     })
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::StatusCode;
 use leasehold_api::wire::{self, encode_frame, Answer, FrameDecoder, PeerCall, PeerReply, Request};
 use leasehold_tls::{PeerStream, Tls};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -399,11 +399,7 @@ impl Link {
 fn peer_call(request: &PeerRequest) -> PeerCall {
     PeerCall {
         path: request.path.clone(),
-        headers: request
-            .headers
-            .iter()
-            .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
-            .collect(),
+        headers: wire::peer_headers(&request.headers),
         body: request.body.clone(),
     }
 }
@@ -412,12 +408,7 @@ fn peer_call(request: &PeerRequest) -> PeerCall {
 fn response(reply: PeerReply) -> Result<PeerResponse, TransportError> {
     let bad = |what: &str| TransportError::Other(format!("the member's answer has {what}"));
     let status = StatusCode::from_u16(reply.status).map_err(|_| bad("no valid status"))?;
-    let mut headers = HeaderMap::with_capacity(reply.headers.len());
-    for (name, value) in reply.headers {
-        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad("a bad header"))?;
-        let value = HeaderValue::from_bytes(&value).map_err(|_| bad("a bad header"))?;
-        headers.append(name, value);
-    }
+    let headers = wire::header_map(reply.headers).ok_or_else(|| bad("a bad header"))?;
     Ok(PeerResponse {
         status,
         headers,
