@@ -211,7 +211,14 @@ impl ChunkWriter {
         Ok(())
     }
 
-    /// Closes the stream with its count, and gives its frames in order.
+    /// The frames closed so far, in order, taken out of the writer: a
+    /// stream can be sent as it is written.
+    pub fn take_closed(&mut self) -> std::vec::Drain<'_, Vec<u8>> {
+        self.frames.drain(..)
+    }
+
+    /// Closes the stream with its count, and gives its frames in order
+    /// (those not taken before).
     pub fn finish(mut self) -> Result<Vec<Vec<u8>>, CodecError> {
         if !self.open.is_empty() {
             let open = std::mem::take(&mut self.open);

@@ -303,12 +303,30 @@ impl From<ReportLock> for LockInTransit {
 /// Encodes a report: `header`, then `locks` in frames of at most `limit`
 /// bytes each, then their count. Each frame is its own buffer. The locks
 /// take the `layout` the reader asked for (its cluster's).
+#[cfg(test)]
 pub(crate) fn encode<'a>(
     header: &ReportHeader,
     locks: impl IntoIterator<Item = Sessioned<&'a str>>,
     layout: Layout,
     limit: usize,
 ) -> Result<Vec<Vec<u8>>, CodecError> {
+    let mut frames = Vec::new();
+    encode_each(header, locks, layout, limit, &mut |frame| {
+        frames.push(frame)
+    })?;
+    Ok(frames)
+}
+
+/// As [`encode`], each frame handed to `emit` as soon as it is whole, so a
+/// report is sent (and read) while the rest is encoded. On an error the
+/// frames emitted are a stream without its end, which its reader refuses.
+pub(crate) fn encode_each<'a>(
+    header: &ReportHeader,
+    locks: impl IntoIterator<Item = Sessioned<&'a str>>,
+    layout: Layout,
+    limit: usize,
+    emit: &mut dyn FnMut(Vec<u8>),
+) -> Result<(), CodecError> {
     let mut writer = ChunkWriter::new(header, limit)?;
     for lock in locks {
         match layout {
@@ -318,8 +336,10 @@ pub(crate) fn encode<'a>(
             Layout::Revised => writer.push(&lock.delayed.kinded.revised)?,
             Layout::Plain => writer.push(&lock.delayed.kinded.revised.lock)?,
         }
+        writer.take_closed().for_each(&mut *emit);
     }
-    writer.finish()
+    writer.finish()?.into_iter().for_each(emit);
+    Ok(())
 }
 
 /// A member's report as the speaker took it in: its locks on the speaker's
@@ -655,6 +675,41 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(matches!(read(&longer), Err(CodecError::TrailingBytes(1))));
+    }
+
+    #[test]
+    fn a_reports_frames_leave_as_they_fill_not_after_the_last_lock() {
+        let now = MonoTime::from_nanos(1 << 62);
+        let locks: Vec<Lock> = (0..5000).map(|i| lock(i, now)).collect();
+        let pulled = std::cell::Cell::new(0);
+        let each = locks.iter().map(|l| {
+            pulled.set(pulled.get() + 1);
+            Sessioned::of(l, now)
+        });
+        let mut pulled_at_each_frame = Vec::new();
+        let mut frames = Vec::new();
+        let limit = crate::NodeConfig::MIN_REPORT_FRAME_BYTES;
+        encode_each(&header(), each, Layout::Sessioned, limit, &mut |frame| {
+            pulled_at_each_frame.push(pulled.get());
+            frames.push(frame);
+        })
+        .unwrap();
+        assert!(frames.len() > 4, "{} frames", frames.len());
+        // The header's frame leaves with the first lock, each full frame
+        // with the lock that did not fit in it.
+        assert!(pulled_at_each_frame[0] <= 1, "{pulled_at_each_frame:?}");
+        assert!(pulled_at_each_frame[1] < 5000, "{pulled_at_each_frame:?}");
+        let collected = encode(
+            &header(),
+            locks.iter().map(|l| Sessioned::of(l, now)),
+            Layout::Sessioned,
+            limit,
+        );
+        assert_eq!(
+            collected.unwrap(),
+            frames,
+            "the same stream, sent as it fills"
+        );
     }
 
     #[test]

@@ -219,17 +219,30 @@ async fn internal_held(
 ) -> Result<Response, ApiError> {
     let read: leasehold_api::ReportRequest = peer_body(&bytes)?;
     node.deposed_by(read.term);
-    let frames = leasehold_raft::blocking::unblock(move || {
-        node.report_frames(crate::report::Layout::asked(&read))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::internal(e.to_string()))?;
-    let body = axum::body::Body::from_stream(futures::stream::iter(
-        frames
-            .into_iter()
-            .map(|frame| Ok::<_, std::convert::Infallible>(Bytes::from(frame))),
-    ));
+    // Frames go out as they are encoded: the reader decodes the first
+    // while the rest are written. The channel is not bounded: the encoder
+    // holds the node's lock, and must never wait on the network under it.
+    let (frames, mut sent) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        let layout = crate::report::Layout::asked(&read);
+        let encoded = leasehold_raft::blocking::unblock(move || {
+            node.report_frames(layout, &mut |frame| {
+                let _ = frames.send(frame);
+            })
+        })
+        .await;
+        match encoded {
+            Ok(Ok(())) => {}
+            // The stream stops without its end: the reader refuses it.
+            Ok(Err(e)) => tracing::warn!(error = %e, "report not encoded"),
+            Err(e) => tracing::warn!(error = %e, "report not encoded"),
+        }
+    });
+    let stream = futures::stream::poll_fn(move |cx| {
+        sent.poll_recv(cx)
+            .map(|frame| frame.map(|f| Ok::<_, std::convert::Infallible>(Bytes::from(f))))
+    });
+    let body = axum::body::Body::from_stream(stream);
     Ok(([("content-type", "application/octet-stream")], body).into_response())
 }
 

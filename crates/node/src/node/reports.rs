@@ -39,31 +39,46 @@ impl Node {
 
     /// This node's report to another, rebuilding, node: the header, then
     /// its clients' locks and what it granted, in frames of at most
-    /// `--report-frame-bytes`.
+    /// `--report-frame-bytes`, each handed to `emit` as soon as it is whole
+    /// (sent while the rest is encoded).
     ///
     /// The clients' locks are encoded where they are kept, under the node's
-    /// lock: the frames are the only copy made of them.
-    pub(crate) fn report_frames(&self, layout: Layout) -> Result<Vec<Vec<u8>>, CodecError> {
+    /// lock: the frames are the only copy made of them. Each lock's time
+    /// left is counted from before the first frame, so a lock read from a
+    /// later frame, counted from that frame's arrival, ends no earlier than
+    /// it does here.
+    pub(crate) fn report_frames(
+        &self,
+        layout: Layout,
+        emit: &mut dyn FnMut(Vec<u8>),
+    ) -> Result<(), CodecError> {
         let header = self.report_header();
         let started = Instant::now();
         let now = self.clock.now();
+        let (mut frames, mut bytes) = (0, 0);
+        let mut counted = |frame: Vec<u8>| {
+            frames += 1;
+            bytes += frame.len();
+            emit(frame);
+        };
         let state = self.state();
         let (held, granted) = state.member.report(now);
         let held = held.map(|l| Sessioned::held(l, now));
         let granted = granted.iter().map(|l| Sessioned::of(l, now));
-        let frames = report::encode(
+        let encoded = report::encode_each(
             &header,
             held.chain(granted),
             layout,
             self.config.report_frame_bytes,
-        )?;
+            &mut counted,
+        );
         drop(state);
         tracing::info!(
-            frames = frames.len(),
-            bytes = frames.iter().map(Vec::len).sum::<usize>(),
+            frames,
+            bytes,
             locked_ms = started.elapsed().as_millis() as u64,
             "report encoded for a rebuilding speaker"
         );
-        Ok(frames)
+        encoded
     }
 }
