@@ -355,6 +355,8 @@ pub(crate) struct MemberReport {
     /// The data directory the answer's peer stamp named (`None` for the
     /// speaker's own report).
     pub(crate) store: Option<leasehold_raft::identity::StoreId>,
+    /// The time spent decoding its frames, of the whole read's.
+    pub(crate) decoding: std::time::Duration,
 }
 
 /// Takes a report in as its bytes arrive: each frame is decoded once whole
@@ -367,6 +369,7 @@ pub(crate) struct ReportReader<C> {
     report: Option<MemberReport>,
     frames: usize,
     locks: Vec<Lock>,
+    decoding: std::time::Duration,
 }
 
 impl<C: FnMut() -> MonoTime> ReportReader<C> {
@@ -386,6 +389,7 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
             report: None,
             frames: 0,
             locks: Vec::new(),
+            decoding: std::time::Duration::ZERO,
         }
     }
 
@@ -401,6 +405,14 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
     pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<(), CodecError> {
         self.stream.push(bytes);
         let arrived = (self.clock)();
+        let started = std::time::Instant::now();
+        let decoded = self.decode(arrived);
+        self.decoding += started.elapsed();
+        decoded
+    }
+
+    /// Decodes every frame now whole, its locks counted from `arrived`.
+    fn decode(&mut self, arrived: MonoTime) -> Result<(), CodecError> {
         while let Some(chunk) = self.stream.next_chunk()? {
             match chunk {
                 Chunk::Header(header) => {
@@ -428,6 +440,7 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
             .ok_or(CodecError::UnexpectedFrame("a stream without a header"))?;
         report.locks = self.locks;
         report.frames = self.frames;
+        report.decoding = self.decoding;
         Ok(report)
     }
 }

@@ -299,6 +299,7 @@ fn took_read(
         locks = report.locks.len(),
         frames = report.frames,
         took_ms = took.as_millis() as u64,
+        decoding_ms = report.decoding.as_millis() as u64,
         "member read"
     );
     let read = member_read(id, report);

@@ -34,6 +34,7 @@ impl Node {
             locks,
             frames: 0,
             store: None,
+            decoding: std::time::Duration::ZERO,
         }
     }
 
