@@ -260,6 +260,16 @@ pub enum Chunk<H, T> {
     Items(Vec<T>),
 }
 
+/// One frame of a chunked stream read by [`ChunkReader::next_frame`]: its
+/// items were handed over one by one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame<H> {
+    /// The first frame.
+    Header(H),
+    /// A frame of this many items.
+    Items(usize),
+}
+
 /// Where a [`ChunkReader`] is in its stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expect {
@@ -299,6 +309,19 @@ impl<H: DeserializeOwned, T: DeserializeOwned> ChunkReader<H, T> {
     /// The next whole frame, or `None` until more bytes come (or after the
     /// last frame). The last frame is checked, not returned.
     pub fn next_chunk(&mut self) -> Result<Option<Chunk<H, T>>, CodecError> {
+        let mut items = Vec::new();
+        Ok(match self.next_frame(&mut |item| items.push(item))? {
+            Some(Frame::Header(header)) => Some(Chunk::Header(header)),
+            Some(Frame::Items(_)) => Some(Chunk::Items(items)),
+            None => None,
+        })
+    }
+
+    /// As [`ChunkReader::next_chunk`], each item of an items frame handed
+    /// to `item` as it is decoded (no list of the frame's items is made):
+    /// the frame is answered as [`Frame::Items`], its count. On an error,
+    /// the items of the frame handed before it must be dropped with it.
+    pub fn next_frame(&mut self, item: &mut dyn FnMut(T)) -> Result<Option<Frame<H>>, CodecError> {
         loop {
             let unread = self.unread.bytes();
             let Some(prefix) = unread.first_chunk::<PREFIX>() else {
@@ -325,16 +348,16 @@ impl<H: DeserializeOwned, T: DeserializeOwned> ChunkReader<H, T> {
                 (HEADER, Expect::Header) => {
                     self.expect = Expect::Items;
                     // A newer build may append fields to its header.
-                    return Ok(Some(Chunk::Header(decode_prefix(body)?)));
+                    return Ok(Some(Frame::Header(decode_prefix(body)?)));
                 }
                 (HEADER, _) => return Err(CodecError::UnexpectedFrame("a second header")),
                 (_, Expect::Header) => {
                     return Err(CodecError::UnexpectedFrame("a frame before the header"))
                 }
                 (ITEMS, Expect::Items) => {
-                    let items = decode_items(body)?;
-                    self.items += items.len() as u64;
-                    return Ok(Some(Chunk::Items(items)));
+                    let count = decode_items(body, item)?;
+                    self.items += count as u64;
+                    return Ok(Some(Frame::Items(count)));
                 }
                 (END, Expect::Items) => {
                     let said: u64 = decode(body)?;
@@ -415,21 +438,26 @@ impl Unread {
     }
 }
 
-/// The items that fill an items frame's body, one after another.
-fn decode_items<T: DeserializeOwned>(mut body: &[u8]) -> Result<Vec<T>, CodecError> {
-    let mut items = Vec::new();
+/// The items that fill an items frame's body, one after another, each
+/// handed to `each`; how many there were.
+fn decode_items<T: DeserializeOwned>(
+    mut body: &[u8],
+    each: &mut dyn FnMut(T),
+) -> Result<usize, CodecError> {
     if body.is_empty() {
         return Err(CodecError::UnexpectedFrame("an items frame without items"));
     }
+    let mut count = 0;
     while !body.is_empty() {
         let (item, read) = bincode::serde::decode_from_slice(body, config())?;
         if read == 0 {
             return Err(CodecError::UnexpectedFrame("an item of no bytes"));
         }
-        items.push(item);
+        each(item);
+        count += 1;
         body = &body[read..];
     }
-    Ok(items)
+    Ok(count)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use leasehold_api::ReportRequest;
-use leasehold_raft::codec::{Chunk, ChunkReader, ChunkWriter, CodecError};
+use leasehold_raft::codec::{ChunkReader, ChunkWriter, CodecError, Frame};
 use locktable::{Fence, HeldLock, Kind, Lock, LockId, LockInTransit, MonoTime, NodeId};
 use serde::{Deserialize, Serialize};
 
@@ -413,19 +413,20 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
 
     /// Decodes every frame now whole, its locks counted from `arrived`.
     fn decode(&mut self, arrived: MonoTime) -> Result<(), CodecError> {
-        while let Some(chunk) = self.stream.next_chunk()? {
+        // Each lock goes straight into the list: a frame's locks are never
+        // a list of their own, whose memory would be let go and taken
+        // again for every frame.
+        let locks = &mut self.locks;
+        let mut take = |lock: LockInTransit| locks.push(lock.arrive(arrived));
+        while let Some(chunk) = self.stream.next_frame(&mut take)? {
             match chunk {
-                Chunk::Header(header) => {
+                Frame::Header(header) => {
                     self.report = Some(MemberReport {
                         header,
                         ..MemberReport::default()
                     });
                 }
-                Chunk::Items(locks) => {
-                    self.frames += 1;
-                    self.locks
-                        .extend(locks.into_iter().map(|l| l.arrive(arrived)));
-                }
+                Frame::Items(_) => self.frames += 1,
             }
         }
         Ok(())
@@ -465,22 +466,19 @@ impl Stream {
         }
     }
 
-    fn next_chunk(&mut self) -> Result<Option<Chunk<ReportHeader, LockInTransit>>, CodecError> {
-        fn locks<T: Into<LockInTransit>>(
-            chunk: Chunk<ReportHeader, T>,
-        ) -> Chunk<ReportHeader, LockInTransit> {
-            match chunk {
-                Chunk::Header(h) => Chunk::Header(h),
-                Chunk::Items(items) => Chunk::Items(items.into_iter().map(Into::into).collect()),
-            }
+    /// The next whole frame, its locks handed to `lock` as they are
+    /// decoded.
+    fn next_frame(
+        &mut self,
+        lock: &mut dyn FnMut(LockInTransit),
+    ) -> Result<Option<Frame<ReportHeader>>, CodecError> {
+        match self {
+            Stream::Plain(r) => r.next_frame(&mut |l| lock(l.into())),
+            Stream::Revised(r) => r.next_frame(&mut |l| lock(l.into())),
+            Stream::Kinded(r) => r.next_frame(&mut |l| lock(l.into())),
+            Stream::Delayed(r) => r.next_frame(&mut |l| lock(l.into())),
+            Stream::Sessioned(r) => r.next_frame(&mut |l| lock(l.into())),
         }
-        Ok(match self {
-            Stream::Plain(r) => r.next_chunk()?.map(locks),
-            Stream::Revised(r) => r.next_chunk()?.map(locks),
-            Stream::Kinded(r) => r.next_chunk()?.map(locks),
-            Stream::Delayed(r) => r.next_chunk()?.map(locks),
-            Stream::Sessioned(r) => r.next_chunk()?.map(locks),
-        })
     }
 
     fn finish(&mut self) -> Result<(), CodecError> {
