@@ -9,4 +9,5 @@ mod frames;
 mod http_errors;
 mod http_input;
 mod removal;
+mod report_task;
 mod restart;
