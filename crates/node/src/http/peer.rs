@@ -223,7 +223,10 @@ async fn internal_held(
     // while the rest are written. The channel is not bounded: the encoder
     // holds the node's lock, and must never wait on the network under it.
     let (frames, mut sent) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
-    tokio::spawn(async move {
+    // A task of the node's own (tracked, and under a simulator in its
+    // host's set, paused and crashed with it), as every task it starts.
+    let tasks = node.tasks.clone();
+    tasks.spawn(async move {
         let layout = crate::report::Layout::asked(&read);
         let encoded = leasehold_raft::blocking::unblock(move || {
             node.report_frames(layout, &mut |frame| {
