@@ -74,12 +74,14 @@ impl Node {
             &mut counted,
         );
         drop(state);
-        tracing::info!(
-            frames,
-            bytes,
-            locked_ms = started.elapsed().as_millis() as u64,
-            "report encoded for a rebuilding speaker"
-        );
+        if encoded.is_ok() {
+            tracing::info!(
+                frames,
+                bytes,
+                locked_ms = started.elapsed().as_millis() as u64,
+                "report encoded for a rebuilding speaker"
+            );
+        }
         encoded
     }
 }
