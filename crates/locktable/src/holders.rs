@@ -32,6 +32,16 @@ fn name_at(slots: &Slots<ById>, at: u32) -> &str {
 }
 
 impl Holders {
+    /// Room for `grants` grants of as many names, taken at once rather
+    /// than by growing (a rebuild knows how many reports it settles).
+    pub(crate) fn with_capacity(grants: usize) -> Self {
+        Holders {
+            slots: Slots::with_capacity(grants),
+            names: HashTable::with_capacity(grants),
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+
     /// How many grants are kept.
     pub(crate) fn len(&self) -> usize {
         self.slots.len()

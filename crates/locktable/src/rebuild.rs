@@ -86,7 +86,9 @@ impl RebuildBasis {
                 reported: highest.epoch(),
             });
         }
-        let mut slots = Holders::default();
+        // A lock is mostly reported once or twice: room for every report
+        // is at most twice the table, and no growing while it settles.
+        let mut slots = Holders::with_capacity(from.locks.len());
         let forgotten = &self.forgotten;
         let lost = settle_into(&mut slots, from.locks, now, LeaseRule::LONGEST, |id| {
             forgotten.get(&id).is_some_and(|until| *until > now)
