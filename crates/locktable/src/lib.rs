@@ -42,7 +42,7 @@ pub use error::{AcquireError, LockError, NotRebuilt, RebuildError, StaleGenerati
 pub use held::{Held, HeldLock};
 pub use listing::{Awaited, Lapsed, Listing, Queued, Waiting, LAPSED_KEPT, QUEUE_SHOWN};
 pub use lock::{newer_data, BadLockId, Fence, Kind, Lock, LockId, LockInTransit, NodeId, Request};
-pub use rebuild::{RebuildBasis, RebuildFrom, Settled};
+pub use rebuild::{RebuildBasis, RebuildFrom, Settled, Settling};
 pub use session::{is_session_name, session_name, SESSION_PREFIX};
 pub use table::{Acquired, AcquiredSet, Answer, Rebuilt, SessionRenewed, Table, WaiterId};
 pub use time::{LeaseRule, MonoTime};

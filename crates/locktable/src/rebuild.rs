@@ -14,7 +14,7 @@ use hashbrown::HashMap;
 use crate::error::{RebuildError, StaleGeneration};
 use crate::holders::Holders;
 use crate::lock::{Fence, Lock, LockId};
-use crate::settle::settle_into;
+use crate::settle::Settler;
 use crate::time::{LeaseRule, MonoTime};
 
 /// The inputs of a rebuild.
@@ -63,36 +63,97 @@ pub struct Settled {
     pub(crate) seen_all: bool,
 }
 
+/// A rebuild's reports settled as they arrive ([`Settling::add`]), before
+/// every member has answered, then closed into a [`Settled`]
+/// ([`Settling::finish`]): the reports of a large table settle while the
+/// rest of them are still read, and no list of every report is ever kept.
+#[derive(Debug)]
+pub struct Settling {
+    basis: RebuildBasis,
+    settler: Settler,
+    /// The highest fence of every report taken in, live or not.
+    highest: Fence,
+    /// How many reports were taken in.
+    reports: usize,
+}
+
 impl RebuildBasis {
-    /// Settles `from`'s locks at `now`: the checks of a rebuild that need
-    /// no table (its generation against the basis, its term), then every
-    /// live report not released into its slot, the one held the longest
-    /// kept of two grants of one name.
+    /// Settling with this basis, reports to come.
+    pub fn settling(self) -> Settling {
+        Settling {
+            basis: self,
+            settler: Settler::default(),
+            highest: Fence::default(),
+            reports: 0,
+        }
+    }
+
+    /// Settles `from`'s locks at `now`: [`RebuildBasis::settling`] and
+    /// [`Settling::finish`] at once.
     pub fn settle(self, from: RebuildFrom, now: MonoTime) -> Result<Settled, RebuildError> {
-        if from.generation != self.generation {
+        let settling = Settling {
+            // A lock is mostly reported once or twice: room for every
+            // report is at most twice the table, and no growing while it
+            // settles.
+            settler: Settler::with_capacity(from.locks.len()),
+            ..self.settling()
+        };
+        settling.finish(from, now)
+    }
+}
+
+impl Settling {
+    /// Takes in reports whose leases were put on this node's clock when
+    /// they arrived, by `now`: each live one not released is settled into
+    /// place, the one held the longest kept of two grants of one name.
+    pub fn add(&mut self, locks: Vec<Lock>, now: MonoTime) {
+        self.reports += locks.len();
+        if let Some(highest) = locks.iter().map(|l| l.fence).max() {
+            self.highest = self.highest.max(highest);
+        }
+        let forgotten = &self.basis.forgotten;
+        self.settler
+            .add(locks, now, now + LeaseRule::LONGEST, |id| {
+                forgotten.get(&id).is_some_and(|until| *until > now)
+            });
+    }
+
+    /// How many reports were taken in so far.
+    pub fn reports(&self) -> usize {
+        self.reports
+    }
+
+    /// Drops every report taken in so far.
+    pub fn clear(&mut self) {
+        self.settler = Settler::default();
+        self.highest = Fence::default();
+        self.reports = 0;
+    }
+
+    /// Takes in `from`'s locks at `now`, then closes the rebuild: the
+    /// checks of a rebuild that need no table (its generation against the
+    /// basis, its term against the fences reported), then the names held
+    /// shared or as permits settled, and the lease ends ordered.
+    pub fn finish(mut self, from: RebuildFrom, now: MonoTime) -> Result<Settled, RebuildError> {
+        if from.generation != self.basis.generation {
             return Err(StaleGeneration {
                 asked: from.generation,
-                current: self.generation,
+                current: self.basis.generation,
             }
             .into());
         }
         if from.epoch > Fence::MAX_EPOCH {
             return Err(RebuildError::EpochTooLarge(from.epoch));
         }
-        let highest = from.locks.iter().map(|l| l.fence).max().unwrap_or_default();
+        self.add(from.locks, now);
+        let highest = self.highest;
         if highest.epoch() > from.epoch {
             return Err(RebuildError::NewerTerm {
                 term: from.epoch,
                 reported: highest.epoch(),
             });
         }
-        // A lock is mostly reported once or twice: room for every report
-        // is at most twice the table, and no growing while it settles.
-        let mut slots = Holders::with_capacity(from.locks.len());
-        let forgotten = &self.forgotten;
-        let lost = settle_into(&mut slots, from.locks, now, LeaseRule::LONGEST, |id| {
-            forgotten.get(&id).is_some_and(|until| *until > now)
-        });
+        let (slots, lost) = self.settler.finish();
         let expiries = BinaryHeap::from(
             slots
                 .numbered()

@@ -3,12 +3,10 @@
 //! and the same rule for names held shared or as permits, where holders
 //! that can be held together are all kept.
 
-use std::time::Duration;
-
 use std::collections::BTreeMap;
 
 use hashbrown::hash_map::Entry;
-use hashbrown::{HashMap, HashSet};
+use hashbrown::HashMap;
 
 use crate::holders::Holders;
 use crate::lock::{newer_data, Fence, Kind, Lock, LockId};
@@ -85,87 +83,148 @@ fn merge_report(into: &mut Lock, other: Lock) {
     }
 }
 
-/// Settles the locks the nodes report into `holders`, which start empty,
-/// and returns the locks that lost to one held longer.
+/// The locks the nodes report, settled one report after another as they
+/// arrive, into holders of their own.
 ///
-/// Reports whose lease ended by `now`, or whose id `forgotten` names, are
-/// left out; a lease claimed longer than `max_lease` from now is cut to it.
-/// A name held exclusively in every report is settled by [`kept_over`], one
-/// report after another; a name some report holds shared or as permits by
-/// [`settle_name`].
-pub(crate) fn settle_into(
-    holders: &mut Holders,
-    reports: Vec<Lock>,
-    now: MonoTime,
-    max_lease: Duration,
-    forgotten: impl Fn(LockId) -> bool,
-) -> Vec<Lock> {
-    let latest_end = now + max_lease;
-    let shared_names: HashSet<String> = reports
-        .iter()
-        .filter(|r| r.kind != Kind::Exclusive)
-        .map(|r| r.name.clone())
-        .collect();
-    let mut lost: HashMap<LockId, Lock> = HashMap::new();
-    let mut lose = |lock: Lock| match lost.entry(lock.id) {
-        Entry::Occupied(mut e) => merge_report(e.get_mut(), lock),
-        Entry::Vacant(e) => {
-            e.insert(lock);
+/// Reports whose lease ended by the time they arrived, or whose id the
+/// rebuild's `forgotten` names, are left out; a lease claimed longer than
+/// the longest lease from its arrival is cut to it. A name held exclusively
+/// in every report so far is settled by [`kept_over`], one report after
+/// another; once a report holds it shared or as permits, every report of it
+/// (the one kept and those lost so far, each merged by id) waits for
+/// [`settle_name`] at [`Settler::finish`], which needs all of them.
+#[derive(Debug, Default)]
+pub(crate) struct Settler {
+    holders: Holders,
+    /// The names some report holds shared or as permits, with their
+    /// reports. Ordered: the same reports settle alike in every process.
+    shared: BTreeMap<String, Vec<Lock>>,
+    /// The grants of each name held exclusively that lost so far, merged
+    /// by id.
+    lost: HashMap<String, Vec<Lock>>,
+}
+
+impl Settler {
+    /// A settler with room for `reports` reports at once.
+    pub(crate) fn with_capacity(reports: usize) -> Self {
+        Settler {
+            holders: Holders::with_capacity(reports),
+            ..Settler::default()
         }
-    };
-    let mut by_name: BTreeMap<String, Vec<Lock>> = BTreeMap::new();
-    for mut report in reports {
-        if !report.is_live(now) || forgotten(report.id) {
-            continue;
+    }
+
+    /// Takes in reports that arrived by `now`; a lease is cut to end by
+    /// `latest_end`.
+    pub(crate) fn add(
+        &mut self,
+        reports: impl IntoIterator<Item = Lock>,
+        now: MonoTime,
+        latest_end: MonoTime,
+        forgotten: impl Fn(LockId) -> bool,
+    ) {
+        for mut report in reports {
+            if !report.is_live(now) || forgotten(report.id) {
+                continue;
+            }
+            report.expires = report.expires.min(latest_end);
+            self.add_live(report, now);
         }
-        report.expires = report.expires.min(latest_end);
-        if !shared_names.is_empty() && shared_names.contains(&report.name) {
-            by_name.entry(report.name.clone()).or_default().push(report);
-            continue;
+    }
+
+    fn add_live(&mut self, report: Lock, now: MonoTime) {
+        if !self.shared.is_empty() {
+            if let Some(reports) = self.shared.get_mut(&report.name) {
+                reports.push(report);
+                return;
+            }
         }
-        let Some(at) = holders.first(&report.name) else {
-            holders.insert(Slot::new(&report));
-            continue;
+        if report.kind != Kind::Exclusive {
+            let mut reports = self.lost.remove(&report.name).unwrap_or_default();
+            if let Some(at) = self.holders.first(&report.name) {
+                reports.push(self.holders.remove(at).expect("found").to_lock());
+            }
+            self.shared.insert(report.name.clone(), reports);
+            self.shared
+                .get_mut(&report.name)
+                .expect("just put")
+                .push(report);
+            return;
+        }
+        let Some(at) = self.holders.first(&report.name) else {
+            self.holders.insert(Slot::new(&report));
+            return;
         };
-        let slot = holders.get_mut(at).expect("found");
+        let slot = self.holders.get_mut(at).expect("found");
         if slot.id == report.id {
             slot.merge(&report);
         } else if kept_over_live(
             (age(&report), report.is_lapsed(now)),
             ((slot.acquired, slot.fence, slot.id), slot.is_lapsed(now)),
         ) {
-            let kept_before = holders.remove(at).expect("found").to_lock();
-            holders.insert(Slot::new(&report));
-            lose(kept_before);
+            let kept_before = self.holders.remove(at).expect("found").to_lock();
+            self.holders.insert(Slot::new(&report));
+            self.lose(kept_before);
         } else {
-            lose(report);
+            self.lose(report);
         }
     }
-    for (_, reports) in by_name {
-        // The latest term that granted this name knowing every live grant
-        // of it: a mark on another name says nothing of this one's
-        // records (a rebuild that marked later grants may have missed a
-        // record of this name left behind, which the next rebuild reads).
-        let seen_all_term = reports
-            .iter()
-            .filter(|r| r.fence.seen_all())
-            .map(|r| r.fence.epoch())
-            .max()
-            .unwrap_or(0);
-        let (kept, lost_here) = settle_name(reports, seen_all_term);
-        for lock in &kept {
-            holders.insert(Slot::new(lock));
+
+    fn lose(&mut self, lock: Lock) {
+        let of_name = self.lost.entry_ref(lock.name.as_str()).or_default();
+        match of_name.iter_mut().find(|l| l.id == lock.id) {
+            Some(earlier) => merge_report(earlier, lock),
+            None => of_name.push(lock),
         }
-        lost_here.into_iter().for_each(&mut lose);
     }
-    let mut lost: Vec<Lock> = lost
-        .into_values()
-        .filter(|l| holders.find(&l.id).is_none())
-        .collect();
-    // In id order, not the map's: the same reports settle alike in every
-    // process (a simulation's seed replays).
-    lost.sort_unstable_by_key(|l| l.id);
-    lost
+
+    /// Settles the names held shared or as permits, and answers the
+    /// holders kept and the locks that lost to one held longer, in id
+    /// order.
+    pub(crate) fn finish(self) -> (Holders, Vec<Lock>) {
+        let Settler {
+            mut holders,
+            shared,
+            lost,
+        } = self;
+        let mut lost: HashMap<LockId, Lock> = lost
+            .into_values()
+            .flatten()
+            .map(|lock| (lock.id, lock))
+            .collect();
+        for (_, reports) in shared {
+            // The latest term that granted this name knowing every live
+            // grant of it: a mark on another name says nothing of this
+            // one's records (a rebuild that marked later grants may have
+            // missed a record of this name left behind, which the next
+            // rebuild reads).
+            let seen_all_term = reports
+                .iter()
+                .filter(|r| r.fence.seen_all())
+                .map(|r| r.fence.epoch())
+                .max()
+                .unwrap_or(0);
+            let (kept, lost_here) = settle_name(reports, seen_all_term);
+            for lock in &kept {
+                holders.insert(Slot::new(lock));
+            }
+            for lock in lost_here {
+                match lost.entry(lock.id) {
+                    Entry::Occupied(mut e) => merge_report(e.get_mut(), lock),
+                    Entry::Vacant(e) => {
+                        e.insert(lock);
+                    }
+                }
+            }
+        }
+        let mut lost: Vec<Lock> = lost
+            .into_values()
+            .filter(|l| holders.find(&l.id).is_none())
+            .collect();
+        // In id order, not the map's: the same reports settle alike in
+        // every process (a simulation's seed replays).
+        lost.sort_unstable_by_key(|l| l.id);
+        (holders, lost)
+    }
 }
 
 /// The fences of one kind's grants of a name, as far as they make other

@@ -7,7 +7,7 @@ use std::time::Duration;
 use leasehold_api::{routes, ErrorBody, Lost, PeerLock};
 
 use crate::clock::Clock;
-use crate::report::{Layout, MemberReport, ReportReader};
+use crate::report::{Layout, LockSink, MemberReport, ReportReader};
 use crate::roster::Roster;
 use futures::TryStreamExt;
 use leasehold_raft::identity::{ClusterId, RefusedAs, Stamp};
@@ -231,8 +231,10 @@ impl Peers {
     /// by frame as they arrive (frames over `frame_limit` bytes are
     /// refused), each frame's leases counted on `clock` from its arrival,
     /// in `layout` (its data's revisions and kinds, as the cluster speaks
-    /// them). `timeout` bounds the
-    /// whole read.
+    /// them). `timeout` bounds the whole read. With a `feed`, each frame's
+    /// locks go to its sink as they are decoded, once the header said the
+    /// report is of its member (another node's is refused), rather than
+    /// into the report.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn report(
         &self,
@@ -242,6 +244,7 @@ impl Peers {
         timeout: Duration,
         frame_limit: usize,
         clock: Clock,
+        feed: Option<(NodeId, LockSink)>,
     ) -> Result<MemberReport, PeerError> {
         use PeerErrorKind::{Answered, Malformed, NoAnswer};
         let read = async {
@@ -261,6 +264,10 @@ impl Peers {
                 ));
             }
             let mut reader = ReportReader::new(frame_limit, layout, || clock.now());
+            let asked = feed.as_ref().map(|(member, _)| *member);
+            if let Some((member, sink)) = feed {
+                reader = reader.feeding(member, sink);
+            }
             while let Some(piece) = response
                 .body
                 .try_next()
@@ -269,7 +276,12 @@ impl Peers {
             {
                 reader
                     .push(&piece)
-                    .map_err(|e| PeerError::new(addr, Malformed, e))?;
+                    .map_err(|e| match (asked, reader.reported_by()) {
+                        (Some(asked), Some(found)) if asked != found => {
+                            PeerError::not_the_member(addr, asked, found)
+                        }
+                        _ => PeerError::new(addr, Malformed, e),
+                    })?;
             }
             let mut report = reader
                 .finish()

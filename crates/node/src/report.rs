@@ -348,8 +348,11 @@ pub(crate) fn encode_each<'a>(
 pub(crate) struct MemberReport {
     /// What the member said of itself.
     pub(crate) header: ReportHeader,
-    /// Its locks, each lease counted from the arrival of its frame.
+    /// Its locks, each lease counted from the arrival of its frame (none
+    /// if they were fed elsewhere as they came: [`ReportReader::feeding`]).
     pub(crate) locks: Vec<Lock>,
+    /// How many locks came.
+    pub(crate) count: usize,
     /// How many frames of locks came (0 for the speaker's own report).
     pub(crate) frames: usize,
     /// The data directory the answer's peer stamp named (`None` for the
@@ -358,6 +361,10 @@ pub(crate) struct MemberReport {
     /// The time spent decoding its frames, of the whole read's.
     pub(crate) decoding: std::time::Duration,
 }
+
+/// Where a report's locks go frame by frame as they are decoded, each
+/// frame's with the reading of the lease clock at its arrival.
+pub(crate) type LockSink = Box<dyn FnMut(Vec<Lock>, MonoTime) + Send>;
 
 /// Takes a report in as its bytes arrive: each frame is decoded once whole
 /// and its locks put on this node's clock, so only the frame being received
@@ -368,7 +375,12 @@ pub(crate) struct ReportReader<C> {
     clock: C,
     report: Option<MemberReport>,
     frames: usize,
+    /// The locks of the report, or of the frame being decoded when fed.
     locks: Vec<Lock>,
+    count: usize,
+    /// The member the report must be of, and where each whole frame's
+    /// locks go.
+    feed: Option<(NodeId, LockSink)>,
     decoding: std::time::Duration,
 }
 
@@ -389,8 +401,24 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
             report: None,
             frames: 0,
             locks: Vec::new(),
+            count: 0,
+            feed: None,
             decoding: std::time::Duration::ZERO,
         }
+    }
+
+    /// Hands each whole frame's locks to `sink` as it is decoded rather
+    /// than keeping them in the report, once the report's header said it
+    /// is `member`'s: a report of another node is refused before any of
+    /// its locks goes anywhere.
+    pub(crate) fn feeding(mut self, member: NodeId, sink: LockSink) -> Self {
+        self.feed = Some((member, sink));
+        self
+    }
+
+    /// The member the report's header named, once it came.
+    pub(crate) fn reported_by(&self) -> Option<NodeId> {
+        self.report.as_ref().map(|r| r.header.node)
     }
 
     /// Takes in bytes of the report that just arrived: the locks of every
@@ -413,23 +441,35 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
 
     /// Decodes every frame now whole, its locks counted from `arrived`.
     fn decode(&mut self, arrived: MonoTime) -> Result<(), CodecError> {
-        // Each lock goes straight into the list: a frame's locks are never
-        // a list of their own, whose memory would be let go and taken
-        // again for every frame.
-        let locks = &mut self.locks;
-        let mut take = |lock: LockInTransit| locks.push(lock.arrive(arrived));
-        while let Some(chunk) = self.stream.next_frame(&mut take)? {
+        loop {
+            // Each lock goes straight into the list: unless fed, a frame's
+            // locks are never a list of their own, whose memory would be
+            // let go and taken again for every frame.
+            let locks = &mut self.locks;
+            let mut take = |lock: LockInTransit| locks.push(lock.arrive(arrived));
+            let Some(chunk) = self.stream.next_frame(&mut take)? else {
+                return Ok(());
+            };
             match chunk {
                 Frame::Header(header) => {
+                    let of = header.node;
                     self.report = Some(MemberReport {
                         header,
                         ..MemberReport::default()
                     });
+                    if self.feed.as_ref().is_some_and(|(member, _)| *member != of) {
+                        return Err(CodecError::UnexpectedFrame("a report of another member"));
+                    }
                 }
-                Frame::Items(_) => self.frames += 1,
+                Frame::Items(count) => {
+                    self.frames += 1;
+                    self.count += count;
+                    if let Some((_, sink)) = &mut self.feed {
+                        sink(std::mem::take(&mut self.locks), arrived);
+                    }
+                }
             }
         }
-        Ok(())
     }
 
     /// The whole report, once its bytes ended: an error if the stream was
@@ -440,6 +480,7 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
             .report
             .ok_or(CodecError::UnexpectedFrame("a stream without a header"))?;
         report.locks = self.locks;
+        report.count = self.count;
         report.frames = self.frames;
         report.decoding = self.decoding;
         Ok(report)
@@ -643,6 +684,82 @@ mod tests {
             last_delay >= Duration::from_secs(10),
             "the last frame came later"
         );
+    }
+
+    /// A fed reader passes each frame's locks on once the frame is whole,
+    /// with that frame's arrival, and keeps none in the report; a report
+    /// whose header names another node than the one asked is refused
+    /// before any of its locks goes anywhere.
+    #[test]
+    fn a_fed_report_passes_each_whole_frame_on_and_refuses_another_members() {
+        use std::sync::{Arc, Mutex};
+        let clock = Clock::new();
+        let now = clock.now();
+        let locks: Vec<Lock> = (0..3000).map(|i| lock(i, now)).collect();
+        let limit = 16 * 1024;
+        let frames = encode(
+            &header(),
+            locks.iter().map(|l| Sessioned::of(l, now)),
+            Layout::Sessioned,
+            limit,
+        )
+        .unwrap();
+        let bytes = frames.concat();
+        let whole = {
+            let mut reader = ReportReader::new(limit, Layout::Sessioned, || now);
+            reader.push(&bytes).unwrap();
+            reader.finish().unwrap().locks
+        };
+
+        type Passed = Vec<(Vec<Lock>, MonoTime)>;
+        let passed: Arc<Mutex<Passed>> = Arc::default();
+        let sink = {
+            let passed = Arc::clone(&passed);
+            Box::new(move |locks, at| passed.lock().unwrap().push((locks, at)))
+        };
+        let arrivals = std::cell::Cell::new(0u64);
+        let mut reader = ReportReader::new(limit, Layout::Sessioned, || {
+            arrivals.set(arrivals.get() + 1);
+            now + Duration::from_secs(arrivals.get())
+        })
+        .feeding(header().node, sink);
+        let mut seen = 0;
+        for piece in bytes.chunks(1000) {
+            reader.push(piece).unwrap();
+            let passed = passed.lock().unwrap();
+            assert!(passed.len() >= seen, "frames are passed on as they come");
+            seen = passed.len();
+        }
+        let report = reader.finish().unwrap();
+        assert!(report.locks.is_empty(), "none kept in the report");
+        assert_eq!(report.count, locks.len());
+        let passed = std::mem::take(&mut *passed.lock().unwrap());
+        assert_eq!(
+            passed.len(),
+            frames.len() - 2,
+            "one pass per frame of locks"
+        );
+        assert!(
+            passed.windows(2).all(|w| w[0].1 < w[1].1),
+            "each its own arrival"
+        );
+        let fed: Vec<Lock> = passed.into_iter().flat_map(|(locks, _)| locks).collect();
+        let key = |l: &Lock| (l.id, l.name.clone(), l.fence, l.kind, l.session, l.delay);
+        assert_eq!(
+            fed.iter().map(key).collect::<Vec<_>>(),
+            whole.iter().map(key).collect::<Vec<_>>()
+        );
+
+        let called = Arc::new(Mutex::new(0));
+        let sink = {
+            let called = Arc::clone(&called);
+            Box::new(move |_, _| *called.lock().unwrap() += 1)
+        };
+        let mut reader = ReportReader::new(limit, Layout::Sessioned, || now).feeding(9, sink);
+        let err = reader.push(&bytes).expect_err("another member's report");
+        assert!(matches!(err, CodecError::UnexpectedFrame(_)), "{err}");
+        assert_eq!(reader.reported_by(), Some(header().node));
+        assert_eq!(*called.lock().unwrap(), 0, "no lock of it went anywhere");
     }
 
     #[test]

@@ -23,8 +23,10 @@ use tracing::Instrument;
 use crate::node::Node;
 use crate::peers::PeerError;
 use crate::report::MemberReport;
+use collect::{Collector, Frames};
 use tokio_util::sync::CancellationToken;
 
+mod collect;
 mod late;
 
 /// The longest the speaker task sleeps without looking: its guard can run
@@ -165,6 +167,7 @@ async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
     // The roster, as it is once the leader is confirmed.
     let mut roster = node.roster();
     let mut reads = FuturesUnordered::new();
+    let mut collector: Option<Collector> = None;
     let mut deadline = Instant::now();
     loop {
         while let Some(out) = attempt.poll() {
@@ -195,6 +198,7 @@ async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
                         deadline = Instant::now() + at.saturating_duration_since(now);
                     }
                 }
+                AttemptOut::Collect(feed) => collector = Some(Collector::start(feed)),
                 AttemptOut::Read(read) => {
                     let (id, delay) = match read {
                         ReadOut::Read(id) => (id, None),
@@ -203,20 +207,30 @@ async fn rebuild(node: Arc<Node>, mut attempt: Rebuilding) -> Attempt {
                     let addr = roster.addr(id).or_else(|| attempt.departed_addr(id));
                     let addr = addr.unwrap_or_default().to_string();
                     let node = Arc::clone(&node);
-                    reads.push(read_member(node, id, addr, term, deadline, delay));
+                    let frames = collector.as_ref().map(|c| c.frames().clone());
+                    reads.push(read_member(node, id, addr, term, deadline, delay, frames));
                 }
                 // Counted and put in place under the state's lock; settled
-                // apart from it, where blocking work runs (a thread of its
-                // own; inline under a simulator): a million locks take most
-                // of a second to settle, and meanwhile the node answers
-                // (Raft's heartbeats, its clients, which wait for the
-                // state's lock) on the runtime's threads.
+                // apart from it, as the frames arrived and then closed,
+                // where blocking work runs (a thread of its own; inline
+                // under a simulator): a million locks take most of a second
+                // to settle, and meanwhile the node answers (Raft's
+                // heartbeats, its clients, which wait for the state's lock)
+                // on the runtime's threads.
                 AttemptOut::Settle(job) => {
                     // The reads are over: a read still under way is
-                    // dropped (its member's report is not waited for).
+                    // dropped (its member's report is not waited for; the
+                    // frames it passed on are records all the same).
                     reads.clear();
-                    let Ok(settled) = leasehold_raft::blocking::unblock(move || job.settle()).await
-                    else {
+                    let feed = match collector.take() {
+                        Some(collector) => collector.finish().await,
+                        None => None,
+                    };
+                    let Some(feed) = feed else {
+                        return Attempt::Failed("settling the reports as they came panicked");
+                    };
+                    let settle = move || job.settle(feed);
+                    let Ok(settled) = leasehold_raft::blocking::unblock(settle).await else {
                         return Attempt::Failed("settling the reports panicked");
                     };
                     let guard = node.guard();
@@ -296,7 +310,7 @@ fn took_read(
     };
     tracing::info!(
         member = id,
-        locks = report.locks.len(),
+        locks = report.count,
         frames = report.frames,
         took_ms = took.as_millis() as u64,
         decoding_ms = report.decoding.as_millis() as u64,
@@ -317,7 +331,8 @@ fn member_read(id: NodeId, report: MemberReport) -> MemberRead {
         copies: usize::try_from(header.copies).unwrap_or(usize::MAX),
         uptime: (!header.first_start).then(|| Duration::from_millis(header.uptime_ms)),
         // Already on this clock: each frame's leases were counted from its
-        // arrival as it was read (`ReportReader::push`).
+        // arrival as it was read (`ReportReader::push`). None if they went
+        // to the rebuild's feed as they came.
         locks: report.locks,
         departed: header
             .departed
@@ -333,6 +348,9 @@ fn member_read(id: NodeId, report: MemberReport) -> MemberRead {
 
 /// One read of member `id`'s report (after `delay`, if given), bounded by
 /// `deadline`: the member, how long the read took, and the report.
+/// Reads member `id` at `addr` for `term` until `deadline`, after `delay`;
+/// its locks go to `frames` as they arrive, if given, rather than into the
+/// report.
 async fn read_member(
     node: Arc<Node>,
     id: NodeId,
@@ -340,6 +358,7 @@ async fn read_member(
     term: u64,
     deadline: Instant,
     delay: Option<Duration>,
+    frames: Option<Frames>,
 ) -> MemberReadDone {
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
@@ -350,7 +369,11 @@ async fn read_member(
         // speaker arriving after this is not recorded (`record_held`)
         // and a copy from one is refused (`take_copies`).
         node.deposed_by(term);
-        Ok(node.own_report())
+        let mut report = node.own_report();
+        if let Some(frames) = &frames {
+            frames.add(std::mem::take(&mut report.locks), node.clock.now());
+        }
+        Ok(report)
     } else {
         let timeout = deadline.saturating_duration_since(started);
         let report = node
@@ -362,6 +385,7 @@ async fn read_member(
                 timeout,
                 node.config.report_frame_bytes,
                 node.clock,
+                frames.map(|frames| (id, frames.sink())),
             )
             .await;
         // Another node at that address now (a member replaced under the

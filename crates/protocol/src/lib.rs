@@ -59,7 +59,8 @@ pub use member::{
 pub use members::Members;
 pub use rebuild::{
     at_risk_for, AttemptOut, LateRead, MemberRead, ReadOut, Reading, Reads, RebuildDone,
-    RebuildInput, RebuildJob, Rebuilding, SettledRebuild, READ_AGAIN_AFTER, STRAGGLER_SHARE,
+    RebuildFeed, RebuildInput, RebuildJob, Rebuilding, SettledRebuild, READ_AGAIN_AFTER,
+    STRAGGLER_SHARE,
 };
 pub use refusal::Refusal;
 pub use releases::{Batch, Outbox, Release, ReleaseSender};

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use leasehold_api::RebuildReport;
-use locktable::{Lock, MonoTime, NodeId, RebuildBasis, RebuildError, RebuildFrom, Settled};
+use locktable::{Lock, MonoTime, NodeId, RebuildError, RebuildFrom, Settled};
 
 use crate::config::RebuildMode;
 use crate::guard::Guard;
@@ -13,10 +13,12 @@ use crate::leadership::Attempt;
 use crate::member::Member;
 
 mod attempt;
+mod feed;
 mod late;
 mod reading;
 
 pub use attempt::{AttemptOut, Rebuilding};
+pub use feed::RebuildFeed;
 pub use late::LateRead;
 pub use reading::{ReadOut, Reading};
 
@@ -232,7 +234,8 @@ pub struct MemberRead {
     /// member that restarted has every record it took since it started.
     pub uptime: Option<Duration>,
     /// Its clients' locks, copies and grants, each lease counted from when
-    /// the part of the report it came in arrived.
+    /// the part of the report it came in arrived, unless they went into the
+    /// attempt's [`RebuildFeed`] as they arrived (then none here).
     pub locks: Vec<Lock>,
     /// The members it says left the configuration lately, each with how
     /// long rebuilds still read it.
@@ -310,10 +313,12 @@ struct Counted {
 #[derive(Debug)]
 pub struct RebuildJob {
     counted: Counted,
-    basis: RebuildBasis,
     generation: u64,
-    /// Each member's locks, as read.
+    /// Each member's locks that came with its read rather than through
+    /// the feed.
     locks: Vec<Vec<Lock>>,
+    /// Sabotage: the reports settle as if none were read.
+    skip: bool,
     hold_new_grants_until: Option<MonoTime>,
     now: MonoTime,
 }
@@ -326,23 +331,39 @@ pub struct SettledRebuild {
 }
 
 impl RebuildJob {
-    /// Settles the locks read into a table of their own.
-    pub fn settle(self) -> SettledRebuild {
+    /// Closes the attempt's `feed` (the locks settled as they arrived)
+    /// with the locks that came with the reads: a table of their own.
+    pub fn settle(self, mut feed: RebuildFeed) -> SettledRebuild {
+        for locks in self.locks {
+            feed.add(locks, self.now);
+        }
+        let mut settling = feed.into_settling();
+        if self.skip {
+            settling.clear();
+        }
         let from = RebuildFrom {
             generation: self.generation,
             epoch: self.counted.term,
-            locks: self.locks.into_iter().flatten().collect(),
+            locks: Vec::new(),
             hold_new_grants_until: self.hold_new_grants_until,
             seen_all: self.counted.all_seen,
         };
         SettledRebuild {
-            settled: self.basis.settle(from, self.now),
+            settled: settling.finish(from, self.now),
             counted: self.counted,
         }
     }
 }
 
 impl Member {
+    /// Where a rebuild's reports settle as they arrive: from here on, the
+    /// releases this member hears are applied when the table is put in
+    /// place (a report read before its release is not kept).
+    pub fn start_feed(&mut self) -> RebuildFeed {
+        let kinds_unread = self.config().sabotage.kinds_unread;
+        RebuildFeed::new(self.table.begin_rebuild().settling(), kinds_unread)
+    }
+
     /// The reads of a rebuild starting at `now` of `members` (every member
     /// of the latest configuration, learners and this one included, and
     /// the members that left lately): until the rebuild timeout, a failed
@@ -375,16 +396,18 @@ impl Member {
     }
 
     /// Rebuilds the table for `input.term` from what was read, unless
-    /// leadership or the table moved on meanwhile: [`Member::begin_rebuild`],
-    /// [`RebuildJob::settle`] and [`Member::finish_rebuild`] at once.
+    /// leadership or the table moved on meanwhile: [`Member::start_feed`],
+    /// [`Member::begin_rebuild`], [`RebuildJob::settle`] and
+    /// [`Member::finish_rebuild`] at once.
     pub fn rebuild(
         &mut self,
         input: RebuildInput,
         guard: &Guard,
         now: MonoTime,
     ) -> Result<RebuildDone, Attempt> {
+        let feed = self.start_feed();
         let job = self.begin_rebuild(input, guard, now)?;
-        self.finish_rebuild(job.settle(), guard, now)
+        self.finish_rebuild(job.settle(feed), guard, now)
     }
 
     /// Counts what a rebuild for `input.term` read, and takes what settling
@@ -403,7 +426,8 @@ impl Member {
         guard: &Guard,
         now: MonoTime,
     ) -> Result<RebuildJob, Attempt> {
-        if self.config().sabotage.skip_rebuild {
+        let skip = self.config().sabotage.skip_rebuild;
+        if skip {
             input.reads.clear();
             input.missing.clear();
         }
@@ -440,13 +464,7 @@ impl Member {
                 );
             }
             fewest_copies = fewest_copies.min(read.copies);
-            let mut read_locks = read.locks;
-            if self.config().sabotage.kinds_unread {
-                for lock in &mut read_locks {
-                    lock.kind = locktable::Kind::Exclusive;
-                }
-            }
-            locks.push(read_locks);
+            locks.push(read.locks);
         }
         let missing = input.missing;
         let all_seen = missing.len() < fewest_copies;
@@ -468,9 +486,9 @@ impl Member {
                 held_back,
                 took: input.took,
             },
-            basis: self.table.begin_rebuild(),
             generation: input.generation,
             locks,
+            skip,
             hold_new_grants_until: held_back.map(|hold| now + hold),
             now,
         })

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, Outbox, RebuildMode,
-    Rebuilding, Recording, SessionLocks,
+    Attempt, Forwarded, Guard, Leader, Leadership, Made, Member, MemberConfig, Outbox, RebuildFeed,
+    RebuildMode, Rebuilding, Recording, SessionLocks,
 };
 use locktable::{Answer, LeaseRule, Lock, LockId, MonoTime, NodeId, WaiterId};
 
@@ -88,6 +88,8 @@ pub(crate) struct RebuildAttempt {
     pub(crate) id: u64,
     /// The protocol's side: what to do next.
     pub(crate) rebuilding: Rebuilding,
+    /// Where the reports settle as they arrive, once handed out.
+    pub(crate) feed: Option<RebuildFeed>,
     /// How it ended, for the watch loop's next turn.
     pub(crate) ended: Option<Attempt>,
 }

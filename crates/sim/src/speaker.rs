@@ -111,6 +111,7 @@ impl World {
         node.attempt = Some(RebuildAttempt {
             id,
             rebuilding,
+            feed: None,
             ended: None,
         });
         self.drive(n, id);
@@ -150,11 +151,20 @@ impl World {
                 }
                 // This node's own report, read by the attempt's term like
                 // any member's.
+                AttemptOut::Collect(feed) => {
+                    let node = self.nodes.get_mut(&n).expect("member");
+                    if let Some(attempt) = node.attempt.as_mut().filter(|a| a.id == id) {
+                        attempt.feed = Some(feed);
+                    }
+                }
                 AttemptOut::Read(ReadOut::Read(member)) if member == n => {
                     self.with_attempt(n, id, |a, m, _, now| m.deposed_by(a.term(), now));
                     let node = &self.nodes[&n];
                     let now = node.mono(t);
-                    let read = member_read(n, node.report_header(t), node.member.own_report(now));
+                    let header = node.report_header(t);
+                    let locks = node.member.own_report(now);
+                    let locks = self.feed(n, id, locks, now);
+                    let read = member_read(n, header, locks);
                     self.with_attempt(n, id, |a, m, guard, now| a.answered(read, m, guard, now));
                 }
                 AttemptOut::Read(ReadOut::Read(member)) => {
@@ -167,7 +177,10 @@ impl World {
                     self.at(t + ms, Event::ReadAgain(n, id, member));
                 }
                 AttemptOut::Settle(job) => {
-                    let settled = job.settle();
+                    let node = self.nodes.get_mut(&n).expect("member");
+                    let attempt = node.attempt.as_mut().filter(|a| a.id == id);
+                    let feed = attempt.and_then(|a| a.feed.take());
+                    let settled = job.settle(feed.expect("the feed came before the reads"));
                     self.with_attempt(n, id, |a, m, guard, now| a.settled(settled, m, guard, now));
                 }
                 AttemptOut::Rebuilt(report) => {
@@ -288,17 +301,36 @@ impl World {
             None => return,
         };
         let count_from_send = self.config.sabotage.count_from_send;
+        let began = self.with_attempt(n, id, |a, _, _, now| Some((a.reading_began()?, now)));
+        let Some((began, now)) = began.flatten() else {
+            return;
+        };
+        // Counted from the report's arrival: the speaker's table must not
+        // end a lease before its holder's own count does.
+        let counted_from = if count_from_send { began } else { now };
+        let locks = locks.into_iter().map(|l| l.arrive(counted_from)).collect();
+        let locks = self.feed(n, id, locks, now);
         let taken = self.with_attempt(n, id, |a, m, guard, now| {
-            let began = a.reading_began()?;
-            // Counted from the report's arrival: the speaker's table must
-            // not end a lease before its holder's own count does.
-            let counted_from = if count_from_send { began } else { now };
-            let locks = locks.into_iter().map(|l| l.arrive(counted_from)).collect();
             Some(a.answered(member_read(from, header, locks), m, guard, now))
         });
         if taken.flatten() == Some(true) {
             self.drive(n, id);
             self.reads_moved_on(n, id);
+        }
+    }
+
+    /// Settles `locks`, arrived at `now`, into the feed of node `n`'s
+    /// attempt `id` as they arrive, as a node does; answers the locks left
+    /// for the read (none once they went to the feed).
+    fn feed(&mut self, n: NodeId, id: u64, locks: Vec<Lock>, now: MonoTime) -> Vec<Lock> {
+        let node = self.nodes.get_mut(&n).expect("member");
+        let attempt = node.attempt.as_mut().filter(|a| a.id == id);
+        match attempt.and_then(|a| a.feed.as_mut()) {
+            Some(feed) => {
+                feed.add(locks, now);
+                Vec::new()
+            }
+            None => locks,
         }
     }
 

@@ -12,3 +12,4 @@ mod seed;
 mod session;
 mod session_delay;
 mod sets;
+mod settling;

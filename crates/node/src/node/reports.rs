@@ -31,6 +31,7 @@ impl Node {
         let locks = self.state().member.own_report(self.clock.now());
         MemberReport {
             header: self.report_header(),
+            count: locks.len(),
             locks,
             frames: 0,
             store: None,

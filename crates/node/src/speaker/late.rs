@@ -47,8 +47,16 @@ async fn read_late(node: Arc<Node>, term: u64, id: NodeId, addr: String) {
     while wanted(&node, term, id) {
         let deadline = Instant::now() + node.config.rebuild_timeout / 4;
         let node = Arc::clone(&node);
-        let (_, _, report) =
-            read_member(Arc::clone(&node), id, addr.clone(), term, deadline, None).await;
+        let (_, _, report) = read_member(
+            Arc::clone(&node),
+            id,
+            addr.clone(),
+            term,
+            deadline,
+            None,
+            None,
+        )
+        .await;
         match report {
             Ok(report) => {
                 let read = member_read(id, report);

@@ -16,7 +16,7 @@ use std::time::Duration;
 use leasehold_api::RebuildReport;
 use locktable::{Lock, MonoTime, NodeId};
 
-use super::{MemberRead, ReadOut, Reading, RebuildJob, SettledRebuild};
+use super::{MemberRead, ReadOut, Reading, RebuildFeed, RebuildJob, SettledRebuild};
 use crate::guard::Guard;
 use crate::leadership::Attempt;
 use crate::member::Member;
@@ -31,13 +31,19 @@ pub enum AttemptOut {
         /// How long to wait for the answer.
         within: Duration,
     },
+    /// Settle every read's locks into this feed as they arrive
+    /// ([`RebuildFeed::add`]), where heavy work may run, rather than with
+    /// the read ([`MemberRead::locks`]); hand it to [`RebuildJob::settle`]
+    /// at [`AttemptOut::Settle`]. Comes before the first read.
+    Collect(RebuildFeed),
     /// Read a member's report by the attempt's term (this member's own
     /// too), now or after a wait; then [`Rebuilding::answered`] or
     /// [`Rebuilding::failed`]. A read gives up at
     /// [`Rebuilding::read_deadline`].
     Read(ReadOut),
-    /// Settle the locks read apart from the member, where heavy work may
-    /// run ([`RebuildJob::settle`]); then [`Rebuilding::settled`].
+    /// Close the feed with the locks read, apart from the member, where
+    /// heavy work may run ([`RebuildJob::settle`]); then
+    /// [`Rebuilding::settled`].
     Settle(RebuildJob),
     /// The table was rebuilt and serves: what the rebuild did, for
     /// operators.
@@ -161,6 +167,7 @@ impl Rebuilding {
         self.departed = departed.into_iter().collect();
         let reading = member.start_reading(self.term, self.generation, &members, now);
         self.phase = Phase::Reading(Box::new(reading));
+        self.out.push_back(AttemptOut::Collect(member.start_feed()));
         self.moved_on(member, guard, now);
         ended
     }

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use leasehold_protocol::{
-    Attempt, AttemptOut, Gone, Member, MemberRead, ReadOut, RebuildMode, Rebuilding, Sabotage,
-    READ_AGAIN_AFTER,
+    Attempt, AttemptOut, Gone, Member, MemberRead, ReadOut, RebuildFeed, RebuildMode, Rebuilding,
+    Sabotage, READ_AGAIN_AFTER,
 };
 use locktable::{Acquired, Lock, LockId, MonoTime, NodeId};
 
@@ -55,12 +55,21 @@ fn attempt(mode: RebuildMode) -> (Member, Rebuilding) {
     (m, a)
 }
 
-/// The reads `a` asks for, taken out.
+thread_local! {
+    /// The feed the attempt under test handed out, for its settling.
+    static FEED: std::cell::RefCell<Option<RebuildFeed>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The reads `a` asks for, taken out (and its feed, kept for [`settle`]).
 fn reads(a: &mut Rebuilding) -> Vec<ReadOut> {
     let mut reads = Vec::new();
     while let Some(out) = a.poll() {
         match out {
             AttemptOut::Read(read) => reads.push(read),
+            AttemptOut::Collect(feed) => {
+                assert!(reads.is_empty(), "the feed comes before the reads");
+                FEED.set(Some(feed));
+            }
             other => panic!("reads only, not {other:?}"),
         }
     }
@@ -83,7 +92,8 @@ fn settle(a: &mut Rebuilding, m: &mut Member, term: u64, now: MonoTime) -> After
         panic!("the reads ended: settle");
     };
     assert!(a.poll().is_none(), "nothing until settled");
-    a.settled(job.settle(), m, &leading(term, now), now);
+    let feed = FEED.take().expect("the attempt handed out its feed");
+    a.settled(job.settle(feed), m, &leading(term, now), now);
     let (mut report, mut told) = (None, Vec::new());
     loop {
         match a.poll() {
@@ -429,4 +439,71 @@ fn one_that_handed_over_is_not_read_when_a_report_names_it() {
     assert!(reads(&mut a).is_empty(), "3 handed its records over");
     assert_eq!(a.departed_addr(3), None);
     assert_eq!(m.added_again_in(3, at(2)), None);
+}
+
+/// A lock of term 1 named `name` under `id`, arrived at `now` with 20 s
+/// left.
+fn arrived(name: &str, id: u128, now: MonoTime) -> Lock {
+    let mut lock = in_transit(id, 1, Duration::from_secs(20));
+    lock.name = name.into();
+    lock.fence = locktable::Fence::new(1, id as u64);
+    lock.arrive(now)
+}
+
+/// The feed comes out before the first read, and what goes into it as the
+/// reports arrive is the rebuilt table: the locks of a read that failed
+/// after they arrived included (records its member kept), a lock released
+/// while the reads went on left out.
+#[test]
+fn locks_fed_as_they_arrive_are_the_table_less_the_releases_heard_meanwhile() {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    let guard = leading(4, at(1));
+    a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
+    assert_eq!(
+        reads(&mut a),
+        [ReadOut::Read(1), ReadOut::Read(2), ReadOut::Read(3)]
+    );
+    let (a_lock, b_lock, c_lock) = (
+        arrived("a", 1, at(2)),
+        arrived("b", 2, at(2)),
+        arrived("c", 3, at(2)),
+    );
+    FEED.with_borrow_mut(|feed| {
+        let feed = feed.as_mut().expect("handed out with the reads");
+        feed.add(vec![a_lock.clone(), b_lock.clone()], at(2));
+        feed.add(vec![c_lock.clone()], at(2));
+        assert_eq!(feed.reports(), 3);
+    });
+    // Released while the reads go on.
+    m.forget("a", a_lock.id, None, &guard, at(2));
+    assert!(a.answered(answer(1, vec![]), &mut m, &guard, at(3)));
+    assert!(a.answered(answer(2, vec![]), &mut m, &guard, at(3)));
+    // Member 3's read fails after its lock arrived.
+    assert_eq!(
+        a.failed(3, "cut".into(), &mut m, &guard, at(3)),
+        Some(false)
+    );
+    let mut outs = Vec::new();
+    while let Some(out) = a.poll() {
+        match out {
+            AttemptOut::Settle(job) => outs.push(job),
+            AttemptOut::Read(_) => {}
+            other => panic!("{other:?} before the settling"),
+        }
+    }
+    let job = outs.pop().expect("the reads ended");
+    let feed = FEED.take().expect("kept");
+    let now = at(4);
+    a.settled(job.settle(feed), &mut m, &leading(4, now), now);
+    let guard = leading(4, now);
+    assert!(m.is_rebuilt());
+    assert_eq!(m.get("a", &guard, now).unwrap(), None, "released meanwhile");
+    assert_eq!(
+        m.get("b", &guard, now).unwrap().map(|l| l.id),
+        Some(b_lock.id)
+    );
+    assert_eq!(
+        m.get("c", &guard, now).unwrap().map(|l| l.id),
+        Some(c_lock.id)
+    );
 }
