@@ -13,3 +13,4 @@ mod session;
 mod session_delay;
 mod sets;
 mod settling;
+mod settling_late;
