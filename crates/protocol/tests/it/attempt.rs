@@ -8,7 +8,7 @@ use leasehold_protocol::{
     Attempt, AttemptOut, Gone, Member, MemberRead, ReadOut, RebuildFeed, RebuildMode, Rebuilding,
     Sabotage, READ_AGAIN_AFTER,
 };
-use locktable::{Acquired, Lock, LockId, MonoTime, NodeId};
+use locktable::{Acquired, Lock, LockId, LockInTransit, MonoTime, NodeId};
 
 use crate::common::*;
 
@@ -506,4 +506,43 @@ fn locks_fed_as_they_arrive_are_the_table_less_the_releases_heard_meanwhile() {
         m.get("c", &guard, now).unwrap().map(|l| l.id),
         Some(c_lock.id)
     );
+}
+
+/// Two grants of one name made apart, fed as they arrive, both live then:
+/// the one held the longest ends (at 102 ms) before the reads are over
+/// (300 ms).
+/// Nobody holds it any more: the other, still live, is kept and its node
+/// is not told it lost (the rebuild that settled at the end of the reads
+/// kept it; settled as the reports came, it lost to a lease already over,
+/// and the name was free at once while its client still held it).
+#[test]
+fn a_grant_fed_early_does_not_lose_to_one_whose_lease_ended_before_the_reads() {
+    let (mut m, mut a) = attempt(RebuildMode::Proceed);
+    let guard = leading(4, at(1));
+    a.confirmed(&mut m, &[1, 2, 3], &guard, at(1));
+    assert_eq!(reads(&mut a).len(), 3);
+    let older = LockInTransit {
+        held_for: Duration::from_secs(10),
+        ..in_transit(1, 1, Duration::from_millis(100))
+    };
+    let younger = LockInTransit {
+        node: 3,
+        held_for: Duration::from_secs(1),
+        ..in_transit(2, 2, Duration::from_secs(20))
+    };
+    FEED.with_borrow_mut(|feed| {
+        let feed = feed.as_mut().expect("handed out with the reads");
+        feed.add(vec![older.arrive(at(2))], at(2));
+        feed.add(vec![younger.arrive(at(2))], at(2));
+    });
+    for id in [1, 2] {
+        assert!(a.answered(answer(id, vec![]), &mut m, &guard, at(3)));
+    }
+    assert!(a.answered(answer(3, vec![]), &mut m, &guard, at(300)));
+    let (report, told, outcome) = settle(&mut a, &mut m, 4, at(300));
+    assert_eq!(outcome, Attempt::Rebuilt);
+    assert!(report.is_some());
+    assert_eq!(told, vec![], "nobody lost to a lease already over");
+    let holder = m.get("jobs/1", &leading(4, at(300)), at(300)).unwrap();
+    assert_eq!(holder.map(|l| l.id), Some(LockId::from_u128(2)));
 }
