@@ -153,7 +153,7 @@ impl Settling {
                 reported: highest.epoch(),
             });
         }
-        let (slots, lost) = self.settler.finish();
+        let (slots, lost) = self.settler.finish(now);
         let expiries = BinaryHeap::from(
             slots
                 .numbered()

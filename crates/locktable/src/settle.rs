@@ -83,25 +83,29 @@ fn merge_report(into: &mut Lock, other: Lock) {
     }
 }
 
-/// The locks the nodes report, settled one report after another as they
+/// The locks the nodes report, taken in one report after another as they
 /// arrive, into holders of their own.
 ///
 /// Reports whose lease ended by the time they arrived, or whose id the
 /// rebuild's `forgotten` names, are left out; a lease claimed longer than
-/// the longest lease from its arrival is cut to it. A name held exclusively
-/// in every report so far is settled by [`kept_over`], one report after
-/// another; once a report holds it shared or as permits, every report of it
-/// (the one kept and those lost so far, each merged by id) waits for
-/// [`settle_name`] at [`Settler::finish`], which needs all of them.
+/// the longest lease from its arrival is cut to it. A name only one grant
+/// holds so far is settled at once (its reports merged); a name two grants
+/// or more hold waits for [`Settler::finish`], at the end of the reads,
+/// with every grant's reports merged by id: which of them is kept depends
+/// on which leases are still live, or lapsed, then (a grant held the
+/// longest whose lease ended before the reads did holds nothing, and must
+/// not make a live one lose). Exclusively held names settle by
+/// [`kept_over_live`], one grant after another in the order they came;
+/// names some report holds shared or as permits by [`settle_name`].
 #[derive(Debug, Default)]
 pub(crate) struct Settler {
     holders: Holders,
     /// The names some report holds shared or as permits, with their
     /// reports. Ordered: the same reports settle alike in every process.
     shared: BTreeMap<String, Vec<Lock>>,
-    /// The grants of each name held exclusively that lost so far, merged
-    /// by id.
-    lost: HashMap<String, Vec<Lock>>,
+    /// The names held exclusively by two grants or more, with each grant's
+    /// reports merged, in the order the grants came.
+    contested: BTreeMap<String, Vec<Lock>>,
 }
 
 impl Settler {
@@ -127,11 +131,11 @@ impl Settler {
                 continue;
             }
             report.expires = report.expires.min(latest_end);
-            self.add_live(report, now);
+            self.add_live(report);
         }
     }
 
-    fn add_live(&mut self, report: Lock, now: MonoTime) {
+    fn add_live(&mut self, report: Lock) {
         if !self.shared.is_empty() {
             if let Some(reports) = self.shared.get_mut(&report.name) {
                 reports.push(report);
@@ -139,16 +143,22 @@ impl Settler {
             }
         }
         if report.kind != Kind::Exclusive {
-            let mut reports = self.lost.remove(&report.name).unwrap_or_default();
+            let mut reports = self.contested.remove(&report.name).unwrap_or_default();
             if let Some(at) = self.holders.first(&report.name) {
                 reports.push(self.holders.remove(at).expect("found").to_lock());
             }
-            self.shared.insert(report.name.clone(), reports);
-            self.shared
-                .get_mut(&report.name)
-                .expect("just put")
-                .push(report);
+            reports.push(report);
+            self.shared.insert(reports[0].name.clone(), reports);
             return;
+        }
+        if !self.contested.is_empty() {
+            if let Some(grants) = self.contested.get_mut(&report.name) {
+                match grants.iter_mut().find(|g| g.id == report.id) {
+                    Some(earlier) => merge_report(earlier, report),
+                    None => grants.push(report),
+                }
+                return;
+            }
         }
         let Some(at) = self.holders.first(&report.name) else {
             self.holders.insert(Slot::new(&report));
@@ -157,74 +167,89 @@ impl Settler {
         let slot = self.holders.get_mut(at).expect("found");
         if slot.id == report.id {
             slot.merge(&report);
-        } else if kept_over_live(
-            (age(&report), report.is_lapsed(now)),
-            ((slot.acquired, slot.fence, slot.id), slot.is_lapsed(now)),
-        ) {
-            let kept_before = self.holders.remove(at).expect("found").to_lock();
-            self.holders.insert(Slot::new(&report));
-            self.lose(kept_before);
-        } else {
-            self.lose(report);
+            return;
         }
+        let first = self.holders.remove(at).expect("found").to_lock();
+        self.contested
+            .insert(report.name.clone(), vec![first, report]);
     }
 
-    fn lose(&mut self, lock: Lock) {
-        let of_name = self.lost.entry_ref(lock.name.as_str()).or_default();
-        match of_name.iter_mut().find(|l| l.id == lock.id) {
-            Some(earlier) => merge_report(earlier, lock),
-            None => of_name.push(lock),
-        }
-    }
-
-    /// Settles the names held shared or as permits, and answers the
-    /// holders kept and the locks that lost to one held longer, in id
-    /// order.
-    pub(crate) fn finish(self) -> (Holders, Vec<Lock>) {
+    /// Settles the names two grants or more hold, as of `now`, the end of
+    /// the reads, and answers the holders kept and the locks that lost to
+    /// one held longer, in id order.
+    pub(crate) fn finish(self, now: MonoTime) -> (Holders, Vec<Lock>) {
         let Settler {
             mut holders,
             shared,
-            lost,
+            contested,
         } = self;
-        let mut lost: HashMap<LockId, Lock> = lost
-            .into_values()
-            .flatten()
-            .map(|lock| (lock.id, lock))
-            .collect();
-        for (_, reports) in shared {
-            // The latest term that granted this name knowing every live
-            // grant of it: a mark on another name says nothing of this
-            // one's records (a rebuild that marked later grants may have
-            // missed a record of this name left behind, which the next
-            // rebuild reads).
-            let seen_all_term = reports
-                .iter()
-                .filter(|r| r.fence.seen_all())
-                .map(|r| r.fence.epoch())
-                .max()
-                .unwrap_or(0);
-            let (kept, lost_here) = settle_name(reports, seen_all_term);
+        let mut lost: Vec<Lock> = Vec::new();
+        let names = contested.into_values().chain(shared.into_values());
+        for reports in names {
+            let live = reports.into_iter().filter(|r| r.is_live(now)).collect();
+            let (kept, lost_here) = settle_again(live, now);
             for lock in &kept {
                 holders.insert(Slot::new(lock));
             }
-            for lock in lost_here {
-                match lost.entry(lock.id) {
-                    Entry::Occupied(mut e) => merge_report(e.get_mut(), lock),
-                    Entry::Vacant(e) => {
-                        e.insert(lock);
-                    }
-                }
-            }
+            lost.extend(lost_here);
         }
-        let mut lost: Vec<Lock> = lost
-            .into_values()
-            .filter(|l| holders.find(&l.id).is_none())
-            .collect();
         // In id order, not the map's: the same reports settle alike in
         // every process (a simulation's seed replays).
         lost.sort_unstable_by_key(|l| l.id);
         (holders, lost)
     }
+}
+
+/// Settles the live reports of one name as of `now`: held shared or as
+/// permits by some, by [`settle_name`]; else one grant after another (the
+/// reports of one merged) by [`kept_over_live`]. Answers the grants kept,
+/// oldest first, and the ones lost.
+pub(crate) fn settle_again(reports: Vec<Lock>, now: MonoTime) -> (Vec<Lock>, Vec<Lock>) {
+    if reports.iter().any(|r| r.kind != Kind::Exclusive) {
+        // The latest term that granted this name knowing every live grant
+        // of it: a mark on another name says nothing of this one's
+        // records (a rebuild that marked later grants may have missed a
+        // record of this name left behind, which the next rebuild reads).
+        let seen_all_term = reports
+            .iter()
+            .filter(|r| r.fence.seen_all())
+            .map(|r| r.fence.epoch())
+            .max()
+            .unwrap_or(0);
+        return settle_name(reports, seen_all_term);
+    }
+    let mut kept: Option<Lock> = None;
+    let mut lost: Vec<Lock> = Vec::new();
+    for report in reports {
+        let Some(k) = kept.as_mut() else {
+            kept = Some(report);
+            continue;
+        };
+        if k.id == report.id {
+            merge_report(k, report);
+        } else if kept_over_live(
+            (age(&report), report.is_lapsed(now)),
+            (age(k), k.is_lapsed(now)),
+        ) {
+            lost.push(std::mem::replace(k, report));
+        } else {
+            lost.push(report);
+        }
+    }
+    // A grant's reports merged into one lost record.
+    let mut by_id: HashMap<LockId, Lock> = HashMap::new();
+    for lock in lost {
+        if kept.as_ref().is_some_and(|k| k.id == lock.id) {
+            continue;
+        }
+        match by_id.entry(lock.id) {
+            Entry::Occupied(mut e) => merge_report(e.get_mut(), lock),
+            Entry::Vacant(e) => {
+                e.insert(lock);
+            }
+        }
+    }
+    (kept.into_iter().collect(), by_id.into_values().collect())
 }
 
 /// The fences of one kind's grants of a name, as far as they make other

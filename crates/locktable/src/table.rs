@@ -576,11 +576,23 @@ impl Table {
         }
         self.slots = slots;
         self.expiries = expiries;
-        self.index_sessions();
+        let mut lost = lost;
+        let mut freed: Vec<Box<str>> = Vec::new();
         for (name, id) in self.forgets_since_basis.take().unwrap_or_default() {
             if let Ok(at) = self.find_held(&name, id) {
-                self.remove(at);
+                self.slots.remove(at);
+                freed.push(name);
             }
+        }
+        // A grant that lost to one released since the basis lost to
+        // nobody: settled again without it, as a rebuild whose basis knew
+        // of the release would have.
+        if !freed.is_empty() {
+            self.settle_freed(freed, &mut lost, now);
+        }
+        self.index_sessions();
+        if self.expiries.len() > 2 * self.slots.len() + 1024 {
+            self.reindex_expiries();
         }
         // A loser's other records (copies, a `Held` not dropped yet) must
         // not bring it back once the name is free again.
@@ -610,6 +622,37 @@ impl Table {
             locks: self.slots.len(),
             lost,
         })
+    }
+
+    /// Settles again the names `freed` (a holder of each released since
+    /// the rebuild's basis was taken) with the grants of them in `lost`
+    /// still live and not released: the ones kept leave `lost`.
+    fn settle_freed(&mut self, mut freed: Vec<Box<str>>, lost: &mut Vec<Lock>, now: MonoTime) {
+        freed.sort_unstable();
+        freed.dedup();
+        for name in freed {
+            let (mut again, rest): (Vec<Lock>, Vec<Lock>) =
+                std::mem::take(lost).into_iter().partition(|l| {
+                    *l.name == *name && l.is_live(now) && !self.forgotten.contains(l.id, now)
+                });
+            *lost = rest;
+            if again.is_empty() {
+                continue;
+            }
+            let held: Vec<u32> = self.slots.of_name(&name).collect();
+            let mut kept_before: Vec<Lock> = held
+                .into_iter()
+                .map(|at| self.slots.remove(at).expect("held").to_lock())
+                .collect();
+            kept_before.append(&mut again);
+            let (kept, lost_again) = crate::settle::settle_again(kept_before, now);
+            for lock in kept {
+                let at = self.slots.insert(Slot::new(&lock));
+                self.expiries.push(Reverse((lock.expires, lock.fence, at)));
+            }
+            lost.extend(lost_again);
+        }
+        lost.sort_unstable_by_key(|l| l.id);
     }
 
     /// How long past a released lease its id is still kept from rebuilds:
