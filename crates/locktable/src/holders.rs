@@ -42,6 +42,18 @@ impl Holders {
         }
     }
 
+    /// Room for `more` grants of as many names beyond those kept, taken at
+    /// once rather than by growing.
+    pub(crate) fn reserve(&mut self, more: usize) {
+        self.slots.reserve(more);
+        let Holders {
+            slots,
+            names,
+            hasher,
+        } = self;
+        names.reserve(more, |e| hasher.hash_one(name_at(slots, e.head)));
+    }
+
     /// How many grants are kept.
     pub(crate) fn len(&self) -> usize {
         self.slots.len()

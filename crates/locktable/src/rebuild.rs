@@ -118,6 +118,17 @@ impl Settling {
             });
     }
 
+    /// Room for about `more` reports beyond those taken in (a member said
+    /// how many its report holds), taken at once rather than by growing
+    /// while they settle; at most [`Settling::MOST_RESERVED`] at a time.
+    pub fn reserve(&mut self, more: usize) {
+        self.settler.reserve(more.min(Self::MOST_RESERVED));
+    }
+
+    /// The most reports one [`Settling::reserve`] makes room for: a figure
+    /// a member got wrong costs no more than this.
+    pub const MOST_RESERVED: usize = 1 << 24;
+
     /// How many reports were taken in so far.
     pub fn reports(&self) -> usize {
         self.reports

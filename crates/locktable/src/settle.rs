@@ -117,6 +117,12 @@ impl Settler {
         }
     }
 
+    /// Room for about `more` reports beyond those taken in, taken at once
+    /// rather than by growing.
+    pub(crate) fn reserve(&mut self, more: usize) {
+        self.holders.reserve(more);
+    }
+
     /// Takes in reports that arrived by `now`; a lease is cut to end by
     /// `latest_end`.
     pub(crate) fn add(

@@ -306,6 +306,15 @@ impl<K: SlotKey> Slots<K> {
         self.index.len()
     }
 
+    /// Room for `more` locks beyond those kept, taken at once rather than
+    /// by growing.
+    pub(crate) fn reserve(&mut self, more: usize) {
+        self.slots.reserve(more.saturating_sub(self.free.len()));
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.index
+            .reserve(more, |&i| hasher.hash_one(indexed_key::<K>(slots, i)));
+    }
+
     fn hash(&self, key: &K::Key) -> u64 {
         self.hasher.hash_one(key)
     }

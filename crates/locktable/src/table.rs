@@ -454,6 +454,12 @@ impl Table {
         self.turn_away_waiters();
     }
 
+    /// How many locks [`Table::granted`] answers at most: the table's and
+    /// the ones kept aside, ended leases included.
+    pub fn granted_len(&self) -> usize {
+        self.slots.len() + self.retained.len()
+    }
+
     /// The locks this node granted whose lease has not ended: the ones of
     /// its table, and the ones it held when it was last dropped. It is what
     /// a node rebuilding its table reads of this one, besides the locks its

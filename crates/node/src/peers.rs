@@ -7,7 +7,7 @@ use std::time::Duration;
 use leasehold_api::{routes, ErrorBody, Lost, PeerLock};
 
 use crate::clock::Clock;
-use crate::report::{Layout, LockSink, MemberReport, ReportReader};
+use crate::report::{Layout, LockSink, MemberReport, ReportReader, REPORT_LOCKS_HEADER};
 use crate::roster::Roster;
 use futures::TryStreamExt;
 use leasehold_raft::identity::{ClusterId, RefusedAs, Stamp};
@@ -244,7 +244,7 @@ impl Peers {
         timeout: Duration,
         frame_limit: usize,
         clock: Clock,
-        feed: Option<(NodeId, LockSink)>,
+        feed: Option<(NodeId, Box<dyn LockSink>)>,
     ) -> Result<MemberReport, PeerError> {
         use PeerErrorKind::{Answered, Malformed, NoAnswer};
         let read = async {
@@ -265,7 +265,11 @@ impl Peers {
             }
             let mut reader = ReportReader::new(frame_limit, layout, || clock.now());
             let asked = feed.as_ref().map(|(member, _)| *member);
-            if let Some((member, sink)) = feed {
+            if let Some((member, mut sink)) = feed {
+                let said = response.headers.get(REPORT_LOCKS_HEADER);
+                if let Some(locks) = said.and_then(|v| v.to_str().ok()?.parse().ok()) {
+                    sink.expect(locks);
+                }
                 reader = reader.feeding(member, sink);
             }
             while let Some(piece) = response

@@ -362,9 +362,27 @@ pub(crate) struct MemberReport {
     pub(crate) decoding: std::time::Duration,
 }
 
-/// Where a report's locks go frame by frame as they are decoded, each
-/// frame's with the reading of the lease clock at its arrival.
-pub(crate) type LockSink = Box<dyn FnMut(Vec<Lock>, MonoTime) + Send>;
+/// The HTTP header with which a member says how many locks its report
+/// holds, about (counted as it starts): the reader makes room for them at
+/// once. Without it (a member of an older build), room grows as they come.
+pub(crate) const REPORT_LOCKS_HEADER: &str = "x-leasehold-report-locks";
+
+/// Where a report's locks go frame by frame as they are decoded.
+pub(crate) trait LockSink: Send {
+    /// The member said its report holds about `locks` locks.
+    fn expect(&mut self, locks: usize) {
+        let _ = locks;
+    }
+
+    /// A whole frame's `locks`, counted from its arrival at `now`.
+    fn take(&mut self, locks: Vec<Lock>, now: MonoTime);
+}
+
+impl<F: FnMut(Vec<Lock>, MonoTime) + Send> LockSink for F {
+    fn take(&mut self, locks: Vec<Lock>, now: MonoTime) {
+        self(locks, now)
+    }
+}
 
 /// Takes a report in as its bytes arrive: each frame is decoded once whole
 /// and its locks put on this node's clock, so only the frame being received
@@ -380,7 +398,7 @@ pub(crate) struct ReportReader<C> {
     count: usize,
     /// The member the report must be of, and where each whole frame's
     /// locks go.
-    feed: Option<(NodeId, LockSink)>,
+    feed: Option<(NodeId, Box<dyn LockSink>)>,
     decoding: std::time::Duration,
 }
 
@@ -411,7 +429,7 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
     /// than keeping them in the report, once the report's header said it
     /// is `member`'s: a report of another node is refused before any of
     /// its locks goes anywhere.
-    pub(crate) fn feeding(mut self, member: NodeId, sink: LockSink) -> Self {
+    pub(crate) fn feeding(mut self, member: NodeId, sink: Box<dyn LockSink>) -> Self {
         self.feed = Some((member, sink));
         self
     }
@@ -465,7 +483,7 @@ impl<C: FnMut() -> MonoTime> ReportReader<C> {
                     self.frames += 1;
                     self.count += count;
                     if let Some((_, sink)) = &mut self.feed {
-                        sink(std::mem::take(&mut self.locks), arrived);
+                        sink.take(std::mem::take(&mut self.locks), arrived);
                     }
                 }
             }
@@ -715,14 +733,14 @@ mod tests {
         let passed: Arc<Mutex<Passed>> = Arc::default();
         let sink = {
             let passed = Arc::clone(&passed);
-            Box::new(move |locks, at| passed.lock().unwrap().push((locks, at)))
+            move |locks, at| passed.lock().unwrap().push((locks, at))
         };
         let arrivals = std::cell::Cell::new(0u64);
         let mut reader = ReportReader::new(limit, Layout::Sessioned, || {
             arrivals.set(arrivals.get() + 1);
             now + Duration::from_secs(arrivals.get())
         })
-        .feeding(header().node, sink);
+        .feeding(header().node, Box::new(sink));
         let mut seen = 0;
         for piece in bytes.chunks(1000) {
             reader.push(piece).unwrap();
@@ -753,9 +771,10 @@ mod tests {
         let called = Arc::new(Mutex::new(0));
         let sink = {
             let called = Arc::clone(&called);
-            Box::new(move |_, _| *called.lock().unwrap() += 1)
+            move |_: Vec<Lock>, _: MonoTime| *called.lock().unwrap() += 1
         };
-        let mut reader = ReportReader::new(limit, Layout::Sessioned, || now).feeding(9, sink);
+        let mut reader =
+            ReportReader::new(limit, Layout::Sessioned, || now).feeding(9, Box::new(sink));
         let err = reader.push(&bytes).expect_err("another member's report");
         assert!(matches!(err, CodecError::UnexpectedFrame(_)), "{err}");
         assert_eq!(reader.reported_by(), Some(header().node));

@@ -154,3 +154,30 @@ fn each_frame_is_settled_at_its_arrival() {
     assert_eq!(table.get("released", t(7)).unwrap(), None);
     assert_eq!(table.get("gone", t(7)).unwrap(), None);
 }
+
+/// Room made for the locks a member says its report holds is bounded: a
+/// figure it got wrong costs at most `MOST_RESERVED` reports' room, never
+/// a capacity overflow.
+#[test]
+fn room_for_a_reported_figure_is_bounded() {
+    let mut table = Table::new(LeaseRule::default());
+    table.drop_table(t(0));
+    let mut settling = table.begin_rebuild().settling();
+    settling.reserve(usize::MAX);
+    settling.reserve(3);
+    settling.add(
+        vec![held_lock("a", 1, 2, t(0), t(30), Fence::new(1, 1).0)],
+        t(1),
+    );
+    let from = RebuildFrom {
+        generation: table.generation(),
+        epoch: 2,
+        locks: vec![],
+        hold_new_grants_until: None,
+        seen_all: false,
+    };
+    let out = table
+        .install(settling.finish(from, t(1)).unwrap(), t(1))
+        .unwrap();
+    assert_eq!(out.locks, 1);
+}

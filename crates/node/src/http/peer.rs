@@ -223,6 +223,7 @@ async fn internal_held(
     // while the rest are written. The channel is not bounded: the encoder
     // holds the node's lock, and must never wait on the network under it.
     let (frames, mut sent) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let locks = node.state().member.report_len();
     // A task of the node's own (tracked, and under a simulator in its
     // host's set, paused and crashed with it), as every task it starts.
     let tasks = node.tasks.clone();
@@ -234,11 +235,12 @@ async fn internal_held(
             })
         })
         .await;
-        match encoded {
-            Ok(Ok(())) => {}
-            // The stream stops without its end: the reader refuses it.
-            Ok(Err(e)) => tracing::warn!(error = %e, "report not encoded"),
-            Err(e) => tracing::warn!(error = %e, "report not encoded"),
+        // The stream stops without its end: the reader refuses it.
+        if let Err(e) = encoded
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
+        {
+            tracing::warn!(error = %e, "report not encoded");
         }
     });
     let stream = futures::stream::poll_fn(move |cx| {
@@ -246,7 +248,11 @@ async fn internal_held(
             .map(|frame| frame.map(|f| Ok::<_, std::convert::Infallible>(Bytes::from(f))))
     });
     let body = axum::body::Body::from_stream(stream);
-    Ok(([("content-type", "application/octet-stream")], body).into_response())
+    let headers = [
+        ("content-type", "application/octet-stream".to_string()),
+        (crate::report::REPORT_LOCKS_HEADER, locks.to_string()),
+    ];
+    Ok((headers, body).into_response())
 }
 
 /// A forwarded acquire that may wait (those that do not come in batches).

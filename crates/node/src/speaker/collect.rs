@@ -16,6 +16,8 @@ use crate::report::LockSink;
 enum Message {
     /// A frame's locks, arrived at that instant.
     Frame(Vec<Lock>, MonoTime),
+    /// A member said its report holds about this many locks.
+    Expect(usize),
     /// The reads are over: settle nothing more.
     End,
 }
@@ -48,10 +50,33 @@ impl Frames {
         }
     }
 
+    /// Makes room for about `locks` more locks at once.
+    fn expect(&self, locks: usize) {
+        match &self.0 {
+            Route::Thread(to) => {
+                let _ = to.send(Message::Expect(locks));
+            }
+            Route::Inline(feed) => {
+                if let Some(feed) = lock(feed).as_mut() {
+                    feed.reserve(locks);
+                }
+            }
+        }
+    }
+
     /// The reader's sink for the frames of one report.
-    pub(super) fn sink(&self) -> LockSink {
-        let frames = self.clone();
-        Box::new(move |locks, now| frames.add(locks, now))
+    pub(super) fn sink(&self) -> Box<dyn LockSink> {
+        Box::new(self.clone())
+    }
+}
+
+impl LockSink for Frames {
+    fn expect(&mut self, locks: usize) {
+        Frames::expect(self, locks);
+    }
+
+    fn take(&mut self, locks: Vec<Lock>, now: MonoTime) {
+        self.add(locks, now);
     }
 }
 
@@ -80,8 +105,12 @@ impl Collector {
             let mut feed = feed;
             // Until the end is said, or every sender is gone (the attempt
             // dropped: nobody waits for the feed).
-            while let Ok(Message::Frame(locks, now)) = from.recv() {
-                feed.add(locks, now);
+            loop {
+                match from.recv() {
+                    Ok(Message::Frame(locks, now)) => feed.add(locks, now),
+                    Ok(Message::Expect(locks)) => feed.reserve(locks),
+                    Ok(Message::End) | Err(_) => break,
+                }
             }
             feed
         });

@@ -2,7 +2,8 @@
 //! simulator (`leasehold_raft::tasks::spawn_locally`), in the set of tasks
 //! its host runs, which the simulation pauses and crashes with the host
 //! (docs/design.md, "Seams for simulation"). A task started on tokio's
-//! scheduler instead runs while its host is paused.
+//! scheduler instead runs while its host is paused. The report says how
+//! many locks it holds before the first of them.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -97,8 +98,21 @@ fn a_report_is_encoded_in_the_nodes_own_set_of_tasks() {
             assert!(started.elapsed() < Duration::from_secs(30), "never spoke");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Seven locks, each on record twice on a single node: in the table
+        // it was granted from and in its client's record.
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        for i in 0..7 {
+            let answer = http
+                .post(format!("http://{addr}/v1/locks/acquire"))
+                .json(&serde_json::json!({ "name": format!("jobs/{i}") }))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .expect("acquired");
+            assert_eq!(answer.status(), 200);
+        }
         let speaks = leasehold_raft::version::SPEAKS;
-        let read = reqwest::Client::new()
+        let read = http
             .post(format!("http://{addr}/internal/held"))
             .header("x-leasehold-token", TOKEN)
             .header("x-leasehold-from", "99")
@@ -113,6 +127,14 @@ fn a_report_is_encoded_in_the_nodes_own_set_of_tasks() {
             .await
             .expect("report read");
         assert_eq!(read.status(), 200);
+        // Said up front, so that the rebuilding speaker makes room for the
+        // locks at once.
+        let said = read.headers().get("x-leasehold-report-locks").cloned();
+        assert_eq!(
+            said.as_ref().and_then(|v| v.to_str().ok()),
+            Some("14"),
+            "the report says how many locks it holds before they come"
+        );
         let report = read.bytes().await.expect("the report's body");
         assert!(!report.is_empty());
         running.shutdown().await;

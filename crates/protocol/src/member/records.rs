@@ -257,6 +257,12 @@ impl Member {
         (held, self.table.granted(now))
     }
 
+    /// How many locks [`Member::report`] answers at most (ended leases
+    /// included), counted without going through them.
+    pub fn report_len(&self) -> usize {
+        self.held.len() + self.copies.len() + self.table.granted_len()
+    }
+
     /// [`Member::report`] as locks, for a speaker reading itself.
     pub fn own_report(&self, now: MonoTime) -> Vec<Lock> {
         let mut locks = self.held.live(now);

@@ -40,6 +40,12 @@ impl RebuildFeed {
         self.settling.add(locks, now);
     }
 
+    /// Room for about `more` locks beyond those taken in (a member said how
+    /// many its report holds), taken at once rather than by growing.
+    pub fn reserve(&mut self, more: usize) {
+        self.settling.reserve(more);
+    }
+
     /// How many locks were taken in so far.
     pub fn reports(&self) -> usize {
         self.settling.reports()
