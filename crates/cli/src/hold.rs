@@ -112,7 +112,7 @@ pub async fn lock(
     let acquired = loop {
         let options = options.clone().wait(wait.bound.unwrap_or(ONE_WAIT));
         match client.acquire(name, options).await {
-            Err(Error::Held(_) | Error::Reserved(_)) if wait.bound.is_none() => continue,
+            Err(e) if e.is_taken() && wait.bound.is_none() => continue,
             acquired => break acquired,
         }
     };
@@ -151,7 +151,7 @@ pub async fn lock_all(
     let acquired = loop {
         let options = options.clone().wait(wait.bound.unwrap_or(ONE_WAIT));
         match client.acquire_all(&list, options).await {
-            Err(Error::Held(_) | Error::Reserved(_)) if wait.bound.is_none() => continue,
+            Err(e) if e.is_taken() && wait.bound.is_none() => continue,
             acquired => break acquired,
         }
     };

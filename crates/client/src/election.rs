@@ -131,8 +131,9 @@ impl Client {
             };
             match self.acquire(name, acquire).await {
                 Ok(guard) => return Ok(Leadership { guard }),
-                Err(Error::Held(_) | Error::Reserved(_) | Error::ArrivedLate)
-                    if give_up.is_none_or(|at| Instant::now() < at) => {}
+                Err(e)
+                    if (e.is_taken() || matches!(e, Error::ArrivedLate))
+                        && give_up.is_none_or(|at| Instant::now() < at) => {}
                 Err(e) => return Err(e),
             }
         }

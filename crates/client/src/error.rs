@@ -72,3 +72,12 @@ pub enum Error {
     #[error("the node serves no such call (is the endpoint a leasehold node's address?): {0}")]
     UnknownRoute(String),
 }
+
+impl Error {
+    /// Whether someone else has the name now: it is held
+    /// ([`Error::Held`]) or kept for an earlier request ([`Error::Reserved`]).
+    /// Ordinary contention: retry later, or ask with a wait to queue.
+    pub fn is_taken(&self) -> bool {
+        matches!(self, Error::Held(_) | Error::Reserved(_))
+    }
+}

@@ -702,6 +702,10 @@ mod tests {
         ));
         // Held without a lock: the name is free, but a set waits for it.
         assert!(matches!(refused(api(ErrorCode::Held)), Error::Reserved(_)));
+        // Both are someone else having the name; nothing else is.
+        assert!(refused(api(ErrorCode::Held)).is_taken());
+        assert!(!refused(api(ErrorCode::NoLeader)).is_taken());
+        assert!(!refused(api(ErrorCode::Internal)).is_taken());
         assert!(matches!(
             refused(CallError::NoAnswer("timed out".into())),
             Error::NoAnswer(_)
