@@ -369,11 +369,13 @@ async fn read_member(
         // speaker arriving after this is not recorded (`record_held`)
         // and a copy from one is refused (`take_copies`).
         node.deposed_by(term);
-        let mut report = node.own_report();
-        if let Some(frames) = &frames {
-            frames.add(std::mem::take(&mut report.locks), node.clock.now());
+        match frames {
+            Some(frames) => node
+                .own_report_fed(frames.sink())
+                .await
+                .map_err(|e| PeerError::own_report(&addr, e)),
+            None => Ok(node.own_report()),
         }
-        Ok(report)
     } else {
         let timeout = deadline.saturating_duration_since(started);
         let report = node

@@ -2,11 +2,13 @@
 //! its clients' locks and what it granted), in frames for another node, or
 //! whole for itself.
 
+use std::sync::Arc;
+
 use leasehold_raft::codec::CodecError;
 use tokio::time::Instant;
 
 use super::Node;
-use crate::report::{self, Layout, MemberReport, ReportHeader, Sessioned};
+use crate::report::{self, Layout, LockSink, MemberReport, ReportHeader, ReportReader, Sessioned};
 
 impl Node {
     /// What this node tells a rebuilding speaker of itself: how long it has
@@ -37,6 +39,45 @@ impl Node {
             store: None,
             decoding: std::time::Duration::ZERO,
         }
+    }
+
+    /// This node's report read by itself as the rebuilding speaker, its
+    /// locks handed to `sink` frame by frame as they are decoded, as
+    /// another member's are: encoded under the state's lock where blocking
+    /// work runs ([`Node::report_frames`], the lock held only while the
+    /// frames are written, a tenth of the time making every lock anew under
+    /// it takes), and decoded here as each frame comes, each frame's leases
+    /// counted from then (never earlier than they end on this clock). The
+    /// settle makes room for every lock at once.
+    pub(crate) async fn own_report_fed(
+        self: &Arc<Self>,
+        mut sink: Box<dyn LockSink>,
+    ) -> Result<MemberReport, String> {
+        sink.expect(self.state().member.report_len());
+        let layout = self.report_layout();
+        let (to, mut frames) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+        let node = Arc::clone(self);
+        let encode = leasehold_raft::blocking::unblock(move || {
+            node.report_frames(layout, &mut |frame| {
+                let _ = to.send(frame);
+            })
+        });
+        let clock = self.clock;
+        let limit = self.config.report_frame_bytes;
+        let mut reader =
+            ReportReader::new(limit, layout, move || clock.now()).feeding(self.id(), sink);
+        let decode = async {
+            while let Some(frame) = frames.recv().await {
+                reader.push(&frame)?;
+            }
+            Ok::<_, CodecError>(())
+        };
+        let (encoded, decoded) = tokio::join!(encode, decode);
+        encoded
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        decoded.map_err(|e| e.to_string())?;
+        reader.finish().map_err(|e| e.to_string())
     }
 
     /// This node's report to another, rebuilding, node: the header, then
