@@ -254,4 +254,80 @@ mod tests {
         assert!(h.find(&LockId::from_u128(1)).is_none());
         assert_eq!(ids(&h, "b"), [2]);
     }
+
+    /// Room made between inserts and removals (the free list partly used,
+    /// tombstones in both tables, rehashes over occupied slots) leaves
+    /// every grant found by id and by name, each name's ring in order, and
+    /// takes no growth for the room asked.
+    #[test]
+    fn room_made_between_inserts_and_removals_keeps_every_grant_found() {
+        let mut h = Holders::default();
+        let mut model: Vec<(u128, String)> = Vec::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut id = 0u128;
+        for step in 0..20_000 {
+            match next() % 10 {
+                0 => {
+                    let more = (next() % 3000) as usize;
+                    h.reserve(more);
+                    // Room for `more` new grants of new names: none of
+                    // them moves a slot or the vector.
+                    let before = h.slots.slots_ptr();
+                    let cap = h.slots.slots_capacity();
+                    let tables = (h.slots.index_allocation(), h.names.allocation_size());
+                    let mut added = Vec::new();
+                    for _ in 0..more.min(50) {
+                        id += 1;
+                        let name = format!("n{id}");
+                        h.insert(slot(&name, id));
+                        added.push((id, name));
+                    }
+                    if more >= 50 {
+                        assert_eq!(h.slots.slots_ptr(), before, "step {step}");
+                        assert_eq!(h.slots.slots_capacity(), cap, "step {step}");
+                        let now = (h.slots.index_allocation(), h.names.allocation_size());
+                        assert_eq!(now, tables, "step {step}");
+                    }
+                    model.extend(added);
+                }
+                1..=5 => {
+                    id += 1;
+                    // A few names held by many.
+                    let name = format!("n{}", next() % 400);
+                    h.insert(slot(&name, id));
+                    model.push((id, name));
+                }
+                _ => {
+                    if model.is_empty() {
+                        continue;
+                    }
+                    let k = (next() as usize) % model.len();
+                    let (gone, _) = model.swap_remove(k);
+                    let at = h.find(&LockId::from_u128(gone)).expect("kept");
+                    assert_eq!(h.remove(at).unwrap().id.as_u128(), gone);
+                }
+            }
+        }
+        assert_eq!(h.len(), model.len());
+        let mut by_name: std::collections::BTreeMap<&str, Vec<u128>> = Default::default();
+        for (id, name) in &model {
+            let at = h.find(&LockId::from_u128(*id)).expect("found by id");
+            assert_eq!(h.get(at).unwrap().name(), name);
+            by_name.entry(name).or_default().push(*id);
+        }
+        for (name, mut ids_of) in by_name {
+            let mut found = ids(&h, name);
+            assert_eq!(h.held(name).unwrap().1 as usize, found.len());
+            found.sort_unstable();
+            ids_of.sort_unstable();
+            assert_eq!(found, ids_of, "{name}");
+        }
+        assert_eq!(h.names(), h.heads().count());
+    }
 }

@@ -315,6 +315,21 @@ impl<K: SlotKey> Slots<K> {
             .reserve(more, |&i| hasher.hash_one(indexed_key::<K>(slots, i)));
     }
 
+    #[cfg(test)]
+    pub(crate) fn slots_ptr(&self) -> *const Option<Slot> {
+        self.slots.as_ptr()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn slots_capacity(&self) -> usize {
+        self.slots.capacity()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn index_allocation(&self) -> usize {
+        self.index.allocation_size()
+    }
+
     fn hash(&self, key: &K::Key) -> u64 {
         self.hasher.hash_one(key)
     }
