@@ -59,6 +59,13 @@ impl Holders {
         self.slots.len()
     }
 
+    /// The bytes the grants' tables and slot vector take (their strings
+    /// aside), room made included.
+    #[cfg(test)]
+    pub(crate) fn allocation(&self) -> usize {
+        self.slots.allocation() + self.names.allocation_size()
+    }
+
     /// How many names have a holder.
     #[cfg(test)]
     fn names(&self) -> usize {

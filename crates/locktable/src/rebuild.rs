@@ -183,3 +183,82 @@ impl Settling {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::lock::Kind;
+    use crate::Table;
+
+    fn lock(name: &str, id: u128) -> Lock {
+        let at = MonoTime::from_nanos(1_000_000_000_000);
+        Lock {
+            session: Default::default(),
+            delay: Default::default(),
+            name: name.into(),
+            id: LockId::from_u128(id),
+            node: 2,
+            holder: String::new(),
+            fence: Fence::new(1, 1),
+            kind: Kind::Exclusive,
+            lease: Duration::from_secs(30),
+            acquired: at,
+            expires: at + Duration::from_secs(30),
+            data: None,
+            data_rev: 0,
+        }
+    }
+
+    /// Room made for a figure a member got wrong (far more locks than its
+    /// report holds) is given back once the reports are settled: the
+    /// table put in place keeps room for the locks it holds, not for
+    /// `MOST_RESERVED` of them for the rest of the term (about 400 MB of
+    /// hash tables, resident once a hundred thousand locks are spread over
+    /// them, and every listing going through all of their buckets).
+    #[test]
+    fn room_for_a_wrong_figure_is_given_back_once_settled() {
+        let now = MonoTime::from_nanos(1_000_000_000_000) + Duration::from_secs(1);
+        let mut table = Table::new(LeaseRule::default());
+        table.drop_table(now);
+        let mut settling = table.begin_rebuild().settling();
+        settling.reserve(usize::MAX);
+        settling.add((0..1000).map(|i| lock(&format!("n{i}"), i + 1)).collect(), now);
+        let from = RebuildFrom {
+            generation: table.generation(),
+            epoch: 2,
+            locks: vec![],
+            hold_new_grants_until: None,
+            seen_all: false,
+        };
+        let settled = settling.finish(from, now).unwrap();
+        assert_eq!(settled.slots.len(), 1000);
+        let bytes = settled.slots.allocation();
+        assert!(bytes < 1 << 20, "{} MB kept for 1000 locks", bytes >> 20);
+    }
+
+    /// Room made for a figure about right is kept: the table does not pay
+    /// for a rehash it was sized to avoid.
+    #[test]
+    fn room_for_a_right_figure_is_kept() {
+        let now = MonoTime::from_nanos(1_000_000_000_000) + Duration::from_secs(1);
+        let mut table = Table::new(LeaseRule::default());
+        table.drop_table(now);
+        let mut settling = table.begin_rebuild().settling();
+        // Each lock reported twice over (a client's record, a copy), and
+        // some leases ended.
+        settling.reserve(3 * 1000);
+        settling.add((0..1000).map(|i| lock(&format!("n{i}"), i + 1)).collect(), now);
+        let before = settling.settler.allocation();
+        let from = RebuildFrom {
+            generation: table.generation(),
+            epoch: 2,
+            locks: vec![],
+            hold_new_grants_until: None,
+            seen_all: false,
+        };
+        let settled = settling.finish(from, now).unwrap();
+        assert_eq!(settled.slots.allocation(), before);
+    }
+}

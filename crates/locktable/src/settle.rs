@@ -123,6 +123,11 @@ impl Settler {
         self.holders.reserve(more);
     }
 
+    #[cfg(test)]
+    pub(crate) fn allocation(&self) -> usize {
+        self.holders.allocation()
+    }
+
     /// Takes in reports that arrived by `now`; a lease is cut to end by
     /// `latest_end`.
     pub(crate) fn add(

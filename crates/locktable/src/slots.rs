@@ -326,6 +326,13 @@ impl<K: SlotKey> Slots<K> {
     }
 
     #[cfg(test)]
+    pub(crate) fn allocation(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Option<Slot>>()
+            + self.free.capacity() * 4
+            + self.index.allocation_size()
+    }
+
+    #[cfg(test)]
     pub(crate) fn index_allocation(&self) -> usize {
         self.index.allocation_size()
     }
