@@ -54,6 +54,24 @@ impl Holders {
         names.reserve(more, |e| hasher.hash_one(name_at(slots, e.head)));
     }
 
+    /// Gives back room made far beyond the grants kept (more than four
+    /// times as many, and more than a few thousand): room made for a count
+    /// a member got wrong. Twice the grants kept are left room for.
+    pub(crate) fn shrink_if_far_beyond(&mut self) {
+        let kept = self.len();
+        let over = kept.saturating_mul(4).max(1 << 12);
+        let keep = kept.saturating_mul(2);
+        self.slots.shrink_if_over(over, keep);
+        let Holders {
+            slots,
+            names,
+            hasher,
+        } = self;
+        if names.capacity() > over {
+            names.shrink_to(keep, |e| hasher.hash_one(name_at(slots, e.head)));
+        }
+    }
+
     /// How many grants are kept.
     pub(crate) fn len(&self) -> usize {
         self.slots.len()

@@ -164,7 +164,10 @@ impl Settling {
                 reported: highest.epoch(),
             });
         }
-        let (slots, lost) = self.settler.finish(now);
+        let (mut slots, lost) = self.settler.finish(now);
+        // Room made for a count a member got wrong is not kept for the
+        // rest of the term.
+        slots.shrink_if_far_beyond();
         let expiries = BinaryHeap::from(
             slots
                 .numbered()

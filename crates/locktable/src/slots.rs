@@ -315,6 +315,19 @@ impl<K: SlotKey> Slots<K> {
             .reserve(more, |&i| hasher.hash_one(indexed_key::<K>(slots, i)));
     }
 
+    /// Gives back the room beyond `keep` locks (at least those kept), if
+    /// more than `over` was made.
+    pub(crate) fn shrink_if_over(&mut self, over: usize, keep: usize) {
+        if self.slots.capacity() > over {
+            self.slots.shrink_to(keep);
+        }
+        if self.index.capacity() > over {
+            let (slots, hasher) = (&self.slots, &self.hasher);
+            self.index
+                .shrink_to(keep, |&i| hasher.hash_one(indexed_key::<K>(slots, i)));
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn slots_ptr(&self) -> *const Option<Slot> {
         self.slots.as_ptr()
