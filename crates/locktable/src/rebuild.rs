@@ -227,7 +227,10 @@ mod tests {
         table.drop_table(now);
         let mut settling = table.begin_rebuild().settling();
         settling.reserve(usize::MAX);
-        settling.add((0..1000).map(|i| lock(&format!("n{i}"), i + 1)).collect(), now);
+        settling.add(
+            (0..1000).map(|i| lock(&format!("n{i}"), i + 1)).collect(),
+            now,
+        );
         let from = RebuildFrom {
             generation: table.generation(),
             epoch: 2,
@@ -252,7 +255,10 @@ mod tests {
         // Each lock reported twice over (a client's record, a copy), and
         // some leases ended.
         settling.reserve(3 * 1000);
-        settling.add((0..1000).map(|i| lock(&format!("n{i}"), i + 1)).collect(), now);
+        settling.add(
+            (0..1000).map(|i| lock(&format!("n{i}"), i + 1)).collect(),
+            now,
+        );
         let before = settling.settler.allocation();
         let from = RebuildFrom {
             generation: table.generation(),
