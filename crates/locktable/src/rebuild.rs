@@ -127,7 +127,7 @@ impl Settling {
 
     /// The most reports one [`Settling::reserve`] makes room for: a figure
     /// a member got wrong costs no more than this.
-    pub const MOST_RESERVED: usize = 1 << 24;
+    pub const MOST_RESERVED: usize = 1 << 22;
 
     /// How many reports were taken in so far.
     pub fn reports(&self) -> usize {

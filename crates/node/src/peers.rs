@@ -54,12 +54,6 @@ impl PeerError {
         }
     }
 
-    /// This node's own report, read at `addr`, could not be made or read
-    /// back (`reason`).
-    pub(crate) fn own_report(addr: &str, reason: String) -> Self {
-        PeerError::new(addr, PeerErrorKind::Malformed, reason)
-    }
-
     /// The node at `addr` reported as `found`, not as `asked`.
     pub(crate) fn not_the_member(addr: &str, asked: NodeId, found: NodeId) -> Self {
         let reason = format!("node {found} answered for member {asked}");

@@ -119,6 +119,13 @@ pub(crate) enum Layout {
 }
 
 impl Layout {
+    /// The layout that carries everything a lock holds: the one a node
+    /// reads its own report in, whatever its cluster speaks (nothing of
+    /// its own records is dropped on the way to its own table).
+    pub(crate) const WHOLE: Layout = Layout::Sessioned;
+}
+
+impl Layout {
     /// The layout a cluster speaking `version` reports in.
     pub(crate) fn of_cluster(version: leasehold_raft::version::Protocol) -> Layout {
         use leasehold_raft::version::{DATA_REVS, LOCK_DELAYS, LOCK_KINDS, SESSIONS};
@@ -353,7 +360,8 @@ pub(crate) struct MemberReport {
     pub(crate) locks: Vec<Lock>,
     /// How many locks came.
     pub(crate) count: usize,
-    /// How many frames of locks came (0 for the speaker's own report).
+    /// How many frames of locks came (0 for the speaker's own report taken
+    /// whole).
     pub(crate) frames: usize,
     /// The data directory the answer's peer stamp named (`None` for the
     /// speaker's own report).

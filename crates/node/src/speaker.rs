@@ -369,12 +369,19 @@ async fn read_member(
         // speaker arriving after this is not recorded (`record_held`)
         // and a copy from one is refused (`take_copies`).
         node.deposed_by(term);
-        match frames {
-            Some(frames) => node
-                .own_report_fed(frames.sink())
-                .await
-                .map_err(|e| PeerError::own_report(&addr, e)),
-            None => Ok(node.own_report()),
+        let Some(frames) = frames else {
+            return (id, started.elapsed(), Ok(node.own_report()));
+        };
+        match node.own_report_fed(frames.sink()).await {
+            Ok(report) => Ok(report),
+            // This node's own read does not fail: its records are taken
+            // whole, as before frames (those fed already merge by id).
+            Err(e) => {
+                tracing::warn!(error = %e, "own report not read in frames: taken whole");
+                let mut report = node.own_report();
+                frames.add(std::mem::take(&mut report.locks), node.clock.now());
+                Ok(report)
+            }
         }
     } else {
         let timeout = deadline.saturating_duration_since(started);

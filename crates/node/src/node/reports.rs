@@ -1,6 +1,6 @@
 //! What this node tells a rebuilding speaker: its report (a header, then
-//! its clients' locks and what it granted), in frames for another node, or
-//! whole for itself.
+//! its clients' locks and what it granted), in frames for another node and
+//! for itself, or whole for itself when frames fail.
 
 use std::sync::Arc;
 
@@ -47,14 +47,17 @@ impl Node {
     /// work runs ([`Node::report_frames`], the lock held only while the
     /// frames are written, a tenth of the time making every lock anew under
     /// it takes), and decoded here as each frame comes, each frame's leases
-    /// counted from then (never earlier than they end on this clock). The
-    /// settle makes room for every lock at once.
+    /// counted from then (never earlier than they end on this clock), in
+    /// the layout that carries everything ([`Layout::WHOLE`]). The settle
+    /// makes room for every lock at once.
     pub(crate) async fn own_report_fed(
         self: &Arc<Self>,
         mut sink: Box<dyn LockSink>,
     ) -> Result<MemberReport, String> {
         sink.expect(self.state().member.report_len());
-        let layout = self.report_layout();
+        // Not the cluster's layout: during a rolling upgrade it may be one
+        // that drops what this node's own records hold.
+        let layout = Layout::WHOLE;
         let (to, mut frames) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
         let node = Arc::clone(self);
         let encode = leasehold_raft::blocking::unblock(move || {

@@ -144,10 +144,12 @@ fn a_report_is_encoded_in_the_nodes_own_set_of_tasks() {
         set: Box::pin(life),
     });
     let seen = seen.lock().unwrap().clone();
+    // Twice: the node read its own report when it became speaker, and the
+    // report read here.
     assert_eq!(
         seen,
-        [true],
-        "the report was encoded once, by a task of the node's set (false: on \
+        [true, true],
+        "each report was encoded by a task of the node's set (false: on \
          tokio's scheduler, where a paused host's tasks still run)"
     );
 }
