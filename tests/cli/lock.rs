@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{leasehold, run};
+use super::{exit_within, leasehold, run, Stderr};
 use crate::support::Cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,21 +249,26 @@ async fn lock_signals_its_command_and_exits_non_zero_when_the_lock_is_lost() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let start = Instant::now();
-    loop {
-        let (status, _) = cluster.get(speaker, "/v1/locks/cli%2Flost").await;
-        if status == 200 {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The speaker shows the grant before its holder hears of it: a kill
+    // in between would leave the holder asking for it again, not holding.
+    let mut stderr = Stderr::watch(&mut holder);
+    let stderr = tokio::task::spawn_blocking(move || {
+        stderr.wait_for("leasehold: holding cli/lost", Duration::from_secs(30));
+        stderr
+    })
+    .await
+    .unwrap();
+    let (status, _) = cluster.get(speaker, "/v1/locks/cli%2Flost").await;
+    assert_eq!(status, 200, "held while its command runs");
     cluster.kill(follower);
-    let status = tokio::task::spawn_blocking(move || holder.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(75));
+    let (status, mut stderr) = tokio::task::spawn_blocking(move || {
+        let mut stderr = stderr;
+        let status = exit_within(&mut holder, &mut stderr, Duration::from_secs(60));
+        (status, stderr)
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(75), "{}", stderr.text());
     assert_eq!(
         std::fs::read_to_string(&marker).unwrap().trim(),
         "term",
