@@ -1,6 +1,6 @@
 //! What operators run: `status` after a failure and beside a cut-off
 //! speaker, `serve --config`, `get`, `unlock`, `elect --observe/--wait`,
-//! `member --timeout`.
+//! `member --timeout`, a `lock` whose endpoints cannot be reached saying so.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -324,4 +324,35 @@ fn member_gives_up_within_its_timeout_naming_the_cause() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// A `lock` whose endpoints cannot be reached does not wait in silence: once
+/// no node has served it for the client's retry window (10 s) it says so
+/// on stderr, and goes on waiting for its lock.
+#[test]
+fn lock_says_so_when_no_node_answers_while_it_waits() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let mut waiting = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["lock", "cli/nowhere", "--", "true"])
+        .env("LEASEHOLD_ENDPOINTS", &endpoint)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = super::Stderr::watch(&mut waiting);
+    stderr.wait_for(
+        "leasehold: warning: no node could serve the call",
+        Duration::from_secs(60),
+    );
+    let said = stderr.text();
+    assert!(said.contains("not sent"), "says why: {said}");
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "still waiting for its lock"
+    );
+    let _ = waiting.kill();
+    let _ = waiting.wait();
 }

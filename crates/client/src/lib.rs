@@ -248,6 +248,40 @@ fn checked_name(name: &str) -> Result<(), Error> {
 }
 
 /// A short pause before trying again.
+/// How often a call that no node has served for its retry window says
+/// so again while its wait lasts.
+const OUTAGE_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// One call's run of failures: a call still failing after the client's
+/// retry window (it waits longer: an acquire's or a watch's wait) says so,
+/// and again every [`OUTAGE_WARNING_EVERY`], rather than waiting in
+/// silence on a cluster that is down or an endpoint that is wrong.
+#[derive(Default)]
+struct Outage {
+    since: Option<Instant>,
+    warned: Option<Instant>,
+}
+
+impl Outage {
+    /// The call failed with `e`, worth retrying.
+    fn failed(&mut self, e: &CallError, retry_for: Duration) {
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        let due = match self.warned {
+            Some(at) => now.duration_since(at) >= OUTAGE_WARNING_EVERY,
+            None => now.duration_since(since) >= retry_for,
+        };
+        if due {
+            self.warned = Some(now);
+            tracing::warn!(
+                failing_for_s = now.duration_since(since).as_secs(),
+                last = %e,
+                "no node could serve the call; still trying while its wait lasts"
+            );
+        }
+    }
+}
+
 async fn backoff(attempt: u32) {
     let ms = (50u64 << attempt.min(4)).min(500);
     tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -332,9 +366,11 @@ impl Client {
         // An attempt that got no answer may have gone through: if one did,
         // the outcome stays unknown whatever the later ones say.
         let mut unanswered = None;
+        let mut outage = Outage::default();
         loop {
             match call().await {
                 Err(e) if retryable(&e) && Instant::now() < until => {
+                    outage.failed(&e, self.retry_for);
                     if let CallError::NoAnswer(why) = &e {
                         unanswered = Some(why.clone());
                     }
