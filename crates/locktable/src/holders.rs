@@ -32,16 +32,6 @@ fn name_at(slots: &Slots<ById>, at: u32) -> &str {
 }
 
 impl Holders {
-    /// Room for `grants` grants of as many names, taken at once rather
-    /// than by growing (a rebuild knows how many reports it settles).
-    pub(crate) fn with_capacity(grants: usize) -> Self {
-        Holders {
-            slots: Slots::with_capacity(grants),
-            names: HashTable::with_capacity(grants),
-            hasher: DefaultHashBuilder::default(),
-        }
-    }
-
     /// Room for `more` grants of as many names beyond those kept, taken at
     /// once rather than by growing.
     pub(crate) fn reserve(&mut self, more: usize) {

@@ -91,13 +91,11 @@ impl RebuildBasis {
     /// Settles `from`'s locks at `now`: [`RebuildBasis::settling`] and
     /// [`Settling::finish`] at once.
     pub fn settle(self, from: RebuildFrom, now: MonoTime) -> Result<Settled, RebuildError> {
-        let settling = Settling {
-            // A lock is mostly reported once or twice: room for every
-            // report is at most twice the table, and no growing while it
-            // settles.
-            settler: Settler::with_capacity(from.locks.len()),
-            ..self.settling()
-        };
+        let mut settling = self.settling();
+        // A lock is mostly reported once or twice: room for every report
+        // is at most twice the table, and no growing while it settles. The
+        // list is at hand, so its length is no member's guess: no cap.
+        settling.settler.reserve(from.locks.len());
         settling.finish(from, now)
     }
 }

@@ -109,14 +109,6 @@ pub(crate) struct Settler {
 }
 
 impl Settler {
-    /// A settler with room for `reports` reports at once.
-    pub(crate) fn with_capacity(reports: usize) -> Self {
-        Settler {
-            holders: Holders::with_capacity(reports),
-            ..Settler::default()
-        }
-    }
-
     /// Room for about `more` reports beyond those taken in, taken at once
     /// rather than by growing.
     pub(crate) fn reserve(&mut self, more: usize) {

@@ -291,17 +291,6 @@ pub(crate) struct Slots<K: SlotKey = ByName> {
 }
 
 impl<K: SlotKey> Slots<K> {
-    /// Room for `n` locks, taken at once rather than by growing.
-    pub(crate) fn with_capacity(n: usize) -> Self {
-        Slots {
-            slots: Vec::with_capacity(n),
-            free: Vec::new(),
-            index: HashTable::with_capacity(n),
-            hasher: DefaultHashBuilder::default(),
-            by: PhantomData,
-        }
-    }
-
     pub(crate) fn len(&self) -> usize {
         self.index.len()
     }

@@ -50,8 +50,15 @@ impl Frames {
         }
     }
 
+    /// The reader's sink for the frames of one report.
+    pub(super) fn sink(&self) -> Box<dyn LockSink> {
+        Box::new(self.clone())
+    }
+}
+
+impl LockSink for Frames {
     /// Makes room for about `locks` more locks at once.
-    fn expect(&self, locks: usize) {
+    fn expect(&mut self, locks: usize) {
         match &self.0 {
             Route::Thread(to) => {
                 let _ = to.send(Message::Expect(locks));
@@ -62,17 +69,6 @@ impl Frames {
                 }
             }
         }
-    }
-
-    /// The reader's sink for the frames of one report.
-    pub(super) fn sink(&self) -> Box<dyn LockSink> {
-        Box::new(self.clone())
-    }
-}
-
-impl LockSink for Frames {
-    fn expect(&mut self, locks: usize) {
-        Frames::expect(self, locks);
     }
 
     fn take(&mut self, locks: Vec<Lock>, now: MonoTime) {
