@@ -369,7 +369,7 @@ async fn fill(target: String, count: u64, prefix: String) {
                 .no_proxy()
                 .build()
                 .expect("client");
-            let mut failed = 0u64;
+            let mut failed = std::collections::BTreeMap::<String, u64>::new();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= count {
@@ -377,23 +377,39 @@ async fn fill(target: String, count: u64, prefix: String) {
                 }
                 let body =
                     json!({"name": format!("{prefix}{i:08}"), "holder": "bench", "lease_ms": 600_000});
-                let ok = http
+                let why = match http
                     .post(format!("{target}/v1/locks/acquire"))
                     .json(&body)
                     .send()
                     .await
-                    .is_ok_and(|r| r.status().is_success());
-                failed += u64::from(!ok);
+                {
+                    Ok(r) if r.status().is_success() => continue,
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        let body: serde_json::Value = r.json().await.unwrap_or_default();
+                        let message: String =
+                            body["message"].as_str().unwrap_or("").chars().take(100).collect();
+                        format!("{status} {}: {message}", body["error"].as_str().unwrap_or("?"))
+                    }
+                    Err(e) if e.is_timeout() => "timed out".to_string(),
+                    Err(e) if e.is_connect() => "could not connect".to_string(),
+                    Err(_) => "no answer".to_string(),
+                };
+                *failed.entry(why).or_default() += 1;
             }
         }));
     }
-    let mut failed = 0;
+    // Why each acquire that failed did, counted.
+    let mut why = std::collections::BTreeMap::<String, u64>::new();
     for t in tasks {
-        failed += t.await.expect("filler");
+        for (reason, n) in t.await.expect("filler") {
+            *why.entry(reason).or_default() += n;
+        }
     }
+    let failed: u64 = why.values().sum();
     println!(
         "{}",
-        json!({"label": "fill", "locks": count, "failed": failed, "seconds": started.elapsed().as_secs()})
+        json!({"label": "fill", "locks": count, "failed": failed, "why": why, "seconds": started.elapsed().as_secs()})
     );
 }
 
