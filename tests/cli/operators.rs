@@ -334,7 +334,7 @@ fn lock_says_so_when_no_node_answers_while_it_waits() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = closed.local_addr().unwrap().to_string();
     drop(closed);
-    let mut waiting = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    let mut waiting = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["lock", "cli/nowhere", "--", "true"])
         .env("LEASEHOLD_ENDPOINTS", &endpoint)
         .env_remove("RUST_LOG")

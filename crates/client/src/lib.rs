@@ -247,7 +247,6 @@ fn checked_name(name: &str) -> Result<(), Error> {
     leasehold_api::validate_name(name).map_err(|e| Error::BadRequest(e.to_string()))
 }
 
-/// A short pause before trying again.
 /// How often a call that no node has served for its retry window says
 /// so again while its wait lasts.
 const OUTAGE_WARNING_EVERY: Duration = Duration::from_secs(60);
@@ -282,6 +281,7 @@ impl Outage {
     }
 }
 
+/// A short pause before trying again.
 async fn backoff(attempt: u32) {
     let ms = (50u64 << attempt.min(4)).min(500);
     tokio::time::sleep(Duration::from_millis(ms)).await;
