@@ -114,6 +114,48 @@ async fn a_paused_speaker_grants_nothing_when_it_wakes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speaker_no_quorum_answers_says_so_and_grants_nothing() {
+    let cluster = Cluster::start(3).await;
+    let (speaker, _) = cluster.speaker().await;
+    let held = cluster
+        .must_acquire(speaker, "quiet/held", json!({"lease_ms": 60000}))
+        .await;
+    let silent = followers(&cluster, speaker);
+    for &f in &silent {
+        cluster.pause(f);
+    }
+    // Past the leader lease (300 ms): no quorum acknowledged it since.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, body) = cluster
+        .post(speaker, "/v1/locks/acquire", json!({"name": "quiet/new"}))
+        .await;
+    let unconfirmed = cluster
+        .metric(speaker, "leasehold_unavailable_total{why=\"unconfirmed\"}")
+        .await;
+    for &f in &silent {
+        cluster.resume(f);
+    }
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "not_rebuilt", "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("has not heard from a quorum"),
+        "the answer names why: {body}"
+    );
+    assert_eq!(unconfirmed, Some(1.0), "counted by why");
+
+    // Once its members answer again, the cluster serves, and the lock
+    // held before is still held.
+    cluster
+        .must_acquire(speaker, "quiet/after", json!({"lease_ms": 60000}))
+        .await;
+    let (new, _) = cluster.speaker().await;
+    let (status, body) = cluster.get(new, "/v1/locks/quiet%2Fheld").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["lock"]["id"], held["id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_restart_from_their_data_dirs() {
     let mut cluster = Cluster::start(3).await;
     let (speaker, _) = cluster.speaker().await;

@@ -24,6 +24,13 @@ struct MemberLabels {
     member: String,
 }
 
+/// Why the speaker could not serve a call, for the `unavailable` series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WhyLabels {
+    /// The refusal's kind (`unconfirmed`, `not_rebuilt`, ...).
+    why: &'static str,
+}
+
 /// The build, for its info series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
@@ -104,6 +111,7 @@ pub(crate) struct Metrics {
     pub(crate) releases: Counter,
     pub(crate) expiries: Counter,
     pub(crate) conflicts: Counter,
+    unavailable: Family<WhyLabels, Counter>,
     pub(crate) rebuilds: Counter,
     pub(crate) forwarded: Counter,
     pub(crate) rebuild_duration: Histogram,
@@ -160,6 +168,7 @@ impl Metrics {
             releases: Counter::default(),
             expiries: Counter::default(),
             conflicts: Counter::default(),
+            unavailable: Family::default(),
             rebuilds: Counter::default(),
             forwarded: Counter::default(),
             // 1 ms to about 65 s.
@@ -201,6 +210,13 @@ impl Metrics {
             "leasehold_conflicts",
             "Acquires this node as the speaker refused because the lock was held",
             metrics.conflicts.clone(),
+        );
+        r.register(
+            "leasehold_unavailable",
+            "Calls this node itself refused 503 not_rebuilt (not relayed ones), by why: not_speaking, \
+             not_rebuilt, unconfirmed (no quorum acknowledged the speaker within its leader \
+             lease), moved_on, held_back, too_few_copies, stopping, ...",
+            metrics.unavailable.clone(),
         );
         r.register(
             "leasehold_rebuilds",
@@ -319,6 +335,11 @@ impl Metrics {
         }
     }
 
+    /// Counts a call refused `503 not_rebuilt` for the refusal kind `why`.
+    pub(crate) fn unavailable(&self, why: &'static str) {
+        self.unavailable.get_or_create(&WhyLabels { why }).inc();
+    }
+
     /// While this node speaks, whether each member answers it; nothing
     /// otherwise (a follower's view is not the one that counts).
     pub(crate) fn set_reachable(&self, members: impl Iterator<Item = (u64, bool)>) {
@@ -355,6 +376,7 @@ mod tests {
     fn every_series_the_operations_doc_names_is_exported() {
         let metrics = Metrics::new(1);
         metrics.grants.inc();
+        metrics.unavailable("unconfirmed");
         metrics.observe_request(Some("/v1/locks/acquire"), 200, 0.002, false);
         metrics.observe_request(Some("/v1/locks/acquire"), 200, 0.004, false);
         metrics.observe_request(Some("/no/such"), 503, 0.001, false);
@@ -373,6 +395,7 @@ mod tests {
             "leasehold_rebuild_duration_seconds_bucket",
             "leasehold_members_missing_at_rebuild",
             "leasehold_forwarded_total",
+            "leasehold_unavailable_total{why=\"unconfirmed\"} 1",
             "leasehold_http_request_duration_seconds_count{route=\"/v1/locks/acquire\",status=\"2xx\"} 2",
             "leasehold_http_request_duration_seconds_count{route=\"other\",status=\"5xx\"} 1",
             "leasehold_http_waiting_request_duration_seconds_count{route=\"/v1/locks/{name}\",status=\"2xx\"} 1",

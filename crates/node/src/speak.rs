@@ -60,7 +60,10 @@ impl Node {
                 self.metrics.conflicts.inc();
                 ApiError::held(self.view(&lock))
             }
-            Refusal::NotRebuilt => ApiError::not_rebuilt(),
+            Refusal::NotRebuilt => {
+                self.metrics.unavailable(refusal.kind());
+                ApiError::not_rebuilt()
+            }
             Refusal::NotHeld => ApiError::not_held(),
             Refusal::NoSession => ApiError::new(ErrorCode::NotHeld, refusal.to_string()),
             Refusal::InSession => ApiError::new(ErrorCode::InSession, refusal.to_string()),
@@ -77,7 +80,10 @@ impl Node {
             Refusal::BadSet | Refusal::BadDelay { .. } => {
                 ApiError::new(ErrorCode::BadRequest, refusal.to_string())
             }
-            other => ApiError::new(ErrorCode::NotRebuilt, other.to_string()),
+            other => {
+                self.metrics.unavailable(other.kind());
+                ApiError::new(ErrorCode::NotRebuilt, other.to_string())
+            }
         }
     }
 

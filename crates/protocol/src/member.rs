@@ -308,12 +308,24 @@ impl Member {
             })
     }
 
-    /// `Ok` if this member may grant from its table at `now`.
+    /// `Ok` if this member may grant from its table at `now`; if not, why
+    /// not: stopping, not speaking (or deposed), not rebuilt, or its
+    /// leadership not confirmed by a quorum within the guard's lease.
     fn speaker(&self, guard: &Guard, now: MonoTime) -> Result<(), Refusal> {
         if self.table.is_rebuilt() && self.may_speak(guard, now) {
-            Ok(())
-        } else {
+            return Ok(());
+        }
+        let Some(term) = self.speaking else {
+            return Err(Refusal::NotSpeaking);
+        };
+        if self.stopping {
+            Err(Refusal::Stopping)
+        } else if guard.leader_term() != Some(term) {
+            Err(Refusal::NotSpeaking)
+        } else if !self.table.is_rebuilt() {
             Err(Refusal::NotRebuilt)
+        } else {
+            Err(Refusal::Unconfirmed)
         }
     }
 
@@ -321,6 +333,16 @@ impl Member {
     /// within its guard: same term, same generation (a table dropped and
     /// rebuilt again may have settled the grant as lost).
     pub fn still_speaks_for(&self, made: Made, guard: &Guard, now: MonoTime) -> bool {
-        made == self.made() && self.speaker(guard, now).is_ok()
+        self.speaks_for(made, guard, now).is_ok()
+    }
+
+    /// `Ok` if the table that made a grant still speaks, rebuilt and
+    /// guarded, at `now`; if not, why not ([`Refusal::MovedOn`] when it
+    /// was dropped or rebuilt since).
+    pub fn speaks_for(&self, made: Made, guard: &Guard, now: MonoTime) -> Result<(), Refusal> {
+        if made != self.made() {
+            return Err(Refusal::MovedOn);
+        }
+        self.speaker(guard, now)
     }
 }

@@ -6,10 +6,34 @@ use locktable::{Kind, Lock};
 /// A call the protocol refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// This member cannot grant now: it does not speak, its table is not
-    /// rebuilt, its guard has run out, or the table moved on since.
+    /// This member speaks, but its table is not rebuilt from the members
+    /// yet (or was dropped).
     #[error("the cluster lock table is not rebuilt from the nodes yet; retry")]
     NotRebuilt,
+    /// This member does not speak for the cluster: it is not the leader,
+    /// or was deposed.
+    #[error("this node does not speak for the cluster now (the speaker changed); retry")]
+    NotSpeaking,
+    /// This member leads, but no quorum acknowledged it within its leader
+    /// lease (less the guard's margin): another leader may be chosen
+    /// meanwhile, so it grants nothing until one does. A speaker too busy
+    /// to hear its members' heartbeat answers, paused, or cut off.
+    #[error(
+        "the speaker has not heard from a quorum of members within its leader lease (it is \
+         overloaded, was paused or is cut off); retry"
+    )]
+    Unconfirmed,
+    /// The table a grant was made in was dropped or rebuilt while the
+    /// grant was put on record.
+    #[error("the speaker's table changed while the grant was put on record; retry")]
+    MovedOn,
+    /// New grants are held back after a rebuild that missed members
+    /// (strict mode).
+    #[error("new grants are held back after a rebuild that missed members (strict mode); retry")]
+    HeldBack,
+    /// The speaker used every fence of its term.
+    #[error("the fences of this speaker's term are used up; a new term is needed; retry")]
+    FencesExhausted,
     /// The name is held by another lock.
     #[error("{} is held by another", .0.name)]
     Held(Box<Lock>),
@@ -90,4 +114,34 @@ pub enum Refusal {
         /// The setting.
         copies: usize,
     },
+}
+
+impl Refusal {
+    /// The refusal's kind as one snake_case word, for metrics' labels and
+    /// logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::NotRebuilt => "not_rebuilt",
+            Refusal::NotSpeaking => "not_speaking",
+            Refusal::Unconfirmed => "unconfirmed",
+            Refusal::MovedOn => "moved_on",
+            Refusal::HeldBack => "held_back",
+            Refusal::FencesExhausted => "fences_exhausted",
+            Refusal::Held(_) => "held",
+            Refusal::KindMismatch(_) => "kind_mismatch",
+            Refusal::Awaited(_) => "awaited",
+            Refusal::BadSet => "bad_set",
+            Refusal::BadDelay { .. } => "bad_delay",
+            Refusal::NotHeld => "not_held",
+            Refusal::NoSession => "no_session",
+            Refusal::InSession => "in_session",
+            Refusal::Claimed => "claimed",
+            Refusal::MayBeOnRecordElsewhere => "may_be_on_record_elsewhere",
+            Refusal::RecordsWanted => "records_wanted",
+            Refusal::ReadMeanwhile { .. } => "read_meanwhile",
+            Refusal::Stopping => "stopping",
+            Refusal::StaleCopies { .. } => "stale_copies",
+            Refusal::TooFewCopies { .. } => "too_few_copies",
+        }
+    }
 }

@@ -237,10 +237,7 @@ impl Member {
         if !job.skip_copies {
             job.round.outcome(self.config.copies)?;
         }
-        if !self.still_speaks_for(job.made, guard, now) {
-            return Err(Refusal::NotRebuilt);
-        }
-        Ok(())
+        self.speaks_for(job.made, guard, now)
     }
 
     /// A record a leaving member handed over, its lease ending at

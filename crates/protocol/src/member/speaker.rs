@@ -22,9 +22,9 @@ fn acquire_refusal(e: AcquireError) -> Refusal {
         AcquireError::BadSet => Refusal::BadSet,
         AcquireError::BadDelay { max } => Refusal::BadDelay { max },
         AcquireError::NoSession => Refusal::NoSession,
-        AcquireError::NotRebuilt(_)
-        | AcquireError::HeldBack { .. }
-        | AcquireError::FencesExhausted => Refusal::NotRebuilt,
+        AcquireError::NotRebuilt(_) => Refusal::NotRebuilt,
+        AcquireError::HeldBack { .. } => Refusal::HeldBack,
+        AcquireError::FencesExhausted => Refusal::FencesExhausted,
     }
 }
 

@@ -211,7 +211,7 @@ fn a_grant_short_of_copies_or_from_a_dropped_table_is_not_answered() {
     let (_, to) = m.release("a", lock.id, &guard, now).unwrap();
     assert_eq!(m.others_in(to).collect::<Vec<_>>(), [2, 3]);
     m.drop_table(Some(3), now);
-    assert_eq!(m.on_record(&job, &guard, now), Err(Refusal::NotRebuilt));
+    assert_eq!(m.on_record(&job, &guard, now), Err(Refusal::MovedOn));
 }
 
 #[test]
@@ -382,11 +382,11 @@ fn get_and_list_answer_the_speakers_table() {
     );
     assert_eq!(
         m.get("jobs/a", &Guard::FOLLOWER, now),
-        Err(Refusal::NotRebuilt)
+        Err(Refusal::NotSpeaking)
     );
     assert_eq!(
         m.list("jobs/", 10, &Guard::FOLLOWER, now),
-        Err(Refusal::NotRebuilt)
+        Err(Refusal::NotSpeaking)
     );
 }
 

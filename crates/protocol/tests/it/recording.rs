@@ -60,7 +60,7 @@ fn a_grant_whose_table_stopped_speaking_meanwhile_is_refused() {
     outs(&mut r);
     m.drop_table(Some(4), at(1));
     r.answered(&mut m, &lock, 2, true, &leading(4, at(1)), at(1));
-    assert_eq!(outs(&mut r), [RecordOut::Decided(Err(Refusal::NotRebuilt))]);
+    assert_eq!(outs(&mut r), [RecordOut::Decided(Err(Refusal::MovedOn))]);
 }
 
 #[test]

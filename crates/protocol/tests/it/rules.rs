@@ -24,7 +24,7 @@ fn a_speaker_grants_until_the_margin_before_its_leader_lease_ends() {
     let last = acked + LEADER_LEASE - LEASE_MARGIN - Duration::from_nanos(1);
     granted(&mut m, "a", 1, 1, &guard, last);
     let refused = m.acquire(request("b", 2, 1), &guard, last + Duration::from_nanos(1));
-    assert_eq!(refused.err(), Some(Refusal::NotRebuilt));
+    assert_eq!(refused.err(), Some(Refusal::Unconfirmed));
     assert!(!m.may_speak(&guard, acked + LEADER_LEASE - LEASE_MARGIN));
 }
 
@@ -35,12 +35,12 @@ fn a_speaker_grants_only_for_the_term_its_table_was_rebuilt_in() {
     let newer = leading(4, now);
     assert_eq!(
         m.acquire(request("a", 1, 1), &newer, now).err(),
-        Some(Refusal::NotRebuilt),
+        Some(Refusal::NotSpeaking),
         "Raft says term 4; the table speaks for 3"
     );
     assert_eq!(
         m.acquire(request("a", 1, 1), &Guard::FOLLOWER, now).err(),
-        Some(Refusal::NotRebuilt)
+        Some(Refusal::NotSpeaking)
     );
     granted(&mut m, "a", 1, 1, &leading(3, now), now);
 }
@@ -147,7 +147,7 @@ fn strict_mode_holds_new_grants_back_for_the_longest_lease_and_a_leader_lease() 
     assert_eq!(report.held_back_ms, hold.as_millis() as u64);
     let before = now + hold - Duration::from_millis(1);
     let refused = m.acquire(request("a", 1, 1), &leading(3, before), before);
-    assert_eq!(refused.err(), Some(Refusal::NotRebuilt));
+    assert_eq!(refused.err(), Some(Refusal::HeldBack));
     let after = now + hold;
     granted(&mut m, "a", 1, 1, &leading(3, after), after);
 }
