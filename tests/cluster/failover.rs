@@ -120,6 +120,24 @@ async fn a_speaker_no_quorum_answers_says_so_and_grants_nothing() {
     let held = cluster
         .must_acquire(speaker, "quiet/held", json!({"lease_ms": 60000}))
         .await;
+    // A request waiting for the held lock, at the speaker.
+    let waiting = {
+        let http = reqwest::Client::new();
+        let url = cluster.url(speaker, "/v1/locks/acquire");
+        tokio::spawn(async move {
+            let answer = http
+                .post(url)
+                .json(&json!({"name": "quiet/held", "wait_ms": 20000}))
+                .send()
+                .await
+                .unwrap();
+            (
+                answer.status().as_u16(),
+                answer.json::<Value>().await.unwrap(),
+            )
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let silent = followers(&cluster, speaker);
     for &f in &silent {
         cluster.pause(f);
@@ -129,20 +147,26 @@ async fn a_speaker_no_quorum_answers_says_so_and_grants_nothing() {
     let (status, body) = cluster
         .post(speaker, "/v1/locks/acquire", json!({"name": "quiet/new"}))
         .await;
+    let turned_away = tokio::time::timeout(Duration::from_secs(10), waiting).await;
     let unconfirmed = cluster
         .metric(speaker, "leasehold_unavailable_total{why=\"unconfirmed\"}")
         .await;
     for &f in &silent {
         cluster.resume(f);
     }
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(body["error"], "not_rebuilt", "{body}");
-    let message = body["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("has not heard from a quorum"),
-        "the answer names why: {body}"
-    );
-    assert_eq!(unconfirmed, Some(1.0), "counted by why");
+    let (waited_status, waited) = turned_away
+        .expect("the waiting request is answered while the members are silent")
+        .unwrap();
+    for (status, body) in [(status, &body), (waited_status, &waited)] {
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"], "not_rebuilt", "{body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("has not heard from a quorum"),
+            "the answer names why: {body}"
+        );
+    }
+    assert_eq!(unconfirmed, Some(2.0), "counted by why");
 
     // Once its members answer again, the cluster serves, and the lock
     // held before is still held.

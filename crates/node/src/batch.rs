@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_api::{
-    millis_floor, Body, ErrorCode, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall,
-    Granted, PeerLock,
+    millis_floor, Body, ForwardAnswer, ForwardAnswers, ForwardBatch, ForwardCall, Granted, PeerLock,
 };
+use leasehold_protocol::Refusal;
 use locktable::{LockId, LockInTransit};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -30,7 +30,7 @@ impl Node {
     /// answer.
     pub(crate) async fn forward_call(&self, call: ForwardCall) -> Result<ForwardAnswer, ApiError> {
         let (tx, rx) = oneshot::channel();
-        let stopping = || ApiError::new(ErrorCode::NotRebuilt, "the node is stopping");
+        let stopping = || self.refused(Refusal::Stopping);
         if !self.batches.push((call, tx)) {
             return Err(stopping());
         }

@@ -253,7 +253,7 @@ impl Node {
             }
         });
         rx.await
-            .unwrap_or_else(|_| Err(ApiError::new(ErrorCode::NotRebuilt, "the node is stopping")))
+            .unwrap_or_else(|_| Err(self.refused(Refusal::Stopping)))
     }
 
     /// Forwards an acquire to the speaker and records its grants: the

@@ -203,8 +203,21 @@ impl Node {
                 self.speak_renew(name, lock.id, lease, node, None, None)
                     .await
             }
-            Err(refusal) => Err(self.refused(refusal)),
+            Err(refusal) => Err(self.waited_refused(refusal)),
         }
+    }
+
+    /// A waiting request's refusal as the API answers it: one its table
+    /// turned away says why the speaker could not grant.
+    fn waited_refused(&self, refusal: Refusal) -> ApiError {
+        let refusal = match refusal {
+            Refusal::NotRebuilt => {
+                let (guard, now) = (self.guard(), self.clock.now());
+                self.state().member.unable(&guard, now)
+            }
+            other => other,
+        };
+        self.refused(refusal)
     }
 
     /// `lock`, once it is on record with enough members; a grant that
@@ -336,8 +349,8 @@ impl Node {
                 self.copied_grants(locks, node, made, asked).await
             }
             Err(e) => match leasehold_protocol::waited(Err(e), None) {
-                Err(refusal) => Err(self.refused(refusal)),
-                Ok(_) => Err(ApiError::not_rebuilt()),
+                Err(refusal) => Err(self.waited_refused(refusal)),
+                Ok(_) => Err(self.waited_refused(Refusal::NotRebuilt)),
             },
         }
     }
@@ -365,11 +378,15 @@ impl Node {
         )
         .await;
         let Ok(answer) = answer else {
-            return Err(ApiError::not_rebuilt());
+            self.metrics.unavailable("no_answer");
+            return Err(ApiError::new(
+                ErrorCode::NotRebuilt,
+                "the speaker's table did not answer the waiting request in time; retry",
+            ));
         };
         cancel.waiter = None;
         cancel.answer = None;
-        answer.map_err(|_| ApiError::not_rebuilt())
+        answer.map_err(|_| self.waited_refused(Refusal::NotRebuilt))
     }
 
     /// Refuses a set while the cluster does not speak sets yet: they wait

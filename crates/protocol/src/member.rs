@@ -308,6 +308,14 @@ impl Member {
             })
     }
 
+    /// Why this member cannot grant at `now` ([`Refusal::NotRebuilt`] if it
+    /// can by now): for a waiting request its table turned away.
+    pub fn unable(&self, guard: &Guard, now: MonoTime) -> Refusal {
+        self.speaker(guard, now)
+            .err()
+            .unwrap_or(Refusal::NotRebuilt)
+    }
+
     /// `Ok` if this member may grant from its table at `now`; if not, why
     /// not: stopping, not speaking (or deposed), not rebuilt, or its
     /// leadership not confirmed by a quorum within the guard's lease.

@@ -1,7 +1,7 @@
 //! Why a member refuses a call: typed, so the driver maps each to its
 //! answer and callers can branch on it.
 
-use locktable::{Kind, Lock};
+use locktable::{AcquireError, Kind, Lock};
 
 /// A call the protocol refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -142,6 +142,23 @@ impl Refusal {
             Refusal::Stopping => "stopping",
             Refusal::StaleCopies { .. } => "stale_copies",
             Refusal::TooFewCopies { .. } => "too_few_copies",
+        }
+    }
+}
+
+/// A refusal of the table's as the protocol answers it.
+impl From<AcquireError> for Refusal {
+    fn from(e: AcquireError) -> Self {
+        match e {
+            AcquireError::Held(lock) => Refusal::Held(lock),
+            AcquireError::KindMismatch(kind) => Refusal::KindMismatch(kind),
+            AcquireError::Awaited(name) => Refusal::Awaited(name),
+            AcquireError::BadSet => Refusal::BadSet,
+            AcquireError::BadDelay { max } => Refusal::BadDelay { max },
+            AcquireError::NoSession => Refusal::NoSession,
+            AcquireError::NotRebuilt(_) => Refusal::NotRebuilt,
+            AcquireError::HeldBack { .. } => Refusal::HeldBack,
+            AcquireError::FencesExhausted => Refusal::FencesExhausted,
         }
     }
 }

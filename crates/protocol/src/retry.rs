@@ -83,7 +83,11 @@ pub enum Waited {
 
 /// How the table's answer to a waiting acquisition, `named` or not, is
 /// answered: a grant; the caller's own earlier grant, to renew; or a
-/// refusal (held by another, or the table dropped meanwhile).
+/// refusal (held by another, or the table dropped meanwhile: turned away
+/// as [`Refusal::NotRebuilt`], whatever the cause; [`Member::unable`]
+/// says which).
+///
+/// [`Member::unable`]: crate::Member::unable
 pub fn waited(
     answer: Result<Lock, AcquireError>,
     named: Option<Named<'_>>,
@@ -93,9 +97,7 @@ pub fn waited(
         Err(AcquireError::Held(lock)) if named.is_some_and(|n| n.owns(&lock)) => {
             Ok(Waited::Own(*lock))
         }
-        Err(AcquireError::Held(lock)) => Err(Refusal::Held(lock)),
-        Err(AcquireError::Awaited(name)) => Err(Refusal::Awaited(name)),
-        Err(_) => Err(Refusal::NotRebuilt),
+        Err(e) => Err(e.into()),
     }
 }
 

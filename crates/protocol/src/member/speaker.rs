@@ -2,8 +2,8 @@
 //! and the expiry of leases, and when its table is dropped.
 
 use locktable::{
-    is_session_name, AcquireError, Acquired, AcquiredSet, Answer, Lock, LockError, LockId,
-    MonoTime, NodeId, Request, WaiterId,
+    is_session_name, Acquired, AcquiredSet, Answer, Lock, LockError, LockId, MonoTime, NodeId,
+    Request, WaiterId,
 };
 
 use crate::guard::Guard;
@@ -12,21 +12,6 @@ use crate::refusal::Refusal;
 use crate::retry::Named;
 
 use super::{Acquisition, Made, Member, Moved, Polled, Renewal, SetAcquisition, MOVED_PRUNE_AT};
-
-/// A refusal of the table's as the protocol answers it.
-fn acquire_refusal(e: AcquireError) -> Refusal {
-    match e {
-        AcquireError::Held(lock) => Refusal::Held(lock),
-        AcquireError::KindMismatch(kind) => Refusal::KindMismatch(kind),
-        AcquireError::Awaited(name) => Refusal::Awaited(name),
-        AcquireError::BadSet => Refusal::BadSet,
-        AcquireError::BadDelay { max } => Refusal::BadDelay { max },
-        AcquireError::NoSession => Refusal::NoSession,
-        AcquireError::NotRebuilt(_) => Refusal::NotRebuilt,
-        AcquireError::HeldBack { .. } => Refusal::HeldBack,
-        AcquireError::FencesExhausted => Refusal::FencesExhausted,
-    }
-}
 
 impl Member {
     /// A request as the switched-off rules of a self-test take it: an
@@ -58,7 +43,7 @@ impl Member {
         let node = request.node;
         let mut request = request;
         self.sabotage_request(&mut request);
-        let acquired = self.table.acquire(request, now).map_err(acquire_refusal)?;
+        let acquired = self.table.acquire(request, now).map_err(Refusal::from)?;
         if let Acquired::Granted(lock) = &acquired {
             if node == self.config.id {
                 self.held.record(lock.clone());
@@ -167,7 +152,7 @@ impl Member {
         } else {
             self.table
                 .acquire_set(requests, now)
-                .map_err(acquire_refusal)?
+                .map_err(Refusal::from)?
         };
         if let AcquiredSet::Granted(locks) = &acquired {
             for lock in locks.iter().filter(|l| l.node == self.config.id) {
@@ -195,7 +180,7 @@ impl Member {
             }
         }
         match (granted.is_empty(), refused) {
-            (true, Some(e)) => Err(acquire_refusal(e)),
+            (true, Some(e)) => Err(Refusal::from(e)),
             _ => Ok(AcquiredSet::Granted(granted)),
         }
     }

@@ -122,7 +122,7 @@ fn a_waiting_acquisition_is_answered_its_grant_its_own_or_a_refusal() {
     );
     assert_eq!(
         waited(Err(AcquireError::FencesExhausted), Some(named("r1"))),
-        Err(Refusal::NotRebuilt)
+        Err(Refusal::FencesExhausted)
     );
 }
 
