@@ -7,9 +7,10 @@
 
 use std::hash::BuildHasher;
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::DefaultHashBuilder;
 
 use crate::lock::LockId;
+use crate::sharded::Sharded;
 use crate::slots::{ById, Slot, Slots};
 
 /// The holders of one name: where its ring starts and how many are in it.
@@ -23,7 +24,7 @@ struct NameEntry {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Holders {
     slots: Slots<ById>,
-    names: HashTable<NameEntry>,
+    names: Sharded<NameEntry>,
     hasher: DefaultHashBuilder,
 }
 
@@ -174,9 +175,8 @@ impl Holders {
         let hash = hasher.hash_one(slot.name());
         if next == at {
             names
-                .find_entry(hash, |e| e.head == at)
-                .expect("a kept grant's name is indexed")
-                .remove();
+                .remove(hash, |e| e.head == at)
+                .expect("a kept grant's name is indexed");
         } else {
             let name = slot.name();
             let entry = names

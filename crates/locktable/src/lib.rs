@@ -34,6 +34,7 @@ mod lock;
 mod rebuild;
 pub mod session;
 mod settle;
+mod sharded;
 mod slots;
 mod table;
 mod time;

@@ -10,9 +10,10 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::DefaultHashBuilder;
 
 use crate::lock::{newer_data, Fence, Kind, Lock, LockId, NodeId};
+use crate::sharded::Sharded;
 use crate::time::MonoTime;
 
 /// One lock as the table (or a `Held`) keeps it.
@@ -285,7 +286,7 @@ impl SlotKey for ById {
 pub(crate) struct Slots<K: SlotKey = ByName> {
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
-    index: HashTable<u32>,
+    index: Sharded<u32>,
     hasher: DefaultHashBuilder,
     by: PhantomData<K>,
 }
@@ -382,11 +383,9 @@ impl<K: SlotKey> Slots<K> {
     /// Takes the slot at `at` out.
     pub(crate) fn remove(&mut self, at: u32) -> Option<Slot> {
         let key_hash = self.hash(K::key(self.get(at)?));
-        let entry = self
-            .index
-            .find_entry(key_hash, |&i| i == at)
+        self.index
+            .remove(key_hash, |&i| i == at)
             .expect("an occupied slot is indexed");
-        entry.remove();
         self.free.push(at);
         self.slots[at as usize].take()
     }
