@@ -25,6 +25,7 @@
 //! passes the time in ([`MonoTime`]) and collects the answers to waiting
 //! requests ([`Table::take_answers`]).
 
+mod chunked;
 mod error;
 mod forgotten;
 mod held;

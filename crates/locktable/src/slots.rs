@@ -3,7 +3,8 @@
 //!
 //! A million held locks must fit in a couple of hundred megabytes, so a lock
 //! is kept as one 96-byte slot whose strings (name, holder, data) share one
-//! allocation, in a vector indexed by a hash table of slot numbers.
+//! allocation, in a vector (in chunks) indexed by a hash table of slot
+//! numbers (in shards).
 
 use std::fmt::Debug;
 use std::hash::{BuildHasher, Hash};
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use hashbrown::DefaultHashBuilder;
 
+use crate::chunked::Chunked;
 use crate::lock::{newer_data, Fence, Kind, Lock, LockId, NodeId};
 use crate::sharded::Sharded;
 use crate::time::MonoTime;
@@ -284,7 +286,7 @@ impl SlotKey for ById {
 /// Locks kept in slots, found by their key `K` (by name unless said).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Slots<K: SlotKey = ByName> {
-    slots: Vec<Option<Slot>>,
+    slots: Chunked<Option<Slot>>,
     free: Vec<u32>,
     index: Sharded<u32>,
     hasher: DefaultHashBuilder,
@@ -410,13 +412,13 @@ impl<K: SlotKey> Slots<K> {
 }
 
 /// The key of the slot at `at`, if occupied.
-fn slot_key<K: SlotKey>(slots: &[Option<Slot>], at: u32) -> Option<&K::Key> {
+fn slot_key<K: SlotKey>(slots: &Chunked<Option<Slot>>, at: u32) -> Option<&K::Key> {
     slots[at as usize].as_ref().map(K::key)
 }
 
 /// The key of the slot at `at`, which the index names (so it is occupied:
 /// a slot leaves the index before it is emptied).
-fn indexed_key<K: SlotKey>(slots: &[Option<Slot>], at: u32) -> &K::Key {
+fn indexed_key<K: SlotKey>(slots: &Chunked<Option<Slot>>, at: u32) -> &K::Key {
     slot_key::<K>(slots, at).expect("an indexed slot is occupied")
 }
 
