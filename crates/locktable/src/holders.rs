@@ -244,6 +244,38 @@ mod tests {
             .collect()
     }
 
+    /// Past the size where the indexes split into shards and the slots
+    /// fill several chunks, every grant is still found by id and by name,
+    /// through removals, reuse of freed slots, and a shrink.
+    #[test]
+    fn grants_stay_found_past_the_split_and_across_chunks() {
+        let n: u128 = 3 * crate::sharded::SPLIT_AT as u128;
+        let mut h = Holders::default();
+        for id in 1..=n {
+            h.insert(slot(&format!("n{}", id % (n / 2)), id));
+        }
+        let removed = |id: u128| id % 3 == 0;
+        for id in (1..=n).filter(|&id| removed(id)) {
+            let at = h.find(&LockId::from_u128(id)).expect("kept");
+            assert_eq!(h.remove(at).unwrap().id.as_u128(), id);
+        }
+        h.shrink_if_far_beyond();
+        for id in n + 1..=n + n / 3 {
+            h.insert(slot(&format!("m{id}"), id));
+        }
+        for id in 1..=n + n / 3 {
+            let at = h.find(&LockId::from_u128(id));
+            assert_eq!(at.is_none(), id <= n && removed(id), "{id}");
+            if let Some(at) = at {
+                let name = h.get(at).unwrap().name().to_string();
+                assert!(ids(&h, &name).contains(&id), "{id} found by {name}");
+            }
+        }
+        let by_name: usize = (0..n / 2).map(|k| ids(&h, &format!("n{k}")).len()).sum();
+        assert_eq!(by_name as u128, n - n / 3);
+        assert_eq!(h.names(), h.heads().count());
+    }
+
     #[test]
     fn holders_of_a_name_keep_their_order_through_removals() {
         let mut h = Holders::default();
