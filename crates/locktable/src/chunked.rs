@@ -43,7 +43,14 @@ impl<T> Chunked<T> {
         if at == self.chunks.len() {
             self.chunks.push(Vec::new());
         }
-        self.chunks[at].push(item);
+        let chunk = &mut self.chunks[at];
+        if chunk.len() == chunk.capacity() {
+            // Doubling, but never past a chunk (room made may have left an
+            // odd capacity).
+            let more = chunk.len().max(4).min(CHUNK - chunk.len());
+            chunk.reserve_exact(more);
+        }
+        chunk.push(item);
         self.len += 1;
     }
 
@@ -75,10 +82,13 @@ impl<T> Chunked<T> {
     /// Gives back the room beyond `keep` items (at least those kept).
     pub(crate) fn shrink_to(&mut self, keep: usize) {
         let need = keep.max(self.len);
-        self.chunks.truncate(need.div_ceil(CHUNK));
+        let chunks = need.div_ceil(CHUNK);
+        if chunks > self.chunks.len() {
+            return;
+        }
+        self.chunks.truncate(chunks);
         if let Some(last) = self.chunks.last_mut() {
-            let before = (need.div_ceil(CHUNK) - 1) * CHUNK;
-            last.shrink_to(need - before);
+            last.shrink_to(need - (chunks - 1) * CHUNK);
         }
     }
 
@@ -161,5 +171,17 @@ mod tests {
         assert_eq!(v.capacity(), CHUNK / 2);
         v.push(1);
         assert_eq!(v[0], 1);
+        v.shrink_to(3 * CHUNK);
+        assert_eq!(v.capacity(), CHUNK / 2, "no room made, none taken");
+    }
+
+    #[test]
+    fn a_chunk_never_grows_past_its_size() {
+        let mut v = Chunked::default();
+        v.reserve(3000);
+        for i in 0..2 * CHUNK {
+            v.push(i);
+        }
+        assert_eq!(v.capacity(), 2 * CHUNK);
     }
 }
