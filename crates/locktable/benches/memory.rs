@@ -10,9 +10,11 @@
 
 use std::collections::HashMap;
 use std::process::Command;
-use std::time::Duration;
 
-use locktable::{Acquired, Held, LeaseRule, Lock, LockId, MonoTime, RebuildFrom, Request, Table};
+mod million;
+
+use locktable::{Acquired, Held, LeaseRule, Lock, LockId, MonoTime, RebuildFrom, Table};
+use million::{lock, request};
 
 const N: u64 = 1_000_000;
 const ONE: &str = "LOCKTABLE_MEMORY_ONE";
@@ -25,41 +27,6 @@ fn resident_bytes() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS");
     kb * 1024
-}
-
-fn request(i: u64) -> Request {
-    Request {
-        session: Default::default(),
-        delay: Default::default(),
-        kind: Default::default(),
-        name: format!("jobs/{i:07}"),
-        id: LockId::from_parts(1_764_000_000_000 + i, u128::from(i) * 0x9E37_79B9),
-        node: 1 + i % 5,
-        holder: "worker-7".into(),
-        lease: Some(Duration::from_secs(30)),
-        wait: Duration::ZERO,
-        data: None,
-    }
-}
-
-/// The lock a node records for `request(i)` granted at `now`.
-fn lock(i: u64, now: MonoTime) -> Lock {
-    let r = request(i);
-    Lock {
-        session: Default::default(),
-        delay: Default::default(),
-        kind: Default::default(),
-        name: r.name,
-        id: r.id,
-        node: r.node,
-        holder: r.holder,
-        fence: locktable::Fence::new(1, i + 1),
-        lease: Duration::from_secs(30),
-        acquired: now,
-        expires: now + Duration::from_secs(30),
-        data: None,
-        data_rev: 0,
-    }
 }
 
 /// Fills one layout with `N` locks and returns the resident bytes it took.
