@@ -32,6 +32,7 @@ mod held;
 mod holders;
 mod listing;
 mod lock;
+mod parted_heap;
 mod rebuild;
 pub mod session;
 mod settle;
