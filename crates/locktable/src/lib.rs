@@ -32,7 +32,6 @@ mod held;
 mod holders;
 mod listing;
 mod lock;
-mod parted_heap;
 mod rebuild;
 pub mod session;
 mod settle;

@@ -7,13 +7,13 @@
 //! [`Table::install`]: crate::Table::install
 
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use hashbrown::HashMap;
 
 use crate::error::{RebuildError, StaleGeneration};
 use crate::holders::Holders;
 use crate::lock::{Fence, Lock, LockId};
-use crate::parted_heap::PartedHeap;
 use crate::settle::Settler;
 use crate::time::{LeaseRule, MonoTime};
 
@@ -57,7 +57,7 @@ pub struct Settled {
     pub(crate) epoch: u64,
     pub(crate) highest: Fence,
     pub(crate) slots: Holders,
-    pub(crate) expiries: PartedHeap<Reverse<(MonoTime, Fence, u32)>>,
+    pub(crate) expiries: BinaryHeap<Reverse<(MonoTime, Fence, u32)>>,
     pub(crate) lost: Vec<Lock>,
     pub(crate) hold_new_grants_until: Option<MonoTime>,
     pub(crate) seen_all: bool,
@@ -166,7 +166,7 @@ impl Settling {
         // Room made for a count a member got wrong is not kept for the
         // rest of the term.
         slots.shrink_if_far_beyond();
-        let expiries = PartedHeap::from(
+        let expiries = BinaryHeap::from(
             slots
                 .numbered()
                 .map(|(at, s)| Reverse((s.expires, s.fence, at)))

@@ -11,7 +11,6 @@ use crate::forgotten::Forgotten;
 use crate::holders::Holders;
 use crate::listing::{Lapsed, Listing, LAPSED_KEPT};
 use crate::lock::{Fence, Lock, LockId, NodeId, Request};
-use crate::parted_heap::PartedHeap;
 use crate::session::{is_session_name, SessionIndex};
 use crate::slots::Slot;
 use crate::time::{LeaseRule, MonoTime};
@@ -99,7 +98,7 @@ pub struct Table {
     slots: Holders,
     /// (lease end, fence, slot): one entry per grant; a renewal leaves its
     /// entry in place to be pushed back when it comes up.
-    expiries: PartedHeap<Reverse<(MonoTime, Fence, u32)>>,
+    expiries: BinaryHeap<Reverse<(MonoTime, Fence, u32)>>,
     waiters: HashMap<Box<str>, VecDeque<Waiter>>,
     /// The names each waiting set waits in, in the order asked.
     sets: HashMap<WaiterId, Box<[Box<str>]>>,
@@ -131,7 +130,7 @@ impl Table {
             fences: FenceCounter::default(),
             hold_new_grants_until: None,
             slots: Holders::default(),
-            expiries: PartedHeap::default(),
+            expiries: BinaryHeap::new(),
             waiters: HashMap::new(),
             sets: HashMap::new(),
             wait_ends: BinaryHeap::new(),
@@ -559,7 +558,7 @@ impl Table {
             .numbered()
             .map(|(at, s)| Reverse((s.expires, s.fence, at)))
             .collect();
-        self.expiries = PartedHeap::from(entries);
+        self.expiries = BinaryHeap::from(entries);
     }
 
     /// Ends the holds of `name` whose lease ended by `now`, handing the

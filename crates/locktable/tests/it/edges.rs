@@ -302,29 +302,3 @@ fn leases_that_run_out_are_told_once_with_how_long_they_were_held() {
     table.drop_table(t(30));
     assert!(table.take_lapsed().is_empty());
 }
-
-/// More leases than one part of the lease-end heap holds end each when
-/// due, the earliest first, and the next deadline is always the earliest
-/// lease still running.
-#[test]
-fn leases_past_one_part_of_the_heap_end_in_order() {
-    let n: u64 = 70_000 * 2;
-    let mut table = rebuilt_table(1, vec![], t(0));
-    for i in 0..n {
-        // Interleaved, so that every part holds early and late ends.
-        let lease = 1 + (i * 7919) % n;
-        let r = Request {
-            lease: Some(std::time::Duration::from_millis(lease)),
-            ..req(&format!("n{i}"), u128::from(i) + 1, 1)
-        };
-        granted(table.acquire(r, t(0)));
-    }
-    let ms = |m: u64| t(0) + std::time::Duration::from_millis(m);
-    for end in [1, 2, n / 3, n / 2, n - 1, n] {
-        table.poll(ms(end));
-        assert_eq!(table.len() as u64, n - end, "at {end} ms");
-        assert_eq!(table.expired(), end);
-        let next = (end < n).then(|| ms(end + 1));
-        assert_eq!(table.next_deadline(), next, "at {end} ms");
-    }
-}
