@@ -120,8 +120,15 @@ async fn serve(args: Args) -> ExitCode {
         .on_started_leading(|leading| async move {
             println!("started {} {}", leading.fence(), now_ms());
             // Check before every step: a pause past the lease ends here.
-            while leading.check().is_ok() {
-                println!("work {} {}", leading.fence(), now_ms());
+            // A step is stamped with the time it was checked at: a pause
+            // between the check and the print is not a step begun after
+            // the pause (the fence guards such a step's tail).
+            loop {
+                let checked = now_ms();
+                if leading.check().is_err() {
+                    break;
+                }
+                println!("work {} {checked}", leading.fence());
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })

@@ -275,7 +275,9 @@ async fn the_leader_hangs_for(pause: Duration) {
     tokio::time::sleep(left).await;
     let resumed_at = wall_ms();
     service.signal(hung, "-CONT");
-    // The resumed leader learns of its loss before its next step of work.
+    // The resumed leader learns of its loss before its next step of work
+    // (a step is stamped when it was checked: one checked before the
+    // pause and printed after it is not late).
     service.until(hung, "stopped", paused_at, PATIENCE).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let late: Vec<Line> = service
