@@ -124,6 +124,12 @@ fn a_waiting_acquisition_is_answered_its_grant_its_own_or_a_refusal() {
         waited(Err(AcquireError::FencesExhausted), Some(named("r1"))),
         Err(Refusal::FencesExhausted)
     );
+    // A session that ended while its request waited: answered as a
+    // request naming an ended session is (`404 not_held`), not retried.
+    assert_eq!(
+        waited(Err(AcquireError::NoSession), None),
+        Err(Refusal::NoSession)
+    );
 }
 
 /// Found by the second reader: a named retry (its first answer lost) of a shared or permit
